@@ -1,0 +1,26 @@
+"""The ``airlock`` command line: the composition root.
+
+This is the one place that wires services together, and it imports each service lazily,
+only inside the command that starts it (DESIGN §1), so ``airlock --help`` loads no
+service and no secret.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from ._conformance import conformance_command
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="airlock",
+    help="Airlock: human approval, bound byte for byte, between an AI agent and production.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+app.command("conformance")(conformance_command)
+
+
+def main() -> None:
+    app()

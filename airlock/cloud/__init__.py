@@ -1,0 +1,1 @@
+"""Cloud provider ports (CloudReader, CloudWriter) and the Alibaba Cloud adapter."""

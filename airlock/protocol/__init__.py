@@ -1,0 +1,70 @@
+"""The Airlock protocol, version 1: canonical actions, DSSE approvals, pure verification.
+
+Pure: no I/O, no clock reads, no private keys. Everything here is a function of bytes,
+public keys and an injected ``now``. Signing lives with the key holders
+(``services/checkpoint/signer.py``).
+"""
+
+from ._action import (
+    ACTION_MAX_BYTES,
+    ACTION_TYPE,
+    ALLOWED_OPERATIONS,
+    HIGH_RISK_OPERATIONS,
+    Precondition,
+    ProposedAction,
+    Resource,
+    action_hash,
+    check_operation,
+)
+from ._approval import (
+    APPROVAL_PAYLOAD_TYPE,
+    APPROVAL_TYPE,
+    ApprovalStatement,
+    Approver,
+    PolicyRef,
+)
+from ._b64 import b64decode_strict, b64encode
+from ._dsse import Envelope, Signature, pae, verify_envelope
+from ._json import MAX_SAFE_INTEGER, canonical_bytes, loads_strict
+from ._keys import KeySet, KeyStatus, TrustedKey, key_id
+from ._verify import BUNDLE_MAX_BYTES, Binding, VerifiedApproval, make_bundle, verify_bundle
+from .errors import Error, KeySetError, RefusalCode, Refused
+
+__all__ = [
+    "ACTION_MAX_BYTES",
+    "ACTION_TYPE",
+    "ALLOWED_OPERATIONS",
+    "APPROVAL_PAYLOAD_TYPE",
+    "APPROVAL_TYPE",
+    "BUNDLE_MAX_BYTES",
+    "HIGH_RISK_OPERATIONS",
+    "MAX_SAFE_INTEGER",
+    "ApprovalStatement",
+    "Approver",
+    "Binding",
+    "Envelope",
+    "Error",
+    "KeySet",
+    "KeySetError",
+    "KeyStatus",
+    "PolicyRef",
+    "Precondition",
+    "ProposedAction",
+    "RefusalCode",
+    "Refused",
+    "Resource",
+    "Signature",
+    "TrustedKey",
+    "VerifiedApproval",
+    "action_hash",
+    "b64decode_strict",
+    "b64encode",
+    "canonical_bytes",
+    "check_operation",
+    "key_id",
+    "loads_strict",
+    "make_bundle",
+    "pae",
+    "verify_bundle",
+    "verify_envelope",
+]

@@ -1,0 +1,185 @@
+"""The proposed action, v1 (DESIGN §2.2): one operation on one resource.
+
+An action that exists is valid: its resource id matches the provider's id format, its
+operation is on the allowlist for its resource type, and its params match that
+operation's schema. Nothing here reads a clock or does I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from ._common import (
+    ID,
+    AccountId,
+    JsonValue,
+    RegionId,
+    Rfc3339Utc,
+    Text,
+    WireModel,
+    sha256_tag,
+)
+from ._json import canonical_bytes, check_tree, loads_strict
+from .errors import RefusalCode, Refused
+
+__all__ = [
+    "ACTION_MAX_BYTES",
+    "ACTION_TYPE",
+    "ALLOWED_OPERATIONS",
+    "HIGH_RISK_OPERATIONS",
+    "Precondition",
+    "ProposedAction",
+    "Resource",
+    "action_hash",
+    "check_operation",
+]
+
+ACTION_TYPE: Final = "airlock.action/v1"
+#: DESIGN §2.1: an action is at most 16 KiB canonical.
+ACTION_MAX_BYTES: Final = 16 * 1024
+
+ResourceType = Literal["ecs.instance", "rds.instance"]
+
+# Provider id formats. ASCII only: a Cyrillic "і" can never stand in for "i".
+_RESOURCE_ID_PATTERNS: Final[dict[str, str]] = {
+    "ecs.instance": r"^i-[0-9a-z]{4,64}$",
+    "rds.instance": r"^(rm|pgm|pc)-[0-9a-z]{4,64}$",
+}
+
+
+class _EcsStopParams(WireModel):
+    stopped_mode: Literal["StopCharging", "KeepCharging"]
+
+
+class _NoParams(WireModel):
+    pass
+
+
+#: The allowlist: resource type -> operation -> params schema. Anything else is refused
+#: everywhere (agent, checkpoint and executor all check it).
+ALLOWED_OPERATIONS: Final[dict[str, dict[str, type[WireModel]]]] = {
+    "ecs.instance": {"stop": _EcsStopParams, "delete": _NoParams},
+    "rds.instance": {"stop": _NoParams},
+}
+
+#: Operations that destroy data; policy treats them as high risk (quorum 2 + typed id).
+HIGH_RISK_OPERATIONS: Final[frozenset[tuple[str, str]]] = frozenset({("ecs.instance", "delete")})
+
+
+def check_operation(resource_type: str, operation: str, params: dict[str, Any]) -> None:
+    """Raise ValueError unless ``operation`` is allowlisted for the type and params fit."""
+    allowed = ALLOWED_OPERATIONS.get(resource_type)
+    if allowed is None:
+        raise ValueError(f"resource type {resource_type!r} is not supported")
+    schema = allowed.get(operation)
+    if schema is None:
+        raise ValueError(f"operation {operation!r} is not allowed on {resource_type}")
+    try:
+        schema.model_validate(params)
+    except ValidationError as exc:
+        raise ValueError(f"params for {resource_type} {operation}: {_first_error(exc)}") from None
+
+
+class Resource(WireModel):
+    type: ResourceType
+    id: Annotated[str, Field(max_length=80)]
+
+    @model_validator(mode="after")
+    def _id_format(self) -> Resource:
+        if not re.fullmatch(_RESOURCE_ID_PATTERNS[self.type], self.id):
+            raise ValueError(f"{self.id!r} is not a valid {self.type} id")
+        return self
+
+
+class Precondition(WireModel):
+    """What must still hold at execution time; the executor re-reads and compares."""
+
+    status: Annotated[str, Field(pattern=r"^[A-Za-z]{1,32}$")]
+    absent_tags: Annotated[tuple[Text, ...], Field(strict=False, max_length=32)]
+    observed_at: Rfc3339Utc
+
+
+class ProposedAction(WireModel):
+    type: Literal["airlock.action/v1"]
+    proposal_id: Annotated[str, Field(pattern=r"^prop_[A-Za-z0-9_-]{8,80}$")]
+    provider: Literal["alibaba"]
+    account: AccountId
+    region: RegionId
+    resource: Resource
+    operation: Annotated[str, Field(pattern=r"^[a-z_]{1,32}$")]
+    params: dict[str, JsonValue]
+    precondition: Precondition
+    evidence: dict[Text, JsonValue]
+    reason: Annotated[Text, Field(min_length=1, max_length=2000)]
+    proposed_by: ID
+    created_at: Rfc3339Utc
+
+    @field_validator("evidence")
+    @classmethod
+    def _evidence_nfc(cls, value: dict[str, Any]) -> dict[str, Any]:
+        try:
+            check_tree(value, nfc=True)
+        except ValueError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    @model_validator(mode="after")
+    def _allowlisted(self) -> ProposedAction:
+        check_operation(self.resource.type, self.operation, self.params)
+        return self
+
+    @property
+    def is_high_risk(self) -> bool:
+        return (self.resource.type, self.operation) in HIGH_RISK_OPERATIONS
+
+    def canonical_bytes(self) -> bytes:
+        """RFC 8785 bytes: what is hashed, signed over, and carried in the bundle."""
+        data = canonical_bytes(self.model_dump(mode="json"))
+        if len(data) > ACTION_MAX_BYTES:
+            raise Refused(RefusalCode.E_SIZE, f"action is {len(data)} bytes canonical")
+        return data
+
+    def action_hash(self) -> str:
+        return action_hash(self.canonical_bytes())
+
+    @classmethod
+    def from_json_bytes(cls, data: bytes) -> ProposedAction:
+        """Strictly parse untrusted bytes into an action, or raise :class:`Refused`.
+
+        E_SIZE/E_PARSE for the bytes, E_OPERATION when only the operation or its params
+        are wrong, E_PARSE for any other invalid field.
+        """
+        return parse_action_value(loads_strict(data, max_bytes=ACTION_MAX_BYTES))
+
+
+def parse_action_value(value: Any) -> ProposedAction:
+    try:
+        return ProposedAction.model_validate(value)
+    except ValidationError as exc:
+        locs = {err["loc"][0] if err["loc"] else "" for err in exc.errors()}
+        if locs <= {"operation", "params", ""} and _is_operation_error(exc):
+            raise Refused(RefusalCode.E_OPERATION, _first_error(exc)) from None
+        raise Refused(RefusalCode.E_PARSE, f"not a valid action: {_first_error(exc)}") from None
+
+
+def _is_operation_error(exc: ValidationError) -> bool:
+    return all(
+        (err["loc"] and err["loc"][0] in ("operation", "params"))
+        or "not allowed" in err["msg"]
+        or "params for" in err["msg"]
+        for err in exc.errors()
+    )
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(part) for part in err["loc"]) or "action"
+    return f"{where}: {err['msg']}"
+
+
+def action_hash(action_bytes: bytes) -> str:
+    """``action_hash = "sha256:" + hex(SHA-256(JCS(action)))`` over the bytes as given."""
+    return sha256_tag(action_bytes)

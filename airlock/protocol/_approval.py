@@ -1,0 +1,87 @@
+"""The approval statement, v1 (DESIGN §2.3): what the checkpoint signs.
+
+A statement binds one approval to one action hash, one target, one executor audience and
+one short validity window. It carries no secrets and is safe to log.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import Field, ValidationError, model_validator
+
+from ._action import Resource
+from ._common import ID, AccountId, Hash, RegionId, Text, UnixTime, WireModel
+from ._json import canonical_bytes, loads_strict
+from .errors import RefusalCode, Refused
+
+__all__ = [
+    "APPROVAL_PAYLOAD_TYPE",
+    "APPROVAL_TYPE",
+    "STATEMENT_MAX_BYTES",
+    "ApprovalStatement",
+    "Approver",
+    "PolicyRef",
+]
+
+APPROVAL_TYPE: Final = "airlock.approval/v1"
+APPROVAL_PAYLOAD_TYPE: Final = "application/vnd.airlock.approval.v1+json"
+STATEMENT_MAX_BYTES: Final = 16 * 1024
+
+
+class Approver(WireModel):
+    id: ID
+    at: UnixTime
+
+
+class PolicyRef(WireModel):
+    rule: Annotated[Text, Field(min_length=1, max_length=128)]
+    hash: Hash
+
+
+class ApprovalStatement(WireModel):
+    type: Literal["airlock.approval/v1"]
+    approval_id: Annotated[str, Field(pattern=r"^apv_[A-Za-z0-9_-]{8,80}$")]
+    proposal_id: Annotated[str, Field(pattern=r"^prop_[A-Za-z0-9_-]{8,80}$")]
+    action_hash: Hash
+    provider: Literal["alibaba"]
+    account: AccountId
+    region: RegionId
+    resource: Resource
+    operation: Annotated[str, Field(pattern=r"^[a-z_]{1,32}$")]
+    audience: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")]
+    nonce: Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]
+    issued_at: UnixTime
+    not_before: UnixTime
+    expires_at: UnixTime
+    approvers: Annotated[tuple[Approver, ...], Field(strict=False, min_length=1, max_length=16)]
+    quorum: Annotated[int, Field(ge=1, le=16)]
+    policy: PolicyRef
+    risk: Literal["low", "medium", "high"]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ApprovalStatement:
+        ids = [a.id for a in self.approvers]
+        if len(set(ids)) != len(ids):
+            raise ValueError("an approver appears twice")
+        if len(ids) < self.quorum:
+            raise ValueError(f"{len(ids)} approvers do not meet quorum {self.quorum}")
+        return self
+
+    def canonical_bytes(self) -> bytes:
+        """RFC 8785 bytes: the DSSE payload."""
+        return canonical_bytes(self.model_dump(mode="json"))
+
+    @classmethod
+    def from_json_bytes(cls, data: bytes) -> ApprovalStatement:
+        """Strictly parse a statement payload, or raise :class:`Refused` (E_STATEMENT)."""
+        try:
+            value: Any = loads_strict(data, max_bytes=STATEMENT_MAX_BYTES)
+        except Refused as exc:
+            raise Refused(RefusalCode.E_STATEMENT, exc.detail) from None
+        try:
+            return cls.model_validate(value)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"]) or "statement"
+            raise Refused(RefusalCode.E_STATEMENT, f"{where}: {err['msg']}") from None

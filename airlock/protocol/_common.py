@@ -1,0 +1,78 @@
+"""Field types shared by the action and the approval statement. Not public."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import unicodedata
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from ._json import MAX_SAFE_INTEGER, check_no_floats
+
+__all__ = [
+    "ID",
+    "AccountId",
+    "Hash",
+    "RegionId",
+    "Rfc3339Utc",
+    "Text",
+    "UnixTime",
+    "WireModel",
+    "sha256_tag",
+]
+
+
+def _nfc(text: str) -> str:
+    # DESIGN §2.1: a non-NFC string is refused, never silently rewritten.
+    if not unicodedata.is_normalized("NFC", text):
+        raise ValueError("string is not NFC-normalised")
+    return text
+
+
+def _rfc3339_utc(text: str) -> str:
+    try:
+        _dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ")
+    except ValueError:
+        raise ValueError("not an RFC 3339 UTC time of the form YYYY-MM-DDTHH:MM:SSZ") from None
+    return text
+
+
+def _json_value(value: Any) -> Any:
+    check_no_floats(value)
+    return value
+
+
+#: Free text: NFC only.
+Text = Annotated[str, AfterValidator(_nfc)]
+#: Identifiers are printable ASCII only, so a homoglyph can never pass for a real id.
+ID = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$")]
+AccountId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")]
+RegionId = Annotated[str, Field(pattern=r"^[a-z0-9]+(-[a-z0-9]+){0,5}$", max_length=40)]
+Hash = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
+Rfc3339Utc = Annotated[
+    str,
+    Field(pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$"),
+    AfterValidator(_rfc3339_utc),
+]
+UnixTime = Annotated[int, Field(ge=0, le=MAX_SAFE_INTEGER)]
+#: Any float-free JSON value (evidence is open-ended but still signed).
+JsonValue = Annotated[Any, AfterValidator(_json_value)]
+
+
+class WireModel(BaseModel):
+    """Base of every signed wire record: frozen, strict, unknown fields refused."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        strict=True,
+        revalidate_instances="always",
+        validate_default=True,
+    )
+
+
+def sha256_tag(data: bytes) -> str:
+    """``"sha256:" + hex(SHA-256(data))``."""
+    return "sha256:" + hashlib.sha256(data).hexdigest()

@@ -1,0 +1,161 @@
+"""``verify_bundle``: steps 1–12 of DESIGN §2.4, in that order, as a pure function.
+
+The trust decision is a function of bytes, keys, the executor's binding, ``now`` and the
+set of revoked approval ids — no network, no database, no clock read. Consuming the
+approval (13) and re-reading live state (14) are the executor's job, after this returns.
+
+The action travels as the exact bytes that were hashed: we hash what we received and
+parse it only after the hash matched, so nothing is parsed before it is authenticated
+and nothing is re-canonicalized.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Container
+from dataclasses import dataclass
+from typing import Any, Final
+
+from ._action import ACTION_MAX_BYTES, ProposedAction, action_hash, check_operation
+from ._action import parse_action_value as _parse_action_value
+from ._approval import APPROVAL_PAYLOAD_TYPE, ApprovalStatement
+from ._b64 import b64decode_strict, b64encode
+from ._dsse import Envelope, verify_envelope
+from ._json import canonical_bytes, loads_strict
+from ._keys import KeySet
+from .errors import RefusalCode, Refused
+
+__all__ = [
+    "BUNDLE_MAX_BYTES",
+    "Binding",
+    "VerifiedApproval",
+    "make_bundle",
+    "verify_bundle",
+]
+
+#: DESIGN §2.1: a bundle is at most 64 KiB.
+BUNDLE_MAX_BYTES: Final = 64 * 1024
+#: Default longest approval lifetime an executor accepts (the default execution window).
+DEFAULT_MAX_TTL: Final = 15 * 60
+#: Default tolerated clock skew between checkpoint and executor, seconds.
+DEFAULT_SKEW: Final = 30
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    """Who this executor is: an approval must name exactly this audience and target."""
+
+    audience: str
+    provider: str
+    account: str
+    region: str
+    max_ttl: int = DEFAULT_MAX_TTL
+    skew: int = DEFAULT_SKEW
+
+    def __post_init__(self) -> None:
+        if self.max_ttl <= 0 or self.skew < 0:
+            raise ValueError("max_ttl must be positive and skew not negative")
+
+
+@dataclass(frozen=True, slots=True)
+class VerifiedApproval:
+    """An approval that passed steps 1–12. Only :func:`verify_bundle` should build one."""
+
+    statement: ApprovalStatement
+    action: ProposedAction
+    action_bytes: bytes
+    action_hash: str
+    keyid: str
+    payload: bytes
+
+
+def make_bundle(action_bytes: bytes, envelope: Envelope) -> bytes:
+    """The bytes the executor receives: ``{"action": b64(JCS(action)), "envelope": {...}}``."""
+    return canonical_bytes({"action": b64encode(action_bytes), "envelope": envelope.to_value()})
+
+
+def verify_bundle(
+    raw: bytes,
+    keys: KeySet,
+    binding: Binding,
+    now: int,
+    revoked: Container[str] = frozenset(),
+) -> VerifiedApproval:
+    """Verify a bundle against DESIGN §2.4 steps 1–12, or raise :class:`Refused`."""
+    # (1) size, before anything reads the bytes
+    if len(raw) > BUNDLE_MAX_BYTES:
+        raise Refused(RefusalCode.E_SIZE, f"bundle is {len(raw)} bytes, cap {BUNDLE_MAX_BYTES}")
+    # (2) strict parse: duplicate keys, NaN, BOM, bad UTF-8, trailing data...
+    value: Any = loads_strict(raw, max_bytes=BUNDLE_MAX_BYTES)
+    # (3) bundle and envelope shape, exact payload type
+    if not isinstance(value, dict) or set(value) != {"action", "envelope"}:
+        raise Refused(RefusalCode.E_ENVELOPE, "bundle must have exactly action and envelope")
+    envelope = Envelope.from_value(value["envelope"], payload_type=APPROVAL_PAYLOAD_TYPE)
+    try:
+        action_bytes = b64decode_strict(value["action"])
+    except ValueError as exc:
+        raise Refused(RefusalCode.E_ENVELOPE, f"action: {exc}") from None
+    if len(action_bytes) > ACTION_MAX_BYTES:
+        raise Refused(RefusalCode.E_SIZE, f"action is {len(action_bytes)} bytes")
+    # (4) a trusted, unrevoked key whose id matches verifies PAE(type, payload as received)
+    keyid = verify_envelope(envelope, keys, now)
+    # (5) only now parse the authenticated statement
+    statement = ApprovalStatement.from_json_bytes(envelope.payload)
+    # (6) addressed to this executor
+    if statement.audience != binding.audience:
+        raise Refused(
+            RefusalCode.E_AUDIENCE,
+            f"approval is for {statement.audience!r}, this executor is {binding.audience!r}",
+        )
+    # (7) for this executor's provider, account and region
+    if (statement.provider, statement.account, statement.region) != (
+        binding.provider,
+        binding.account,
+        binding.region,
+    ):
+        raise Refused(
+            RefusalCode.E_ACCOUNT,
+            f"approval targets {statement.provider}/{statement.account}/{statement.region}",
+        )
+    # (8) validity window and lifetime
+    if now < statement.not_before - binding.skew:
+        raise Refused(RefusalCode.E_NOT_YET_VALID, f"not valid before {statement.not_before}")
+    if now >= statement.expires_at:
+        raise Refused(RefusalCode.E_EXPIRED, f"expired at {statement.expires_at}")
+    lifetime = statement.expires_at - statement.issued_at
+    if not 0 < lifetime <= binding.max_ttl or statement.not_before < statement.issued_at:
+        raise Refused(
+            RefusalCode.E_TTL, f"lifetime {lifetime}s is not within (0, {binding.max_ttl}]"
+        )
+    # (9) hash the presented bytes, compare in constant time, only then parse
+    presented = action_hash(action_bytes)
+    if not hmac.compare_digest(presented.encode(), statement.action_hash.encode()):
+        raise Refused(RefusalCode.E_ACTION_HASH, "the action is not the one approved")
+    action = _parse_action_value(loads_strict(action_bytes, max_bytes=ACTION_MAX_BYTES))
+    # (10) the statement and the action agree on what is done, to what, where
+    if (
+        statement.proposal_id != action.proposal_id
+        or statement.provider != action.provider
+        or statement.account != action.account
+        or statement.region != action.region
+        or statement.resource != action.resource
+        or statement.operation != action.operation
+    ):
+        raise Refused(RefusalCode.E_MISMATCH, "statement and action name different targets")
+    # (11) allowlisted operation with valid params (the model checked it; check again
+    # here so the rule holds even if the model ever changes)
+    try:
+        check_operation(action.resource.type, action.operation, action.params)
+    except ValueError as exc:
+        raise Refused(RefusalCode.E_OPERATION, str(exc)) from None
+    # (12) not revoked
+    if statement.approval_id in revoked:
+        raise Refused(RefusalCode.E_REVOKED, f"approval {statement.approval_id} was revoked")
+    return VerifiedApproval(
+        statement=statement,
+        action=action,
+        action_bytes=action_bytes,
+        action_hash=presented,
+        keyid=keyid,
+        payload=envelope.payload,
+    )

@@ -1,0 +1,1 @@
+"""Storage shared by every service: engines, migrations, and the hash-chained audit log."""

@@ -1,0 +1,1 @@
+"""Benchmarks: ratios against raw primitives measured in the same run. Not tests."""

@@ -1,0 +1,1 @@
+"""Conformance vectors and (later) the attack suite."""
