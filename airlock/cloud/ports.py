@@ -1,0 +1,124 @@
+"""The two ports every cloud provider implements (DESIGN §4).
+
+``CloudReader`` is all the agent ever gets; ``CloudWriter`` exists only in the executor.
+Adapters map vendor errors onto the tree below so callers can tell a definite refusal
+(nothing happened) from an unknown outcome (something may have happened: probe first,
+never blind-retry).
+
+Error hierarchy::
+
+    CloudError
+    ├── DefiniteRefusal        the provider refused; the call had no effect
+    │   ├── ResourceNotFound
+    │   ├── PermissionDenied
+    │   └── IncorrectState     e.g. IncorrectInstanceStatus
+    └── UnknownOutcome         timeout, 5xx, throttling, connection lost: probe live state
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+__all__ = [
+    "CloudError",
+    "CloudReader",
+    "CloudWriter",
+    "DefiniteRefusal",
+    "IncorrectState",
+    "LiveState",
+    "MetricPoint",
+    "PermissionDenied",
+    "ResourceNotFound",
+    "ResourceType",
+    "UnknownOutcome",
+    "WriteResult",
+]
+
+ResourceType = Literal["ecs.instance", "rds.instance"]
+
+
+class CloudError(Exception):
+    """Root of every error a cloud adapter raises."""
+
+    def __init__(self, message: str, *, code: str = "", request_id: str = "") -> None:
+        super().__init__(message)
+        self.code = code  # the vendor's error code, e.g. "IncorrectInstanceStatus"
+        self.request_id = request_id
+
+
+class DefiniteRefusal(CloudError):
+    """The provider refused the request; it had no effect."""
+
+
+class ResourceNotFound(DefiniteRefusal):
+    pass
+
+
+class PermissionDenied(DefiniteRefusal):
+    pass
+
+
+class IncorrectState(DefiniteRefusal):
+    pass
+
+
+class UnknownOutcome(CloudError):
+    """The request may or may not have taken effect (timeout, 5xx, throttling)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LiveState:
+    """One resource as the provider reports it right now."""
+
+    resource_type: ResourceType
+    resource_id: str
+    region: str
+    status: str  # provider vocabulary: Running, Stopping, Stopped, ...
+    tags: Mapping[str, str] = field(default_factory=dict)
+    instance_type: str = ""
+    created_at: str = ""  # RFC 3339 UTC, "YYYY-MM-DDTHH:MM:SSZ"
+    name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class MetricPoint:
+    timestamp: int  # Unix seconds, start of the period
+    average: float
+    maximum: float
+
+
+@dataclass(frozen=True, slots=True)
+class WriteResult:
+    request_id: str  # the provider's request id, recorded in the receipt
+
+
+@runtime_checkable
+class CloudReader(Protocol):
+    def list_instances(
+        self, region: str, resource_type: ResourceType, *, page_size: int = 100
+    ) -> Iterator[LiveState]:
+        """Every instance of the type in the region, fetched page by page (never one page)."""
+        ...
+
+    def get_state(
+        self, region: str, resource_type: ResourceType, resource_id: str
+    ) -> LiveState | None:
+        """Live state of one resource, or None when it does not exist."""
+        ...
+
+    def get_metrics(
+        self, region: str, resource_id: str, metric: str, start: int, end: int, period: int
+    ) -> Iterator[MetricPoint]:
+        """Datapoints of one metric over [start, end), paged."""
+        ...
+
+
+@runtime_checkable
+class CloudWriter(Protocol):
+    def stop_ecs(self, region: str, instance_id: str, *, stopped_mode: str) -> WriteResult: ...
+
+    def delete_ecs(self, region: str, instance_id: str, *, client_token: str) -> WriteResult: ...
+
+    def stop_rds(self, region: str, instance_id: str) -> WriteResult: ...
