@@ -11,7 +11,9 @@ import typer
 def conformance_command(
     vectors: Annotated[
         Path | None,
-        typer.Option("--vectors", help="Vector directory (default: eval/vectors of this checkout)."),
+        typer.Option(
+            "--vectors", help="Vector directory (default: eval/vectors of this checkout)."
+        ),
     ] = None,
 ) -> None:
     """Run the RFC 8785, Wycheproof Ed25519, DSSE and Airlock vectors; exit 1 on any miss."""

@@ -109,7 +109,7 @@ class CloudReader(Protocol):
         ...
 
     def get_metrics(
-        self, region: str, resource_id: str, metric: str, start: int, end: int, period: int
+        self, region: str, resource_id: str, metric: str, *, start: int, end: int, period: int
     ) -> Iterator[MetricPoint]:
         """Datapoints of one metric over [start, end), paged."""
         ...
