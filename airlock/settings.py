@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["Env", "ServiceSettings", "is_dev"]
@@ -20,12 +21,16 @@ Env = Literal["dev", "prod"]
 
 
 class ServiceSettings(BaseSettings):
-    """Base for each service's settings class: ``AIRLOCK_<SERVICE>_<NAME>`` plus AIRLOCK_ENV."""
+    """Base for each service's settings class.
+
+    Subclasses set ``env_prefix="AIRLOCK_<SERVICE>_"`` in their ``model_config``.
+    """
 
     model_config = SettingsConfigDict(env_file=".env", extra="ignore", frozen=True)
 
-    #: ``dev`` allows the embedded demo defaults; anything else refuses them.
-    env: Env = "prod"
+    #: ``dev`` allows the embedded demo defaults; anything else refuses them. Read from
+    #: ``AIRLOCK_ENV`` whatever the subclass's prefix is.
+    env: Env = Field(default="prod", validation_alias=AliasChoices("AIRLOCK_ENV"))
 
 
 def is_dev(settings: ServiceSettings) -> bool:
