@@ -1,0 +1,1 @@
+"""Airlock test suite."""
