@@ -1,0 +1,55 @@
+"""The checkpoint's one error tree and its stable refusal codes.
+
+Error hierarchy::
+
+    CheckpointError          root of everything the checkpoint raises on purpose
+    ├── Refusal              a request was refused; carries an ErrorCode and an HTTP status
+    └── ConfigError          the service cannot start (bad policy, bad key file, bad settings)
+
+Codes are part of the API contract (the web app and the CLI map them to messages):
+never rename or reuse one. A refusal's message is for people and never holds a secret.
+"""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = ["CheckpointError", "ConfigError", "ErrorCode", "Refusal"]
+
+
+class ErrorCode(enum.StrEnum):
+    E_UNAUTHENTICATED = "E_UNAUTHENTICATED"  # no, unknown, expired or revoked credential
+    E_FORBIDDEN = "E_FORBIDDEN"  # authenticated, but the role may not do this
+    E_LOCKED = "E_LOCKED"  # too many failed logins; the account is locked for a while
+    E_INVALID = "E_INVALID"  # the request body or action is not valid
+    E_NOT_FOUND = "E_NOT_FOUND"  # no such proposal / approval / user
+    E_CONFLICT = "E_CONFLICT"  # same proposal id, different action hash
+    E_DUPLICATE_OPEN = "E_DUPLICATE_OPEN"  # another open proposal for this resource+operation
+    E_POLICY_DENIED = "E_POLICY_DENIED"  # a deny rule matched; recorded as refused
+    E_STALE_VIEW = "E_STALE_VIEW"  # the approver saw a different action hash
+    E_CONFIRM_REQUIRED = "E_CONFIRM_REQUIRED"  # high risk: the typed resource id is missing
+    E_CONFIRM_MISMATCH = "E_CONFIRM_MISMATCH"  # high risk: the typed resource id is wrong
+    E_SELF_APPROVAL = "E_SELF_APPROVAL"  # the approver is the proposer
+    E_ALREADY_VOTED = "E_ALREADY_VOTED"  # one vote per person
+    E_STATE = "E_STATE"  # the proposal is not in a state that allows this
+    E_EXPIRED = "E_EXPIRED"  # the approval window has passed
+    E_RECEIPT = "E_RECEIPT"  # an outcome's receipt does not verify or does not match
+    E_NO_SIGNING_KEY = "E_NO_SIGNING_KEY"  # no active signing key (all revoked or retired)
+
+
+class CheckpointError(Exception):
+    """Root of every error the checkpoint raises on purpose."""
+
+
+class Refusal(CheckpointError):
+    """A refused request, rendered as ``{"error": {"code": ..., "message": ...}}``."""
+
+    def __init__(self, code: ErrorCode, message: str, status: int) -> None:
+        super().__init__(f"{code.value}: {message}")
+        self.code = code
+        self.message = message
+        self.status = status
+
+
+class ConfigError(CheckpointError):
+    """The checkpoint must not start: the message says which file or setting and why."""

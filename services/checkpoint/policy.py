@@ -1,0 +1,280 @@
+"""Approval policy: which actions are denied, how many people must approve, what they type.
+
+A policy is a TOML file of rules; the first rule whose match holds decides. Effects:
+
+* ``deny``    — the proposal is refused at submit and recorded as refused;
+* ``approve`` — ``quorum`` distinct people (not the proposer) must approve, and with
+  ``confirm = true`` each must type the resource id;
+* ``auto``    — the policy itself approves. Only where a rule says so explicitly, only for
+  operations it names, and never for ``delete`` or any high-risk operation: such a file
+  is refused at load, so the service does not start.
+
+When no rule matches the default is one human (plus the typed id for a high-risk
+operation). The checkpoint never lets a rule weaken the typed confirmation of a high-risk
+operation (DESIGN §2.6).
+
+Tags come from the action's ``evidence.tags`` (a JSON object of tag key → value, as the
+agent read them). The checkpoint holds no cloud credential, so it cannot read tags
+itself; the executor re-reads live tags before writing (``precondition.absent_tags``).
+
+This module is pure: it reads the file once, at load, and never does I/O afterwards. It
+must never return an ``auto`` decision for a high-risk operation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from airlock.protocol import ALLOWED_OPERATIONS, HIGH_RISK_OPERATIONS, ProposedAction
+
+from .errors import ConfigError
+
+__all__ = ["DEFAULT_RULE", "Decision", "Policy", "Risk", "action_tags", "load_policy"]
+
+Risk = Literal["low", "medium", "high"]
+Effect = Literal["deny", "approve", "auto"]
+
+DEFAULT_RULE: Final = "default-one-human"
+_MATCH_FIELDS: Final = frozenset(
+    {"provider", "account", "region", "resource_type", "operation", "tags"}
+)
+_RULE_FIELDS: Final = frozenset({"name", "effect", "match", "quorum", "confirm", "risk", "reason"})
+_ALL_OPERATIONS: Final = frozenset(op for ops in ALLOWED_OPERATIONS.values() for op in ops)
+_HIGH_RISK_NAMES: Final = frozenset(op for _, op in HIGH_RISK_OPERATIONS)
+_MAX_QUORUM: Final = 16
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What the policy says about one action."""
+
+    rule: str
+    effect: Effect
+    quorum: int
+    confirm: bool
+    risk: Risk
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class _TagCondition:
+    keys: frozenset[str]  # lower-cased; any of them
+    value_prefix: str | None  # lower-cased
+
+    def holds(self, tags: Mapping[str, str]) -> bool:
+        for key, value in tags.items():
+            if key.casefold() in self.keys and (
+                self.value_prefix is None or value.casefold().startswith(self.value_prefix)
+            ):
+                return True
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    name: str
+    effect: Effect
+    provider: frozenset[str] | None
+    account: frozenset[str] | None
+    region: frozenset[str] | None
+    resource_type: frozenset[str] | None
+    operation: frozenset[str] | None
+    tags: tuple[_TagCondition, ...]
+    quorum: int
+    confirm: bool
+    risk: Risk | None
+    reason: str
+
+    def matches(self, action: ProposedAction, tags: Mapping[str, str]) -> bool:
+        fields = (
+            (self.provider, action.provider),
+            (self.account, action.account),
+            (self.region, action.region),
+            (self.resource_type, action.resource.type),
+            (self.operation, action.operation),
+        )
+        if any(allowed is not None and value not in allowed for allowed, value in fields):
+            return False
+        return all(cond.holds(tags) for cond in self.tags)
+
+
+class Policy:
+    """A loaded policy: ordered rules, the file's hash, and :meth:`decide`."""
+
+    __slots__ = ("_rules", "hash", "source")
+
+    def __init__(self, rules: tuple[_Rule, ...], digest: str, source: str) -> None:
+        self._rules = rules
+        self.hash = digest
+        self.source = source
+
+    @property
+    def rule_names(self) -> tuple[str, ...]:
+        return tuple(rule.name for rule in self._rules)
+
+    def decide(self, action: ProposedAction) -> Decision:
+        tags = action_tags(action)
+        high = action.is_high_risk
+        for rule in self._rules:
+            if not rule.matches(action, tags):
+                continue
+            if rule.effect == "auto" and high:
+                # Unreachable for a policy that passed load; fail closed if it ever is not.
+                raise ConfigError(f"rule {rule.name!r}: auto may never approve {action.operation}")
+            risk: Risk = rule.risk or ("high" if high else "medium")
+            return Decision(
+                rule=rule.name,
+                effect=rule.effect,
+                quorum=rule.quorum,
+                confirm=rule.confirm or high,
+                risk=risk,
+                reason=rule.reason,
+            )
+        return Decision(
+            rule=DEFAULT_RULE,
+            effect="approve",
+            quorum=1,
+            confirm=high,
+            risk="high" if high else "medium",
+            reason="no rule matched: one human approves",
+        )
+
+    @classmethod
+    def from_bytes(cls, data: bytes, source: str = "<policy>") -> Policy:
+        """Parse and check a policy, or raise :class:`ConfigError` naming the problem."""
+        try:
+            doc = tomllib.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"policy {source}: not valid TOML: {exc}") from None
+        unknown = set(doc) - {"version", "rule"}
+        if unknown:
+            raise ConfigError(f"policy {source}: unknown top-level keys {sorted(unknown)}")
+        if doc.get("version") != 1:
+            raise ConfigError(f"policy {source}: needs version = 1")
+        raw_rules = doc.get("rule", [])
+        if not isinstance(raw_rules, list):
+            raise ConfigError(f"policy {source}: rules are [[rule]] tables")
+        rules: list[_Rule] = []
+        for n, raw in enumerate(raw_rules):
+            try:
+                rules.append(_parse_rule(raw))
+            except (ValueError, TypeError) as exc:
+                raise ConfigError(f"policy {source}: rule #{n + 1}: {exc}") from None
+        names = [rule.name for rule in rules]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"policy {source}: rule names must be unique")
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        return cls(tuple(rules), digest, source)
+
+
+def load_policy(path: Path) -> Policy:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"policy {path}: cannot read: {exc.strerror}") from None
+    return Policy.from_bytes(data, str(path))
+
+
+def action_tags(action: ProposedAction) -> dict[str, str]:
+    """The resource's tags as the agent reported them in ``evidence.tags`` (may be empty)."""
+    tags = action.evidence.get("tags")
+    if tags is None:
+        return {}
+    if not isinstance(tags, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in tags.items()
+    ):
+        raise ValueError("evidence.tags must be an object of string tag keys to string values")
+    return tags
+
+
+def _str_set(value: Any, field: str) -> frozenset[str] | None:
+    if value is None:
+        return None
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not items or not all(isinstance(i, str) for i in items):
+        raise ValueError(f"match.{field} must be a string or a non-empty list of strings")
+    return frozenset(items)
+
+
+def _parse_tags(value: Any) -> tuple[_TagCondition, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise ValueError("match.tags must be a list of {key = ..., value_prefix = ...}")
+    conditions: list[_TagCondition] = []
+    for cond in value:
+        if not isinstance(cond, dict) or not {"key"} <= set(cond) <= {"key", "value_prefix"}:
+            raise ValueError("each match.tags entry has key and optional value_prefix")
+        keys = _str_set(cond["key"], "tags.key")
+        prefix = cond.get("value_prefix")
+        if prefix is not None and not isinstance(prefix, str):
+            raise ValueError("match.tags value_prefix must be a string")
+        assert keys is not None  # key is required above
+        conditions.append(
+            _TagCondition(
+                frozenset(k.casefold() for k in keys),
+                prefix.casefold() if prefix is not None else None,
+            )
+        )
+    return tuple(conditions)
+
+
+def _parse_rule(raw: Any) -> _Rule:
+    if not isinstance(raw, dict):
+        raise TypeError("a rule is a table")
+    unknown = set(raw) - _RULE_FIELDS
+    if unknown:
+        raise ValueError(f"unknown keys {sorted(unknown)}")
+    name = raw.get("name")
+    if not isinstance(name, str) or not 1 <= len(name) <= 128 or not name.isprintable():
+        raise ValueError("name must be a printable string of 1 to 128 characters")
+    effect = raw.get("effect")
+    if effect not in ("deny", "approve", "auto"):
+        raise ValueError(f"{name}: effect must be deny, approve or auto")
+    match = raw.get("match", {})
+    if not isinstance(match, dict):
+        raise ValueError(f"{name}: match is a table")
+    if set(match) - _MATCH_FIELDS:
+        raise ValueError(f"{name}: unknown match keys {sorted(set(match) - _MATCH_FIELDS)}")
+    operation = _str_set(match.get("operation"), "operation")
+    if operation is not None and operation - _ALL_OPERATIONS:
+        raise ValueError(f"{name}: unknown operations {sorted(operation - _ALL_OPERATIONS)}")
+    quorum = raw.get("quorum", 1)
+    if not isinstance(quorum, int) or isinstance(quorum, bool) or not 1 <= quorum <= _MAX_QUORUM:
+        raise ValueError(f"{name}: quorum must be an integer from 1 to {_MAX_QUORUM}")
+    confirm = raw.get("confirm", False)
+    if not isinstance(confirm, bool):
+        raise ValueError(f"{name}: confirm must be true or false")
+    risk = raw.get("risk")
+    if risk not in (None, "low", "medium", "high"):
+        raise ValueError(f"{name}: risk must be low, medium or high")
+    reason = raw.get("reason", "")
+    if not isinstance(reason, str) or len(reason) > 500:
+        raise ValueError(f"{name}: reason must be a string of at most 500 characters")
+    if effect != "approve" and ("quorum" in raw or "confirm" in raw):
+        raise ValueError(f"{name}: quorum and confirm apply only to effect = approve")
+    if effect == "auto":
+        # DESIGN §2.6: auto only where the file names the operations, never for delete.
+        if operation is None:
+            raise ValueError(f"{name}: auto must name its operations in match.operation")
+        if operation & _HIGH_RISK_NAMES:
+            raise ValueError(f"{name}: auto is refused for {sorted(operation & _HIGH_RISK_NAMES)}")
+    return _Rule(
+        name=name,
+        effect=effect,
+        provider=_str_set(match.get("provider"), "provider"),
+        account=_str_set(match.get("account"), "account"),
+        region=_str_set(match.get("region"), "region"),
+        resource_type=_str_set(match.get("resource_type"), "resource_type"),
+        operation=operation,
+        tags=_parse_tags(match.get("tags")),
+        quorum=quorum,
+        confirm=confirm,
+        risk=risk,
+        reason=reason,
+    )

@@ -1,0 +1,1 @@
+"""Checkpoint tests: policy, keys, API rules, quorum races, the full loop."""
