@@ -7,6 +7,8 @@ service and no secret.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from ._conformance import conformance_command
@@ -19,6 +21,20 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
+) -> None:
+    """Airlock: human approval, bound byte for byte, between an AI agent and production."""
+    if version:
+        from airlock import __version__
+
+        typer.echo(__version__)
+        raise typer.Exit(0)
+
+
 app.command("conformance")(conformance_command)
 
 

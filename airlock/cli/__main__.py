@@ -1,0 +1,5 @@
+"""``python -m airlock.cli``: the same as the ``airlock`` console script."""
+
+from airlock.cli import main
+
+main()

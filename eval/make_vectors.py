@@ -1,0 +1,232 @@
+"""Generate Airlock's own conformance vectors from fixed inputs: ``python -m eval.make_vectors``.
+
+Writes ``eval/vectors/airlock/{actions,approvals}.json``. Inputs are fixed and Ed25519
+(RFC 8032) signing is deterministic, so the output never changes unless the protocol
+does; ``tests/protocol/test_vectors.py`` fails on any drift.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from airlock.protocol import (
+    APPROVAL_PAYLOAD_TYPE,
+    MAX_SAFE_INTEGER,
+    ApprovalStatement,
+    ProposedAction,
+    Refused,
+    canonical_bytes,
+    make_bundle,
+    pae,
+    verify_bundle,
+)
+from eval import factory
+
+OUT = Path(__file__).parent / "vectors" / "airlock"
+
+
+def _action_cases() -> list[tuple[str, dict[str, Any]]]:
+    a = factory.action_value
+    ecs = {"type": "ecs.instance", "id": "i-t4n0example"}
+    rds = {"type": "rds.instance", "id": "rm-t4n0example"}
+    return [
+        ("ecs-stop-stopcharging", a()),
+        ("ecs-stop-keepcharging", a(params={"stopped_mode": "KeepCharging"})),
+        ("ecs-delete", a(resource=ecs, operation="delete", params={})),
+        ("rds-stop", a(resource=rds, operation="stop", params={})),
+        ("non-ascii-reason", a(reason="空闲 14 天：CPU p95 3.40 % — café, Ünïcödé ✓ 😀")),
+        ("non-ascii-evidence-keys", a(evidence={"ö": 1, "€": 2, "a": 3, "😀": 4, "ß": 5})),
+        (
+            "integers-near-2-53",
+            a(evidence={"max": MAX_SAFE_INTEGER, "min": -MAX_SAFE_INTEGER, "zero": 0, "one": 1}),
+        ),
+        (
+            "nested-evidence",
+            a(
+                evidence={
+                    "policy": "idle/v1",
+                    "daily": [
+                        {"day": i, "cpu_p95_bp": 300 + i, "net": [i, i * 2]} for i in range(3)
+                    ],
+                    "thresholds": {
+                        "cpu": {"avg_bp": 500, "p95_bp": 1000},
+                        "net": {"bytes": 5000000},
+                    },
+                    "flags": [True, False, None],
+                }
+            ),
+        ),
+        ("html-and-quotes", a(reason="<script>alert(\"x\")</script> & 'quotes' \\ back\\slash")),
+        ("control-characters", a(reason="tab\tnewline\nbell\u0007 nul-free")),
+        (
+            "empty-absent-tags",
+            a(
+                precondition={
+                    "status": "Stopped",
+                    "absent_tags": [],
+                    "observed_at": "2025-11-29T06:00:00Z",
+                }
+            ),
+        ),
+        (
+            "many-absent-tags",
+            a(
+                precondition={
+                    "status": "Running",
+                    "absent_tags": ["airlock:protect", "env:prod", "Ω"],
+                    "observed_at": "2025-11-29T06:00:00Z",
+                }
+            ),
+        ),
+        ("other-region-account", a(account="1234567890123456", region="cn-hangzhou")),
+        ("long-series", a(evidence={"cpu_bp": list(range(0, 336 * 7, 7))})),
+    ]
+
+
+def actions() -> list[dict[str, Any]]:
+    out = []
+    for name, value in _action_cases():
+        parsed = ProposedAction.model_validate(value)
+        raw = parsed.canonical_bytes()
+        out.append(
+            {
+                "name": name,
+                "action": value,
+                "canonical_hex": raw.hex(),
+                "action_hash": parsed.action_hash(),
+            }
+        )
+    return out
+
+
+def _approval_cases() -> list[tuple[str, str, dict[str, Any], dict[str, Any], str]]:
+    a, s = factory.action_value, factory.statement_value
+    ecs_delete = a(
+        resource={"type": "ecs.instance", "id": "i-t4n0example"}, operation="delete", params={}
+    )
+    rds = a(resource={"type": "rds.instance", "id": "rm-t4n0example"}, operation="stop", params={})
+    stop = a()
+    return [
+        ("stop-one-approver", "rfc8032-test1", stop, s(stop), "ok"),
+        (
+            "delete-two-approvers",
+            "rfc8032-test2",
+            ecs_delete,
+            s(
+                ecs_delete,
+                approval_id="apv_2b2b2b2b2b2b2b2b",
+                nonce="00112233445566778899aabbccddeeff",
+                approvers=[{"id": "alice", "at": 1764399900}, {"id": "bob", "at": 1764399990}],
+                quorum=2,
+                policy={"rule": "delete-default", "hash": "sha256:" + "6f" * 32},
+                risk="high",
+            ),
+            "ok",
+        ),
+        ("rds-stop", "rfc8032-test3", rds, s(rds, approval_id="apv_3c3c3c3c3c3c3c3c"), "ok"),
+        (
+            "policy-auto",
+            "rfc8032-test1",
+            stop,
+            s(stop, approvers=[{"id": "policy:auto-stop-dev", "at": 1764400000}], risk="low"),
+            "ok",
+        ),
+        (
+            "wrong-audience",
+            "rfc8032-test1",
+            stop,
+            s(stop, audience="airlock-executor/staging-ap-southeast-1"),
+            "E_AUDIENCE",
+        ),
+        (
+            "expired",
+            "rfc8032-test1",
+            stop,
+            s(stop, issued_at=1764399000, not_before=1764399000, expires_at=1764399900),
+            "E_EXPIRED",
+        ),
+        (
+            "target-mismatch",
+            "rfc8032-test1",
+            stop,
+            s(stop, resource={"type": "ecs.instance", "id": "i-t4n0other00"}),
+            "E_MISMATCH",
+        ),
+        ("signed-by-untrusted-key", "rfc8032-test3", stop, s(stop), "E_UNKNOWN_KEY"),
+    ]
+
+
+def approvals() -> list[dict[str, Any]]:
+    trusted = factory.keyset("rfc8032-test1", "rfc8032-test2")
+    # rds-stop is signed by test3; trust test3 for that case only, so that the
+    # untrusted-key case stays meaningful.
+    trusted_with_3 = factory.keyset("rfc8032-test1", "rfc8032-test2", "rfc8032-test3")
+    out = []
+    for name, seed_name, action, statement_value, expected in _approval_cases():
+        signer = factory.signer(seed_name)
+        statement = ApprovalStatement.model_validate(statement_value)
+        payload = statement.canonical_bytes()
+        envelope = signer.sign_statement(statement)
+        action_bytes = canonical_bytes(action)
+        bundle = make_bundle(action_bytes, envelope)
+        keys = trusted_with_3 if name == "rds-stop" else trusted
+        try:
+            verify_bundle(bundle, keys, factory.BINDING, factory.NOW)
+            observed = "ok"
+        except Refused as exc:
+            observed = exc.code.value
+        if observed != expected:
+            raise SystemExit(f"vector {name}: expected {expected}, generator observed {observed}")
+        out.append(
+            {
+                "name": name,
+                "seed_hex": factory.RFC8032_SEEDS[seed_name],
+                "keyid": signer.keyid,
+                "public_key_hex": signer.public_raw.hex(),
+                "trusted_keys": keys.to_value(),
+                "binding": {
+                    "audience": factory.BINDING.audience,
+                    "provider": factory.BINDING.provider,
+                    "account": factory.BINDING.account,
+                    "region": factory.BINDING.region,
+                    "max_ttl": factory.BINDING.max_ttl,
+                    "skew": factory.BINDING.skew,
+                },
+                "now": factory.NOW,
+                "action_hex": action_bytes.hex(),
+                "statement": statement_value,
+                "payload_hex": payload.hex(),
+                "payload_type": APPROVAL_PAYLOAD_TYPE,
+                "pae_hex": pae(APPROVAL_PAYLOAD_TYPE, payload).hex(),
+                "signature_b64": base64.b64encode(envelope.signatures[0].sig).decode(),
+                "envelope": envelope.to_value(),
+                "bundle_b64": base64.b64encode(bundle).decode(),
+                "expected": expected,
+            }
+        )
+    return out
+
+
+def render() -> dict[str, bytes]:
+    """File name -> exact bytes to write."""
+
+    def dump(value: Any) -> bytes:
+        return (json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False) + "\n").encode()
+
+    return {"actions.json": dump(actions()), "approvals.json": dump(approvals())}
+
+
+def main() -> int:
+    OUT.mkdir(parents=True, exist_ok=True)
+    for name, data in render().items():
+        (OUT / name).write_bytes(data)
+        print(f"wrote {OUT / name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

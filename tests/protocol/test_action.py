@@ -1,0 +1,151 @@
+"""ProposedAction v1 (DESIGN §2.2): an action that exists is valid and allowlisted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from airlock.protocol import (
+    ALLOWED_OPERATIONS,
+    ProposedAction,
+    RefusalCode,
+    Refused,
+    canonical_bytes,
+)
+from eval import factory
+
+
+def _refused_code(value: dict[str, Any]) -> RefusalCode:
+    with pytest.raises(Refused) as err:
+        ProposedAction.from_json_bytes(canonical_bytes(value))
+    return err.value.code
+
+
+def test_allowlist_is_exactly_the_documented_one() -> None:
+    assert {t: set(ops) for t, ops in ALLOWED_OPERATIONS.items()} == {
+        "ecs.instance": {"stop", "delete"},
+        "rds.instance": {"stop"},
+    }
+
+
+@pytest.mark.parametrize(
+    ("resource", "operation", "params"),
+    [
+        ({"type": "ecs.instance", "id": "i-abcd1234"}, "stop", {"stopped_mode": "StopCharging"}),
+        ({"type": "ecs.instance", "id": "i-abcd1234"}, "stop", {"stopped_mode": "KeepCharging"}),
+        ({"type": "ecs.instance", "id": "i-abcd1234"}, "delete", {}),
+        ({"type": "rds.instance", "id": "rm-abcd1234"}, "stop", {}),
+    ],
+)
+def test_every_allowlisted_operation_is_accepted(
+    resource: dict[str, str], operation: str, params: dict[str, Any]
+) -> None:
+    value = factory.action_value(resource=resource, operation=operation, params=params)
+    assert ProposedAction.from_json_bytes(canonical_bytes(value)).operation == operation
+
+
+@pytest.mark.parametrize(
+    ("resource", "operation", "params"),
+    [
+        ({"type": "ecs.instance", "id": "i-abcd1234"}, "reboot", {}),
+        ({"type": "ecs.instance", "id": "i-abcd1234"}, "stop", {}),
+        ({"type": "ecs.instance", "id": "i-abcd1234"}, "stop", {"stopped_mode": "Hibernate"}),
+        ({"type": "ecs.instance", "id": "i-abcd1234"}, "delete", {"force": True}),
+        ({"type": "rds.instance", "id": "rm-abcd1234"}, "delete", {}),
+        ({"type": "rds.instance", "id": "rm-abcd1234"}, "stop", {"stopped_mode": "StopCharging"}),
+    ],
+)
+def test_operation_outside_the_allowlist_is_refused(
+    resource: dict[str, str], operation: str, params: dict[str, Any]
+) -> None:
+    value = factory.action_value(resource=resource, operation=operation, params=params)
+    assert _refused_code(value) is RefusalCode.E_OPERATION
+
+
+def test_float_in_params_is_refused() -> None:
+    raw = canonical_bytes(factory.action_value()).replace(
+        b'"params":{"stopped_mode":"StopCharging"}', b'"params":{"stopped_mode":1.5}'
+    )
+    with pytest.raises(Refused) as err:
+        ProposedAction.from_json_bytes(raw)
+    assert err.value.code is RefusalCode.E_PARSE
+    with pytest.raises(ValidationError, match="float"):
+        ProposedAction.model_validate(factory.action_value(params={"stopped_mode": 1.5}))
+
+
+def test_float_in_evidence_is_refused_even_from_python() -> None:
+    with pytest.raises(ValidationError, match="float"):
+        ProposedAction.model_validate(factory.action_value(evidence={"cpu": 3.4}))
+
+
+def test_non_nfc_text_is_refused_not_rewritten() -> None:
+    composed = "Café idle"
+    decomposed = "Cafe\u0301 idle"
+    ProposedAction.model_validate(factory.action_value(reason=composed))
+    with pytest.raises(ValidationError, match="NFC"):
+        ProposedAction.model_validate(factory.action_value(reason=decomposed))
+    with pytest.raises(ValidationError, match="NFC"):
+        ProposedAction.model_validate(factory.action_value(evidence={"note": decomposed}))
+
+
+@pytest.mark.parametrize(
+    "resource_id",
+    [
+        "і-abcd1234",  # Cyrillic і (U+0456)
+        "i-abcd1234\u200b",  # zero-width space
+        "i-ABCD1234",  # the provider's ids are lower case
+        "i-abcd 1234",
+        "i-abcd1234/../rm-x",
+        "rm-abcd1234",  # an RDS id presented as an ECS instance
+    ],
+)
+def test_homoglyph_and_malformed_resource_ids_are_refused(resource_id: str) -> None:
+    value = factory.action_value(resource={"type": "ecs.instance", "id": resource_id})
+    assert _refused_code(value) is RefusalCode.E_PARSE
+
+
+@pytest.mark.parametrize(
+    "field", ["type", "proposal_id", "provider", "precondition", "evidence", "created_at"]
+)
+def test_missing_field_is_refused(field: str) -> None:
+    value = factory.action_value()
+    del value[field]
+    assert _refused_code(value) is RefusalCode.E_PARSE
+
+
+def test_unknown_field_is_refused() -> None:
+    assert _refused_code(factory.action_value(extra="x")) is RefusalCode.E_PARSE
+
+
+@pytest.mark.parametrize(
+    "stamp", ["2025-11-29T06:00:00+00:00", "2025-11-29 06:00:00Z", "2025-02-30T06:00:00Z"]
+)
+def test_times_are_rfc3339_utc_with_z(stamp: str) -> None:
+    assert _refused_code(factory.action_value(created_at=stamp)) is RefusalCode.E_PARSE
+
+
+def test_booleans_are_not_integers() -> None:
+    value = factory.action_value()
+    value["evidence"] = {"samples": True}
+    ProposedAction.model_validate(value)  # a bool is a fine evidence value...
+    statement = factory.statement_value(factory.action_value())
+    statement["issued_at"] = True  # ...but never a time
+    from airlock.protocol import ApprovalStatement
+
+    with pytest.raises(ValidationError):
+        ApprovalStatement.model_validate(statement)
+
+
+def test_action_is_frozen() -> None:
+    action = ProposedAction.model_validate(factory.action_value())
+    with pytest.raises(ValidationError):
+        action.operation = "delete"  # type: ignore[misc]
+
+
+def test_oversize_action_is_refused() -> None:
+    value = factory.action_value(evidence={"pad": "x" * 17000})
+    with pytest.raises(Refused) as err:
+        ProposedAction.from_json_bytes(canonical_bytes(value))
+    assert err.value.code is RefusalCode.E_SIZE

@@ -1,0 +1,123 @@
+"""Strict JSON (DESIGN §2.1): every ambiguity two parsers could disagree on is refused."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from airlock.protocol import (
+    MAX_SAFE_INTEGER,
+    ProposedAction,
+    RefusalCode,
+    Refused,
+    canonical_bytes,
+    loads_strict,
+)
+from eval import factory
+
+CAP = 1024
+
+
+@pytest.mark.parametrize(
+    ("raw", "why"),
+    [
+        (b'{"a": 1, "a": 2}', "duplicate key"),
+        (b'{"a": {"b": 1, "b": 1}}', "duplicate key"),
+        (b"[NaN]", "NaN"),
+        (b"[Infinity]", "Infinity"),
+        (b"[-Infinity]", "Infinity"),
+        (b"\xef\xbb\xbf{}", "byte order mark"),
+        (b'{"a": "\xff"}', "UTF-8"),
+        (b'{"a": "\xed\xa0\x80"}', "UTF-8"),  # an encoded surrogate
+        (b'{"a": "\\ud800"}', "surrogate"),
+        (b'{"\\udfff": 1}', "surrogate"),
+        (b"{} {}", "Extra data"),
+        (b'{"a": 1}x', "Extra data"),
+        (b"[1.0]", "float"),
+        (b"[1e3]", "float"),
+        (b"[9007199254740992]", "2^53"),
+        (b"[-9007199254740992]", "2^53"),
+        (b'"e\\u0301"', "NFC"),
+        (b'{"a": "\x01"}', "control"),
+        (b"[" * 40 + b"]" * 40, "nesting"),
+        (b"", "Expecting value"),
+        (b"\xff\xfe{\x00}\x00", "UTF-8"),  # UTF-16 that json.loads(bytes) would sniff
+    ],
+)
+def test_ambiguous_json_is_refused(raw: bytes, why: str) -> None:
+    with pytest.raises(Refused) as err:
+        loads_strict(raw, max_bytes=CAP)
+    assert err.value.code is RefusalCode.E_PARSE
+    assert why.lower() in err.value.detail.lower()
+
+
+def test_oversize_is_refused_before_parsing() -> None:
+    with pytest.raises(Refused) as err:
+        loads_strict(b"[" + b"1," * CAP + b"1]", max_bytes=CAP)
+    assert err.value.code is RefusalCode.E_SIZE
+
+
+def test_integers_at_the_safe_limit_are_accepted() -> None:
+    assert loads_strict(b"[9007199254740991, -9007199254740991]", max_bytes=CAP) == [
+        MAX_SAFE_INTEGER,
+        -MAX_SAFE_INTEGER,
+    ]
+
+
+def test_canonical_bytes_refuse_floats() -> None:
+    with pytest.raises(ValueError, match="float"):
+        canonical_bytes({"cpu": 3.4})
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-MAX_SAFE_INTEGER, MAX_SAFE_INTEGER)
+    | st.text(st.characters(codec="utf-8", categories=("L", "N", "P", "S", "Zs"))),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+def _shuffled(value: Any, rng: random.Random) -> Any:
+    if isinstance(value, dict):
+        items = list(value.items())
+        rng.shuffle(items)
+        return {k: _shuffled(v, rng) for k, v in items}
+    if isinstance(value, list):
+        return [_shuffled(v, rng) for v in value]
+    return value
+
+
+@settings(max_examples=200)
+@given(value=json_values, seed=st.integers(0, 2**32), indent=st.sampled_from([None, 0, 2, "\t"]))
+def test_key_order_and_whitespace_never_change_canonical_bytes(
+    value: Any, seed: int, indent: int | str | None
+) -> None:
+    import unicodedata
+
+    # NFC is a separate rule, checked elsewhere; keep this property about layout only.
+    value = json.loads(
+        unicodedata.normalize("NFC", json.dumps(value, ensure_ascii=False)),
+    )
+    text = json.dumps(_shuffled(value, random.Random(seed)), indent=indent, ensure_ascii=seed % 2)
+    reparsed = loads_strict(text.encode(), max_bytes=1 << 20)
+    assert canonical_bytes(reparsed) == canonical_bytes(value)
+
+
+@settings(max_examples=100)
+@given(seed=st.integers(0, 2**32), indent=st.sampled_from([None, 1, 4]))
+def test_key_order_and_whitespace_never_change_the_action_hash(
+    seed: int, indent: int | None
+) -> None:
+    action = factory.action_value()
+    expected = ProposedAction.model_validate(action).action_hash()
+    text = json.dumps(_shuffled(action, random.Random(seed)), indent=indent, ensure_ascii=seed % 2)
+    assert ProposedAction.from_json_bytes(text.encode()).action_hash() == expected
