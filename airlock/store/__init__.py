@@ -1,1 +1,72 @@
-"""Storage shared by every service: engines, migrations, and the hash-chained audit log."""
+"""Storage shared by every service: engines, migrations, and the hash-chained audit log.
+
+- :func:`make_engine` — SQLite (WAL, ``synchronous=FULL``, ``BEGIN IMMEDIATE``) or
+  PostgreSQL (psycopg 3) from a URL; :func:`read_transaction` for snapshot reads.
+- :func:`upgrade` / :func:`run_migrations` — each service's own Alembic migrations,
+  serialized across processes (see ``_migrate.py`` for the directory layout).
+- :func:`create_audit_log` (in a migration), :class:`AuditLog` (append in the caller's
+  transaction, head), :func:`verify_chain`, :func:`export` — DESIGN §3.
+
+Typical use in a service::
+
+    engine = make_engine(settings.database_url)
+    upgrade(engine, MIGRATIONS_DIR)
+    with engine.begin() as conn:
+        conn.execute(ledger.insert().values(...))
+        AuditLog.append(conn, {"type": "executor.consumed", "approval_id": aid}, at=now)
+
+Nothing here holds a secret or talks to a cloud; nothing here updates or deletes an
+audit row.
+"""
+
+from ._audit import (
+    AUDIT_TABLE,
+    EVENT_MAX_BYTES,
+    GENESIS_PREV_HASH,
+    GENESIS_TYPE,
+    AuditEntry,
+    AuditLog,
+    ChainFault,
+    ChainReport,
+    FaultKind,
+    chain_hash,
+    count_rows,
+    create_audit_log,
+    export,
+    genesis_event,
+    verify_chain,
+)
+from ._engine import DEFAULT_BUSY_TIMEOUT_S, is_postgresql, is_sqlite, make_engine, read_transaction
+from ._migrate import alembic_config, run_migrations, upgrade
+from .errors import AuditError, ChainError, ConfigError, Error, MigrationError
+
+__all__ = [
+    "AUDIT_TABLE",
+    "DEFAULT_BUSY_TIMEOUT_S",
+    "EVENT_MAX_BYTES",
+    "GENESIS_PREV_HASH",
+    "GENESIS_TYPE",
+    "AuditEntry",
+    "AuditError",
+    "AuditLog",
+    "ChainError",
+    "ChainFault",
+    "ChainReport",
+    "ConfigError",
+    "Error",
+    "FaultKind",
+    "MigrationError",
+    "alembic_config",
+    "chain_hash",
+    "count_rows",
+    "create_audit_log",
+    "export",
+    "genesis_event",
+    "is_postgresql",
+    "is_sqlite",
+    "make_engine",
+    "read_transaction",
+    "run_migrations",
+    "upgrade",
+    "verify_chain",
+]

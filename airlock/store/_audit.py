@@ -1,0 +1,558 @@
+"""The hash-chained, append-only audit log (DESIGN §3). Not public: use ``airlock.store``.
+
+Each service database holds one table ``audit_log``::
+
+    seq        BIGINT  PRIMARY KEY   0 for genesis, then 1, 2, 3, ... with no gaps
+    event      TEXT    NOT NULL      JCS (RFC 8785) text of the event, a JSON object
+    prev_hash  TEXT    NOT NULL      row_hash of row seq-1 (64 "0"s for genesis)
+    row_hash   TEXT    NOT NULL      lowercase hex of SHA-256(prev ‖ JCS(event))
+
+where ``‖`` is byte concatenation of the **32 raw bytes** of the previous digest (not
+its hex text) and the UTF-8 bytes of the canonical event. Row 0 is a fixed genesis event
+``{"chain": <service>, "type": "airlock.audit/genesis"}`` written by the migration. The
+time of every other event is inside the event (``"at"``, RFC 3339 UTC), so the hash
+covers it. ``seq`` is not hashed, but renumbering, deleting or reordering rows breaks
+either the gapless sequence or a ``prev_hash`` link, and :func:`verify_chain` reports it.
+
+What the database enforces (triggers, on SQLite and PostgreSQL alike): UPDATE, DELETE
+(and TRUNCATE on PostgreSQL) are refused; an INSERT must extend the current head
+(``seq = head + 1``, ``prev_hash = head.row_hash``). What it cannot enforce, because an
+attacker with the database can drop triggers, :func:`verify_chain` detects by re-deriving
+every hash from genesis. Truncating the tail or rewriting the whole chain is detected only
+against a head recorded elsewhere (receipts carry it): pass it as ``expect_head``.
+
+Appends happen inside the caller's transaction, so a state change, its audit event and
+its receipt commit together or not at all. They are serialized: on PostgreSQL by a
+transaction-scoped advisory lock taken before the head is read (held until the caller
+commits, so append late in a transaction); on SQLite by ``BEGIN IMMEDIATE``, which
+:func:`airlock.store.make_engine` puts on every transaction.
+
+This module must never update or delete an audit row, and never accept an event that is
+not canonical, float-free JSON.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.orm import Session
+
+from airlock.protocol import Refused, canonical_bytes, loads_strict
+
+from ._engine import is_postgresql, is_sqlite, read_transaction, require_immediate
+from .errors import AuditError, ChainError
+
+__all__ = [
+    "AUDIT_TABLE",
+    "EVENT_MAX_BYTES",
+    "GENESIS_PREV_HASH",
+    "GENESIS_TYPE",
+    "AuditEntry",
+    "AuditLog",
+    "ChainFault",
+    "ChainReport",
+    "FaultKind",
+    "chain_hash",
+    "count_rows",
+    "create_audit_log",
+    "export",
+    "genesis_event",
+    "verify_chain",
+]
+
+AUDIT_TABLE = "audit_log"
+GENESIS_TYPE = "airlock.audit/genesis"
+GENESIS_PREV_HASH = "0" * 64
+#: An event carries at most an action (16 KiB) and a bundle (64 KiB) plus context.
+EVENT_MAX_BYTES = 1024 * 1024
+_RESERVED_AT = "at"
+
+# pg_advisory_xact_lock takes a signed 64-bit key; derive it so it cannot collide with
+# a hand-picked small integer another component might use.
+_APPEND_LOCK_KEY = int.from_bytes(
+    hashlib.sha256(b"airlock.store.audit_log.append").digest()[:8], "big", signed=True
+)
+
+_metadata = sa.MetaData()
+_audit = sa.Table(
+    AUDIT_TABLE,
+    _metadata,
+    sa.Column("seq", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("event", sa.Text, nullable=False),
+    sa.Column("prev_hash", sa.String(64), nullable=False),
+    sa.Column("row_hash", sa.String(64), nullable=False),
+)
+
+
+def chain_hash(prev_hash: str, event_bytes: bytes) -> str:
+    """``hex(SHA-256(raw(prev_hash) ‖ event_bytes))``; ``prev_hash`` is 64 lowercase hex."""
+    if len(prev_hash) != 64 or prev_hash != prev_hash.lower():
+        raise ValueError("prev_hash must be 64 lowercase hex characters")
+    return hashlib.sha256(bytes.fromhex(prev_hash) + event_bytes).hexdigest()
+
+
+def genesis_event(chain: str) -> dict[str, str]:
+    """The fixed event of row 0 for the chain named ``chain`` (the service's name)."""
+    return {"chain": chain, "type": GENESIS_TYPE}
+
+
+# ---------------------------------------------------------------------------------------
+# The migration side: table, triggers, genesis row.
+
+# The DDL interpolates only this module's constants, never input (hence the S608 noqa).
+_SQLITE_TRIGGERS = (
+    f"""
+    CREATE TRIGGER {AUDIT_TABLE}_no_update BEFORE UPDATE ON {AUDIT_TABLE}
+    BEGIN SELECT RAISE(ABORT, '{AUDIT_TABLE} is append-only: UPDATE refused'); END
+    """,
+    f"""
+    CREATE TRIGGER {AUDIT_TABLE}_no_delete BEFORE DELETE ON {AUDIT_TABLE}
+    BEGIN SELECT RAISE(ABORT, '{AUDIT_TABLE} is append-only: DELETE refused'); END
+    """,
+    f"""
+    CREATE TRIGGER {AUDIT_TABLE}_extends_head BEFORE INSERT ON {AUDIT_TABLE}
+    BEGIN
+      SELECT RAISE(ABORT, '{AUDIT_TABLE}: INSERT does not extend the chain head')
+      WHERE NOT (
+        NEW.seq = COALESCE((SELECT MAX(seq) FROM {AUDIT_TABLE}), -1) + 1
+        AND NEW.prev_hash = COALESCE(
+          (SELECT row_hash FROM {AUDIT_TABLE} ORDER BY seq DESC LIMIT 1),
+          '{GENESIS_PREV_HASH}')
+      );
+    END
+    """,  # noqa: S608
+)
+
+_PG_TRIGGERS = (
+    f"""
+    CREATE OR REPLACE FUNCTION airlock_{AUDIT_TABLE}_refuse() RETURNS trigger
+    LANGUAGE plpgsql AS $$
+    BEGIN
+      RAISE EXCEPTION '{AUDIT_TABLE} is append-only: % refused', TG_OP
+        USING ERRCODE = 'insufficient_privilege';
+    END $$
+    """,
+    f"""
+    CREATE OR REPLACE FUNCTION airlock_{AUDIT_TABLE}_extends_head() RETURNS trigger
+    LANGUAGE plpgsql AS $$
+    DECLARE head_seq BIGINT; head_hash TEXT;
+    BEGIN
+      SELECT seq, row_hash INTO head_seq, head_hash
+        FROM {AUDIT_TABLE} ORDER BY seq DESC LIMIT 1;
+      IF NOT FOUND THEN head_seq := -1; head_hash := '{GENESIS_PREV_HASH}'; END IF;
+      IF NEW.seq <> head_seq + 1 OR NEW.prev_hash <> head_hash THEN
+        RAISE EXCEPTION '{AUDIT_TABLE}: INSERT of seq % does not extend head %',
+          NEW.seq, head_seq USING ERRCODE = 'integrity_constraint_violation';
+      END IF;
+      RETURN NEW;
+    END $$
+    """,  # noqa: S608
+    f"""
+    CREATE TRIGGER {AUDIT_TABLE}_no_update_delete BEFORE UPDATE OR DELETE ON {AUDIT_TABLE}
+    FOR EACH ROW EXECUTE FUNCTION airlock_{AUDIT_TABLE}_refuse()
+    """,
+    f"""
+    CREATE TRIGGER {AUDIT_TABLE}_no_truncate BEFORE TRUNCATE ON {AUDIT_TABLE}
+    FOR EACH STATEMENT EXECUTE FUNCTION airlock_{AUDIT_TABLE}_refuse()
+    """,
+    f"""
+    CREATE TRIGGER {AUDIT_TABLE}_extends_head BEFORE INSERT ON {AUDIT_TABLE}
+    FOR EACH ROW EXECUTE FUNCTION airlock_{AUDIT_TABLE}_extends_head()
+    """,
+)
+
+
+def create_audit_log(op: Any, chain: str) -> None:
+    """Create ``audit_log``, its triggers and its genesis row, inside an Alembic migration.
+
+    Call from a service's migration ``upgrade()``: ``create_audit_log(op, "executor")``.
+    ``op`` is ``alembic.op``; ``chain`` names the service and goes into the genesis event.
+    The migration's ``downgrade()`` should raise: dropping an audit log destroys evidence.
+    """
+    if not chain or not isinstance(chain, str):
+        raise AuditError("the chain needs a name (the service's)")
+    dialect = op.get_context().dialect.name
+    if dialect not in ("sqlite", "postgresql"):
+        raise AuditError(f"no audit_log triggers for dialect {dialect!r}")
+    table = op.create_table(
+        AUDIT_TABLE,
+        sa.Column("seq", sa.BigInteger, primary_key=True, autoincrement=False),
+        sa.Column("event", sa.Text, nullable=False),
+        sa.Column("prev_hash", sa.String(64), nullable=False),
+        sa.Column("row_hash", sa.String(64), nullable=False),
+        sa.CheckConstraint("seq >= 0", name=f"ck_{AUDIT_TABLE}_seq"),
+        sa.UniqueConstraint("prev_hash", name=f"uq_{AUDIT_TABLE}_prev_hash"),
+        sa.UniqueConstraint("row_hash", name=f"uq_{AUDIT_TABLE}_row_hash"),
+    )
+    for ddl in _SQLITE_TRIGGERS if dialect == "sqlite" else _PG_TRIGGERS:
+        op.execute(ddl)
+    event_bytes = canonical_bytes(genesis_event(chain))
+    op.bulk_insert(
+        table,
+        [
+            {
+                "seq": 0,
+                "event": event_bytes.decode("utf-8"),
+                "prev_hash": GENESIS_PREV_HASH,
+                "row_hash": chain_hash(GENESIS_PREV_HASH, event_bytes),
+            }
+        ],
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Appending.
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """One row of the chain, as stored."""
+
+    seq: int
+    event_text: str
+    prev_hash: str
+    row_hash: str
+
+    @property
+    def event(self) -> dict[str, Any]:
+        value = json.loads(self.event_text)
+        if not isinstance(value, dict):
+            raise ChainError(f"audit row {self.seq} does not hold a JSON object")
+        return value
+
+    def to_json_line(self) -> str:
+        """One line of ``airlock audit export``: canonical JSON, the event verbatim."""
+        # Keys in JCS order (event < prev_hash < row_hash < seq); the event is already
+        # canonical text, so the line is JCS of the whole record when the row is valid.
+        # json.dumps on the hashes only matters for a tampered row holding a quote.
+        return (
+            f'{{"event":{self.event_text},"prev_hash":{json.dumps(self.prev_hash)},'
+            f'"row_hash":{json.dumps(self.row_hash)},"seq":{int(self.seq)}}}'
+        )
+
+
+def _format_at(at: datetime) -> str:
+    if at.tzinfo is None or at.utcoffset() is None:
+        raise AuditError("'at' must be a timezone-aware datetime")
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _encode_event(event: Mapping[str, Any], at: datetime) -> bytes:
+    if not isinstance(event, Mapping):
+        raise AuditError("an audit event is a JSON object (a mapping)")
+    if _RESERVED_AT in event:
+        raise AuditError("'at' is set by AuditLog.append from its 'at' argument")
+    kind = event.get("type")
+    if not isinstance(kind, str) or not kind:
+        raise AuditError("an audit event needs a non-empty string 'type'")
+    if kind == GENESIS_TYPE:
+        raise AuditError("only the migration writes the genesis event")
+    full = {**event, _RESERVED_AT: _format_at(at)}
+    try:
+        data = canonical_bytes(full)
+    except (ValueError, TypeError, UnicodeError) as exc:
+        raise AuditError(f"event is not float-free JSON: {exc}") from None
+    if len(data) > EVENT_MAX_BYTES:
+        raise AuditError(f"event is {len(data)} bytes canonical, over {EVENT_MAX_BYTES}")
+    # rfc8785 escapes nothing beyond JSON's minimum, so a lone surrogate would reach the
+    # database as text no strict parser accepts; verify_chain would then call it corrupt.
+    try:
+        loads_strict(data, max_bytes=EVENT_MAX_BYTES, nfc=False)
+    except Refused as exc:
+        raise AuditError(f"event would not parse back strictly: {exc.detail}") from None
+    return data
+
+
+def _connection(conn: Connection | Session) -> Connection:
+    if isinstance(conn, Session):
+        return conn.connection()
+    if not isinstance(conn, Connection):
+        raise TypeError("pass a SQLAlchemy Connection or Session")
+    return conn
+
+
+def _head(conn: Connection) -> AuditEntry:
+    row = conn.execute(
+        sa.select(_audit.c.seq, _audit.c.event, _audit.c.prev_hash, _audit.c.row_hash)
+        .order_by(_audit.c.seq.desc())
+        .limit(1)
+    ).one_or_none()
+    if row is None:
+        raise ChainError("audit_log has no genesis row: run the service's migrations")
+    return AuditEntry(
+        seq=row.seq, event_text=row.event, prev_hash=row.prev_hash, row_hash=row.row_hash
+    )
+
+
+class AuditLog:
+    """Append to and read the head of a service's audit chain, in the caller's transaction."""
+
+    @staticmethod
+    def append(conn: Connection | Session, event: Mapping[str, Any], *, at: datetime) -> AuditEntry:
+        """Append ``event`` (plus ``"at"``) to the chain inside ``conn``'s open transaction.
+
+        Nothing is committed here: the caller's commit makes the event durable together
+        with whatever else the transaction wrote, and a rollback removes it with them.
+        Raises :class:`AuditError` for an invalid event (nothing written) and
+        :class:`ChainError` if the chain has no genesis row.
+        """
+        data = _encode_event(event, at)
+        connection = _connection(conn)
+        if not connection.in_transaction():
+            raise AuditError("AuditLog.append needs an open transaction (engine.begin())")
+        if is_postgresql(connection):
+            # Serialize appenders before reading the head: under READ COMMITTED the next
+            # statement's snapshot then sees the previous appender's committed row.
+            connection.execute(sa.select(sa.func.pg_advisory_xact_lock(_APPEND_LOCK_KEY)))
+        elif is_sqlite(connection):
+            require_immediate(connection)
+        else:
+            raise AuditError(f"unsupported dialect {connection.dialect.name!r}")
+        head = _head(connection)
+        entry = AuditEntry(
+            seq=head.seq + 1,
+            event_text=data.decode("utf-8"),
+            prev_hash=head.row_hash,
+            row_hash=chain_hash(head.row_hash, data),
+        )
+        connection.execute(
+            _audit.insert().values(
+                seq=entry.seq,
+                event=entry.event_text,
+                prev_hash=entry.prev_hash,
+                row_hash=entry.row_hash,
+            )
+        )
+        return entry
+
+    @staticmethod
+    def head(conn: Connection | Session) -> AuditEntry:
+        """The last row of the chain as this transaction sees it."""
+        return _head(_connection(conn))
+
+
+# ---------------------------------------------------------------------------------------
+# Verifying and exporting.
+
+
+class FaultKind(enum.StrEnum):
+    """What is wrong with the first bad row."""
+
+    MISSING_GENESIS = "missing_genesis"  # no row 0, or row 0 is not the genesis event
+    GAP = "gap"  # the expected seq is absent (a deleted or renumbered row)
+    BROKEN_LINK = "broken_link"  # prev_hash differs from the previous row's row_hash
+    HASH_MISMATCH = "hash_mismatch"  # row_hash differs from SHA-256(prev ‖ event)
+    UNPARSABLE_EVENT = "unparsable_event"  # event is not strict, float-free JSON
+    NON_CANONICAL_EVENT = "non_canonical_event"  # event parses but is not its JCS form
+    HEAD_MISMATCH = "head_mismatch"  # the chain does not contain the expected head
+
+
+@dataclass(frozen=True, slots=True)
+class ChainFault:
+    seq: int
+    kind: FaultKind
+    detail: str
+
+    def __str__(self) -> str:
+        return f"seq {self.seq}: {self.kind.value}: {self.detail}"
+
+
+@dataclass(frozen=True, slots=True)
+class ChainReport:
+    """The outcome of :func:`verify_chain`. ``rows`` counts rows verified good."""
+
+    rows: int
+    head_seq: int | None
+    head_hash: str | None
+    fault: ChainFault | None
+
+    @property
+    def ok(self) -> bool:
+        return self.fault is None
+
+
+def _is_hex64(value: object) -> bool:
+    return (
+        isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+    )
+
+
+def _check_row(expected_seq: int, prev_hash: str, row: Any) -> ChainFault | None:
+    # Fields are typed object on purpose: a tampered database can hold anything.
+    seq: int = row.seq
+    event: object = row.event
+    row_prev: object = row.prev_hash
+    row_hash: object = row.row_hash
+    if seq != expected_seq:
+        return ChainFault(
+            expected_seq,
+            FaultKind.MISSING_GENESIS if expected_seq == 0 else FaultKind.GAP,
+            f"row {expected_seq} is missing (next row present is {seq})",
+        )
+    if not isinstance(event, str):
+        return ChainFault(seq, FaultKind.UNPARSABLE_EVENT, "event is not text")
+    raw = event.encode("utf-8", errors="surrogatepass")
+    try:
+        value = loads_strict(raw, max_bytes=EVENT_MAX_BYTES, nfc=False)
+    except Refused as exc:
+        return ChainFault(seq, FaultKind.UNPARSABLE_EVENT, exc.detail)
+    if not isinstance(value, dict):
+        return ChainFault(seq, FaultKind.UNPARSABLE_EVENT, "event is not a JSON object")
+    if canonical_bytes(value) != raw:
+        return ChainFault(seq, FaultKind.NON_CANONICAL_EVENT, "event text is not its JCS form")
+    if seq == 0 and (value.get("type") != GENESIS_TYPE or set(value) != {"chain", "type"}):
+        return ChainFault(0, FaultKind.MISSING_GENESIS, "row 0 is not a genesis event")
+    if seq != 0 and value.get("type") == GENESIS_TYPE:
+        return ChainFault(seq, FaultKind.BROKEN_LINK, "a second genesis event")
+    if row_prev != prev_hash:
+        return ChainFault(
+            seq,
+            FaultKind.BROKEN_LINK,
+            f"prev_hash {row_prev!r} is not row {seq - 1}'s row_hash {prev_hash!r}"
+            if seq
+            else f"genesis prev_hash {row_prev!r} is not all zeros",
+        )
+    if not _is_hex64(row_hash) or chain_hash(prev_hash, raw) != row_hash:
+        return ChainFault(
+            seq,
+            FaultKind.HASH_MISMATCH,
+            f"row_hash {row_hash!r} is not SHA-256(prev_hash ‖ event) "
+            f"= {chain_hash(prev_hash, raw)!r}",
+        )
+    return None
+
+
+def _rows(conn: Connection, batch: int) -> Iterator[Any]:
+    result = conn.execution_options(yield_per=batch).execute(
+        sa.select(_audit.c.seq, _audit.c.event, _audit.c.prev_hash, _audit.c.row_hash).order_by(
+            _audit.c.seq
+        )
+    )
+    yield from result
+
+
+def _require_table(conn: Connection) -> None:
+    if not sa.inspect(conn).has_table(AUDIT_TABLE):
+        raise ChainError(f"no {AUDIT_TABLE} table in this database")
+
+
+def _verify(
+    conn: Connection,
+    expect_head: tuple[int, str] | None,
+    progress: Callable[[int], None] | None,
+    batch: int,
+) -> ChainReport:
+    _require_table(conn)
+    expected_seq = 0
+    prev_hash = GENESIS_PREV_HASH
+    anchor_seen = expect_head is None
+    for row in _rows(conn, batch):
+        fault = _check_row(expected_seq, prev_hash, row)
+        if fault is not None:
+            return ChainReport(
+                rows=expected_seq,
+                head_seq=expected_seq - 1 if expected_seq else None,
+                head_hash=prev_hash if expected_seq else None,
+                fault=fault,
+            )
+        if expect_head is not None and row.seq == expect_head[0]:
+            if row.row_hash != expect_head[1]:
+                return ChainReport(
+                    rows=expected_seq,
+                    head_seq=expected_seq - 1 if expected_seq else None,
+                    head_hash=prev_hash if expected_seq else None,
+                    fault=ChainFault(
+                        row.seq,
+                        FaultKind.HEAD_MISMATCH,
+                        f"row_hash {row.row_hash!r} is not the expected {expect_head[1]!r}",
+                    ),
+                )
+            anchor_seen = True
+        prev_hash = row.row_hash
+        expected_seq += 1
+        if progress is not None and expected_seq % batch == 0:
+            progress(batch)
+    if progress is not None and expected_seq % batch:
+        progress(expected_seq % batch)
+    if expected_seq == 0:
+        return ChainReport(0, None, None, ChainFault(0, FaultKind.MISSING_GENESIS, "empty chain"))
+    if not anchor_seen:
+        assert expect_head is not None
+        return ChainReport(
+            rows=expected_seq,
+            head_seq=expected_seq - 1,
+            head_hash=prev_hash,
+            fault=ChainFault(
+                expected_seq,
+                FaultKind.HEAD_MISMATCH,
+                f"chain ends at seq {expected_seq - 1}, before the expected head "
+                f"seq {expect_head[0]} (truncated)",
+            ),
+        )
+    return ChainReport(
+        rows=expected_seq, head_seq=expected_seq - 1, head_hash=prev_hash, fault=None
+    )
+
+
+def verify_chain(
+    source: Engine | Connection,
+    *,
+    expect_head: tuple[int, str] | None = None,
+    progress: Callable[[int], None] | None = None,
+    batch: int = 1000,
+) -> ChainReport:
+    """Re-derive every hash from genesis; report the first bad row, or that all are good.
+
+    ``expect_head`` is a ``(seq, row_hash)`` recorded outside this database (a receipt):
+    the chain must contain exactly that row, which detects truncation and wholesale
+    rewriting. ``progress`` is called with the number of rows verified since its last
+    call. With an Engine, reads one consistent snapshot without blocking writers.
+    Raises :class:`ChainError` if there is no audit table at all.
+    """
+    if batch < 1:
+        raise ValueError("batch must be positive")
+    if isinstance(source, Engine):
+        with read_transaction(source) as conn:
+            return _verify(conn, expect_head, progress, batch)
+    return _verify(_connection(source), expect_head, progress, batch)
+
+
+def count_rows(source: Engine | Connection) -> int:
+    """How many rows the chain holds (for a progress bar's total)."""
+    if isinstance(source, Engine):
+        with read_transaction(source) as conn:
+            return count_rows(conn)
+    _require_table(source)
+    return int(source.execute(sa.select(sa.func.count()).select_from(_audit)).scalar_one())
+
+
+def export(conn: Connection, *, batch: int = 1000) -> Iterator[str]:
+    """The chain as JSON lines (no newline), row 0 first, events verbatim.
+
+    Each line is ``{"event":{...},"prev_hash":"…","row_hash":"…","seq":N}``. A row whose
+    event is not JSON text at all raises :class:`ChainError` naming it; run
+    ``verify_chain`` to find out why.
+    """
+    _require_table(conn)
+    for row in _rows(conn, batch):
+        try:
+            loads_strict(
+                str(row.event).encode("utf-8", errors="surrogatepass"),
+                max_bytes=EVENT_MAX_BYTES,
+                nfc=False,
+            )
+        except Refused as exc:
+            raise ChainError(
+                f"audit row {row.seq}: event is not strict JSON: {exc.detail}"
+            ) from None
+        yield AuditEntry(
+            seq=row.seq, event_text=row.event, prev_hash=row.prev_hash, row_hash=row.row_hash
+        ).to_json_line()

@@ -1,0 +1,197 @@
+"""SQLAlchemy engines from a database URL, configured for durability. Not public.
+
+SQLite (one host): WAL, ``synchronous=FULL`` (a consumed approval must survive power
+loss; ``NORMAL`` in WAL mode may lose the last commits), foreign keys on, a busy timeout,
+and every transaction opened with ``BEGIN IMMEDIATE``. pysqlite's default ``BEGIN``
+(deferred) takes the write lock only at the first write; two such transactions that both
+read first then fail with ``SQLITE_BUSY`` on the upgrade, *without* waiting for the busy
+timeout. Taking the write lock at ``BEGIN`` makes concurrent writers queue instead. This
+is SQLAlchemy's documented recipe ("Serializable isolation / Savepoints / Transactional
+DDL"): ``isolation_level = None`` at connect so pysqlite never emits its own ``BEGIN``,
+and our own ``BEGIN`` from the engine's ``begin`` event.
+
+PostgreSQL (several hosts): psycopg 3, ``READ COMMITTED``, ``synchronous_commit=on``,
+pre-ping. Both set explicitly even where they are the defaults (STYLE 7).
+
+This module must never create directories, fall back to an in-memory database, or hand
+out an engine whose durability settings did not take effect.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import URL, Connection, Engine, make_url
+from sqlalchemy.exc import ArgumentError
+
+from .errors import ConfigError
+
+__all__ = [
+    "DEFAULT_BUSY_TIMEOUT_S",
+    "is_postgresql",
+    "is_sqlite",
+    "make_engine",
+    "read_transaction",
+    "require_immediate",
+]
+
+#: How long a SQLite writer waits for another's lock before failing (seconds).
+DEFAULT_BUSY_TIMEOUT_S = 30.0
+
+# Execution option read by the ``begin`` hook: a read-only transaction on SQLite opens
+# with a deferred BEGIN, which in WAL mode reads a snapshot without taking the write lock.
+_SQLITE_DEFERRED = "airlock_sqlite_deferred"
+
+_SQLITE_DRIVERS = {"sqlite", "sqlite+pysqlite"}
+_PG_DRIVERS = {"postgresql", "postgresql+psycopg"}
+
+
+def is_sqlite(bind: Engine | Connection) -> bool:
+    return bind.dialect.name == "sqlite"
+
+
+def is_postgresql(bind: Engine | Connection) -> bool:
+    return bind.dialect.name == "postgresql"
+
+
+def make_engine(
+    url: str | URL,
+    *,
+    create: bool = True,
+    busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
+    echo: bool = False,
+) -> Engine:
+    """An engine for ``url``: ``sqlite:///PATH`` or ``postgresql[+psycopg]://…``.
+
+    ``create=False`` refuses a SQLite file that does not exist yet (for read-only tools
+    such as ``airlock audit verify``, which must not leave an empty database behind).
+    A SQLite parent directory is never created: a typo in a path must fail, not start a
+    fresh, empty ledger somewhere unexpected. Raises :class:`ConfigError`.
+
+    Engines hold pooled connections: create them *after* forking worker processes.
+    """
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise ConfigError(f"not a database URL: {exc}") from None
+    if parsed.drivername in _SQLITE_DRIVERS:
+        return _sqlite_engine(parsed, create=create, busy_timeout_s=busy_timeout_s, echo=echo)
+    if parsed.drivername in _PG_DRIVERS:
+        return _postgresql_engine(parsed, echo=echo)
+    raise ConfigError(
+        f"unsupported database driver {parsed.drivername!r}: "
+        "use sqlite:///PATH or postgresql://USER@HOST/DB (psycopg 3)"
+    )
+
+
+def _sqlite_engine(url: URL, *, create: bool, busy_timeout_s: float, echo: bool) -> Engine:
+    database = url.database or ""
+    if database in ("", ":memory:") or database.startswith("file:") or url.query:
+        # Memory databases are not durable and are a different database per pooled
+        # connection; URI filenames and query options could override our pragmas.
+        raise ConfigError(
+            f"refusing SQLite URL {url.render_as_string(hide_password=True)!r}: "
+            "give a plain file path, sqlite:///relative.db or sqlite:////absolute.db"
+        )
+    path = Path(database)
+    if not path.parent.is_dir():
+        raise ConfigError(f"directory {str(path.parent)!r} for SQLite database does not exist")
+    if not create and not path.is_file():
+        raise ConfigError(f"SQLite database {str(path)!r} does not exist")
+    if busy_timeout_s <= 0:
+        raise ConfigError("busy_timeout_s must be positive")
+
+    engine = sa.create_engine(
+        url.set(drivername="sqlite+pysqlite"),
+        echo=echo,
+        connect_args={
+            "timeout": busy_timeout_s,
+            # Python must not emit BEGIN/COMMIT around statements on its own; the begin
+            # hook below does it. The pragma reads then happen in autocommit mode.
+            "isolation_level": None,
+            "check_same_thread": True,
+        },
+    )
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            mode = cursor.execute("PRAGMA journal_mode=WAL").fetchone()
+            if mode is None or str(mode[0]).lower() != "wal":
+                raise ConfigError(f"SQLite refused WAL mode (got {mode!r}) for {database!r}")
+            cursor.execute("PRAGMA synchronous=FULL")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+            sync = cursor.execute("PRAGMA synchronous").fetchone()
+            fks = cursor.execute("PRAGMA foreign_keys").fetchone()
+            if sync is None or sync[0] != 2 or fks is None or fks[0] != 1:
+                raise ConfigError(f"SQLite pragmas did not take effect for {database!r}")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        if conn.get_execution_options().get(_SQLITE_DEFERRED):
+            conn.exec_driver_sql("BEGIN DEFERRED")
+        else:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def _postgresql_engine(url: URL, *, echo: bool) -> Engine:
+    options = url.query.get("options", "")
+    if isinstance(options, tuple):
+        raise ConfigError("give the PostgreSQL 'options' URL parameter once")
+    options = f"{options} -c synchronous_commit=on".strip()
+    return sa.create_engine(
+        url.set(drivername="postgresql+psycopg"),
+        echo=echo,
+        pool_pre_ping=True,
+        isolation_level="READ COMMITTED",
+        connect_args={"options": options, "connect_timeout": 10},
+    )
+
+
+def require_immediate(conn: Connection) -> None:
+    """Refuse a SQLite connection whose transactions do not start with BEGIN IMMEDIATE.
+
+    Code that reads then writes (the audit head, the migration version) is serialized
+    on SQLite only by that lock. A connection from a plain ``create_engine`` lets
+    pysqlite issue a deferred BEGIN; the ``isolation_level`` our connect hook clears is
+    the sign that :func:`make_engine` made it.
+    """
+    if not is_sqlite(conn):
+        return
+    dbapi = conn.connection.dbapi_connection
+    if getattr(dbapi, "isolation_level", "") is not None:
+        raise ConfigError("SQLite connection not from airlock.store.make_engine")
+    if conn.get_execution_options().get(_SQLITE_DEFERRED):
+        raise ConfigError("write attempted in a read_transaction")
+
+
+@contextmanager
+def read_transaction(engine: Engine) -> Iterator[Connection]:
+    """A connection in a read-only transaction over one consistent snapshot.
+
+    SQLite: a deferred ``BEGIN`` (a WAL snapshot that never blocks writers; do not write
+    in it). PostgreSQL: ``REPEATABLE READ READ ONLY``. Always rolled back on exit.
+    """
+    with engine.connect() as raw:
+        if is_sqlite(raw):
+            conn = raw.execution_options(**{_SQLITE_DEFERRED: True})
+        else:
+            conn = raw.execution_options(
+                isolation_level="REPEATABLE READ", postgresql_readonly=True
+            )
+        with conn.begin() as txn:
+            yield conn
+            txn.rollback()

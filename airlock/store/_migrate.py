@@ -1,0 +1,161 @@
+"""Alembic migrations per service database, safe to run from several processes at once.
+
+Not public: use ``airlock.store.upgrade`` and ``airlock.store.run_migrations``.
+
+How a service sets up its migrations (``services/executor/migrations`` as the example)::
+
+    services/executor/migrations/
+        env.py            three lines, below
+        script.py.mako    copy of alembic's templates/generic/script.py.mako
+        versions/
+            0001_ledger.py
+
+``env.py``::
+
+    from airlock.store import run_migrations
+    from services.executor.models import metadata  # or None if you write DDL by hand
+    run_migrations(target_metadata=metadata)
+
+The first revision creates the service's audit chain next to its own tables::
+
+    from alembic import op
+    from airlock.store import create_audit_log
+
+    revision = "0001"
+    down_revision = None
+
+    def upgrade() -> None:
+        create_audit_log(op, "executor")
+        op.create_table(...)
+
+    def downgrade() -> None:
+        raise RuntimeError("an audit log is evidence: no downgrade")
+
+At start a service calls ``upgrade(engine, Path(__file__).parent / "migrations")``.
+Every run holds a lock for its whole duration, so N processes starting together apply
+each revision once and the others then find the database at head: on PostgreSQL a
+transaction-scoped ``pg_advisory_xact_lock`` taken before Alembic reads the version
+table; on SQLite the ``BEGIN IMMEDIATE`` of an engine from ``make_engine`` (the
+migration runs in that one transaction; SQLite DDL is transactional). A failed
+revision rolls back entirely.
+
+New revision files: ``alembic.command.revision(alembic_config(DIR), "message")``, or
+``--autogenerate`` with ``-x db=URL`` through the ``alembic`` CLI and an ini naming
+``script_location``. Autogenerate never proposes changes to ``audit_log``.
+
+This module must never run a migration without holding the lock, and never commit part
+of an upgrade.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from alembic import command, context
+from alembic.config import Config
+from sqlalchemy.engine import Connection, Engine
+
+from ._audit import AUDIT_TABLE
+from ._engine import is_postgresql, is_sqlite, make_engine, require_immediate
+from .errors import MigrationError
+
+__all__ = ["alembic_config", "run_migrations", "upgrade"]
+
+_MIGRATE_LOCK_KEY = int.from_bytes(
+    hashlib.sha256(b"airlock.store.migrate").digest()[:8], "big", signed=True
+)
+_CONNECTION = "airlock_connection"
+
+
+def alembic_config(script_location: str | Path, *, url: str | None = None) -> Config:
+    """An Alembic ``Config`` for a service's migrations directory (no ini file needed)."""
+    location = Path(script_location)
+    if not (location / "env.py").is_file():
+        raise MigrationError(f"{str(location)!r} is not a migrations directory (no env.py)")
+    if not (location / "versions").is_dir():
+        raise MigrationError(f"{str(location)!r} has no versions/ directory")
+    cfg = Config()
+    cfg.set_main_option("script_location", str(location))
+    if url is not None:
+        cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return cfg
+
+
+def _lock(conn: Connection) -> None:
+    if is_postgresql(conn):
+        conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_MIGRATE_LOCK_KEY)))
+    elif is_sqlite(conn):
+        # The transaction's BEGIN IMMEDIATE already holds the only write lock there is.
+        require_immediate(conn)
+    else:
+        raise MigrationError(f"unsupported dialect {conn.dialect.name!r}")
+
+
+def upgrade(engine: Engine, script_location: str | Path, *, revision: str = "head") -> None:
+    """Run ``alembic upgrade <revision>`` for one service's migrations, under the lock.
+
+    ``engine`` comes from :func:`airlock.store.make_engine`. All pending revisions apply
+    in one transaction: either the database reaches ``revision`` or nothing changed.
+    """
+    cfg = alembic_config(script_location)
+    with engine.connect() as conn, conn.begin():
+        _lock(conn)
+        cfg.attributes[_CONNECTION] = conn
+        command.upgrade(cfg, revision)
+
+
+def _include_object(
+    obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any
+) -> bool:
+    # audit_log is created by create_audit_log, not by a service's metadata; without this
+    # autogenerate would propose dropping it.
+    table = getattr(obj, "table", None)
+    return name != AUDIT_TABLE and getattr(table, "name", None) != AUDIT_TABLE
+
+
+def run_migrations(target_metadata: sa.MetaData | None = None) -> None:
+    """The body of every service's ``env.py``.
+
+    Uses the connection that :func:`upgrade` opened and locked; invoked from the
+    ``alembic`` CLI instead, connects to ``-x db=URL`` (or ``sqlalchemy.url``) through
+    :func:`make_engine` and takes the same lock. ``--sql`` (offline) renders the DDL.
+    """
+    options: dict[str, Any] = {
+        "target_metadata": target_metadata,
+        "include_object": _include_object,
+        # SQLite's DDL is transactional once pysqlite stops committing behind our back
+        # (make_engine does that), so the whole upgrade is one transaction there too.
+        "transactional_ddl": True,
+    }
+    if context.is_offline_mode():
+        context.configure(url=_cli_url(context.config), literal_binds=True, **options)
+        with context.begin_transaction():
+            context.run_migrations()
+        return
+
+    conn = context.config.attributes.get(_CONNECTION)
+    if conn is not None:
+        context.configure(connection=conn, **options)
+        context.run_migrations()
+        return
+
+    engine = make_engine(_cli_url(context.config))
+    try:
+        with engine.connect() as own, own.begin():
+            _lock(own)
+            context.configure(connection=own, **options)
+            context.run_migrations()
+    finally:
+        engine.dispose()
+
+
+def _cli_url(config: Config) -> str:
+    url = context.get_x_argument(as_dictionary=True).get("db") or config.get_main_option(
+        "sqlalchemy.url"
+    )
+    if not url:
+        raise MigrationError("no database: pass -x db=URL")
+    return str(url)

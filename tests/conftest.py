@@ -1,0 +1,95 @@
+"""Database fixtures shared by the whole suite.
+
+- ``sqlite_url``: a fresh SQLite file in the test's ``tmp_path``.
+- ``pg_url``: a fresh PostgreSQL database per test function, created from ``template0``
+  on the server named by ``AIRLOCK_TEST_PG_URL`` (default
+  ``postgresql://postgres@127.0.0.1:5432/test``) and dropped afterwards.
+- ``db_url``: parametrized over both; the PostgreSQL case carries the ``postgres`` mark.
+
+PostgreSQL tests skip loudly (a summary line at the end) when no server answers, and
+fail instead when ``AIRLOCK_REQUIRE_POSTGRES=1``: CI must never pass by skipping them.
+URLs are plain ``sqlite:///…`` / ``postgresql://…`` strings for ``make_engine``.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+from sqlalchemy.engine import make_url
+
+DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
+_pg_unreachable: list[str] = []
+
+
+def _pg_admin_url() -> str:
+    return os.environ.get("AIRLOCK_TEST_PG_URL", DEFAULT_PG_URL)
+
+
+def _libpq(url: str) -> str:
+    """The URL psycopg itself accepts (no SQLAlchemy ``+driver`` suffix)."""
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> str:
+    """The admin URL of a reachable PostgreSQL server, or skip (fail if required)."""
+    url = _pg_admin_url()
+    try:
+        with psycopg.connect(_libpq(url), connect_timeout=3, autocommit=True) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error as exc:
+        reason = f"PostgreSQL unreachable at {make_url(url)!r}: {exc}".strip()
+        if os.environ.get("AIRLOCK_REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"AIRLOCK_REQUIRE_POSTGRES=1 but {reason}", pytrace=False)
+        _pg_unreachable.append(reason)
+        pytest.skip(f"SKIPPED PostgreSQL TEST — {reason}")
+    return url
+
+
+@pytest.fixture
+def pg_url(pg_server: str) -> Iterator[str]:
+    """A fresh, empty PostgreSQL database for this test; dropped (forcibly) afterwards."""
+    name = f"airlock_test_{os.getpid()}_{uuid.uuid4().hex[:12]}"
+    admin = _libpq(pg_server)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE DATABASE {} TEMPLATE template0 ENCODING 'UTF8'").format(
+                sql.Identifier(name)
+            )
+        )
+    try:
+        yield make_url(pg_server).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """A SQLite file URL in this test's own directory (the file does not exist yet)."""
+    return f"sqlite:///{tmp_path / 'airlock.db'}"
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest) -> str:
+    """Each test using this runs once on SQLite and once on PostgreSQL."""
+    fixture = "sqlite_url" if request.param == "sqlite" else "pg_url"
+    return str(request.getfixturevalue(fixture))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _pg_unreachable:
+        terminalreporter.section("PostgreSQL tests SKIPPED", sep="!", red=True, bold=True)
+        terminalreporter.write_line(_pg_unreachable[0])
+        terminalreporter.write_line(
+            "Start PostgreSQL or set AIRLOCK_TEST_PG_URL; AIRLOCK_REQUIRE_POSTGRES=1 makes "
+            "this a failure."
+        )

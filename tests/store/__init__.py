@@ -1,0 +1,1 @@
+"""Tests for airlock.store: engines, migrations and the audit chain."""
