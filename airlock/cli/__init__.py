@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from ._audit import audit_app
 from ._conformance import conformance_command
 
 __all__ = ["app", "main"]
@@ -36,6 +37,7 @@ def _root(
 
 
 app.command("conformance")(conformance_command)
+app.add_typer(audit_app)
 
 
 def main() -> None:
