@@ -1,0 +1,59 @@
+"""The executor's one error tree.
+
+Error hierarchy::
+
+    ExecutorError            root of everything services.executor raises
+    ├── ConfigError          refusing to start: bad key file mode, failpoints outside dev, ...
+    ├── Fenced               a conditional ledger update matched zero rows: another worker
+    │                        took the lease over (epoch bumped); this worker must stop
+    ├── SimulatedCrash       raised by a test failpoint to abandon work mid-flight
+    ├── ResolutionError      a human resolution was refused (row not in_doubt, bad input)
+    └── InvalidReceipt       a receipt does not verify or is not a receipt/v1
+
+A bundle that is refused is not an error here: it is an outcome (``Outcome`` with a
+``RefusalCode``), recorded in the ledger and the audit chain like any other.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "ExecutorError",
+    "Fenced",
+    "InvalidReceipt",
+    "ResolutionError",
+    "SimulatedCrash",
+]
+
+
+class ExecutorError(Exception):
+    """Root of every error raised by :mod:`services.executor`."""
+
+
+class ConfigError(ExecutorError):
+    """The executor refuses to start with this configuration."""
+
+
+class Fenced(ExecutorError):
+    """This worker no longer owns the row (lease taken over, or state moved on)."""
+
+    def __init__(self, approval_id: str, transition: str) -> None:
+        super().__init__(f"{approval_id}: {transition} matched no row; the lease is lost")
+        self.approval_id = approval_id
+        self.transition = transition
+
+
+class SimulatedCrash(ExecutorError):
+    """Raised at a failpoint by in-process tests; never raised unless a test installs it."""
+
+    def __init__(self, point: str) -> None:
+        super().__init__(f"simulated crash at {point}")
+        self.point = point
+
+
+class ResolutionError(ExecutorError):
+    """A human resolution of an in_doubt row was refused."""
+
+
+class InvalidReceipt(ExecutorError):
+    """A receipt's envelope, signature or payload is not valid."""

@@ -1,0 +1,158 @@
+"""Ledger operations: consume once, move state under a lease, take expired leases over.
+
+Every function runs inside the caller's open transaction and commits nothing. Claim,
+then act (STYLE 6): consuming is a single INSERT whose UNIQUE columns decide a race, and
+every later step is an UPDATE conditional on (approval_id, state, owner, epoch) — a
+worker whose lease was taken over (epoch bumped) matches zero rows and must stop
+(:class:`~services.executor.errors.Fenced`). Nothing here ever checks and then acts.
+
+This module must never delete a ledger row, change a terminal row, or write to the cloud.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
+
+from .errors import Fenced
+from .models import ACTIVE_STATES, LedgerRow, State, ledger, refusals, resolutions
+
+__all__ = [
+    "consume",
+    "expired",
+    "get",
+    "insert_refusal",
+    "insert_resolution",
+    "take_over",
+    "transition",
+]
+
+# Which state may follow which (DESIGN §2.5); the database triggers enforce the same.
+_NEXT: Mapping[State, frozenset[State]] = {
+    State.CLAIMED: frozenset({State.EXECUTING, State.REFUSED}),
+    State.EXECUTING: frozenset({State.SUCCEEDED, State.FAILED, State.IN_DOUBT}),
+}
+
+
+def _insert_ignore(conn: Connection, table: sa.Table) -> Any:
+    # ON CONFLICT DO NOTHING with no target covers every UNIQUE constraint at once
+    # (nonce, approval_id, action_hash); PostgreSQL waits for a racing inserter to commit
+    # or roll back before deciding, so exactly one of the racers inserts.
+    if conn.dialect.name == "postgresql":
+        return postgresql.insert(table).on_conflict_do_nothing()
+    if conn.dialect.name == "sqlite":
+        return sqlite.insert(table).on_conflict_do_nothing()
+    raise RuntimeError(f"unsupported dialect {conn.dialect.name!r}")
+
+
+def consume(conn: Connection, row: Mapping[str, Any]) -> bool:
+    """(13) Insert the ledger row in state ``claimed``; False if any UNIQUE key is taken."""
+    if row["state"] != State.CLAIMED:
+        raise ValueError("a ledger row is born claimed")
+    # RETURNING, not rowcount: psycopg reports -1 for INSERT … ON CONFLICT DO NOTHING.
+    inserted = conn.execute(
+        _insert_ignore(conn, ledger).values(**row).returning(ledger.c.approval_id)
+    ).first()
+    return inserted is not None
+
+
+def get(conn: Connection, approval_id: str) -> LedgerRow | None:
+    found = (
+        conn.execute(sa.select(ledger).where(ledger.c.approval_id == approval_id))
+        .mappings()
+        .one_or_none()
+    )
+    return None if found is None else LedgerRow.from_mapping(found)
+
+
+def transition(
+    conn: Connection,
+    *,
+    approval_id: str,
+    owner: str,
+    epoch: int,
+    from_state: State,
+    to_state: State,
+    now: int,
+    lease_expires: int | None = None,
+    require_live_lease: bool = False,
+    **values: Any,
+) -> None:
+    """Move one row ``from_state`` → ``to_state`` if this owner still holds it, or raise
+    :class:`Fenced`. ``require_live_lease`` also demands the lease has not expired, for
+    the step that commits to calling the cloud."""
+    if to_state not in _NEXT.get(from_state, frozenset()):
+        raise ValueError(f"no transition {from_state} -> {to_state}")
+    where = [
+        ledger.c.approval_id == approval_id,
+        ledger.c.state == from_state.value,
+        ledger.c.lease_owner == owner,
+        ledger.c.lease_epoch == epoch,
+    ]
+    if require_live_lease:
+        where.append(ledger.c.lease_expires > now)
+    updates: dict[str, Any] = {"state": to_state.value, "updated_at": now, **values}
+    if lease_expires is not None:
+        updates["lease_expires"] = lease_expires
+    result = conn.execute(sa.update(ledger).where(*where).values(**updates))
+    if result.rowcount != 1:
+        raise Fenced(approval_id, f"{from_state}->{to_state} (epoch {epoch})")
+
+
+def expired(conn: Connection, now: int, limit: int = 100) -> Sequence[LedgerRow]:
+    """Active rows whose lease has expired: candidates for recovery."""
+    rows = (
+        conn.execute(
+            sa.select(ledger)
+            .where(
+                ledger.c.state.in_([s.value for s in ACTIVE_STATES]),
+                ledger.c.lease_expires <= now,
+            )
+            .order_by(ledger.c.lease_expires, ledger.c.approval_id)
+            .limit(limit)
+        )
+        .mappings()
+        .all()
+    )
+    return [LedgerRow.from_mapping(r) for r in rows]
+
+
+def take_over(
+    conn: Connection, row: LedgerRow, *, owner: str, now: int, lease_expires: int
+) -> bool:
+    """Bump the epoch and take the lease if it is still the expired one we saw.
+
+    Once this commits, the previous owner's conditional updates match zero rows.
+    """
+    result = conn.execute(
+        sa.update(ledger)
+        .where(
+            ledger.c.approval_id == row.approval_id,
+            ledger.c.state == row.state.value,
+            ledger.c.lease_epoch == row.lease_epoch,
+            ledger.c.lease_expires <= now,
+        )
+        .values(
+            lease_owner=owner,
+            lease_epoch=row.lease_epoch + 1,
+            lease_expires=lease_expires,
+            updated_at=now,
+        )
+    )
+    return result.rowcount == 1
+
+
+def insert_refusal(conn: Connection, values: Mapping[str, Any]) -> None:
+    conn.execute(sa.insert(refusals).values(**values))
+
+
+def insert_resolution(conn: Connection, values: Mapping[str, Any]) -> bool:
+    """Record a human decision; False if the row was already resolved."""
+    inserted = conn.execute(
+        _insert_ignore(conn, resolutions).values(**values).returning(resolutions.c.approval_id)
+    ).first()
+    return inserted is not None

@@ -1,0 +1,189 @@
+"""The executor's tables and the values that travel between its modules.
+
+Three tables, each the executor's own (DESIGN §1: its ledger is the only judge of
+whether an approval was used):
+
+``executor_ledger``
+    one row per consumed approval. ``approval_id``, ``nonce`` and ``action_hash`` are
+    each UNIQUE, so consuming is one INSERT and a second consume of the same approval
+    conflicts (DESIGN §2.4 step 13). States (§2.5)::
+
+        claimed ──> executing ──> succeeded | failed | in_doubt
+           └──────> refused
+
+    Terminal rows never change, rows are never deleted, and only those transitions
+    are possible: triggers on SQLite and PostgreSQL refuse anything else (see the
+    migration). Each row carries a lease (owner, epoch, expiry); every transition is
+    an UPDATE conditional on (approval_id, state, owner, epoch).
+``executor_refusals``
+    one row per refused bundle that never became a ledger row (steps 1–12) or that was
+    a replay (13). Insert-only.
+``executor_resolutions``
+    a human's decision on an ``in_doubt`` row. Insert-only, at most one per row.
+
+Nothing in this module reads a clock or talks to the cloud.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Final
+
+import sqlalchemy as sa
+
+from airlock.protocol import Envelope, RefusalCode
+
+__all__ = [
+    "ACTIVE_STATES",
+    "TERMINAL_STATES",
+    "LedgerRow",
+    "Outcome",
+    "State",
+    "ledger",
+    "metadata",
+    "refusals",
+    "resolutions",
+]
+
+
+class State(enum.StrEnum):
+    CLAIMED = "claimed"  # consumed; no write attempted yet
+    EXECUTING = "executing"  # committed before the cloud call: a write may have happened
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"  # the provider definitely refused; nothing happened
+    IN_DOUBT = "in_doubt"  # a write may have happened and the probe could not tell
+    REFUSED = "refused"  # consumed, then refused before any write (expired, precondition)
+
+
+TERMINAL_STATES: Final = frozenset({State.SUCCEEDED, State.FAILED, State.IN_DOUBT, State.REFUSED})
+ACTIVE_STATES: Final = frozenset({State.CLAIMED, State.EXECUTING})
+
+metadata = sa.MetaData()
+
+ledger = sa.Table(
+    "executor_ledger",
+    metadata,
+    sa.Column("approval_id", sa.String(100), primary_key=True),
+    sa.Column("nonce", sa.String(64), nullable=False, unique=True),
+    sa.Column("action_hash", sa.String(80), nullable=False, unique=True),
+    sa.Column("proposal_id", sa.String(100), nullable=False),
+    sa.Column("resource_type", sa.String(32), nullable=False),
+    sa.Column("resource_id", sa.String(100), nullable=False),
+    sa.Column("region", sa.String(48), nullable=False),
+    sa.Column("operation", sa.String(32), nullable=False),
+    # The authenticated action bytes (JCS) and the whole bundle, exactly as received.
+    sa.Column("action", sa.LargeBinary, nullable=False),
+    sa.Column("bundle", sa.LargeBinary, nullable=False),
+    sa.Column("keyid", sa.String(80), nullable=False),
+    sa.Column("expires_at", sa.BigInteger, nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("lease_owner", sa.String(128), nullable=False),
+    sa.Column("lease_epoch", sa.Integer, nullable=False),
+    sa.Column("lease_expires", sa.BigInteger, nullable=False),
+    sa.Column("claimed_at", sa.BigInteger, nullable=False),
+    sa.Column("updated_at", sa.BigInteger, nullable=False),
+    sa.Column("refusal_code", sa.String(32), nullable=True),
+    sa.Column("cloud_request_id", sa.String(128), nullable=True),
+    sa.Column("verified", sa.Boolean, nullable=False),
+    sa.Column("detail", sa.Text, nullable=False),
+    sa.Column("receipt", sa.Text, nullable=True),
+    sa.CheckConstraint(
+        "state IN ('claimed','executing','succeeded','failed','in_doubt','refused')",
+        name="ck_executor_ledger_state",
+    ),
+    sa.Index("ix_executor_ledger_active", "state", "lease_expires"),
+)
+
+refusals = sa.Table(
+    "executor_refusals",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("at", sa.BigInteger, nullable=False),
+    sa.Column("code", sa.String(32), nullable=False),
+    sa.Column("detail", sa.Text, nullable=False),
+    # Known only when the statement authenticated (a replay); never taken from
+    # unauthenticated bytes.
+    sa.Column("approval_id", sa.String(100), nullable=True),
+    sa.Column("action_hash", sa.String(80), nullable=True),
+    sa.Column("bundle_sha256", sa.String(80), nullable=False),
+    sa.Column("receipt", sa.Text, nullable=False),
+    sa.Index("ix_executor_refusals_approval", "approval_id"),
+)
+
+resolutions = sa.Table(
+    "executor_resolutions",
+    metadata,
+    sa.Column(
+        "approval_id",
+        sa.String(100),
+        sa.ForeignKey("executor_ledger.approval_id"),
+        primary_key=True,
+    ),
+    sa.Column("decision", sa.String(16), nullable=False),
+    sa.Column("decided_by", sa.String(128), nullable=False),
+    sa.Column("decided_at", sa.BigInteger, nullable=False),
+    sa.Column("note", sa.Text, nullable=False),
+    sa.Column("receipt", sa.Text, nullable=False),
+    sa.CheckConstraint(
+        "decision IN ('happened','did_not_happen')", name="ck_executor_resolutions_decision"
+    ),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerRow:
+    approval_id: str
+    nonce: str
+    action_hash: str
+    proposal_id: str
+    resource_type: str
+    resource_id: str
+    region: str
+    operation: str
+    action: bytes
+    bundle: bytes
+    keyid: str
+    expires_at: int
+    state: State
+    lease_owner: str
+    lease_epoch: int
+    lease_expires: int
+    claimed_at: int
+    updated_at: int
+    refusal_code: str | None
+    cloud_request_id: str | None
+    verified: bool
+    detail: str
+    receipt: str | None
+
+    @classmethod
+    def from_mapping(cls, row: sa.RowMapping) -> LedgerRow:
+        values = dict(row)
+        values["state"] = State(values["state"])
+        values["action"] = bytes(values["action"])
+        values["bundle"] = bytes(values["bundle"])
+        values["verified"] = bool(values["verified"])
+        return cls(**values)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What happened to one bundle, as far as this call took it.
+
+    ``state`` is None for a bundle refused before it became a ledger row (steps 1–13);
+    an active state (claimed/executing) means the work stopped short and recovery will
+    finish it. ``receipt`` is set exactly when the outcome is terminal.
+    """
+
+    approval_id: str | None
+    state: State | None
+    refusal_code: RefusalCode | None = None
+    cloud_request_id: str | None = None
+    verified: bool = False
+    detail: str = ""
+    receipt: Envelope | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.state is None or self.state in TERMINAL_STATES

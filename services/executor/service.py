@@ -1,0 +1,704 @@
+"""The execute path: verify (1–12), consume (13), re-read (14), write (15), record (16).
+
+:class:`Executor` is the only code that calls a :class:`~airlock.cloud.ports.CloudWriter`.
+It takes every dependency as an argument — engine, trusted keys, binding, cloud ports,
+receipt signer, clock — so tests run it against in-memory or devcloud clouds with a fake
+clock, and the CLI (the composition root) wires the real ones.
+
+The rules it keeps, in DESIGN §2.4/§2.5 terms:
+
+* every refusal is recorded (refusals table or ledger row, audit event, receipt) and
+  causes zero writes;
+* the approval is consumed by one INSERT before anything else happens to the cloud;
+* ``executing`` is committed before the write, and the write's arguments are rebuilt
+  only from the signed action;
+* a write whose outcome is unknown is probed, never blindly retried; only ECS
+  ``DeleteInstances`` is re-issued, with the same ``ClientToken``;
+* the outcome, its audit event and its receipt commit in one transaction, conditional
+  on still holding the lease.
+
+It must never sign an approval, hold the approval key, or import another service.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import secrets
+import socket
+from collections.abc import Callable, Container
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final, Literal
+
+from sqlalchemy.engine import Connection, Engine
+
+from airlock.cloud.ports import (
+    CloudError,
+    CloudReader,
+    CloudWriter,
+    DefiniteRefusal,
+    LiveState,
+    WriteResult,
+)
+from airlock.protocol import (
+    Binding,
+    Envelope,
+    KeySet,
+    ProposedAction,
+    RefusalCode,
+    Refused,
+    canonical_bytes,
+    verify_bundle,
+)
+from airlock.store import AuditEntry, AuditLog
+
+from . import ledger
+from .errors import Fenced, ResolutionError
+from .failpoints import Failpoints
+from .models import LedgerRow, Outcome, State
+from .receipts import RECEIPT_TYPE, AuditHead, Receipt, ReceiptSigner, Resolution
+from .sources import OutcomeSink
+
+__all__ = [
+    "DEFAULT_LEASE_SECONDS",
+    "Executor",
+    "Work",
+    "client_token",
+    "effect_visible",
+    "precondition_problem",
+]
+
+_log = logging.getLogger("airlock.executor")
+
+#: How long a worker owns a ledger row before another may take it over. Must exceed the
+#: longest cloud call (the adapter's timeout), or a slow write ends up in_doubt.
+DEFAULT_LEASE_SECONDS: Final = 120
+_DETAIL_MAX: Final = 2000
+_STOPPED: Final = frozenset({"Stopping", "Stopped"})
+
+
+def client_token(approval_id: str) -> str:
+    """The ECS ``ClientToken`` for an approval: deterministic, so a re-issue after an
+    unknown outcome is deduplicated by the provider (ECS allows 64 ASCII characters)."""
+    digest = hashlib.sha256(b"airlock.executor/client-token/v1\x00" + approval_id.encode())
+    return "airlock-" + digest.hexdigest()[:48]
+
+
+def precondition_problem(action: ProposedAction, live: LiveState | None) -> str | None:
+    """(14) Why live state no longer matches the signed precondition, or None if it does."""
+    if live is None:
+        return f"{action.resource.type} {action.resource.id} no longer exists"
+    if (live.resource_type, live.resource_id) != (action.resource.type, action.resource.id):
+        return "the provider answered for a different resource"
+    want = action.precondition
+    if live.status != want.status:
+        return f"status is {live.status!r}, the approval requires {want.status!r}"
+    present = sorted(tag for tag in want.absent_tags if tag in live.tags)
+    if present:
+        return f"protected tag(s) now present: {', '.join(present)}"
+    return None
+
+
+def effect_visible(action: ProposedAction, live: LiveState | None) -> bool:
+    """Does live state show the operation's effect (DESIGN §2.5 verify-first)?"""
+    if action.operation == "delete":
+        return live is None
+    if action.operation == "stop":
+        return live is not None and live.status in _STOPPED
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """One ledger row this worker holds the lease on, with its authenticated action."""
+
+    approval_id: str
+    action_hash: str
+    action: ProposedAction
+    expires_at: int
+    owner: str
+    epoch: int
+
+    @classmethod
+    def from_row(cls, row: LedgerRow, *, owner: str, epoch: int) -> Work:
+        # The bytes were authenticated (hash-checked against a verified signature) when
+        # they were consumed; the ledger is the executor's own trusted store.
+        return cls(
+            approval_id=row.approval_id,
+            action_hash=row.action_hash,
+            action=ProposedAction.from_json_bytes(row.action),
+            expires_at=row.expires_at,
+            owner=owner,
+            epoch=epoch,
+        )
+
+
+def _at(now: int) -> datetime:
+    return datetime.fromtimestamp(now, UTC)
+
+
+def _envelope_text(envelope: Envelope) -> str:
+    return canonical_bytes(envelope.to_value()).decode("utf-8")
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= _DETAIL_MAX else text[: _DETAIL_MAX - 1] + "…"
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+class Executor:
+    """Executes verified bundles exactly once against one provider/account/region."""
+
+    def __init__(
+        self,
+        *,
+        engine: Engine,
+        keys: KeySet,
+        binding: Binding,
+        reader: CloudReader,
+        writer: CloudWriter,
+        signer: ReceiptSigner,
+        clock: Callable[[], int],
+        worker_id: str | None = None,
+        lease_seconds: int = DEFAULT_LEASE_SECONDS,
+        failpoints: Failpoints | None = None,
+        sink: OutcomeSink | None = None,
+    ) -> None:
+        if lease_seconds <= 0:
+            raise ValueError("lease_seconds must be positive")
+        self._engine = engine
+        self._keys = keys
+        self._binding = binding
+        self._reader = reader
+        self._writer = writer
+        self._signer = signer
+        self.clock = clock
+        self.worker_id = worker_id or default_worker_id()
+        self.lease_seconds = lease_seconds
+        self._fp = failpoints or Failpoints.inert()
+        self._sink = sink
+
+    @property
+    def engine(self) -> Engine:
+        return self._engine
+
+    # -- the execute path ----------------------------------------------------------------
+
+    def execute(self, raw: bytes, *, revoked: Container[str] = frozenset()) -> Outcome:
+        """Take one bundle as far as it goes; the ledger records every step."""
+        now = self.clock()
+        bundle_sha = "sha256:" + hashlib.sha256(raw).hexdigest()
+        try:
+            verified = verify_bundle(raw, self._keys, self._binding, now, revoked)  # (1)–(12)
+        except Refused as exc:
+            with self._engine.begin() as conn:
+                receipt = self._record_refusal(conn, now, exc.code, exc.detail, bundle_sha)
+            return self._report(
+                Outcome(None, None, exc.code, detail=_clip(exc.detail), receipt=receipt)
+            )
+        st = verified.statement
+        owner, epoch = self.worker_id, 1
+        # (13) consume: one INSERT; nonce, approval_id and action_hash are each UNIQUE.
+        with self._engine.begin() as conn:
+            consumed = ledger.consume(
+                conn,
+                {
+                    "approval_id": st.approval_id,
+                    "nonce": st.nonce,
+                    "action_hash": verified.action_hash,
+                    "proposal_id": st.proposal_id,
+                    "resource_type": st.resource.type,
+                    "resource_id": st.resource.id,
+                    "region": st.region,
+                    "operation": st.operation,
+                    "action": verified.action_bytes,
+                    "bundle": raw,
+                    "keyid": verified.keyid,
+                    "expires_at": st.expires_at,
+                    "state": State.CLAIMED.value,
+                    "lease_owner": owner,
+                    "lease_epoch": epoch,
+                    "lease_expires": now + self.lease_seconds,
+                    "claimed_at": now,
+                    "updated_at": now,
+                    "refusal_code": None,
+                    "cloud_request_id": None,
+                    "verified": False,
+                    "detail": "",
+                    "receipt": None,
+                },
+            )
+            if consumed:
+                self._audit(
+                    conn,
+                    now,
+                    {
+                        "type": "executor.consumed",
+                        "approval_id": st.approval_id,
+                        "action_hash": verified.action_hash,
+                        "nonce": st.nonce,
+                        "proposal_id": st.proposal_id,
+                        "resource": {"type": st.resource.type, "id": st.resource.id},
+                        "region": st.region,
+                        "operation": st.operation,
+                        "keyid": verified.keyid,
+                        "approvers": [a.id for a in st.approvers],
+                        "owner": owner,
+                        "epoch": epoch,
+                    },
+                )
+                replay_receipt = None
+            else:
+                detail = f"approval {st.approval_id} (or its nonce or action) was already used"
+                replay_receipt = self._record_refusal(
+                    conn,
+                    now,
+                    RefusalCode.E_REPLAY,
+                    detail,
+                    bundle_sha,
+                    approval_id=st.approval_id,
+                    action_hash=verified.action_hash,
+                )
+        if not consumed:
+            return self._report(
+                Outcome(
+                    st.approval_id,
+                    None,
+                    RefusalCode.E_REPLAY,
+                    detail="already used",
+                    receipt=replay_receipt,
+                )
+            )
+        self._fp.hit("after_consume")
+        work = Work(
+            approval_id=st.approval_id,
+            action_hash=verified.action_hash,
+            action=verified.action,
+            expires_at=st.expires_at,
+            owner=owner,
+            epoch=epoch,
+        )
+        return self._fenced_safe(work, lambda: self.continue_claimed(work, revoked=revoked))
+
+    def continue_claimed(self, work: Work, *, revoked: Container[str] = frozenset()) -> Outcome:
+        """From ``claimed``: re-check expiry and revocation, (14) re-read, (15) write."""
+        now = self.clock()
+        if now >= work.expires_at:
+            return self._finish(
+                work,
+                State.CLAIMED,
+                State.REFUSED,
+                code=RefusalCode.E_EXPIRED,
+                detail=f"expired at {work.expires_at} before the write",
+            )
+        if work.approval_id in revoked:
+            return self._finish(
+                work,
+                State.CLAIMED,
+                State.REFUSED,
+                code=RefusalCode.E_REVOKED,
+                detail="revoked before the write",
+            )
+        action = work.action
+        try:
+            plan = self._plan(work)
+        except ValueError as exc:  # unreachable after verify_bundle's allowlist; fail closed
+            return self._finish(
+                work, State.CLAIMED, State.REFUSED, code=RefusalCode.E_OPERATION, detail=str(exc)
+            )
+        try:
+            live = self._reader.get_state(action.region, action.resource.type, action.resource.id)
+        except CloudError as exc:
+            # No write attempted: leave the row claimed; recovery re-checks after the lease.
+            _log.warning("live state of %s unreadable: %s", action.resource.id, exc)
+            return Outcome(work.approval_id, State.CLAIMED, detail=_clip(f"re-read failed: {exc}"))
+        problem = precondition_problem(action, live)
+        if problem is not None:
+            return self._finish(
+                work,
+                State.CLAIMED,
+                State.REFUSED,
+                code=RefusalCode.E_PRECONDITION,
+                detail=problem,
+            )
+        # (15) commit executing before the call, renewing the lease for the call's length.
+        now = self.clock()
+        with self._engine.begin() as conn:
+            ledger.transition(
+                conn,
+                approval_id=work.approval_id,
+                owner=work.owner,
+                epoch=work.epoch,
+                from_state=State.CLAIMED,
+                to_state=State.EXECUTING,
+                now=now,
+                lease_expires=now + self.lease_seconds,
+                require_live_lease=True,
+            )
+            self._audit(
+                conn,
+                now,
+                {
+                    "type": "executor.executing",
+                    "approval_id": work.approval_id,
+                    "owner": work.owner,
+                    "epoch": work.epoch,
+                    "call": plan[0],
+                },
+            )
+        self._fp.hit("after_executing_commit")
+        return self._call(work, plan)
+
+    def settle_executing(self, work: Work, reason: str, *, may_reissue: bool) -> Outcome:
+        """From ``executing`` (a write may have happened): probe, never blind-retry."""
+        action = work.action
+        try:
+            live = self._reader.get_state(action.region, action.resource.type, action.resource.id)
+        except CloudError as exc:
+            _log.warning("probe of %s failed: %s", action.resource.id, exc)
+            return Outcome(work.approval_id, State.EXECUTING, detail=_clip(f"probe failed: {exc}"))
+        if effect_visible(action, live):
+            return self._finish(
+                work,
+                State.EXECUTING,
+                State.SUCCEEDED,
+                verified=True,
+                detail=_clip(f"effect verified in live state ({reason})"),
+            )
+        if may_reissue and action.operation == "delete":
+            # ECS DeleteInstances is idempotent by ClientToken: the provider runs a token
+            # once, so re-issuing the same token cannot delete twice.
+            name, call = self._plan(work)
+            try:
+                result = call()
+            except CloudError as exc:
+                return self.settle_executing(
+                    work, f"{reason}; re-issue of {name} failed: {exc}", may_reissue=False
+                )
+            return self._finish(
+                work,
+                State.EXECUTING,
+                State.SUCCEEDED,
+                request_id=result.request_id,
+                detail=f"re-issued {name} with the same ClientToken ({reason})",
+            )
+        return self._finish(
+            work,
+            State.EXECUTING,
+            State.IN_DOUBT,
+            detail=_clip(f"effect not visible; a write may have happened ({reason})"),
+        )
+
+    def _plan(self, work: Work) -> tuple[str, Callable[[], WriteResult]]:
+        """The write, with arguments taken only from the signed action (15)."""
+        a = work.action
+        region, rid = a.region, a.resource.id
+        match (a.resource.type, a.operation):
+            case ("ecs.instance", "stop"):
+                mode = a.params["stopped_mode"]
+                if not isinstance(mode, str):
+                    raise ValueError("stopped_mode must be a string")
+                return "ecs.StopInstance", lambda: self._writer.stop_ecs(
+                    region, rid, stopped_mode=mode
+                )
+            case ("ecs.instance", "delete"):
+                token = client_token(work.approval_id)
+                return "ecs.DeleteInstances", lambda: self._writer.delete_ecs(
+                    region, rid, client_token=token
+                )
+            case ("rds.instance", "stop"):
+                return "rds.StopDBInstance", lambda: self._writer.stop_rds(region, rid)
+        raise ValueError(f"no write for {a.resource.type} {a.operation}")
+
+    def _call(self, work: Work, plan: tuple[str, Callable[[], WriteResult]]) -> Outcome:
+        name, call = plan
+        result: WriteResult | None = None
+        refused: DefiniteRefusal | None = None
+        unknown: Exception | None = None
+        try:
+            result = call()
+        except DefiniteRefusal as exc:
+            refused = exc
+        except Exception as exc:  # any other failure may have reached the provider: probe
+            unknown = exc
+        self._fp.hit("after_cloud_call")
+        if result is not None:
+            return self._finish(
+                work,
+                State.EXECUTING,
+                State.SUCCEEDED,
+                request_id=result.request_id,
+                detail=f"{name} accepted",
+            )
+        if refused is not None:
+            return self._finish(
+                work,
+                State.EXECUTING,
+                State.FAILED,
+                request_id=refused.request_id or None,
+                detail=_clip(
+                    f"{name} refused: {refused.code or type(refused).__name__}: {refused}"
+                ),
+            )
+        return self.settle_executing(
+            work,
+            _clip(f"{name} outcome unknown: {type(unknown).__name__}: {unknown}"),
+            may_reissue=True,
+        )
+
+    # -- recording -----------------------------------------------------------------------
+
+    def _audit(self, conn: Connection, now: int, event: dict[str, Any]) -> AuditEntry:
+        return AuditLog.append(conn, event, at=_at(now))
+
+    def _receipt(
+        self,
+        head: AuditEntry,
+        now: int,
+        *,
+        approval_id: str | None,
+        action_hash: str | None,
+        outcome: Literal["succeeded", "failed", "in_doubt", "refused", "resolved"],
+        code: RefusalCode | None = None,
+        request_id: str | None = None,
+        verified: bool = False,
+        detail: str = "",
+        resolution: Resolution | None = None,
+    ) -> Envelope:
+        return self._signer.sign(
+            Receipt(
+                type=RECEIPT_TYPE,
+                executor=self._binding.audience,
+                approval_id=approval_id,
+                action_hash=action_hash,
+                outcome=outcome,
+                verified=verified,
+                refusal_code=None if code is None else code.value,
+                cloud_request_id=request_id,
+                resolution=resolution,
+                at=now,
+                audit_head=AuditHead(seq=head.seq, hash=head.row_hash),
+                detail=_clip(detail),
+            )
+        )
+
+    def _record_refusal(
+        self,
+        conn: Connection,
+        now: int,
+        code: RefusalCode,
+        detail: str,
+        bundle_sha: str,
+        *,
+        approval_id: str | None = None,
+        action_hash: str | None = None,
+    ) -> Envelope:
+        detail = _clip(detail)
+        head = self._audit(
+            conn,
+            now,
+            {
+                "type": "executor.refused",
+                "code": code.value,
+                "detail": detail,
+                "approval_id": approval_id,
+                "action_hash": action_hash,
+                "bundle_sha256": bundle_sha,
+            },
+        )
+        receipt = self._receipt(
+            head,
+            now,
+            approval_id=approval_id,
+            action_hash=action_hash,
+            outcome="refused",
+            code=code,
+            detail=detail,
+        )
+        ledger.insert_refusal(
+            conn,
+            {
+                "at": now,
+                "code": code.value,
+                "detail": detail,
+                "approval_id": approval_id,
+                "action_hash": action_hash,
+                "bundle_sha256": bundle_sha,
+                "receipt": _envelope_text(receipt),
+            },
+        )
+        return receipt
+
+    def _finish(
+        self,
+        work: Work,
+        from_state: State,
+        to_state: State,
+        *,
+        code: RefusalCode | None = None,
+        request_id: str | None = None,
+        verified: bool = False,
+        detail: str = "",
+    ) -> Outcome:
+        """(16) Outcome, audit event and receipt in one transaction, if we still hold it."""
+        now = self.clock()
+        detail = _clip(detail)
+        with self._engine.begin() as conn:
+            head = self._audit(
+                conn,
+                now,
+                {
+                    "type": "executor.outcome",
+                    "approval_id": work.approval_id,
+                    "action_hash": work.action_hash,
+                    "state": to_state.value,
+                    "refusal_code": None if code is None else code.value,
+                    "cloud_request_id": request_id,
+                    "verified": verified,
+                    "detail": detail,
+                    "owner": work.owner,
+                    "epoch": work.epoch,
+                },
+            )
+            receipt = self._receipt(
+                head,
+                now,
+                approval_id=work.approval_id,
+                action_hash=work.action_hash,
+                outcome=to_state.value,  # type: ignore[arg-type]  # terminal states only
+                code=code,
+                request_id=request_id,
+                verified=verified,
+                detail=detail,
+            )
+            # Conditional on (approval_id, state, owner, epoch): if another worker took
+            # the lease over, this raises Fenced and the audit event rolls back with it.
+            ledger.transition(
+                conn,
+                approval_id=work.approval_id,
+                owner=work.owner,
+                epoch=work.epoch,
+                from_state=from_state,
+                to_state=to_state,
+                now=now,
+                refusal_code=None if code is None else code.value,
+                cloud_request_id=request_id,
+                verified=verified,
+                detail=detail,
+                receipt=_envelope_text(receipt),
+            )
+        self._fp.hit("after_outcome_commit")
+        return self._report(
+            Outcome(work.approval_id, to_state, code, request_id, verified, detail, receipt)
+        )
+
+    def _report(self, outcome: Outcome) -> Outcome:
+        if self._sink is not None:
+            try:
+                self._sink.report(outcome)
+            except Exception:  # the ledger is the truth; reporting is best effort
+                _log.exception("reporting the outcome of %s failed", outcome.approval_id)
+        return outcome
+
+    def _fenced_safe(self, work: Work, step: Callable[[], Outcome]) -> Outcome:
+        try:
+            return step()
+        except Fenced as exc:
+            _log.warning("%s", exc)
+            with self._engine.begin() as conn:
+                row = ledger.get(conn, work.approval_id)
+            state = None if row is None else row.state
+            return Outcome(work.approval_id, state, detail=f"lease lost: {exc}")
+
+    # -- recovery and human resolution ---------------------------------------------------
+
+    def recover(self, *, revoked: Container[str] = frozenset(), limit: int = 100) -> list[Outcome]:
+        """Take over expired leases and finish their rows verify-first (DESIGN §2.5)."""
+        from .recover import recover_expired  # noqa: PLC0415 - recover builds on this module
+
+        outcomes: list[Outcome] = recover_expired(self, revoked=revoked, limit=limit)
+        return outcomes
+
+    def take_over(self, row: LedgerRow) -> Work | None:
+        """Bump the epoch of an expired row and own it, or None if someone else did."""
+        now = self.clock()
+        with self._engine.begin() as conn:
+            if not ledger.take_over(
+                conn, row, owner=self.worker_id, now=now, lease_expires=now + self.lease_seconds
+            ):
+                return None
+            self._audit(
+                conn,
+                now,
+                {
+                    "type": "executor.lease_taken_over",
+                    "approval_id": row.approval_id,
+                    "state": row.state.value,
+                    "from_owner": row.lease_owner,
+                    "from_epoch": row.lease_epoch,
+                    "owner": self.worker_id,
+                    "epoch": row.lease_epoch + 1,
+                },
+            )
+        return Work.from_row(row, owner=self.worker_id, epoch=row.lease_epoch + 1)
+
+    def resolve(self, approval_id: str, *, happened: bool, by: str, note: str) -> Outcome:
+        """Record a human's audited decision on an ``in_doubt`` row (with a receipt)."""
+        by = by.strip()
+        if not by:
+            raise ResolutionError("a resolution names who decided")
+        if len(note) > _DETAIL_MAX:
+            raise ResolutionError("the note is too long")
+        now = self.clock()
+        decision: Literal["happened", "did_not_happen"] = (
+            "happened" if happened else "did_not_happen"
+        )
+        with self._engine.begin() as conn:
+            row = ledger.get(conn, approval_id)
+            if row is None:
+                raise ResolutionError(f"no ledger row for {approval_id}")
+            if row.state is not State.IN_DOUBT:
+                raise ResolutionError(f"{approval_id} is {row.state}, not in_doubt")
+            resolution = Resolution(decision=decision, by=by, at=now, note=note)
+            head = self._audit(
+                conn,
+                now,
+                {
+                    "type": "executor.resolved",
+                    "approval_id": approval_id,
+                    "action_hash": row.action_hash,
+                    "decision": decision,
+                    "by": by,
+                    "note": note,
+                },
+            )
+            receipt = self._receipt(
+                head,
+                now,
+                approval_id=approval_id,
+                action_hash=row.action_hash,
+                outcome="resolved",
+                request_id=row.cloud_request_id,
+                detail=f"in_doubt resolved by {by}: {decision}",
+                resolution=resolution,
+            )
+            if not ledger.insert_resolution(
+                conn,
+                {
+                    "approval_id": approval_id,
+                    "decision": decision,
+                    "decided_by": by,
+                    "decided_at": now,
+                    "note": note,
+                    "receipt": _envelope_text(receipt),
+                },
+            ):
+                raise ResolutionError(f"{approval_id} was already resolved")
+        return self._report(
+            Outcome(approval_id, State.IN_DOUBT, detail=f"resolved: {decision}", receipt=receipt)
+        )

@@ -1,0 +1,155 @@
+"""Where bundles come from and where outcomes go: the executor's two feed-side seams.
+
+``BundleSource`` is the port a feed implements. The checkpoint's long-poll feed (with
+its revocations) arrives with the checkpoint issue and implements the same port; here
+are the sources for tests and the CLI: a directory inbox and a single file or stdin.
+
+``OutcomeSink`` is where terminal outcomes are reported (the checkpoint's outcome API
+later; a receipts directory now). Reporting is best effort and happens after the
+ledger commit: the ledger is the source of truth, and a sink failure never changes an
+outcome. A source never decides anything: every bundle it hands over is verified and
+consumed by the executor, so delivering the same bundle twice is harmless (E_REPLAY).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Container, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Protocol, runtime_checkable
+
+from airlock.protocol import BUNDLE_MAX_BYTES
+
+from .models import Outcome
+
+__all__ = [
+    "BundleSource",
+    "Delivery",
+    "DirectorySource",
+    "FileSource",
+    "OutcomeSink",
+    "ReceiptDirectorySink",
+    "read_capped",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One bundle as delivered: ``ref`` names it for acknowledgement and logs."""
+
+    ref: str
+    raw: bytes
+
+
+@runtime_checkable
+class BundleSource(Protocol):
+    def receive(self, *, wait_s: float) -> Sequence[Delivery]:
+        """Bundles available now; a long-poll source may wait up to ``wait_s`` for one."""
+        ...
+
+    def revoked(self) -> Container[str]:
+        """Approval ids revoked so far (revocations arrive on the same feed, §2.4 (12))."""
+        ...
+
+    def ack(self, delivery: Delivery) -> None:
+        """The bundle's outcome is committed to the ledger; do not deliver it again."""
+        ...
+
+
+@runtime_checkable
+class OutcomeSink(Protocol):
+    def report(self, outcome: Outcome) -> None:
+        """Report a terminal outcome; may raise, the executor logs and carries on."""
+        ...
+
+
+def read_capped(stream: BinaryIO) -> bytes:
+    """Read at most one byte past the bundle cap: an oversized bundle is refused as
+    E_SIZE by the verifier without the whole thing ever being held in memory."""
+    return stream.read(BUNDLE_MAX_BYTES + 1)
+
+
+class DirectorySource:
+    """Bundles are ``*.json`` files in ``inbox``; each is moved to ``inbox/done`` once
+    its outcome is committed. Writers must create files atomically (write elsewhere,
+    then rename in); names starting with ``.`` are ignored. ``revocations``, if given,
+    is a text file of revoked approval ids, one per line, re-read on every call."""
+
+    def __init__(self, inbox: Path, revocations: Path | None = None) -> None:
+        if not inbox.is_dir():
+            raise FileNotFoundError(f"inbox {inbox} is not a directory")
+        self._inbox = inbox
+        self._done = inbox / "done"
+        self._revocations = revocations
+
+    def receive(self, *, wait_s: float = 0.0) -> Sequence[Delivery]:
+        del wait_s  # a directory has no long-poll; the daemon loop paces itself
+        out: list[Delivery] = []
+        for path in sorted(self._inbox.glob("*.json")):
+            if path.name.startswith(".") or not path.is_file():
+                continue
+            with path.open("rb") as stream:
+                out.append(Delivery(path.name, read_capped(stream)))
+        return out
+
+    def revoked(self) -> Container[str]:
+        if self._revocations is None or not self._revocations.exists():
+            return frozenset()
+        lines = self._revocations.read_text(encoding="utf-8").splitlines()
+        return frozenset(line.strip() for line in lines if line.strip())
+
+    def ack(self, delivery: Delivery) -> None:
+        self._done.mkdir(exist_ok=True)
+        os.replace(self._inbox / delivery.ref, self._done / delivery.ref)
+
+
+class FileSource:
+    """One bundle from a file, or from stdin when the path is ``-``."""
+
+    def __init__(self, path: str, revoked: Container[str] = frozenset()) -> None:
+        self._path = path
+        self._revoked = revoked
+        self._done = False
+
+    def receive(self, *, wait_s: float = 0.0) -> Sequence[Delivery]:
+        del wait_s
+        if self._done:
+            return ()
+        if self._path == "-":
+            raw = read_capped(sys.stdin.buffer)
+        else:
+            with open(self._path, "rb") as stream:
+                raw = read_capped(stream)
+        return (Delivery(self._path, raw),)
+
+    def revoked(self) -> Container[str]:
+        return self._revoked
+
+    def ack(self, delivery: Delivery) -> None:
+        del delivery
+        self._done = True
+
+
+class ReceiptDirectorySink:
+    """Writes each terminal outcome's receipt to ``<dir>/<approval id or seq>.receipt.json``."""
+
+    def __init__(self, directory: Path) -> None:
+        if not directory.is_dir():
+            raise FileNotFoundError(f"receipts directory {directory} is not a directory")
+        self._dir = directory
+        self._n = 0
+
+    def report(self, outcome: Outcome) -> None:
+        if outcome.receipt is None:
+            return
+        self._n += 1
+        name = outcome.approval_id or f"refused-{os.getpid()}-{self._n}"
+        if outcome.approval_id is not None and outcome.state is None:
+            name = f"{name}.refused-{os.getpid()}-{self._n}"  # a replay: keep the first receipt
+        data = json.dumps(outcome.receipt.to_value(), sort_keys=True).encode() + b"\n"
+        tmp = self._dir / f".{name}.tmp"
+        tmp.write_bytes(data)
+        os.replace(tmp, self._dir / f"{name}.receipt.json")

@@ -1,0 +1,1 @@
+"""Executor tests: ledger, execute path, recovery, receipts, races and crashes."""

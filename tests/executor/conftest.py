@@ -1,0 +1,50 @@
+"""Fixtures for the executor tests: a migrated ledger, an in-memory cloud, a fake clock."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from sqlalchemy.engine import Engine
+
+from airlock.store import make_engine
+from services.executor import Executor, migrate
+
+from .support import FakeClock, InMemoryCloud, make_executor
+
+
+@dataclass
+class Env:
+    url: str
+    engine: Engine
+    cloud: InMemoryCloud
+    clock: FakeClock
+    executor: Executor
+    others: list[Executor] = field(default_factory=list)
+
+    def another_worker(self, worker_id: str, **kwargs: Any) -> Executor:
+        other = make_executor(self.url, self.cloud, self.clock, worker_id=worker_id, **kwargs)
+        self.others.append(other)
+        return other
+
+
+@pytest.fixture
+def migrated_url(db_url: str) -> str:
+    engine = make_engine(db_url)
+    migrate(engine)
+    engine.dispose()
+    return db_url
+
+
+@pytest.fixture
+def env(migrated_url: str) -> Iterator[Env]:
+    cloud = InMemoryCloud()
+    clock = FakeClock()
+    executor = make_executor(migrated_url, cloud, clock, worker_id="worker-a")
+    env = Env(migrated_url, executor.engine, cloud, clock, executor)
+    yield env
+    for other in env.others:
+        other.engine.dispose()
+    executor.engine.dispose()
