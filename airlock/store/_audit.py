@@ -36,7 +36,8 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
+from contextlib import closing
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -430,13 +431,21 @@ def _check_row(expected_seq: int, prev_hash: str, row: Any) -> ChainFault | None
     return None
 
 
-def _rows(conn: Connection, batch: int) -> Iterator[Any]:
+def _rows(conn: Connection, batch: int) -> Generator[Any, None, None]:
+    """Rows in seq order, streamed (a server-side cursor on PostgreSQL).
+
+    Always use inside ``contextlib.closing``: a verifier stops at the first bad row, and
+    the cursor must be closed then, not whenever the generator is collected.
+    """
     result = conn.execution_options(yield_per=batch).execute(
         sa.select(_audit.c.seq, _audit.c.event, _audit.c.prev_hash, _audit.c.row_hash).order_by(
             _audit.c.seq
         )
     )
-    yield from result
+    try:
+        yield from result
+    finally:
+        result.close()
 
 
 def _require_table(conn: Connection) -> None:
@@ -451,10 +460,20 @@ def _verify(
     batch: int,
 ) -> ChainReport:
     _require_table(conn)
+    with closing(_rows(conn, batch)) as rows:
+        return _verify_rows(rows, expect_head, progress, batch)
+
+
+def _verify_rows(
+    rows: Iterator[Any],
+    expect_head: tuple[int, str] | None,
+    progress: Callable[[int], None] | None,
+    batch: int,
+) -> ChainReport:
     expected_seq = 0
     prev_hash = GENESIS_PREV_HASH
     anchor_seen = expect_head is None
-    for row in _rows(conn, batch):
+    for row in rows:
         fault = _check_row(expected_seq, prev_hash, row)
         if fault is not None:
             return ChainReport(
@@ -542,17 +561,18 @@ def export(conn: Connection, *, batch: int = 1000) -> Iterator[str]:
     ``verify_chain`` to find out why.
     """
     _require_table(conn)
-    for row in _rows(conn, batch):
-        try:
-            loads_strict(
-                str(row.event).encode("utf-8", errors="surrogatepass"),
-                max_bytes=EVENT_MAX_BYTES,
-                nfc=False,
-            )
-        except Refused as exc:
-            raise ChainError(
-                f"audit row {row.seq}: event is not strict JSON: {exc.detail}"
-            ) from None
-        yield AuditEntry(
-            seq=row.seq, event_text=row.event, prev_hash=row.prev_hash, row_hash=row.row_hash
-        ).to_json_line()
+    with closing(_rows(conn, batch)) as rows:
+        for row in rows:
+            try:
+                loads_strict(
+                    str(row.event).encode("utf-8", errors="surrogatepass"),
+                    max_bytes=EVENT_MAX_BYTES,
+                    nfc=False,
+                )
+            except Refused as exc:
+                raise ChainError(
+                    f"audit row {row.seq}: event is not strict JSON: {exc.detail}"
+                ) from None
+            yield AuditEntry(
+                seq=row.seq, event_text=row.event, prev_hash=row.prev_hash, row_hash=row.row_hash
+            ).to_json_line()

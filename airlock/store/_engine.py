@@ -74,6 +74,11 @@ def make_engine(
     A SQLite parent directory is never created: a typo in a path must fail, not start a
     fresh, empty ledger somewhere unexpected. Raises :class:`ConfigError`.
 
+    On SQLite *every* transaction holds the database's one write lock from its first
+    statement (autobegin included) until commit or rollback, reads too: keep transactions
+    short, never hold a connection open across a cloud call, and use
+    :func:`read_transaction` for reads that should not block writers.
+
     Engines hold pooled connections: create them *after* forking worker processes.
     """
     try:

@@ -1,0 +1,353 @@
+"""The hash-chained audit log: appends chain, the database refuses edits, tampering is named.
+
+Every test runs on SQLite and on PostgreSQL (the ``db_url`` fixture).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session
+from typer.testing import CliRunner
+
+from airlock.cli import app
+from airlock.protocol import canonical_bytes
+from airlock.store import (
+    GENESIS_PREV_HASH,
+    AuditError,
+    AuditLog,
+    ConfigError,
+    FaultKind,
+    chain_hash,
+    export,
+    genesis_event,
+    make_engine,
+    upgrade,
+    verify_chain,
+)
+
+from ._support import MIGRATIONS, NOW, append_events, tamper
+
+# Known answer: SHA-256(32 zero bytes ‖ JCS(genesis event of chain "store-tests")).
+GENESIS_ROW_HASH = "26f2dbea6fe16562d29197016cc4c03b9fdd1c2755c3d8a1ee5811bf14992a9a"
+
+
+def _rows(engine: Engine) -> list[Any]:
+    with engine.connect() as conn:
+        return list(
+            conn.execute(
+                sa.text("SELECT seq, event, prev_hash, row_hash FROM audit_log ORDER BY seq")
+            )
+        )
+
+
+# -- appending ------------------------------------------------------------------------------
+
+
+def test_genesis_row_is_fixed_and_hashes_raw_digest_then_jcs_event(engine: Engine) -> None:
+    [genesis] = _rows(engine)
+    event = canonical_bytes(genesis_event("store-tests"))
+    assert (genesis.seq, genesis.event, genesis.prev_hash) == (0, event.decode(), "0" * 64)
+    assert genesis.row_hash == hashlib.sha256(bytes(32) + event).hexdigest() == GENESIS_ROW_HASH
+
+
+def test_appends_chain_from_genesis_and_verify(engine: Engine) -> None:
+    with engine.begin() as conn:
+        first = AuditLog.append(conn, {"type": "test.consumed", "approval_id": "apv_1"}, at=NOW)
+        second = AuditLog.append(conn, {"type": "test.executed", "n": 2**53 - 1}, at=NOW)
+    assert (first.seq, second.seq) == (1, 2)
+    assert first.prev_hash == GENESIS_ROW_HASH
+    assert second.prev_hash == first.row_hash
+    assert first.event_text == (
+        '{"approval_id":"apv_1","at":"2026-11-29T06:00:05.000000Z","type":"test.consumed"}'
+    )
+    assert (
+        second.row_hash
+        == hashlib.sha256(bytes.fromhex(first.row_hash) + second.event_text.encode()).hexdigest()
+    )
+    with engine.connect() as conn:
+        assert AuditLog.head(conn) == second
+
+    report = verify_chain(engine)
+    assert report.ok
+    assert (report.rows, report.head_seq, report.head_hash) == (3, 2, second.row_hash)
+    assert verify_chain(engine, expect_head=(1, first.row_hash)).ok
+
+
+def test_rolled_back_transaction_leaves_no_event_and_no_gap(engine: Engine) -> None:
+    class Boom(Exception):
+        pass
+
+    with pytest.raises(Boom), engine.begin() as conn:
+        AuditLog.append(conn, {"type": "test.state_change"}, at=NOW)
+        raise Boom
+    with engine.begin() as conn:
+        entry = AuditLog.append(conn, {"type": "test.state_change"}, at=NOW)
+    assert entry.seq == 1
+    assert verify_chain(engine).ok
+
+
+def test_append_through_an_orm_session_joins_its_transaction(engine: Engine) -> None:
+    with Session(engine) as session, session.begin():
+        session.execute(sa.text("INSERT INTO widgets (name) VALUES ('w')"))
+        entry = AuditLog.append(session, {"type": "test.widget_created"}, at=NOW)
+    assert entry.seq == 1
+    assert verify_chain(engine).ok
+
+
+def test_append_outside_a_transaction_is_refused(engine: Engine) -> None:
+    with engine.connect() as conn, pytest.raises(AuditError, match="open transaction"):
+        AuditLog.append(conn, {"type": "test.event"}, at=NOW)
+
+
+@pytest.mark.parametrize(
+    ("event", "match"),
+    [
+        ({"type": "test.event", "ratio": 0.5}, "float"),
+        ({"type": "test.event", "n": 2**53}, "2\\^53"),
+        ({"type": "test.event", "at": "2020-01-01T00:00:00Z"}, "'at'"),
+        ({"kind": "no type"}, "'type'"),
+        ({"type": "airlock.audit/genesis", "chain": "x"}, "genesis"),
+        ({"type": "test.event", "text": "\ud800"}, "surrogate|JSON"),
+        ({"type": "test.event", "blob": "x" * (1024 * 1024)}, "over"),
+        (["not", "an", "object"], "object"),
+    ],
+)
+def test_invalid_events_are_refused_and_nothing_is_written(
+    engine: Engine, event: Any, match: str
+) -> None:
+    with engine.begin() as conn, pytest.raises(AuditError, match=match):
+        AuditLog.append(conn, event, at=NOW)
+    assert len(_rows(engine)) == 1
+
+
+def test_naive_time_is_refused(engine: Engine) -> None:
+    with engine.begin() as conn, pytest.raises(AuditError, match="timezone-aware"):
+        AuditLog.append(conn, {"type": "test.event"}, at=datetime(2026, 11, 29))
+
+
+def test_sqlite_connection_not_from_make_engine_is_refused(sqlite_url: str) -> None:
+    good = make_engine(sqlite_url)
+    upgrade(good, MIGRATIONS)
+    good.dispose()
+    plain = sa.create_engine(sqlite_url)  # pysqlite's deferred BEGIN would race on the head
+    try:
+        with plain.begin() as conn, pytest.raises(ConfigError, match="make_engine"):
+            AuditLog.append(conn, {"type": "test.event"}, at=NOW)
+    finally:
+        plain.dispose()
+
+
+def test_export_writes_every_row_as_canonical_json_lines(engine: Engine) -> None:
+    append_events(engine, 3)
+    with engine.connect() as conn:
+        lines = list(export(conn))
+    assert len(lines) == 4
+    records = [json.loads(line) for line in lines]
+    assert [r["seq"] for r in records] == [0, 1, 2, 3]
+    for line, record in zip(lines, records, strict=True):
+        assert canonical_bytes(record).decode() == line
+    prev = GENESIS_PREV_HASH
+    for record in records:
+        assert record["prev_hash"] == prev
+        assert record["row_hash"] == chain_hash(prev, canonical_bytes(record["event"]))
+        prev = record["row_hash"]
+
+
+# -- the database refuses edits -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "UPDATE audit_log SET event = '{}' WHERE seq = 1",
+        "UPDATE audit_log SET row_hash = prev_hash",
+        "DELETE FROM audit_log WHERE seq = 2",
+        "DELETE FROM audit_log",
+    ],
+)
+def test_update_and_delete_are_refused_by_triggers(engine: Engine, statement: str) -> None:
+    append_events(engine, 2)
+    before = _rows(engine)
+    with pytest.raises(DBAPIError, match="append-only"), engine.begin() as conn:
+        conn.execute(sa.text(statement))
+    assert _rows(engine) == before
+    assert verify_chain(engine).ok
+
+
+@pytest.mark.postgres
+def test_truncate_is_refused_by_trigger_on_postgresql(pg_url: str) -> None:
+    engine = make_engine(pg_url)
+    try:
+        upgrade(engine, MIGRATIONS)
+        with pytest.raises(DBAPIError, match="append-only"), engine.begin() as conn:
+            conn.execute(sa.text("TRUNCATE audit_log"))
+        assert len(_rows(engine)) == 1
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        f"(5, '{{}}', '{'a' * 64}', '{'b' * 64}')",  # a gap after the head
+        f"(1, '{{}}', '{'a' * 64}', '{'b' * 64}')",  # next seq, but a forked prev_hash
+    ],
+)
+def test_insert_that_does_not_extend_the_head_is_refused(engine: Engine, values: str) -> None:
+    with pytest.raises(DBAPIError, match="extend"), engine.begin() as conn:
+        conn.execute(
+            sa.text(f"INSERT INTO audit_log (seq, event, prev_hash, row_hash) VALUES {values}")
+        )
+    assert verify_chain(engine).ok
+
+
+# -- tampering is detected and the first bad row named ---------------------------------------
+
+_EVIL = '{"at":"2026-11-29T06:00:05.000000Z","i":999,"type":"test.event"}'
+_CASES: dict[str, tuple[tuple[str, ...], int, FaultKind]] = {
+    "edited_event": (
+        (f"UPDATE audit_log SET event = '{_EVIL}' WHERE seq = 4",),
+        4,
+        FaultKind.HASH_MISMATCH,
+    ),
+    "deleted_row": (("DELETE FROM audit_log WHERE seq = 4",), 4, FaultKind.GAP),
+    "reordered_rows": (
+        (
+            "UPDATE audit_log SET seq = 1000 WHERE seq = 3",
+            "UPDATE audit_log SET seq = 3 WHERE seq = 4",
+            "UPDATE audit_log SET seq = 4 WHERE seq = 1000",
+        ),
+        3,
+        FaultKind.BROKEN_LINK,
+    ),
+    "relinked_row": (
+        (f"UPDATE audit_log SET prev_hash = '{'f' * 64}' WHERE seq = 6",),
+        6,
+        FaultKind.BROKEN_LINK,
+    ),
+    "non_canonical_event": (
+        (
+            "UPDATE audit_log SET event = "
+            '\'{"at": "2026-11-29T06:00:05.000000Z", "i": 4, "type": "test.event"}\' '
+            "WHERE seq = 5",
+        ),
+        5,
+        FaultKind.NON_CANONICAL_EVENT,
+    ),
+    "unparsable_event": (
+        ('UPDATE audit_log SET event = \'{"i": 1.5, "type": "x"}\' WHERE seq = 2',),
+        2,
+        FaultKind.UNPARSABLE_EVENT,
+    ),
+    "deleted_genesis": (("DELETE FROM audit_log WHERE seq = 0",), 0, FaultKind.MISSING_GENESIS),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_CASES))
+def test_tampering_is_detected_at_the_first_bad_row(engine: Engine, case: str) -> None:
+    statements, bad_seq, kind = _CASES[case]
+    append_events(engine, 8)
+    assert verify_chain(engine).ok
+    tamper(engine, *statements)
+    report = verify_chain(engine)
+    assert not report.ok
+    assert report.fault is not None
+    assert (report.fault.seq, report.fault.kind) == (bad_seq, kind), str(report.fault)
+    assert report.rows == bad_seq
+
+
+def test_edited_and_rehashed_row_breaks_the_next_link(engine: Engine) -> None:
+    append_events(engine, 8)
+    prev = _rows(engine)[3].row_hash
+    forged = chain_hash(prev, _EVIL.encode())
+    tamper(engine, f"UPDATE audit_log SET event = '{_EVIL}', row_hash = '{forged}' WHERE seq = 4")
+    report = verify_chain(engine)
+    assert report.fault is not None
+    assert (report.fault.seq, report.fault.kind) == (5, FaultKind.BROKEN_LINK)
+
+
+def test_rehashing_the_rest_of_the_chain_is_caught_by_a_recorded_head(engine: Engine) -> None:
+    append_events(engine, 5)
+    with engine.connect() as conn:
+        recorded = AuditLog.head(conn)  # what a receipt carries
+    rows = _rows(engine)
+    # The attacker rewrites row 3 and re-derives every later hash: a self-consistent fork.
+    prev, updates = rows[2].row_hash, []
+    for row in rows[3:]:
+        event = _EVIL if row.seq == 3 else row.event
+        new_hash = chain_hash(prev, event.encode())
+        updates.append(
+            f"UPDATE audit_log SET event = '{event}', prev_hash = '{prev}', "
+            f"row_hash = '{new_hash}' WHERE seq = {row.seq}"
+        )
+        prev = new_hash
+    tamper(engine, *updates)
+    assert verify_chain(engine).ok  # undetectable from inside the database alone...
+    report = verify_chain(engine, expect_head=(recorded.seq, recorded.row_hash))
+    assert report.fault is not None  # ...but not against the head recorded elsewhere
+    assert (report.fault.seq, report.fault.kind) == (recorded.seq, FaultKind.HEAD_MISMATCH)
+
+
+def test_truncated_tail_is_caught_by_a_recorded_head(engine: Engine) -> None:
+    append_events(engine, 5)
+    with engine.connect() as conn:
+        recorded = AuditLog.head(conn)
+    tamper(engine, "DELETE FROM audit_log WHERE seq >= 4")
+    report = verify_chain(engine, expect_head=(recorded.seq, recorded.row_hash))
+    assert report.fault is not None
+    assert report.fault.kind is FaultKind.HEAD_MISMATCH
+    assert report.rows == 4
+
+
+# -- the CLI --------------------------------------------------------------------------------
+
+
+def test_cli_verify_exits_0_on_a_good_chain(engine: Engine, db_url: str) -> None:
+    append_events(engine, 3)
+    result = CliRunner().invoke(app, ["audit", "verify", "--db", db_url])
+    assert result.exit_code == 0, result.output
+    assert "OK: 4 rows" in result.output
+
+
+def test_cli_verify_exits_1_naming_the_edited_row(engine: Engine, db_url: str) -> None:
+    append_events(engine, 8)
+    tamper(engine, f"UPDATE audit_log SET event = '{_EVIL}' WHERE seq = 4")
+    result = CliRunner().invoke(app, ["audit", "verify", "--db", db_url])
+    assert result.exit_code == 1, result.output
+    assert "first bad row seq 4: hash_mismatch" in result.output
+
+
+def test_cli_verify_exits_1_on_a_head_mismatch(engine: Engine, db_url: str) -> None:
+    append_events(engine, 2)
+    head = f"2:{'0' * 64}"
+    result = CliRunner().invoke(app, ["audit", "verify", "--db", db_url, "--expect-head", head])
+    assert result.exit_code == 1, result.output
+    assert "seq 2: head_mismatch" in result.output
+
+
+def test_cli_verify_exits_2_when_there_is_no_chain(sqlite_url: str, tmp_path: Any) -> None:
+    missing = CliRunner().invoke(app, ["audit", "verify", "--db", sqlite_url])
+    assert missing.exit_code == 2
+    assert "does not exist" in missing.output
+    make_engine(sqlite_url).dispose()
+    (tmp_path / "airlock.db").touch()
+    empty = CliRunner().invoke(app, ["audit", "verify", "--db", sqlite_url])
+    assert empty.exit_code == 2
+    assert "no audit_log table" in empty.output
+
+
+def test_cli_export_writes_json_lines_to_a_file(engine: Engine, db_url: str, tmp_path: Any) -> None:
+    append_events(engine, 2)
+    out = tmp_path / "chain.jsonl"
+    result = CliRunner().invoke(app, ["audit", "export", "--db", db_url, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    with engine.connect() as conn:
+        assert out.read_text().splitlines() == list(export(conn))

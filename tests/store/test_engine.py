@@ -1,0 +1,129 @@
+"""make_engine: durability settings really in effect, writers serialized, bad URLs refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from airlock.store import ConfigError, make_engine, read_transaction
+
+
+def test_sqlite_connections_run_wal_with_full_sync_and_foreign_keys(sqlite_url: str) -> None:
+    engine = make_engine(sqlite_url)
+    try:
+        # Two pooled connections at once: the pragmas are per connection, so check both.
+        # Raw DBAPI connections, because a SQLAlchemy transaction would BEGIN IMMEDIATE
+        # and the second would wait for the first's write lock.
+        first, second = engine.raw_connection(), engine.raw_connection()
+        try:
+            for conn in (first, second):
+                cursor = conn.cursor()
+                assert cursor.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+                assert cursor.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+                assert cursor.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+                assert cursor.execute("PRAGMA busy_timeout").fetchone()[0] == 30_000
+                cursor.close()
+        finally:
+            first.close()
+            second.close()
+    finally:
+        engine.dispose()
+
+
+def test_sqlite_transaction_takes_the_write_lock_at_begin(sqlite_url: str) -> None:
+    holder = make_engine(sqlite_url)
+    waiter = make_engine(sqlite_url, busy_timeout_s=0.05)
+    try:
+        with holder.begin() as conn:
+            conn.execute(sa.text("SELECT 1"))  # a read only: a deferred BEGIN would lock nothing
+            with pytest.raises(OperationalError, match="database is locked"), waiter.begin() as w:
+                w.execute(sa.text("SELECT 1"))
+            # Readers are never blocked by it: WAL snapshot under a deferred BEGIN.
+            with read_transaction(waiter) as reader:
+                assert reader.execute(sa.text("SELECT 1")).scalar() == 1
+    finally:
+        holder.dispose()
+        waiter.dispose()
+
+
+def test_sqlite_queued_writer_proceeds_after_commit(sqlite_url: str) -> None:
+    engine = make_engine(sqlite_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text("CREATE TABLE t (x INTEGER)"))
+        with engine.begin() as conn:
+            conn.execute(sa.text("INSERT INTO t VALUES (1)"))
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT x FROM t")).scalar() == 1
+    finally:
+        engine.dispose()
+
+
+def test_sqlite_foreign_keys_are_enforced(sqlite_url: str) -> None:
+    engine = make_engine(sqlite_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text("CREATE TABLE p (id INTEGER PRIMARY KEY)"))
+            conn.execute(sa.text("CREATE TABLE c (p INTEGER NOT NULL REFERENCES p(id))"))
+        with pytest.raises(DBAPIError, match="FOREIGN KEY"), engine.begin() as conn:
+            conn.execute(sa.text("INSERT INTO c VALUES (42)"))
+    finally:
+        engine.dispose()
+
+
+def test_missing_sqlite_directory_is_refused_not_created(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-dir"
+    with pytest.raises(ConfigError, match="does not exist"):
+        make_engine(f"sqlite:///{missing / 'ledger.db'}")
+    assert not missing.exists()
+
+
+def test_missing_sqlite_file_is_refused_when_create_is_false(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        make_engine(f"sqlite:///{tmp_path / 'ledger.db'}", create=False)
+    assert not (tmp_path / "ledger.db").exists()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite://",
+        "sqlite:///:memory:",
+        "sqlite:///file:ledger.db?mode=memory&uri=true",
+        "sqlite:///ledger.db?timeout=0",
+        "mysql://root@localhost/ledger",
+        "postgresql+psycopg2://postgres@localhost/ledger",
+        "not a url",
+    ],
+)
+def test_non_durable_or_unknown_urls_are_refused(url: str) -> None:
+    with pytest.raises(ConfigError):
+        make_engine(url)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("scheme", ["postgresql", "postgresql+psycopg"])
+def test_postgresql_runs_psycopg3_read_committed_with_synchronous_commit(
+    pg_url: str, scheme: str
+) -> None:
+    engine = make_engine(pg_url.replace("postgresql", scheme, 1))
+    try:
+        assert engine.dialect.driver == "psycopg"
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("SHOW synchronous_commit").scalar() == "on"
+            assert conn.exec_driver_sql("SHOW transaction_isolation").scalar() == "read committed"
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.postgres
+def test_postgresql_read_transaction_cannot_write(pg_url: str) -> None:
+    engine = make_engine(pg_url)
+    try:
+        with pytest.raises(DBAPIError, match="read-only"), read_transaction(engine) as conn:
+            conn.execute(sa.text("CREATE TABLE t (x INTEGER)"))
+    finally:
+        engine.dispose()
