@@ -11,12 +11,21 @@ Every setting is documented in the README's configuration table; keep them in st
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
-from pydantic import AliasChoices, Field, model_validator
+from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["CheckpointSettings", "Env", "ServiceSettings", "is_dev"]
+__all__ = [
+    "DEVCLOUD_READ_KEY",
+    "DEVCLOUD_WRITE_KEY",
+    "CheckpointSettings",
+    "CloudSettings",
+    "DevcloudSettings",
+    "Env",
+    "ServiceSettings",
+    "is_dev",
+]
 
 Env = Literal["dev", "prod"]
 
@@ -77,4 +86,104 @@ class CheckpointSettings(ServiceSettings):
     def _no_dev_defaults_in_prod(self) -> CheckpointSettings:
         if not is_dev(self) and "database_url" not in self.model_fields_set:
             raise ValueError("AIRLOCK_CHECKPOINT_DATABASE_URL must be set outside AIRLOCK_ENV=dev")
+        return self
+
+
+# --------------------------------------------------------------------------- cloud
+
+#: devcloud's two demo access keys (id, secret), like two RAM users: one may only read,
+#: the other may also stop and delete. Public on purpose; refused outside AIRLOCK_ENV=dev.
+DEVCLOUD_READ_KEY = ("LTAIdevcloudRead0000001", "devcloud-read-secret-NOT-FOR-PRODUCTION")
+DEVCLOUD_WRITE_KEY = ("LTAIdevcloudWrite000001", "devcloud-write-secret-NOT-FOR-PRODUCTION")
+_DEVCLOUD_ENDPOINT = "127.0.0.1:8788"
+
+
+class CloudSettings(ServiceSettings):
+    """Cloud access for a service that talks to Alibaba Cloud (the agent, the executor).
+
+    A service's settings class subclasses this with its own ``env_prefix``, so each
+    service has its own credential (``AIRLOCK_AGENT_CLOUD_ACCESS_KEY_ID`` is the read key,
+    ``AIRLOCK_EXECUTOR_CLOUD_ACCESS_KEY_ID`` the write key). With ``AIRLOCK_ENV=dev`` and
+    nothing set, :meth:`cloud_credentials` and :meth:`cloud_endpoint_or_default` resolve
+    to the local devcloud and its ``dev_access`` key; otherwise a missing key is an error
+    at start.
+    """
+
+    #: Which devcloud key a dev process gets when none is configured.
+    dev_access: ClassVar[Literal["read", "write"]] = "read"
+
+    #: Endpoint for every product (``host[:port]``); unset → the SDK's regional endpoints.
+    cloud_endpoint: str | None = None
+    cloud_protocol: Literal["http", "https"] = "https"
+    cloud_access_key_id: str = ""
+    cloud_access_key_secret: SecretStr = SecretStr("")
+    #: Regions this service covers (comma-separated in the environment as a JSON list).
+    cloud_regions: tuple[str, ...] = ("ap-southeast-1",)
+    #: Explicit SDK timeouts, milliseconds.
+    cloud_connect_timeout_ms: int = Field(default=5_000, gt=0)
+    cloud_read_timeout_ms: int = Field(default=10_000, gt=0)
+
+    @model_validator(mode="after")
+    def _cloud_key_outside_dev(self) -> CloudSettings:
+        if is_dev(self):
+            return self
+        if not self.cloud_access_key_id or not self.cloud_access_key_secret.get_secret_value():
+            raise ValueError("a cloud access key id and secret must be set outside AIRLOCK_ENV=dev")
+        if self.cloud_access_key_id in (DEVCLOUD_READ_KEY[0], DEVCLOUD_WRITE_KEY[0]):
+            raise ValueError("the devcloud demo key is refused outside AIRLOCK_ENV=dev")
+        return self
+
+    def cloud_credentials(self) -> tuple[str, str]:
+        """(access key id, secret); the devcloud demo key only in dev when none is set."""
+        if self.cloud_access_key_id:
+            return self.cloud_access_key_id, self.cloud_access_key_secret.get_secret_value()
+        if not is_dev(self):  # unreachable after validation; fail closed anyway
+            raise ValueError("no cloud access key configured")
+        return DEVCLOUD_WRITE_KEY if self.dev_access == "write" else DEVCLOUD_READ_KEY
+
+    def cloud_endpoint_or_default(self) -> tuple[str | None, str]:
+        """(endpoint, protocol); devcloud over http in dev when no endpoint is set."""
+        if self.cloud_endpoint is None and is_dev(self) and not self.cloud_access_key_id:
+            return _DEVCLOUD_ENDPOINT, "http"
+        return self.cloud_endpoint, self.cloud_protocol
+
+
+class DevcloudSettings(ServiceSettings):
+    """devcloud (``AIRLOCK_DEVCLOUD_*``), the local Alibaba Cloud double for dev and tests.
+
+    devcloud is never part of a production deployment: it refuses to load unless
+    ``AIRLOCK_ENV=dev``. Its admin API (write log, fault injection, out-of-band changes)
+    stays off unless ``enable_admin`` is true and ``admin_token`` is set.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix="AIRLOCK_DEVCLOUD_", env_file=".env", extra="ignore", frozen=True
+    )
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8788, gt=0, lt=65536)
+    #: SQLite file holding the fleet, the write log and the injected faults.
+    db_path: Path = Path(".airlock/devcloud.db")
+    read_key_id: str = DEVCLOUD_READ_KEY[0]
+    read_key_secret: SecretStr = SecretStr(DEVCLOUD_READ_KEY[1])
+    write_key_id: str = DEVCLOUD_WRITE_KEY[0]
+    write_key_secret: SecretStr = SecretStr(DEVCLOUD_WRITE_KEY[1])
+    enable_admin: bool = False
+    #: Bearer token of the admin API; required when ``enable_admin`` is true.
+    admin_token: SecretStr | None = None
+    #: Seconds an instance spends in Stopping before it reports Stopped.
+    transition_seconds: float = Field(default=5.0, ge=0)
+    #: Largest accepted clock skew of a signed request (``x-acs-date``), seconds.
+    max_clock_skew: int = Field(default=900, gt=0)
+
+    @model_validator(mode="after")
+    def _dev_only(self) -> DevcloudSettings:
+        if not is_dev(self):
+            raise ValueError("devcloud is a dev/test double: it runs only with AIRLOCK_ENV=dev")
+        if self.enable_admin and (
+            self.admin_token is None or len(self.admin_token.get_secret_value()) < 16
+        ):
+            raise ValueError("the devcloud admin API needs an admin token of 16+ characters")
+        if self.read_key_id == self.write_key_id:
+            raise ValueError("the read and write keys must differ")
         return self

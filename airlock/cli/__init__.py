@@ -13,6 +13,7 @@ import typer
 
 from ._audit import audit_app
 from ._conformance import conformance_command
+from ._devcloud import devcloud_app
 
 __all__ = ["app", "main"]
 
@@ -38,6 +39,7 @@ def _root(
 
 app.command("conformance")(conformance_command)
 app.add_typer(audit_app)
+app.add_typer(devcloud_app)
 
 
 def main() -> None:

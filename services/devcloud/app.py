@@ -1,0 +1,772 @@
+"""devcloud's HTTP face: the Alibaba Cloud RPC API subset Airlock uses, plus a test admin API.
+
+The official SDKs call ``POST /?<params>`` with ``x-acs-action``, ``x-acs-version`` and an
+``ACS3-HMAC-SHA256`` ``Authorization`` header. devcloud, in this order: (1) verifies the
+signature, the date skew and the nonce; (2) routes by version (ECS ``2014-05-26``, RDS
+``2014-08-15``, CloudMonitor ``2019-01-01``) and action; (3) checks the key's scope like
+a RAM policy — the read key may only call Describe*/List*/metrics, the write key may also
+stop and delete; (4) applies injected faults; (5) answers in Alibaba's shapes, errors as
+``{"RequestId", "HostId", "Code", "Message", "Recommend"}`` with Alibaba's status codes.
+
+The admin API (``/_admin/*``, bearer token, off unless enabled) exposes the write log,
+fault injection, out-of-band changes and the seeded fleet's ground truth. It must never
+be reachable without its token, and no admin change ever appears in the write log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hmac
+import json
+import math
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+from airlock.settings import DevcloudSettings
+
+from .errors import AcsError
+from .fleet import METRIC_KIND, InstanceSpec, datapoint, generate_fleet
+from .signing import parse_authorization, verify
+from .store import Faults, Instance, Store
+
+__all__ = ["ACCOUNT_ID", "create_app"]
+
+ACCOUNT_ID: Final = "5123456789012345"
+_PRODUCTS: Final = {"2014-05-26": "ecs", "2014-08-15": "rds", "2019-01-01": "cms"}
+_READ_ACTIONS: Final = frozenset(
+    {
+        ("ecs", "DescribeInstances"),
+        ("rds", "DescribeDBInstances"),
+        ("rds", "ListTagResources"),
+        ("cms", "DescribeMetricList"),
+    }
+)
+_WRITE_ACTIONS: Final = frozenset(
+    {
+        ("ecs", "StopInstance"),
+        ("ecs", "StopInstances"),
+        ("ecs", "DeleteInstance"),
+        ("ecs", "DeleteInstances"),
+        ("rds", "StopDBInstance"),
+    }
+)
+_STOPPED_MODES: Final = frozenset({"StopCharging", "KeepCharging"})
+_PAGE_MAX: Final = 100
+_TAG_PAGE: Final = 50
+_METRIC_PAGE_MAX: Final = 1440
+_FAULT_ERRORS: Final = {
+    "unavailable": (
+        "ServiceUnavailable",
+        "The request has failed due to a temporary failure of the server.",
+        503,
+    ),
+    "internal": (
+        "InternalError",
+        "The request processing has failed due to some unknown error.",
+        500,
+    ),
+    "throttling": ("Throttling.User", "Request was denied due to user flow control.", 400),
+}
+
+
+def _request_id() -> str:
+    return str(uuid.uuid4()).upper()
+
+
+def _bool(value: str | None) -> bool:
+    return value is not None and value.lower() == "true"
+
+
+def _int(params: dict[str, str], name: str, default: int, lo: int, hi: int) -> int:
+    raw = params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise AcsError(
+            f"InvalidParameter.{name}", f"The parameter {name} is invalid.", 400
+        ) from None
+    if not lo <= value <= hi:
+        raise AcsError(f"InvalidParameter.{name}", f"The parameter {name} is out of range.", 400)
+    return value
+
+
+def _required(params: dict[str, str], name: str) -> str:
+    value = params.get(name)
+    if not value:
+        raise AcsError(f"MissingParameter.{name}", f"The input parameter {name} is mandatory.", 400)
+    return value
+
+
+def _list(params: dict[str, str], prefix: str) -> list[str]:
+    """``Prefix.1``, ``Prefix.2``, … as the SDK flattens a list."""
+    out = []
+    n = 1
+    while f"{prefix}.{n}" in params:
+        out.append(params[f"{prefix}.{n}"])
+        n += 1
+    return out
+
+
+def _encode_token(*parts: object) -> str:
+    raw = ":".join(str(p) for p in parts).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_token(token: str, *expect: str) -> list[str]:
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise AcsError("InvalidParameter.NextToken", "The NextToken is invalid.", 400) from None
+    parts = raw.split(":")
+    if len(parts) < len(expect) + 1 or parts[: len(expect)] != list(expect):
+        raise AcsError("InvalidParameter.NextToken", "The NextToken is invalid.", 400)
+    return parts[len(expect) :]
+
+
+def _ecs_time(ts: int) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%MZ")
+
+
+def _rds_time(ts: int) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _ecs_json(inst: Instance) -> dict[str, Any]:
+    return {
+        "InstanceId": inst.id,
+        "InstanceName": inst.name,
+        "HostName": inst.id,
+        "RegionId": inst.region,
+        "ZoneId": f"{inst.region}-a",
+        "Status": inst.status,
+        "InstanceType": inst.instance_type,
+        "CreationTime": _ecs_time(inst.created_at),
+        "InstanceChargeType": "PostPaid",
+        "StoppedMode": inst.stopped_mode or "Not-applicable",
+        "Tags": {"Tag": [{"TagKey": k, "TagValue": v} for k, v in inst.tags]},
+    }
+
+
+def _rds_json(inst: Instance) -> dict[str, Any]:
+    return {
+        "DBInstanceId": inst.id,
+        "DBInstanceDescription": inst.name,
+        "DBInstanceStatus": inst.status,
+        "DBInstanceClass": inst.instance_type,
+        "CreateTime": _rds_time(inst.created_at),
+        "RegionId": inst.region,
+        "ZoneId": f"{inst.region}-a",
+        "Engine": "MySQL",
+        "EngineVersion": "8.0",
+        "PayType": "Postpaid",
+        "LockMode": "Unlock",
+    }
+
+
+def _parse_time(raw: str | None, default: int) -> int:
+    """CloudMonitor accepts Unix milliseconds or ``YYYY-MM-DD HH:MM:SS`` (read as UTC here)."""
+    if raw is None or raw == "":
+        return default
+    if raw.isdigit():
+        return int(raw) // 1000
+    for fmt in ("%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%SZ"):
+        try:
+            return int(datetime.strptime(raw, fmt).replace(tzinfo=UTC).timestamp())
+        except ValueError:
+            continue
+    raise AcsError("InvalidParameter.StartTime", f"The time {raw!r} is invalid.", 400)
+
+
+class _Api:
+    def __init__(
+        self, settings: DevcloudSettings, store: Store, clock: Callable[[], float]
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.clock = clock
+        self.keys = {
+            settings.read_key_id: ("read", settings.read_key_secret.get_secret_value()),
+            settings.write_key_id: ("write", settings.write_key_secret.get_secret_value()),
+        }
+
+    # -- authentication and authorization
+
+    def authenticate(self, request: Request, body: bytes) -> tuple[str, str]:
+        auth = parse_authorization(request.headers.get("authorization"))
+        key = self.keys.get(auth.access_key_id)
+        if key is None:
+            raise AcsError("InvalidAccessKeyId.NotFound", "Specified access key is not found.", 404)
+        scope, secret = key
+        headers: dict[str, list[str]] = {}
+        for name, value in request.headers.items():
+            headers.setdefault(name.lower(), []).append(value)
+        verify(
+            method=request.method,
+            path=request.url.path,
+            query=list(request.query_params.multi_items()),
+            headers=headers,
+            body=body,
+            auth=auth,
+            secret=secret,
+        )
+        date = request.headers.get("x-acs-date", "")
+        try:
+            signed_at = (
+                datetime.strptime(date, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+            )
+        except ValueError:
+            raise AcsError(
+                "InvalidTimeStamp.Format", "Specified time stamp is invalid.", 400
+            ) from None
+        if abs(self.clock() - signed_at) > self.settings.max_clock_skew:
+            raise AcsError(
+                "InvalidTimeStamp.Expired", "Specified time stamp or date value is expired.", 400
+            )
+        nonce = request.headers.get("x-acs-signature-nonce", "")
+        if not nonce or not self.store.use_nonce(nonce, self.settings.max_clock_skew):
+            raise AcsError("SignatureNonceUsed", "Specified signature nonce was used already.", 400)
+        return auth.access_key_id, scope
+
+    @staticmethod
+    def authorize(scope: str, product: str, action: str) -> bool:
+        """True for a write action. Raises Forbidden.RAM outside the key's policy."""
+        is_write = (product, action) in _WRITE_ACTIONS
+        allowed = (product, action) in _READ_ACTIONS or (is_write and scope == "write")
+        if not allowed:
+            raise AcsError(
+                "Forbidden.RAM",
+                "User not authorized to operate on the specified resource, or this API"
+                " doesn't support RAM.",
+                403,
+            )
+        return is_write
+
+    # -- dispatch
+
+    def dispatch(
+        self, product: str, action: str, params: dict[str, str], key_id: str, request_id: str
+    ) -> dict[str, Any]:
+        handler = getattr(self, f"_{product}_{action}")
+        result: dict[str, Any] = handler(params, key_id, request_id)
+        result.setdefault("RequestId", request_id)
+        return result
+
+    # ECS
+
+    def _ecs_DescribeInstances(self, p: dict[str, str], _k: str, _r: str) -> dict[str, Any]:
+        region = _required(p, "RegionId")
+        ids = None
+        if p.get("InstanceIds"):
+            try:
+                ids = json.loads(p["InstanceIds"])
+            except ValueError:
+                raise AcsError(
+                    "InvalidInstanceIds.Malformed", "InstanceIds is malformed.", 400
+                ) from None
+            if (
+                not isinstance(ids, list)
+                or not all(isinstance(i, str) for i in ids)
+                or len(ids) > 100
+            ):
+                raise AcsError("InvalidInstanceIds.Malformed", "InstanceIds is malformed.", 400)
+        tags: list[tuple[str, str | None]] = []
+        n = 1
+        while f"Tag.{n}.Key" in p:
+            tags.append((p[f"Tag.{n}.Key"], p.get(f"Tag.{n}.Value")))
+            n += 1
+        status = p.get("Status") or None
+        return self._page(
+            "ecs",
+            region,
+            p,
+            ids=ids,
+            status=status,
+            tags=tags,
+            default_size=10,
+            render=_ecs_json,
+            list_key=("Instances", "Instance"),
+            total_key="TotalCount",
+        )
+
+    def _page(
+        self,
+        kind: str,
+        region: str,
+        p: dict[str, str],
+        *,
+        ids: list[str] | None,
+        status: str | None,
+        tags: list[tuple[str, str | None]],
+        default_size: int,
+        render: Callable[[Instance], dict[str, Any]],
+        list_key: tuple[str, str],
+        total_key: str,
+    ) -> dict[str, Any]:
+        token_mode = "NextToken" in p or "MaxResults" in p
+        if token_mode:
+            size = _int(p, "MaxResults", default_size, 1, _PAGE_MAX)
+            after = int(_decode_token(p["NextToken"], kind, region)[0]) if p.get("NextToken") else 0
+            rows, total = self.store.page(
+                kind,
+                region,
+                after=after,
+                offset=0,
+                limit=size + 1,
+                ids=ids,
+                status=status,
+                tags=tags,
+            )
+            more = len(rows) > size
+            rows = rows[:size]
+            body: dict[str, Any] = {
+                total_key: total,
+                "NextToken": _encode_token(kind, region, rows[-1].ord) if more else "",
+            }
+            if kind == "ecs":
+                body["MaxResults"] = size
+        else:
+            size = _int(p, "PageSize", default_size, 1, _PAGE_MAX)
+            number = _int(p, "PageNumber", 1, 1, 10**9)
+            rows, total = self.store.page(
+                kind,
+                region,
+                after=0,
+                offset=(number - 1) * size,
+                limit=size,
+                ids=ids,
+                status=status,
+                tags=tags,
+            )
+            body = {total_key: total, "PageNumber": number}
+            body["PageSize" if kind == "ecs" else "PageRecordCount"] = (
+                size if kind == "ecs" else len(rows)
+            )
+        body[list_key[0]] = {list_key[1]: [render(i) for i in rows]}
+        return body
+
+    def _stop_ecs(
+        self,
+        ids: list[str],
+        p: dict[str, str],
+        *,
+        key: str,
+        rid: str,
+        action: str,
+        region: str | None,
+    ) -> list[Instance]:
+        mode = p.get("StoppedMode") or None
+        if mode is not None and mode not in _STOPPED_MODES:
+            raise AcsError(
+                "InvalidParameter.StoppedMode", "The specified StoppedMode is invalid.", 400
+            )
+        return self.store.stop(
+            kind="ecs",
+            instance_ids=ids,
+            region=region,
+            stopped_mode=mode,
+            action=action,
+            request_id=rid,
+            key_id=key,
+            dry_run=_bool(p.get("DryRun")),
+        )
+
+    def _ecs_StopInstance(self, p: dict[str, str], key: str, rid: str) -> dict[str, Any]:
+        self._stop_ecs(
+            [_required(p, "InstanceId")], p, key=key, rid=rid, action="StopInstance", region=None
+        )
+        return {}
+
+    def _ecs_StopInstances(self, p: dict[str, str], key: str, rid: str) -> dict[str, Any]:
+        region = _required(p, "RegionId")
+        ids = _list(p, "InstanceId")
+        if not 1 <= len(ids) <= 100:
+            raise AcsError("MissingParameter.InstanceIds", "InstanceId.N is mandatory.", 400)
+        before = self._stop_ecs(ids, p, key=key, rid=rid, action="StopInstances", region=region)
+        return {
+            "InstanceResponses": {
+                "InstanceResponse": [
+                    {
+                        "InstanceId": i.id,
+                        "Code": "200",
+                        "Message": "success",
+                        "PreviousStatus": i.status,
+                        "CurrentStatus": "Stopping",
+                    }
+                    for i in before
+                ]
+            }
+        }
+
+    def _ecs_DeleteInstance(self, p: dict[str, str], key: str, rid: str) -> dict[str, Any]:
+        body, _ = self.store.delete_ecs(
+            region=None,
+            instance_ids=[_required(p, "InstanceId")],
+            force=_bool(p.get("Force")),
+            client_token=None,
+            action="DeleteInstance",
+            request_id=rid,
+            key_id=key,
+            dry_run=_bool(p.get("DryRun")),
+        )
+        return body
+
+    def _ecs_DeleteInstances(self, p: dict[str, str], key: str, rid: str) -> dict[str, Any]:
+        region = _required(p, "RegionId")
+        ids = _list(p, "InstanceId")
+        if not 1 <= len(ids) <= 100:
+            raise AcsError("MissingParameter.InstanceId", "InstanceId.N is mandatory.", 400)
+        token = p.get("ClientToken") or None
+        if token is not None and (len(token) > 64 or not token.isascii()):
+            raise AcsError("InvalidParameter.ClientToken", "The ClientToken is invalid.", 400)
+        body, _replayed = self.store.delete_ecs(
+            region=region,
+            instance_ids=ids,
+            force=_bool(p.get("Force")),
+            client_token=token,
+            action="DeleteInstances",
+            request_id=rid,
+            key_id=key,
+            dry_run=_bool(p.get("DryRun")),
+        )
+        return body
+
+    # RDS
+
+    def _rds_DescribeDBInstances(self, p: dict[str, str], _k: str, _r: str) -> dict[str, Any]:
+        region = _required(p, "RegionId")
+        ids = [i for i in p["DBInstanceId"].split(",") if i] if p.get("DBInstanceId") else None
+        return self._page(
+            "rds",
+            region,
+            p,
+            ids=ids,
+            status=p.get("DBInstanceStatus") or None,
+            tags=[],
+            default_size=30,
+            render=_rds_json,
+            list_key=("Items", "DBInstance"),
+            total_key="TotalRecordCount",
+        )
+
+    def _rds_ListTagResources(self, p: dict[str, str], _k: str, _r: str) -> dict[str, Any]:
+        region = _required(p, "RegionId")
+        if p.get("ResourceType", "").upper() != "INSTANCE":
+            raise AcsError("InvalidParameter.ResourceType", "ResourceType must be INSTANCE.", 400)
+        ids = _list(p, "ResourceId")
+        if not 1 <= len(ids) <= 50:
+            raise AcsError("InvalidParameter.ResourceId", "ResourceId.N takes 1 to 50 ids.", 400)
+        found = self.store.get(ids)
+        entries = [
+            {"ResourceId": iid, "ResourceType": "ALIYUN::RDS::INSTANCE", "TagKey": k, "TagValue": v}
+            for iid in ids
+            if iid in found and found[iid].kind == "rds" and found[iid].region == region
+            for k, v in found[iid].tags
+        ]
+        start = int(_decode_token(p["NextToken"], "tags")[0]) if p.get("NextToken") else 0
+        page = entries[start : start + _TAG_PAGE]
+        more = start + _TAG_PAGE < len(entries)
+        body: dict[str, Any] = {"TagResources": {"TagResource": page}}
+        if more:
+            body["NextToken"] = _encode_token("tags", start + _TAG_PAGE)
+        return body
+
+    def _rds_StopDBInstance(self, p: dict[str, str], key: str, rid: str) -> dict[str, Any]:
+        iid = _required(p, "DBInstanceId")
+        self.store.stop(
+            kind="rds",
+            instance_ids=[iid],
+            region=p.get("RegionId") or None,
+            stopped_mode=None,
+            action="StopDBInstance",
+            request_id=rid,
+            key_id=key,
+        )
+        return {"DBInstanceId": iid}
+
+    # CloudMonitor
+
+    def _cms_DescribeMetricList(self, p: dict[str, str], _k: str, _r: str) -> dict[str, Any]:
+        namespace = _required(p, "Namespace")
+        metric = _required(p, "MetricName")
+        kind_scale = METRIC_KIND.get((namespace, metric))
+        if kind_scale is None:
+            raise AcsError(
+                "InvalidParameter", f"Metric {namespace}/{metric} is not supported.", 400
+            )
+        kind, scale = kind_scale
+        period = _int(p, "Period", 60, 60, 30 * 86_400)
+        if period % 60:
+            raise AcsError("InvalidParameter.Period", "Period must be a multiple of 60.", 400)
+        length = _int(p, "Length", 1000, 1, _METRIC_PAGE_MAX)
+        now = int(self.clock())
+        end = _parse_time(p.get("EndTime"), now)
+        start = _parse_time(p.get("StartTime"), end - 3600)
+        try:
+            dims = json.loads(p.get("Dimensions") or "[]")
+        except ValueError:
+            raise AcsError(
+                "InvalidParameter.Dimensions", "Dimensions is not valid JSON.", 400
+            ) from None
+        if isinstance(dims, dict):
+            dims = [dims]
+        if not isinstance(dims, list) or not all(
+            isinstance(d, dict) and isinstance(d.get("instanceId"), str) for d in dims
+        ):
+            raise AcsError("InvalidParameter.Dimensions", "Dimensions needs instanceId.", 400)
+        ids = [d["instanceId"] for d in dims]
+        found = self.store.get(ids)
+        seed = int(self.store.get_meta("seed", "0"))
+        # Each instance's series is [first aligned period at or after creation, end).
+        spans: list[tuple[Instance, int, int]] = []
+        for iid in ids:
+            inst = found.get(iid)
+            if inst is None or inst.profile == "none" or (kind == "mem" and not inst.has_memory):
+                continue
+            first = max(start, inst.created_at)
+            first = first + (-first) % period
+            count = max(0, math.ceil((end - first) / period))
+            if count:
+                spans.append((inst, first, count))
+        offset = int(_decode_token(p["NextToken"], "m")[0]) if p.get("NextToken") else 0
+        points: list[dict[str, Any]] = []
+        skip = offset
+        for inst, first, count in spans:
+            if skip >= count:
+                skip -= count
+                continue
+            for n in range(skip, count):
+                if len(points) == length:
+                    break
+                t = first + n * period
+                avg, peak = datapoint(
+                    seed=seed,
+                    instance_id=inst.id,
+                    profile=inst.profile,
+                    kind=kind,
+                    scale=scale,
+                    t=t,
+                    period=period,
+                )
+                points.append(
+                    {
+                        "timestamp": t * 1000,
+                        "userId": ACCOUNT_ID,
+                        "instanceId": inst.id,
+                        "Minimum": round(avg * 0.5, 2),
+                        "Average": avg,
+                        "Maximum": peak,
+                    }
+                )
+            skip = 0
+            if len(points) == length:
+                break
+        total = sum(c for _, _, c in spans)
+        body: dict[str, Any] = {
+            "Code": "200",
+            "Success": True,
+            "Period": str(period),
+            # The real API returns Datapoints as a JSON string, not an array.
+            "Datapoints": json.dumps(points, separators=(",", ":")),
+        }
+        if offset + len(points) < total:
+            body["NextToken"] = _encode_token("m", offset + len(points))
+        return body
+
+
+def _error(exc: AcsError, request_id: str, host: str) -> JSONResponse:
+    return JSONResponse(
+        {
+            "RequestId": request_id,
+            "HostId": host,
+            "Code": exc.code,
+            "Message": exc.message,
+            "Recommend": f"https://api.aliyun.com/troubleshoot?q={exc.code}",
+        },
+        status_code=exc.status,
+    )
+
+
+def create_app(
+    settings: DevcloudSettings,
+    *,
+    store: Store | None = None,
+    clock: Callable[[], float] = time.time,
+) -> FastAPI:
+    store = store or Store(
+        settings.db_path, transition_seconds=settings.transition_seconds, clock=clock
+    )
+    api = _Api(settings, store, clock)
+    app = FastAPI(title="devcloud", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.store = store
+
+    @app.get("/_health")
+    def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    async def rpc(request: Request) -> Response:
+        request_id = _request_id()
+        host = request.headers.get("host", "devcloud")
+        body = await request.body()
+        try:
+            key_id, scope = api.authenticate(request, body)
+            product = _PRODUCTS.get(request.headers.get("x-acs-version", ""))
+            action = request.headers.get("x-acs-action", "")
+            if product is None:
+                raise AcsError("InvalidVersion", "Specified parameter Version is not valid.", 400)
+            is_write = api.authorize(scope, product, action)
+            params = dict(request.query_params)
+            if body and request.headers.get("content-type", "").startswith(
+                "application/x-www-form-urlencoded"
+            ):
+                form = await request.form()
+                params.update({k: str(v) for k, v in form.items()})
+            faults = store.get_faults()
+            delay = faults.latency_ms + (faults.write_latency_ms if is_write else 0)
+            if delay:
+                await asyncio.sleep(delay / 1000)
+            failing = store.consume_fault("fail_next_writes" if is_write else "fail_next_reads")
+            if failing is not None:
+                code, message, status = _FAULT_ERRORS.get(
+                    failing.fail_kind, _FAULT_ERRORS["unavailable"]
+                )
+                raise AcsError(code, message, status)
+            result = api.dispatch(product, action, params, key_id, request_id)
+        except AcsError as exc:
+            return _error(exc, request_id, host)
+        if is_write:
+            dropping = store.consume_fault("drop_next_writes")
+            if dropping is not None:
+                # Apply-then-drop: the effect is committed and logged; the caller's read
+                # timeout fires long before this answer comes.
+                await asyncio.sleep(dropping.drop_delay_ms / 1000)
+        return JSONResponse(result)
+
+    app.add_api_route("/", rpc, methods=["GET", "POST"])
+    _admin_routes(app, settings, store)
+    return app
+
+
+def _admin_routes(app: FastAPI, settings: DevcloudSettings, store: Store) -> None:
+    token = settings.admin_token.get_secret_value() if settings.admin_token else ""
+
+    def guard(request: Request) -> JSONResponse | None:
+        if not settings.enable_admin or not token:
+            return JSONResponse({"detail": "Not Found"}, status_code=404)
+        given = request.headers.get("authorization", "")
+        if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+            return JSONResponse({"detail": "unauthorized"}, status_code=401)
+        return None
+
+    async def writes(request: Request) -> Response:
+        return guard(request) or JSONResponse(
+            {
+                "writes": store.write_log(
+                    resource_id=request.query_params.get("resource_id"),
+                    action=request.query_params.get("action"),
+                )
+            }
+        )
+
+    async def faults(request: Request) -> Response:
+        denied = guard(request)
+        if denied:
+            return denied
+        if request.method == "DELETE":
+            store.set_faults(Faults())
+        elif request.method == "POST":
+            changes = await request.json()
+            current = store.get_faults().to_json()
+            unknown = set(changes) - set(current)
+            if unknown:
+                return JSONResponse(
+                    {"detail": f"unknown fault fields {sorted(unknown)}"}, status_code=422
+                )
+            current.update(changes)
+            store.set_faults(Faults.from_json(current))
+        return JSONResponse(store.get_faults().to_json())
+
+    async def truth(request: Request) -> Response:
+        return guard(request) or JSONResponse({"truth": store.truth()})
+
+    async def seed(request: Request) -> Response:
+        denied = guard(request)
+        if denied:
+            return denied
+        spec = await request.json()
+        fleet = generate_fleet(
+            seed=int(spec.get("seed", 0)),
+            instances=int(spec.get("instances", 0)),
+            rds=int(spec.get("rds", 0)),
+            now=int(spec.get("now", time.time())),
+            regions=tuple(spec.get("regions", ("ap-southeast-1",))),
+        )
+        if spec.get("replace", True):
+            store.clear_instances()
+        store.set_meta("seed", str(int(spec.get("seed", 0))))
+        return JSONResponse({"added": store.add_instances(fleet)})
+
+    async def create_instances(request: Request) -> Response:
+        denied = guard(request)
+        if denied:
+            return denied
+        items = (await request.json())["instances"]
+        specs = [
+            InstanceSpec(
+                id=i["id"],
+                kind=i.get("kind", "ecs"),
+                region=i.get("region", "ap-southeast-1"),
+                name=i.get("name", i["id"]),
+                status=i.get("status", "Running"),
+                instance_type=i.get("instance_type", "ecs.g7.large"),
+                created_at=int(i.get("created_at", time.time() - 30 * 86_400)),
+                tags=tuple((str(k), str(v)) for k, v in i.get("tags", [])),
+                truth=i.get("truth", ""),
+                profile=i.get("profile", "idle"),
+                has_memory=bool(i.get("has_memory", True)),
+            )
+            for i in items
+        ]
+        return JSONResponse({"added": store.add_instances(specs)})
+
+    async def change_instance(request: Request) -> Response:
+        denied = guard(request)
+        if denied:
+            return denied
+        iid = request.path_params["instance_id"]
+        try:
+            if request.method == "DELETE":
+                store.admin_update(iid, delete=True)
+                return JSONResponse({"deleted": iid})
+            change = await request.json()
+            inst = store.admin_update(
+                iid,
+                status=change.get("status"),
+                tags=[tuple(t) for t in change["tags"]] if "tags" in change else None,
+                add_tags=[tuple(t) for t in change.get("add_tags", [])],
+                remove_tags=change.get("remove_tags", []),
+            )
+        except KeyError:
+            return JSONResponse({"detail": f"no instance {iid}"}, status_code=404)
+        assert inst is not None  # only delete returns None
+        return JSONResponse(
+            {"id": inst.id, "status": inst.status, "tags": [list(t) for t in inst.tags]}
+        )
+
+    app.add_api_route("/_admin/writes", writes, methods=["GET"])
+    app.add_api_route("/_admin/faults", faults, methods=["GET", "POST", "DELETE"])
+    app.add_api_route("/_admin/truth", truth, methods=["GET"])
+    app.add_api_route("/_admin/seed", seed, methods=["POST"])
+    app.add_api_route("/_admin/instances", create_instances, methods=["POST"])
+    app.add_api_route(
+        "/_admin/instances/{instance_id}", change_instance, methods=["PATCH", "DELETE"]
+    )
