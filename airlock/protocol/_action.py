@@ -10,19 +10,18 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from ._common import (
     ID,
     AccountId,
-    JsonValue,
     RegionId,
     Rfc3339Utc,
     Text,
     WireModel,
     sha256_tag,
 )
-from ._json import canonical_bytes, check_tree, loads_strict
+from ._json import PARSED_STRICTLY, canonical_bytes, check_no_floats, check_tree, loads_strict
 from .errors import RefusalCode, Refused
 
 __all__ = [
@@ -44,9 +43,9 @@ ACTION_MAX_BYTES: Final = 16 * 1024
 ResourceType = Literal["ecs.instance", "rds.instance"]
 
 # Provider id formats. ASCII only: a Cyrillic "і" can never stand in for "i".
-_RESOURCE_ID_PATTERNS: Final[dict[str, str]] = {
-    "ecs.instance": r"^i-[0-9a-z]{4,64}$",
-    "rds.instance": r"^(rm|pgm|pc)-[0-9a-z]{4,64}$",
+_RESOURCE_ID_PATTERNS: Final[dict[str, re.Pattern[str]]] = {
+    "ecs.instance": re.compile(r"i-[0-9a-z]{4,64}"),
+    "rds.instance": re.compile(r"(rm|pgm|pc)-[0-9a-z]{4,64}"),
 }
 
 
@@ -89,7 +88,7 @@ class Resource(WireModel):
 
     @model_validator(mode="after")
     def _id_format(self) -> Resource:
-        if not re.fullmatch(_RESOURCE_ID_PATTERNS[self.type], self.id):
+        if _RESOURCE_ID_PATTERNS[self.type].fullmatch(self.id) is None:
             raise ValueError(f"{self.id!r} is not a valid {self.type} id")
         return self
 
@@ -110,20 +109,21 @@ class ProposedAction(WireModel):
     region: RegionId
     resource: Resource
     operation: Annotated[str, Field(pattern=r"^[a-z_]{1,32}$")]
-    params: dict[str, JsonValue]
+    params: dict[str, Any]
     precondition: Precondition
-    evidence: dict[Text, JsonValue]
+    evidence: dict[str, Any]
     reason: Annotated[Text, Field(min_length=1, max_length=2000)]
     proposed_by: ID
     created_at: Rfc3339Utc
 
-    @field_validator("evidence")
+    @field_validator("params", "evidence")
     @classmethod
-    def _evidence_nfc(cls, value: dict[str, Any]) -> dict[str, Any]:
-        try:
+    def _json_values(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        # Open-ended but signed: float-free, NFC, no surrogates. Values that came out of
+        # loads_strict were checked there already (one walk, not two).
+        if info.context is not PARSED_STRICTLY:
+            check_no_floats(value)
             check_tree(value, nfc=True)
-        except ValueError as exc:
-            raise ValueError(str(exc)) from None
         return value
 
     @model_validator(mode="after")
@@ -156,8 +156,9 @@ class ProposedAction(WireModel):
 
 
 def parse_action_value(value: Any) -> ProposedAction:
+    """Validate a value that :func:`loads_strict` returned (and nothing else)."""
     try:
-        return ProposedAction.model_validate(value)
+        return ProposedAction.model_validate(value, context=PARSED_STRICTLY)
     except ValidationError as exc:
         locs = {err["loc"][0] if err["loc"] else "" for err in exc.errors()}
         if locs <= {"operation", "params", ""} and _is_operation_error(exc):

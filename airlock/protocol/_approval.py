@@ -12,7 +12,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from ._action import Resource
 from ._common import ID, AccountId, Hash, RegionId, Text, UnixTime, WireModel
-from ._json import canonical_bytes, loads_strict
+from ._json import PARSED_STRICTLY, canonical_bytes, loads_strict
 from .errors import RefusalCode, Refused
 
 __all__ = [
@@ -80,7 +80,7 @@ class ApprovalStatement(WireModel):
         except Refused as exc:
             raise Refused(RefusalCode.E_STATEMENT, exc.detail) from None
         try:
-            return cls.model_validate(value)
+            return cls.model_validate(value, context=PARSED_STRICTLY)
         except ValidationError as exc:
             err = exc.errors()[0]
             where = ".".join(str(p) for p in err["loc"]) or "statement"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from typing import Any
+from typing import Any, Final
 
 import rfc8785
 
@@ -19,6 +19,7 @@ from .errors import RefusalCode, Refused
 
 __all__ = [
     "MAX_SAFE_INTEGER",
+    "PARSED_STRICTLY",
     "canonical_bytes",
     "check_no_floats",
     "check_tree",
@@ -30,7 +31,17 @@ __all__ = [
 MAX_SAFE_INTEGER = 2**53 - 1
 _MAX_DEPTH = 32
 _UTF8_BOM = b"\xef\xbb\xbf"
+_CONTAINERS = (dict, list)
 _SURROGATE = re.compile("[\ud800-\udfff]")
+# A \u escape that could produce a non-ASCII code point, and so a lone surrogate or a
+# non-NFC sequence that the raw text does not show. RFC 8785 output only escapes control
+# characters (\u0000-\u001f), so canonical input never takes the slow path.
+_HIDING_ESCAPE = re.compile(r"\\u(?!00[0-7][0-9a-fA-F])")
+
+#: Validation context proving a value came out of :func:`loads_strict` (floats, surrogates
+#: and, with nfc, non-NFC text already refused), so models need not walk it again. A
+#: private object, so no caller can claim it by accident.
+PARSED_STRICTLY: Final[dict[object, bool]] = {object(): True}
 
 
 class _Reject(ValueError):
@@ -56,11 +67,46 @@ def _float(text: str) -> Any:
     raise _Reject(f"non-integer number {text!r}: signed objects carry no floats")
 
 
-def _int(text: str) -> int:
-    value = int(text)
-    if abs(value) > MAX_SAFE_INTEGER:
-        raise _Reject(f"integer {text} outside ±(2^53 - 1)")
-    return value
+# Integers are parsed by json's C fast path (a parse_int hook costs a Python call per
+# number); the range is checked after. Only a number of 16+ digits can be out of range
+# (2^53 - 1 has 16). To find one cheaply, map digits to "0", '"' to itself and the rest to
+# ".": a number token is preceded by one of ":,[ -" (now ".") or starts the text, while a
+# digit run right after '"' is inside a string. Digits inside a string after other text
+# still match, which only costs the exact walk.
+_DIGIT_SHAPE: Final = bytes(
+    ord("0") if chr(c).isdigit() and c < 128 else c if c == ord('"') else ord(".")
+    for c in range(256)
+)
+_SIXTEEN = b"0" * 16
+
+
+def _maybe_long_number(raw: bytes) -> bool:
+    shape = raw.translate(_DIGIT_SHAPE)
+    return b"." + _SIXTEEN in shape or shape.startswith(_SIXTEEN)
+
+
+def _check_ints(value: Any) -> None:
+    if type(value) is int:
+        value = [value]
+    elif type(value) not in _CONTAINERS:
+        return
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        for item in node.values() if type(node) is dict else node:
+            if type(item) is int and abs(item) > MAX_SAFE_INTEGER:
+                raise _Reject(f"integer {item} outside ±(2^53 - 1)")
+            if type(item) in _CONTAINERS:
+                stack.append(item)
+
+
+# Built once: json.loads with hooks would build a decoder and scanner on every call.
+_DECODER: Final = json.JSONDecoder(
+    object_pairs_hook=_pairs,
+    parse_constant=_constant,
+    parse_float=_float,
+    strict=True,  # control characters inside strings are refused
+)
 
 
 def _check_tree(value: Any, depth: int, nfc: bool) -> None:
@@ -75,6 +121,30 @@ def _check_tree(value: Any, depth: int, nfc: bool) -> None:
     elif isinstance(value, list):
         for item in value:
             _check_tree(item, depth + 1, nfc)
+
+
+def _check_depth(value: Any) -> None:
+    # Iterative, over containers only: strings and numbers are not visited.
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > _MAX_DEPTH:
+            raise _Reject(f"nesting deeper than {_MAX_DEPTH}")
+        items = node.values() if type(node) is dict else node
+        stack.extend((item, depth + 1) for item in items if type(item) in _CONTAINERS)
+
+
+def _check_parsed(text: str, value: Any, nfc: bool) -> None:
+    # Fewer than _MAX_DEPTH brackets in the whole text cannot nest deeper than that.
+    if text.count("[") + text.count("{") > _MAX_DEPTH:
+        _check_depth(value)
+    # Without an escape that could hide a code point, every string is a verbatim slice of
+    # the text between two '"', and '"' is a stable code point (UAX #15: a starter that
+    # never composes), so the text is NFC exactly when every string in it is. Surrogates
+    # cannot come from valid UTF-8.
+    if _HIDING_ESCAPE.search(text) is None and (not nfc or unicodedata.is_normalized("NFC", text)):
+        return
+    _check_tree(value, 0, nfc)
 
 
 def check_tree(value: Any, *, nfc: bool) -> None:
@@ -108,15 +178,10 @@ def loads_strict(data: bytes, *, max_bytes: int, nfc: bool = True) -> Any:
         # Decode ourselves: json.loads(bytes) would sniff UTF-16/32. Python's strict
         # UTF-8 decoder also refuses encoded surrogates and overlong forms.
         text = raw.decode("utf-8", errors="strict")
-        value = json.loads(
-            text,
-            object_pairs_hook=_pairs,
-            parse_constant=_constant,
-            parse_float=_float,
-            parse_int=_int,
-            strict=True,  # control characters inside strings are refused
-        )
-        _check_tree(value, 0, nfc)
+        value = _DECODER.decode(text)
+        if _maybe_long_number(raw):
+            _check_ints(value)
+        _check_parsed(text, value, nfc)
     except UnicodeDecodeError as exc:
         raise Refused(RefusalCode.E_PARSE, f"invalid UTF-8 at byte {exc.start}") from None
     except RecursionError:

@@ -16,7 +16,7 @@ from collections.abc import Container
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ._action import ACTION_MAX_BYTES, ProposedAction, action_hash, check_operation
+from ._action import ACTION_MAX_BYTES, ProposedAction, action_hash
 from ._action import parse_action_value as _parse_action_value
 from ._approval import APPROVAL_PAYLOAD_TYPE, ApprovalStatement
 from ._b64 import b64decode_strict, b64encode
@@ -131,23 +131,23 @@ def verify_bundle(
     presented = action_hash(action_bytes)
     if not hmac.compare_digest(presented.encode(), statement.action_hash.encode()):
         raise Refused(RefusalCode.E_ACTION_HASH, "the action is not the one approved")
-    action = _parse_action_value(loads_strict(action_bytes, max_bytes=ACTION_MAX_BYTES))
-    # (10) the statement and the action agree on what is done, to what, where
-    if (
-        statement.proposal_id != action.proposal_id
-        or statement.provider != action.provider
-        or statement.account != action.account
-        or statement.region != action.region
-        or statement.resource != action.resource
-        or statement.operation != action.operation
+    action_value = loads_strict(action_bytes, max_bytes=ACTION_MAX_BYTES)
+    # (10) the statement and the action agree on what is done, to what, where. Compared on
+    # the parsed value (exact str/dict equality) so that (11) below is the one place the
+    # action model, and with it the operation allowlist, is checked.
+    if not isinstance(action_value, dict) or (
+        action_value.get("proposal_id") != statement.proposal_id
+        or action_value.get("provider") != statement.provider
+        or action_value.get("account") != statement.account
+        or action_value.get("region") != statement.region
+        or action_value.get("resource")
+        != {"type": statement.resource.type, "id": statement.resource.id}
+        or action_value.get("operation") != statement.operation
     ):
         raise Refused(RefusalCode.E_MISMATCH, "statement and action name different targets")
-    # (11) allowlisted operation with valid params (the model checked it; check again
-    # here so the rule holds even if the model ever changes)
-    try:
-        check_operation(action.resource.type, action.operation, action.params)
-    except ValueError as exc:
-        raise Refused(RefusalCode.E_OPERATION, str(exc)) from None
+    # (11) a valid action whose operation is allowlisted with valid params: E_OPERATION for
+    # the operation or params, E_PARSE for any other invalid field
+    action = _parse_action_value(action_value)
     # (12) not revoked
     if statement.approval_id in revoked:
         raise Refused(RefusalCode.E_REVOKED, f"approval {statement.approval_id} was revoked")
