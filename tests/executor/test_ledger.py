@@ -1,0 +1,316 @@
+"""The ledger's guarantees (DESIGN §2.5): immutable terminal rows, fencing, recovery,
+human resolution, receipts, and a tamper-evident audit chain."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.exc import DBAPIError
+
+from airlock.protocol import RefusalCode, canonical_bytes
+from airlock.store import verify_chain
+from services.executor import (
+    ConfigError,
+    Failpoints,
+    ReceiptSigner,
+    ResolutionError,
+    State,
+    generate_receipt_key,
+    verify_receipt,
+)
+from services.executor.errors import SimulatedCrash
+from services.executor.models import ledger, refusals, resolutions
+
+from .conftest import Env
+from .support import TTL, make_test_bundle, receipt_keyset
+
+
+def _crash_at(point: str) -> Failpoints:
+    def _raise(p: str) -> None:
+        raise SimulatedCrash(p)
+
+    return Failpoints(frozenset({point}), action=_raise)
+
+
+def _raw(env: Env, statement: str) -> None:
+    with env.engine.begin() as conn:
+        conn.exec_driver_sql(statement)
+
+
+def _state(env: Env, approval_id: str) -> str:
+    with env.engine.connect() as conn:
+        return str(
+            conn.execute(
+                sa.select(ledger.c.state).where(ledger.c.approval_id == approval_id)
+            ).scalar_one()
+        )
+
+
+@pytest.mark.parametrize("terminal", ["succeeded", "refused"])
+def test_terminal_rows_cannot_be_updated_or_deleted(env: Env, terminal: str) -> None:
+    b = make_test_bundle(1)
+    if terminal == "succeeded":
+        env.cloud.add("ecs.instance", b.resource_id)
+    assert env.executor.execute(b.raw).state == State(terminal)
+    assert env.executor.execute(b.raw).refusal_code is RefusalCode.E_REPLAY
+    aid = b.approval_id
+    for statement in (
+        f"UPDATE executor_ledger SET state = 'executing' WHERE approval_id = '{aid}'",
+        f"UPDATE executor_ledger SET detail = 'rewritten' WHERE approval_id = '{aid}'",
+        f"UPDATE executor_ledger SET receipt = NULL WHERE approval_id = '{aid}'",
+        f"DELETE FROM executor_ledger WHERE approval_id = '{aid}'",
+        "DELETE FROM executor_refusals",
+        "UPDATE executor_refusals SET code = 'E_NONE'",
+    ):
+        with pytest.raises(DBAPIError):
+            _raw(env, statement)
+    assert _state(env, aid) == terminal
+
+
+def test_active_rows_allow_only_the_designed_transitions(env: Env) -> None:
+    b = make_test_bundle(2)
+    env.cloud.add("ecs.instance", b.resource_id)
+    env.executor = env.another_worker("crashy", failpoints=_crash_at("after_consume"))
+    with pytest.raises(SimulatedCrash):
+        env.executor.execute(b.raw)
+    aid = b.approval_id
+    assert _state(env, aid) == "claimed"
+    for statement in (
+        f"UPDATE executor_ledger SET state = 'succeeded' WHERE approval_id = '{aid}'",
+        f"UPDATE executor_ledger SET nonce = 'ff' WHERE approval_id = '{aid}'",
+        f"UPDATE executor_ledger SET action_hash = 'sha256:00' WHERE approval_id = '{aid}'",
+        f"UPDATE executor_ledger SET lease_epoch = 0 WHERE approval_id = '{aid}'",
+        f"DELETE FROM executor_ledger WHERE approval_id = '{aid}'",
+    ):
+        with pytest.raises(DBAPIError):
+            _raw(env, statement)
+    assert _state(env, aid) == "claimed"
+
+
+def test_a_fenced_off_owner_cannot_record_an_outcome(env: Env) -> None:
+    """A slow worker whose lease was taken over matches zero rows and stops."""
+    b = make_test_bundle(3)
+    env.cloud.add("ecs.instance", b.resource_id)
+    slow = env.another_worker("slow", failpoints=_crash_at("after_executing_commit"))
+    with pytest.raises(SimulatedCrash):
+        slow.execute(b.raw)
+    env.clock.advance(env.executor.lease_seconds)
+    (recovered,) = env.another_worker("rescuer").recover()
+    # A stop has no provider token and its effect is not visible: in doubt, no retry.
+    assert recovered.state is State.IN_DOUBT and env.cloud.calls == []
+    # The slow worker wakes up and tries to go on with its old epoch.
+    from services.executor.errors import Fenced
+    from services.executor.service import Work
+
+    with env.engine.connect() as conn:
+        row = conn.execute(sa.select(ledger).where(ledger.c.approval_id == b.approval_id))
+        epoch = row.mappings().one()["lease_epoch"]
+    assert epoch == 2
+    from services.executor.models import LedgerRow
+
+    with env.engine.connect() as conn:
+        mapping = (
+            conn.execute(sa.select(ledger).where(ledger.c.approval_id == b.approval_id))
+            .mappings()
+            .one()
+        )
+    stale = Work.from_row(LedgerRow.from_mapping(mapping), owner="slow", epoch=1)
+    with pytest.raises(Fenced):
+        slow._finish(stale, State.EXECUTING, State.SUCCEEDED, request_id="late")
+    assert _state(env, b.approval_id) == "in_doubt"
+    assert verify_chain(env.engine).ok
+
+
+@pytest.mark.parametrize(
+    ("point", "operation", "expected"),
+    [
+        ("after_consume", "stop", State.SUCCEEDED),
+        ("after_executing_commit", "stop", State.IN_DOUBT),
+        ("after_executing_commit", "delete", State.SUCCEEDED),
+        ("after_cloud_call", "stop", State.SUCCEEDED),
+        ("after_outcome_commit", "stop", State.SUCCEEDED),
+    ],
+)
+def test_recovery_after_a_crash_is_verify_first(
+    env: Env, point: str, operation: str, expected: State
+) -> None:
+    status = "Stopped" if operation == "delete" else "Running"
+    b = make_test_bundle(4, operation=operation, status=status)
+    env.cloud.add("ecs.instance", b.resource_id, status=status)
+    crashy = env.another_worker("crashy", failpoints=_crash_at(point))
+    with pytest.raises(SimulatedCrash):
+        crashy.execute(b.raw)
+    env.clock.advance(env.executor.lease_seconds)
+    env.executor.recover()
+    assert _state(env, b.approval_id) == expected
+    assert env.cloud.writes_for(b.resource_id) == (0 if expected is State.IN_DOUBT else 1)
+    assert verify_chain(env.engine).ok
+
+
+def test_claimed_row_past_its_expiry_is_refused_on_recovery(env: Env) -> None:
+    b = make_test_bundle(5)
+    env.cloud.add("ecs.instance", b.resource_id)
+    crashy = env.another_worker("crashy", failpoints=_crash_at("after_consume"))
+    with pytest.raises(SimulatedCrash):
+        crashy.execute(b.raw)
+    env.clock.advance(TTL)
+    (outcome,) = env.executor.recover()
+    assert outcome.state is State.REFUSED and outcome.refusal_code is RefusalCode.E_EXPIRED
+    assert env.cloud.calls == []
+
+
+def test_in_doubt_is_resolved_only_by_an_audited_human_decision(env: Env) -> None:
+    b = make_test_bundle(6)
+    env.cloud.add("ecs.instance", b.resource_id)
+    env.cloud.next_fault = "timeout_before"
+    assert env.executor.execute(b.raw).state is State.IN_DOUBT
+    with pytest.raises(ResolutionError):
+        env.executor.resolve(b.approval_id, happened=False, by="  ", note="")
+    outcome = env.executor.resolve(
+        b.approval_id, happened=False, by="alice", note="console shows Running"
+    )
+    assert outcome.receipt is not None
+    receipt = verify_receipt(
+        canonical_bytes(outcome.receipt.to_value()), receipt_keyset(), env.clock()
+    )
+    assert receipt.outcome == "resolved" and receipt.resolution is not None
+    assert (receipt.resolution.decision, receipt.resolution.by) == ("did_not_happen", "alice")
+    with pytest.raises(ResolutionError, match="already resolved"):
+        env.executor.resolve(b.approval_id, happened=True, by="bob", note="")
+    with pytest.raises(DBAPIError):
+        _raw(env, "UPDATE executor_resolutions SET decision = 'happened'")
+    with env.engine.connect() as conn:
+        decided = conn.execute(sa.select(resolutions.c.decided_by)).scalars().all()
+    assert decided == ["alice"]
+    assert _state(env, b.approval_id) == "in_doubt"
+    events = [line for line in _events(env) if '"type":"executor.resolved"' in line]
+    assert len(events) == 1 and '"by":"alice"' in events[0]
+
+
+def test_only_in_doubt_rows_can_be_resolved(env: Env) -> None:
+    b = make_test_bundle(7)
+    env.cloud.add("ecs.instance", b.resource_id)
+    env.executor.execute(b.raw)
+    with pytest.raises(ResolutionError, match="not in_doubt"):
+        env.executor.resolve(b.approval_id, happened=True, by="alice", note="")
+    with pytest.raises(ResolutionError, match="no ledger row"):
+        env.executor.resolve("apv_doesnotexist", happened=True, by="alice", note="")
+
+
+def _events(env: Env) -> list[str]:
+    with env.engine.connect() as conn:
+        return list(conn.exec_driver_sql("SELECT event FROM audit_log ORDER BY seq").scalars())
+
+
+def test_tampering_with_any_executor_audit_row_is_detected(env: Env) -> None:
+    for n, fault in enumerate(["none", "refuse", "timeout_before"]):
+        b = make_test_bundle(10 + n)
+        env.cloud.add("ecs.instance", b.resource_id)
+        env.cloud.next_fault = None if fault == "none" else fault
+        env.executor.execute(b.raw)
+    env.executor.execute(make_test_bundle(10).raw)  # a replay
+    assert verify_chain(env.engine).ok
+    with env.engine.connect() as conn:
+        rows = conn.exec_driver_sql("SELECT seq, event FROM audit_log ORDER BY seq").all()
+    assert len(rows) >= 9
+    postgres = env.engine.dialect.name == "postgresql"
+    # An attacker with the database can drop the append-only triggers; the chain still
+    # names the first row they touched.
+    if postgres:
+        _raw(env, "ALTER TABLE audit_log DISABLE TRIGGER USER")
+    else:
+        _raw(env, "DROP TRIGGER audit_log_no_update")
+    for seq, event in rows:
+        forged = event.replace('"type":"', '"type":"x', 1)
+        with env.engine.begin() as conn:
+            conn.exec_driver_sql(
+                "UPDATE audit_log SET event = %s WHERE seq = %s"
+                if postgres
+                else "UPDATE audit_log SET event = ? WHERE seq = ?",
+                (forged, seq),
+            )
+        report = verify_chain(env.engine)
+        assert report.fault is not None and report.fault.seq == seq
+        with env.engine.begin() as conn:
+            conn.exec_driver_sql(
+                "UPDATE audit_log SET event = %s WHERE seq = %s"
+                if postgres
+                else "UPDATE audit_log SET event = ? WHERE seq = ?",
+                (event, seq),
+            )
+    assert verify_chain(env.engine).ok
+
+
+def test_airlock_audit_verify_names_the_tampered_executor_row(env: Env) -> None:
+    from typer.testing import CliRunner
+
+    from airlock.cli import app
+
+    b = make_test_bundle(20)
+    env.cloud.add("ecs.instance", b.resource_id)
+    env.executor.execute(b.raw)
+    runner = CliRunner()
+    ok = runner.invoke(app, ["audit", "verify", "--db", env.url])
+    assert ok.exit_code == 0, ok.output
+    if env.engine.dialect.name == "postgresql":
+        _raw(env, "ALTER TABLE audit_log DISABLE TRIGGER USER")
+    else:
+        _raw(env, "DROP TRIGGER audit_log_no_update")
+    _raw(env, "UPDATE audit_log SET event = replace(event, 'worker-a', 'worker-z') WHERE seq = 2")
+    bad = runner.invoke(app, ["audit", "verify", "--db", env.url])
+    assert bad.exit_code == 1 and "seq 2" in bad.output
+
+
+def test_refusals_table_records_the_bundle_digest_not_unauthenticated_ids(env: Env) -> None:
+    b = make_test_bundle(21)
+    env.executor.execute(b.raw.replace(b'"sig":"', b'"sig":"A', 1))
+    with env.engine.connect() as conn:
+        row = conn.execute(sa.select(refusals)).mappings().one()
+    assert row["approval_id"] is None and row["bundle_sha256"].startswith("sha256:")
+
+
+def test_receipt_key_must_be_private_to_its_owner(tmp_path: Path) -> None:
+    path = tmp_path / "receipt.pem"
+    signer = generate_receipt_key(path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert ReceiptSigner.from_file(path).keyid == signer.keyid
+    with pytest.raises(FileExistsError):
+        generate_receipt_key(path)  # never overwrite a key
+    os.chmod(path, 0o640)
+    with pytest.raises(ConfigError, match="0600"):
+        ReceiptSigner.from_file(path)
+
+
+def test_receipts_do_not_verify_under_the_approval_key(env: Env) -> None:
+    from services.executor import InvalidReceipt
+
+    from .support import keyset
+
+    b = make_test_bundle(22)
+    env.cloud.add("ecs.instance", b.resource_id)
+    outcome = env.executor.execute(b.raw)
+    assert outcome.receipt is not None
+    data = canonical_bytes(outcome.receipt.to_value())
+    with pytest.raises(InvalidReceipt):
+        verify_receipt(data, keyset(), env.clock())
+    tampered = data.replace(b'"payload":"', b'"payload":"ey', 1)
+    with pytest.raises(InvalidReceipt):
+        verify_receipt(tampered, receipt_keyset(), env.clock())
+
+
+def test_failpoints_cannot_be_armed_outside_dev() -> None:
+    with pytest.raises(ConfigError, match="AIRLOCK_ENV"):
+        Failpoints.from_env({"AIRLOCK_EXECUTOR_FAILPOINTS": "after_consume"})
+    with pytest.raises(ConfigError, match="AIRLOCK_ENV"):
+        Failpoints.from_env({"AIRLOCK_EXECUTOR_FAILPOINTS": "after_consume", "AIRLOCK_ENV": "prod"})
+    with pytest.raises(ConfigError, match="unknown"):
+        Failpoints.from_env({"AIRLOCK_EXECUTOR_FAILPOINTS": "before_lunch", "AIRLOCK_ENV": "dev"})
+    armed = Failpoints.from_env(
+        {"AIRLOCK_EXECUTOR_FAILPOINTS": "after_consume", "AIRLOCK_ENV": "dev"}
+    )
+    assert armed.armed == {"after_consume"}
+    assert Failpoints.from_env({}).armed == frozenset()
