@@ -6,7 +6,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv test lint fmt up conformance bench clean
+CHROMIUM := /usr/bin/chromium
+
+.PHONY: help venv sysdeps test lint fmt up conformance bench clean
 
 help:
 	@echo "make up           run the whole system locally (SQLite, devcloud)"
@@ -23,7 +25,20 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-test: $(STAMP)
+# Browser tests drive Debian's chromium through Playwright; never a downloaded browser.
+$(CHROMIUM):
+	@if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	  echo "installing Debian's chromium for the browser tests"; \
+	  apt-get install -y -q chromium >/dev/null 2>&1 || \
+	  (apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null); \
+	else \
+	  echo "chromium is missing: install Debian's 'chromium' package (sudo apt-get install chromium)"; \
+	  exit 1; \
+	fi
+
+sysdeps: $(CHROMIUM)
+
+test: $(STAMP) sysdeps
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
