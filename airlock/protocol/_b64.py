@@ -13,7 +13,8 @@ def b64decode_strict(text: object) -> bytes:
     if not isinstance(text, str) or not text.isascii():
         raise ValueError("not base64 text")
     try:
-        data = base64.b64decode(text, validate=True)
+        # strict_mode (3.11+): only the alphabet, correct padding, nothing after it.
+        data = binascii.a2b_base64(text.encode("ascii"), strict_mode=True)
     except (binascii.Error, ValueError):
         raise ValueError("invalid base64") from None
     # validate=True still accepts non-zero padding bits in the last quantum, so two texts

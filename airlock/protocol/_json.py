@@ -78,11 +78,12 @@ _DIGIT_SHAPE: Final = bytes(
     for c in range(256)
 )
 _SIXTEEN = b"0" * 16
+_TOKEN_OF_SIXTEEN = b"." + _SIXTEEN
 
 
 def _maybe_long_number(raw: bytes) -> bool:
     shape = raw.translate(_DIGIT_SHAPE)
-    return b"." + _SIXTEEN in shape or shape.startswith(_SIXTEEN)
+    return _TOKEN_OF_SIXTEEN in shape or shape.startswith(_SIXTEEN)
 
 
 def _check_ints(value: Any) -> None:
