@@ -66,7 +66,15 @@ def serve_command(
     app = create_app(settings)
     # One worker: the fault counters and nonces live in SQLite and would work with more,
     # but a single process keeps latency injection and tests simple to reason about.
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", workers=1)
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level="warning",
+        workers=1,
+        # Responses withheld by an apply-then-drop fault are not worth draining on exit.
+        timeout_graceful_shutdown=1,
+    )
 
 
 @devcloud_app.command("seed")

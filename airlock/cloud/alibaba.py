@@ -12,7 +12,7 @@ double write. Unknown outcomes are raised as :class:`UnknownOutcome` for the cal
 probe.
 
 Metrics (CloudMonitor ``DescribeMetricList``; the namespace follows the resource id:
-``i-…`` → ``acs_ecs_dashboard``, ``rm-…`` → ``acs_rds_dashboard``). Metric names are the
+``i-…`` → ``acs_ecs_dashboard``, ``rm-…`` (RDS) → ``acs_rds_dashboard``). Metric names are the
 vendor's, listed in :data:`ECS_METRICS` / :data:`RDS_METRICS` with their units:
 
 =========================  ==============================================  ==========
@@ -91,8 +91,9 @@ _RDS_NAMESPACE: Final = "acs_rds_dashboard"
 _MAX_PAGE: Final = 100  # ECS and RDS both cap MaxResults at 100
 _METRIC_PAGE: Final = 1440  # CloudMonitor's cap on Length
 _TAG_BATCH: Final = 50  # RDS ListTagResources takes at most 50 ResourceId.N
-_ECS_ID = re.compile(r"^i-[0-9a-z]{4,64}$")
-_RDS_ID = re.compile(r"^rm-[0-9a-z]{4,64}$")
+# The kernel's formats (airlock.protocol); always used with fullmatch ("$" admits "\n").
+_ECS_ID = re.compile(r"i-[0-9a-z]{4,64}")
+_RDS_ID = re.compile(r"(rm|pgm|pc)-[0-9a-z]{4,64}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -397,7 +398,7 @@ class AlibabaReader:
         self, region: str, resource_type: ResourceType, resource_id: str
     ) -> LiveState | None:
         if resource_type == "ecs.instance":
-            if not _ECS_ID.match(resource_id):
+            if not _ECS_ID.fullmatch(resource_id):
                 raise ValueError(f"not an ECS instance id: {resource_id!r}")
             body = self._describe_ecs(
                 region, instance_ids=json.dumps([resource_id]), max_results=_MAX_PAGE
@@ -408,7 +409,7 @@ class AlibabaReader:
                     return _ecs_state(region, inst)
             return None
         if resource_type == "rds.instance":
-            if not _RDS_ID.match(resource_id):
+            if not _RDS_ID.fullmatch(resource_id):
                 raise ValueError(f"not an RDS instance id: {resource_id!r}")
             try:
                 body = self._describe_rds(region, dbinstance_id=resource_id)
@@ -491,11 +492,11 @@ class AlibabaReader:
 
     @staticmethod
     def _namespace(resource_ids: Sequence[str], metric: str) -> str:
-        if all(_ECS_ID.match(r) for r in resource_ids):
+        if all(_ECS_ID.fullmatch(r) for r in resource_ids):
             if metric not in ECS_METRICS:
                 raise ValueError(f"unsupported ECS metric {metric!r}")
             return _ECS_NAMESPACE
-        if all(_RDS_ID.match(r) for r in resource_ids):
+        if all(_RDS_ID.fullmatch(r) for r in resource_ids):
             if metric not in RDS_METRICS:
                 raise ValueError(f"unsupported RDS metric {metric!r}")
             return _RDS_NAMESPACE
@@ -517,7 +518,7 @@ class AlibabaWriter:
         self._clients = _Clients(config)
 
     def stop_ecs(self, region: str, instance_id: str, *, stopped_mode: str) -> WriteResult:
-        if not _ECS_ID.match(instance_id):
+        if not _ECS_ID.fullmatch(instance_id):
             raise ValueError(f"not an ECS instance id: {instance_id!r}")
         if stopped_mode not in _STOPPED_MODES:
             raise ValueError(f"stopped_mode must be one of {sorted(_STOPPED_MODES)}")
@@ -532,7 +533,7 @@ class AlibabaWriter:
         return WriteResult(request_id=str(resp.body.request_id or ""))
 
     def delete_ecs(self, region: str, instance_id: str, *, client_token: str) -> WriteResult:
-        if not _ECS_ID.match(instance_id):
+        if not _ECS_ID.fullmatch(instance_id):
             raise ValueError(f"not an ECS instance id: {instance_id!r}")
         # Alibaba: ClientToken is ASCII, at most 64 characters.
         if not client_token or len(client_token) > 64 or not client_token.isascii():
@@ -549,7 +550,7 @@ class AlibabaWriter:
         return WriteResult(request_id=str(resp.body.request_id or ""))
 
     def stop_rds(self, region: str, instance_id: str) -> WriteResult:
-        if not _RDS_ID.match(instance_id):
+        if not _RDS_ID.fullmatch(instance_id):
             raise ValueError(f"not an RDS instance id: {instance_id!r}")
         client = self._clients.get("rds", region)
         request = rds_models.StopDBInstanceRequest(region_id=region, dbinstance_id=instance_id)

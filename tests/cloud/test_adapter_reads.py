@@ -1,0 +1,140 @@
+"""The real SDK clients, through the adapter, read devcloud page by page."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from airlock.cloud.alibaba import AlibabaReader
+from airlock.cloud.ports import CloudReader
+from services.devcloud import generate_fleet
+from tests.support.devcloud import DevcloudHandle
+
+from .conftest import FLEET_ECS, FLEET_NOW, FLEET_RDS, FLEET_SEED
+
+REGION = "ap-southeast-1"
+
+
+def test_reader_implements_the_port(devcloud: DevcloudHandle) -> None:
+    assert isinstance(devcloud.reader(), CloudReader)
+
+
+def test_ecs_listing_walks_every_page(devcloud: DevcloudHandle) -> None:
+    reader = devcloud.reader()
+    seen = [s.resource_id for s in reader.list_instances(REGION, "ecs.instance", page_size=100)]
+    assert len(seen) == FLEET_ECS == len(set(seen))
+    assert reader.calls["ecs:DescribeInstances"] == 4  # 350 at 100 a page: > 3 pages
+
+
+def test_rds_listing_walks_every_page_with_tags(devcloud: DevcloudHandle) -> None:
+    reader = devcloud.reader()
+    states = list(reader.list_instances(REGION, "rds.instance", page_size=10))
+    assert len(states) == FLEET_RDS == len({s.resource_id for s in states})
+    assert reader.calls["rds:DescribeDBInstances"] == 5
+    expected = {
+        s.id: dict(s.tags)
+        for s in generate_fleet(seed=FLEET_SEED, instances=FLEET_ECS, rds=FLEET_RDS, now=FLEET_NOW)
+        if s.kind == "rds"
+    }
+    assert {s.resource_id: dict(s.tags) for s in states} == expected
+
+
+def test_listing_a_region_without_instances_is_empty(devcloud: DevcloudHandle) -> None:
+    assert list(devcloud.reader().list_instances("eu-central-1", "ecs.instance")) == []
+
+
+def test_hostile_names_and_tags_survive_the_round_trip(devcloud: DevcloudHandle) -> None:
+    fleet = generate_fleet(seed=FLEET_SEED, instances=FLEET_ECS, rds=FLEET_RDS, now=FLEET_NOW)
+    listed = {s.resource_id: s for s in devcloud.reader().list_instances(REGION, "ecs.instance")}
+    hostile = 0
+    for spec in (s for s in fleet if s.kind == "ecs"):
+        state = listed[spec.id]
+        assert state.name == spec.name
+        assert dict(state.tags) == dict(spec.tags)
+        assert state.instance_type == spec.instance_type
+        assert state.status == spec.status
+        # ECS reports creation time to the minute
+        created = datetime.fromtimestamp(spec.created_at - spec.created_at % 60, UTC)
+        assert state.created_at == created.strftime("%Y-%m-%dT%H:%M:%SZ")
+        if any(c in spec.name for c in "<>\"'") or not spec.name.isascii():
+            hostile += 1
+    assert hostile > 10  # the fleet really does carry markup, quotes and non-ASCII names
+
+
+def test_get_state_reads_one_instance(devcloud: DevcloudHandle) -> None:
+    spec = next(
+        s
+        for s in generate_fleet(seed=FLEET_SEED, instances=FLEET_ECS, rds=FLEET_RDS, now=FLEET_NOW)
+        if s.kind == "ecs" and s.truth == "protected"
+    )
+    state = devcloud.reader().get_state(REGION, "ecs.instance", spec.id)
+    assert state is not None
+    assert (state.resource_id, state.region, state.status) == (spec.id, REGION, spec.status)
+    assert dict(state.tags) == dict(spec.tags)
+
+
+def test_get_state_of_a_missing_instance_is_none(devcloud: DevcloudHandle) -> None:
+    reader = devcloud.reader()
+    assert reader.get_state(REGION, "ecs.instance", "i-doesnotexist0") is None
+    assert reader.get_state(REGION, "rds.instance", "rm-doesnotexist0") is None
+
+
+def test_get_state_refuses_an_id_that_is_not_the_kernel_format(devcloud: DevcloudHandle) -> None:
+    with pytest.raises(ValueError, match="not an ECS instance id"):
+        devcloud.reader().get_state(REGION, "ecs.instance", "i-abcd\n")
+
+
+def _old_running(kind: str, n: int) -> list[str]:
+    fleet = generate_fleet(seed=FLEET_SEED, instances=FLEET_ECS, rds=FLEET_RDS, now=FLEET_NOW)
+    return [
+        s.id
+        for s in fleet
+        if s.kind == kind and s.truth not in ("young", "stopped") and s.has_memory
+    ][:n]
+
+
+def test_metrics_walk_every_page(devcloud: DevcloudHandle) -> None:
+    reader = devcloud.reader()
+    ids = _old_running("ecs", 20)
+    start, end = FLEET_NOW - 14 * 86_400, FLEET_NOW
+    points = list(
+        reader.get_metrics_many(REGION, ids, "CPUUtilization", start=start, end=end, period=3600)
+    )
+    assert len(points) == 20 * 336  # 6720 datapoints at 1440 a page: 5 pages
+    assert reader.calls["cms:DescribeMetricList"] == 5
+    for rid in ids:
+        stamps = [p.timestamp for r, p in points if r == rid]
+        assert stamps == list(range(start, end, 3600))
+    assert all(0 <= p.average <= p.maximum <= 100 for _, p in points)
+
+
+def test_single_instance_metrics_match_the_batched_ones(devcloud: DevcloudHandle) -> None:
+    reader: AlibabaReader = devcloud.reader()
+    rid = _old_running("ecs", 1)[0]
+    start, end = FLEET_NOW - 3 * 86_400, FLEET_NOW
+    one = list(reader.get_metrics(REGION, rid, "IntranetInRate", start=start, end=end, period=3600))
+    many = [
+        p
+        for r, p in reader.get_metrics_many(
+            REGION, [rid], "IntranetInRate", start=start, end=end, period=3600
+        )
+    ]
+    assert one == many and len(one) == 72
+
+
+def test_rds_metrics_use_the_rds_namespace(devcloud: DevcloudHandle) -> None:
+    rid = _old_running("rds", 1)[0]
+    points = list(
+        devcloud.reader().get_metrics(
+            REGION, rid, "CpuUsage", start=FLEET_NOW - 86_400, end=FLEET_NOW, period=3600
+        )
+    )
+    assert len(points) == 24
+
+
+def test_unknown_metric_is_refused_before_any_call(devcloud: DevcloudHandle) -> None:
+    reader = devcloud.reader()
+    with pytest.raises(ValueError, match="unsupported ECS metric"):
+        list(reader.get_metrics(REGION, "i-abcd1234", "DiskUsage", start=0, end=3600, period=60))
+    assert reader.calls == {}
