@@ -241,6 +241,8 @@ class AuditEntry:
 
 
 def _format_at(at: datetime) -> str:
+    if not isinstance(at, datetime):
+        raise AuditError("'at' must be a datetime (inject the clock's now)")
     if at.tzinfo is None or at.utcoffset() is None:
         raise AuditError("'at' must be a timezone-aware datetime")
     return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

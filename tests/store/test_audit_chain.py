@@ -29,6 +29,7 @@ from airlock.store import (
     export,
     genesis_event,
     make_engine,
+    read_transaction,
     upgrade,
     verify_chain,
 )
@@ -131,6 +132,34 @@ def test_invalid_events_are_refused_and_nothing_is_written(
 def test_naive_time_is_refused(engine: Engine) -> None:
     with engine.begin() as conn, pytest.raises(AuditError, match="timezone-aware"):
         AuditLog.append(conn, {"type": "test.event"}, at=datetime(2026, 11, 29))
+
+
+def test_time_that_is_not_a_datetime_is_refused(engine: Engine) -> None:
+    with engine.begin() as conn, pytest.raises(AuditError, match="datetime"):
+        AuditLog.append(conn, {"type": "test.event"}, at=1764400000)  # type: ignore[arg-type]
+
+
+def test_append_inside_a_read_transaction_is_refused_on_sqlite(sqlite_url: str) -> None:
+    engine = make_engine(sqlite_url)
+    try:
+        upgrade(engine, MIGRATIONS)
+        with read_transaction(engine) as conn, pytest.raises(ConfigError, match="read_transaction"):
+            AuditLog.append(conn, {"type": "test.event"}, at=NOW)
+    finally:
+        engine.dispose()
+
+
+def test_verify_reports_progress_for_every_row(engine: Engine) -> None:
+    append_events(engine, 6)
+    seen: list[int] = []
+    assert verify_chain(engine, progress=seen.append, batch=3).ok
+    assert seen == [3, 3, 1]
+
+
+def test_chain_hash_refuses_a_previous_hash_that_is_not_hex_digest() -> None:
+    for bad in ("ab", "A" * 64, "g" * 64):
+        with pytest.raises(ValueError):
+            chain_hash(bad, b"{}")
 
 
 def test_sqlite_connection_not_from_make_engine_is_refused(sqlite_url: str) -> None:

@@ -1,0 +1,117 @@
+"""Migrations: idempotent, all or nothing, usable from the alembic CLI and offline."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+
+from airlock.store import (
+    AUDIT_TABLE,
+    MigrationError,
+    alembic_config,
+    make_engine,
+    upgrade,
+    verify_chain,
+)
+from airlock.store._migrate import _include_object
+
+from ._support import MIGRATIONS
+
+FAILING = Path(__file__).parent / "migrations_failing"
+
+
+def _tables(url: str) -> set[str]:
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            return set(sa.inspect(conn).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def test_upgrade_twice_is_a_no_op_the_second_time(db_url: str) -> None:
+    engine = make_engine(db_url)
+    try:
+        upgrade(engine, MIGRATIONS)
+        upgrade(engine, MIGRATIONS)
+        with engine.connect() as conn:
+            assert (
+                conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar() == "0002"
+            )
+            assert conn.execute(sa.text("SELECT count(*) FROM audit_log")).scalar() == 1
+        assert verify_chain(engine).ok
+    finally:
+        engine.dispose()
+
+
+def test_a_failing_revision_leaves_nothing_behind(db_url: str) -> None:
+    engine = make_engine(db_url)
+    try:
+        with pytest.raises(RuntimeError, match="fails on purpose"):
+            upgrade(engine, FAILING)
+    finally:
+        engine.dispose()
+    # Not even revision 0001's audit_log, nor alembic's version table: one transaction.
+    assert _tables(db_url) == set()
+
+
+def test_upgrade_to_an_intermediate_revision_then_head(db_url: str) -> None:
+    engine = make_engine(db_url)
+    try:
+        upgrade(engine, MIGRATIONS, revision="0001")
+        assert _tables(db_url) == {"alembic_version", AUDIT_TABLE}
+        upgrade(engine, MIGRATIONS)
+        assert _tables(db_url) == {"alembic_version", AUDIT_TABLE, "widgets"}
+    finally:
+        engine.dispose()
+
+
+def test_alembic_cli_path_connects_itself_under_the_lock(db_url: str) -> None:
+    # What `alembic -x db=URL upgrade head` does: env.py gets no connection from upgrade().
+    command.upgrade(alembic_config(MIGRATIONS, url=db_url), "head")
+    assert _tables(db_url) == {"alembic_version", AUDIT_TABLE, "widgets"}
+
+
+@pytest.mark.parametrize(
+    ("url", "trigger_sql"),
+    [
+        ("sqlite:///offline.db", "CREATE TRIGGER audit_log_no_update BEFORE UPDATE"),
+        ("postgresql://nobody@127.0.0.1/offline", "BEFORE UPDATE OR DELETE ON audit_log"),
+    ],
+)
+def test_offline_sql_renders_table_triggers_and_genesis(
+    url: str, trigger_sql: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    command.upgrade(alembic_config(MIGRATIONS, url=url), "head", sql=True)
+    out = capsys.readouterr().out
+    assert "CREATE TABLE audit_log" in out
+    assert trigger_sql in out
+    assert "airlock.audit/genesis" in out
+
+
+def test_autogenerate_never_proposes_dropping_the_audit_log(sqlite_url: str) -> None:
+    engine = make_engine(sqlite_url)
+    try:
+        upgrade(engine, MIGRATIONS, revision="0001")
+        with engine.connect() as conn:
+            context = MigrationContext.configure(conn, opts={"include_object": _include_object})
+            assert compare_metadata(context, sa.MetaData()) == []
+    finally:
+        engine.dispose()
+
+
+def test_directory_without_env_py_is_refused(tmp_path: Path, sqlite_url: str) -> None:
+    engine = make_engine(sqlite_url)
+    try:
+        with pytest.raises(MigrationError, match=r"env\.py"):
+            upgrade(engine, tmp_path)
+        (tmp_path / "env.py").write_text("")
+        with pytest.raises(MigrationError, match="versions"):
+            upgrade(engine, tmp_path)
+    finally:
+        engine.dispose()
