@@ -20,6 +20,7 @@ import json
 import os
 import stat
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -38,7 +39,7 @@ from airlock.protocol import KeySet, KeyStatus, TrustedKey, b64decode_strict, b6
 from .errors import ConfigError
 from .signer import Signer
 
-__all__ = ["MANIFEST", "KeyDirectory", "KeyRecord"]
+__all__ = ["MANIFEST", "KeyDirectory", "KeyRecord", "KeyRing"]
 
 MANIFEST: Final = "keyset.json"
 _PRIVATE_MODE: Final = 0o600
@@ -200,3 +201,43 @@ class KeyDirectory:
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o644)
         os.replace(tmp, self.manifest_path)
+
+
+class KeyRing:
+    """The running service's view of a key directory: the active signer, reloaded on change.
+
+    ``airlock keys rotate|revoke`` rewrite the manifest while the checkpoint runs; the
+    next signature uses the new active key without a restart. A manifest that changes to
+    something unusable (no active key) makes signing fail closed until it is fixed.
+    """
+
+    __slots__ = ("_directory", "_lock", "_signer", "_stamp")
+
+    def __init__(self, directory: KeyDirectory) -> None:
+        self._directory = directory
+        self._lock = threading.Lock()
+        self._stamp: int | None = None
+        self._signer: Signer | None = None
+        self.signer()  # refuse to start without a usable active key
+
+    @property
+    def directory(self) -> KeyDirectory:
+        return self._directory
+
+    def _manifest_stamp(self) -> int:
+        try:
+            return self._directory.manifest_path.stat().st_mtime_ns
+        except OSError:
+            return -1
+
+    def signer(self) -> Signer:
+        stamp = self._manifest_stamp()
+        with self._lock:
+            if self._signer is None or stamp != self._stamp:
+                self._signer = None
+                self._stamp = stamp
+                self._signer = self._directory.active_signer()
+            return self._signer
+
+    def public_keyset(self) -> KeySet:
+        return self._directory.public_keyset()

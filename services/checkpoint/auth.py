@@ -1,0 +1,278 @@
+"""People and services: argon2 passwords, hashed session and service tokens, lockout.
+
+A token is 32 random bytes (URL-safe base64) handed out once; the database keeps only
+its SHA-256, so a copy of the database authenticates nobody. Sessions expire and can be
+revoked (logout). After ``lockout_threshold`` failed logins in a row an account is
+locked for ``lockout_seconds``; the counter moves with one conditional UPDATE, never
+read-then-write.
+
+Nothing here logs or stores a password or a token; audit events name the user only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final, Literal
+
+import sqlalchemy as sa
+from argon2 import PasswordHasher, Type
+from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
+from sqlalchemy.engine import Connection, Engine
+
+from airlock.store import AuditLog
+
+from ._db import Database
+from .errors import ErrorCode, Refusal
+from .models import ROLES, SERVICE_ROLES, service_tokens, sessions, users
+
+__all__ = ["Accounts", "Principal", "hash_token", "password_hasher"]
+
+_USERNAME: Final = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+_MIN_PASSWORD: Final = 12
+
+Role = Literal["viewer", "approver", "admin", "agent", "executor"]
+
+
+def password_hasher() -> PasswordHasher:
+    # RFC 9106 §4 second recommended option (argon2id, 64 MiB, t=3, p=4), set explicitly.
+    return PasswordHasher(
+        time_cost=3, memory_cost=64 * 1024, parallelism=4, hash_len=32, salt_len=16, type=Type.ID
+    )
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def _new_token(prefix: str) -> str:
+    return prefix + secrets.token_urlsafe(32)
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is calling: a signed-in person or a service token."""
+
+    name: str
+    kind: Literal["user", "service"]
+    role: Role
+    #: SHA-256 of the session token (for logout); None for service tokens.
+    session: str | None = None
+
+
+class Accounts:
+    """Users, sessions and service tokens in the checkpoint database."""
+
+    def __init__(
+        self,
+        db: Database,
+        now: Callable[[], int],
+        *,
+        session_ttl: int,
+        lockout_threshold: int,
+        lockout_seconds: int,
+        hasher: PasswordHasher | None = None,
+    ) -> None:
+        self._db = db
+        self._now = now
+        self._session_ttl = session_ttl
+        self._threshold = lockout_threshold
+        self._lockout = lockout_seconds
+        self._hasher = hasher or password_hasher()
+        # Verified against when the user does not exist, so timing does not tell.
+        self._dummy = self._hasher.hash(secrets.token_hex(16))
+
+    @property
+    def _engine(self) -> Engine:
+        return self._db.engine
+
+    # -- administration (the CLI) --------------------------------------------------
+
+    def add_user(self, username: str, password: str, role: str) -> None:
+        if not _USERNAME.fullmatch(username):
+            raise Refusal(ErrorCode.E_INVALID, "username: lowercase letters, digits, . _ -", 422)
+        if role not in ROLES:
+            raise Refusal(ErrorCode.E_INVALID, f"role must be one of {', '.join(ROLES)}", 422)
+        if len(password) < _MIN_PASSWORD:
+            raise Refusal(
+                ErrorCode.E_INVALID, f"password must have at least {_MIN_PASSWORD} characters", 422
+            )
+        now = self._now()
+        with self._engine.begin() as conn:
+            exists = conn.execute(
+                sa.select(users.c.username).where(users.c.username == username)
+            ).first()
+            if exists:
+                raise Refusal(ErrorCode.E_CONFLICT, f"user {username} exists", 409)
+            conn.execute(
+                users.insert().values(
+                    username=username,
+                    password_hash=self._hasher.hash(password),
+                    role=role,
+                    disabled=False,
+                    failed_logins=0,
+                    locked_until=None,
+                    created_at=now,
+                )
+            )
+            _audit(conn, now, {"type": "checkpoint.user.added", "user": username, "role": role})
+
+    def disable_user(self, username: str) -> None:
+        now = self._now()
+        with self._engine.begin() as conn:
+            done = conn.execute(
+                users.update().where(users.c.username == username).values(disabled=True)
+            ).rowcount
+            if not done:
+                raise Refusal(ErrorCode.E_NOT_FOUND, f"no user {username}", 404)
+            conn.execute(
+                sessions.update()
+                .where(sessions.c.username == username, sessions.c.revoked_at.is_(None))
+                .values(revoked_at=now)
+            )
+            _audit(conn, now, {"type": "checkpoint.user.disabled", "user": username})
+
+    def list_users(self) -> list[dict[str, Any]]:
+        with self._engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(
+                    users.c.username,
+                    users.c.role,
+                    users.c.disabled,
+                    users.c.locked_until,
+                    users.c.created_at,
+                ).order_by(users.c.username)
+            ).all()
+        return [dict(row._mapping) for row in rows]
+
+    def create_service_token(self, name: str, role: str) -> str:
+        """A new service token; the caller shows it once. Only its hash is kept."""
+        if not _USERNAME.fullmatch(name):
+            raise Refusal(ErrorCode.E_INVALID, "token name: lowercase letters, digits, . _ -", 422)
+        if role not in SERVICE_ROLES:
+            raise Refusal(ErrorCode.E_INVALID, "role must be agent or executor", 422)
+        token = _new_token("alt_")
+        now = self._now()
+        with self._engine.begin() as conn:
+            if conn.execute(
+                sa.select(service_tokens.c.name).where(service_tokens.c.name == name)
+            ).first():
+                raise Refusal(ErrorCode.E_CONFLICT, f"a token named {name} exists", 409)
+            conn.execute(
+                service_tokens.insert().values(
+                    token_hash=hash_token(token), name=name, role=role, created_at=now
+                )
+            )
+            _audit(conn, now, {"type": "checkpoint.token.created", "name": name, "role": role})
+        return token
+
+    # -- sign-in ------------------------------------------------------------------
+
+    def login(self, username: str, password: str) -> tuple[str, int, str]:
+        """Return ``(token, expires_at, role)`` or refuse (E_UNAUTHENTICATED / E_LOCKED)."""
+        now = self._now()
+        with self._engine.connect() as conn:
+            row = conn.execute(sa.select(users).where(users.c.username == username)).first()
+        if row is None:
+            self._verify(self._dummy, password)
+            raise Refusal(ErrorCode.E_UNAUTHENTICATED, "wrong username or password", 401)
+        if row.locked_until is not None and row.locked_until > now:
+            raise Refusal(ErrorCode.E_LOCKED, "too many failed logins; try again later", 423)
+        ok = self._verify(row.password_hash, password)
+        if not ok or row.disabled:
+            # Committed before refusing: a rolled-back counter would never lock anyone.
+            with self._engine.begin() as conn:
+                self._count_failure(conn, username, now)
+            raise Refusal(ErrorCode.E_UNAUTHENTICATED, "wrong username or password", 401)
+        with self._engine.begin() as conn:
+            # A lock taken by a concurrent failure between our read and now still holds.
+            locked = conn.execute(
+                sa.select(users.c.locked_until).where(users.c.username == username)
+            ).scalar_one()
+            if locked is not None and locked > now:
+                raise Refusal(ErrorCode.E_LOCKED, "too many failed logins; try again later", 423)
+            conn.execute(
+                users.update()
+                .where(users.c.username == username)
+                .values(failed_logins=0, locked_until=None)
+            )
+            token = _new_token("als_")
+            expires = now + self._session_ttl
+            conn.execute(
+                sessions.insert().values(
+                    token_hash=hash_token(token),
+                    username=username,
+                    created_at=now,
+                    expires_at=expires,
+                )
+            )
+            _audit(conn, now, {"type": "checkpoint.session.created", "user": username})
+        return token, expires, str(row.role)
+
+    def _count_failure(self, conn: Connection, username: str, now: int) -> None:
+        conn.execute(
+            users.update()
+            .where(users.c.username == username)
+            .values(failed_logins=users.c.failed_logins + 1)
+        )
+        locked = conn.execute(
+            users.update()
+            .where(users.c.username == username, users.c.failed_logins >= self._threshold)
+            .values(failed_logins=0, locked_until=now + self._lockout)
+        ).rowcount
+        if locked:
+            _audit(conn, now, {"type": "checkpoint.user.locked", "user": username})
+        else:
+            _audit(conn, now, {"type": "checkpoint.login.failed", "user": username})
+
+    def _verify(self, encoded: str, password: str) -> bool:
+        try:
+            return self._hasher.verify(encoded, password)
+        except (VerifyMismatchError, VerificationError, InvalidHashError):
+            return False
+
+    def logout(self, principal: Principal) -> None:
+        if principal.session is None:
+            raise Refusal(ErrorCode.E_FORBIDDEN, "service tokens do not log out", 403)
+        now = self._now()
+        with self._engine.begin() as conn:
+            conn.execute(
+                sessions.update()
+                .where(sessions.c.token_hash == principal.session, sessions.c.revoked_at.is_(None))
+                .values(revoked_at=now)
+            )
+            _audit(conn, now, {"type": "checkpoint.session.revoked", "user": principal.name})
+
+    def authenticate(self, token: str) -> Principal:
+        """The principal behind a bearer token, or refuse with E_UNAUTHENTICATED."""
+        digest = hash_token(token)
+        now = self._now()
+        with self._engine.connect() as conn:
+            row = conn.execute(
+                sa.select(users.c.username, users.c.role)
+                .select_from(sessions.join(users, sessions.c.username == users.c.username))
+                .where(
+                    sessions.c.token_hash == digest,
+                    sessions.c.revoked_at.is_(None),
+                    sessions.c.expires_at > now,
+                    users.c.disabled.is_(False),
+                )
+            ).first()
+            if row is not None:
+                return Principal(row.username, "user", row.role, session=digest)
+            svc = conn.execute(
+                sa.select(service_tokens.c.name, service_tokens.c.role).where(
+                    service_tokens.c.token_hash == digest, service_tokens.c.revoked_at.is_(None)
+                )
+            ).first()
+        if svc is not None:
+            return Principal(svc.name, "service", svc.role)
+        raise Refusal(ErrorCode.E_UNAUTHENTICATED, "missing, unknown or expired token", 401)
+
+
+def _audit(conn: Connection, now: int, event: dict[str, Any]) -> None:
+    AuditLog.append(conn, event, at=datetime.fromtimestamp(now, UTC))

@@ -1,0 +1,239 @@
+"""The checkpoint database: proposals, votes, approvals, outcomes, people, tokens, feed.
+
+Times are integer Unix seconds (the statement's unit). The rules that must hold under
+concurrency are the database's to enforce, never check-then-act:
+
+* at most one open proposal per (account, resource, operation): a partial UNIQUE index
+  over the open states, on SQLite and PostgreSQL alike;
+* one vote per person per proposal: UNIQUE (proposal_id, voter);
+* at most one approval per proposal, each nonce once: UNIQUE proposal_id, UNIQUE nonce;
+* one outcome per approval: UNIQUE approval_id;
+* the feed's sequence is commit-ordered: it is taken from a single counter row that the
+  issuing transaction locks, so a reader never skips a row committed later with a lower
+  number.
+
+Secrets are never stored: passwords as argon2 hashes, session and service tokens as
+SHA-256 digests of random tokens. The audit chain (``audit_log``) is created by the
+migration through :func:`airlock.store.create_audit_log`.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import sqlalchemy as sa
+
+__all__ = [
+    "OPEN_STATES",
+    "PROPOSAL_STATES",
+    "REJECT_REASONS",
+    "approvals",
+    "feed_events",
+    "feed_head",
+    "metadata",
+    "outcomes",
+    "proposals",
+    "rejections",
+    "service_tokens",
+    "sessions",
+    "signing_keys",
+    "users",
+    "votes",
+]
+
+#: DESIGN §2.6, plus ``denied`` (a deny rule refused it at submit; recorded, never open).
+PROPOSAL_STATES: Final = (
+    "pending",
+    "approved",
+    "executed",
+    "refused",
+    "failed",
+    "in_doubt",
+    "rejected",
+    "expired",
+    "withdrawn",
+    "revoked",
+    "lapsed",
+    "denied",
+)
+#: States that hold the (account, resource, operation) slot. ``in_doubt`` stays open: a
+#: write may have happened, so nobody may propose the same thing until a human resolves it.
+OPEN_STATES: Final = ("pending", "approved", "in_doubt")
+REJECT_REASONS: Final = ("not_idle", "protected", "wrong_target", "needs_more_info", "other")
+ROLES: Final = ("viewer", "approver", "admin")
+SERVICE_ROLES: Final = ("agent", "executor")
+
+metadata = sa.MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+
+def _in(column: str, values: tuple[str, ...]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+_OPEN_WHERE = sa.text(_in("state", OPEN_STATES))
+
+proposals = sa.Table(
+    "proposals",
+    metadata,
+    sa.Column("id", sa.String(96), primary_key=True),
+    sa.Column("action", sa.LargeBinary, nullable=False),  # JCS bytes: what is hashed
+    sa.Column("action_hash", sa.String(71), nullable=False),
+    sa.Column("provider", sa.String(32), nullable=False),
+    sa.Column("account", sa.String(64), nullable=False),
+    sa.Column("region", sa.String(40), nullable=False),
+    sa.Column("resource_type", sa.String(32), nullable=False),
+    sa.Column("resource_id", sa.String(80), nullable=False),
+    sa.Column("operation", sa.String(32), nullable=False),
+    sa.Column("proposed_by", sa.String(128), nullable=False),  # the action's proposed_by
+    sa.Column("submitted_by", sa.String(128), nullable=False),  # the agent token's name
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("risk", sa.String(8), nullable=False),
+    sa.Column("rule", sa.String(128), nullable=False),
+    sa.Column("effect", sa.String(8), nullable=False),
+    sa.Column("quorum", sa.Integer, nullable=False),
+    sa.Column("confirm", sa.Boolean, nullable=False),
+    sa.Column("policy_hash", sa.String(71), nullable=False),
+    sa.Column("deny_reason", sa.Text, nullable=True),
+    sa.Column("approval_deadline", sa.BigInteger, nullable=False),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+    sa.Column("updated_at", sa.BigInteger, nullable=False),
+    sa.CheckConstraint(_in("state", PROPOSAL_STATES), name="state"),
+    sa.CheckConstraint(_in("risk", ("low", "medium", "high")), name="risk"),
+    sa.CheckConstraint("quorum >= 1", name="quorum"),
+    sa.Index(
+        "uq_proposals_open_target",
+        "account",
+        "resource_type",
+        "resource_id",
+        "operation",
+        unique=True,
+        sqlite_where=_OPEN_WHERE,
+        postgresql_where=_OPEN_WHERE,
+    ),
+    sa.Index("ix_proposals_state_created", "state", "created_at"),
+)
+
+votes = sa.Table(
+    "votes",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("proposal_id", sa.ForeignKey("proposals.id"), nullable=False),
+    sa.Column("voter", sa.String(64), nullable=False),
+    sa.Column("at", sa.BigInteger, nullable=False),
+    sa.Column("note", sa.Text, nullable=False),
+    sa.UniqueConstraint("proposal_id", "voter"),
+)
+
+approvals = sa.Table(
+    "approvals",
+    metadata,
+    sa.Column("approval_id", sa.String(96), primary_key=True),
+    sa.Column("proposal_id", sa.ForeignKey("proposals.id"), nullable=False, unique=True),
+    sa.Column("nonce", sa.String(32), nullable=False, unique=True),
+    sa.Column("statement", sa.LargeBinary, nullable=False),  # JCS bytes: the DSSE payload
+    sa.Column("envelope", sa.Text, nullable=False),  # JSON of the DSSE envelope
+    sa.Column("keyid", sa.String(64), nullable=False),
+    sa.Column("issued_at", sa.BigInteger, nullable=False),
+    sa.Column("expires_at", sa.BigInteger, nullable=False),
+    sa.Column("revoked_at", sa.BigInteger, nullable=True),
+    sa.Column("revoked_by", sa.String(64), nullable=True),
+    sa.Column("revoke_note", sa.Text, nullable=True),
+)
+
+rejections = sa.Table(
+    "rejections",
+    metadata,
+    sa.Column("proposal_id", sa.ForeignKey("proposals.id"), primary_key=True),
+    sa.Column("reason_code", sa.String(24), nullable=False),
+    sa.Column("note", sa.Text, nullable=False),
+    sa.Column("by", sa.String(64), nullable=False),
+    sa.Column("at", sa.BigInteger, nullable=False),
+    sa.CheckConstraint(_in("reason_code", REJECT_REASONS), name="reason_code"),
+)
+
+outcomes = sa.Table(
+    "outcomes",
+    metadata,
+    sa.Column("approval_id", sa.ForeignKey("approvals.approval_id"), primary_key=True),
+    sa.Column("proposal_id", sa.ForeignKey("proposals.id"), nullable=False),
+    sa.Column("outcome", sa.String(16), nullable=False),
+    sa.Column("refusal_code", sa.String(32), nullable=True),
+    sa.Column("receipt", sa.Text, nullable=False),  # JSON of the executor's DSSE receipt
+    sa.Column("receipt_verified", sa.Boolean, nullable=False),
+    sa.Column("receipt_keyid", sa.String(64), nullable=True),
+    sa.Column("late", sa.Boolean, nullable=False),  # landed after the proposal lapsed
+    sa.Column("reported_at", sa.BigInteger, nullable=False),
+    sa.Column("resolution", sa.String(16), nullable=True),  # happened | did_not_happen
+    sa.Column("resolved_by", sa.String(64), nullable=True),
+    sa.Column("resolved_at", sa.BigInteger, nullable=True),
+    sa.Column("resolution_note", sa.Text, nullable=True),
+)
+
+users = sa.Table(
+    "users",
+    metadata,
+    sa.Column("username", sa.String(64), primary_key=True),
+    sa.Column("password_hash", sa.Text, nullable=False),  # argon2id, never the password
+    sa.Column("role", sa.String(16), nullable=False),
+    sa.Column("disabled", sa.Boolean, nullable=False),
+    sa.Column("failed_logins", sa.Integer, nullable=False),
+    sa.Column("locked_until", sa.BigInteger, nullable=True),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+    sa.CheckConstraint(_in("role", ROLES), name="role"),
+)
+
+sessions = sa.Table(
+    "sessions",
+    metadata,
+    sa.Column("token_hash", sa.String(64), primary_key=True),  # SHA-256 hex of the token
+    sa.Column("username", sa.ForeignKey("users.username"), nullable=False),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+    sa.Column("expires_at", sa.BigInteger, nullable=False),
+    sa.Column("revoked_at", sa.BigInteger, nullable=True),
+)
+
+service_tokens = sa.Table(
+    "service_tokens",
+    metadata,
+    sa.Column("token_hash", sa.String(64), primary_key=True),
+    sa.Column("name", sa.String(64), nullable=False, unique=True),
+    sa.Column("role", sa.String(16), nullable=False),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+    sa.Column("revoked_at", sa.BigInteger, nullable=True),
+    sa.CheckConstraint(_in("role", SERVICE_ROLES), name="role"),
+)
+
+signing_keys = sa.Table(
+    "signing_keys",
+    metadata,
+    sa.Column("kid", sa.String(64), primary_key=True),
+    sa.Column("public_key", sa.String(64), nullable=False),  # base64 raw
+    sa.Column("first_used_at", sa.BigInteger, nullable=False),
+)
+
+feed_head = sa.Table(
+    "feed_head",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("seq", sa.BigInteger, nullable=False),
+    sa.CheckConstraint("id = 1", name="single_row"),
+)
+
+feed_events = sa.Table(
+    "feed_events",
+    metadata,
+    sa.Column("seq", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("kind", sa.String(16), nullable=False),
+    sa.Column("approval_id", sa.ForeignKey("approvals.approval_id"), nullable=False),
+    sa.Column("at", sa.BigInteger, nullable=False),
+    sa.CheckConstraint(_in("kind", ("approval", "revocation")), name="kind"),
+    sa.UniqueConstraint("kind", "approval_id"),
+)

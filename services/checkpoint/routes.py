@@ -1,0 +1,442 @@
+"""The checkpoint's HTTP API (``/v1``) and its error mapping.
+
+Every route names the roles it admits (through the service call it makes); refusals are
+``{"error": {"code": "E_…", "message": "…"}}`` with a stable code. Nothing here logs a
+header, a body, a token or a password.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Annotated, Any, Final, Literal
+
+import sqlalchemy as sa
+from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
+from fastapi import Path as PathParam
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from airlock.protocol import ACTION_MAX_BYTES
+
+from .auth import Accounts, Principal
+from .errors import ConfigError, ErrorCode, Refusal
+from .schemas import (
+    ApproveIn,
+    AuditOut,
+    ErrorBody,
+    FeedOut,
+    LoginIn,
+    LoginOut,
+    MeOut,
+    OutcomeIn,
+    ProposalList,
+    ProposalOut,
+    RejectIn,
+    ResolveIn,
+    RevokeIn,
+    WithdrawIn,
+)
+from .service import Checkpoint
+
+__all__ = ["FeedSignal", "Metrics", "install", "router"]
+
+_PROPOSAL_ID: Final = r"^prop_[A-Za-z0-9_-]{8,80}$"
+_SHORT_ID: Final = r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$"
+#: Room for non-canonical whitespace around a 16 KiB action; refused before parsing.
+_SUBMIT_MAX_BYTES: Final = 4 * ACTION_MAX_BYTES
+_MAX_SAFE: Final = 2**53 - 1
+
+router = APIRouter()
+_bearer = HTTPBearer(auto_error=False, description="A session token or a service token")
+
+
+class FeedSignal:
+    """Wakes long-polling feed readers in this process when an approval or revocation lands.
+
+    Readers also re-query the database every second, so approvals issued by another
+    checkpoint process sharing the database are seen too.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.version = 0
+
+    def bump(self) -> None:
+        with self._lock:
+            self.version += 1
+
+
+class Metrics:
+    """Prometheus counters in a registry of this app's own (no global state)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "airlock_checkpoint_requests",
+            "HTTP requests by route and status",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self.refusals = Counter(
+            "airlock_checkpoint_refusals",
+            "Refused requests by code",
+            ["code"],
+            registry=self.registry,
+        )
+        self.approvals_issued = Counter(
+            "airlock_checkpoint_approvals_issued", "Signed approvals issued", registry=self.registry
+        )
+        self.proposals = Counter(
+            "airlock_checkpoint_proposals_submitted",
+            "New proposals recorded",
+            registry=self.registry,
+        )
+
+
+def _service(request: Request) -> Checkpoint:
+    service: Checkpoint = request.app.state.checkpoint
+    return service
+
+
+def _accounts(request: Request) -> Accounts:
+    accounts: Accounts = request.app.state.accounts
+    return accounts
+
+
+def _metrics(request: Request) -> Metrics:
+    metrics: Metrics = request.app.state.metrics
+    return metrics
+
+
+async def _principal(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Principal:
+    if credentials is None or credentials.scheme.lower() != "bearer":
+        raise Refusal(ErrorCode.E_UNAUTHENTICATED, "send Authorization: Bearer <token>", 401)
+    token = credentials.credentials
+    if not token.isascii() or not token.isprintable() or len(token) > 256:
+        raise Refusal(ErrorCode.E_UNAUTHENTICATED, "missing, unknown or expired token", 401)
+    return await run_in_threadpool(_accounts(request).authenticate, token)
+
+
+Caller = Annotated[Principal, Depends(_principal)]
+ProposalId = Annotated[str, PathParam(pattern=_PROPOSAL_ID)]
+
+
+# -- health -----------------------------------------------------------------------------
+
+
+@router.get("/healthz", tags=["health"])
+def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz", tags=["health"], responses={503: {"model": ErrorBody}})
+def readyz(request: Request) -> dict[str, str]:
+    service = _service(request)
+    try:
+        with service.engine.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+        service.keys.signer()
+    except ConfigError as exc:
+        raise Refusal(ErrorCode.E_NO_SIGNING_KEY, str(exc), 503) from None
+    except sa.exc.SQLAlchemyError:
+        raise Refusal(ErrorCode.E_INVALID, "database unreachable", 503) from None
+    return {"status": "ready"}
+
+
+@router.get(
+    "/metrics",
+    tags=["health"],
+    response_class=Response,
+    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+)
+def metrics(request: Request) -> Response:
+    return Response(generate_latest(_metrics(request).registry), media_type=CONTENT_TYPE_LATEST)
+
+
+# -- sessions ---------------------------------------------------------------------------
+
+
+@router.post("/v1/sessions", status_code=201, tags=["sessions"])
+def login(request: Request, body: LoginIn) -> LoginOut:
+    token, expires, role = _accounts(request).login(body.username, body.password)
+    return LoginOut(token=token, expires_at=expires, username=body.username, role=role)
+
+
+@router.delete("/v1/sessions/current", status_code=204, tags=["sessions"])
+def logout(request: Request, caller: Caller) -> Response:
+    _accounts(request).logout(caller)
+    return Response(status_code=204)
+
+
+@router.get("/v1/me", tags=["sessions"])
+def me(caller: Caller) -> MeOut:
+    return MeOut(name=caller.name, kind=caller.kind, role=caller.role)
+
+
+# -- proposals --------------------------------------------------------------------------
+
+
+@router.post(
+    "/v1/proposals",
+    status_code=201,
+    tags=["proposals"],
+    responses={200: {"model": ProposalOut, "description": "The same proposal already exists"}},
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "description": "A ProposedAction v1 (DESIGN §2.2), parsed strictly "
+            "(duplicate keys, floats, non-NFC text are refused)",
+            "content": {"application/json": {"schema": {"type": "object"}}},
+        }
+    },
+)
+async def submit(request: Request, response: Response, caller: Caller) -> ProposalOut:
+    """Submit a proposal (agent). Same id and hash → 200 with the record; other hash → 409."""
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > _SUBMIT_MAX_BYTES):
+        raise Refusal(ErrorCode.E_INVALID, f"body over {_SUBMIT_MAX_BYTES} bytes", 422)
+    body = await request.body()
+    if len(body) > _SUBMIT_MAX_BYTES:
+        raise Refusal(ErrorCode.E_INVALID, f"body over {_SUBMIT_MAX_BYTES} bytes", 422)
+    record, created = await run_in_threadpool(_service(request).submit, caller, body)
+    if created:
+        _metrics(request).proposals.inc()
+        if record.state == "approved":
+            _metrics(request).approvals_issued.inc()
+    else:
+        response.status_code = 200
+    return record
+
+
+@router.get("/v1/proposals", tags=["proposals"])
+def list_proposals(
+    request: Request,
+    caller: Caller,
+    *,
+    state: Literal[
+        "pending",
+        "approved",
+        "executed",
+        "refused",
+        "failed",
+        "in_doubt",
+        "rejected",
+        "expired",
+        "withdrawn",
+        "revoked",
+        "lapsed",
+        "denied",
+    ]
+    | None = None,
+    operation: Annotated[str | None, Query(pattern=r"^[a-z_]{1,32}$")] = None,
+    account: Annotated[str | None, Query(pattern=_SHORT_ID)] = None,
+    region: Annotated[str | None, Query(pattern=r"^[a-z0-9-]{1,40}$")] = None,
+    resource_id: Annotated[str | None, Query(pattern=r"^[a-z0-9-]{1,80}$")] = None,
+    proposed_by: Annotated[str | None, Query(pattern=_SHORT_ID)] = None,
+    before: Annotated[str | None, Query(pattern=_PROPOSAL_ID)] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+) -> ProposalList:
+    """Newest first, with filters; page with ``before`` = the last id of a page."""
+    return _service(request).list(
+        caller,
+        state=state,
+        operation=operation,
+        account=account,
+        region=region,
+        resource_id=resource_id,
+        proposed_by=proposed_by,
+        before=before,
+        limit=limit,
+    )
+
+
+@router.get("/v1/proposals/{proposal_id}", tags=["proposals"])
+def show_proposal(request: Request, caller: Caller, proposal_id: ProposalId) -> ProposalOut:
+    """The canonical action, its hash, evidence, votes, state, rule, approval and outcome."""
+    return _service(request).get(caller, proposal_id)
+
+
+@router.post("/v1/proposals/{proposal_id}/approve", tags=["decisions"])
+def approve(
+    request: Request, caller: Caller, proposal_id: ProposalId, body: ApproveIn
+) -> ProposalOut:
+    """Vote to approve (approver). Quorum reached → the signed approval is issued."""
+    record = _service(request).approve(
+        caller, proposal_id, body.action_hash, body.confirm, body.note
+    )
+    if record.approval is not None and record.state == "approved":
+        _metrics(request).approvals_issued.inc()
+    return record
+
+
+@router.post("/v1/proposals/{proposal_id}/reject", tags=["decisions"])
+def reject(
+    request: Request, caller: Caller, proposal_id: ProposalId, body: RejectIn
+) -> ProposalOut:
+    return _service(request).reject(caller, proposal_id, body.reason_code, body.note)
+
+
+@router.post("/v1/proposals/{proposal_id}/revoke", tags=["decisions"])
+def revoke(
+    request: Request, caller: Caller, proposal_id: ProposalId, body: RevokeIn
+) -> ProposalOut:
+    """Revoke an issued approval that has not been executed."""
+    return _service(request).revoke(caller, proposal_id, body.note)
+
+
+@router.post("/v1/proposals/{proposal_id}/withdraw", tags=["decisions"])
+def withdraw(
+    request: Request, caller: Caller, proposal_id: ProposalId, body: WithdrawIn
+) -> ProposalOut:
+    """The agent withdraws an open proposal (an issued approval is revoked with it)."""
+    return _service(request).withdraw(caller, proposal_id, body.note)
+
+
+@router.post("/v1/proposals/{proposal_id}/resolve", tags=["decisions"])
+def resolve(
+    request: Request, caller: Caller, proposal_id: ProposalId, body: ResolveIn
+) -> ProposalOut:
+    """An admin decides an in_doubt execution: it happened, or it did not."""
+    return _service(request).resolve(caller, proposal_id, body.decision, body.note)
+
+
+# -- the executor -----------------------------------------------------------------------
+
+
+@router.get("/v1/feed", tags=["executor"])
+async def feed(
+    request: Request,
+    caller: Caller,
+    after: Annotated[int, Query(ge=0, le=_MAX_SAFE)] = 0,
+    wait: Annotated[int, Query(ge=0, le=600)] = 0,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+) -> FeedOut:
+    """Long-poll: bundles and revocations after ``after``; returns at once if any exist."""
+    service = _service(request)
+    signal: FeedSignal = request.app.state.feed_signal
+    deadline = time.monotonic() + min(wait, request.app.state.feed_max_wait)
+    while True:
+        seen = signal.version
+        page = await run_in_threadpool(service.feed, caller, after, limit)
+        if page.items or page.cursor != after or time.monotonic() >= deadline:
+            return page
+        recheck = min(deadline, time.monotonic() + 1.0)
+        while signal.version == seen and time.monotonic() < recheck:
+            if await request.is_disconnected():
+                return page
+            await asyncio.sleep(0.05)
+
+
+@router.post("/v1/outcomes", tags=["executor"])
+def report_outcome(request: Request, caller: Caller, body: OutcomeIn) -> ProposalOut:
+    """The executor reports an outcome with its signed receipt (executor token)."""
+    return _service(request).report_outcome(caller, body.receipt)
+
+
+@router.get(
+    "/v1/keys",
+    tags=["keys"],
+    responses={
+        200: {
+            "description": "The public key set (active, retired and revoked keys)",
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "type": "object",
+                        "required": ["keys"],
+                        "properties": {
+                            "keys": {
+                                "type": "array",
+                                "items": {
+                                    "type": "object",
+                                    "required": ["kid", "public_key", "status"],
+                                    "properties": {
+                                        "kid": {"type": "string"},
+                                        "public_key": {"type": "string"},
+                                        "status": {
+                                            "type": "string",
+                                            "enum": ["active", "retired", "revoked"],
+                                        },
+                                        "not_after": {"type": "integer"},
+                                    },
+                                },
+                            }
+                        },
+                    }
+                }
+            },
+        }
+    },
+)
+def keys(request: Request) -> JSONResponse:
+    """The public key set to trust; what ``airlock keys export-public`` writes."""
+    try:
+        value = _service(request).keys.public_keyset().to_value()
+    except ConfigError as exc:
+        raise Refusal(ErrorCode.E_NO_SIGNING_KEY, str(exc), 503) from None
+    return JSONResponse(value)
+
+
+@router.get("/v1/audit", tags=["audit"])
+def audit(request: Request, caller: Caller) -> AuditOut:
+    """Whether the checkpoint's audit chain verifies, and its head."""
+    return _service(request).audit_status(caller)
+
+
+# -- errors -----------------------------------------------------------------------------
+
+
+def _error(status: int, code: str, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
+
+
+def install(app: FastAPI) -> None:
+    """Mount the routes and the error mapping on ``app``."""
+    app.include_router(router)
+
+    @app.exception_handler(Refusal)
+    async def _refusal(request: Request, exc: Refusal) -> JSONResponse:
+        request.app.state.metrics.refusals.labels(exc.code.value).inc()
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        response = _error(exc.status, exc.code.value, exc.message)
+        if headers:
+            response.headers.update(headers)
+        return response
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors: list[Any] = list(exc.errors())
+        first = errors[0] if errors else {}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "request"
+        # Only the location and pydantic's message: never echo the submitted value.
+        message = f"{where}: {first.get('msg', 'invalid')}"
+        request.app.state.metrics.refusals.labels(ErrorCode.E_INVALID.value).inc()
+        return _error(422, ErrorCode.E_INVALID.value, message[:300])
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {
+            404: ErrorCode.E_NOT_FOUND,
+            401: ErrorCode.E_UNAUTHENTICATED,
+            403: ErrorCode.E_FORBIDDEN,
+        }.get(exc.status_code, ErrorCode.E_INVALID)
+        return _error(exc.status_code, code.value, str(exc.detail)[:300])
+
+    @app.middleware("http")
+    async def _count(request: Request, call_next: Any) -> Response:
+        response: Response = await call_next(request)
+        route = request.scope.get("route")
+        path = getattr(route, "path", "unmatched")
+        request.app.state.metrics.requests.labels(
+            request.method, path, str(response.status_code)
+        ).inc()
+        return response

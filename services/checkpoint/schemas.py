@@ -1,0 +1,233 @@
+"""The checkpoint API's request and response bodies (the OpenAPI schema is built from these).
+
+Request bodies refuse unknown fields. Response bodies carry no secret except the one a
+caller asked for (a login returns its own session token, once).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+__all__ = [
+    "ApprovalOut",
+    "ApproveIn",
+    "AuditOut",
+    "ErrorBody",
+    "ErrorDetail",
+    "FeedItem",
+    "FeedOut",
+    "LoginIn",
+    "LoginOut",
+    "MeOut",
+    "OutcomeIn",
+    "OutcomeOut",
+    "PolicyOut",
+    "ProposalList",
+    "ProposalOut",
+    "RejectIn",
+    "RejectionOut",
+    "ResolveIn",
+    "RevokeIn",
+    "VoteOut",
+    "WithdrawIn",
+]
+
+ProposalState = Literal[
+    "pending",
+    "approved",
+    "executed",
+    "refused",
+    "failed",
+    "in_doubt",
+    "rejected",
+    "expired",
+    "withdrawn",
+    "revoked",
+    "lapsed",
+    "denied",
+]
+RejectReason = Literal["not_idle", "protected", "wrong_target", "needs_more_info", "other"]
+
+
+def _storable(text: str) -> str:
+    # A lone surrogate cannot be encoded for the database or the audit chain, and
+    # PostgreSQL refuses NUL in text: refuse both here, as a 422, not later as a 500.
+    if "\x00" in text or any("\ud800" <= ch <= "\udfff" for ch in text):
+        raise ValueError("text holds NUL or a lone surrogate")
+    return text
+
+
+Text = Annotated[str, AfterValidator(_storable)]
+Note = Annotated[Text, Field(max_length=2000)]
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class ErrorDetail(_Out):
+    code: str
+    message: str
+
+
+class ErrorBody(_Out):
+    """Every refusal: ``{"error": {"code": "E_…", "message": "…"}}``."""
+
+    error: ErrorDetail
+
+
+class ApproveIn(_In):
+    #: The hash of the action the person was shown; a different one is E_STALE_VIEW.
+    action_hash: Annotated[Text, Field(max_length=80)]
+    #: The typed resource id; required when the proposal's policy asks for confirmation.
+    confirm: Annotated[Text | None, Field(max_length=128)] = None
+    note: Note = ""
+
+
+class RejectIn(_In):
+    reason_code: RejectReason
+    note: Note = ""
+
+
+class RevokeIn(_In):
+    note: Note = ""
+
+
+class WithdrawIn(_In):
+    note: Note = ""
+
+
+class ResolveIn(_In):
+    decision: Literal["happened", "did_not_happen"]
+    note: Note = ""
+
+
+class OutcomeIn(_In):
+    #: The executor's DSSE receipt (payload type application/vnd.airlock.receipt.v1+json);
+    #: approval id, action hash, outcome and refusal code are read from its signed payload.
+    receipt: dict[str, Any]
+
+
+class LoginIn(_In):
+    username: Annotated[Text, Field(min_length=1, max_length=64)]
+    password: Annotated[Text, Field(min_length=1, max_length=1024)]
+
+
+class LoginOut(_Out):
+    token: str
+    expires_at: int
+    username: str
+    role: str
+
+
+class MeOut(_Out):
+    name: str
+    kind: Literal["user", "service"]
+    role: str
+
+
+class VoteOut(_Out):
+    voter: str
+    at: int
+    note: str
+
+
+class PolicyOut(_Out):
+    rule: str
+    effect: Literal["deny", "approve", "auto"]
+    quorum: int
+    confirm: bool
+    hash: str
+
+
+class ApprovalOut(_Out):
+    approval_id: str
+    keyid: str
+    issued_at: int
+    expires_at: int
+    revoked_at: int | None
+    revoked_by: str | None
+    envelope: dict[str, Any]
+
+
+class RejectionOut(_Out):
+    reason_code: RejectReason
+    note: str
+    by: str
+    at: int
+
+
+class OutcomeOut(_Out):
+    approval_id: str
+    outcome: str
+    refusal_code: str | None
+    receipt_verified: bool
+    receipt_keyid: str | None
+    receipt: dict[str, Any]
+    late: bool
+    reported_at: int
+    resolution: str | None
+    resolved_by: str | None
+    resolved_at: int | None
+    resolution_note: str | None
+
+
+class ProposalOut(_Out):
+    id: str
+    state: ProposalState
+    action_hash: str
+    #: The canonical (RFC 8785) action text exactly as hashed and signed.
+    action_jcs: str
+    action: dict[str, Any]
+    provider: str
+    account: str
+    region: str
+    resource_type: str
+    resource_id: str
+    operation: str
+    risk: Literal["low", "medium", "high"]
+    proposed_by: str
+    submitted_by: str
+    policy: PolicyOut
+    deny_reason: str | None
+    votes: list[VoteOut]
+    votes_needed: int
+    approval_deadline: int
+    created_at: int
+    updated_at: int
+    approval: ApprovalOut | None
+    rejection: RejectionOut | None
+    outcome: OutcomeOut | None
+
+
+class ProposalList(_Out):
+    items: list[ProposalOut]
+    #: Pass as ``before`` to get the next (older) page; null when there is none.
+    next_before: str | None
+
+
+class FeedItem(_Out):
+    seq: int
+    kind: Literal["approval", "revocation"]
+    approval_id: str
+    #: For ``approval``: ``{"action": b64(JCS(action)), "envelope": {...}}``.
+    bundle: dict[str, Any] | None
+
+
+class FeedOut(_Out):
+    items: list[FeedItem]
+    cursor: int
+
+
+class AuditOut(_Out):
+    ok: bool
+    rows: int
+    head_seq: int | None
+    head_hash: str | None
+    fault: str | None

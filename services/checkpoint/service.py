@@ -1,0 +1,928 @@
+"""The checkpoint's decisions: submit, vote, sign, reject, revoke, withdraw, resolve, feed.
+
+Every state change, the envelope it may issue, its feed entry and its audit event are one
+database transaction. Concurrency is the database's job:
+
+* voting locks the proposal row first (``SELECT … FOR UPDATE`` on PostgreSQL; SQLite's
+  ``BEGIN IMMEDIATE`` serializes writers), so two approvers voting at the same instant
+  see each other and exactly one of them issues the envelope; UNIQUE(proposal_id) on
+  approvals backs it;
+* one vote per person is UNIQUE(proposal_id, voter); one open proposal per target is a
+  partial UNIQUE index; a unique violation is a refusal, never a retry of the same write.
+
+Time comes only from the injected ``now`` (Unix seconds), so tests never sleep. This
+module must never sign anything but a statement built here from a stored proposal, never
+sign for a proposal that is not ``pending`` with its quorum met, and never log a token,
+a password or key material.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine, Row
+from sqlalchemy.exc import IntegrityError
+
+from airlock.protocol import (
+    APPROVAL_PAYLOAD_TYPE,
+    APPROVAL_TYPE,
+    ApprovalStatement,
+    Envelope,
+    KeySet,
+    ProposedAction,
+    Refused,
+    action_hash,
+    b64encode,
+    loads_strict,
+    make_bundle,
+    verify_envelope,
+)
+from airlock.store import AuditLog, verify_chain
+
+from ._db import Database
+from .auth import Principal
+from .errors import ConfigError, ErrorCode, Refusal
+from .keys import KeyRing
+from .models import (
+    approvals,
+    feed_events,
+    feed_head,
+    outcomes,
+    proposals,
+    rejections,
+    signing_keys,
+    votes,
+)
+from .policy import Decision, Policy, action_tags
+from .schemas import (
+    ApprovalOut,
+    AuditOut,
+    FeedItem,
+    FeedOut,
+    OutcomeOut,
+    PolicyOut,
+    ProposalList,
+    ProposalOut,
+    RejectionOut,
+    VoteOut,
+)
+
+__all__ = ["RECEIPT_PAYLOAD_TYPE", "Checkpoint", "CheckpointConfig"]
+
+#: The executor's receipt envelope type (DESIGN §2.4 step 16; services/executor/receipts).
+RECEIPT_PAYLOAD_TYPE: Final = "application/vnd.airlock.receipt.v1+json"
+_RECEIPT_MAX_BYTES: Final = 64 * 1024
+#: Executor outcome → proposal state. ``resolved`` is mapped from its resolution.
+_OUTCOME_STATE: Final = {
+    "succeeded": "executed",
+    "failed": "failed",
+    "refused": "refused",
+    "in_doubt": "in_doubt",
+}
+_APPROVER_ROLES: Final = frozenset({"approver", "admin"})
+_READER_ROLES: Final = frozenset({"viewer", "approver", "admin", "agent"})
+_MAX_PAGE: Final = 200
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointConfig:
+    audience: str
+    approval_window: int = 24 * 3600
+    execution_window: int = 15 * 60
+
+
+def _require(principal: Principal, roles: frozenset[str] | set[str], what: str) -> None:
+    if principal.role not in roles:
+        raise Refusal(ErrorCode.E_FORBIDDEN, f"role {principal.role} may not {what}", 403)
+
+
+def _not_found(proposal_id: str) -> Refusal:
+    return Refusal(ErrorCode.E_NOT_FOUND, f"no proposal {proposal_id[:100]!r}", 404)
+
+
+class Checkpoint:
+    """The proposal lifecycle over one database, one policy and one key ring."""
+
+    def __init__(
+        self,
+        db: Database,
+        policy: Policy,
+        keys: KeyRing,
+        config: CheckpointConfig,
+        *,
+        now: Callable[[], int],
+        receipt_keys: KeySet | None = None,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
+        self.db = db
+        self.policy = policy
+        self.keys = keys
+        self.config = config
+        self.now = now
+        self.receipt_keys = receipt_keys
+        self.on_change = on_change or (lambda: None)
+
+    @property
+    def engine(self) -> Engine:
+        return self.db.engine
+
+    # -- submit ---------------------------------------------------------------------
+
+    def submit(self, principal: Principal, body: bytes) -> tuple[ProposalOut, bool]:
+        """Record a proposal; return ``(record, created)``. Idempotent on (id, hash)."""
+        _require(principal, {"agent"}, "submit proposals")
+        try:
+            action = ProposedAction.from_json_bytes(body)
+            canonical = action.canonical_bytes()
+            action_tags(action)  # malformed evidence.tags is refused, never ignored
+        except Refused as exc:
+            raise Refusal(ErrorCode.E_INVALID, f"{exc.code.value}: {exc.detail}", 422) from None
+        except ValueError as exc:
+            raise Refusal(ErrorCode.E_INVALID, str(exc), 422) from None
+        digest = action_hash(canonical)
+        decision = self.policy.decide(action)
+        now = self.now()
+        try:
+            with self.engine.begin() as conn:
+                existing = self._existing(conn, action.proposal_id, digest)
+                if existing is not None:
+                    return existing, False
+                self._insert_proposal(
+                    conn,
+                    principal=principal,
+                    action=action,
+                    canonical=canonical,
+                    digest=digest,
+                    decision=decision,
+                    now=now,
+                )
+                if decision.effect == "auto":
+                    self._issue(conn, action.proposal_id, now)
+        except IntegrityError:
+            # Lost a race: either the same id was inserted concurrently (idempotent
+            # answer) or another open proposal holds this target.
+            with self.engine.begin() as conn:
+                existing = self._existing(conn, action.proposal_id, digest)
+                if existing is not None:
+                    return existing, False
+            raise Refusal(
+                ErrorCode.E_DUPLICATE_OPEN,
+                "another open proposal exists for this account, resource and operation",
+                409,
+            ) from None
+        if decision.effect == "auto":
+            self.on_change()
+        if decision.effect == "deny":
+            raise Refusal(ErrorCode.E_POLICY_DENIED, _deny_message(decision), 403)
+        return self.get(principal, action.proposal_id), True
+
+    def _existing(self, conn: Connection, proposal_id: str, digest: str) -> ProposalOut | None:
+        row = conn.execute(sa.select(proposals).where(proposals.c.id == proposal_id)).first()
+        if row is None:
+            return None
+        if row.action_hash != digest:
+            raise Refusal(
+                ErrorCode.E_CONFLICT,
+                f"proposal {proposal_id} exists with a different action hash",
+                409,
+            )
+        if row.state == "denied":
+            raise Refusal(ErrorCode.E_POLICY_DENIED, row.deny_reason or "denied by policy", 403)
+        return self._view(conn, row)
+
+    def _insert_proposal(
+        self,
+        conn: Connection,
+        *,
+        principal: Principal,
+        action: ProposedAction,
+        canonical: bytes,
+        digest: str,
+        decision: Decision,
+        now: int,
+    ) -> None:
+        state = "denied" if decision.effect == "deny" else "pending"
+        conn.execute(
+            proposals.insert().values(
+                id=action.proposal_id,
+                action=canonical,
+                action_hash=digest,
+                provider=action.provider,
+                account=action.account,
+                region=action.region,
+                resource_type=action.resource.type,
+                resource_id=action.resource.id,
+                operation=action.operation,
+                proposed_by=action.proposed_by,
+                submitted_by=principal.name,
+                state=state,
+                risk=decision.risk,
+                rule=decision.rule,
+                effect=decision.effect,
+                quorum=decision.quorum,
+                confirm=decision.confirm,
+                policy_hash=self.policy.hash,
+                deny_reason=_deny_message(decision) if state == "denied" else None,
+                approval_deadline=now + self.config.approval_window,
+                created_at=now,
+                updated_at=now,
+            )
+        )
+        self._audit(
+            conn,
+            now,
+            "checkpoint.proposal.submitted",
+            proposal_id=action.proposal_id,
+            action_hash=digest,
+            by=principal.name,
+            rule=decision.rule,
+            effect=decision.effect,
+            state=state,
+            policy_hash=self.policy.hash,
+        )
+
+    # -- votes and signing -----------------------------------------------------------
+
+    def approve(
+        self,
+        principal: Principal,
+        proposal_id: str,
+        seen_hash: str,
+        confirm: str | None,
+        note: str,
+    ) -> ProposalOut:
+        _require(principal, _APPROVER_ROLES, "approve")
+        if principal.kind != "user":
+            raise Refusal(ErrorCode.E_FORBIDDEN, "only people approve", 403)
+        now = self.now()
+        issued = False
+        with self.engine.begin() as conn:
+            row = self._lock(conn, proposal_id)
+            self._check_pending(row, now)
+            # (1) the person saw exactly this action
+            if seen_hash != row.action_hash:
+                raise Refusal(
+                    ErrorCode.E_STALE_VIEW,
+                    "the action changed since you looked at it; reload and review again",
+                    409,
+                )
+            # (2) a dangerous action needs its resource id typed
+            if row.confirm:
+                if not confirm:
+                    raise Refusal(
+                        ErrorCode.E_CONFIRM_REQUIRED,
+                        "type the resource id to confirm this high-risk action",
+                        422,
+                    )
+                if not secrets.compare_digest(confirm.encode(), row.resource_id.encode()):
+                    raise Refusal(
+                        ErrorCode.E_CONFIRM_MISMATCH,
+                        "the typed resource id does not match the resource",
+                        422,
+                    )
+            # (3) never the proposer
+            if principal.name in (row.proposed_by, row.submitted_by):
+                raise Refusal(
+                    ErrorCode.E_SELF_APPROVAL, "you may not approve your own proposal", 403
+                )
+            # (4) one vote per person (the UNIQUE constraint is the judge)
+            already = conn.execute(
+                sa.select(votes.c.id).where(
+                    votes.c.proposal_id == proposal_id, votes.c.voter == principal.name
+                )
+            ).first()
+            if already is not None:
+                raise Refusal(ErrorCode.E_ALREADY_VOTED, "you have already approved this", 409)
+            conn.execute(
+                votes.insert().values(
+                    proposal_id=proposal_id, voter=principal.name, at=now, note=note
+                )
+            )
+            self._audit(
+                conn,
+                now,
+                "checkpoint.vote.approve",
+                proposal_id=proposal_id,
+                action_hash=row.action_hash,
+                by=principal.name,
+                note=note,
+            )
+            # (5) quorum reached → state change, envelope and audit event, together
+            count = conn.execute(
+                sa.select(sa.func.count()).where(votes.c.proposal_id == proposal_id)
+            ).scalar_one()
+            if count >= row.quorum:
+                self._issue(conn, proposal_id, now)
+                issued = True
+            else:
+                conn.execute(
+                    proposals.update().where(proposals.c.id == proposal_id).values(updated_at=now)
+                )
+        if issued:
+            self.on_change()
+        return self.get(principal, proposal_id)
+
+    def _issue(self, conn: Connection, proposal_id: str, now: int) -> None:
+        """Sign the approval for a pending proposal whose quorum is met, in ``conn``."""
+        row = conn.execute(sa.select(proposals).where(proposals.c.id == proposal_id)).one()
+        if row.state != "pending":
+            raise Refusal(ErrorCode.E_STATE, f"proposal is {row.state}", 409)
+        voters = conn.execute(
+            sa.select(votes.c.voter, votes.c.at)
+            .where(votes.c.proposal_id == proposal_id)
+            .order_by(votes.c.at, votes.c.id)
+        ).all()
+        approvers = [{"id": v.voter, "at": v.at} for v in voters]
+        if row.effect == "auto":
+            approvers = [{"id": f"policy:{row.rule}"[:128], "at": now}]
+        if len(approvers) < row.quorum:
+            raise Refusal(ErrorCode.E_STATE, "quorum not met", 409)
+        try:
+            signer = self.keys.signer()
+        except ConfigError as exc:
+            raise Refusal(ErrorCode.E_NO_SIGNING_KEY, str(exc), 503) from None
+        approval_id = "apv_" + secrets.token_hex(16)
+        statement = ApprovalStatement.model_validate(
+            {
+                "type": APPROVAL_TYPE,
+                "approval_id": approval_id,
+                "proposal_id": row.id,
+                "action_hash": row.action_hash,
+                "provider": row.provider,
+                "account": row.account,
+                "region": row.region,
+                "resource": {"type": row.resource_type, "id": row.resource_id},
+                "operation": row.operation,
+                "audience": self.config.audience,
+                "nonce": secrets.token_hex(16),
+                "issued_at": now,
+                "not_before": now,
+                "expires_at": now + self.config.execution_window,
+                "approvers": approvers,
+                "quorum": row.quorum,
+                "policy": {"rule": row.rule, "hash": row.policy_hash},
+                "risk": row.risk,
+            }
+        )
+        envelope = signer.sign_statement(statement)
+        conn.execute(
+            approvals.insert().values(
+                approval_id=approval_id,
+                proposal_id=row.id,
+                nonce=statement.nonce,
+                statement=envelope.payload,
+                envelope=json.dumps(envelope.to_value(), sort_keys=True),
+                keyid=signer.keyid,
+                issued_at=now,
+                expires_at=statement.expires_at,
+            )
+        )
+        known = conn.execute(
+            sa.select(signing_keys.c.kid).where(signing_keys.c.kid == signer.keyid)
+        ).first()
+        if known is None:
+            conn.execute(
+                signing_keys.insert().values(
+                    kid=signer.keyid, public_key=b64encode(signer.public_raw), first_used_at=now
+                )
+            )
+        conn.execute(
+            proposals.update()
+            .where(proposals.c.id == row.id, proposals.c.state == "pending")
+            .values(state="approved", updated_at=now)
+        )
+        self._audit(
+            conn,
+            now,
+            "checkpoint.approval.issued",
+            proposal_id=row.id,
+            approval_id=approval_id,
+            action_hash=row.action_hash,
+            nonce=statement.nonce,
+            keyid=signer.keyid,
+            approvers=[a["id"] for a in approvers],
+            quorum=row.quorum,
+            rule=row.rule,
+            policy_hash=row.policy_hash,
+            expires_at=statement.expires_at,
+        )
+        self._feed(conn, "approval", approval_id, now)
+
+    def reject(
+        self, principal: Principal, proposal_id: str, reason_code: str, note: str
+    ) -> ProposalOut:
+        _require(principal, _APPROVER_ROLES, "reject")
+        now = self.now()
+        with self.engine.begin() as conn:
+            row = self._lock(conn, proposal_id)
+            self._check_pending(row, now)
+            conn.execute(
+                rejections.insert().values(
+                    proposal_id=proposal_id,
+                    reason_code=reason_code,
+                    note=note,
+                    by=principal.name,
+                    at=now,
+                )
+            )
+            self._set_state(conn, proposal_id, "pending", "rejected", now)
+            self._audit(
+                conn,
+                now,
+                "checkpoint.proposal.rejected",
+                proposal_id=proposal_id,
+                by=principal.name,
+                reason_code=reason_code,
+                note=note,
+            )
+        return self.get(principal, proposal_id)
+
+    def revoke(self, principal: Principal, proposal_id: str, note: str) -> ProposalOut:
+        """Revoke an issued approval that has not been executed (one audited call)."""
+        _require(principal, _APPROVER_ROLES, "revoke approvals")
+        now = self.now()
+        with self.engine.begin() as conn:
+            row = self._lock(conn, proposal_id)
+            if row.state != "approved":
+                raise Refusal(
+                    ErrorCode.E_STATE,
+                    f"only an approved proposal can be revoked (is {row.state})",
+                    409,
+                )
+            self._revoke_approval(conn, proposal_id, principal.name, note, now)
+            self._set_state(conn, proposal_id, "approved", "revoked", now)
+        self.on_change()
+        return self.get(principal, proposal_id)
+
+    def _revoke_approval(
+        self, conn: Connection, proposal_id: str, by: str, note: str, now: int
+    ) -> None:
+        approval = conn.execute(
+            sa.select(approvals).where(approvals.c.proposal_id == proposal_id)
+        ).one()
+        reported = conn.execute(
+            sa.select(outcomes.c.approval_id).where(outcomes.c.approval_id == approval.approval_id)
+        ).first()
+        if reported is not None or approval.revoked_at is not None:
+            raise Refusal(ErrorCode.E_STATE, "the approval was already used or revoked", 409)
+        conn.execute(
+            approvals.update()
+            .where(approvals.c.approval_id == approval.approval_id)
+            .values(revoked_at=now, revoked_by=by, revoke_note=note)
+        )
+        self._audit(
+            conn,
+            now,
+            "checkpoint.approval.revoked",
+            proposal_id=proposal_id,
+            approval_id=approval.approval_id,
+            by=by,
+            note=note,
+        )
+        self._feed(conn, "revocation", approval.approval_id, now)
+
+    def withdraw(self, principal: Principal, proposal_id: str, note: str) -> ProposalOut:
+        """The agent takes back an open proposal; an issued approval is revoked with it."""
+        _require(principal, {"agent"}, "withdraw proposals")
+        now = self.now()
+        revoked = False
+        with self.engine.begin() as conn:
+            row = self._lock(conn, proposal_id)
+            if row.state not in ("pending", "approved"):
+                raise Refusal(ErrorCode.E_STATE, f"a {row.state} proposal cannot be withdrawn", 409)
+            if row.state == "approved":
+                self._revoke_approval(conn, proposal_id, principal.name, note, now)
+                revoked = True
+            self._set_state(conn, proposal_id, row.state, "withdrawn", now)
+            self._audit(
+                conn,
+                now,
+                "checkpoint.proposal.withdrawn",
+                proposal_id=proposal_id,
+                by=principal.name,
+                note=note,
+            )
+        if revoked:
+            self.on_change()
+        return self.get(principal, proposal_id)
+
+    def resolve(
+        self, principal: Principal, proposal_id: str, decision: str, note: str
+    ) -> ProposalOut:
+        """A human decides an in_doubt execution: it happened, or it did not."""
+        _require(principal, {"admin"}, "resolve in_doubt executions")
+        now = self.now()
+        with self.engine.begin() as conn:
+            row = self._lock(conn, proposal_id)
+            if row.state != "in_doubt":
+                raise Refusal(ErrorCode.E_STATE, f"the proposal is {row.state}, not in_doubt", 409)
+            conn.execute(
+                outcomes.update()
+                .where(outcomes.c.proposal_id == proposal_id)
+                .values(
+                    resolution=decision,
+                    resolved_by=principal.name,
+                    resolved_at=now,
+                    resolution_note=note,
+                )
+            )
+            target = "executed" if decision == "happened" else "failed"
+            self._set_state(conn, proposal_id, "in_doubt", target, now)
+            self._audit(
+                conn,
+                now,
+                "checkpoint.execution.resolved",
+                proposal_id=proposal_id,
+                by=principal.name,
+                decision=decision,
+                note=note,
+            )
+        return self.get(principal, proposal_id)
+
+    # -- the executor side -----------------------------------------------------------
+
+    def feed(self, principal: Principal, after: int, limit: int = 100) -> FeedOut:
+        """Issued, unrevoked, unexpired bundles and live revocations after ``after``."""
+        _require(principal, {"executor"}, "read the feed")
+        now = self.now()
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(
+                    feed_events.c.seq,
+                    feed_events.c.kind,
+                    feed_events.c.approval_id,
+                    approvals.c.envelope,
+                    approvals.c.expires_at,
+                    approvals.c.revoked_at,
+                    proposals.c.action,
+                    proposals.c.state,
+                )
+                .select_from(
+                    feed_events.join(
+                        approvals, approvals.c.approval_id == feed_events.c.approval_id
+                    ).join(proposals, proposals.c.id == approvals.c.proposal_id)
+                )
+                .where(feed_events.c.seq > after)
+                .order_by(feed_events.c.seq)
+                .limit(limit)
+            ).all()
+        items: list[FeedItem] = []
+        cursor = after
+        for row in rows:
+            cursor = row.seq
+            if row.expires_at <= now:
+                continue  # the executor refuses it anyway (E_EXPIRED); nothing to say
+            if row.kind == "revocation":
+                items.append(
+                    FeedItem(
+                        seq=row.seq, kind="revocation", approval_id=row.approval_id, bundle=None
+                    )
+                )
+            elif row.revoked_at is None and row.state == "approved":
+                envelope = Envelope.from_value(
+                    json.loads(row.envelope), payload_type=APPROVAL_PAYLOAD_TYPE
+                )
+                bundle = json.loads(make_bundle(bytes(row.action), envelope))
+                items.append(
+                    FeedItem(
+                        seq=row.seq, kind="approval", approval_id=row.approval_id, bundle=bundle
+                    )
+                )
+        return FeedOut(items=items, cursor=cursor)
+
+    def feed_head(self) -> int:
+        with self.engine.connect() as conn:
+            return int(conn.execute(sa.select(feed_head.c.seq)).scalar_one())
+
+    def report_outcome(self, principal: Principal, receipt: Mapping[str, Any]) -> ProposalOut:
+        """Record the executor's outcome from its signed receipt (the ledger is the truth)."""
+        _require(principal, {"executor"}, "report outcomes")
+        now = self.now()
+        payload, verified, keyid = self._check_receipt(receipt, now)
+        approval_id = payload["approval_id"]
+        outcome = payload["outcome"]
+        with self.engine.begin() as conn:
+            approval = conn.execute(
+                sa.select(approvals).where(approvals.c.approval_id == approval_id)
+            ).first()
+            if approval is None:
+                raise Refusal(ErrorCode.E_NOT_FOUND, "no such approval", 404)
+            row = self._lock(conn, approval.proposal_id)
+            if payload["action_hash"] != row.action_hash:
+                raise Refusal(ErrorCode.E_RECEIPT, "receipt names another action hash", 422)
+            target = _OUTCOME_STATE.get(outcome)
+            if outcome == "resolved":
+                resolution = payload.get("resolution") or {}
+                target = "executed" if resolution.get("decision") == "happened" else "failed"
+            if target is None:
+                raise Refusal(ErrorCode.E_RECEIPT, f"unknown outcome {outcome!r}", 422)
+            receipt_text = json.dumps(dict(receipt), sort_keys=True)
+            previous = conn.execute(
+                sa.select(outcomes).where(outcomes.c.approval_id == approval_id)
+            ).first()
+            if previous is not None:
+                if previous.receipt == receipt_text:
+                    return self._view(conn, row)  # the executor retried: same answer
+                if previous.outcome != "in_doubt" or row.state != "in_doubt":
+                    raise Refusal(ErrorCode.E_STATE, "an outcome is already recorded", 409)
+            late = row.state in ("lapsed", "revoked", "withdrawn")
+            values = {
+                "outcome": outcome,
+                "refusal_code": payload.get("refusal_code"),
+                "receipt": receipt_text,
+                "receipt_verified": verified,
+                "receipt_keyid": keyid,
+                "reported_at": now,
+            }
+            if previous is not None:
+                # The executor resolved its own in_doubt row: the newer receipt replaces
+                # the in_doubt one here; both stay in the audit chain and its ledger.
+                conn.execute(
+                    outcomes.update().where(outcomes.c.approval_id == approval_id).values(**values)
+                )
+            else:
+                conn.execute(
+                    outcomes.insert().values(
+                        approval_id=approval_id, proposal_id=row.id, late=late, **values
+                    )
+                )
+            conn.execute(
+                proposals.update()
+                .where(proposals.c.id == row.id)
+                .values(state=target, updated_at=now)
+            )
+            self._audit(
+                conn,
+                now,
+                "checkpoint.outcome.reported",
+                proposal_id=row.id,
+                approval_id=approval_id,
+                outcome=outcome,
+                refusal_code=payload.get("refusal_code"),
+                receipt_verified=verified,
+                late=late,
+                from_state=row.state,
+                state=target,
+            )
+            return self._view(
+                conn, conn.execute(sa.select(proposals).where(proposals.c.id == row.id)).one()
+            )
+
+    def _check_receipt(
+        self, receipt: Mapping[str, Any], now: int
+    ) -> tuple[dict[str, Any], bool, str | None]:
+        try:
+            envelope = Envelope.from_value(dict(receipt), payload_type=RECEIPT_PAYLOAD_TYPE)
+            keyid = None
+            if self.receipt_keys is not None:
+                keyid = verify_envelope(envelope, self.receipt_keys, now)
+            payload = loads_strict(envelope.payload, max_bytes=_RECEIPT_MAX_BYTES)
+        except Refused as exc:
+            raise Refusal(ErrorCode.E_RECEIPT, f"{exc.code.value}: {exc.detail}", 422) from None
+        if (
+            not isinstance(payload, dict)
+            or payload.get("type") != "airlock.receipt/v1"
+            or not isinstance(payload.get("approval_id"), str)
+            or not isinstance(payload.get("action_hash"), str)
+            or not isinstance(payload.get("outcome"), str)
+            or not isinstance(payload.get("refusal_code"), str | None)
+        ):
+            raise Refusal(
+                ErrorCode.E_RECEIPT,
+                "receipt payload must be an airlock.receipt/v1 naming approval, hash, outcome",
+                422,
+            )
+        return payload, keyid is not None, keyid
+
+    # -- the sweeper -----------------------------------------------------------------
+
+    def sweep(self) -> dict[str, int]:
+        """Expire pending proposals past their approval window; lapse unused approvals."""
+        now = self.now()
+        counts = {"expired": 0, "lapsed": 0}
+        with self.engine.begin() as conn:
+            stale = conn.execute(
+                sa.select(proposals.c.id)
+                .where(proposals.c.state == "pending", proposals.c.approval_deadline <= now)
+                .with_for_update()
+            ).all()
+            for (pid,) in stale:
+                self._set_state(conn, pid, "pending", "expired", now)
+                self._audit(conn, now, "checkpoint.proposal.expired", proposal_id=pid)
+                counts["expired"] += 1
+            lapsing = conn.execute(
+                sa.select(proposals.c.id, approvals.c.approval_id)
+                .select_from(proposals.join(approvals, approvals.c.proposal_id == proposals.c.id))
+                .where(proposals.c.state == "approved", approvals.c.expires_at <= now)
+                .with_for_update(of=proposals)
+            ).all()
+            for pid, aid in lapsing:
+                self._set_state(conn, pid, "approved", "lapsed", now)
+                self._audit(
+                    conn, now, "checkpoint.approval.lapsed", proposal_id=pid, approval_id=aid
+                )
+                counts["lapsed"] += 1
+        return counts
+
+    # -- reading ---------------------------------------------------------------------
+
+    def get(self, principal: Principal, proposal_id: str) -> ProposalOut:
+        _require(principal, _READER_ROLES, "read proposals")
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(proposals).where(proposals.c.id == proposal_id)).first()
+            if row is None:
+                raise _not_found(proposal_id)
+            return self._view(conn, row)
+
+    def list(
+        self,
+        principal: Principal,
+        *,
+        state: str | None = None,
+        operation: str | None = None,
+        account: str | None = None,
+        region: str | None = None,
+        resource_id: str | None = None,
+        proposed_by: str | None = None,
+        before: str | None = None,
+        limit: int = 50,
+    ) -> ProposalList:
+        """Newest first; pending proposals sort like any other (filter by state for a queue)."""
+        _require(principal, _READER_ROLES, "read proposals")
+        limit = max(1, min(limit, _MAX_PAGE))
+        query = sa.select(proposals)
+        for column, value in (
+            (proposals.c.state, state),
+            (proposals.c.operation, operation),
+            (proposals.c.account, account),
+            (proposals.c.region, region),
+            (proposals.c.resource_id, resource_id),
+            (proposals.c.proposed_by, proposed_by),
+        ):
+            if value is not None:
+                query = query.where(column == value)
+        with self.engine.connect() as conn:
+            if before is not None:
+                anchor = conn.execute(
+                    sa.select(proposals.c.created_at).where(proposals.c.id == before)
+                ).first()
+                if anchor is None:
+                    raise _not_found(before)
+                query = query.where(
+                    sa.or_(
+                        proposals.c.created_at < anchor.created_at,
+                        sa.and_(
+                            proposals.c.created_at == anchor.created_at, proposals.c.id < before
+                        ),
+                    )
+                )
+            rows = conn.execute(
+                query.order_by(proposals.c.created_at.desc(), proposals.c.id.desc()).limit(
+                    limit + 1
+                )
+            ).all()
+            items = [self._view(conn, row) for row in rows[:limit]]
+        return ProposalList(
+            items=items, next_before=items[-1].id if len(rows) > limit and items else None
+        )
+
+    def audit_status(self, principal: Principal) -> AuditOut:
+        _require(principal, {"viewer", "approver", "admin"}, "read the audit status")
+        report = verify_chain(self.engine)
+        return AuditOut(
+            ok=report.ok,
+            rows=report.rows,
+            head_seq=report.head_seq,
+            head_hash=report.head_hash,
+            fault=str(report.fault) if report.fault is not None else None,
+        )
+
+    def _view(self, conn: Connection, row: Row[Any]) -> ProposalOut:
+        vote_rows = conn.execute(
+            sa.select(votes.c.voter, votes.c.at, votes.c.note)
+            .where(votes.c.proposal_id == row.id)
+            .order_by(votes.c.at, votes.c.id)
+        ).all()
+        approval = conn.execute(
+            sa.select(approvals).where(approvals.c.proposal_id == row.id)
+        ).first()
+        rejection = conn.execute(
+            sa.select(rejections).where(rejections.c.proposal_id == row.id)
+        ).first()
+        outcome = conn.execute(sa.select(outcomes).where(outcomes.c.proposal_id == row.id)).first()
+        action_bytes = bytes(row.action)
+        return ProposalOut(
+            id=row.id,
+            state=row.state,
+            action_hash=row.action_hash,
+            action_jcs=action_bytes.decode("utf-8"),
+            action=json.loads(action_bytes),
+            provider=row.provider,
+            account=row.account,
+            region=row.region,
+            resource_type=row.resource_type,
+            resource_id=row.resource_id,
+            operation=row.operation,
+            risk=row.risk,
+            proposed_by=row.proposed_by,
+            submitted_by=row.submitted_by,
+            policy=PolicyOut(
+                rule=row.rule,
+                effect=row.effect,
+                quorum=row.quorum,
+                confirm=row.confirm,
+                hash=row.policy_hash,
+            ),
+            deny_reason=row.deny_reason,
+            votes=[VoteOut(voter=v.voter, at=v.at, note=v.note) for v in vote_rows],
+            votes_needed=max(0, row.quorum - len(vote_rows)) if row.state == "pending" else 0,
+            approval_deadline=row.approval_deadline,
+            created_at=row.created_at,
+            updated_at=row.updated_at,
+            approval=None
+            if approval is None
+            else ApprovalOut(
+                approval_id=approval.approval_id,
+                keyid=approval.keyid,
+                issued_at=approval.issued_at,
+                expires_at=approval.expires_at,
+                revoked_at=approval.revoked_at,
+                revoked_by=approval.revoked_by,
+                envelope=json.loads(approval.envelope),
+            ),
+            rejection=None
+            if rejection is None
+            else RejectionOut(
+                reason_code=rejection.reason_code,
+                note=rejection.note,
+                by=rejection.by,
+                at=rejection.at,
+            ),
+            outcome=None
+            if outcome is None
+            else OutcomeOut(
+                approval_id=outcome.approval_id,
+                outcome=outcome.outcome,
+                refusal_code=outcome.refusal_code,
+                receipt_verified=outcome.receipt_verified,
+                receipt_keyid=outcome.receipt_keyid,
+                receipt=json.loads(outcome.receipt),
+                late=outcome.late,
+                reported_at=outcome.reported_at,
+                resolution=outcome.resolution,
+                resolved_by=outcome.resolved_by,
+                resolved_at=outcome.resolved_at,
+                resolution_note=outcome.resolution_note,
+            ),
+        )
+
+    # -- helpers ---------------------------------------------------------------------
+
+    def _lock(self, conn: Connection, proposal_id: str) -> Row[Any]:
+        row = conn.execute(
+            sa.select(proposals).where(proposals.c.id == proposal_id).with_for_update()
+        ).first()
+        if row is None:
+            raise _not_found(proposal_id)
+        return row
+
+    def _check_pending(self, row: Row[Any], now: int) -> None:
+        if row.state != "pending":
+            raise Refusal(ErrorCode.E_STATE, f"the proposal is {row.state}, not pending", 409)
+        if now >= row.approval_deadline:
+            raise Refusal(ErrorCode.E_EXPIRED, "the approval window has passed", 409)
+
+    def _set_state(
+        self, conn: Connection, proposal_id: str, expected: str, state: str, now: int
+    ) -> None:
+        done = conn.execute(
+            proposals.update()
+            .where(proposals.c.id == proposal_id, proposals.c.state == expected)
+            .values(state=state, updated_at=now)
+        ).rowcount
+        if done != 1:  # the row lock makes this unreachable; fail closed if it is not
+            raise Refusal(ErrorCode.E_STATE, "the proposal changed concurrently", 409)
+
+    def _feed(self, conn: Connection, kind: str, approval_id: str, now: int) -> None:
+        # The UPDATE locks the single counter row until commit: sequence numbers become
+        # visible in the order they were taken, so a reader's cursor never skips one.
+        conn.execute(feed_head.update().where(feed_head.c.id == 1).values(seq=feed_head.c.seq + 1))
+        seq = conn.execute(sa.select(feed_head.c.seq).where(feed_head.c.id == 1)).scalar_one()
+        conn.execute(
+            feed_events.insert().values(seq=seq, kind=kind, approval_id=approval_id, at=now)
+        )
+
+    def _audit(self, conn: Connection, now: int, kind: str, **fields: Any) -> None:
+        AuditLog.append(conn, {"type": kind, **fields}, at=datetime.fromtimestamp(now, UTC))
+
+
+def _deny_message(decision: Decision) -> str:
+    return f"denied by policy rule {decision.rule}" + (
+        f": {decision.reason}" if decision.reason else ""
+    )

@@ -1,0 +1,114 @@
+"""A checkpoint on a real database with a fixed clock, users and tokens, for tests."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from argon2 import PasswordHasher, Type
+from fastapi import FastAPI
+
+from airlock.store import upgrade
+from services.checkpoint._db import Database
+from services.checkpoint.app import DEFAULT_POLICY, MIGRATIONS, create_app
+from services.checkpoint.auth import Accounts
+from services.checkpoint.keys import KeyDirectory, KeyRing
+from services.checkpoint.policy import Policy, load_policy
+from services.checkpoint.service import Checkpoint, CheckpointConfig
+
+from .builders import action_value
+
+with warnings.catch_warnings():
+    # starlette 1.x warns at import that it would prefer httpx2 for its test client; the
+    # client works with httpx 0.28, which is what the project pins.
+    warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient`")
+    from starlette.testclient import TestClient
+
+START = 1_764_400_000
+AUDIENCE = "airlock-executor/test"
+PASSWORD = "correct horse battery staple"
+APPROVERS = ("alice", "bob", "carol")
+SESSION_TTL = 48 * 3600
+
+
+@dataclass
+class Clock:
+    t: int = START
+
+    def __call__(self) -> int:
+        return self.t
+
+    def advance(self, seconds: int) -> None:
+        self.t += seconds
+
+
+def cheap_hasher() -> PasswordHasher:
+    # Tests only: the production parameters cost ~100 ms per hash.
+    return PasswordHasher(time_cost=1, memory_cost=8, parallelism=1, type=Type.ID)
+
+
+@dataclass
+class World:
+    url: str
+    keys_dir: Path
+    clock: Clock
+    checkpoint: Checkpoint
+    accounts: Accounts
+    app: FastAPI
+    client: TestClient
+    tokens: dict[str, str] = field(default_factory=dict)
+
+    def auth(self, who: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.tokens[who]}"}
+
+    def submit(self, who: str = "agent", **kwargs: Any) -> Any:
+        body = json.dumps(action_value(**kwargs)).encode()
+        return self.client.post(
+            "/v1/proposals",
+            content=body,
+            headers={**self.auth(who), "Content-Type": "application/json"},
+        )
+
+    def approve(self, who: str, proposal_id: str, action_hash: str, **extra: Any) -> Any:
+        return self.client.post(
+            f"/v1/proposals/{proposal_id}/approve",
+            json={"action_hash": action_hash, **extra},
+            headers=self.auth(who),
+        )
+
+
+def make_world(url: str, tmp_path: Path, policy: Policy | None = None) -> World:
+    clock = Clock()
+    keys_dir = tmp_path / "keys"
+    KeyDirectory(keys_dir).generate(clock())
+    db = Database(url)
+    upgrade(db.engine, MIGRATIONS)
+    checkpoint = Checkpoint(
+        db,
+        policy or load_policy(DEFAULT_POLICY),
+        KeyRing(KeyDirectory(keys_dir)),
+        CheckpointConfig(audience=AUDIENCE, approval_window=24 * 3600, execution_window=900),
+        now=clock,
+    )
+    accounts = Accounts(
+        db,
+        clock,
+        session_ttl=SESSION_TTL,
+        lockout_threshold=3,
+        lockout_seconds=600,
+        hasher=cheap_hasher(),
+    )
+    app = create_app(checkpoint, accounts, feed_max_wait=5)
+    world = World(url, keys_dir, clock, checkpoint, accounts, app, TestClient(app))
+    for name in APPROVERS:
+        accounts.add_user(name, PASSWORD, "approver")
+    accounts.add_user("admin", PASSWORD, "admin")
+    accounts.add_user("viewer", PASSWORD, "viewer")
+    for name in (*APPROVERS, "admin", "viewer"):
+        world.tokens[name] = accounts.login(name, PASSWORD)[0]
+    world.tokens["agent"] = accounts.create_service_token("scanner-1", "agent")
+    world.tokens["executor"] = accounts.create_service_token("executor-1", "executor")
+    return world

@@ -1,0 +1,302 @@
+"""The approval rules, through the raw HTTP API, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airlock.store import verify_chain
+
+from .harness import SESSION_TTL, World
+
+
+def _pending(world: World, **kwargs: Any) -> dict[str, Any]:
+    response = world.submit(**kwargs)
+    assert response.status_code == 201, response.text
+    body: dict[str, Any] = response.json()
+    assert body["state"] == "pending"
+    return body
+
+
+def _code(response: Any) -> str:
+    return str(response.json()["error"]["code"])
+
+
+def test_stop_approved_by_one_person_issues_a_signed_approval(world: World) -> None:
+    p = _pending(world)
+    assert p["policy"]["rule"] == "stop-one-person" and p["votes_needed"] == 1
+    r = world.approve("alice", p["id"], p["action_hash"], note="looks idle")
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["state"] == "approved"
+    assert body["approval"]["envelope"]["payloadType"] == "application/vnd.airlock.approval.v1+json"
+    assert [v["voter"] for v in body["votes"]] == ["alice"]
+    assert verify_chain(world.checkpoint.engine).ok
+
+
+def test_approving_with_a_stale_action_hash_is_refused(world: World) -> None:
+    p = _pending(world)
+    r = world.approve("alice", p["id"], "sha256:" + "0" * 64)
+    assert (r.status_code, _code(r)) == (409, "E_STALE_VIEW")
+    assert (
+        world.client.get(f"/v1/proposals/{p['id']}", headers=world.auth("alice")).json()["votes"]
+        == []
+    )
+
+
+def test_high_risk_approve_without_confirm_is_refused(world: World) -> None:
+    p = _pending(world, operation="delete")
+    assert p["policy"]["quorum"] == 2 and p["policy"]["confirm"] and p["risk"] == "high"
+    r = world.approve("alice", p["id"], p["action_hash"])
+    assert (r.status_code, _code(r)) == (422, "E_CONFIRM_REQUIRED")
+
+
+def test_high_risk_approve_with_wrong_confirm_is_refused(world: World) -> None:
+    p = _pending(world, operation="delete")
+    for wrong in ("i-t4n0exampl", "I-T4N0EXAMPLE", "i-t4n0example ", "i-other000"):
+        r = world.approve("alice", p["id"], p["action_hash"], confirm=wrong)
+        assert (r.status_code, _code(r)) == (422, "E_CONFIRM_MISMATCH"), wrong
+    ok = world.approve("alice", p["id"], p["action_hash"], confirm="i-t4n0example")
+    assert ok.status_code == 200 and ok.json()["state"] == "pending"
+    assert ok.json()["votes_needed"] == 1
+
+
+def test_delete_needs_two_distinct_people(world: World) -> None:
+    p = _pending(world, operation="delete")
+    world.approve("alice", p["id"], p["action_hash"], confirm="i-t4n0example")
+    r = world.approve("bob", p["id"], p["action_hash"], confirm="i-t4n0example")
+    assert r.json()["state"] == "approved"
+    approvers = [v["voter"] for v in r.json()["votes"]]
+    assert approvers == ["alice", "bob"]
+
+
+def test_second_vote_of_the_same_person_is_refused(world: World) -> None:
+    p = _pending(world, operation="delete")
+    first = world.approve("alice", p["id"], p["action_hash"], confirm="i-t4n0example")
+    assert first.status_code == 200
+    again = world.approve("alice", p["id"], p["action_hash"], confirm="i-t4n0example")
+    assert (again.status_code, _code(again)) == (409, "E_ALREADY_VOTED")
+    assert (
+        world.client.get(f"/v1/proposals/{p['id']}", headers=world.auth("bob")).json()["state"]
+        == "pending"
+    )
+
+
+def test_self_approval_is_refused(world: World) -> None:
+    # The agent claims the proposal was made by alice: alice may then not approve it.
+    p = _pending(world, proposed_by="alice")
+    r = world.approve("alice", p["id"], p["action_hash"])
+    assert (r.status_code, _code(r)) == (403, "E_SELF_APPROVAL")
+    assert world.approve("bob", p["id"], p["action_hash"]).json()["state"] == "approved"
+
+
+def test_service_tokens_and_viewers_cannot_approve(world: World) -> None:
+    p = _pending(world)
+    for who in ("agent", "executor", "viewer"):
+        r = world.approve(who, p["id"], p["action_hash"])
+        assert (r.status_code, _code(r)) == (403, "E_FORBIDDEN"), who
+
+
+def test_people_cannot_submit_and_anonymous_is_refused(world: World) -> None:
+    assert _code(world.submit("alice")) == "E_FORBIDDEN"
+    r = world.client.post("/v1/proposals", content=b"{}")
+    assert (r.status_code, _code(r)) == (401, "E_UNAUTHENTICATED")
+    r = world.client.get("/v1/proposals", headers={"Authorization": "Bearer nope"})
+    assert (r.status_code, _code(r)) == (401, "E_UNAUTHENTICATED")
+
+
+def test_submit_is_idempotent_on_id_and_hash(world: World) -> None:
+    first = world.submit()
+    again = world.submit()
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert first.json()["action_hash"] == again.json()["action_hash"]
+
+
+def test_same_id_with_another_action_is_a_conflict(world: World) -> None:
+    assert world.submit().status_code == 201
+    r = world.submit(reason="a different reason")
+    assert (r.status_code, _code(r)) == (409, "E_CONFLICT")
+
+
+def test_one_open_proposal_per_account_resource_operation(world: World) -> None:
+    assert world.submit(proposal_id="prop_first00001").status_code == 201
+    r = world.submit(proposal_id="prop_second0001")
+    assert (r.status_code, _code(r)) == (409, "E_DUPLICATE_OPEN")
+    # another operation on the same resource is a different slot
+    assert world.submit(proposal_id="prop_third00001", operation="delete").status_code == 201
+
+
+def test_closed_proposal_frees_the_slot(world: World) -> None:
+    p = _pending(world, proposal_id="prop_first00001")
+    world.client.post(
+        f"/v1/proposals/{p['id']}/reject",
+        json={"reason_code": "not_idle", "note": "batch job"},
+        headers=world.auth("alice"),
+    )
+    assert world.submit(proposal_id="prop_second0001").status_code == 201
+
+
+def test_denied_by_policy_is_refused_and_recorded(world: World) -> None:
+    r = world.submit(tags={"Environment": "production"})
+    assert (r.status_code, _code(r)) == (403, "E_POLICY_DENIED")
+    assert "deny-production" in r.json()["error"]["message"]
+    shown = world.client.get("/v1/proposals/prop_test0000001", headers=world.auth("agent"))
+    assert shown.json()["state"] == "denied"
+    assert _code(world.submit(tags={"Environment": "production"})) == "E_POLICY_DENIED"
+
+
+def test_malformed_action_is_refused(world: World) -> None:
+    headers = {**world.auth("agent"), "Content-Type": "application/json"}
+    for body in (
+        b'{"type": "airlock.action/v1", "type": "x"}',
+        b"[]",
+        b"not json",
+        b'{"cpu": 1.5}',
+    ):
+        r = world.client.post("/v1/proposals", content=body, headers=headers)
+        assert (r.status_code, _code(r)) == (422, "E_INVALID"), body
+    r = world.submit(tags={"env": 3})  # type: ignore[dict-item]
+    assert (r.status_code, _code(r)) == (422, "E_INVALID")
+
+
+def test_reject_with_reason_code_is_read_back_by_the_agent(world: World) -> None:
+    p = _pending(world)
+    r = world.client.post(
+        f"/v1/proposals/{p['id']}/reject",
+        json={"reason_code": "needs_more_info", "note": "show memory too"},
+        headers=world.auth("bob"),
+    )
+    assert r.json()["state"] == "rejected"
+    back = world.client.get(
+        "/v1/proposals", params={"state": "rejected"}, headers=world.auth("agent")
+    ).json()["items"][0]
+    assert back["rejection"]["reason_code"] == "needs_more_info"
+    assert back["rejection"]["note"] == "show memory too"
+    bad = world.client.post(
+        f"/v1/proposals/{p['id']}/reject",
+        json={"reason_code": "dont_like_it"},
+        headers=world.auth("bob"),
+    )
+    assert (bad.status_code, _code(bad)) == (422, "E_INVALID")
+
+
+def test_revoke_an_issued_approval_puts_a_revocation_on_the_feed(world: World) -> None:
+    p = _pending(world)
+    world.approve("alice", p["id"], p["action_hash"])
+    r = world.client.post(
+        f"/v1/proposals/{p['id']}/revoke", json={"note": "wrong box"}, headers=world.auth("bob")
+    )
+    assert r.json()["state"] == "revoked"
+    assert r.json()["approval"]["revoked_by"] == "bob"
+    feed = world.client.get("/v1/feed", headers=world.auth("executor")).json()
+    assert [item["kind"] for item in feed["items"]] == ["revocation"]
+    again = world.client.post(f"/v1/proposals/{p['id']}/revoke", json={}, headers=world.auth("bob"))
+    assert (again.status_code, _code(again)) == (409, "E_STATE")
+
+
+def test_agent_withdraws_a_pending_proposal(world: World) -> None:
+    p = _pending(world)
+    r = world.client.post(
+        f"/v1/proposals/{p['id']}/withdraw",
+        json={"note": "running again"},
+        headers=world.auth("agent"),
+    )
+    assert r.json()["state"] == "withdrawn"
+    late = world.approve("alice", p["id"], p["action_hash"])
+    assert (late.status_code, _code(late)) == (409, "E_STATE")
+
+
+def test_pending_proposal_expires_after_the_approval_window(world: World) -> None:
+    p = _pending(world)
+    world.clock.advance(24 * 3600)
+    r = world.approve("alice", p["id"], p["action_hash"])
+    assert (r.status_code, _code(r)) == (409, "E_EXPIRED")
+    assert world.checkpoint.sweep() == {"expired": 1, "lapsed": 0}
+    shown = world.client.get(f"/v1/proposals/{p['id']}", headers=world.auth("viewer")).json()
+    assert shown["state"] == "expired"
+    assert verify_chain(world.checkpoint.engine).ok
+
+
+def test_unused_approval_lapses_after_the_execution_window(world: World) -> None:
+    p = _pending(world)
+    world.approve("alice", p["id"], p["action_hash"])
+    world.clock.advance(899)
+    assert world.checkpoint.sweep() == {"expired": 0, "lapsed": 0}
+    assert len(world.client.get("/v1/feed", headers=world.auth("executor")).json()["items"]) == 1
+    world.clock.advance(1)
+    assert world.checkpoint.sweep() == {"expired": 0, "lapsed": 1}
+    shown = world.client.get(f"/v1/proposals/{p['id']}", headers=world.auth("viewer")).json()
+    assert shown["state"] == "lapsed"
+    assert world.client.get("/v1/feed", headers=world.auth("executor")).json()["items"] == []
+
+
+def test_feed_and_outcomes_need_the_executor_role(world: World) -> None:
+    for who in ("agent", "admin", "alice"):
+        assert _code(world.client.get("/v1/feed", headers=world.auth(who))) == "E_FORBIDDEN"
+        r = world.client.post("/v1/outcomes", json={"receipt": {}}, headers=world.auth(who))
+        assert _code(r) == "E_FORBIDDEN"
+
+
+def test_logout_revokes_the_session(world: World) -> None:
+    assert world.client.get("/v1/me", headers=world.auth("alice")).json()["name"] == "alice"
+    assert (
+        world.client.delete("/v1/sessions/current", headers=world.auth("alice")).status_code == 204
+    )
+    assert world.client.get("/v1/me", headers=world.auth("alice")).status_code == 401
+
+
+def test_session_expires(world: World) -> None:
+    world.clock.advance(SESSION_TTL)
+    assert world.client.get("/v1/me", headers=world.auth("alice")).status_code == 401
+    assert world.client.get("/v1/me", headers=world.auth("agent")).status_code == 200
+
+
+def test_repeated_failed_logins_lock_the_account(world: World) -> None:
+    for _ in range(3):
+        r = world.client.post("/v1/sessions", json={"username": "bob", "password": "wrong" * 3})
+        assert r.status_code == 401
+    r = world.client.post(
+        "/v1/sessions", json={"username": "bob", "password": "correct horse battery staple"}
+    )
+    assert (r.status_code, _code(r)) == (423, "E_LOCKED")
+    world.clock.advance(600)
+    r = world.client.post(
+        "/v1/sessions", json={"username": "bob", "password": "correct horse battery staple"}
+    )
+    assert r.status_code == 201 and r.json()["role"] == "approver"
+
+
+def test_disabled_user_cannot_sign_in_or_use_a_session(world: World) -> None:
+    world.accounts.disable_user("carol")
+    assert world.client.get("/v1/me", headers=world.auth("carol")).status_code == 401
+    r = world.client.post(
+        "/v1/sessions", json={"username": "carol", "password": "correct horse battery staple"}
+    )
+    assert r.status_code == 401
+
+
+def test_tokens_are_stored_hashed(world: World) -> None:
+    import sqlalchemy as sa
+
+    with world.checkpoint.engine.connect() as conn:
+        stored = {
+            *conn.execute(sa.text("SELECT token_hash FROM sessions")).scalars(),
+            *conn.execute(sa.text("SELECT token_hash FROM service_tokens")).scalars(),
+        }
+        hashes = list(conn.execute(sa.text("SELECT password_hash FROM users")).scalars())
+    assert not set(world.tokens.values()) & stored
+    assert all(h.startswith("$argon2id$") for h in hashes)
+
+
+def test_keys_endpoint_serves_the_public_key_set(world: World) -> None:
+    body = world.client.get("/v1/keys").json()
+    assert [k["status"] for k in body["keys"]] == ["active"]
+    assert "private" not in str(body).lower()
+
+
+def test_health_ready_and_metrics(world: World) -> None:
+    assert world.client.get("/healthz").json() == {"status": "ok"}
+    assert world.client.get("/readyz").status_code == 200
+    p = _pending(world)
+    world.approve("alice", p["id"], p["action_hash"])
+    text = world.client.get("/metrics").text
+    assert "airlock_checkpoint_approvals_issued_total 1.0" in text
