@@ -25,7 +25,12 @@ Appends happen inside the caller's transaction, so a state change, its audit eve
 its receipt commit together or not at all. They are serialized: on PostgreSQL by a
 transaction-scoped advisory lock taken before the head is read (held until the caller
 commits, so append late in a transaction); on SQLite by ``BEGIN IMMEDIATE``, which
-:func:`airlock.store.make_engine` puts on every transaction.
+:func:`airlock.store.make_engine` puts on every transaction. The PostgreSQL scheme relies
+on ``READ COMMITTED`` (the engine's level): in a ``REPEATABLE READ`` or ``SERIALIZABLE``
+transaction that already read something, the head may be stale and the append then
+fails (unique/serialization error) rather than forking the chain; retry the transaction.
+A writer killed while holding the lock leaves nothing behind: its transaction never
+committed, and the database releases the lock with the dead connection.
 
 This module must never update or delete an audit row, and never accept an event that is
 not canonical, float-free JSON.

@@ -120,7 +120,10 @@ def _sqlite_engine(url: URL, *, create: bool, busy_timeout_s: float, echo: bool)
             # Python must not emit BEGIN/COMMIT around statements on its own; the begin
             # hook below does it. The pragma reads then happen in autocommit mode.
             "isolation_level": None,
-            "check_same_thread": True,
+            # The pool lends a connection to one thread at a time, and CPython's SQLite
+            # is built serialized (sqlite3.threadsafety == 3), so a pooled connection
+            # may move between a server's worker threads; SQLAlchemy's own default.
+            "check_same_thread": False,
         },
     )
 

@@ -116,3 +116,33 @@ def test_concurrent_migrations_apply_each_revision_once(db_url: str) -> None:
         assert verify_chain(engine).ok
     finally:
         engine.dispose()
+
+
+def _killed_mid_append(url: str, appended: Any, never: Any) -> None:
+    engine = make_engine(url)
+    with engine.begin() as conn:
+        AuditLog.append(conn, {"type": "test.never_committed"}, at=NOW)
+        appended.set()
+        never.wait()  # holds the chain lock (and, on SQLite, the write lock) until killed
+
+
+def test_writer_killed_holding_the_chain_lock_neither_wedges_nor_forks_it(
+    engine: Engine, db_url: str
+) -> None:
+    engine.dispose()
+    appended, never = _ctx.Event(), _ctx.Event()
+    victim = _ctx.Process(target=_killed_mid_append, args=(db_url, appended, never))
+    victim.start()
+    try:
+        assert appended.wait(timeout=60)
+    finally:
+        victim.kill()  # SIGKILL: no rollback, no atexit, the socket/file lock just vanishes
+        victim.join(timeout=60)
+    assert victim.exitcode == -9
+
+    with engine.begin() as conn:
+        entry = AuditLog.append(conn, {"type": "test.after_the_crash"}, at=NOW)
+    assert entry.seq == 1  # the killed writer's seq 1 never committed, so there is no gap
+    report = verify_chain(engine)
+    assert report.ok
+    assert report.head_seq == 1

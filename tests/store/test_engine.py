@@ -127,3 +127,28 @@ def test_postgresql_read_transaction_cannot_write(pg_url: str) -> None:
             conn.execute(sa.text("CREATE TABLE t (x INTEGER)"))
     finally:
         engine.dispose()
+
+
+def test_sqlite_pooled_connections_may_serve_several_threads(sqlite_url: str) -> None:
+    import threading
+
+    engine = make_engine(sqlite_url)
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            for _ in range(5):
+                with engine.begin() as conn:
+                    conn.execute(sa.text("SELECT 1"))
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    try:
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+    finally:
+        engine.dispose()
