@@ -1,0 +1,77 @@
+"""Entry points for the executor's multi-process tests (run in child processes).
+
+``race`` runs in a ``multiprocessing`` child; ``python -m tests.executor.workers`` is the
+crash/recovery child, armed through ``AIRLOCK_EXECUTOR_FAILPOINTS`` exactly as an
+operator's environment would be.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from services.executor import Failpoints
+
+from .support import FakeClock, FakeFileCloud, make_executor
+
+
+def race(
+    url: str,
+    cloud_path: str,
+    raws: list[bytes],
+    barrier: Any,
+    results: Any,
+    worker_id: str,
+    now: int,
+) -> None:
+    cloud = FakeFileCloud(Path(cloud_path))
+    executor = make_executor(url, cloud, FakeClock(now), worker_id=worker_id)
+    # Warm the pool so the race is between executions, not connection set-up.
+    with executor.engine.connect():
+        pass
+    out: list[tuple[str | None, str | None, str | None]] = []
+    barrier.wait()
+    for raw in raws:
+        outcome = executor.execute(raw)
+        out.append(
+            (
+                outcome.approval_id,
+                None if outcome.state is None else outcome.state.value,
+                None if outcome.refusal_code is None else outcome.refusal_code.value,
+            )
+        )
+    executor.engine.dispose()
+    results.put((worker_id, out))
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--db", required=True)
+    parser.add_argument("--cloud", required=True)
+    parser.add_argument("--now", type=int, required=True)
+    parser.add_argument("--worker", required=True)
+    parser.add_argument("--recover", action="store_true")
+    parser.add_argument("bundles", nargs="*")
+    args = parser.parse_args(argv)
+    executor = make_executor(
+        args.db,
+        FakeFileCloud(Path(args.cloud)),
+        FakeClock(args.now),
+        worker_id=args.worker,
+        failpoints=Failpoints.from_env(os.environ),
+    )
+    if args.recover:
+        for outcome in executor.recover():
+            print(outcome.approval_id, outcome.state)
+    for path in args.bundles:
+        outcome = executor.execute(Path(path).read_bytes())
+        print(outcome.approval_id, outcome.state, outcome.refusal_code)
+    executor.engine.dispose()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
