@@ -27,7 +27,15 @@ def _run(url: str, cloud_path: Path, per_worker: list[list[bytes]]) -> list[Any]
     procs = [
         _CTX.Process(
             target=race,
-            args=(url, str(cloud_path), raws, barrier, results, f"w{i}", T0 + 10),
+            kwargs={
+                "url": url,
+                "cloud_path": str(cloud_path),
+                "raws": raws,
+                "barrier": barrier,
+                "results": results,
+                "worker_id": f"w{i}",
+                "now": T0 + 10,
+            },
         )
         for i, raws in enumerate(per_worker)
     ]

@@ -19,6 +19,7 @@ from .support import FakeClock, FakeFileCloud, make_executor
 
 
 def race(
+    *,
     url: str,
     cloud_path: str,
     raws: list[bytes],
