@@ -324,9 +324,13 @@ class Checkpoint:
                 conn.execute(
                     proposals.update().where(proposals.c.id == proposal_id).values(updated_at=now)
                 )
+            # The record as this vote left it (another vote may follow right after commit).
+            result = self._view(
+                conn, conn.execute(sa.select(proposals).where(proposals.c.id == proposal_id)).one()
+            )
         if issued:
             self.on_change()
-        return self.get(principal, proposal_id)
+        return result
 
     def _issue(self, conn: Connection, proposal_id: str, now: int) -> None:
         """Sign the approval for a pending proposal whose quorum is met, in ``conn``."""

@@ -1,0 +1,49 @@
+"""A child process that votes through the service layer with its own database connections.
+
+Imported by name in spawned processes (multiprocessing "spawn"), so nothing here may
+depend on the parent's state except the arguments.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from services.checkpoint._db import Database
+from services.checkpoint.app import DEFAULT_POLICY
+from services.checkpoint.auth import Principal
+from services.checkpoint.errors import Refusal
+from services.checkpoint.keys import KeyDirectory, KeyRing
+from services.checkpoint.policy import load_policy
+from services.checkpoint.service import Checkpoint, CheckpointConfig
+
+
+def vote_all(  # noqa: PLR0917 - multiprocessing passes args positionally
+    url: str,
+    keys_dir: str,
+    now: int,
+    voter: str,
+    work: list[tuple[str, str, str]],
+    barrier: Any,
+    results: Any,
+) -> None:
+    """For each (proposal id, action hash, resource id): wait for the others, then approve."""
+    db = Database(url)
+    checkpoint = Checkpoint(
+        db,
+        load_policy(DEFAULT_POLICY),
+        KeyRing(KeyDirectory(Path(keys_dir))),
+        CheckpointConfig(audience="airlock-executor/test"),
+        now=lambda: now,
+    )
+    me = Principal(voter, "user", "approver")
+    outcome: list[tuple[str, str, str]] = []
+    for proposal_id, digest, resource_id in work:
+        barrier.wait(timeout=60)
+        try:
+            record = checkpoint.approve(me, proposal_id, digest, resource_id, "race")
+            outcome.append((proposal_id, voter, f"ok:{record.state}"))
+        except Refusal as exc:
+            outcome.append((proposal_id, voter, exc.code.value))
+    db.dispose()
+    results.put(outcome)

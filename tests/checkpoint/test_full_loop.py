@@ -1,0 +1,143 @@
+"""The whole loop: submit → approve → feed → the executor verifies and writes → outcome.
+
+The bundle is verified with the public key set exported by the checkpoint (GET /v1/keys),
+executed by the real executor path against an in-memory cloud double, and the executor's
+signed receipt lands on the proposal as a verified outcome.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from airlock.protocol import Binding, KeySet, canonical_bytes, verify_bundle
+from airlock.store import make_engine, verify_chain
+from services.executor import Executor, ReceiptSigner, migrate
+from tests.executor.support import InMemoryCloud, receipt_keyset, receipt_signer
+
+from .harness import AUDIENCE, World
+
+RESOURCE = "i-t4n0example"
+BINDING = Binding(AUDIENCE, "alibaba", "5123456789012345", "ap-southeast-1")
+
+
+def _executor(
+    world: World,
+    tmp_path: Path,
+    cloud: InMemoryCloud,
+    keys: KeySet,
+    signer: ReceiptSigner | None = None,
+) -> Executor:
+    engine = make_engine(f"sqlite:///{tmp_path / 'ledger.db'}")
+    migrate(engine)
+    return Executor(
+        engine=engine,
+        keys=keys,
+        binding=BINDING,
+        reader=cloud,
+        writer=cloud,
+        signer=signer or receipt_signer(),
+        clock=world.clock,
+    )
+
+
+def _pull(world: World, after: int = 0) -> dict[str, Any]:
+    response = world.client.get("/v1/feed", params={"after": after}, headers=world.auth("executor"))
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+@pytest.fixture
+def trusting_world(world: World) -> World:
+    world.checkpoint.receipt_keys = receipt_keyset()
+    return world
+
+
+def test_submit_approve_feed_execute_and_verified_receipt(
+    trusting_world: World, tmp_path: Path
+) -> None:
+    world = trusting_world
+    proposal = world.submit(resource_id=RESOURCE).json()
+    approved = world.approve("alice", proposal["id"], proposal["action_hash"]).json()
+    assert approved["state"] == "approved"
+
+    # The executor side: trust exactly the exported key set, pull, verify, execute.
+    keys = KeySet.from_value(world.client.get("/v1/keys").json())
+    page = _pull(world)
+    [item] = page["items"]
+    assert item["kind"] == "approval" and page["cursor"] == item["seq"]
+    raw = canonical_bytes(item["bundle"])
+    verified = verify_bundle(raw, keys, BINDING, world.clock())
+    assert verified.action_hash == proposal["action_hash"]
+    assert verified.statement.approval_id == approved["approval"]["approval_id"]
+    assert [a.id for a in verified.statement.approvers] == ["alice"]
+    assert verified.statement.policy.hash == world.checkpoint.policy.hash
+
+    cloud = InMemoryCloud()
+    cloud.add("ecs.instance", RESOURCE, "Running")
+    world.clock.advance(5)
+    outcome = _executor(world, tmp_path, cloud, keys).execute(raw)
+    assert outcome.receipt is not None and cloud.writes_for(RESOURCE) == 1
+
+    reported = world.client.post(
+        "/v1/outcomes", json={"receipt": outcome.receipt.to_value()}, headers=world.auth("executor")
+    )
+    assert reported.status_code == 200, reported.text
+    shown = world.client.get(f"/v1/proposals/{proposal['id']}", headers=world.auth("viewer")).json()
+    assert shown["state"] == "executed"
+    assert shown["outcome"]["outcome"] == "succeeded"
+    assert shown["outcome"]["receipt_verified"] is True
+    assert shown["outcome"]["late"] is False
+    # reporting the same receipt again is harmless
+    again = world.client.post(
+        "/v1/outcomes", json={"receipt": outcome.receipt.to_value()}, headers=world.auth("executor")
+    )
+    assert again.status_code == 200
+    assert _pull(world, page["cursor"])["items"] == []
+    assert verify_chain(world.checkpoint.engine).ok
+
+
+def test_outcome_reported_late_lands_on_a_lapsed_proposal(
+    trusting_world: World, tmp_path: Path
+) -> None:
+    world = trusting_world
+    proposal = world.submit(resource_id=RESOURCE).json()
+    world.approve("alice", proposal["id"], proposal["action_hash"])
+    keys = KeySet.from_value(world.client.get("/v1/keys").json())
+    raw = canonical_bytes(_pull(world)["items"][0]["bundle"])
+    cloud = InMemoryCloud()
+    cloud.add("ecs.instance", RESOURCE, "Running")
+    outcome = _executor(world, tmp_path, cloud, keys).execute(raw)
+    assert outcome.receipt is not None
+
+    world.clock.advance(900)
+    assert world.checkpoint.sweep()["lapsed"] == 1
+    reported = world.client.post(
+        "/v1/outcomes", json={"receipt": outcome.receipt.to_value()}, headers=world.auth("executor")
+    )
+    body = reported.json()
+    assert body["state"] == "executed" and body["outcome"]["late"] is True
+
+
+def test_receipt_from_an_untrusted_key_is_refused(trusting_world: World, tmp_path: Path) -> None:
+    world = trusting_world
+    proposal = world.submit(resource_id=RESOURCE).json()
+    world.approve("alice", proposal["id"], proposal["action_hash"])
+    keys = KeySet.from_value(world.client.get("/v1/keys").json())
+    raw = canonical_bytes(_pull(world)["items"][0]["bundle"])
+    cloud = InMemoryCloud()
+    cloud.add("ecs.instance", RESOURCE, "Running")
+    stranger = ReceiptSigner(Ed25519PrivateKey.generate())
+    outcome = _executor(world, tmp_path, cloud, keys, stranger).execute(raw)
+    assert outcome.receipt is not None
+    reported = world.client.post(
+        "/v1/outcomes", json={"receipt": outcome.receipt.to_value()}, headers=world.auth("executor")
+    )
+    assert reported.status_code == 422
+    assert reported.json()["error"]["code"] == "E_RECEIPT"
+    shown = world.client.get(f"/v1/proposals/{proposal['id']}", headers=world.auth("viewer")).json()
+    assert shown["state"] == "approved" and shown["outcome"] is None
