@@ -19,11 +19,13 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 __all__ = [
     "DEVCLOUD_READ_KEY",
     "DEVCLOUD_WRITE_KEY",
+    "AgentSettings",
     "CheckpointSettings",
     "CloudSettings",
     "DevcloudSettings",
     "Env",
     "ServiceSettings",
+    "WebappSettings",
     "is_dev",
 ]
 
@@ -96,6 +98,8 @@ class CheckpointSettings(ServiceSettings):
 DEVCLOUD_READ_KEY = ("LTAIdevcloudRead0000001", "devcloud-read-secret-NOT-FOR-PRODUCTION")
 DEVCLOUD_WRITE_KEY = ("LTAIdevcloudWrite000001", "devcloud-write-secret-NOT-FOR-PRODUCTION")
 _DEVCLOUD_ENDPOINT = "127.0.0.1:8788"
+#: The account id devcloud reports (services/devcloud ACCOUNT_ID).
+_DEVCLOUD_ACCOUNT = "5123456789012345"
 
 
 class CloudSettings(ServiceSettings):
@@ -187,3 +191,121 @@ class DevcloudSettings(ServiceSettings):
         if self.read_key_id == self.write_key_id:
             raise ValueError("the read and write keys must differ")
         return self
+
+
+# --------------------------------------------------------------------------- webapp
+
+
+class WebappSettings(ServiceSettings):
+    """The web app (``AIRLOCK_WEBAPP_*``): where it listens and which checkpoint it calls.
+
+    It names no secret: the web app holds nothing but each person's own checkpoint
+    session, and that lives in the person's cookie, never in the server.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix="AIRLOCK_WEBAPP_", env_file=".env", extra="ignore", frozen=True
+    )
+
+    #: Base URL of the checkpoint API (the part before ``/v1``).
+    checkpoint_url: str = "http://127.0.0.1:8787"
+    #: Seconds to wait for the checkpoint on each request.
+    checkpoint_timeout: float = Field(default=10.0, gt=0)
+    host: str = "127.0.0.1"
+    port: int = Field(default=3000, gt=0, lt=65536)
+    #: Mark cookies ``Secure``. Unset: on outside dev, off in dev. A request that arrives
+    #: over HTTPS always gets Secure cookies whatever this says.
+    secure_cookies: bool | None = None
+    #: How often the queue page asks for new proposals, seconds.
+    queue_poll_seconds: int = Field(default=5, gt=0, le=3600)
+
+    @model_validator(mode="after")
+    def _no_dev_defaults_in_prod(self) -> WebappSettings:
+        if not is_dev(self) and "checkpoint_url" not in self.model_fields_set:
+            raise ValueError("AIRLOCK_WEBAPP_CHECKPOINT_URL must be set outside AIRLOCK_ENV=dev")
+        if not self.checkpoint_url.startswith(("http://", "https://")):
+            raise ValueError("AIRLOCK_WEBAPP_CHECKPOINT_URL must be an http(s) URL")
+        return self
+
+    def cookies_secure(self) -> bool:
+        return (not is_dev(self)) if self.secure_cookies is None else self.secure_cookies
+
+
+# --------------------------------------------------------------------------- agent
+
+
+class AgentSettings(CloudSettings):
+    """The agent (``AIRLOCK_AGENT_*``): its read-only cloud key, its checkpoint token, the
+    idle policy's thresholds and the scan's shape.
+
+    Thresholds are integers in the units of the signed action (DESIGN §2.1): percentages
+    in basis points, sizes in bytes, durations in seconds. ``AIRLOCK_AGENT_CLOUD_*`` must
+    name the **read** key; the agent never receives a write credential.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix="AIRLOCK_AGENT_", env_file=".env", extra="ignore", frozen=True
+    )
+
+    #: Base URL of the checkpoint API (the part before ``/v1``).
+    checkpoint_url: str = "http://127.0.0.1:8787"
+    #: The agent's service token (``role=agent``); needed to read back and to submit.
+    checkpoint_token: SecretStr = SecretStr("")
+    #: Seconds to wait for the checkpoint on each request.
+    checkpoint_timeout: float = Field(default=10.0, gt=0)
+    #: Attempts per checkpoint request while it is down (bounded exponential backoff).
+    checkpoint_attempts: int = Field(default=6, ge=1, le=20)
+    backoff_initial: float = Field(default=0.5, gt=0)
+    backoff_max: float = Field(default=30.0, gt=0)
+    #: The Alibaba Cloud account id written into every action (dev: devcloud's).
+    account: str = ""
+    #: ``proposed_by`` of every action.
+    agent_id: str = Field(
+        default="agent:scanner-1", pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$"
+    )
+    #: Seconds between scans with ``--loop``.
+    interval: int = Field(default=3600, gt=0)
+    #: Instances per DescribeInstances page, and per CloudMonitor query.
+    page_size: int = Field(default=100, ge=1, le=100)
+    metric_batch: int = Field(default=100, ge=1, le=100)
+
+    # -- the idle policy (idle/v1)
+    window_days: int = Field(default=14, ge=1, le=60)
+    #: Hourly CPU samples needed, as a share of the window's hours (9000 = 90 %).
+    min_samples_bp: int = Field(default=9000, ge=0, le=10_000)
+    cpu_avg_max_bp: int = Field(default=500, ge=0, le=10_000)
+    cpu_p95_max_bp: int = Field(default=1000, ge=0, le=10_000)
+    #: Applied only where memory is reported (it needs the CloudMonitor agent).
+    mem_avg_max_bp: int = Field(default=1500, ge=0, le=10_000)
+    #: A day is quiet when network in + out stays below this many bytes.
+    net_quiet_bytes_per_day: int = Field(default=5_000_000, ge=0)
+    net_quiet_min_days: int = Field(default=12, ge=0)
+    #: A tag key or value equal to one of these (case-insensitive) protects a resource.
+    protect_tags: tuple[str, ...] = ("airlock:protect",)
+    #: A value of one of these tag keys starting with ``prod_value_prefix`` protects it too.
+    prod_tag_keys: tuple[str, ...] = ("env", "environment")
+    prod_value_prefix: str = "prod"
+    #: How long an instance Airlock stopped must stay stopped before a delete is proposed.
+    grace_seconds: int = Field(default=7 * 86_400, ge=0)
+    ecs_stopped_mode: Literal["StopCharging", "KeepCharging"] = "StopCharging"
+
+    @model_validator(mode="after")
+    def _agent_checks(self) -> AgentSettings:
+        if self.net_quiet_min_days > self.window_days:
+            raise ValueError("net_quiet_min_days cannot exceed window_days")
+        if not self.checkpoint_url.startswith(("http://", "https://")):
+            raise ValueError("AIRLOCK_AGENT_CHECKPOINT_URL must be an http(s) URL")
+        if not is_dev(self):
+            if not self.account:
+                raise ValueError("AIRLOCK_AGENT_ACCOUNT must be set outside AIRLOCK_ENV=dev")
+            if "checkpoint_url" not in self.model_fields_set:
+                raise ValueError("AIRLOCK_AGENT_CHECKPOINT_URL must be set outside AIRLOCK_ENV=dev")
+        return self
+
+    def account_or_default(self) -> str:
+        """The configured account; devcloud's account only in dev when none is set."""
+        if self.account:
+            return self.account
+        if not is_dev(self):  # unreachable after validation; fail closed anyway
+            raise ValueError("no account configured")
+        return _DEVCLOUD_ACCOUNT

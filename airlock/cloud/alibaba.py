@@ -54,6 +54,8 @@ from alibabacloud_tea_openapi.models import Config
 from darabonba.policy.retry import RetryOptions
 from darabonba.runtime import RuntimeOptions
 
+from airlock.settings import CloudSettings
+
 from .ports import (
     CloudError,
     DefiniteRefusal,
@@ -120,6 +122,20 @@ class AlibabaConfig:
             raise ValueError("protocol must be http or https")
         if self.connect_timeout_ms <= 0 or self.read_timeout_ms <= 0:
             raise ValueError("timeouts must be positive")
+
+    @classmethod
+    def from_settings(cls, settings: CloudSettings) -> AlibabaConfig:
+        """The config a service's ``CloudSettings`` describe (devcloud in dev when unset)."""
+        key_id, secret = settings.cloud_credentials()
+        endpoint, protocol = settings.cloud_endpoint_or_default()
+        return cls(
+            access_key_id=key_id,
+            access_key_secret=secret,
+            endpoint=endpoint,
+            protocol=protocol,
+            connect_timeout_ms=settings.cloud_connect_timeout_ms,
+            read_timeout_ms=settings.cloud_read_timeout_ms,
+        )
 
     def __repr__(self) -> str:  # never print the secret
         return (
