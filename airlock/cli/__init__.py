@@ -12,8 +12,10 @@ from typing import Annotated
 import typer
 
 from ._audit import audit_app
+from ._checkpoint import checkpoint_command, tokens_app, users_app
 from ._conformance import conformance_command
 from ._devcloud import devcloud_app
+from ._keys import keys_app
 
 __all__ = ["app", "main"]
 
@@ -40,6 +42,10 @@ def _root(
 app.command("conformance")(conformance_command)
 app.add_typer(audit_app)
 app.add_typer(devcloud_app)
+app.command("checkpoint")(checkpoint_command)
+app.add_typer(keys_app)
+app.add_typer(users_app)
+app.add_typer(tokens_app)
 
 
 def main() -> None:

@@ -1,0 +1,163 @@
+"""``airlock checkpoint``, ``airlock users …``, ``airlock tokens …``: serve and administer it.
+
+Settings come from ``AIRLOCK_CHECKPOINT_*``. The checkpoint service is imported inside
+each command (DESIGN §1). Passwords are read from a prompt or standard input, never from
+an argument (arguments land in shell history and ``ps``); tokens and generated passwords
+are printed once and stored only as hashes.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sys
+from typing import TYPE_CHECKING, Annotated, Literal
+
+import typer
+
+if TYPE_CHECKING:
+    from airlock.settings import CheckpointSettings
+    from services.checkpoint.auth import Accounts
+
+__all__ = ["checkpoint_command", "tokens_app", "users_app"]
+
+users_app = typer.Typer(name="users", help="People who review proposals.", no_args_is_help=True)
+tokens_app = typer.Typer(
+    name="tokens", help="Service tokens (agent, executor).", no_args_is_help=True
+)
+
+
+def _settings() -> CheckpointSettings:
+    from airlock.settings import CheckpointSettings
+
+    try:
+        return CheckpointSettings()
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        typer.echo(f"checkpoint: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+def checkpoint_command(
+    *,
+    host: Annotated[str | None, typer.Option(help="Bind address (default 127.0.0.1).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (default 8787).")] = None,
+) -> None:
+    """Serve the checkpoint API (refuses to start on a bad policy, key file or database)."""
+    import uvicorn
+
+    from airlock.store import Error as StoreError
+    from services.checkpoint.app import build
+    from services.checkpoint.errors import ConfigError
+
+    settings = _settings()
+    try:
+        app = build(settings)
+    except (ConfigError, StoreError) as exc:
+        typer.echo(f"checkpoint: refusing to start: {exc}", err=True)
+        raise typer.Exit(2) from None
+    uvicorn.run(
+        app,
+        host=host or settings.host,
+        port=port or settings.port,
+        log_level="info",
+        access_log=False,  # paths are harmless, but keep one policy: no request logging
+        workers=1,
+    )
+
+
+def _accounts() -> Accounts:
+    from airlock.store import Error as StoreError
+    from airlock.store import upgrade
+    from services.checkpoint._db import Database
+    from services.checkpoint.app import MIGRATIONS
+    from services.checkpoint.auth import Accounts
+
+    settings = _settings()
+    try:
+        db = Database(settings.database_url)
+        upgrade(db.engine, MIGRATIONS)
+    except StoreError as exc:
+        typer.echo(f"checkpoint database: {exc}", err=True)
+        raise typer.Exit(2) from None
+    import time
+
+    return Accounts(
+        db,
+        lambda: int(time.time()),
+        session_ttl=settings.session_ttl,
+        lockout_threshold=settings.lockout_threshold,
+        lockout_seconds=settings.lockout_seconds,
+    )
+
+
+def _refused(exc: Exception) -> typer.Exit:
+    typer.echo(f"refused: {exc}", err=True)
+    return typer.Exit(1)
+
+
+@users_app.command("add")
+def users_add_command(
+    username: str,
+    role: Annotated[
+        Literal["viewer", "approver", "admin"], typer.Option(help="viewer, approver or admin")
+    ] = "approver",
+    password_stdin: Annotated[
+        bool, typer.Option("--password-stdin", help="Read the password from standard input.")
+    ] = False,
+    generate: Annotated[
+        bool, typer.Option("--generate", help="Generate a password and print it once.")
+    ] = False,
+) -> None:
+    """Add a person. The password is prompted for, read from stdin, or generated."""
+    from services.checkpoint.errors import Refusal
+
+    if password_stdin:
+        password = sys.stdin.readline().rstrip("\n")
+    elif generate:
+        password = secrets.token_urlsafe(18)
+    elif sys.stdin.isatty():
+        password = typer.prompt("password", hide_input=True, confirmation_prompt=True)
+    else:
+        typer.echo("users add: give --password-stdin or --generate (no terminal)", err=True)
+        raise typer.Exit(2)
+    try:
+        _accounts().add_user(username, password, role)
+    except Refusal as exc:
+        raise _refused(exc) from None
+    typer.echo(f"added {username} ({role})")
+    if generate:
+        typer.echo(f"password: {password}")
+
+
+@users_app.command("disable")
+def users_disable_command(username: str) -> None:
+    """Disable a person and end their sessions."""
+    from services.checkpoint.errors import Refusal
+
+    try:
+        _accounts().disable_user(username)
+    except Refusal as exc:
+        raise _refused(exc) from None
+    typer.echo(f"disabled {username}")
+
+
+@users_app.command("list")
+def users_list_command() -> None:
+    """List people, their roles and whether they are disabled."""
+    for user in _accounts().list_users():
+        flags = " disabled" if user["disabled"] else ""
+        typer.echo(f"{user['username']:24} {user['role']:9}{flags}")
+
+
+@tokens_app.command("create")
+def tokens_create_command(
+    name: str,
+    role: Annotated[Literal["agent", "executor"], typer.Option(help="agent or executor")],
+) -> None:
+    """Create a service token and print it once (only its hash is stored)."""
+    from services.checkpoint.errors import Refusal
+
+    try:
+        token = _accounts().create_service_token(name, role)
+    except Refusal as exc:
+        raise _refused(exc) from None
+    typer.echo(token)

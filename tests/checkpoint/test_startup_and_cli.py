@@ -1,0 +1,120 @@
+"""The checkpoint refuses to start on a bad policy or key file; the CLI wires it up."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from airlock.settings import CheckpointSettings
+from services.checkpoint.app import build
+from services.checkpoint.errors import ConfigError
+from services.checkpoint.keys import KeyDirectory
+
+
+def _settings(tmp_path: Path, **overrides: object) -> CheckpointSettings:
+    values: dict[str, object] = {
+        "database_url": f"sqlite:///{tmp_path / 'checkpoint.db'}",
+        "keys_dir": tmp_path / "keys",
+        "audience": "airlock-executor/test",
+        **overrides,
+    }
+    return CheckpointSettings.model_validate(values)
+
+
+def test_checkpoint_starts_with_the_default_policy(tmp_path: Path) -> None:
+    KeyDirectory(tmp_path / "keys").generate(0)
+    app = build(_settings(tmp_path), sweep_interval=None)
+    assert app.state.checkpoint.policy.rule_names[0] == "deny-protected"
+
+
+def test_malformed_policy_stops_the_start(tmp_path: Path) -> None:
+    KeyDirectory(tmp_path / "keys").generate(0)
+    policy = tmp_path / "policy.toml"
+    policy.write_text('version = 1\n[[rule]]\nname = "x"\neffect = "approve"\nquorum = "two"\n')
+    with pytest.raises(ConfigError, match=r"policy .*policy.toml: rule #1: x: quorum"):
+        build(_settings(tmp_path, policy_path=policy), sweep_interval=None)
+
+
+def test_auto_delete_policy_stops_the_start(tmp_path: Path) -> None:
+    KeyDirectory(tmp_path / "keys").generate(0)
+    policy = tmp_path / "policy.toml"
+    policy.write_text(
+        'version = 1\n[[rule]]\nname = "yolo"\neffect = "auto"\nmatch.operation = "delete"\n'
+    )
+    with pytest.raises(ConfigError, match="auto is refused"):
+        build(_settings(tmp_path, policy_path=policy), sweep_interval=None)
+
+
+def test_world_readable_signing_key_stops_the_start(tmp_path: Path) -> None:
+    record = KeyDirectory(tmp_path / "keys").generate(0)
+    os.chmod(tmp_path / "keys" / record.file, 0o644)
+    with pytest.raises(ConfigError, match="must be 0600"):
+        build(_settings(tmp_path), sweep_interval=None)
+
+
+def test_missing_database_url_is_refused_outside_dev(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AIRLOCK_ENV", raising=False)
+    monkeypatch.delenv("AIRLOCK_CHECKPOINT_DATABASE_URL", raising=False)
+    with pytest.raises(ValueError, match="DATABASE_URL"):
+        CheckpointSettings()
+
+
+def _airlock(tmp_path: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "AIRLOCK_CHECKPOINT_DATABASE_URL": f"sqlite:///{tmp_path / 'checkpoint.db'}",
+        "AIRLOCK_CHECKPOINT_KEYS_DIR": str(tmp_path / "keys"),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "airlock.cli", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_cli_keys_users_and_tokens(tmp_path: Path) -> None:
+    assert _airlock(tmp_path, "keys", "generate").returncode == 0
+    assert _airlock(tmp_path, "keys", "generate").returncode == 2
+    assert _airlock(tmp_path, "keys", "rotate").returncode == 0
+    listed = json.loads(_airlock(tmp_path, "keys", "list", "--json").stdout)
+    assert [k["status"] for k in listed] == ["retired", "active"]
+    old = listed[0]["kid"]
+    assert _airlock(tmp_path, "keys", "revoke", old).returncode == 0
+    out = tmp_path / "trusted.json"
+    assert _airlock(tmp_path, "keys", "export-public", "--out", str(out)).returncode == 0
+    exported = json.loads(out.read_text())
+    assert {k["kid"]: k["status"] for k in exported["keys"]}[old] == "revoked"
+    assert "PRIVATE" not in out.read_text()
+
+    added = _airlock(
+        tmp_path,
+        "users",
+        "add",
+        "dora",
+        "--role",
+        "approver",
+        "--password-stdin",
+        stdin="a long enough password\n",
+    )
+    assert added.returncode == 0, added.stderr
+    assert "a long enough password" not in added.stdout + added.stderr
+    short = _airlock(tmp_path, "users", "add", "eve", "--password-stdin", stdin="short\n")
+    assert short.returncode == 1
+    no_tty = _airlock(tmp_path, "users", "add", "fred")
+    assert no_tty.returncode == 2  # refuses instead of hanging on a prompt
+    token = _airlock(tmp_path, "tokens", "create", "scanner", "--role", "agent")
+    assert token.returncode == 0 and token.stdout.startswith("alt_")
+    users = _airlock(tmp_path, "users", "list").stdout
+    assert "dora" in users and "approver" in users
+    assert _airlock(tmp_path, "users", "disable", "dora").returncode == 0
+    assert "disabled" in _airlock(tmp_path, "users", "list").stdout
