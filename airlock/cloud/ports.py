@@ -17,7 +17,7 @@ Error hierarchy::
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
@@ -29,6 +29,7 @@ __all__ = [
     "IncorrectState",
     "LiveState",
     "MetricPoint",
+    "MetricsBatchReader",
     "PermissionDenied",
     "ResourceNotFound",
     "ResourceType",
@@ -112,6 +113,28 @@ class CloudReader(Protocol):
         self, region: str, resource_id: str, metric: str, *, start: int, end: int, period: int
     ) -> Iterator[MetricPoint]:
         """Datapoints of one metric over [start, end), paged."""
+        ...
+
+
+@runtime_checkable
+class MetricsBatchReader(Protocol):
+    """Optional extension of a reader: one metric for many resources per paged query.
+
+    A fleet scan then costs one paged query per metric per batch of resources rather than
+    one per resource (issue 5, "Scale"). ``AlibabaReader`` implements it.
+    """
+
+    def get_metrics_many(
+        self,
+        region: str,
+        resource_ids: Sequence[str],
+        metric: str,
+        *,
+        start: int,
+        end: int,
+        period: int,
+    ) -> Iterator[tuple[str, MetricPoint]]:
+        """(resource id, datapoint) pairs over [start, end), paged; ids all of one kind."""
         ...
 
 

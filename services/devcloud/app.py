@@ -634,7 +634,9 @@ def create_app(
             delay = faults.latency_ms + (faults.write_latency_ms if is_write else 0)
             if delay:
                 await asyncio.sleep(delay / 1000)
-            failing = store.consume_fault("fail_next_writes" if is_write else "fail_next_reads")
+            failing = store.consume_fault(
+                "fail_next_writes" if is_write else "fail_next_reads", faults
+            )
             if failing is not None:
                 code, message, status = _FAULT_ERRORS.get(
                     failing.fail_kind, _FAULT_ERRORS["unavailable"]
@@ -644,7 +646,7 @@ def create_app(
         except AcsError as exc:
             return _error(exc, request_id, host)
         if is_write:
-            dropping = store.consume_fault("drop_next_writes")
+            dropping = store.consume_fault("drop_next_writes", faults)
             if dropping is not None:
                 # Apply-then-drop: the effect is committed and logged; the caller's read
                 # timeout fires long before this answer comes.

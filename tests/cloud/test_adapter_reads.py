@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from airlock.cloud.alibaba import AlibabaReader
-from airlock.cloud.ports import CloudReader
+from airlock.cloud.ports import CloudReader, MetricsBatchReader
 from services.devcloud import generate_fleet
 from tests.support.devcloud import DevcloudHandle
 
@@ -138,3 +138,7 @@ def test_unknown_metric_is_refused_before_any_call(devcloud: DevcloudHandle) -> 
     with pytest.raises(ValueError, match="unsupported ECS metric"):
         list(reader.get_metrics(REGION, "i-abcd1234", "DiskUsage", start=0, end=3600, period=60))
     assert reader.calls == {}
+
+
+def test_reader_offers_batched_metrics(devcloud: DevcloudHandle) -> None:
+    assert isinstance(devcloud.reader(), MetricsBatchReader)
