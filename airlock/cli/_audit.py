@@ -46,7 +46,14 @@ def _parse_head(value: str | None) -> tuple[int, str] | None:
 
 @audit_app.command("verify")
 def verify_command(
-    db: Annotated[str, _DB],
+    db: Annotated[
+        str | None,
+        typer.Option("--db", help="Database URL: sqlite:///PATH or postgresql://USER@HOST/DB."),
+    ] = None,
+    file: Annotated[
+        Path | None,
+        typer.Option("--file", help="A file written by `airlock audit export`, instead of --db."),
+    ] = None,
     expect_head: Annotated[
         str | None,
         typer.Option(
@@ -59,16 +66,23 @@ def verify_command(
     from sqlalchemy.exc import SQLAlchemyError
 
     from airlock.store import Error as StoreError
-    from airlock.store import make_engine
+    from airlock.store import make_engine, verify_export
 
+    if (db is None) == (file is None):
+        raise _fail("give exactly one of --db URL or --file EXPORT")
     head = _parse_head(expect_head)
     try:
-        engine = make_engine(db, create=False)
-        try:
-            report = _verify(engine, head)
-        finally:
-            engine.dispose()
-    except (StoreError, SQLAlchemyError) as exc:
+        if file is not None:
+            with file.open(encoding="utf-8", errors="surrogateescape", newline="\n") as handle:
+                report = verify_export(handle, expect_head=head)
+        else:
+            assert db is not None
+            engine = make_engine(db, create=False)
+            try:
+                report = _verify(engine, head)
+            finally:
+                engine.dispose()
+    except (StoreError, SQLAlchemyError, OSError) as exc:
         raise _fail(str(exc).splitlines()[0]) from None
     if report.fault is not None:
         typer.echo(f"FAIL: first bad row {report.fault}")

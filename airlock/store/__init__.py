@@ -5,7 +5,8 @@
 - :func:`upgrade` / :func:`run_migrations` — each service's own Alembic migrations,
   serialized across processes (see ``_migrate.py`` for the directory layout).
 - :func:`create_audit_log` (in a migration), :class:`AuditLog` (append in the caller's
-  transaction, head), :func:`verify_chain`, :func:`export` — DESIGN §3.
+  transaction, head), :func:`verify_chain`, :func:`export`, :func:`verify_export` (an export file,
+  no database needed) — DESIGN §3.
 
 Typical use in a service::
 
@@ -35,6 +36,7 @@ from ._audit import (
     export,
     genesis_event,
     verify_chain,
+    verify_export,
 )
 from ._engine import DEFAULT_BUSY_TIMEOUT_S, is_postgresql, is_sqlite, make_engine, read_transaction
 from ._migrate import alembic_config, run_migrations, upgrade
@@ -69,4 +71,5 @@ __all__ = [
     "run_migrations",
     "upgrade",
     "verify_chain",
+    "verify_export",
 ]

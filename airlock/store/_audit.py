@@ -41,7 +41,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from contextlib import closing
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -72,6 +72,7 @@ __all__ = [
     "export",
     "genesis_event",
     "verify_chain",
+    "verify_export",
 ]
 
 AUDIT_TABLE = "audit_log"
@@ -472,7 +473,7 @@ def _verify(
 
 
 def _verify_rows(
-    rows: Iterator[Any],
+    rows: Iterable[Any],
     expect_head: tuple[int, str] | None,
     progress: Callable[[int], None] | None,
     batch: int,
@@ -481,7 +482,7 @@ def _verify_rows(
     prev_hash = GENESIS_PREV_HASH
     anchor_seen = expect_head is None
     for row in rows:
-        fault = _check_row(expected_seq, prev_hash, row)
+        fault = row if isinstance(row, ChainFault) else _check_row(expected_seq, prev_hash, row)
         if fault is not None:
             return ChainReport(
                 rows=expected_seq,
@@ -549,6 +550,64 @@ def verify_chain(
         with read_transaction(source) as conn:
             return _verify(conn, expect_head, progress, batch)
     return _verify(_connection(source), expect_head, progress, batch)
+
+
+@dataclass(frozen=True, slots=True)
+class _LineRow:
+    seq: int
+    event: str
+    prev_hash: object
+    row_hash: object
+
+
+_EXPORT_KEYS = frozenset({"event", "prev_hash", "row_hash", "seq"})
+
+
+def _export_rows(lines: Iterable[str]) -> Iterator[_LineRow | ChainFault]:
+    for index, line in enumerate(lines):
+        raw = line.rstrip("\n").encode("utf-8", errors="surrogatepass")
+        try:
+            record = loads_strict(raw, max_bytes=EVENT_MAX_BYTES + 1024, nfc=False)
+        except Refused as exc:
+            yield ChainFault(index, FaultKind.UNPARSABLE_EVENT, f"line {index + 1}: {exc.detail}")
+            return
+        if (
+            not isinstance(record, dict)
+            or set(record) != _EXPORT_KEYS
+            or not isinstance(record["seq"], int)
+            or isinstance(record["seq"], bool)
+            or not isinstance(record["event"], dict)
+        ):
+            yield ChainFault(
+                index, FaultKind.UNPARSABLE_EVENT, f"line {index + 1} is not an audit record"
+            )
+            return
+        # The export embeds each event verbatim, so a canonical line means the stored
+        # event text was canonical too, and re-encoding it gives back the hashed bytes.
+        if canonical_bytes(record) != raw:
+            yield ChainFault(
+                record["seq"],
+                FaultKind.NON_CANONICAL_EVENT,
+                f"line {index + 1} is not its JCS form",
+            )
+            return
+        yield _LineRow(
+            seq=record["seq"],
+            event=canonical_bytes(record["event"]).decode("utf-8"),
+            prev_hash=record["prev_hash"],
+            row_hash=record["row_hash"],
+        )
+
+
+def verify_export(
+    lines: Iterable[str], *, expect_head: tuple[int, str] | None = None
+) -> ChainReport:
+    """Verify the JSON lines of :func:`export` with no database: anyone holding a copy can.
+
+    Same checks and report as :func:`verify_chain`; in addition every line must be
+    exactly the canonical (JCS) form of its record.
+    """
+    return _verify_rows(_export_rows(lines), expect_head, None, 1)
 
 
 def count_rows(source: Engine | Connection) -> int:

@@ -32,6 +32,7 @@ from airlock.store import (
     read_transaction,
     upgrade,
     verify_chain,
+    verify_export,
 )
 
 from ._support import MIGRATIONS, NOW, append_events, tamper
@@ -380,3 +381,87 @@ def test_cli_export_writes_json_lines_to_a_file(engine: Engine, db_url: str, tmp
     assert result.exit_code == 0, result.output
     with engine.connect() as conn:
         assert out.read_text().splitlines() == list(export(conn))
+
+
+# -- an exported file verifies with no database ---------------------------------------------
+
+
+def _exported(engine: Engine, appends: int) -> list[str]:
+    append_events(engine, appends)
+    with engine.connect() as conn:
+        return list(export(conn))
+
+
+def test_export_verifies_without_the_database(engine: Engine) -> None:
+    lines = _exported(engine, 5)
+    report = verify_export(lines)
+    assert report.ok
+    assert (report.rows, report.head_hash) == (6, verify_chain(engine).head_hash)
+
+
+def _edit_event(lines: list[str]) -> list[str]:
+    return [*lines[:3], lines[3].replace('"i":2', '"i":9'), *lines[4:]]
+
+
+def _spaced(lines: list[str]) -> list[str]:
+    return [*lines[:3], lines[3].replace('"i":2', '"i": 2'), *lines[4:]]
+
+
+def _float(lines: list[str]) -> list[str]:
+    return [*lines[:3], lines[3].replace('"i":2', '"i":2.5'), *lines[4:]]
+
+
+_EXPORT_CASES = {
+    "edited_event": (_edit_event, 3, FaultKind.HASH_MISMATCH),
+    "dropped_line": (lambda lines: lines[:3] + lines[4:], 3, FaultKind.GAP),
+    "swapped_lines": (lambda lines: [*lines[:3], lines[4], lines[3], *lines[5:]], 3, FaultKind.GAP),
+    "non_canonical_line": (_spaced, 3, FaultKind.NON_CANONICAL_EVENT),
+    "float_in_event": (_float, 3, FaultKind.UNPARSABLE_EVENT),
+    "garbage_line": (
+        lambda lines: [*lines[:3], "garbage", *lines[4:]],
+        3,
+        FaultKind.UNPARSABLE_EVENT,
+    ),
+    "no_genesis": (lambda lines: lines[1:], 0, FaultKind.MISSING_GENESIS),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_EXPORT_CASES))
+def test_tampered_export_is_detected_at_the_first_bad_row(sqlite_url: str, case: str) -> None:
+    edit, bad_seq, kind = _EXPORT_CASES[case]
+    engine = make_engine(sqlite_url)
+    try:
+        upgrade(engine, MIGRATIONS)
+        lines = _exported(engine, 6)
+    finally:
+        engine.dispose()
+    report = verify_export(edit(lines))
+    assert report.fault is not None
+    assert (report.fault.seq, report.fault.kind) == (bad_seq, kind), str(report.fault)
+
+
+def test_truncated_export_is_caught_by_a_recorded_head(sqlite_url: str) -> None:
+    engine = make_engine(sqlite_url)
+    try:
+        upgrade(engine, MIGRATIONS)
+        lines = _exported(engine, 4)
+    finally:
+        engine.dispose()
+    last = json.loads(lines[-1])
+    assert verify_export(lines[:-1]).ok
+    report = verify_export(lines[:-1], expect_head=(last["seq"], last["row_hash"]))
+    assert report.fault is not None
+    assert report.fault.kind is FaultKind.HEAD_MISMATCH
+
+
+def test_cli_verifies_an_exported_file(engine: Engine, db_url: str, tmp_path: Any) -> None:
+    append_events(engine, 6)
+    out = tmp_path / "chain.jsonl"
+    runner = CliRunner()
+    assert runner.invoke(app, ["audit", "export", "--db", db_url, "--out", str(out)]).exit_code == 0
+    good = runner.invoke(app, ["audit", "verify", "--file", str(out)])
+    assert good.exit_code == 0, good.output
+    out.write_text(out.read_text().replace('"i":4', '"i":5'))
+    bad = runner.invoke(app, ["audit", "verify", "--file", str(out)])
+    assert bad.exit_code == 1, bad.output
+    assert "first bad row seq 5: hash_mismatch" in bad.output
