@@ -16,6 +16,7 @@ from ._checkpoint import checkpoint_command, tokens_app, users_app
 from ._conformance import conformance_command
 from ._devcloud import devcloud_app
 from ._keys import keys_app
+from ._webapp import webapp_command
 
 __all__ = ["app", "main"]
 
@@ -42,6 +43,7 @@ def _root(
 app.command("conformance")(conformance_command)
 app.add_typer(audit_app)
 app.add_typer(devcloud_app)
+app.command("webapp")(webapp_command)
 app.command("checkpoint")(checkpoint_command)
 app.add_typer(keys_app)
 app.add_typer(users_app)

@@ -1,0 +1,48 @@
+"""``airlock webapp``: serve the human review surface (FastAPI + Jinja2, port 3000).
+
+The web app is imported inside the command, never at module import (DESIGN §1).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+__all__ = ["webapp_command"]
+
+
+def webapp_command(
+    *,
+    host: Annotated[str | None, typer.Option(help="Bind address (default 127.0.0.1).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (default 3000).")] = None,
+    checkpoint_url: Annotated[
+        str | None, typer.Option(help="Checkpoint API base URL (AIRLOCK_WEBAPP_CHECKPOINT_URL).")
+    ] = None,
+) -> None:
+    """Serve the web app where people review, approve and reject proposals."""
+    import uvicorn
+
+    from airlock.settings import WebappSettings
+    from webapp.app import create_app
+
+    changes = {
+        k: v
+        for k, v in (("host", host), ("port", port), ("checkpoint_url", checkpoint_url))
+        if v is not None
+    }
+    try:
+        base = WebappSettings(**changes)  # type: ignore[arg-type]
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        typer.echo(f"webapp: {exc}", err=True)
+        raise typer.Exit(2) from None
+    # proxy_headers stays off: X-Forwarded-Proto from an untrusted client must not make
+    # the app believe it is on HTTPS. Behind a TLS proxy, set AIRLOCK_WEBAPP_SECURE_COOKIES.
+    uvicorn.run(
+        create_app(base),
+        host=base.host,
+        port=base.port,
+        log_level="warning",
+        proxy_headers=False,
+        server_header=False,
+    )

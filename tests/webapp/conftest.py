@@ -1,0 +1,60 @@
+"""Fixtures for the web app tests: the app over a FakeCheckpoint, and a signed-in client."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from airlock.settings import WebappSettings
+from webapp import create_app
+
+from .fakes import NOW, PASSWORD, FakeCheckpoint
+
+with warnings.catch_warnings():
+    # starlette warns at import that it would prefer a newer httpx for its test client.
+    warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient`")
+    from starlette.testclient import TestClient
+
+_CSRF = re.compile(r'name="csrf_token" value="([0-9a-f]{64})"')
+
+
+def csrf_of(html: str) -> str:
+    match = _CSRF.search(html)
+    assert match is not None, "the page has no CSRF field"
+    return match.group(1)
+
+
+@dataclass
+class Site:
+    fake: FakeCheckpoint
+    client: TestClient
+
+    def sign_in(self, username: str = "alice") -> None:
+        page = self.client.get("/login")
+        response = self.client.post(
+            "/login",
+            data={"username": username, "password": PASSWORD, "csrf_token": csrf_of(page.text)},
+            follow_redirects=False,
+        )
+        assert response.status_code == 303, response.text
+
+    def csrf(self, path: str = "/") -> str:
+        return csrf_of(self.client.get(path).text)
+
+
+def make_site(*, base_url: str = "http://testserver", secure: bool = False) -> Site:
+    fake = FakeCheckpoint()
+    settings = WebappSettings(checkpoint_url="http://checkpoint.invalid", secure_cookies=secure)
+    app = create_app(settings, transport=fake.transport(), now=lambda: NOW)
+    return Site(fake, TestClient(app, base_url=base_url))
+
+
+@pytest.fixture
+def site() -> Iterator[Site]:
+    s = make_site()
+    with s.client:
+        yield s

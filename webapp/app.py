@@ -1,0 +1,510 @@
+"""The web app's routes: sign-in, the queue, a proposal, the decisions, history, audit, keys.
+
+Each request is made to the checkpoint with the token from the person's own session
+cookie; the server keeps no session, no token and no secret of its own between
+requests. Every POST is checked for a same-origin CSRF token before anything is sent to
+the checkpoint, and every decision goes to the checkpoint, which is the only judge: a
+button hidden or disabled here is a convenience, never the control.
+
+This module must never log a cookie, a token or a password, must never render a value
+without escaping (autoescape is on for every template), and must never import a service.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import re
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Annotated, Any, Final
+from urllib.parse import urlencode
+
+import jinja2
+from fastapi import FastAPI, Form, Query, Request
+from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+
+from airlock.settings import WebappSettings
+
+from . import present
+from .charts import evidence_charts, human_bytes, percent
+from .client import CheckpointClient, Me, ProposalView
+from .errors import CheckpointRefused, CheckpointUnavailable, human_message
+from .security import (
+    CSRF_FIELD,
+    SECURITY_HEADERS,
+    Cookies,
+    csrf_problem,
+    csrf_token,
+    new_csrf_key,
+)
+
+__all__ = ["create_app"]
+
+_HERE: Final = Path(__file__).parent
+_PROPOSAL_ID: Final = re.compile(r"^prop_[A-Za-z0-9_-]{8,80}$")
+_STATES: Final = tuple(present.STATE_LABELS)
+_OPERATIONS: Final = ("stop", "delete")
+_FILTERS: Final = {
+    "state": re.compile(r"^[a-z_]{1,32}$"),
+    "operation": re.compile(r"^[a-z_]{1,32}$"),
+    "account": re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$"),
+    "region": re.compile(r"^[a-z0-9-]{1,40}$"),
+}
+_DONE: Final = {
+    "approve": "Your approval was recorded.",
+    "reject": "The proposal was rejected; the agent will read your reason.",
+    "revoke": "The approval was revoked; the executor will refuse it.",
+    "resolve": "Your decision on the in-doubt execution was recorded.",
+}
+_PAGE: Final = 200
+Note = Annotated[str, Form(max_length=2000)]
+Csrf = Annotated[str, Form(alias=CSRF_FIELD)]
+
+
+class _SignInRequired(Exception):
+    def __init__(self, next_path: str) -> None:
+        self.next_path = next_path
+
+
+def _safe_next(value: str | None) -> str:
+    # Only a local absolute path: "//evil.example" and "/\\evil" are other hosts to a browser.
+    if not value or not value.startswith("/") or value.startswith(("//", "/\\")):
+        return "/"
+    if any(c in value for c in "\r\n\t") or len(value) > 512:
+        return "/"
+    return value
+
+
+def create_app(
+    settings: WebappSettings | None = None,
+    *,
+    transport: Any = None,
+    now: Callable[[], float] = time.time,
+) -> FastAPI:
+    """The ASGI app. ``transport`` (an httpx transport) lets tests stand in a fake checkpoint."""
+    settings = settings or WebappSettings()
+    client = CheckpointClient(
+        settings.checkpoint_url, timeout=settings.checkpoint_timeout, transport=transport
+    )
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(_HERE / "templates"),
+        autoescape=True,  # set explicitly: every value from the cloud or the agent is text
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.globals.update(
+        present=present,
+        human_bytes=human_bytes,
+        percent=percent,
+        duration=present.duration,
+        timestamp=present.timestamp,
+        STATE_LABELS=present.STATE_LABELS,
+        REJECT_REASONS=present.REJECT_REASONS,
+        CSRF_FIELD=CSRF_FIELD,
+    )
+    secure_setting = settings.cookies_secure()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            client.close()
+
+    app = FastAPI(
+        title="Airlock web app",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+    app.state.client = client
+    app.mount("/static", StaticFiles(directory=_HERE / "static"), name="static")
+
+    def cookies(request: Request) -> Cookies:
+        return Cookies(request, secure_setting=secure_setting)
+
+    @app.middleware("http")
+    async def _headers(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        jar = cookies(request)
+        key = jar.csrf_key(request)
+        fresh = key is None
+        request.state.csrf_key = key or new_csrf_key()
+        response = await call_next(request)
+        if fresh:
+            jar.set_csrf_key(response, request.state.csrf_key)
+        for name, value in SECURITY_HEADERS.items():
+            response.headers.setdefault(name, value)
+        if jar.secure:
+            response.headers.setdefault(
+                "Strict-Transport-Security", "max-age=31536000; includeSubDomains"
+            )
+        return response
+
+    @app.exception_handler(_SignInRequired)
+    async def _to_sign_in(request: Request, exc: _SignInRequired) -> Response:
+        response = RedirectResponse("/login?" + urlencode({"next": exc.next_path}), 303)
+        cookies(request).clear_session(response)
+        return response
+
+    @app.exception_handler(CheckpointUnavailable)
+    async def _unavailable(request: Request, exc: CheckpointUnavailable) -> Response:
+        return render(
+            request,
+            "error.html",
+            {"title": "The checkpoint is not reachable", "message": str(exc), "code": None},
+            status=502,
+        )
+
+    @app.exception_handler(CheckpointRefused)
+    async def _refused(request: Request, exc: CheckpointRefused) -> Response:
+        if exc.code == "E_UNAUTHENTICATED":
+            return await _to_sign_in(request, _SignInRequired(_here(request)))
+        return render(
+            request,
+            "error.html",
+            {"title": "Refused", "message": human_message(exc.code), "code": exc.code},
+            status=exc.status if 400 <= exc.status < 600 else 400,
+        )
+
+    def render(
+        request: Request, name: str, context: dict[str, Any], *, status: int = 200
+    ) -> HTMLResponse:
+        session = cookies(request).session(request)
+        context = {
+            "me": None,
+            "csrf_token": csrf_token(request.state.csrf_key, session),
+            "nav": "",
+            "now": int(now()),
+            **context,
+        }
+        html = env.get_template(name).render(context)
+        return HTMLResponse(html, status_code=status)
+
+    def signed_in(request: Request) -> tuple[str, Me]:
+        token = cookies(request).session(request)
+        if token is None:
+            raise _SignInRequired(_here(request))
+        try:
+            me = client.me(token)
+        except CheckpointRefused as exc:
+            if exc.code == "E_UNAUTHENTICATED":
+                raise _SignInRequired(_here(request)) from None
+            raise
+        return token, me
+
+    def refuse_csrf(request: Request, submitted: str | None) -> Response | None:
+        problem = csrf_problem(request, cookies(request), submitted)
+        if problem is None:
+            return None
+        return render(
+            request,
+            "error.html",
+            {
+                "title": "Form refused",
+                "message": f"Nothing was sent: {problem}. Go back, reload the page and try again.",
+                "code": "CSRF",
+            },
+            status=403,
+        )
+
+    # -- health and sign-in -----------------------------------------------------------
+
+    @app.get("/healthz", include_in_schema=False)
+    def healthz() -> PlainTextResponse:
+        return PlainTextResponse("ok")
+
+    @app.get("/login", response_class=HTMLResponse)
+    def login_page(request: Request, next: str | None = None) -> Response:
+        return render(request, "login.html", {"next": _safe_next(next), "error": None})
+
+    @app.post("/login", response_class=HTMLResponse)
+    def login(
+        request: Request,
+        username: Annotated[str, Form(max_length=64)],
+        password: Annotated[str, Form(max_length=1024)],
+        csrf: Csrf = "",
+        next: Annotated[str, Form(max_length=512)] = "/",
+    ) -> Response:
+        refused = refuse_csrf(request, csrf)
+        if refused is not None:
+            return refused
+        try:
+            session = client.login(username, password)
+        except CheckpointRefused as exc:
+            message = (
+                "Wrong username or password."
+                if exc.code in ("E_UNAUTHENTICATED", "E_INVALID")
+                else human_message(exc.code)
+            )
+            return render(
+                request,
+                "login.html",
+                {"next": _safe_next(next), "error": message, "username": username},
+                status=401 if exc.status == 401 else exc.status,
+            )
+        response = RedirectResponse(_safe_next(next), 303)
+        cookies(request).set_session(response, session.token, session.expires_at - int(now()))
+        return response
+
+    @app.post("/logout")
+    def logout(request: Request, csrf: Csrf = "") -> Response:
+        refused = refuse_csrf(request, csrf)
+        if refused is not None:
+            return refused
+        token = cookies(request).session(request)
+        if token is not None:
+            # Already ended at the checkpoint: clearing the cookie is all that is left.
+            with contextlib.suppress(CheckpointRefused):
+                client.logout(token)
+        response = RedirectResponse("/login", 303)
+        cookies(request).clear_session(response)
+        return response
+
+    # -- the queue ----------------------------------------------------------------------
+
+    def queue_filters(request: Request) -> dict[str, str]:
+        out = {}
+        for name, pattern in _FILTERS.items():
+            value = request.query_params.get(name, "")
+            if value and pattern.fullmatch(value):
+                out[name] = value
+        return out
+
+    def queue_items(token: str, filters: dict[str, str]) -> list[ProposalView]:
+        if "state" in filters:
+            return client.proposals(token, limit=_PAGE, **filters).items
+        # Pending first (the work to do), then everything else newest first.
+        pending = client.proposals(token, limit=_PAGE, state="pending", **filters).items
+        rest = [
+            p for p in client.proposals(token, limit=100, **filters).items if p.state != "pending"
+        ]
+        return pending + rest
+
+    def rows_signature(items: list[ProposalView]) -> str:
+        text = "|".join(f"{p.id}:{p.state}:{len(p.votes)}" for p in items)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    @app.get("/", response_class=HTMLResponse)
+    def queue(request: Request) -> Response:
+        token, me = signed_in(request)
+        filters = queue_filters(request)
+        items = queue_items(token, filters)
+        return render(
+            request,
+            "queue.html",
+            {
+                "me": me,
+                "nav": "queue",
+                "items": items,
+                "filters": filters,
+                "states": _STATES,
+                "operations": _OPERATIONS,
+                "signature": rows_signature(items),
+                "poll_url": "/queue/rows" + ("?" + urlencode(filters) if filters else ""),
+                "poll_ms": settings.queue_poll_seconds * 1000,
+            },
+        )
+
+    @app.get("/queue/rows", response_class=HTMLResponse)
+    def queue_rows(request: Request) -> Response:
+        token = cookies(request).session(request)
+        if token is None:
+            return PlainTextResponse("sign in again", 401)
+        try:
+            items = queue_items(token, queue_filters(request))
+        except CheckpointRefused as exc:
+            return PlainTextResponse(human_message(exc.code), exc.status)
+        return render(
+            request, "_queue_rows.html", {"items": items, "signature": rows_signature(items)}
+        )
+
+    # -- one proposal -------------------------------------------------------------------
+
+    def proposal_page(
+        request: Request,
+        token: str,
+        me: Me,
+        proposal_id: str,
+        *,
+        error: CheckpointRefused | None = None,
+        done: str | None = None,
+        form: dict[str, str] | None = None,
+    ) -> Response:
+        p = client.proposal(token, proposal_id)
+        evidence = p.action.get("evidence") or {}
+        return render(
+            request,
+            "proposal.html",
+            {
+                "me": me,
+                "nav": "queue",
+                "p": p,
+                "evidence": evidence if isinstance(evidence, dict) else {},
+                "charts": evidence_charts(evidence if isinstance(evidence, dict) else {}),
+                "hash_ok": present.hash_matches(p),
+                "error": None
+                if error is None
+                else {
+                    "code": error.code,
+                    "message": human_message(error.code),
+                    "detail": error.message,
+                },
+                "done": _DONE.get(done or ""),
+                "form": form or {},
+            },
+            status=error.status if error is not None else 200,
+        )
+
+    def checked_id(proposal_id: str) -> str:
+        if not _PROPOSAL_ID.fullmatch(proposal_id):
+            raise CheckpointRefused("E_NOT_FOUND", "malformed proposal id", 404)
+        return proposal_id
+
+    @app.get("/proposals/{proposal_id}", response_class=HTMLResponse)
+    def proposal(
+        request: Request, proposal_id: str, done: Annotated[str | None, Query()] = None
+    ) -> Response:
+        token, me = signed_in(request)
+        return proposal_page(request, token, me, checked_id(proposal_id), done=done)
+
+    def decide(
+        request: Request,
+        proposal_id: str,
+        *,
+        csrf: str,
+        verb: str,
+        call: Callable[[str], object],
+        form: dict[str, str],
+    ) -> Response:
+        refused = refuse_csrf(request, csrf)
+        if refused is not None:
+            return refused
+        proposal_id = checked_id(proposal_id)
+        token, me = signed_in(request)
+        try:
+            call(token)
+        except CheckpointRefused as exc:
+            if exc.code == "E_UNAUTHENTICATED":
+                raise _SignInRequired(f"/proposals/{proposal_id}") from None
+            # Show the current proposal with the reason, and keep what the person typed.
+            return proposal_page(request, token, me, proposal_id, error=exc, form=form)
+        return RedirectResponse(f"/proposals/{proposal_id}?done={verb}", 303)
+
+    @app.post("/proposals/{proposal_id}/approve")
+    def approve(
+        request: Request,
+        proposal_id: str,
+        *,
+        action_hash: Annotated[str, Form(max_length=80)],
+        csrf: Csrf = "",
+        note: Note = "",
+        confirm: Annotated[str | None, Form(max_length=128)] = None,
+    ) -> Response:
+        return decide(
+            request,
+            proposal_id,
+            csrf=csrf,
+            verb="approve",
+            call=lambda token: client.approve(
+                token, proposal_id, action_hash=action_hash, confirm=confirm, note=note
+            ),
+            form={"note": note, "confirm": confirm or ""},
+        )
+
+    @app.post("/proposals/{proposal_id}/reject")
+    def reject(
+        request: Request,
+        proposal_id: str,
+        reason_code: Annotated[str, Form(max_length=32)],
+        csrf: Csrf = "",
+        note: Note = "",
+    ) -> Response:
+        return decide(
+            request,
+            proposal_id,
+            csrf=csrf,
+            verb="reject",
+            call=lambda token: client.reject(
+                token, proposal_id, reason_code=reason_code, note=note
+            ),
+            form={"reject_note": note, "reason_code": reason_code},
+        )
+
+    @app.post("/proposals/{proposal_id}/revoke")
+    def revoke(request: Request, proposal_id: str, csrf: Csrf = "", note: Note = "") -> Response:
+        return decide(
+            request,
+            proposal_id,
+            csrf=csrf,
+            verb="revoke",
+            call=lambda token: client.revoke(token, proposal_id, note=note),
+            form={"revoke_note": note},
+        )
+
+    @app.post("/proposals/{proposal_id}/resolve")
+    def resolve(
+        request: Request,
+        proposal_id: str,
+        decision: Annotated[str, Form(max_length=32)],
+        csrf: Csrf = "",
+        note: Note = "",
+    ) -> Response:
+        return decide(
+            request,
+            proposal_id,
+            csrf=csrf,
+            verb="resolve",
+            call=lambda token: client.resolve(token, proposal_id, decision=decision, note=note),
+            form={"resolve_note": note},
+        )
+
+    # -- history, audit, keys -----------------------------------------------------------
+
+    @app.get("/history", response_class=HTMLResponse)
+    def history(
+        request: Request,
+        before: Annotated[str | None, Query(max_length=90)] = None,
+    ) -> Response:
+        token, me = signed_in(request)
+        if before is not None and not _PROPOSAL_ID.fullmatch(before):
+            before = None
+        page = client.proposals(token, limit=100, before=before)
+        return render(
+            request,
+            "history.html",
+            {
+                "me": me,
+                "nav": "history",
+                "items": [p for p in page.items if p.state != "pending"],
+                "next_before": page.next_before,
+            },
+        )
+
+    @app.get("/audit", response_class=HTMLResponse)
+    def audit(request: Request) -> Response:
+        token, me = signed_in(request)
+        return render(
+            request, "audit.html", {"me": me, "nav": "audit", "chain": client.audit(token)}
+        )
+
+    @app.get("/keys", response_class=HTMLResponse)
+    def keys(request: Request) -> Response:
+        _, me = signed_in(request)
+        return render(request, "keys.html", {"me": me, "nav": "keys", "keys": client.keys()})
+
+    return app
+
+
+def _here(request: Request) -> str:
+    path = request.url.path
+    if request.method != "GET" or path.startswith("/queue/rows"):
+        return "/"
+    query = request.url.query
+    return _safe_next(path + ("?" + query if query else ""))

@@ -1,0 +1,150 @@
+"""Evidence charts: the agent's daily series turned into plain SVG geometry, server-side.
+
+The template draws the SVG from a :class:`Chart` with class names only (no inline style:
+the CSP forbids it), so the page needs no script to show the evidence. Series come from
+the signed action's ``evidence`` and are attacker-influenced: anything that is not a
+list of non-negative integers of a sane length is not drawn, never guessed at.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+__all__ = ["Chart", "Point", "evidence_charts", "human_bytes", "series"]
+
+WIDTH: Final = 560
+HEIGHT: Final = 180
+_LEFT: Final = 64  # room for the y labels
+_RIGHT: Final = 12
+_TOP: Final = 14
+_BOTTOM: Final = 30  # room for the x labels
+_MAX_POINTS: Final = 400
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    x: float
+    y: float
+    label: str  # the value as a person reads it, for the tooltip and the table
+
+
+@dataclass(frozen=True, slots=True)
+class Chart:
+    key: str  # "cpu" or "net": the CSS class suffix
+    title: str
+    description: str
+    width: int
+    height: int
+    plot_left: int
+    plot_right: int
+    plot_top: int
+    plot_bottom: int
+    points: tuple[Point, ...]
+    polyline: str
+    y_max_label: str
+    threshold_y: float | None
+    threshold_label: str | None
+    x_labels: tuple[tuple[float, str], ...]
+
+
+def series(evidence: Mapping[str, Any], key: str) -> list[int] | None:
+    """The evidence's list under ``key`` if it is 1..400 non-negative integers, else None."""
+    value = evidence.get(key)
+    if not isinstance(value, list) or not 0 < len(value) <= _MAX_POINTS:
+        return None
+    if not all(type(v) is int and 0 <= v < 2**53 for v in value):
+        return None
+    return value
+
+
+def human_bytes(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if value < 1000 or unit == "TB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    raise AssertionError("unreachable")
+
+
+def percent(bp: int) -> str:
+    return f"{bp / 100:.2f}%"
+
+
+def _chart(
+    key: str,
+    *,
+    title: str,
+    description: str,
+    values: list[int],
+    fmt: Callable[[int], str],
+    threshold: int | None,
+) -> Chart:
+    top = max([*values, threshold or 0, 1])
+    # A little headroom so the highest point and the threshold line are not on the edge.
+    scale_max = top * 1.15
+    x0, x1 = _LEFT, WIDTH - _RIGHT
+    y0, y1 = _TOP, HEIGHT - _BOTTOM
+    step = (x1 - x0) / (len(values) - 1) if len(values) > 1 else 0.0
+
+    def y_of(v: float) -> float:
+        return round(y1 - (v / scale_max) * (y1 - y0), 2)
+
+    points = tuple(
+        Point(round(x0 + i * step if len(values) > 1 else (x0 + x1) / 2, 2), y_of(v), fmt(v))
+        for i, v in enumerate(values)
+    )
+    ticks = sorted({0, len(values) // 2, len(values) - 1})
+    return Chart(
+        key=key,
+        title=title,
+        description=description,
+        width=WIDTH,
+        height=HEIGHT,
+        plot_left=x0,
+        plot_right=x1,
+        plot_top=y0,
+        plot_bottom=y1,
+        points=points,
+        polyline=" ".join(f"{p.x},{p.y}" for p in points),
+        y_max_label=fmt(round(scale_max)),
+        threshold_y=y_of(threshold) if threshold is not None else None,
+        threshold_label=f"threshold {fmt(threshold)}" if threshold is not None else None,
+        x_labels=tuple((points[i].x, f"day {i + 1}") for i in ticks),
+    )
+
+
+def evidence_charts(evidence: Mapping[str, Any]) -> list[Chart]:
+    """The CPU and network charts the evidence supports (none, one or both)."""
+    charts: list[Chart] = []
+    threshold = evidence.get("cpu_threshold_bp")
+    if type(threshold) is not int or threshold < 0:
+        threshold = None
+    cpu = series(evidence, "daily_cpu_p95_bp")
+    if cpu is not None:
+        charts.append(
+            _chart(
+                "cpu",
+                title="CPU, daily 95th percentile",
+                description=f"CPU p95 per day over {len(cpu)} days, from {percent(min(cpu))} "
+                f"to {percent(max(cpu))}",
+                values=cpu,
+                fmt=percent,
+                threshold=threshold,
+            )
+        )
+    net = series(evidence, "daily_net_bytes")
+    if net is not None:
+        charts.append(
+            _chart(
+                "net",
+                title="Network traffic per day",
+                description=f"Network bytes per day over {len(net)} days, "
+                f"from {human_bytes(min(net))} to {human_bytes(max(net))}",
+                values=net,
+                fmt=human_bytes,
+                threshold=None,
+            )
+        )
+    return charts

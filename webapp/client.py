@@ -1,0 +1,281 @@
+"""The checkpoint API as the web app sees it: an httpx client and the shapes it reads.
+
+Every call carries the signed-in person's own session token, passed in per call; the
+client keeps no token, so one client serves every person without mixing them up. The
+response shapes are parsed at this boundary into frozen models (unknown fields are
+ignored so a newer checkpoint does not break the page; missing ones are an error).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Literal, TypeVar
+
+import httpx
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from .errors import CheckpointRefused, CheckpointUnavailable
+
+__all__ = [
+    "ApprovalView",
+    "AuditView",
+    "CheckpointClient",
+    "KeyView",
+    "Me",
+    "OutcomeView",
+    "PolicyView",
+    "ProposalPage",
+    "ProposalView",
+    "RejectionView",
+    "Session",
+    "VoteView",
+]
+
+_USER_AGENT: Final = "airlock-webapp/1"
+_M = TypeVar("_M", bound=BaseModel)
+
+
+class _View(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class Session(_View):
+    token: str
+    expires_at: int
+    username: str
+    role: str
+
+
+class Me(_View):
+    name: str
+    kind: Literal["user", "service"]
+    role: str
+
+    @property
+    def can_decide(self) -> bool:
+        return self.role in ("approver", "admin")
+
+    @property
+    def can_resolve(self) -> bool:
+        return self.role == "admin"
+
+
+class VoteView(_View):
+    voter: str
+    at: int
+    note: str
+
+
+class PolicyView(_View):
+    rule: str
+    effect: str
+    quorum: int
+    confirm: bool
+    hash: str
+
+
+class ApprovalView(_View):
+    approval_id: str
+    keyid: str
+    issued_at: int
+    expires_at: int
+    revoked_at: int | None
+    revoked_by: str | None
+    envelope: dict[str, Any]
+
+
+class RejectionView(_View):
+    reason_code: str
+    note: str
+    by: str
+    at: int
+
+
+class OutcomeView(_View):
+    approval_id: str
+    outcome: str
+    refusal_code: str | None
+    receipt_verified: bool
+    receipt_keyid: str | None
+    receipt: dict[str, Any]
+    late: bool
+    reported_at: int
+    resolution: str | None
+    resolved_by: str | None
+    resolved_at: int | None
+    resolution_note: str | None
+
+
+class ProposalView(_View):
+    id: str
+    state: str
+    action_hash: str
+    action_jcs: str
+    action: dict[str, Any]
+    provider: str
+    account: str
+    region: str
+    resource_type: str
+    resource_id: str
+    operation: str
+    risk: str
+    proposed_by: str
+    submitted_by: str
+    policy: PolicyView
+    deny_reason: str | None
+    votes: list[VoteView]
+    votes_needed: int
+    approval_deadline: int
+    created_at: int
+    updated_at: int
+    approval: ApprovalView | None
+    rejection: RejectionView | None
+    outcome: OutcomeView | None
+
+
+class ProposalPage(_View):
+    items: list[ProposalView]
+    next_before: str | None
+
+
+class AuditView(_View):
+    ok: bool
+    rows: int
+    head_seq: int | None
+    head_hash: str | None
+    fault: str | None
+
+
+class KeyView(_View):
+    kid: str
+    public_key: str
+    status: str
+    not_after: int | None = None
+
+
+class _KeySet(_View):
+    keys: list[KeyView]
+
+
+class CheckpointClient:
+    """Calls ``{base_url}/v1/…``. Thread-safe (httpx.Client is); holds no credential."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout: float = 10.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self._http = httpx.Client(
+            base_url=base_url.rstrip("/"),
+            timeout=timeout,
+            transport=transport,
+            headers={"User-Agent": _USER_AGENT, "Accept": "application/json"},
+            # A redirect from the checkpoint would carry the bearer token elsewhere.
+            follow_redirects=False,
+            # No ambient proxy or .netrc credentials on a call that carries a session.
+            trust_env=False,
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    # -- sessions -------------------------------------------------------------------
+
+    def login(self, username: str, password: str) -> Session:
+        body = {"username": username, "password": password}
+        data = self._call("POST", "/v1/sessions", None, json=body)
+        return _parse(Session, data)
+
+    def logout(self, token: str) -> None:
+        self._call("DELETE", "/v1/sessions/current", token)
+
+    def me(self, token: str) -> Me:
+        return _parse(Me, self._call("GET", "/v1/me", token))
+
+    # -- proposals ------------------------------------------------------------------
+
+    def proposals(self, token: str, **filters: str | int | None) -> ProposalPage:
+        params = {k: v for k, v in filters.items() if v not in (None, "")}
+        return _parse(ProposalPage, self._call("GET", "/v1/proposals", token, params=params))
+
+    def proposal(self, token: str, proposal_id: str) -> ProposalView:
+        return _parse(ProposalView, self._call("GET", f"/v1/proposals/{proposal_id}", token))
+
+    def approve(
+        self, token: str, proposal_id: str, *, action_hash: str, confirm: str | None, note: str
+    ) -> ProposalView:
+        body: dict[str, Any] = {"action_hash": action_hash, "note": note}
+        if confirm is not None:
+            body["confirm"] = confirm
+        return self._decide(token, proposal_id, "approve", body)
+
+    def reject(self, token: str, proposal_id: str, *, reason_code: str, note: str) -> ProposalView:
+        body = {"reason_code": reason_code, "note": note}
+        return self._decide(token, proposal_id, "reject", body)
+
+    def revoke(self, token: str, proposal_id: str, *, note: str) -> ProposalView:
+        return self._decide(token, proposal_id, "revoke", {"note": note})
+
+    def resolve(self, token: str, proposal_id: str, *, decision: str, note: str) -> ProposalView:
+        return self._decide(token, proposal_id, "resolve", {"decision": decision, "note": note})
+
+    def _decide(
+        self, token: str, proposal_id: str, verb: str, body: dict[str, Any]
+    ) -> ProposalView:
+        data = self._call("POST", f"/v1/proposals/{proposal_id}/{verb}", token, json=body)
+        return _parse(ProposalView, data)
+
+    # -- audit and keys -------------------------------------------------------------
+
+    def audit(self, token: str) -> AuditView:
+        return _parse(AuditView, self._call("GET", "/v1/audit", token))
+
+    def keys(self) -> list[KeyView]:
+        return _parse(_KeySet, self._call("GET", "/v1/keys", None)).keys
+
+    # -- transport ------------------------------------------------------------------
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        token: str | None,
+        *,
+        json: Any = None,
+        params: dict[str, Any] | None = None,
+    ) -> Any:
+        headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+        try:
+            response = self._http.request(method, path, headers=headers, json=json, params=params)
+        except httpx.HTTPError as exc:
+            raise CheckpointUnavailable(
+                f"the checkpoint did not answer ({type(exc).__name__})"
+            ) from None
+        if response.status_code == 204:
+            return None
+        try:
+            data = response.json()
+        except ValueError:
+            raise CheckpointUnavailable(
+                f"the checkpoint answered {response.status_code} without JSON"
+            ) from None
+        if response.is_success:
+            return data
+        error = data.get("error") if isinstance(data, dict) else None
+        if (
+            isinstance(error, dict)
+            and isinstance(error.get("code"), str)
+            and isinstance(error.get("message"), str)
+        ):
+            raise CheckpointRefused(error["code"], error["message"], response.status_code)
+        raise CheckpointUnavailable(f"the checkpoint answered {response.status_code}")
+
+
+def _parse(model: type[_M], data: Any) -> _M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise CheckpointUnavailable(
+            f"unexpected answer from the checkpoint ({exc.error_count()} problems)"
+        ) from None

@@ -1,0 +1,77 @@
+"""The web app's one error tree, and the human message for each checkpoint refusal code.
+
+Error hierarchy::
+
+    WebappError                 root of everything the web app raises on purpose
+    ├── CheckpointRefused       the checkpoint answered with {"error": {"code", "message"}}
+    └── CheckpointUnavailable   the checkpoint could not be reached or answered nonsense
+
+The checkpoint is the judge of every decision; these messages only explain its verdicts
+to a person. A message never repeats text that came from the cloud or the agent.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = [
+    "CheckpointRefused",
+    "CheckpointUnavailable",
+    "WebappError",
+    "human_message",
+]
+
+
+class WebappError(Exception):
+    """Root of every error the web app raises on purpose."""
+
+
+class CheckpointRefused(WebappError):
+    """A refusal from the checkpoint, with its stable code."""
+
+    def __init__(self, code: str, message: str, status: int) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.status = status
+
+
+class CheckpointUnavailable(WebappError):
+    """The checkpoint did not answer, or answered something that is not its API."""
+
+
+#: One sentence per code saying what happened and what to do next. Nothing was changed
+#: by a refused request, and the messages say so where a person might worry.
+_MESSAGES: Final = {
+    "E_STALE_VIEW": "The action changed after you opened this page, so nothing was "
+    "approved. Review the current version below and approve again if it is still right.",
+    "E_CONFIRM_REQUIRED": "This is a high-risk action: type the resource id in the "
+    "confirmation box to approve it.",
+    "E_CONFIRM_MISMATCH": "The resource id you typed does not match this resource, so "
+    "nothing was approved. Check the id and type it again.",
+    "E_SELF_APPROVAL": "You proposed this action, so you may not approve it: someone else has to.",
+    "E_ALREADY_VOTED": "You have already approved this. It is waiting for another person.",
+    "E_EXPIRED": "The approval window has closed, so this proposal can no longer be "
+    "approved. The agent will propose it again if the resource is still idle.",
+    "E_STATE": "This proposal is no longer in a state that allows that — someone may have "
+    "decided it meanwhile. Its current state is shown below.",
+    "E_FORBIDDEN": "Your role does not allow this action.",
+    "E_UNAUTHENTICATED": "Your session has ended. Please sign in again.",
+    "E_LOCKED": "Too many failed sign-ins: this account is locked for a while. Try again "
+    "later or ask an administrator.",
+    "E_NOT_FOUND": "There is no such proposal (it may have been removed, or the link is wrong).",
+    "E_INVALID": "The checkpoint could not accept this request as sent (a note may be too "
+    "long). Nothing was changed.",
+    "E_NO_SIGNING_KEY": "The checkpoint has no active signing key, so it cannot issue "
+    "approvals right now. An administrator must rotate in a new key.",
+    "E_POLICY_DENIED": "The policy forbids this action outright.",
+    "E_CONFLICT": "This proposal conflicts with another version of itself.",
+    "E_DUPLICATE_OPEN": "Another open proposal already exists for this resource and operation.",
+    "E_RECEIPT": "The executor's receipt did not verify.",
+}
+
+
+def human_message(code: str) -> str:
+    """What a person should read for ``code``; unknown codes are named, never hidden."""
+    fallback = f"The checkpoint refused this request ({code}). Nothing was changed."
+    return _MESSAGES.get(code, fallback)

@@ -1,0 +1,164 @@
+"""Plain words for what a proposal will do, when, and under which conditions.
+
+Pure functions of the proposal and ``now``: no I/O. Every string returned here is text;
+the templates escape it (autoescape is on), so agent- or cloud-supplied values such as
+names, tags and reasons can never become markup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from airlock.protocol import action_hash
+
+from .client import ProposalView
+
+__all__ = [
+    "OPEN_STATES",
+    "REJECT_REASONS",
+    "STATE_LABELS",
+    "duration",
+    "hash_matches",
+    "instance_name",
+    "plain_action",
+    "plain_precondition",
+    "tags",
+    "timestamp",
+    "votes_label",
+]
+
+REJECT_REASONS: Final = {
+    "not_idle": "Not idle — it is in use",
+    "protected": "Protected — must never be touched",
+    "wrong_target": "Wrong target",
+    "needs_more_info": "Needs more information",
+    "other": "Other (say why in the note)",
+}
+
+STATE_LABELS: Final = {
+    "pending": "waiting for approval",
+    "approved": "approved, waiting for the executor",
+    "executed": "executed",
+    "refused": "refused by the executor",
+    "failed": "failed",
+    "in_doubt": "in doubt — needs a person",
+    "rejected": "rejected",
+    "expired": "expired unapproved",
+    "withdrawn": "withdrawn by the agent",
+    "revoked": "approval revoked",
+    "lapsed": "approval lapsed unused",
+    "denied": "denied by policy",
+}
+
+OPEN_STATES: Final = frozenset({"pending", "approved", "in_doubt"})
+
+_KINDS: Final = {"ecs.instance": "ECS instance", "rds.instance": "RDS database instance"}
+
+
+def _kind(resource_type: str) -> str:
+    return _KINDS.get(resource_type, resource_type)
+
+
+def plain_action(p: ProposalView) -> str:
+    """One sentence: what the executor will do if this is approved."""
+    where = f"in {p.region} (account {p.account})"
+    what = f"{_kind(p.resource_type)} {p.resource_id}"
+    params = p.action.get("params") or {}
+    if p.operation == "stop":
+        mode = params.get("stopped_mode") if isinstance(params, Mapping) else None
+        if mode == "StopCharging":
+            detail = (
+                " Compute billing stops; its disks and data are kept, and it can be started again."
+            )
+        elif mode == "KeepCharging":
+            detail = " It keeps its resources and is still billed; it can be started again."
+        else:
+            detail = " It can be started again."
+        return f"Stop the {what} {where}.{detail}"
+    if p.operation == "delete":
+        return (
+            f"Permanently delete the {what} {where}. This cannot be undone: the instance "
+            "and its system disk are released."
+        )
+    return f"Run “{p.operation}” on the {what} {where}."
+
+
+def plain_precondition(p: ProposalView) -> str:
+    pre = p.action.get("precondition") or {}
+    if not isinstance(pre, Mapping):
+        return "No precondition."
+    parts = []
+    status = pre.get("status")
+    if isinstance(status, str):
+        parts.append(f"its status is still {status}")
+    absent = pre.get("absent_tags")
+    if isinstance(absent, list) and absent:
+        parts.append("it carries none of the tags " + ", ".join(str(t) for t in absent))
+    observed = pre.get("observed_at")
+    seen = f" (as observed at {observed})" if isinstance(observed, str) else ""
+    if not parts:
+        return "No precondition."
+    return (
+        "The executor re-reads the resource just before acting and does nothing unless "
+        + " and ".join(parts)
+        + seen
+        + "."
+    )
+
+
+def instance_name(evidence: Mapping[str, Any]) -> str | None:
+    for key in ("name", "instance_name", "resource_name"):
+        value = evidence.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def tags(evidence: Mapping[str, Any]) -> list[tuple[str, str]]:
+    value = evidence.get("tags")
+    if isinstance(value, Mapping):
+        return [(str(k), str(v)) for k, v in value.items()]
+    if isinstance(value, list):  # [[k, v], ...] or [{"key":..,"value":..}, ...]
+        out = []
+        for item in value:
+            if isinstance(item, list) and len(item) == 2:
+                out.append((str(item[0]), str(item[1])))
+            elif isinstance(item, Mapping):
+                out.append((str(item.get("key", "")), str(item.get("value", ""))))
+        return out
+    return []
+
+
+def hash_matches(p: ProposalView) -> bool:
+    """The shown canonical text hashes to the shown hash (the page shows what is signed)."""
+    try:
+        return action_hash(p.action_jcs.encode("utf-8")) == p.action_hash
+    except UnicodeEncodeError:
+        return False
+
+
+def votes_label(p: ProposalView) -> str:
+    return f"{len(p.votes)} of {p.policy.quorum}"
+
+
+def duration(seconds: int) -> str:
+    """``3 d 4 h``, ``5 h 12 min``, ``42 min``, ``30 s``; negative → ``0 s``."""
+    seconds = max(0, seconds)
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days} d {hours} h"
+    if hours:
+        return f"{hours} h {minutes} min"
+    if minutes:
+        return f"{minutes} min"
+    return f"{secs} s"
+
+
+def timestamp(unix: int | None) -> str:
+    if unix is None:
+        return "—"
+    return datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")

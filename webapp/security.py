@@ -1,0 +1,135 @@
+"""The page's own defences: response headers, cookies, and CSRF tokens without server state.
+
+* Headers: a Content-Security-Policy with no inline script and no inline style
+  (``default-src 'self'``), framing denied, no MIME sniffing, no referrer.
+* The session cookie holds the person's checkpoint session token and nothing else;
+  HttpOnly, SameSite=Strict, Secure over HTTPS (``__Host-`` prefixed when Secure).
+* CSRF: a random per-browser cookie (HttpOnly, SameSite=Strict) and, in every form, the
+  HMAC-SHA256 of the session token keyed by that cookie. A cross-site page can read
+  neither cookie, so it cannot produce the token; binding it to the session means a
+  token seen before sign-in is worthless after. A POST is also refused when the browser
+  says it came from another origin (``Origin`` / ``Sec-Fetch-Site``).
+
+This module must never log a cookie or a token, and never keep one server-side.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from typing import Final
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+__all__ = [
+    "CSRF_FIELD",
+    "SECURITY_HEADERS",
+    "Cookies",
+    "csrf_problem",
+    "csrf_token",
+    "new_csrf_key",
+    "same_origin",
+]
+
+CSRF_FIELD: Final = "csrf_token"
+_CSRF_CONTEXT: Final = b"airlock-webapp/csrf/v1\x00"
+
+SECURITY_HEADERS: Final = {
+    # No 'unsafe-inline' anywhere: the pages carry no inline script, no style attribute,
+    # and the SVG charts are styled through classes in the local stylesheet.
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "
+        "connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; "
+        "form-action 'self'; frame-ancestors 'none'"
+    ),
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cross-Origin-Opener-Policy": "same-origin",
+    "Cross-Origin-Resource-Policy": "same-origin",
+    "Permissions-Policy": "camera=(), microphone=(), geolocation=(), payment=()",
+    # Pages show live decisions and carry CSRF tokens: never cache them.
+    "Cache-Control": "no-store",
+}
+
+
+class Cookies:
+    """Names and flags of the two cookies, for one request's transport (HTTP or HTTPS)."""
+
+    def __init__(self, request: Request, *, secure_setting: bool) -> None:
+        self.secure = secure_setting or request.url.scheme == "https"
+        # The __Host- prefix pins a cookie to this host and path "/", and browsers only
+        # accept it with Secure: a sibling subdomain cannot plant one.
+        prefix = "__Host-" if self.secure else ""
+        self.session_name = f"{prefix}airlock_session"
+        self.csrf_name = f"{prefix}airlock_csrf"
+
+    def session(self, request: Request) -> str | None:
+        value = request.cookies.get(self.session_name)
+        if not value or len(value) > 256 or not value.isascii() or not value.isprintable():
+            return None
+        return value
+
+    def csrf_key(self, request: Request) -> str | None:
+        value = request.cookies.get(self.csrf_name)
+        if not value or len(value) > 128 or not value.isascii():
+            return None
+        return value
+
+    def set_session(self, response: Response, token: str, max_age: int) -> None:
+        self._set(response, self.session_name, token, max_age=max(0, max_age))
+
+    def clear_session(self, response: Response) -> None:
+        self._set(response, self.session_name, "", max_age=0)
+
+    def set_csrf_key(self, response: Response, key: str) -> None:
+        # A browser-lifetime cookie: it protects the sign-in form too, before any session.
+        self._set(response, self.csrf_name, key, max_age=None)
+
+    def _set(self, response: Response, name: str, value: str, *, max_age: int | None) -> None:
+        response.set_cookie(
+            name,
+            value,
+            max_age=max_age,
+            path="/",
+            secure=self.secure,
+            httponly=True,
+            samesite="strict",
+        )
+
+
+def new_csrf_key() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def csrf_token(key: str, session: str | None) -> str:
+    """The form token: HMAC-SHA256 keyed by the browser's CSRF cookie over its session."""
+    message = _CSRF_CONTEXT + (session or "").encode("ascii")
+    return hmac.new(key.encode("ascii"), message, hashlib.sha256).hexdigest()
+
+
+def same_origin(request: Request) -> bool:
+    """False when the browser tells us the request came from another site."""
+    fetch_site = request.headers.get("sec-fetch-site")
+    if fetch_site is not None and fetch_site not in ("same-origin", "none"):
+        return False
+    origin = request.headers.get("origin")
+    if origin is None:
+        return True  # older browsers; the token still has to match
+    host = request.headers.get("host", "")
+    return origin in (f"{request.url.scheme}://{host}",)
+
+
+def csrf_problem(request: Request, cookies: Cookies, submitted: str | None) -> str | None:
+    """Why this POST must be refused, or None when its origin and token are right."""
+    if not same_origin(request):
+        return "the form was sent from another site"
+    key = cookies.csrf_key(request)
+    if key is None or not submitted:
+        return "the form has no security token"
+    expected = csrf_token(key, cookies.session(request))
+    if not hmac.compare_digest(expected.encode(), submitted.encode("utf-8", "replace")):
+        return "the form's security token does not match"
+    return None
