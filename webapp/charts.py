@@ -25,6 +25,7 @@ _MAX_POINTS: Final = 400
 
 @dataclass(frozen=True, slots=True)
 class Point:
+    day: int  # 1-based day of the window
     x: float
     y: float
     label: str  # the value as a person reads it, for the tooltip and the table
@@ -42,19 +43,25 @@ class Chart:
     plot_top: int
     plot_bottom: int
     points: tuple[Point, ...]
-    polyline: str
+    #: One polyline per run of consecutive reported days; a missing day breaks the line.
+    segments: tuple[str, ...]
+    #: Days with nothing reported (the agent writes null), for the values list.
+    missing: tuple[int, ...]
     y_max_label: str
     threshold_y: float | None
     threshold_label: str | None
     x_labels: tuple[tuple[float, str], ...]
 
 
-def series(evidence: Mapping[str, Any], key: str) -> list[int] | None:
-    """The evidence's list under ``key`` if it is 1..400 non-negative integers, else None."""
+def series(evidence: Mapping[str, Any], key: str) -> list[int | None] | None:
+    """The list under ``key`` if it is 1..400 non-negative integers or nulls (days with
+    nothing reported) with at least one integer; otherwise None: not drawn at all."""
     value = evidence.get(key)
     if not isinstance(value, list) or not 0 < len(value) <= _MAX_POINTS:
         return None
-    if not all(type(v) is int and 0 <= v < 2**53 for v in value):
+    if not all(v is None or (type(v) is int and 0 <= v < 2**53) for v in value):
+        return None
+    if all(v is None for v in value):
         return None
     return value
 
@@ -77,24 +84,38 @@ def _chart(
     *,
     title: str,
     description: str,
-    values: list[int],
+    values: list[int | None],
     fmt: Callable[[int], str],
     threshold: int | None,
 ) -> Chart:
-    top = max([*values, threshold or 0, 1])
+    known = [v for v in values if v is not None]
+    top = max([*known, threshold or 0, 1])
     # A little headroom so the highest point and the threshold line are not on the edge.
     scale_max = top * 1.15
     x0, x1 = _LEFT, WIDTH - _RIGHT
     y0, y1 = _TOP, HEIGHT - _BOTTOM
     step = (x1 - x0) / (len(values) - 1) if len(values) > 1 else 0.0
 
+    def x_of(i: int) -> float:
+        return round(x0 + i * step if len(values) > 1 else (x0 + x1) / 2, 2)
+
     def y_of(v: float) -> float:
         return round(y1 - (v / scale_max) * (y1 - y0), 2)
 
-    points = tuple(
-        Point(round(x0 + i * step if len(values) > 1 else (x0 + x1) / 2, 2), y_of(v), fmt(v))
-        for i, v in enumerate(values)
-    )
+    points: list[Point] = []
+    segments: list[str] = []
+    run: list[Point] = []
+    for i, v in enumerate(values):
+        if v is None:
+            if run:
+                segments.append(" ".join(f"{p.x},{p.y}" for p in run))
+                run = []
+            continue
+        point = Point(i + 1, x_of(i), y_of(v), fmt(v))
+        points.append(point)
+        run.append(point)
+    if run:
+        segments.append(" ".join(f"{p.x},{p.y}" for p in run))
     ticks = sorted({0, len(values) // 2, len(values) - 1})
     return Chart(
         key=key,
@@ -106,32 +127,45 @@ def _chart(
         plot_right=x1,
         plot_top=y0,
         plot_bottom=y1,
-        points=points,
-        polyline=" ".join(f"{p.x},{p.y}" for p in points),
+        points=tuple(points),
+        segments=tuple(segments),
+        missing=tuple(i + 1 for i, v in enumerate(values) if v is None),
         y_max_label=fmt(round(scale_max)),
         threshold_y=y_of(threshold) if threshold is not None else None,
         threshold_label=f"threshold {fmt(threshold)}" if threshold is not None else None,
-        x_labels=tuple((points[i].x, f"day {i + 1}") for i in ticks),
+        x_labels=tuple((x_of(i), f"day {i + 1}") for i in ticks),
     )
+
+
+def _threshold(evidence: Mapping[str, Any], key: str) -> int | None:
+    # The agent records the bar it applied under evidence.thresholds (services/agent/idle.py).
+    thresholds = evidence.get("thresholds")
+    value = thresholds.get(key) if isinstance(thresholds, Mapping) else None
+    return value if type(value) is int and 0 <= value < 2**53 else None
+
+
+def _span(values: list[int | None], fmt: Callable[[int], str]) -> str:
+    known = [v for v in values if v is not None]
+    gaps = len(values) - len(known)
+    text = f"from {fmt(min(known))} to {fmt(max(known))}"
+    if gaps:
+        text += f"; {gaps} {'day' if gaps == 1 else 'days'} without data"
+    return text
 
 
 def evidence_charts(evidence: Mapping[str, Any]) -> list[Chart]:
     """The CPU and network charts the evidence supports (none, one or both)."""
     charts: list[Chart] = []
-    threshold = evidence.get("cpu_threshold_bp")
-    if type(threshold) is not int or threshold < 0:
-        threshold = None
     cpu = series(evidence, "daily_cpu_p95_bp")
     if cpu is not None:
         charts.append(
             _chart(
                 "cpu",
                 title="CPU, daily 95th percentile",
-                description=f"CPU p95 per day over {len(cpu)} days, from {percent(min(cpu))} "
-                f"to {percent(max(cpu))}",
+                description=f"CPU p95 per day over {len(cpu)} days, {_span(cpu, percent)}",
                 values=cpu,
                 fmt=percent,
-                threshold=threshold,
+                threshold=_threshold(evidence, "cpu_p95_max_bp"),
             )
         )
     net = series(evidence, "daily_net_bytes")
@@ -141,10 +175,10 @@ def evidence_charts(evidence: Mapping[str, Any]) -> list[Chart]:
                 "net",
                 title="Network traffic per day",
                 description=f"Network bytes per day over {len(net)} days, "
-                f"from {human_bytes(min(net))} to {human_bytes(max(net))}",
+                f"{_span(net, human_bytes)}",
                 values=net,
                 fmt=human_bytes,
-                threshold=None,
+                threshold=_threshold(evidence, "net_quiet_bytes_per_day"),
             )
         )
     return charts

@@ -186,7 +186,9 @@ def test_evidence_chart_is_inline_svg_drawn_from_the_daily_series(site: Site) ->
 
 
 def test_chart_geometry_follows_the_values() -> None:
-    (cpu,) = evidence_charts({"daily_cpu_p95_bp": [0, 500, 1000], "cpu_threshold_bp": 1000})
+    (cpu,) = evidence_charts(
+        {"daily_cpu_p95_bp": [0, 500, 1000], "thresholds": {"cpu_p95_max_bp": 1000}}
+    )
     ys = [p.y for p in cpu.points]
     assert ys[0] == cpu.plot_bottom  # zero sits on the axis
     assert ys[0] > ys[1] > ys[2]  # higher values are drawn higher
@@ -197,12 +199,29 @@ def test_chart_geometry_follows_the_values() -> None:
 
 @pytest.mark.parametrize(
     "value",
-    [[], [1.5, 2], [True, 1], [-1, 3], ["1", "2"], "123", [1] * 401, {"a": 1}],
-    ids=["empty", "floats", "bools", "negative", "strings", "string", "too-long", "mapping"],
+    [[], [1.5, 2], [True, 1], [-1, 3], ["1", "2"], "123", [1] * 401, {"a": 1}, [None, None]],
+    ids=[
+        "empty",
+        "floats",
+        "bools",
+        "negative",
+        "strings",
+        "string",
+        "too-long",
+        "mapping",
+        "all-missing",
+    ],
 )
 def test_malformed_series_is_not_drawn(value: object) -> None:
     assert series({"daily_cpu_p95_bp": value}, "daily_cpu_p95_bp") is None
     assert evidence_charts({"daily_cpu_p95_bp": value}) == []
+
+
+def test_a_missing_day_breaks_the_line_and_is_listed() -> None:
+    (cpu,) = evidence_charts({"daily_cpu_p95_bp": [300, None, 320, 330]})
+    assert len(cpu.segments) == 2 and len(cpu.points) == 3
+    assert cpu.missing == (2,)
+    assert "1 day without data" in cpu.description
 
 
 def test_human_bytes() -> None:
