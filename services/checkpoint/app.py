@@ -31,7 +31,7 @@ from .policy import load_policy
 from .routes import FeedSignal, Metrics, install
 from .service import Checkpoint, CheckpointConfig
 
-__all__ = ["DEFAULT_POLICY", "MIGRATIONS", "build", "create_app", "openapi_schema"]
+__all__ = ["DEFAULT_POLICY", "MIGRATIONS", "bare_app", "build", "create_app", "openapi_schema"]
 
 DEFAULT_POLICY: Final = Path(__file__).with_name("default-policy.toml")
 MIGRATIONS: Final = Path(__file__).with_name("migrations")
@@ -113,12 +113,7 @@ def create_app(
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
 
-    app = FastAPI(
-        title="Airlock checkpoint",
-        version=API_VERSION,
-        description="Proposals, human approvals and the signed-approval feed (DESIGN §2.6).",
-        lifespan=lifespan,
-    )
+    app = bare_app(lifespan)
     app.state.checkpoint = checkpoint
     app.state.accounts = accounts
     app.state.metrics = Metrics()
@@ -126,6 +121,17 @@ def create_app(
     app.state.feed_signal = signal or FeedSignal()
     if signal is None:
         checkpoint.on_change = app.state.feed_signal.bump
+    return app
+
+
+def bare_app(lifespan: Any = None) -> FastAPI:
+    """The routes and error mapping with no service behind them (for the OpenAPI file)."""
+    app = FastAPI(
+        title="Airlock checkpoint",
+        version=API_VERSION,
+        description="Proposals, human approvals and the signed-approval feed (DESIGN §2.6).",
+        lifespan=lifespan,
+    )
     install(app)
     app.openapi = lambda: openapi_schema(app)  # type: ignore[method-assign]
     return app

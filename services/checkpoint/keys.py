@@ -216,7 +216,7 @@ class KeyRing:
     def __init__(self, directory: KeyDirectory) -> None:
         self._directory = directory
         self._lock = threading.Lock()
-        self._stamp: int | None = None
+        self._stamp: tuple[int, int, int] | None = None
         self._signer: Signer | None = None
         self.signer()  # refuse to start without a usable active key
 
@@ -224,11 +224,14 @@ class KeyRing:
     def directory(self) -> KeyDirectory:
         return self._directory
 
-    def _manifest_stamp(self) -> int:
+    def _manifest_stamp(self) -> tuple[int, int, int]:
+        # The manifest is replaced by rename, so a change always brings a new inode even
+        # when two writes fall inside the file system's timestamp granularity.
         try:
-            return self._directory.manifest_path.stat().st_mtime_ns
+            st = self._directory.manifest_path.stat()
         except OSError:
-            return -1
+            return (-1, -1, -1)
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
 
     def signer(self) -> Signer:
         stamp = self._manifest_stamp()

@@ -141,3 +141,30 @@ def test_receipt_from_an_untrusted_key_is_refused(trusting_world: World, tmp_pat
     assert reported.json()["error"]["code"] == "E_RECEIPT"
     shown = world.client.get(f"/v1/proposals/{proposal['id']}", headers=world.auth("viewer")).json()
     assert shown["state"] == "approved" and shown["outcome"] is None
+
+
+def test_rotation_keeps_in_flight_approvals_and_revocation_kills_them(world: World) -> None:
+    from airlock.protocol import RefusalCode, Refused
+    from services.checkpoint.keys import KeyDirectory
+
+    first = world.submit(proposal_id="prop_rotate000001", resource_id="i-rotate0001").json()
+    world.approve("alice", first["id"], first["action_hash"])
+    old_bundle = canonical_bytes(_pull(world)["items"][0]["bundle"])
+
+    directory = KeyDirectory(world.keys_dir)
+    old_kid = directory.records()[0].kid
+    directory.rotate(world.clock())  # what `airlock keys rotate` does, while serving
+    second = world.submit(proposal_id="prop_rotate000002", resource_id="i-rotate0002").json()
+    approved = world.approve("alice", second["id"], second["action_hash"]).json()
+    assert approved["approval"]["keyid"] != old_kid  # the running checkpoint picked it up
+
+    keys = KeySet.from_value(world.client.get("/v1/keys").json())
+    assert verify_bundle(old_bundle, keys, BINDING, world.clock()).keyid == old_kid
+
+    directory.revoke(old_kid)
+    keys = KeySet.from_value(world.client.get("/v1/keys").json())
+    with pytest.raises(Refused) as refused:
+        verify_bundle(old_bundle, keys, BINDING, world.clock())
+    assert refused.value.code is RefusalCode.E_KEY_REVOKED
+    new_bundle = canonical_bytes(_pull(world, 1)["items"][0]["bundle"])
+    assert verify_bundle(new_bundle, keys, BINDING, world.clock()).keyid != old_kid
