@@ -37,7 +37,8 @@ each revision once and the others then find the database at head: on PostgreSQL 
 transaction-scoped ``pg_advisory_xact_lock`` taken before Alembic reads the version
 table; on SQLite the ``BEGIN IMMEDIATE`` of an engine from ``make_engine`` (the
 migration runs in that one transaction; SQLite DDL is transactional). A failed
-revision rolls back entirely.
+revision rolls back entirely. On SQLite foreign keys are off during the migration (so
+``op.batch_alter_table`` cannot cascade-delete child rows) and checked before commit.
 
 New revision files: ``alembic.command.revision(alembic_config(DIR), "message")``, or
 ``--autogenerate`` with ``-x db=URL`` through the ``alembic`` CLI and an ini naming
@@ -50,6 +51,8 @@ of an upgrade.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -84,14 +87,54 @@ def alembic_config(script_location: str | Path, *, url: str | None = None) -> Co
     return cfg
 
 
-def _lock(conn: Connection) -> None:
-    if is_postgresql(conn):
-        conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_MIGRATE_LOCK_KEY)))
-    elif is_sqlite(conn):
-        # The transaction's BEGIN IMMEDIATE already holds the only write lock there is.
-        require_immediate(conn)
-    else:
-        raise MigrationError(f"unsupported dialect {conn.dialect.name!r}")
+@contextmanager
+def _locked_transaction(engine: Engine) -> Iterator[Connection]:
+    """One transaction holding the migration lock, committed only if nothing failed.
+
+    SQLite: foreign keys are switched off for the migration and checked before commit
+    (SQLite's documented ALTER procedure, lang_altertable.html §7). Alembic's batch mode
+    rebuilds a table by DROP TABLE + rename, and with foreign keys on, that DROP is an
+    implicit DELETE firing every ON DELETE CASCADE: child rows would silently vanish.
+    The pragma is a no-op inside a transaction, hence set on the raw connection first.
+    """
+    with engine.connect() as conn:
+        sqlite = is_sqlite(conn)
+        if sqlite:
+            _raw_pragma(conn, "PRAGMA foreign_keys=OFF")
+        try:
+            with conn.begin():
+                if is_postgresql(conn):
+                    conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_MIGRATE_LOCK_KEY)))
+                elif sqlite:
+                    # BEGIN IMMEDIATE already holds the only write lock there is.
+                    require_immediate(conn)
+                else:
+                    raise MigrationError(f"unsupported dialect {conn.dialect.name!r}")
+                yield conn
+                if sqlite:
+                    broken = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+                    if broken:
+                        raise MigrationError(
+                            f"migration left {len(broken)} foreign key violations, "
+                            f"first in table {broken[0][0]!r}; rolled back"
+                        )
+        finally:
+            if sqlite:
+                try:
+                    _raw_pragma(conn, "PRAGMA foreign_keys=ON")
+                except Exception:
+                    # Never return a connection without foreign keys to the pool.
+                    conn.invalidate()
+                    raise
+
+
+def _raw_pragma(conn: Connection, pragma: str) -> None:
+    # Straight to pysqlite, outside any SQLAlchemy transaction (no BEGIN is emitted).
+    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    try:
+        cursor.execute(pragma)
+    finally:
+        cursor.close()
 
 
 def upgrade(engine: Engine, script_location: str | Path, *, revision: str = "head") -> None:
@@ -101,8 +144,7 @@ def upgrade(engine: Engine, script_location: str | Path, *, revision: str = "hea
     in one transaction: either the database reaches ``revision`` or nothing changed.
     """
     cfg = alembic_config(script_location)
-    with engine.connect() as conn, conn.begin():
-        _lock(conn)
+    with _locked_transaction(engine) as conn:
         cfg.attributes[_CONNECTION] = conn
         command.upgrade(cfg, revision)
 
@@ -144,8 +186,7 @@ def run_migrations(target_metadata: sa.MetaData | None = None) -> None:
 
     engine = make_engine(_cli_url(context.config))
     try:
-        with engine.connect() as own, own.begin():
-            _lock(own)
+        with _locked_transaction(engine) as own:
             context.configure(connection=own, **options)
             context.run_migrations()
     finally:

@@ -115,3 +115,77 @@ def test_directory_without_env_py_is_refused(tmp_path: Path, sqlite_url: str) ->
             upgrade(engine, tmp_path)
     finally:
         engine.dispose()
+
+
+_PARENT_CHILD = """
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0001"
+down_revision = None
+
+
+def upgrade() -> None:
+    op.create_table("parent", sa.Column("id", sa.Integer, primary_key=True))
+    op.create_table(
+        "child",
+        sa.Column("id", sa.Integer, primary_key=True),
+        sa.Column(
+            "parent_id",
+            sa.Integer,
+            sa.ForeignKey("parent.id", ondelete="CASCADE"),
+            nullable=False,
+        ),
+    )
+    op.execute("INSERT INTO parent (id) VALUES (1)")
+    op.execute("INSERT INTO child (id, parent_id) VALUES (10, 1)")
+"""
+
+
+def _migrations(tmp_path: Path, second: str) -> Path:
+    directory = tmp_path / "migrations"
+    (directory / "versions").mkdir(parents=True)
+    (directory / "env.py").write_text((MIGRATIONS / "env.py").read_text())
+    (directory / "versions" / "0001_parent_child.py").write_text(_PARENT_CHILD)
+    (directory / "versions" / "0002_second.py").write_text(
+        'import sqlalchemy as sa\nfrom alembic import op\n\nrevision = "0002"\n'
+        f'down_revision = "0001"\n\n\ndef upgrade() -> None:\n{second}'
+    )
+    return directory
+
+
+def test_sqlite_batch_rebuild_of_a_parent_table_keeps_its_children(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    # batch_alter_table on SQLite is DROP TABLE + rename; with foreign keys on, the DROP
+    # would cascade-delete every child row.
+    directory = _migrations(
+        tmp_path,
+        '    with op.batch_alter_table("parent", recreate="always") as batch:\n'
+        '        batch.add_column(sa.Column("name", sa.String(10), nullable=True))\n',
+    )
+    engine = make_engine(sqlite_url)
+    try:
+        upgrade(engine, directory)
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT count(*) FROM child")).scalar() == 1
+        raw = engine.raw_connection()  # the pooled connection has foreign keys back on
+        try:
+            assert raw.cursor().execute("PRAGMA foreign_keys").fetchone() == (1,)
+        finally:
+            raw.close()
+    finally:
+        engine.dispose()
+
+
+def test_sqlite_migration_leaving_a_dangling_foreign_key_is_rolled_back(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    directory = _migrations(tmp_path, '    op.execute("INSERT INTO child VALUES (11, 99)")\n')
+    engine = make_engine(sqlite_url)
+    try:
+        with pytest.raises(MigrationError, match="foreign key"):
+            upgrade(engine, directory)
+    finally:
+        engine.dispose()
+    assert _tables(sqlite_url) == set()
