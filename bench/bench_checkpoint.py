@@ -1,0 +1,166 @@
+"""Approvals issued per second through HTTP, beside bare Ed25519 sign, in the same run.
+
+``python -m bench.bench_checkpoint [--database-url URL]`` (or ``make bench``). A real
+uvicorn server on a loopback port serves the checkpoint on SQLite (default) or the given
+PostgreSQL database; each measured call is one ``POST /v1/proposals/{id}/approve`` of a
+quorum-1 stop, which locks the proposal, records the vote, builds and signs the
+statement, writes the approval, the feed entry and two audit events in one transaction,
+and answers with the record. Proposals are submitted between rounds, unmeasured. Bare
+Ed25519 sign is measured over a statement-sized PAE message, round by round alternated
+with the HTTP rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+
+from bench._harness import ops_per_second
+
+ACCOUNT = "5123456789012345"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _action(n: int, run: str) -> bytes:
+    return json.dumps(
+        {
+            "type": "airlock.action/v1",
+            "proposal_id": f"prop_bench{run}{n:08d}",
+            "provider": "alibaba",
+            "account": ACCOUNT,
+            "region": "ap-southeast-1",
+            "resource": {"type": "ecs.instance", "id": f"i-bench{run}{n:08d}"},
+            "operation": "stop",
+            "params": {"stopped_mode": "StopCharging"},
+            "precondition": {
+                "status": "Running",
+                "absent_tags": ["airlock:protect"],
+                "observed_at": "2026-11-29T06:00:00Z",
+            },
+            "evidence": {
+                "policy": "idle/v1",
+                "window_days": 14,
+                "cpu_p95_bp": 340,
+                "cpu_p95_daily_bp": [300 + d for d in range(14)],
+                "net_bytes_daily": [2_100_000 + d for d in range(14)],
+                "tags": {"owner": "bench", "env": "dev"},
+            },
+            "reason": "Idle 14 days: CPU p95 3.40% < 10.00%, network 2.1 MB/day",
+            "proposed_by": "agent:bench",
+            "created_at": "2026-11-29T06:00:05Z",
+        }
+    ).encode()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--batch", type=int, default=150, help="approvals per HTTP round")
+    parser.add_argument("--database-url", default=None, help="default: SQLite in a temp dir")
+    args = parser.parse_args(argv)
+
+    from airlock.protocol import APPROVAL_PAYLOAD_TYPE, pae
+    from airlock.settings import CheckpointSettings
+    from services.checkpoint.app import build
+    from services.checkpoint.keys import KeyDirectory
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        KeyDirectory(root / "keys").generate(int(time.time()))
+        settings = CheckpointSettings.model_validate(
+            {
+                "database_url": args.database_url or f"sqlite:///{root / 'checkpoint.db'}",
+                "keys_dir": root / "keys",
+                "audience": "airlock-executor/bench",
+            }
+        )
+        app = build(settings, sweep_interval=None)
+        accounts = app.state.accounts
+        accounts.add_user("alice", "bench password 1234", "approver")
+        agent_token = accounts.create_service_token(f"bench-{int(time.time())}", "agent")
+        user_token = accounts.login("alice", "bench password 1234")[0]
+        signer = app.state.checkpoint.keys.signer()
+
+        port = _free_port()
+        server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+        )
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        while not server.started:
+            time.sleep(0.01)
+        try:
+            base = f"http://127.0.0.1:{port}"
+            run = format(int(time.time()) % 100000, "05d")
+            agent = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {agent_token}"})
+            person = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {user_token}"})
+            counter = 0
+
+            def submit_batch(size: int) -> list[tuple[str, str]]:
+                nonlocal counter
+                pending: list[tuple[str, str]] = []
+                for _ in range(size):
+                    body = agent.post(
+                        "/v1/proposals",
+                        content=_action(counter, run),
+                        headers={"Content-Type": "application/json"},
+                    ).json()
+                    counter += 1
+                    pending.append((body["id"], body["action_hash"]))
+                return pending
+
+            def approve_batch(pending: list[tuple[str, str]]) -> float:
+                start = time.perf_counter()
+                for proposal_id, digest in pending:
+                    response = person.post(
+                        f"/v1/proposals/{proposal_id}/approve", json={"action_hash": digest}
+                    )
+                    body: dict[str, Any] = response.json()
+                    if body.get("state") != "approved" or body["approval"] is None:
+                        raise RuntimeError(f"approve failed: {response.text[:200]}")
+                return len(pending) / (time.perf_counter() - start)
+
+            payload = json.dumps({"x": "s" * 900}).encode()  # a statement is ~1 KiB JCS
+            message = pae(APPROVAL_PAYLOAD_TYPE, payload)
+            key = signer._key  # the bench measures the very key the checkpoint signs with
+            approve_batch(submit_batch(20))  # warm up connections and caches
+            http_rates: list[float] = []
+            sign_rates: list[float] = []
+            for _ in range(args.rounds):
+                http_rates.append(approve_batch(submit_batch(args.batch)))
+                sign_rates.append(ops_per_second(lambda: key.sign(message), seconds=0.25))
+            agent.close()
+            person.close()
+        finally:
+            server.should_exit = True
+            thread.join(timeout=10)
+            app.state.checkpoint.db.dispose()
+
+    http = statistics.median(http_rates)
+    sign = statistics.median(sign_rates)
+    backend = "PostgreSQL" if args.database_url else "SQLite (WAL, synchronous=FULL)"
+    print(f"checkpoint on {backend}, {args.rounds} rounds of {args.batch} approvals")
+    print(f"{'bare Ed25519 sign':<32} {sign:>10,.0f} /s   {1e6 / sign:8.1f} µs each")
+    print(f"{'approve → signed envelope (HTTP)':<32} {http:>10,.0f} /s   {1e6 / http:8.1f} µs each")
+    print(f"ratio HTTP approvals / bare sign = {http / sign:.4f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
