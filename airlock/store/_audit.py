@@ -326,6 +326,8 @@ class AuditLog:
         else:
             raise AuditError(f"unsupported dialect {connection.dialect.name!r}")
         head = _head(connection)
+        if not _is_hex64(head.row_hash):
+            raise ChainError(f"audit head seq {head.seq} has a malformed row_hash: verify it")
         entry = AuditEntry(
             seq=head.seq + 1,
             event_text=data.decode("utf-8"),

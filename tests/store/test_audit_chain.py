@@ -23,6 +23,7 @@ from airlock.store import (
     GENESIS_PREV_HASH,
     AuditError,
     AuditLog,
+    ChainError,
     ConfigError,
     FaultKind,
     chain_hash,
@@ -471,3 +472,10 @@ def test_cli_verifies_an_exported_file(engine: Engine, db_url: str, tmp_path: An
     bad = runner.invoke(app, ["audit", "verify", "--file", str(out)])
     assert bad.exit_code == 1, bad.output
     assert "first bad row seq 5: hash_mismatch" in bad.output
+
+
+def test_append_on_a_corrupted_head_is_refused(engine: Engine) -> None:
+    append_events(engine, 1)
+    tamper(engine, "UPDATE audit_log SET row_hash = 'not-a-digest' WHERE seq = 1")
+    with engine.begin() as conn, pytest.raises(ChainError, match="malformed"):
+        AuditLog.append(conn, {"type": "test.event"}, at=NOW)
