@@ -54,11 +54,11 @@ class ExecutorMachine(RuleBasedStateMachine):
         self.restarts = 0
         self.executors: list[Any] = []
         self.executor = self._new_executor()
-        self.bundles = [
+        self.approvals = [
             make_test_bundle(n, tag=self.tag, resource_type=t, operation=op, status=s)
             for n, (t, op, s) in enumerate(_KINDS)
         ]
-        for b, (t, _, s) in zip(self.bundles, _KINDS, strict=True):
+        for b, (t, _, s) in zip(self.approvals, _KINDS, strict=True):
             self.cloud.add(t, b.resource_id, status=s)
         self.presented: set[int] = set()
         self.terminal: dict[str, tuple[Any, ...]] = {}
@@ -82,7 +82,7 @@ class ExecutorMachine(RuleBasedStateMachine):
     def _present(self, i: int) -> None:
         self.presented.add(i)
         try:
-            self.executor.execute(self.bundles[i].raw)
+            self.executor.execute(self.approvals[i].raw)
         except SimulatedCrash:
             # The worker died here: nothing after the failpoint ran. Its lease stays in
             # the ledger until it expires; the next "process" is a fresh executor.
@@ -114,7 +114,7 @@ class ExecutorMachine(RuleBasedStateMachine):
 
     @rule(i=st.integers(0, len(_KINDS) - 1))
     def someone_protects_or_restarts(self, i: int) -> None:
-        b = self.bundles[i]
+        b = self.approvals[i]
         key = (b.resource_type, b.resource_id)
         if key in self.cloud.instances:
             self.cloud.tag(b.resource_type, b.resource_id, "airlock:protect", "1")
@@ -136,7 +136,7 @@ class ExecutorMachine(RuleBasedStateMachine):
         self.executor = self._new_executor()
 
     def _rows(self) -> dict[str, sa.RowMapping]:
-        ids = [b.approval_id for b in self.bundles]
+        ids = [b.approval_id for b in self.approvals]
         with self.executor.engine.connect() as conn:
             rows = conn.execute(sa.select(ledger).where(ledger.c.approval_id.in_(ids)))
             return {r["approval_id"]: r for r in rows.mappings()}
@@ -144,7 +144,7 @@ class ExecutorMachine(RuleBasedStateMachine):
     @invariant()
     def exactly_once(self) -> None:
         rows = self._rows()
-        for b in self.bundles:
+        for b in self.approvals:
             writes = self.cloud.writes_for(b.resource_id)
             assert writes <= 1, f"{b.approval_id} written {writes} times"
             row = rows.get(b.approval_id)
