@@ -24,6 +24,7 @@ __all__ = [
     "CloudSettings",
     "DevcloudSettings",
     "Env",
+    "ExecutorSettings",
     "ServiceSettings",
     "WebappSettings",
     "is_dev",
@@ -304,6 +305,71 @@ class AgentSettings(CloudSettings):
 
     def account_or_default(self) -> str:
         """The configured account; devcloud's account only in dev when none is set."""
+        if self.account:
+            return self.account
+        if not is_dev(self):  # unreachable after validation; fail closed anyway
+            raise ValueError("no account configured")
+        return _DEVCLOUD_ACCOUNT
+
+
+class ExecutorSettings(CloudSettings):
+    """The executor (``AIRLOCK_EXECUTOR_*``): its ledger, trust root, receipt key, binding,
+    and the **write** cloud key. It names no approval signing key: the executor verifies
+    with public keys only and signs nothing but its own receipts.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix="AIRLOCK_EXECUTOR_", env_file=".env", extra="ignore", frozen=True
+    )
+    dev_access: ClassVar[Literal["read", "write"]] = "write"
+
+    #: SQLAlchemy URL of the executor's own ledger database (never the checkpoint's).
+    database_url: str = "sqlite:///.airlock/executor.db"
+    #: The trusted approval public key set (JSON key set from the checkpoint).
+    trusted_keys_path: Path = Path(".airlock/trusted-keys.json")
+    #: The executor's own Ed25519 receipt key (PKCS#8 PEM, mode 0600; ``executor keygen``).
+    receipt_key_path: Path = Path(".airlock/executor-receipt.pem")
+    #: This executor's audience; approvals addressed elsewhere are refused (E_AUDIENCE).
+    audience: str = "airlock-executor/dev"
+    #: The one provider/account/region this executor may write to (E_ACCOUNT otherwise).
+    provider: Literal["alibaba"] = "alibaba"
+    account: str = ""
+    region: str = "ap-southeast-1"
+    #: Longest approval lifetime accepted, and tolerated clock skew, seconds.
+    max_ttl: int = Field(default=15 * 60, gt=0)
+    skew: int = Field(default=30, ge=0)
+    #: How long a worker owns a ledger row; must outlast the longest cloud call.
+    lease_seconds: int = Field(default=120, gt=0)
+    #: Seconds between recovery passes in daemon mode, and the feed's long-poll wait.
+    recover_every: int = Field(default=30, gt=0)
+    poll_wait: int = Field(default=5, gt=0)
+    #: Directory bundle source for the daemon (``*.json`` files), and revocations file.
+    inbox: Path | None = None
+    revocations_path: Path | None = None
+    #: Where each terminal outcome's receipt is also written (the ledger keeps them all).
+    receipts_dir: Path | None = None
+    #: The checkpoint's feed and outcome API, and the executor's service token.
+    checkpoint_url: str | None = None
+    checkpoint_token: SecretStr = SecretStr("")
+
+    @model_validator(mode="after")
+    def _executor_checks(self) -> ExecutorSettings:
+        if self.lease_seconds * 1000 <= 2 * (
+            self.cloud_connect_timeout_ms + self.cloud_read_timeout_ms
+        ):
+            raise ValueError("lease_seconds must exceed twice the cloud call timeouts")
+        if is_dev(self):
+            return self
+        if "database_url" not in self.model_fields_set:
+            raise ValueError("AIRLOCK_EXECUTOR_DATABASE_URL must be set outside AIRLOCK_ENV=dev")
+        if not self.account:
+            raise ValueError("AIRLOCK_EXECUTOR_ACCOUNT must be set outside AIRLOCK_ENV=dev")
+        if self.audience == "airlock-executor/dev":
+            raise ValueError("AIRLOCK_EXECUTOR_AUDIENCE must be set outside AIRLOCK_ENV=dev")
+        return self
+
+    def account_or_default(self) -> str:
+        """The bound account; devcloud's in dev when none is set."""
         if self.account:
             return self.account
         if not is_dev(self):  # unreachable after validation; fail closed anyway
