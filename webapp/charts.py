@@ -50,7 +50,8 @@ class Chart:
     y_max_label: str
     threshold_y: float | None
     threshold_label: str | None
-    x_labels: tuple[tuple[float, str], ...]
+    #: (x, text, text-anchor): the end labels are anchored inward so they are not clipped.
+    x_labels: tuple[tuple[float, str, str], ...]
 
 
 def series(evidence: Mapping[str, Any], key: str) -> list[int | None] | None:
@@ -133,8 +134,16 @@ def _chart(
         y_max_label=fmt(round(scale_max)),
         threshold_y=y_of(threshold) if threshold is not None else None,
         threshold_label=f"threshold {fmt(threshold)}" if threshold is not None else None,
-        x_labels=tuple((x_of(i), f"day {i + 1}") for i in ticks),
+        x_labels=tuple((x_of(i), f"day {i + 1}", _anchor(i, len(values))) for i in ticks),
     )
+
+
+def _anchor(i: int, n: int) -> str:
+    if n > 1 and i == 0:
+        return "start"
+    if n > 1 and i == n - 1:
+        return "end"
+    return "middle"
 
 
 def _threshold(evidence: Mapping[str, Any], key: str) -> int | None:

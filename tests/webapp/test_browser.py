@@ -1,0 +1,354 @@
+"""The human gate in a real browser: Debian's chromium driven by Playwright.
+
+One stack per session — devcloud, the checkpoint, the executor and the web app, each
+its own process on loopback — and one browser; each person gets a fresh browser context
+(their own cookies). Screenshots of the queue and a proposal page (desktop and phone
+width) are written to ``.airlock/screenshots/`` (git-ignored) for a person to look at.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.stack import ACCOUNT, PASSWORD, REGION, Stack, running_stack
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = "/usr/bin/chromium"
+SCREENSHOTS = Path(
+    os.environ.get(
+        "AIRLOCK_SCREENSHOTS_DIR", Path(__file__).resolve().parents[2] / ".airlock" / "screenshots"
+    )
+)
+HOSTILE_NAME = "<img src=x onerror=alert(1)>"
+HOSTILE_TAG = '"><script>alert(1)</script>'
+
+if not Path(CHROMIUM).exists():  # pragma: no cover - `make test` installs it first
+    pytest.fail(f"{CHROMIUM} is missing: run `make test` (installs Debian's chromium)")
+
+from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright  # noqa: E402
+
+
+def _action(proposal_id: str, resource_id: str, operation: str, **evidence: Any) -> dict[str, Any]:
+    """An action shaped like the agent's (services/agent/planner.py)."""
+    ev: dict[str, Any] = {
+        "policy": "idle/v1",
+        "window_days": 14,
+        "samples": 4032,
+        "samples_expected": 4032,
+        "cpu_avg_bp": 120,
+        "cpu_p95_bp": 340,
+        "net_bytes_per_day": 2_100_000,
+        "daily_cpu_p95_bp": [310, 322, 340, 298, None, 333, 340, 329, 317, 305, 300, 311, 338, 326],
+        "daily_net_bytes": [
+            2_100_000,
+            1_900_000,
+            2_300_000,
+            2_000_000,
+            None,
+            2_050_000,
+            1_800_000,
+            2_400_000,
+            2_100_000,
+            2_200_000,
+            1_950_000,
+            2_000_000,
+            2_150_000,
+            2_100_000,
+        ],
+        "thresholds": {"cpu_p95_max_bp": 1000, "net_quiet_bytes_per_day": 5_000_000},
+        "name": "batch-worker-7",
+        "instance_type": "ecs.g7.large",
+        "tags": {"team": "data"},
+    }
+    ev.update(copy.deepcopy(evidence))
+    return {
+        "type": "airlock.action/v1",
+        "proposal_id": proposal_id,
+        "provider": "alibaba",
+        "account": ACCOUNT,
+        "region": REGION,
+        "resource": {"type": "ecs.instance", "id": resource_id},
+        "operation": operation,
+        "params": {"stopped_mode": "StopCharging"} if operation == "stop" else {},
+        "precondition": {
+            "status": "Running" if operation == "stop" else "Stopped",
+            "absent_tags": ["airlock:protect"],
+            "observed_at": "2026-11-29T06:00:00Z",
+        },
+        "evidence": ev,
+        "reason": "Idle 14 days: CPU p95 3.40% < 10.00%, network 2.1 MB/day",
+        "proposed_by": "agent:scanner-1",
+        "created_at": "2026-11-29T06:00:05Z",
+    }
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    with running_stack(tmp_path_factory.mktemp("stack")) as s:
+        yield s
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as p:
+        b = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--no-first-run",
+                "--disable-sync",
+            ],
+        )
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+class Person:
+    """One signed-in person: their own browser context (cookies), one page."""
+
+    def __init__(self, browser: Browser, stack: Stack, name: str, *, width: int = 1200) -> None:
+        self.stack = stack
+        self.context: BrowserContext = browser.new_context(
+            viewport={"width": width, "height": 900}, base_url=stack.webapp_url
+        )
+        self.context.set_default_timeout(10_000)
+        self.page: Page = self.context.new_page()
+        self.dialogs: list[str] = []
+        self.page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
+        self.sign_in(name)
+
+    def sign_in(self, name: str) -> None:
+        # Keyboard only: the sign-in form is usable without a pointer.
+        self.page.goto("/login")
+        self.page.keyboard.type(name)  # the username field has autofocus
+        self.page.keyboard.press("Tab")
+        self.page.keyboard.type(PASSWORD)
+        self.page.keyboard.press("Enter")
+        expect(self.page.locator(".who .user")).to_contain_text(name)
+
+    def open(self, proposal_id: str) -> Page:
+        self.page.goto(f"/proposals/{proposal_id}")
+        return self.page
+
+    def close(self) -> None:
+        self.context.close()
+
+
+@pytest.fixture
+def people(browser: Browser, stack: Stack) -> Iterator[dict[str, Person]]:
+    opened: dict[str, Person] = {}
+
+    class _Lazy(dict[str, Person]):
+        def __missing__(self, name: str) -> Person:
+            opened[name] = Person(browser, stack, name)
+            return opened[name]
+
+    yield _Lazy()
+    for person in opened.values():
+        person.close()
+
+
+def test_alice_approves_a_stop_and_sees_the_executed_outcome_with_a_verified_receipt(
+    stack: Stack, people: dict[str, Person]
+) -> None:
+    rid = "i-t4ne2estop001"
+    stack.devcloud.admin.create_instance(rid, status="Running", name="batch-worker-7")
+    proposal = stack.submit(_action("prop_e2estop0001", rid, "stop"))
+    alice = people["alice"]
+    page = alice.page
+    page.goto("/")
+    row = page.locator(f'tr[data-proposal="{proposal["id"]}"]')
+    expect(row).to_contain_text("0 of 1")
+    expect(row).to_contain_text("to approve")
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "queue.png"), full_page=True)
+    row.get_by_role("link", name=rid).click()
+
+    expect(page.locator("#plain")).to_contain_text(f"Stop the ECS instance {rid}")
+    expect(page.locator("figure.chart-cpu svg")).to_be_visible()
+    expect(page.locator("figure.chart-net svg")).to_be_visible()
+    expect(page.locator("#action-hash")).to_have_text(proposal["action_hash"])
+    expect(page.locator("#action-jcs")).to_have_text(proposal["action_jcs"])
+    expect(page.locator("#hash-check")).to_have_text("matches the text below")
+    expect(page.locator("#rule")).to_have_text("stop-one-person")
+    page.screenshot(path=str(SCREENSHOTS / "proposal.png"), full_page=True)
+
+    page.fill("#approve-note", "idle since the migration")
+    page.click("#approve-button")
+    expect(page.locator("#done")).to_contain_text("Your approval was recorded")
+
+    stack.wait_state(proposal["id"], {"executed", "refused", "failed", "in_doubt"})
+    page.reload()
+    expect(page.locator("#state")).to_have_attribute("data-state", "executed")
+    expect(page.locator("#outcome")).to_have_attribute("data-outcome", "succeeded")
+    expect(page.locator("#receipt")).to_have_attribute("data-verified", "yes")
+    assert len(stack.devcloud.admin.writes(resource_id=rid)) == 1
+
+    page.goto("/history")
+    expect(page.locator(f'tr[data-proposal="{proposal["id"]}"]')).to_contain_text("verified")
+    assert alice.dialogs == []
+
+
+def test_a_delete_needs_two_people_and_the_typed_id(
+    stack: Stack, people: dict[str, Person]
+) -> None:
+    rid = "i-t4ne2edel0001"
+    stack.devcloud.admin.create_instance(rid, status="Stopped")
+    proposal = stack.submit(_action("prop_e2edel00001", rid, "delete", stage="delete-after-stop"))
+    page = people["alice"].open(proposal["id"])
+    expect(page.locator("#plain")).to_contain_text("Permanently delete")
+    button = page.locator("#approve-button")
+    expect(button).to_be_disabled()
+    page.fill("#confirm", rid[:-1] + "2")
+    expect(button).to_be_disabled()
+
+    # The button is only a convenience: forced past it, the checkpoint still refuses.
+    page.evaluate("document.getElementById('approve-button').disabled = false")
+    button.click()
+    expect(page.locator("#refusal")).to_contain_text("does not match this resource")
+    expect(page.locator("#refusal")).to_contain_text("E_CONFIRM_MISMATCH")
+    expect(page.locator("#votes")).to_contain_text("0 of 2")
+
+    page.fill("#confirm", rid)
+    expect(button).to_be_enabled()
+    button.click()
+    expect(page.locator("#votes")).to_contain_text("1 of 2")
+    expect(page.locator("#state")).to_have_attribute("data-state", "pending")
+    assert stack.devcloud.admin.writes(resource_id=rid) == []
+
+    # bob approves with the keyboard only: type the id, Tab past the note, Enter.
+    page = people["bob"].open(proposal["id"])
+    page.focus("#confirm")
+    page.keyboard.type(rid)
+    page.keyboard.press("Tab")
+    page.keyboard.press("Tab")
+    expect(page.locator("#approve-button")).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(page.locator("#done")).to_be_visible()
+
+    record = stack.wait_state(proposal["id"], {"executed", "refused", "failed", "in_doubt"})
+    assert [v["voter"] for v in record["votes"]] == ["alice", "bob"]
+    page.reload()
+    expect(page.locator("#state")).to_have_attribute("data-state", "executed")
+    expect(page.locator("#receipt")).to_have_attribute("data-verified", "yes")
+    assert len(stack.devcloud.admin.writes(resource_id=rid)) == 1
+
+
+def test_reject_with_a_reason_code_is_what_the_agent_reads_back(
+    stack: Stack, people: dict[str, Person]
+) -> None:
+    bob = people["bob"]
+    page = bob.page
+    page.goto("/")
+    # Arrives while the queue is open: it appears without a reload.
+    proposal = stack.submit(_action("prop_e2erej00001", "i-t4ne2erej0001", "stop"))
+    row = page.locator(f'tr[data-proposal="{proposal["id"]}"]')
+    expect(row).to_be_visible(timeout=8_000)
+    row.get_by_role("link").click()
+    page.select_option("#reason_code", "not_idle")
+    page.fill("#reject-note", "nightly batch job")
+    page.click("#reject-button")
+    expect(page.locator("#rejection")).to_have_attribute("data-reason", "not_idle")
+
+    readback = stack.agent_view(proposal["id"])
+    assert readback["state"] == "rejected"
+    assert readback["rejection"]["reason_code"] == "not_idle"
+    assert readback["rejection"]["note"] == "nightly batch job"
+
+
+def test_hostile_instance_name_and_tag_are_shown_as_text_and_no_dialog_opens(
+    stack: Stack, people: dict[str, Person]
+) -> None:
+    proposal = stack.submit(
+        _action(
+            "prop_e2exss00001",
+            "i-t4ne2exss0001",
+            "stop",
+            name=HOSTILE_NAME,
+            tags={"owner": HOSTILE_TAG},
+        )
+    )
+    alice = people["alice"]
+    page = alice.page
+    page.goto("/")
+    expect(page.locator(f'tr[data-proposal="{proposal["id"]}"] .name')).to_have_text(HOSTILE_NAME)
+    page = alice.open(proposal["id"])
+    expect(page.locator("#resource-name")).to_have_text(HOSTILE_NAME)
+    expect(page.locator("#tags")).to_contain_text(HOSTILE_TAG)
+    assert page.locator("main img").count() == 0
+    assert page.locator("main script").count() == 0
+    assert alice.dialogs == []
+
+
+def test_form_posts_without_the_token_or_from_another_origin_are_refused(
+    stack: Stack, people: dict[str, Person]
+) -> None:
+    proposal = stack.submit(_action("prop_e2ecsrf0001", "i-t4ne2ecsrf001", "stop"))
+    alice = people["alice"]
+    target = f"{stack.webapp_url}/proposals/{proposal['id']}/approve"
+
+    # Same browser, same cookies, no token.
+    response = alice.context.request.post(target, form={"action_hash": proposal["action_hash"]})
+    assert response.status == 403
+    assert "no security token" in response.text()
+
+    # Another origin, even one that somehow knew the token: the browser says where the
+    # form came from, and the web app refuses it.
+    page = alice.open(proposal["id"])
+    token = page.locator('#approve-form input[name="csrf_token"]').get_attribute("value")
+    evil = (
+        f'<form method="post" action="{target}">'
+        f'<input name="csrf_token" value="{token}">'
+        f'<input name="action_hash" value="{proposal["action_hash"]}">'
+        '<button id="go">win a prize</button></form>'
+    )
+    alice.context.route(
+        "http://evil.example/**",
+        lambda route: route.fulfill(status=200, content_type="text/html", body=evil),
+    )
+    page.goto("http://evil.example/")
+    page.click("#go")
+    expect(page.locator("h1")).to_have_text("Form refused")
+    assert stack.agent_view(proposal["id"])["votes"] == []
+
+
+def test_pages_fit_a_phone_screen_and_carry_the_security_headers(
+    browser: Browser, stack: Stack
+) -> None:
+    phone = Person(browser, stack, "admin", width=390)
+    try:
+        response = phone.page.goto("/")
+        assert response is not None
+        headers = response.headers
+        assert "default-src 'self'" in headers["content-security-policy"]
+        assert headers["x-frame-options"] == "DENY"
+        width = phone.page.evaluate("document.documentElement.scrollWidth")
+        assert width <= 390
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        phone.page.screenshot(path=str(SCREENSHOTS / "queue-phone.png"), full_page=True)
+        first = phone.page.locator("#queue-rows tr a").first
+        first.click()
+        expect(phone.page.locator("#plain")).to_be_visible()
+        phone.page.wait_for_load_state("load")  # the stylesheet is applied
+        assert phone.page.evaluate("document.documentElement.scrollWidth") <= 390
+        phone.page.screenshot(path=str(SCREENSHOTS / "proposal-phone.png"), full_page=True)
+        cookies = {c["name"]: c for c in phone.context.cookies()}
+        session = cookies["airlock_session"]
+        assert session["httpOnly"] and session["sameSite"] == "Strict"
+        assert re.fullmatch(r"als_[A-Za-z0-9_-]+", session["value"])
+    finally:
+        phone.close()
