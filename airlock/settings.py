@@ -269,6 +269,8 @@ class AgentSettings(CloudSettings):
     #: Instances per DescribeInstances page, and per CloudMonitor query.
     page_size: int = Field(default=100, ge=1, le=100)
     metric_batch: int = Field(default=100, ge=1, le=100)
+    #: Threads assessing pages while the next page is listed (each with its own reader).
+    scan_workers: int = Field(default=2, ge=1, le=16)
 
     # -- the idle policy (idle/v1)
     window_days: int = Field(default=14, ge=1, le=60)

@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from ._agent import agent_command
 from ._audit import audit_app
 from ._checkpoint import checkpoint_command, tokens_app, users_app
 from ._conformance import conformance_command
@@ -41,6 +42,7 @@ def _root(
 
 
 app.command("conformance")(conformance_command)
+app.command("agent")(agent_command)
 app.add_typer(audit_app)
 app.add_typer(devcloud_app)
 app.command("webapp")(webapp_command)

@@ -1,0 +1,244 @@
+"""The agent's side of the checkpoint API: submit, withdraw, and read its decisions back.
+
+:class:`CheckpointClient` is the port the planner's caller uses; :class:`HttpCheckpointClient`
+speaks ``/v1`` with the agent's service token. Retries are bounded exponential backoff
+on transport errors and 5xx/429 only. They are safe because every request is
+idempotent: a proposal is resubmitted as the **same bytes** (same id, same hash → the
+checkpoint answers 200 with the existing record), and a withdraw that already landed is
+recognised by reading the proposal back. There is no jitter: one agent per account
+makes the retries, and the backoff only has to let a restarting checkpoint come back.
+
+This module never logs the token, and never sends anything but the agent's own actions.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Final, Literal, Protocol
+
+import httpx
+
+from airlock.protocol import ProposedAction
+
+from .errors import CheckpointRefused, CheckpointUnavailable
+
+__all__ = [
+    "CheckpointClient",
+    "HttpCheckpointClient",
+    "ProposalRecord",
+    "SubmitResult",
+]
+
+_RETRY_STATUS: Final = frozenset({429, 500, 502, 503, 504})
+_PAGE: Final = 200  # the checkpoint's largest page
+
+SubmitKind = Literal["created", "exists", "denied", "conflict", "duplicate_open"]
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitResult:
+    """How the checkpoint took a proposal.
+
+    ``created`` (201) and ``exists`` (200: same id and hash) are success; ``denied`` (a
+    deny rule matched), ``conflict`` (same id, another hash: this id was already used
+    with other evidence) and ``duplicate_open`` (another open proposal holds the target)
+    are expected refusals the agent records and moves past.
+    """
+
+    kind: SubmitKind
+    proposal_id: str
+    state: str | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ProposalRecord:
+    """What the agent reads back about one proposal (a subset of the API's ProposalOut)."""
+
+    id: str
+    state: str
+    account: str
+    region: str
+    resource_type: str
+    resource_id: str
+    operation: str
+    created_at: int
+    approval_deadline: int
+    rejected_at: int | None = None
+    reject_reason: str | None = None
+    #: When the executor's outcome was reported (checkpoint clock), if any.
+    outcome_at: int | None = None
+    outcome: str | None = None
+
+    @classmethod
+    def from_api(cls, item: dict[str, Any]) -> ProposalRecord:
+        rejection = item.get("rejection") or {}
+        outcome = item.get("outcome") or {}
+        return cls(
+            id=str(item["id"]),
+            state=str(item["state"]),
+            account=str(item["account"]),
+            region=str(item["region"]),
+            resource_type=str(item["resource_type"]),
+            resource_id=str(item["resource_id"]),
+            operation=str(item["operation"]),
+            created_at=int(item["created_at"]),
+            approval_deadline=int(item["approval_deadline"]),
+            rejected_at=int(rejection["at"]) if rejection else None,
+            reject_reason=str(rejection["reason_code"]) if rejection else None,
+            outcome_at=int(outcome["reported_at"]) if outcome else None,
+            outcome=str(outcome["outcome"]) if outcome else None,
+        )
+
+
+class CheckpointClient(Protocol):
+    def submit(self, action: ProposedAction) -> SubmitResult:
+        """Submit (idempotently); expected refusals are results, others raise."""
+        ...
+
+    def withdraw(self, proposal_id: str, note: str) -> str:
+        """Withdraw an open proposal; return its state afterwards."""
+        ...
+
+    def proposals(
+        self, *, account: str, state: str, operation: str | None = None
+    ) -> Iterator[ProposalRecord]:
+        """Proposals of the account in one state, newest first, page by page."""
+        ...
+
+
+class HttpCheckpointClient:
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        http: httpx.Client | None = None,
+        timeout: float = 10.0,
+        attempts: int = 6,
+        backoff_initial: float = 0.5,
+        backoff_max: float = 30.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if not token:
+            raise ValueError("the agent's checkpoint token is required")
+        if attempts < 1:
+            raise ValueError("at least one attempt")
+        self._http = http or httpx.Client(base_url=base_url, timeout=timeout)
+        self._owns_http = http is None
+        self._headers = {"Authorization": f"Bearer {token}"}
+        self._attempts = attempts
+        self._backoff_initial = backoff_initial
+        self._backoff_max = backoff_max
+        self._sleep = sleep
+        #: Requests sent, retries included (for reports and tests).
+        self.requests = 0
+        self.retries = 0
+
+    def close(self) -> None:
+        if self._owns_http:
+            self._http.close()
+
+    def __repr__(self) -> str:  # never show the token
+        return f"HttpCheckpointClient(base_url={str(self._http.base_url)!r})"
+
+    # -- transport with bounded retries
+
+    def _send(
+        self, method: str, path: str, *, content_type: str | None = None, **kwargs: Any
+    ) -> httpx.Response:
+        headers = dict(self._headers)
+        if content_type is not None:
+            headers["Content-Type"] = content_type
+        delay = self._backoff_initial
+        last = ""
+        for attempt in range(1, self._attempts + 1):
+            self.requests += 1
+            try:
+                response = self._http.request(method, path, headers=headers, **kwargs)
+            except httpx.TransportError as exc:
+                last = f"{type(exc).__name__}: {exc}"
+            else:
+                if response.status_code not in _RETRY_STATUS:
+                    return response
+                last = f"HTTP {response.status_code}"
+            if attempt < self._attempts:
+                self.retries += 1
+                self._sleep(delay)
+                delay = min(delay * 2, self._backoff_max)
+        raise CheckpointUnavailable(
+            f"{method} {path}: checkpoint unavailable after {self._attempts} attempts ({last})"
+        )
+
+    @staticmethod
+    def _error(response: httpx.Response) -> tuple[str, str]:
+        try:
+            body = response.json()
+            err = body.get("error") or {}
+            return str(err.get("code", "")), str(err.get("message", ""))[:300]
+        except (ValueError, AttributeError):
+            return "", response.text[:300]
+
+    def _refused(self, response: httpx.Response) -> CheckpointRefused:
+        code, message = self._error(response)
+        return CheckpointRefused(response.status_code, code, message)
+
+    # -- the port
+
+    def submit(self, action: ProposedAction) -> SubmitResult:
+        # The canonical bytes, built once: every retry sends exactly what was hashed.
+        body = action.canonical_bytes()
+        response = self._send(
+            "POST", "/v1/proposals", content=body, content_type="application/json"
+        )
+        pid = action.proposal_id
+        if response.status_code in (200, 201):
+            state = str(response.json().get("state", ""))
+            return SubmitResult("created" if response.status_code == 201 else "exists", pid, state)
+        code, message = self._error(response)
+        if response.status_code == 403 and code == "E_POLICY_DENIED":
+            return SubmitResult("denied", pid, "denied", message)
+        if response.status_code == 409 and code == "E_CONFLICT":
+            return SubmitResult("conflict", pid, None, message)
+        if response.status_code == 409 and code == "E_DUPLICATE_OPEN":
+            return SubmitResult("duplicate_open", pid, None, message)
+        raise CheckpointRefused(response.status_code, code, message)
+
+    def withdraw(self, proposal_id: str, note: str) -> str:
+        response = self._send(
+            "POST", f"/v1/proposals/{proposal_id}/withdraw", json={"note": note[:2000]}
+        )
+        if response.status_code == 200:
+            return str(response.json()["state"])
+        code, _ = self._error(response)
+        if response.status_code == 409 and code == "E_STATE":
+            # Perhaps our own earlier attempt landed and only its answer was lost, or a
+            # human decided first: either way, report the state it is in now.
+            return self.get(proposal_id).state
+        raise self._refused(response)
+
+    def get(self, proposal_id: str) -> ProposalRecord:
+        response = self._send("GET", f"/v1/proposals/{proposal_id}")
+        if response.status_code != 200:
+            raise self._refused(response)
+        return ProposalRecord.from_api(response.json())
+
+    def proposals(
+        self, *, account: str, state: str, operation: str | None = None
+    ) -> Iterator[ProposalRecord]:
+        params: dict[str, str | int] = {"account": account, "state": state, "limit": _PAGE}
+        if operation is not None:
+            params["operation"] = operation
+        while True:
+            response = self._send("GET", "/v1/proposals", params=params)
+            if response.status_code != 200:
+                raise self._refused(response)
+            page = response.json()
+            for item in page["items"]:
+                yield ProposalRecord.from_api(item)
+            after = page.get("next_before")
+            if not after:
+                return
+            params["before"] = str(after)

@@ -1,0 +1,411 @@
+"""The planner: from what the scan saw and what the checkpoint decided, what to do next.
+
+Staged clean-up (DESIGN §2.7), one instance at a time:
+
+* an idle **running** instance gets a ``stop`` proposal (ECS with ``stopped_mode``);
+* a **stopped** ECS instance gets a ``delete`` proposal only when Airlock stopped it (an
+  executed ``stop`` at the checkpoint) and the grace period has passed since;
+* an instance that is **running again** (or busy, or now protected) has its open
+  proposals withdrawn, and one Airlock stopped that someone started again is left alone
+  for a whole window before it can be proposed again;
+* a resource whose proposal a person rejected is not proposed again for that operation
+  until a window has passed since the rejection.
+
+Proposal ids are deterministic — ``prop_`` + the first 32 hex of SHA-256 over account,
+region, resource, operation and the window's first day — so a re-run on the same day
+yields the same id and never a second proposal. The checkpoint enforces the same from
+its side (one open proposal per target; same id with another hash is a conflict).
+
+Pure: no I/O and no clock reads; ``now`` comes in the context.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from pydantic import ValidationError
+
+from airlock.protocol import ACTION_TYPE, ProposedAction, Refused
+
+from .client import CheckpointClient, ProposalRecord
+from .discovery import Observation
+from .idle import DAY, POLICY_NAME, IdlePolicy, Window, rfc3339
+
+__all__ = [
+    "CheckpointView",
+    "Hold",
+    "OpenProposal",
+    "PlanContext",
+    "Problem",
+    "Step",
+    "Submit",
+    "Withdraw",
+    "plan",
+    "proposal_id",
+]
+
+_ID_DOMAIN: Final = "airlock-agent/proposal-id/v1"
+_OPEN_STATES: Final = ("pending", "approved")
+
+Key = tuple[str, str]  # (region, resource id)
+
+
+def proposal_id(
+    *,
+    account: str,
+    region: str,
+    resource_type: str,
+    resource_id: str,
+    operation: str,
+    window: Window,
+) -> str:
+    """Same resource, operation and idle window → same id (DESIGN §2.2)."""
+    # Every part matches a kernel pattern that excludes "\n", so the join is unambiguous.
+    material = "\n".join(
+        (_ID_DOMAIN, account, region, resource_type, resource_id, operation, window.start_day)
+    )
+    return "prop_" + hashlib.sha256(material.encode("utf-8")).hexdigest()[:32]
+
+
+# --------------------------------------------------------------------------- the view
+
+
+@dataclass(frozen=True, slots=True)
+class OpenProposal:
+    id: str
+    operation: str
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class AirlockStop:
+    proposal_id: str
+    executed_at: int  # when the executor's outcome was reported (checkpoint clock)
+
+
+@dataclass
+class CheckpointView:
+    """What the checkpoint knows that the planner needs, for one account.
+
+    Sized by the proposals the checkpoint holds (open ones, recent rejections, executed
+    stops), never by the fleet.
+    """
+
+    open: dict[Key, list[OpenProposal]] = field(default_factory=dict)
+    #: (region, resource id, operation) → Unix time until which it is not proposed again.
+    rejected_until: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    airlock_stops: dict[Key, AirlockStop] = field(default_factory=dict)
+    _seen: set[Key] = field(default_factory=set)
+
+    @classmethod
+    def load(
+        cls, client: CheckpointClient, *, account: str, now: int, window_seconds: int
+    ) -> CheckpointView:
+        view = cls()
+        for state in _OPEN_STATES:
+            for record in client.proposals(account=account, state=state):
+                view.add_open(record)
+        for record in client.proposals(account=account, state="rejected"):
+            # Newest first, and a rejection happens before its approval deadline: once a
+            # deadline is a window old, every older rejection is too.
+            if record.approval_deadline + window_seconds <= now:
+                break
+            view.add_rejection(record, window_seconds)
+        for record in client.proposals(account=account, state="executed", operation="stop"):
+            view.add_executed_stop(record)
+        return view
+
+    def add_open(self, record: ProposalRecord) -> None:
+        self.open.setdefault((record.region, record.resource_id), []).append(
+            OpenProposal(record.id, record.operation, record.state)
+        )
+
+    def add_rejection(self, record: ProposalRecord, window_seconds: int) -> None:
+        if record.rejected_at is None:
+            return
+        key = (record.region, record.resource_id, record.operation)
+        until = record.rejected_at + window_seconds
+        self.rejected_until[key] = max(until, self.rejected_until.get(key, 0))
+
+    def add_executed_stop(self, record: ProposalRecord) -> None:
+        if record.outcome_at is None:
+            return  # no report time, no grace period can be measured: never delete
+        key = (record.region, record.resource_id)
+        known = self.airlock_stops.get(key)
+        if known is None or record.outcome_at > known.executed_at:
+            self.airlock_stops[key] = AirlockStop(record.id, record.outcome_at)
+
+    def mark_seen(self, key: Key) -> None:
+        if key in self.open:
+            self._seen.add(key)
+
+    def unseen_open(self, regions: Iterable[str]) -> Iterator[tuple[Key, OpenProposal]]:
+        """Open proposals on resources a complete scan of ``regions`` did not find."""
+        wanted = set(regions)
+        for key, proposals in self.open.items():
+            if key[0] in wanted and key not in self._seen:
+                for proposal in proposals:
+                    yield key, proposal
+
+
+# --------------------------------------------------------------------------- steps
+
+
+@dataclass(frozen=True, slots=True)
+class Submit:
+    action: ProposedAction
+
+
+@dataclass(frozen=True, slots=True)
+class Withdraw:
+    proposal_id: str
+    operation: str
+    region: str
+    resource_id: str
+    note: str
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """Deliberately not proposing (rejected, grace period, left alone)."""
+
+    operation: str
+    region: str
+    resource_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """A proposal could not be built (e.g. non-NFC tag text, over the size cap)."""
+
+    operation: str
+    region: str
+    resource_id: str
+    detail: str
+
+
+Step = Submit | Withdraw | Hold | Problem
+
+
+@dataclass(frozen=True, slots=True)
+class PlanContext:
+    account: str
+    agent_id: str
+    policy: IdlePolicy
+    now: int
+    grace_seconds: int = 7 * DAY
+    stopped_mode: Literal["StopCharging", "KeepCharging"] = "StopCharging"
+
+    @property
+    def window_seconds(self) -> int:
+        return self.policy.window_days * DAY
+
+
+def plan(obs: Observation, view: CheckpointView, ctx: PlanContext) -> list[Step]:
+    state = obs.state
+    key = (state.region, state.resource_id)
+    view.mark_seen(key)
+    open_ = view.open.get(key, [])
+    verdict = obs.verdict
+    steps: list[Step] = []
+
+    def withdraw(p: OpenProposal, note: str) -> None:
+        steps.append(Withdraw(p.id, p.operation, state.region, state.resource_id, note))
+
+    if verdict.kind == "protected":
+        for p in open_:
+            withdraw(p, verdict.reasons[0])
+        return steps
+
+    if state.status in ("Running", "Starting"):
+        for p in open_:
+            if p.operation == "delete":
+                withdraw(p, f"running again (status {state.status})")
+        open_stops = [p for p in open_ if p.operation == "stop"]
+        if verdict.kind == "busy":
+            for p in open_stops:
+                withdraw(p, "no longer idle: " + "; ".join(verdict.reasons))
+            return steps
+        if not verdict.idle or open_stops:
+            return steps
+        until = view.rejected_until.get((state.region, state.resource_id, "stop"), 0)
+        if ctx.now < until:
+            steps.append(
+                Hold("stop", *key, f"rejected; not proposed again before {rfc3339(until)}")
+            )
+            return steps
+        stopped = view.airlock_stops.get(key)
+        if stopped is not None and ctx.now < stopped.executed_at + ctx.window_seconds:
+            steps.append(
+                Hold(
+                    "stop",
+                    *key,
+                    f"running again after Airlock stopped it; left alone until "
+                    f"{rfc3339(stopped.executed_at + ctx.window_seconds)}",
+                )
+            )
+            return steps
+        steps.append(_build(lambda: _stop_action(obs, ctx), "stop", key))
+        return steps
+
+    if state.status == "Stopped":
+        for p in open_:
+            if p.operation == "stop" and p.state == "pending":
+                withdraw(p, "already stopped")
+        if state.resource_type != "ecs.instance":
+            return steps  # RDS has no delete on the allowlist
+        stopped = view.airlock_stops.get(key)
+        if stopped is None or any(p.operation == "delete" for p in open_):
+            return steps  # never delete what Airlock did not stop; one delete at a time
+        stopped_for = ctx.now - stopped.executed_at
+        if stopped_for < ctx.grace_seconds:
+            steps.append(
+                Hold(
+                    "delete",
+                    *key,
+                    f"stopped {stopped_for // DAY} days; grace period ends "
+                    f"{rfc3339(stopped.executed_at + ctx.grace_seconds)}",
+                )
+            )
+            return steps
+        until = view.rejected_until.get((state.region, state.resource_id, "delete"), 0)
+        if ctx.now < until:
+            steps.append(
+                Hold("delete", *key, f"rejected; not proposed again before {rfc3339(until)}")
+            )
+            return steps
+        steps.append(_build(lambda: _delete_action(obs, stopped, ctx), "delete", key))
+    return steps
+
+
+def withdraw_vanished(view: CheckpointView, regions: Sequence[str]) -> list[Step]:
+    """After a complete scan: pending proposals whose resource no longer exists."""
+    return [
+        Withdraw(p.id, p.operation, key[0], key[1], "the resource no longer exists")
+        for key, p in view.unseen_open(regions)
+        # An approved one may be executing right now (a delete makes the resource vanish);
+        # the executor's ledger settles it, the agent must not race it with a revocation.
+        if p.state == "pending"
+    ]
+
+
+# --------------------------------------------------------------------------- actions
+
+
+def _build(make: Any, operation: str, key: Key) -> Step:
+    try:
+        action: ProposedAction = make()
+        action.canonical_bytes()  # refuses an action over the size cap now, not at submit
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        return Problem(operation, *key, f"cannot build the action: {where}: {err['msg']}")
+    except Refused as exc:
+        return Problem(operation, *key, f"cannot build the action: {exc.code.value} {exc.detail}")
+    return Submit(action)
+
+
+def _common(obs: Observation, ctx: PlanContext, operation: str) -> dict[str, Any]:
+    state = obs.state
+    return {
+        "type": ACTION_TYPE,
+        "proposal_id": proposal_id(
+            account=ctx.account,
+            region=state.region,
+            resource_type=state.resource_type,
+            resource_id=state.resource_id,
+            operation=operation,
+            window=obs.window,
+        ),
+        "provider": "alibaba",
+        "account": ctx.account,
+        "region": state.region,
+        "resource": {"type": state.resource_type, "id": state.resource_id},
+        "operation": operation,
+        "proposed_by": ctx.agent_id,
+        "created_at": rfc3339(ctx.now),
+    }
+
+
+def _describe(obs: Observation) -> dict[str, Any]:
+    state = obs.state
+    return {
+        "name": state.name,
+        "instance_type": state.instance_type,
+        "created_at": state.created_at,
+        # The checkpoint's policy matches on these (services/checkpoint/policy.py).
+        "tags": dict(state.tags),
+    }
+
+
+def _stop_action(obs: Observation, ctx: PlanContext) -> ProposedAction:
+    usage = obs.usage
+    if usage is None or not obs.verdict.idle:
+        raise ValueError("a stop needs an idle verdict with usage")
+    policy = ctx.policy
+    evidence: dict[str, Any] = {
+        "policy": POLICY_NAME,
+        "window_days": obs.window.days,
+        "window_start": rfc3339(obs.window.start),
+        "window_end": rfc3339(obs.window.end),
+        "samples": usage.samples,
+        "samples_expected": usage.samples_expected,
+        "cpu_avg_bp": usage.cpu_avg_bp,
+        "cpu_p95_bp": usage.cpu_p95_bp,
+        "net_bytes_per_day": usage.net_bytes_per_day,
+        "net_quiet_days": policy.quiet_days(usage),
+        # One entry per UTC day of the window, oldest first; null = nothing reported.
+        "daily_cpu_p95_bp": list(usage.daily_cpu_p95_bp),
+        "daily_net_bytes": list(usage.daily_net_bytes),
+        "thresholds": policy.thresholds,
+        **_describe(obs),
+    }
+    if usage.mem_avg_bp is not None:
+        evidence["mem_avg_bp"] = usage.mem_avg_bp
+    params = {"stopped_mode": ctx.stopped_mode} if obs.state.resource_type == "ecs.instance" else {}
+    return ProposedAction.model_validate(
+        {
+            **_common(obs, ctx, "stop"),
+            "params": params,
+            "precondition": {
+                "status": "Running",
+                "absent_tags": list(policy.protect_tags),
+                "observed_at": rfc3339(obs.observed_at),
+            },
+            "evidence": evidence,
+            "reason": obs.verdict.reasons[0],
+        }
+    )
+
+
+def _delete_action(obs: Observation, stopped: AirlockStop, ctx: PlanContext) -> ProposedAction:
+    stopped_for = ctx.now - stopped.executed_at
+    evidence: dict[str, Any] = {
+        "policy": POLICY_NAME,
+        "stage": "delete-after-stop",
+        "stop_proposal_id": stopped.proposal_id,
+        "stopped_at": rfc3339(stopped.executed_at),
+        "stopped_seconds": stopped_for,
+        "grace_seconds": ctx.grace_seconds,
+        **_describe(obs),
+    }
+    return ProposedAction.model_validate(
+        {
+            **_common(obs, ctx, "delete"),
+            "params": {},
+            "precondition": {
+                "status": "Stopped",
+                "absent_tags": list(ctx.policy.protect_tags),
+                "observed_at": rfc3339(obs.observed_at),
+            },
+            "evidence": evidence,
+            "reason": (
+                f"Stopped by Airlock {stopped_for // DAY} days ago ({stopped.proposal_id}) and "
+                f"still stopped; the {ctx.grace_seconds // DAY}-day grace period has passed"
+            ),
+        }
+    )
