@@ -219,7 +219,64 @@ class FakeCheckpoint:
                 "at": NOW,
             }
             return _ok(record)
+        if verb == "revoke":
+            if record["state"] != "approved" or record["approval"] is None:
+                return _refuse("E_STATE", "only an approved proposal can be revoked", 409)
+            record["state"] = "revoked"
+            record["approval"] = {**record["approval"], "revoked_at": NOW, "revoked_by": user}
+            return _ok(record)
+        if verb == "resolve":
+            if ROLES[user] != "admin":
+                return _refuse("E_FORBIDDEN", f"role {ROLES[user]} may not resolve", 403)
+            if record["state"] != "in_doubt":
+                return _refuse("E_STATE", "not in_doubt", 409)
+            happened = body["decision"] == "happened"
+            record["state"] = "executed" if happened else "failed"
+            record["outcome"] = {
+                **record["outcome"],
+                "resolution": body["decision"],
+                "resolved_by": user,
+                "resolved_at": NOW,
+                "resolution_note": body.get("note", ""),
+            }
+            return _ok(record)
         return _refuse("E_STATE", "not supported by the fake", 409)
+
+    def approve_now(self, proposal_id: str, voter: str = "carol") -> dict[str, Any]:
+        """Put a proposal in ``approved`` with an issued approval, as the checkpoint would."""
+        record = self.proposals[proposal_id]
+        record["votes"].append({"voter": voter, "at": NOW, "note": ""})
+        record["state"] = "approved"
+        record["votes_needed"] = 0
+        record["approval"] = {
+            "approval_id": "apv_" + "1" * 32,
+            "keyid": "ed25519:" + "0f" * 16,
+            "issued_at": NOW - 60,
+            "expires_at": NOW + 840,
+            "revoked_at": None,
+            "revoked_by": None,
+            "envelope": {},
+        }
+        return record
+
+    def in_doubt(self, proposal_id: str) -> dict[str, Any]:
+        record = self.approve_now(proposal_id)
+        record["state"] = "in_doubt"
+        record["outcome"] = {
+            "approval_id": record["approval"]["approval_id"],
+            "outcome": "in_doubt",
+            "refusal_code": None,
+            "receipt_verified": True,
+            "receipt_keyid": "ed25519:" + "aa" * 16,
+            "receipt": {"payloadType": "application/vnd.airlock.receipt.v1+json"},
+            "late": False,
+            "reported_at": NOW,
+            "resolution": None,
+            "resolved_by": None,
+            "resolved_at": None,
+            "resolution_note": None,
+        }
+        return record
 
 
 def _ok(value: Any, status: int = 200) -> httpx.Response:

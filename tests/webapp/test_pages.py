@@ -370,3 +370,43 @@ def test_keys_page_lists_the_key_set(site: Site) -> None:
     site.sign_in()
     html = site.client.get("/keys").text
     assert "ed25519:" + "0f" * 16 in html and "active" in html
+
+
+def _post(site: Site, path: str, **fields: str) -> object:
+    token = site.csrf(path.rsplit("/", 1)[0])
+    return site.client.post(path, data={"csrf_token": token, **fields}, follow_redirects=False)
+
+
+def test_an_issued_approval_can_be_revoked_from_its_page(site: Site) -> None:
+    site.sign_in()
+    site.fake.add(action_value())
+    site.fake.approve_now("prop_fake000001")
+    page = site.client.get("/proposals/prop_fake000001").text
+    assert 'id="revoke-form"' in page and 'id="approve-form"' not in page
+    assert "to execute" in site.client.get("/").text
+    response = _post(site, "/proposals/prop_fake000001/revoke", note="wrong instance")
+    assert response.headers["location"] == "/proposals/prop_fake000001?done=revoke"  # type: ignore[attr-defined]
+    page = site.client.get("/proposals/prop_fake000001?done=revoke").text
+    assert "The approval was revoked" in page and 'data-state="revoked"' in page
+    assert 'id="revoke-form"' not in page
+
+
+def test_an_in_doubt_execution_is_resolved_by_an_admin_only(site: Site) -> None:
+    site.sign_in("alice")
+    site.fake.add(action_value())
+    site.fake.in_doubt("prop_fake000001")
+    page = site.client.get("/proposals/prop_fake000001").text
+    assert "Only an administrator can resolve it." in page and 'id="resolve-form"' not in page
+    site.sign_in("admin")
+    page = site.client.get("/proposals/prop_fake000001").text
+    assert 'id="resolve-form"' in page
+    _post(site, "/proposals/prop_fake000001/resolve", decision="did_not_happen", note="checked")
+    page = site.client.get("/proposals/prop_fake000001").text
+    assert 'data-state="failed"' in page and "did_not_happen — by admin" in page
+
+
+def test_a_viewer_sees_no_decision_forms(site: Site) -> None:
+    site.sign_in("viewer")
+    site.fake.add(action_value())
+    page = site.client.get("/proposals/prop_fake000001").text
+    assert "approve-form" not in page and "reject-form" not in page
