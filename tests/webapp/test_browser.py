@@ -174,8 +174,6 @@ def test_alice_approves_a_stop_and_sees_the_executed_outcome_with_a_verified_rec
     row = page.locator(f'tr[data-proposal="{proposal["id"]}"]')
     expect(row).to_contain_text("0 of 1")
     expect(row).to_contain_text("to approve")
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / "queue.png"), full_page=True)
     row.get_by_role("link", name=rid).click()
 
     expect(page.locator("#plain")).to_contain_text(f"Stop the ECS instance {rid}")
@@ -346,6 +344,10 @@ def test_pages_fit_a_phone_screen_and_carry_the_security_headers(
         phone.page.wait_for_load_state("load")  # the stylesheet is applied
         assert phone.page.evaluate("document.documentElement.scrollWidth") <= 390
         phone.page.screenshot(path=str(SCREENSHOTS / "proposal-phone.png"), full_page=True)
+        # The desktop queue, by now holding proposals in several states.
+        phone.page.set_viewport_size({"width": 1200, "height": 700})
+        phone.page.goto("/")
+        phone.page.screenshot(path=str(SCREENSHOTS / "queue.png"), full_page=True)
         cookies = {c["name"]: c for c in phone.context.cookies()}
         session = cookies["airlock_session"]
         assert session["httpOnly"] and session["sameSite"] == "Strict"
