@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -60,6 +61,7 @@ _DONE: Final = {
     "resolve": "Your decision on the in-doubt execution was recorded.",
 }
 _PAGE: Final = 200
+_log = logging.getLogger("airlock.webapp")
 Note = Annotated[str, Form(max_length=2000)]
 Csrf = Annotated[str, Form(alias=CSRF_FIELD)]
 
@@ -136,7 +138,12 @@ def create_app(
         key = jar.csrf_key(request)
         fresh = key is None
         request.state.csrf_key = key or new_csrf_key()
-        response = await call_next(request)
+        try:
+            response = await call_next(request)
+        except Exception:
+            # Caught here, inside this middleware, so even this answer carries the headers.
+            _log.exception("unhandled error on %s %s", request.method, request.url.path)
+            response = PlainTextResponse("Internal error: nothing was changed.", 500)
         if fresh:
             jar.set_csrf_key(response, request.state.csrf_key)
         for name, value in SECURITY_HEADERS.items():

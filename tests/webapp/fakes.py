@@ -81,7 +81,8 @@ class FakeCheckpoint:
     audit_ok: bool = True
 
     def transport(self) -> httpx.MockTransport:
-        return httpx.MockTransport(self.handle)
+        # Looked up per request, so a test can swap ``handle`` for a broken one.
+        return httpx.MockTransport(lambda request: self.handle(request))  # noqa: PLW0108
 
     def add(self, action: dict[str, Any], *, state: str = "pending") -> dict[str, Any]:
         jcs = canonical_bytes(action)

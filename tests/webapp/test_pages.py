@@ -410,3 +410,34 @@ def test_a_viewer_sees_no_decision_forms(site: Site) -> None:
     site.fake.add(action_value())
     page = site.client.get("/proposals/prop_fake000001").text
     assert "approve-form" not in page and "reject-form" not in page
+
+
+def test_an_unexpected_error_still_carries_the_security_headers(
+    site: Site, caplog: pytest.LogCaptureFixture
+) -> None:
+    site.sign_in()
+
+    def broken(request: object) -> object:
+        raise RuntimeError("boom")
+
+    site.fake.handle = broken  # type: ignore[assignment,method-assign]
+    with caplog.at_level("ERROR", logger="airlock.webapp"):
+        response = site.client.get("/")
+    assert response.status_code == 500
+    assert response.text == "Internal error: nothing was changed."
+    assert response.headers["x-frame-options"] == "DENY"
+    assert "content-security-policy" in response.headers
+
+
+def test_an_unreachable_checkpoint_is_a_plain_502_page(site: Site) -> None:
+    site.sign_in()
+
+    def down(request: object) -> object:
+        import httpx
+
+        raise httpx.ConnectError("refused")
+
+    site.fake.handle = down  # type: ignore[assignment,method-assign]
+    response = site.client.get("/")
+    assert response.status_code == 502
+    assert "The checkpoint is not reachable" in response.text
