@@ -28,9 +28,16 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Final, Protocol, runtime_checkable
+from typing import Final
 
-from airlock.cloud.ports import CloudError, CloudReader, LiveState, MetricPoint, ResourceType
+from airlock.cloud.ports import (
+    CloudError,
+    CloudReader,
+    LiveState,
+    MetricPoint,
+    MetricsBatchReader,
+    ResourceType,
+)
 
 from .errors import ScanError
 from .idle import (
@@ -68,22 +75,6 @@ _METRICS: Final[dict[ResourceType, _Metrics]] = {
         cpu="CpuUsage", mem="MemoryUsage", net=("MySQL_NetworkInNew", "MySQL_NetworkOutNew")
     ),
 }
-
-
-@runtime_checkable
-class BatchMetrics(Protocol):
-    """A reader that can query one metric for several instances at once (AlibabaReader)."""
-
-    def get_metrics_many(
-        self,
-        region: str,
-        resource_ids: Sequence[str],
-        metric: str,
-        *,
-        start: int,
-        end: int,
-        period: int,
-    ) -> Iterator[tuple[str, MetricPoint]]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -389,7 +380,7 @@ class _Stage:
         self, ids: list[str], metric: str, period: int
     ) -> Iterable[tuple[str, MetricPoint]]:
         w = self.window
-        if isinstance(self.reader, BatchMetrics):
+        if isinstance(self.reader, MetricsBatchReader):
             return self.reader.get_metrics_many(
                 self.region, ids, metric, start=w.start, end=w.end, period=period
             )
