@@ -11,11 +11,11 @@ from typing import Annotated
 
 import typer
 
-from ._agent import agent_command
 from ._audit import audit_app
 from ._checkpoint import checkpoint_command, tokens_app, users_app
 from ._conformance import conformance_command
 from ._devcloud import devcloud_app
+from ._executor import executor_app, receipts_app
 from ._keys import keys_app
 from ._webapp import webapp_command
 
@@ -42,7 +42,6 @@ def _root(
 
 
 app.command("conformance")(conformance_command)
-app.command("agent")(agent_command)
 app.add_typer(audit_app)
 app.add_typer(devcloud_app)
 app.command("webapp")(webapp_command)
@@ -50,6 +49,8 @@ app.command("checkpoint")(checkpoint_command)
 app.add_typer(keys_app)
 app.add_typer(users_app)
 app.add_typer(tokens_app)
+app.add_typer(executor_app)
+app.add_typer(receipts_app)
 
 
 def main() -> None:

@@ -384,13 +384,14 @@ def make_executor(
     failpoints: Failpoints | None = None,
     sink: OutcomeSink | None = None,
     lease_seconds: int = LEASE,
+    writer: Any = None,
 ) -> Executor:
     return Executor(
         engine=make_engine(url),
         keys=keyset(),
         binding=BINDING,
         reader=cloud,
-        writer=cloud,
+        writer=cloud if writer is None else writer,
         signer=receipt_signer(),
         clock=clock,
         worker_id=worker_id,
@@ -398,3 +399,27 @@ def make_executor(
         failpoints=failpoints,
         sink=sink,
     )
+
+
+def cloud_for(spec: str) -> tuple[Any, Any]:
+    """(reader, writer) for a child process: ``devcloud:HOST:PORT`` is the real Alibaba
+    adapter against devcloud; anything else is a FakeFileCloud file path."""
+    if spec.startswith("devcloud:"):
+        from airlock.cloud.alibaba import AlibabaConfig, AlibabaReader, AlibabaWriter
+        from airlock.settings import DEVCLOUD_READ_KEY, DEVCLOUD_WRITE_KEY
+
+        endpoint = spec.removeprefix("devcloud:")
+
+        def config(key: tuple[str, str]) -> AlibabaConfig:
+            return AlibabaConfig(
+                key[0],
+                key[1],
+                endpoint=endpoint,
+                protocol="http",
+                connect_timeout_ms=2_000,
+                read_timeout_ms=5_000,
+            )
+
+        return AlibabaReader(config(DEVCLOUD_READ_KEY)), AlibabaWriter(config(DEVCLOUD_WRITE_KEY))
+    cloud = FakeFileCloud(Path(spec))
+    return cloud, cloud

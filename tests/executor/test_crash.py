@@ -40,7 +40,7 @@ _EXPECTED = {
 
 
 def _child(
-    db: str, cloud: Path, now: int, worker: str, *args: str, **env: str
+    db: str, cloud: Path | str, now: int, worker: str, *args: str, **env: str
 ) -> subprocess.Popen[bytes]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("AIRLOCK_")}
     return subprocess.Popen(

@@ -15,7 +15,7 @@ from typing import Any
 
 from services.executor import Failpoints
 
-from .support import FakeClock, FakeFileCloud, make_executor
+from .support import FakeClock, cloud_for, make_executor
 
 
 def race(
@@ -28,8 +28,8 @@ def race(
     worker_id: str,
     now: int,
 ) -> None:
-    cloud = FakeFileCloud(Path(cloud_path))
-    executor = make_executor(url, cloud, FakeClock(now), worker_id=worker_id)
+    reader, writer = cloud_for(cloud_path)
+    executor = make_executor(url, reader, FakeClock(now), worker_id=worker_id, writer=writer)
     # Warm the pool so the race is between executions, not connection set-up.
     with executor.engine.connect():
         pass
@@ -57,10 +57,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--recover", action="store_true")
     parser.add_argument("bundles", nargs="*")
     args = parser.parse_args(argv)
+    reader, writer = cloud_for(args.cloud)
     executor = make_executor(
         args.db,
-        FakeFileCloud(Path(args.cloud)),
+        reader,
         FakeClock(args.now),
+        writer=writer,
         worker_id=args.worker,
         failpoints=Failpoints.from_env(os.environ),
     )
