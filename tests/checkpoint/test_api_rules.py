@@ -1,4 +1,10 @@
-"""The approval rules, through the raw HTTP API, on SQLite and PostgreSQL."""
+"""The approval rules, through the raw HTTP API.
+
+Rules the database enforces (idempotency, one open proposal, one vote, quorum, windows,
+lockout counters) run on SQLite and PostgreSQL; rules decided in Python before any write
+(roles, stale view, typed confirmation, self-approval) run on SQLite only, to keep the
+suite fast.
+"""
 
 from __future__ import annotations
 
@@ -33,7 +39,8 @@ def test_stop_approved_by_one_person_issues_a_signed_approval(world: World) -> N
     assert verify_chain(world.checkpoint.engine).ok
 
 
-def test_approving_with_a_stale_action_hash_is_refused(world: World) -> None:
+def test_approving_with_a_stale_action_hash_is_refused(sqlite_world: World) -> None:
+    world = sqlite_world
     p = _pending(world)
     r = world.approve("alice", p["id"], "sha256:" + "0" * 64)
     assert (r.status_code, _code(r)) == (409, "E_STALE_VIEW")
@@ -43,14 +50,16 @@ def test_approving_with_a_stale_action_hash_is_refused(world: World) -> None:
     )
 
 
-def test_high_risk_approve_without_confirm_is_refused(world: World) -> None:
+def test_high_risk_approve_without_confirm_is_refused(sqlite_world: World) -> None:
+    world = sqlite_world
     p = _pending(world, operation="delete")
     assert p["policy"]["quorum"] == 2 and p["policy"]["confirm"] and p["risk"] == "high"
     r = world.approve("alice", p["id"], p["action_hash"])
     assert (r.status_code, _code(r)) == (422, "E_CONFIRM_REQUIRED")
 
 
-def test_high_risk_approve_with_wrong_confirm_is_refused(world: World) -> None:
+def test_high_risk_approve_with_wrong_confirm_is_refused(sqlite_world: World) -> None:
+    world = sqlite_world
     p = _pending(world, operation="delete")
     for wrong in ("i-t4n0exampl", "I-T4N0EXAMPLE", "i-t4n0example ", "i-other000"):
         r = world.approve("alice", p["id"], p["action_hash"], confirm=wrong)
@@ -81,7 +90,8 @@ def test_second_vote_of_the_same_person_is_refused(world: World) -> None:
     )
 
 
-def test_self_approval_is_refused(world: World) -> None:
+def test_self_approval_is_refused(sqlite_world: World) -> None:
+    world = sqlite_world
     # The agent claims the proposal was made by alice: alice may then not approve it.
     p = _pending(world, proposed_by="alice")
     r = world.approve("alice", p["id"], p["action_hash"])
@@ -89,14 +99,16 @@ def test_self_approval_is_refused(world: World) -> None:
     assert world.approve("bob", p["id"], p["action_hash"]).json()["state"] == "approved"
 
 
-def test_service_tokens_and_viewers_cannot_approve(world: World) -> None:
+def test_service_tokens_and_viewers_cannot_approve(sqlite_world: World) -> None:
+    world = sqlite_world
     p = _pending(world)
     for who in ("agent", "executor", "viewer"):
         r = world.approve(who, p["id"], p["action_hash"])
         assert (r.status_code, _code(r)) == (403, "E_FORBIDDEN"), who
 
 
-def test_people_cannot_submit_and_anonymous_is_refused(world: World) -> None:
+def test_people_cannot_submit_and_anonymous_is_refused(sqlite_world: World) -> None:
+    world = sqlite_world
     assert _code(world.submit("alice")) == "E_FORBIDDEN"
     r = world.client.post("/v1/proposals", content=b"{}")
     assert (r.status_code, _code(r)) == (401, "E_UNAUTHENTICATED")
@@ -135,7 +147,8 @@ def test_closed_proposal_frees_the_slot(world: World) -> None:
     assert world.submit(proposal_id="prop_second0001").status_code == 201
 
 
-def test_denied_by_policy_is_refused_and_recorded(world: World) -> None:
+def test_denied_by_policy_is_refused_and_recorded(sqlite_world: World) -> None:
+    world = sqlite_world
     r = world.submit(tags={"Environment": "production"})
     assert (r.status_code, _code(r)) == (403, "E_POLICY_DENIED")
     assert "deny-production" in r.json()["error"]["message"]
@@ -144,7 +157,8 @@ def test_denied_by_policy_is_refused_and_recorded(world: World) -> None:
     assert _code(world.submit(tags={"Environment": "production"})) == "E_POLICY_DENIED"
 
 
-def test_malformed_action_is_refused(world: World) -> None:
+def test_malformed_action_is_refused(sqlite_world: World) -> None:
+    world = sqlite_world
     headers = {**world.auth("agent"), "Content-Type": "application/json"}
     for body in (
         b'{"type": "airlock.action/v1", "type": "x"}',
@@ -193,7 +207,8 @@ def test_revoke_an_issued_approval_puts_a_revocation_on_the_feed(world: World) -
     assert (again.status_code, _code(again)) == (409, "E_STATE")
 
 
-def test_agent_withdraws_a_pending_proposal(world: World) -> None:
+def test_agent_withdraws_a_pending_proposal(sqlite_world: World) -> None:
+    world = sqlite_world
     p = _pending(world)
     r = world.client.post(
         f"/v1/proposals/{p['id']}/withdraw",
@@ -229,14 +244,16 @@ def test_unused_approval_lapses_after_the_execution_window(world: World) -> None
     assert world.client.get("/v1/feed", headers=world.auth("executor")).json()["items"] == []
 
 
-def test_feed_and_outcomes_need_the_executor_role(world: World) -> None:
+def test_feed_and_outcomes_need_the_executor_role(sqlite_world: World) -> None:
+    world = sqlite_world
     for who in ("agent", "admin", "alice"):
         assert _code(world.client.get("/v1/feed", headers=world.auth(who))) == "E_FORBIDDEN"
         r = world.client.post("/v1/outcomes", json={"receipt": {}}, headers=world.auth(who))
         assert _code(r) == "E_FORBIDDEN"
 
 
-def test_logout_revokes_the_session(world: World) -> None:
+def test_logout_revokes_the_session(sqlite_world: World) -> None:
+    world = sqlite_world
     assert world.client.get("/v1/me", headers=world.auth("alice")).json()["name"] == "alice"
     assert (
         world.client.delete("/v1/sessions/current", headers=world.auth("alice")).status_code == 204
@@ -244,7 +261,8 @@ def test_logout_revokes_the_session(world: World) -> None:
     assert world.client.get("/v1/me", headers=world.auth("alice")).status_code == 401
 
 
-def test_session_expires(world: World) -> None:
+def test_session_expires(sqlite_world: World) -> None:
+    world = sqlite_world
     world.clock.advance(SESSION_TTL)
     assert world.client.get("/v1/me", headers=world.auth("alice")).status_code == 401
     assert world.client.get("/v1/me", headers=world.auth("agent")).status_code == 200
@@ -265,7 +283,8 @@ def test_repeated_failed_logins_lock_the_account(world: World) -> None:
     assert r.status_code == 201 and r.json()["role"] == "approver"
 
 
-def test_disabled_user_cannot_sign_in_or_use_a_session(world: World) -> None:
+def test_disabled_user_cannot_sign_in_or_use_a_session(sqlite_world: World) -> None:
+    world = sqlite_world
     world.accounts.disable_user("carol")
     assert world.client.get("/v1/me", headers=world.auth("carol")).status_code == 401
     r = world.client.post(
@@ -274,7 +293,8 @@ def test_disabled_user_cannot_sign_in_or_use_a_session(world: World) -> None:
     assert r.status_code == 401
 
 
-def test_tokens_are_stored_hashed(world: World) -> None:
+def test_tokens_are_stored_hashed(sqlite_world: World) -> None:
+    world = sqlite_world
     import sqlalchemy as sa
 
     with world.checkpoint.engine.connect() as conn:
@@ -287,13 +307,15 @@ def test_tokens_are_stored_hashed(world: World) -> None:
     assert all(h.startswith("$argon2id$") for h in hashes)
 
 
-def test_keys_endpoint_serves_the_public_key_set(world: World) -> None:
+def test_keys_endpoint_serves_the_public_key_set(sqlite_world: World) -> None:
+    world = sqlite_world
     body = world.client.get("/v1/keys").json()
     assert [k["status"] for k in body["keys"]] == ["active"]
     assert "private" not in str(body).lower()
 
 
-def test_health_ready_and_metrics(world: World) -> None:
+def test_health_ready_and_metrics(sqlite_world: World) -> None:
+    world = sqlite_world
     assert world.client.get("/healthz").json() == {"status": "ok"}
     assert world.client.get("/readyz").status_code == 200
     p = _pending(world)

@@ -18,7 +18,7 @@ from airlock.store import verify_chain
 from .harness import APPROVERS, World
 from .race_worker import vote_all
 
-ROUNDS = 12
+ROUNDS = 8
 
 
 def test_concurrent_votes_issue_exactly_one_envelope(world: World) -> None:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from click.testing import Result
+from typer.testing import CliRunner
 
+from airlock.cli import app
 from airlock.settings import CheckpointSettings
 from services.checkpoint.app import build
 from services.checkpoint.errors import ConfigError
@@ -64,34 +65,25 @@ def test_missing_database_url_is_refused_outside_dev(monkeypatch: pytest.MonkeyP
         CheckpointSettings()
 
 
-def _airlock(tmp_path: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+def _airlock(tmp_path: Path, *args: str, stdin: str = "") -> Result:
+    # In-process (typer's runner) with the environment a deployment would set.
     env = {
-        **os.environ,
         "AIRLOCK_CHECKPOINT_DATABASE_URL": f"sqlite:///{tmp_path / 'checkpoint.db'}",
         "AIRLOCK_CHECKPOINT_KEYS_DIR": str(tmp_path / "keys"),
     }
-    return subprocess.run(
-        [sys.executable, "-m", "airlock.cli", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=60,
-        check=False,
-    )
+    return CliRunner().invoke(app, list(args), input=stdin, env=env)
 
 
 def test_cli_keys_users_and_tokens(tmp_path: Path) -> None:
-    assert _airlock(tmp_path, "keys", "generate").returncode == 0
-    assert _airlock(tmp_path, "keys", "generate").returncode == 2
-    assert _airlock(tmp_path, "keys", "rotate").returncode == 0
+    assert _airlock(tmp_path, "keys", "generate").exit_code == 0
+    assert _airlock(tmp_path, "keys", "generate").exit_code == 2
+    assert _airlock(tmp_path, "keys", "rotate").exit_code == 0
     listed = json.loads(_airlock(tmp_path, "keys", "list", "--json").stdout)
     assert [k["status"] for k in listed] == ["retired", "active"]
     old = listed[0]["kid"]
-    assert _airlock(tmp_path, "keys", "revoke", old).returncode == 0
+    assert _airlock(tmp_path, "keys", "revoke", old).exit_code == 0
     out = tmp_path / "trusted.json"
-    assert _airlock(tmp_path, "keys", "export-public", "--out", str(out)).returncode == 0
+    assert _airlock(tmp_path, "keys", "export-public", "--out", str(out)).exit_code == 0
     exported = json.loads(out.read_text())
     assert {k["kid"]: k["status"] for k in exported["keys"]}[old] == "revoked"
     assert "PRIVATE" not in out.read_text()
@@ -106,15 +98,15 @@ def test_cli_keys_users_and_tokens(tmp_path: Path) -> None:
         "--password-stdin",
         stdin="a long enough password\n",
     )
-    assert added.returncode == 0, added.stderr
-    assert "a long enough password" not in added.stdout + added.stderr
+    assert added.exit_code == 0, added.output
+    assert "a long enough password" not in added.output
     short = _airlock(tmp_path, "users", "add", "eve", "--password-stdin", stdin="short\n")
-    assert short.returncode == 1
+    assert short.exit_code == 1
     no_tty = _airlock(tmp_path, "users", "add", "fred")
-    assert no_tty.returncode == 2  # refuses instead of hanging on a prompt
+    assert no_tty.exit_code == 2  # refuses instead of hanging on a prompt
     token = _airlock(tmp_path, "tokens", "create", "scanner", "--role", "agent")
-    assert token.returncode == 0 and token.stdout.startswith("alt_")
+    assert token.exit_code == 0 and token.stdout.startswith("alt_")
     users = _airlock(tmp_path, "users", "list").stdout
     assert "dora" in users and "approver" in users
-    assert _airlock(tmp_path, "users", "disable", "dora").returncode == 0
+    assert _airlock(tmp_path, "users", "disable", "dora").exit_code == 0
     assert "disabled" in _airlock(tmp_path, "users", "list").stdout
