@@ -1,0 +1,234 @@
+"""The idle policy and the planner's pure parts: integer units, thresholds, protection,
+deterministic ids, staged decisions. No I/O."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from airlock.cloud.ports import LiveState
+from services.agent.discovery import Observation
+from services.agent.idle import (
+    DAY,
+    IdlePolicy,
+    Usage,
+    UsageAccumulator,
+    Verdict,
+    Window,
+    percent_to_bp,
+    rate_to_bytes,
+)
+from services.agent.planner import (
+    CheckpointView,
+    Hold,
+    PlanContext,
+    Submit,
+    Withdraw,
+    plan,
+    proposal_id,
+    withdraw_vanished,
+)
+
+NOW = 1_764_400_000
+POLICY = IdlePolicy()
+WINDOW = Window.ending_before(NOW, 14)
+
+
+def test_percent_becomes_basis_points_rounding_half_up_on_the_printed_decimal() -> None:
+    assert percent_to_bp(3.4) == 340
+    assert percent_to_bp(1.005) == 101  # 1.005 * 100 in binary floats is 100.49999…
+    assert percent_to_bp(0.004) == 0 and percent_to_bp(0.005) == 1
+    assert percent_to_bp(100.0) == 10_000
+    for bad in (math.nan, math.inf, -0.5):
+        with pytest.raises(ValueError):
+            percent_to_bp(bad)
+
+
+def test_rate_becomes_bytes() -> None:
+    assert rate_to_bytes(80.0, DAY) == 864_000  # 80 bit/s for a day
+    assert rate_to_bytes(0.1, 1) == 0 and rate_to_bytes(4.0, 1) == 1  # 0.0125 B, 0.5 B
+    with pytest.raises(ValueError):
+        rate_to_bytes(math.nan, DAY)
+
+
+def test_window_is_the_last_whole_utc_days() -> None:
+    assert WINDOW.end % DAY == 0 and WINDOW.end <= NOW < WINDOW.end + DAY
+    assert WINDOW.end - WINDOW.start == 14 * DAY and WINDOW.hours == 336
+
+
+def _usage(
+    *,
+    cpu: int = 120,
+    peak: int | None = None,
+    hours: int = 336,
+    mem: int | None = 700,
+    net: list[int | None] | None = None,
+) -> Usage:
+    acc = UsageAccumulator(WINDOW)
+    for h in range(hours):
+        acc.add_cpu(WINDOW.start + h * 3600, peak if peak is not None and h % 24 < 2 else cpu)
+    if mem is not None:
+        for d in range(14):
+            acc.add_mem(WINDOW.start + d * DAY, mem)
+    for d, nbytes in enumerate(net if net is not None else [2_000_000] * 14):
+        if nbytes is not None:
+            acc.add_net(WINDOW.start + d * DAY, nbytes)
+    return acc.usage(complete=True)
+
+
+def test_idle_usage_is_idle_and_says_why() -> None:
+    verdict = POLICY.verdict(_usage(), WINDOW)
+    assert verdict.kind == "idle"
+    assert verdict.reasons[0].startswith("Idle 14 days: CPU avg 1.20% < 5.00%, p95 1.20%")
+
+
+@pytest.mark.parametrize(
+    ("usage", "kind"),
+    [
+        (_usage(cpu=499), "idle"),
+        (_usage(cpu=500), "busy"),  # strictly below 5 %
+        (_usage(cpu=100, peak=4000), "busy"),  # two hours a day at 40 %: p95 far above 10 %
+        (_usage(mem=None), "idle"),  # memory not reported: not a criterion
+        (_usage(mem=1500), "busy"),
+        (_usage(net=[6_000_000] * 2 + [1_000] * 12), "idle"),  # 12 of 14 quiet days
+        (_usage(net=[6_000_000] * 3 + [1_000] * 11), "busy"),
+        (_usage(net=[None] * 3 + [1_000] * 11), "insufficient"),  # not reported ≠ quiet
+        (_usage(hours=302), "insufficient"),  # under 90 % of the hours
+        (_usage(hours=303), "idle"),
+    ],
+)
+def test_thresholds(usage: Usage, kind: str) -> None:
+    assert POLICY.verdict(usage, WINDOW).kind == kind
+
+
+@pytest.mark.parametrize(
+    ("tags", "protected"),
+    [
+        ({"airlock:protect": "true"}, True),
+        ({"AIRLOCK:Protect": ""}, True),
+        ({"note": "Airlock:PROTECT"}, True),
+        ({"env": "prod"}, True),
+        ({"Environment": "PRODUCTION"}, True),
+        ({"ENV": "Prod-EU"}, True),
+        ({"env": "preprod"}, False),
+        ({"stage": "prod"}, False),  # only env/environment carry the production rule
+        ({"team": "<i>growth</i>", "env": "dev"}, False),
+    ],
+)
+def test_protect_list_is_case_insensitive(tags: dict[str, str], protected: bool) -> None:
+    assert (POLICY.protection(tags) is not None) is protected
+
+
+def test_young_instances_wait_for_a_whole_window() -> None:
+    assert POLICY.age_verdict("2025-11-20T00:00:00Z", NOW) == Verdict(
+        "young", ("9 days old, under the 14-day window",)
+    )
+    assert POLICY.age_verdict("2025-11-01T00:00:00Z", NOW) is None
+    assert POLICY.age_verdict("", NOW) is not None  # unknown age is never old enough
+
+
+def test_proposal_id_is_deterministic_per_resource_operation_and_window() -> None:
+    base = {
+        "account": "5123456789012345",
+        "region": "ap-southeast-1",
+        "resource_type": "ecs.instance",
+        "resource_id": "i-abcd1234",
+        "operation": "stop",
+    }
+    first = proposal_id(**base, window=WINDOW)
+    assert first == proposal_id(**base, window=Window.ending_before(NOW + 3600, 14))
+    assert first.startswith("prop_") and len(first) == 37
+    assert first != proposal_id(**{**base, "operation": "delete"}, window=WINDOW)
+    assert first != proposal_id(**base, window=Window.ending_before(NOW + DAY, 14))
+    assert first != proposal_id(**{**base, "resource_id": "i-abcd1235"}, window=WINDOW)
+
+
+# --------------------------------------------------------------------------- planner
+
+
+def _obs(
+    status: str = "Running", verdict: Verdict | None = None, rid: str = "i-abcd1234"
+) -> Observation:
+    usage = _usage()
+    return Observation(
+        state=LiveState(
+            "ecs.instance",
+            rid,
+            "ap-southeast-1",
+            status,
+            {"team": "sre"},
+            "ecs.g7.large",
+            "2025-01-01T00:00:00Z",
+            "web",
+        ),
+        observed_at=NOW - 5,
+        verdict=verdict or POLICY.verdict(usage, WINDOW),
+        usage=usage,
+        window=WINDOW,
+    )
+
+
+CTX = PlanContext(account="5123456789012345", agent_id="agent:scanner-1", policy=POLICY, now=NOW)
+
+
+def test_an_idle_running_instance_gets_a_float_free_stop() -> None:
+    (step,) = plan(_obs(), CheckpointView(), CTX)
+    assert isinstance(step, Submit)
+    action = step.action
+    assert action.operation == "stop" and action.params == {"stopped_mode": "StopCharging"}
+    assert action.precondition.observed_at == "2025-11-29T07:06:35Z"
+    assert action.created_at == "2025-11-29T07:06:40Z"
+    assert action.evidence["daily_cpu_p95_bp"] == [120] * 14
+    assert action.evidence["tags"] == {"team": "sre"}
+    action.canonical_bytes()  # within the 16 KiB cap
+
+
+def test_a_rejected_stop_is_held_for_a_window() -> None:
+    view = CheckpointView(rejected_until={("ap-southeast-1", "i-abcd1234", "stop"): NOW + 1})
+    (step,) = plan(_obs(), view, CTX)
+    assert isinstance(step, Hold) and step.reason.startswith("rejected")
+
+
+def test_non_nfc_tag_text_is_a_problem_not_a_rewrite() -> None:
+    obs = _obs()
+    bad = Observation(
+        state=LiveState(
+            "ecs.instance",
+            "i-abcd1234",
+            "ap-southeast-1",
+            "Running",
+            {"owner": "zoe\u0308"},
+            "ecs.g7.large",
+            "2025-01-01T00:00:00Z",
+            "web",
+        ),
+        observed_at=obs.observed_at,
+        verdict=obs.verdict,
+        usage=obs.usage,
+        window=WINDOW,
+    )
+    (step,) = plan(bad, CheckpointView(), CTX)
+    assert type(step).__name__ == "Problem" and "NFC" in step.detail  # type: ignore[union-attr]
+
+
+def test_a_busy_instance_has_its_open_stop_withdrawn() -> None:
+    view = CheckpointView()
+    from services.agent.planner import OpenProposal
+
+    view.open[("ap-southeast-1", "i-abcd1234")] = [OpenProposal("prop_x0000000", "stop", "pending")]
+    (step,) = plan(_obs(verdict=Verdict("busy", ("CPU avg 40.00% ≥ 5.00%",))), view, CTX)
+    assert isinstance(step, Withdraw) and step.note.startswith("no longer idle")
+
+
+def test_only_pending_proposals_of_vanished_resources_are_withdrawn() -> None:
+    from services.agent.planner import OpenProposal
+
+    view = CheckpointView()
+    view.open[("ap-southeast-1", "i-gone0001")] = [OpenProposal("prop_p0000000", "stop", "pending")]
+    view.open[("ap-southeast-1", "i-gone0002")] = [
+        OpenProposal("prop_a0000000", "delete", "approved")
+    ]
+    view.open[("eu-west-1", "i-gone0003")] = [OpenProposal("prop_e0000000", "stop", "pending")]
+    steps = withdraw_vanished(view, ["ap-southeast-1"])
+    assert [s.proposal_id for s in steps if isinstance(s, Withdraw)] == ["prop_p0000000"]
