@@ -1,0 +1,316 @@
+"""Executor throughput beside its bare primitives, measured in the same run.
+
+``python -m bench.bench_executor [--pg URL]`` (or ``make bench``). One execution is the
+whole path for a fresh bundle — verify (steps 1–12), consume (one INSERT), live re-read
+and precondition, ``executing`` commit, an in-memory write, and the outcome + audit event
++ signed receipt commit — on SQLite (WAL, synchronous=FULL) and PostgreSQL, with 1 and
+8 worker processes. Beside it: a bare Ed25519 verify, and a bare durable single-row
+``INSERT … ON CONFLICT DO NOTHING`` (one transaction each) on the same database through
+the same engine settings. Goal: one worker at ≥ 0.5 × the slower bare primitive.
+
+The execute path commits three times by design (DESIGN §2.4: consume, then ``executing``
+before the call, then the outcome), each durable, each with an audit append; the bare
+insert commits once. The ratio printed is therefore bounded by about 1/3 wherever the
+commit dominates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from airlock.cloud.ports import LiveState, MetricPoint, ResourceType, WriteResult
+from airlock.protocol import (
+    APPROVAL_PAYLOAD_TYPE,
+    ApprovalStatement,
+    Binding,
+    KeySet,
+    ProposedAction,
+    make_bundle,
+    pae,
+)
+from airlock.store import make_engine
+from bench._harness import ops_per_second
+from services.checkpoint.signer import Signer
+from services.executor import Executor, ReceiptSigner, migrate
+
+GOAL = 0.5
+_SEED = bytes(range(32))
+_RECEIPT_SEED = bytes(range(32, 64))
+_ACCOUNT = "5123456789012345"
+_REGION = "ap-southeast-1"
+_BINDING = Binding("airlock-executor/bench", "alibaba", _ACCOUNT, _REGION)
+_T0 = 1764400000
+_CTX = multiprocessing.get_context("fork")
+
+
+class InMemoryBenchCloud:
+    """Every instance is Running until stopped; writes cost nothing (the point is the
+    executor's own overhead). A benchmark double, never used outside bench/."""
+
+    def __init__(self) -> None:
+        self.stopped: set[str] = set()
+
+    def list_instances(
+        self, region: str, resource_type: ResourceType, *, page_size: int = 100
+    ) -> Iterator[LiveState]:
+        return iter(())
+
+    def get_state(
+        self, region: str, resource_type: ResourceType, resource_id: str
+    ) -> LiveState | None:
+        status = "Stopped" if resource_id in self.stopped else "Running"
+        return LiveState(resource_type, resource_id, region, status)
+
+    def get_metrics(
+        self, region: str, resource_id: str, metric: str, *, start: int, end: int, period: int
+    ) -> Iterator[MetricPoint]:
+        return iter(())
+
+    def stop_ecs(self, region: str, instance_id: str, *, stopped_mode: str) -> WriteResult:
+        self.stopped.add(instance_id)
+        return WriteResult("req-bench")
+
+    def delete_ecs(self, region: str, instance_id: str, *, client_token: str) -> WriteResult:
+        raise NotImplementedError
+
+    def stop_rds(self, region: str, instance_id: str) -> WriteResult:
+        raise NotImplementedError
+
+
+def _bundles(run: str, count: int) -> list[bytes]:
+    signer = Signer.from_seed(_SEED)
+    out = []
+    for n in range(count):
+        rid = f"i-{run}{n:07d}"
+        action = ProposedAction.model_validate(
+            {
+                "type": "airlock.action/v1",
+                "proposal_id": f"prop_{run}{n:07d}",
+                "provider": "alibaba",
+                "account": _ACCOUNT,
+                "region": _REGION,
+                "resource": {"type": "ecs.instance", "id": rid},
+                "operation": "stop",
+                "params": {"stopped_mode": "StopCharging"},
+                "precondition": {
+                    "status": "Running",
+                    "absent_tags": ["airlock:protect"],
+                    "observed_at": "2025-11-29T06:00:00Z",
+                },
+                "evidence": {"policy": "idle/v1", "window_days": 14, "cpu_p95_bp": 340},
+                "reason": "Idle 14 days",
+                "proposed_by": "agent:bench",
+                "created_at": "2025-11-29T06:00:05Z",
+            }
+        )
+        statement = ApprovalStatement.model_validate(
+            {
+                "type": "airlock.approval/v1",
+                "approval_id": f"apv_{run}{n:07d}",
+                "proposal_id": action.proposal_id,
+                "action_hash": action.action_hash(),
+                "provider": "alibaba",
+                "account": _ACCOUNT,
+                "region": _REGION,
+                "resource": {"type": "ecs.instance", "id": rid},
+                "operation": "stop",
+                "audience": _BINDING.audience,
+                "nonce": uuid.uuid4().hex,
+                "issued_at": _T0,
+                "not_before": _T0,
+                "expires_at": _T0 + 900,
+                "approvers": [{"id": "alice", "at": _T0 - 10}],
+                "quorum": 1,
+                "policy": {"rule": "stop-default", "hash": "sha256:" + "ab" * 32},
+                "risk": "medium",
+            }
+        )
+        out.append(make_bundle(action.canonical_bytes(), signer.sign_statement(statement)))
+    return out
+
+
+def _executor(url: str) -> Executor:
+    cloud = InMemoryBenchCloud()
+    return Executor(
+        engine=make_engine(url),
+        keys=KeySet([Signer.from_seed(_SEED).trusted_key()]),
+        binding=_BINDING,
+        reader=cloud,
+        writer=cloud,
+        signer=ReceiptSigner(Ed25519PrivateKey.from_private_bytes(_RECEIPT_SEED)),
+        clock=lambda: _T0 + 10,
+    )
+
+
+_bare = sa.Table(
+    "bench_bare_insert", sa.MetaData(), sa.Column("k", sa.String(64), primary_key=True)
+)
+
+
+def _bare_inserts(url: str, count: int) -> float:
+    """Durable single-row INSERT … ON CONFLICT DO NOTHING, one transaction each."""
+    engine = make_engine(url)
+    dialect = sa.dialects.postgresql if engine.dialect.name == "postgresql" else sa.dialects.sqlite
+    keys = [uuid.uuid4().hex for _ in range(count)]
+    try:
+        start = time.perf_counter()
+        for k in keys:
+            with engine.begin() as conn:
+                conn.execute(dialect.insert(_bare).values(k=k).on_conflict_do_nothing())
+        return count / (time.perf_counter() - start)
+    finally:
+        engine.dispose()
+
+
+def _executions(url: str, bundles: list[bytes]) -> float:
+    executor = _executor(url)
+    try:
+        start = time.perf_counter()
+        for raw in bundles:
+            outcome = executor.execute(raw)
+            if outcome.state is None or outcome.state.value != "succeeded":
+                raise RuntimeError(f"bench execution did not succeed: {outcome}")
+        return len(bundles) / (time.perf_counter() - start)
+    finally:
+        executor.engine.dispose()
+
+
+def _child(kind: str, url: str, work: Any, barrier: Any, out: Any) -> None:
+    if kind == "bare":
+        engine = make_engine(url)
+        with engine.connect():
+            pass
+        dialect = (
+            sa.dialects.postgresql if engine.dialect.name == "postgresql" else sa.dialects.sqlite
+        )
+        barrier.wait()
+        start = time.perf_counter()
+        for k in work:
+            with engine.begin() as conn:
+                conn.execute(dialect.insert(_bare).values(k=k).on_conflict_do_nothing())
+        engine.dispose()
+    else:
+        executor = _executor(url)
+        with executor.engine.connect():
+            pass
+        barrier.wait()
+        start = time.perf_counter()
+        for raw in work:
+            executor.execute(raw)
+        executor.engine.dispose()
+    out.put((start, time.perf_counter()))
+
+
+def _parallel(kind: str, url: str, shares: list[Any]) -> float:
+    barrier = _CTX.Barrier(len(shares))
+    out = _CTX.Queue()
+    procs = [_CTX.Process(target=_child, args=(kind, url, s, barrier, out)) for s in shares]
+    for p in procs:
+        p.start()
+    spans = [out.get(timeout=600) for _ in procs]
+    for p in procs:
+        p.join()
+    total = sum(len(s) for s in shares)
+    wall: float = max(e for _, e in spans) - min(s for s, _ in spans)
+    return total / wall
+
+
+def _databases(pg: str | None, tmp: Path) -> Iterator[tuple[str, str, Callable[[], None]]]:
+    yield "sqlite", f"sqlite:///{tmp / 'bench-ledger.db'}", lambda: None
+    if pg is None:
+        return
+    import psycopg
+
+    name = f"airlock_bench_{uuid.uuid4().hex[:8]}"
+    admin = sa.engine.make_url(pg).set(drivername="postgresql")
+    admin_dsn = admin.render_as_string(hide_password=False)
+    try:
+        with psycopg.connect(admin_dsn, autocommit=True, connect_timeout=3) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+    except psycopg.Error as exc:
+        print(f"   PostgreSQL unreachable ({exc}); skipped")
+        return
+
+    def drop() -> None:
+        with psycopg.connect(admin_dsn, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    yield "postgresql", admin.set(database=name).render_as_string(hide_password=False), drop
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/test")
+    parser.add_argument("--no-pg", action="store_true")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=150, help="executions per round")
+    parser.add_argument("--workers", type=int, default=8)
+    args = parser.parse_args(argv)
+
+    key = Ed25519PrivateKey.from_private_bytes(_SEED)
+    message = pae(APPROVAL_PAYLOAD_TYPE, b"x" * 600)
+    signature = key.sign(message)
+    public = key.public_key()
+    verify_rate = ops_per_second(lambda: public.verify(signature, message), seconds=0.5)
+
+    status = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for db, url, drop in _databases(None if args.no_pg else args.pg, Path(tmp)):
+            try:
+                engine = make_engine(url)
+                migrate(engine)
+                with engine.begin() as conn:
+                    _bare.create(conn)
+                engine.dispose()
+                bare1, exec1 = [], []
+                for r in range(args.rounds):
+                    bare1.append(_bare_inserts(url, args.batch))
+                    exec1.append(_executions(url, _bundles(f"r{r}", args.batch)))
+                bare_1 = statistics.median(bare1)
+                exec_1 = statistics.median(exec1)
+                per = args.batch
+                bundles = _bundles("par", per * args.workers)
+                exec_n = _parallel(
+                    "exec", url, [bundles[i :: args.workers] for i in range(args.workers)]
+                )
+                bare_n = _parallel(
+                    "bare",
+                    url,
+                    [[uuid.uuid4().hex for _ in range(per)] for _ in range(args.workers)],
+                )
+            finally:
+                drop()
+            slower = min(verify_rate, bare_1)
+            ratio = exec_1 / slower
+            print(f"-- {db}")
+            print(f"   bare Ed25519 verify               {verify_rate:10.0f} /s")
+            print(f"   bare durable INSERT, 1 worker     {bare_1:10.0f} /s")
+            print(f"   bare durable INSERT, {args.workers} workers    {bare_n:10.0f} /s")
+            print(f"   execute (full path), 1 worker     {exec_1:10.0f} /s")
+            print(f"   execute (full path), {args.workers} workers    {exec_n:10.0f} /s")
+            print(
+                f"   ratio 1 worker: {ratio:.2f} x slower bare primitive "
+                f"(goal >= {GOAL}){'' if ratio >= GOAL else '  BELOW GOAL'}"
+            )
+            print(
+                f"   ratio {args.workers} workers: {exec_n / bare_n:.2f} x bare INSERT "
+                f"at {args.workers} workers"
+            )
+            if ratio < GOAL:
+                status = 1
+    return status
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
