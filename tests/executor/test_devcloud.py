@@ -149,3 +149,69 @@ def test_protect_tag_added_at_devcloud_is_refused_with_zero_writes(
         executor.engine.dispose()
     assert outcome.state is State.REFUSED and outcome.refusal_code == "E_PRECONDITION"
     assert _writes(devcloud, b.resource_id) == 0
+
+
+def test_cli_keygen_run_bundle_once_and_receipts_verify(
+    devcloud: Any, migrated_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    from typer.testing import CliRunner
+
+    from airlock.cli import app
+    from airlock.protocol import canonical_bytes
+
+    from .support import ACCOUNT, AUDIENCE, keyset
+
+    monkeypatch.chdir(tmp_path)  # no stray .env
+    trusted = tmp_path / "trusted.json"
+    trusted.write_bytes(canonical_bytes(keyset().to_value()))
+    (tmp_path / "inbox").mkdir()
+    (tmp_path / "receipts").mkdir()
+    env = {
+        "AIRLOCK_ENV": "dev",
+        "AIRLOCK_EXECUTOR_DATABASE_URL": migrated_url,
+        "AIRLOCK_EXECUTOR_TRUSTED_KEYS_PATH": str(trusted),
+        "AIRLOCK_EXECUTOR_RECEIPT_KEY_PATH": str(tmp_path / "receipt.pem"),
+        "AIRLOCK_EXECUTOR_AUDIENCE": AUDIENCE,
+        "AIRLOCK_EXECUTOR_ACCOUNT": ACCOUNT,
+        "AIRLOCK_EXECUTOR_INBOX": str(tmp_path / "inbox"),
+        "AIRLOCK_EXECUTOR_RECEIPTS_DIR": str(tmp_path / "receipts"),
+        **devcloud.env("EXECUTOR", write=True),
+    }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    runner = CliRunner()
+    tag = f"dccli{'p' if 'postgres' in migrated_url else 's'}"
+    keys = tmp_path / "receipt-keys.json"
+    result = runner.invoke(app, ["executor", "keygen", "--public", str(keys)])
+    assert result.exit_code == 0, result.output
+
+    now = int(time.time())
+    first = make_test_bundle(1, tag=tag, issued_at=now)
+    devcloud.admin.create_instance(first.resource_id, status="Running")
+    bundle_file = tmp_path / "first.json"
+    bundle_file.write_bytes(first.raw)
+    result = runner.invoke(app, ["executor", "run-bundle", str(bundle_file)])
+    assert result.exit_code == 0, result.output
+    assert f"{first.approval_id} succeeded" in result.output
+    receipt_file = tmp_path / "receipts" / f"{first.approval_id}.receipt.json"
+    verified = runner.invoke(app, ["receipts", "verify", str(receipt_file), "--keys", str(keys)])
+    assert verified.exit_code == 0 and "OK: succeeded" in verified.output, verified.output
+    # The same bundle again is a replay: exit 1, still one write.
+    again = runner.invoke(app, ["executor", "run-bundle", str(bundle_file)])
+    assert again.exit_code == 1 and "E_REPLAY" in again.output
+    assert _writes(devcloud, first.resource_id) == 1
+
+    second = make_test_bundle(2, tag=tag, issued_at=now)
+    devcloud.admin.create_instance(second.resource_id, status="Running")
+    (tmp_path / "inbox" / "second.json").write_bytes(second.raw)
+    once = runner.invoke(app, ["executor", "--once"])
+    assert once.exit_code == 0, once.output
+    assert not (tmp_path / "inbox" / "second.json").exists()
+    assert _writes(devcloud, second.resource_id) == 1
+
+    refused = runner.invoke(
+        app, ["executor", "resolve", first.approval_id, "--by", "alice", "--happened"]
+    )
+    assert refused.exit_code == 2 and "not in_doubt" in refused.output
