@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from airlock.settings import DevcloudSettings
 
 __all__ = ["devcloud_app"]
 
@@ -20,16 +23,19 @@ devcloud_app = typer.Typer(
 )
 
 
-def _settings(**overrides: object) -> object:
+def _settings(**overrides: Any) -> DevcloudSettings:
+    from pydantic import ValidationError
+
     from airlock.settings import DevcloudSettings
 
-    try:
-        base = DevcloudSettings()
-    except ValueError as exc:  # pydantic's ValidationError is a ValueError
-        typer.echo(f"devcloud: {exc}", err=True)
-        raise typer.Exit(2) from None
     changes = {k: v for k, v in overrides.items() if v is not None}
-    return DevcloudSettings.model_validate({**base.model_dump(), **changes}) if changes else base
+    try:
+        # Command-line options win over AIRLOCK_DEVCLOUD_* (init arguments outrank the env).
+        return DevcloudSettings(**changes)
+    except ValidationError as exc:
+        # Only the messages: the rendered error would echo every input, secrets included.
+        typer.echo("devcloud: " + "; ".join(str(e["msg"]) for e in exc.errors()), err=True)
+        raise typer.Exit(2) from None
 
 
 @devcloud_app.command("serve")
@@ -51,7 +57,6 @@ def serve_command(
     """Serve the ECS/RDS/CloudMonitor API subset on one port (one worker)."""
     import uvicorn
 
-    from airlock.settings import DevcloudSettings
     from services.devcloud import create_app
 
     settings = _settings(
@@ -61,9 +66,14 @@ def serve_command(
         enable_admin=True if enable_admin else None,
         transition_seconds=transition_seconds,
     )
-    assert isinstance(settings, DevcloudSettings)
     settings.db_path.parent.mkdir(parents=True, exist_ok=True)
     app = create_app(settings)
+    admin = "on" if settings.enable_admin else "off"
+    typer.echo(
+        f"devcloud (dev only) on http://{settings.host}:{settings.port}, db {settings.db_path},"
+        f" admin API {admin}",
+        err=True,
+    )
     # One worker: the fault counters and nonces live in SQLite and would work with more,
     # but a single process keeps latency injection and tests simple to reason about.
     uvicorn.run(
@@ -93,11 +103,9 @@ def seed_command(
     keep: Annotated[bool, typer.Option("--keep", help="Add to the existing fleet.")] = False,
 ) -> None:
     """Replace the fleet with a deterministic one (idle, busy, bursty, protected, prod, young…)."""
-    from airlock.settings import DevcloudSettings
     from services.devcloud import Store, seed_store
 
     settings = _settings(db_path=db)
-    assert isinstance(settings, DevcloudSettings)
     settings.db_path.parent.mkdir(parents=True, exist_ok=True)
     store = Store(settings.db_path, transition_seconds=settings.transition_seconds)
     started = time.perf_counter()

@@ -93,6 +93,9 @@ _RDS_NAMESPACE: Final = "acs_rds_dashboard"
 _MAX_PAGE: Final = 100  # ECS and RDS both cap MaxResults at 100
 _METRIC_PAGE: Final = 1440  # CloudMonitor's cap on Length
 _TAG_BATCH: Final = 50  # RDS ListTagResources takes at most 50 ResourceId.N
+# Instances per DescribeMetricList call. The dimensions travel in the query string on
+# every page, so a longer list costs more per call than it saves in calls.
+_DIMENSIONS_BATCH: Final = 50
 # The kernel's formats (airlock.protocol); always used with fullmatch ("$" admits "\n").
 _ECS_ID = re.compile(r"i-[0-9a-z]{4,64}")
 _RDS_ID = re.compile(r"(rm|pgm|pc)-[0-9a-z]{4,64}")
@@ -469,6 +472,23 @@ class AlibabaReader:
         if end <= start or period <= 0:
             raise ValueError("need start < end and a positive period")
         namespace = self._namespace(resource_ids, metric)
+        for at in range(0, len(resource_ids), _DIMENSIONS_BATCH):
+            batch = resource_ids[at : at + _DIMENSIONS_BATCH]
+            yield from self._metric_pages(
+                region, namespace, batch, metric=metric, start=start, end=end, period=period
+            )
+
+    def _metric_pages(
+        self,
+        region: str,
+        namespace: str,
+        resource_ids: Sequence[str],
+        *,
+        metric: str,
+        start: int,
+        end: int,
+        period: int,
+    ) -> Iterator[tuple[str, MetricPoint]]:
         client = self._clients.get("cms", region)
         dimensions = json.dumps([{"instanceId": rid} for rid in resource_ids])
         token: str | None = None

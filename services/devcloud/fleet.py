@@ -283,12 +283,28 @@ def _hourly(
     return _day_series(seed, spec_id, profile, kind, day)[rem // _HOUR]
 
 
+@functools.lru_cache(maxsize=200_000)
+def _day_aggregate(
+    seed: int, instance_id: str, profile: str, kind: str, day: int
+) -> tuple[float, float]:
+    """(mean of averages, max of maxima) of one UTC day: a daily query costs one lookup."""
+    series = _day_series(seed, instance_id, profile, kind, day)
+    return sum(a for a, _ in series) / 24, max(m for _, m in series)
+
+
 def datapoint(
     *, seed: int, instance_id: str, profile: str, kind: str, scale: float, t: int, period: int
 ) -> tuple[float, float]:
     """(average, maximum) of the period starting at ``t`` (Unix seconds)."""
     if period <= _HOUR:
         avg, peak = _hourly(seed, instance_id, profile, kind, t - t % _HOUR)
+    elif t % _DAY == 0 and period % _DAY == 0:
+        days = [
+            _day_aggregate(seed, instance_id, profile, kind, d)
+            for d in range(t // _DAY, (t + period) // _DAY)
+        ]
+        avg = sum(a for a, _ in days) / len(days)
+        peak = max(m for _, m in days)
     else:
         pairs = [
             _hourly(seed, instance_id, profile, kind, h)
