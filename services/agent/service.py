@@ -70,7 +70,6 @@ class RunReport:
     problems: int = 0
     rows: list[PlannedRow] = field(default_factory=list)
     api_calls: dict[str, int] = field(default_factory=dict)
-    error: str = ""
 
 
 class Agent:

@@ -232,3 +232,20 @@ def test_the_agent_holds_no_cloud_writer() -> None:
         names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
         names |= {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
         assert not {"CloudWriter", "AlibabaWriter"} & names, path.name
+
+
+def test_loop_runs_scan_after_scan_until_stopped(harness: Harness) -> None:
+    import threading
+
+    stop = threading.Event()
+    reports = []
+
+    def on_report(report: object) -> None:
+        reports.append(report)
+        harness.advance(3600)
+        if len(reports) == 2:
+            stop.set()
+
+    harness.agent().run_loop(interval=0, stop=stop, on_report=on_report)
+
+    assert [r.created for r in reports] == [len(harness.proposals()), 0]
