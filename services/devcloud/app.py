@@ -23,12 +23,12 @@ import json
 import math
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from typing import Any, Final
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from airlock.settings import DevcloudSettings
 
@@ -583,6 +583,16 @@ class _Api:
         return body
 
 
+class _ConnectionCut(Exception):
+    """Raised mid-body so the server drops the connection (apply-then-drop, reset mode)."""
+
+
+async def _cut_short(result: dict[str, Any]) -> AsyncIterator[bytes]:
+    body = json.dumps(result).encode()
+    yield body[: len(body) // 2]
+    raise _ConnectionCut("apply-then-drop fault: connection cut after the effect")
+
+
 def _error(exc: AcsError, request_id: str, host: str) -> JSONResponse:
     return JSONResponse(
         {
@@ -647,6 +657,8 @@ def create_app(
             return _error(exc, request_id, host)
         if is_write:
             dropping = store.consume_fault("drop_next_writes", faults)
+            if dropping is not None and dropping.drop_mode == "reset":
+                return StreamingResponse(_cut_short(result), media_type="application/json")
             if dropping is not None:
                 # Apply-then-drop: the effect is committed and logged; the caller's read
                 # timeout fires long before this answer comes.
@@ -694,6 +706,11 @@ def _admin_routes(app: FastAPI, settings: DevcloudSettings, store: Store) -> Non
                     {"detail": f"unknown fault fields {sorted(unknown)}"}, status_code=422
                 )
             current.update(changes)
+            if current["fail_kind"] not in _FAULT_ERRORS or current["drop_mode"] not in (
+                "timeout",
+                "reset",
+            ):
+                return JSONResponse({"detail": "unknown fail_kind or drop_mode"}, status_code=422)
             store.set_faults(Faults.from_json(current))
         return JSONResponse(store.get_faults().to_json())
 

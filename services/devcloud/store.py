@@ -99,6 +99,9 @@ class Faults:
     fail_kind: str = "unavailable"  # unavailable (503) | internal (500) | throttling (400)
     drop_next_writes: int = 0  # the next N writes apply, then the response is withheld
     drop_delay_ms: int = 30_000  # how long a dropped response is withheld
+    #: timeout: withhold the answer past the caller's read timeout; reset: start the
+    #: answer, then cut the connection mid-body (the caller sees a broken response at once)
+    drop_mode: str = "timeout"
     fail_next_reads: int = 0  # same as fail_next_writes, for Describe*/List*/metrics
 
     def to_json(self) -> dict[str, Any]:
@@ -109,6 +112,7 @@ class Faults:
             "fail_kind": self.fail_kind,
             "drop_next_writes": self.drop_next_writes,
             "drop_delay_ms": self.drop_delay_ms,
+            "drop_mode": self.drop_mode,
             "fail_next_reads": self.fail_next_reads,
         }
 

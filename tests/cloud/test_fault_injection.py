@@ -113,3 +113,25 @@ def test_fault_settings_round_trip_and_reset(devcloud: DevcloudHandle) -> None:
     assert (faults["latency_ms"], faults["fail_next_writes"]) == (5, 2)
     devcloud.admin.reset_faults()
     assert devcloud.admin.faults()["fail_next_writes"] == 0
+
+
+def test_connection_cut_after_the_effect_is_an_unknown_outcome(
+    devcloud: DevcloudHandle, fresh_ecs_id: str
+) -> None:
+    devcloud.admin.create_instance(fresh_ecs_id, status="Stopped")
+    devcloud.admin.set_faults(drop_next_writes=1, drop_mode="reset")
+    with pytest.raises(UnknownOutcome) as unknown:
+        devcloud.writer().delete_ecs(REGION, fresh_ecs_id, client_token="apv_cut")
+    assert unknown.value.code == "Transport"
+    assert len(devcloud.admin.writes(resource_id=fresh_ecs_id)) == 1
+    assert devcloud.reader().get_state(REGION, "ecs.instance", fresh_ecs_id) is None
+
+
+def test_unknown_fault_kinds_are_refused(devcloud: DevcloudHandle) -> None:
+    import httpx
+
+    with pytest.raises(httpx.HTTPStatusError):
+        devcloud.admin.set_faults(fail_kind="meteor")
+    with pytest.raises(httpx.HTTPStatusError):
+        devcloud.admin.set_faults(fail_next_everything=1)
+    assert devcloud.admin.faults()["fail_kind"] == "unavailable"
