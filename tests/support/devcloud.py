@@ -81,8 +81,15 @@ class DevcloudAdmin:
         return dict(self._ok(self._client.get("/_admin/faults")))
 
     def set_faults(self, **changes: Any) -> dict[str, Any]:
-        """latency_ms, write_latency_ms, fail_next_writes, fail_next_reads,
-        fail_kind (unavailable | internal | throttling), drop_next_writes, drop_delay_ms."""
+        """Merge fault settings (reset with :meth:`reset_faults`).
+
+        latency_ms / write_latency_ms: added delay; fail_next_writes / fail_next_reads: the
+        next N calls fail before any effect with fail_kind ``unavailable`` (503
+        ServiceUnavailable), ``internal`` (500 InternalError) or ``throttling`` (400
+        Throttling.User); drop_next_writes: the next N writes take effect and are logged,
+        then the answer is withheld for drop_delay_ms (drop_mode ``timeout``, the caller's
+        read timeout fires) or cut mid-body (drop_mode ``reset``).
+        """
         return dict(self._ok(self._client.post("/_admin/faults", json=changes)))
 
     def reset_faults(self) -> None:
