@@ -1,0 +1,205 @@
+"""docker-compose.yml keeps the capability split of DESIGN §1 (parsed, never run here).
+
+Each service may hold only its own secrets: the signing key only in the checkpoint; the
+write credential, trusted key set, receipt key and executor token only in the executor;
+the read credential and agent token only in the agent; nothing secret in the web app.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+import typer
+import yaml
+
+from airlock import settings as airlock_settings
+from airlock.cli import app
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]
+AIRLOCK_SERVICES = ["checkpoint", "executor", "agent", "webapp", "devcloud"]
+SETTINGS = {
+    "checkpoint": airlock_settings.CheckpointSettings,
+    "executor": airlock_settings.ExecutorSettings,
+    "agent": airlock_settings.AgentSettings,
+    "webapp": airlock_settings.WebappSettings,
+    "devcloud": airlock_settings.DevcloudSettings,
+}
+SECRETISH = re.compile(r"(SECRET|TOKEN|PASSWORD|PRIVATE|_KEY_ID|DATABASE_URL)", re.IGNORECASE)
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Run infra/gen-secrets.sh --demo into a temporary deploy/ tree."""
+    root = tmp_path_factory.mktemp("deploy")
+    subprocess.run(
+        ["bash", str(ROOT / "infra" / "gen-secrets.sh"), "--demo", str(root / "secrets")],
+        check=True,
+        capture_output=True,
+    )
+    return root
+
+
+def _env_file(generated: Path, service: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for ref in SERVICES[service].get("env_file", []):
+        path = generated / "secrets" / Path(ref).name
+        for line in path.read_text().splitlines():
+            if line and not line.startswith("#"):
+                key, _, value = line.partition("=")
+                out[key] = value
+    return out
+
+
+def _environment(service: str) -> dict[str, str]:
+    env = SERVICES[service].get("environment", {})
+    return {str(k): str(v) for k, v in env.items()}
+
+
+def test_every_service_is_declared() -> None:
+    assert set(SERVICES) == {"checkpoint", "executor", "agent", "webapp", "postgres", "devcloud"}
+    assert SERVICES["devcloud"]["profiles"] == ["demo"]
+    for name in ("checkpoint", "executor", "agent", "webapp", "postgres"):
+        assert "profiles" not in SERVICES[name], f"{name} must run by default"
+
+
+def test_no_shared_env_file_and_no_dotenv() -> None:
+    seen: dict[str, str] = {}
+    for name, service in SERVICES.items():
+        for ref in service.get("env_file", []):
+            assert Path(ref).name != ".env", f"{name} reads a shared .env"
+            assert ref not in seen, f"{name} and {seen.get(ref)} share {ref}"
+            seen[ref] = name
+
+
+def test_only_the_checkpoint_holds_the_signing_key() -> None:
+    holders = [
+        name
+        for name, service in SERVICES.items()
+        if any("checkpoint-keys" in str(v) for v in service.get("volumes", []))
+    ]
+    assert holders == ["checkpoint"]
+
+
+def test_only_the_executor_holds_the_receipt_key_and_the_trusted_key_set() -> None:
+    secret_holders = [name for name, s in SERVICES.items() if s.get("secrets")]
+    assert secret_holders == ["executor"]
+    assert SERVICES["executor"]["secrets"] == ["executor_receipt_key"]
+    trusting = [
+        name
+        for name, s in SERVICES.items()
+        if any("trusted-keys" in str(v) for v in s.get("volumes", []))
+    ]
+    assert trusting == ["executor"]
+
+
+def test_cloud_credentials_go_to_the_right_service(generated: Path) -> None:
+    executor, agent = _env_file(generated, "executor"), _env_file(generated, "agent")
+    devcloud = _env_file(generated, "devcloud")
+    # the executor gets the write key, the agent the read key, and they differ
+    assert (
+        executor["AIRLOCK_EXECUTOR_CLOUD_ACCESS_KEY_ID"]
+        == devcloud["AIRLOCK_DEVCLOUD_WRITE_KEY_ID"]
+    )
+    assert agent["AIRLOCK_AGENT_CLOUD_ACCESS_KEY_ID"] == devcloud["AIRLOCK_DEVCLOUD_READ_KEY_ID"]
+    assert (
+        executor["AIRLOCK_EXECUTOR_CLOUD_ACCESS_KEY_ID"]
+        != agent["AIRLOCK_AGENT_CLOUD_ACCESS_KEY_ID"]
+    )
+    # and never the public dev defaults
+    for key_id, _ in (airlock_settings.DEVCLOUD_READ_KEY, airlock_settings.DEVCLOUD_WRITE_KEY):
+        assert key_id not in str(executor) + str(agent) + str(devcloud)
+    for name in ("checkpoint", "webapp"):
+        values = str(_env_file(generated, name)) + str(_environment(name))
+        assert "CLOUD_ACCESS_KEY" not in values, f"{name} must hold no cloud credential"
+
+
+def test_the_web_app_holds_nothing_secret() -> None:
+    webapp = SERVICES["webapp"]
+    assert "env_file" not in webapp
+    assert "secrets" not in webapp
+    assert not webapp.get("volumes")
+    assert [k for k in _environment("webapp") if SECRETISH.search(k)] == []
+
+
+def test_checkpoint_and_executor_use_separate_databases_and_roles(generated: Path) -> None:
+    checkpoint = _env_file(generated, "checkpoint")["AIRLOCK_CHECKPOINT_DATABASE_URL"]
+    executor = _env_file(generated, "executor")["AIRLOCK_EXECUTOR_DATABASE_URL"]
+    pattern = re.compile(r"postgresql://(\w+):(\w+)@postgres:5432/(\w+)$")
+    cp, ex = pattern.match(checkpoint), pattern.match(executor)
+    assert cp and ex
+    assert (cp[1], cp[3]) == ("checkpoint", "checkpoint")
+    assert (ex[1], ex[3]) == ("executor", "executor")
+    assert cp[2] != ex[2], "each role has its own password"
+    assert "AIRLOCK_EXECUTOR_DATABASE_URL" not in _env_file(generated, "checkpoint")
+    assert "AIRLOCK_CHECKPOINT_DATABASE_URL" not in _env_file(generated, "executor")
+    init = (ROOT / "infra" / "postgres" / "init-databases.sh").read_text()
+    assert "CREATE DATABASE checkpoint OWNER checkpoint" in init
+    assert "CREATE DATABASE executor OWNER executor" in init
+    assert "REVOKE ALL ON DATABASE executor FROM PUBLIC" in init
+
+
+def test_generated_secrets_are_private(generated: Path) -> None:
+    for path in (generated / "secrets").iterdir():
+        assert path.stat().st_mode & 0o077 == 0, f"{path.name} is readable by others"
+
+
+def test_ports_are_bound_to_loopback() -> None:
+    for name, service in SERVICES.items():
+        for port in service.get("ports", []):
+            assert str(port).startswith("127.0.0.1:"), f"{name} publishes {port} beyond loopback"
+
+
+def test_dependencies_wait_for_health() -> None:
+    for name, service in SERVICES.items():
+        for dep, cond in (service.get("depends_on") or {}).items():
+            assert cond == {"condition": "service_healthy"}, f"{name} -> {dep}"
+            assert "healthcheck" in SERVICES[dep], f"{dep} has no healthcheck"
+
+
+def test_required_variables_fail_loudly() -> None:
+    text = (ROOT / "docker-compose.yml").read_text()
+    for var in ("AIRLOCK_AUDIENCE", "AIRLOCK_ACCOUNT", "AIRLOCK_REGION"):
+        uses = re.findall(r"\$\{" + var + r"([^}]*)\}", text)
+        assert uses and all(u.startswith(":?") for u in uses), f"${{{var}}} must be required"
+
+
+def test_environment_names_match_each_service_settings(generated: Path) -> None:
+    for name in AIRLOCK_SERVICES:
+        prefix = f"AIRLOCK_{name.upper()}_"
+        fields = set(SETTINGS[name].model_fields)
+        names = {**_env_file(generated, name), **_environment(name)}
+        for key in names:
+            if key == "AIRLOCK_ENV":
+                continue
+            assert key.startswith(prefix), f"{name} is given another service's setting {key}"
+            assert key[len(prefix) :].lower() in fields, f"{key} is not a {name} setting"
+
+
+@pytest.mark.parametrize("name", AIRLOCK_SERVICES)
+def test_each_command_is_a_real_cli_invocation(name: str) -> None:
+    args = [str(a) for a in SERVICES[name]["command"]]
+    command: click.Command = typer.main.get_command(app)
+    ctx = command.make_context("airlock", list(args))
+    while isinstance(command, click.Group):
+        rest = [*ctx.protected_args, *ctx.args] if hasattr(ctx, "protected_args") else ctx.args
+        sub_name, sub, rest = command.resolve_command(ctx, rest)
+        assert sub is not None and sub_name is not None
+        ctx = sub.make_context(sub_name, rest, parent=ctx)
+        command = sub
+
+
+def test_dockerfile_runs_as_non_root_from_a_slim_base_without_build_tools() -> None:
+    text = (ROOT / "infra" / "Dockerfile").read_text()
+    stages = re.split(r"^FROM ", text, flags=re.MULTILINE)[1:]
+    final = stages[-1]
+    assert final.startswith("python:3.11-slim")
+    assert re.search(r"^USER 10001", final, re.MULTILINE)
+    for tool in ("gcc", "build-essential", "apt-get install", "make "):
+        assert tool not in final, f"the final image installs {tool}"
