@@ -11,12 +11,15 @@ from typing import Annotated
 
 import typer
 
+from ._agent import agent_command
 from ._audit import audit_app
 from ._checkpoint import checkpoint_command, tokens_app, users_app
+from ._config import config_command
 from ._conformance import conformance_command
 from ._devcloud import devcloud_app
 from ._executor import executor_app, receipts_app
 from ._keys import keys_app
+from ._up import up_command
 from ._webapp import webapp_command
 
 __all__ = ["app", "main"]
@@ -41,7 +44,10 @@ def _root(
         raise typer.Exit(0)
 
 
+app.command("up")(up_command)
 app.command("conformance")(conformance_command)
+app.command("config")(config_command)
+app.command("agent")(agent_command)
 app.add_typer(audit_app)
 app.add_typer(devcloud_app)
 app.command("webapp")(webapp_command)

@@ -1,0 +1,124 @@
+"""``airlock config``: every setting of every service, as documentation or as in effect.
+
+``airlock config --markdown`` prints the README's configuration table, generated from
+the settings classes and their ``#:`` comments (a test keeps the README in step).
+``airlock config [SERVICE]`` shows what this environment resolves to, secrets masked.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from typing import Annotated, Any
+
+import typer
+from pydantic import SecretStr, ValidationError
+from pydantic_settings import BaseSettings
+
+from airlock import settings as _settings
+
+__all__ = ["config_command", "markdown_table"]
+
+SERVICES: dict[str, type[BaseSettings]] = {
+    "checkpoint": _settings.CheckpointSettings,
+    "executor": _settings.ExecutorSettings,
+    "agent": _settings.AgentSettings,
+    "webapp": _settings.WebappSettings,
+    "devcloud": _settings.DevcloudSettings,
+}
+
+
+def _comments(cls: type) -> dict[str, str]:
+    """Field name -> the ``#:`` comment block above it, across the class's bases."""
+    out: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if not (isinstance(klass, type) and issubclass(klass, BaseSettings)):
+            continue
+        if klass.__module__ != _settings.__name__:
+            continue
+        lines = inspect.getsource(klass).splitlines()
+        for node in ast.walk(ast.parse("\n".join(lines))):
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                block: list[str] = []
+                row = node.lineno - 2
+                while row >= 0 and lines[row].strip().startswith("#:"):
+                    block.insert(0, lines[row].strip()[2:].strip())
+                    row -= 1
+                if block:
+                    out[node.target.id] = " ".join(block)
+    return out
+
+
+def _env_name(cls: type[BaseSettings], field: str) -> str:
+    if field == "env":
+        return "AIRLOCK_ENV"
+    return f"{cls.model_config.get('env_prefix', '')}{field}".upper()
+
+
+def _default(cls: type[BaseSettings], field: str) -> str:
+    info = cls.model_fields[field]
+    if info.is_required():
+        return "(required)"
+    value = info.get_default(call_default_factory=True)
+    if isinstance(value, SecretStr):
+        return "(secret, unset)" if not value.get_secret_value() else "(dev default)"
+    if value is None:
+        return "unset"
+    if isinstance(value, tuple):
+        value = list(value)
+    text = str(value) if not isinstance(value, list) else repr(value).replace("'", '"')
+    return f"`{text}`" if text else "empty"
+
+
+def markdown_table() -> str:
+    """The README configuration table: one section per service."""
+    parts: list[str] = []
+    for service, cls in SERVICES.items():
+        comments = _comments(cls)
+        parts.append(f"#### {service}\n")
+        parts.append("| variable | default | meaning |")
+        parts.append("|---|---|---|")
+        for field in cls.model_fields:
+            meaning = comments.get(field, "").replace("|", "\\|")
+            parts.append(f"| `{_env_name(cls, field)}` | {_default(cls, field)} | {meaning} |")
+        parts.append("")
+    return "\n".join(parts)
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, SecretStr):
+        return "•••• (set)" if value.get_secret_value() else "(unset)"
+    return str(value)
+
+
+def config_command(
+    service: Annotated[
+        str | None, typer.Argument(help="checkpoint, executor, agent, webapp or devcloud.")
+    ] = None,
+    markdown: Annotated[
+        bool, typer.Option("--markdown", help="Print the README's configuration table.")
+    ] = False,
+) -> None:
+    """Show each service's settings as this environment resolves them (secrets masked)."""
+    if markdown:
+        typer.echo(markdown_table(), nl=False)
+        return
+    if service is not None and service not in SERVICES:
+        typer.echo(f"config: unknown service {service!r}; one of {', '.join(SERVICES)}", err=True)
+        raise typer.Exit(2)
+    failed = False
+    for name, cls in SERVICES.items():
+        if service is not None and name != service:
+            continue
+        typer.echo(f"[{name}]")
+        try:
+            loaded = cls()
+        except ValidationError as exc:
+            failed = True
+            for error in exc.errors():
+                typer.echo(f"  invalid: {error['msg']}")
+            continue
+        for field in cls.model_fields:
+            typer.echo(f"  {_env_name(cls, field):<44} {_shown(getattr(loaded, field))}")
+    if failed:
+        raise typer.Exit(1)

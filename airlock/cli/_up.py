@@ -1,0 +1,393 @@
+"""``airlock up``: the whole system on one machine, on embedded defaults, in one command.
+
+Creates the local state in ``.airlock/`` on first run (signing key, receipt key, SQLite
+databases, a seeded devcloud fleet, demo people and service tokens), then starts
+devcloud, checkpoint, executor, agent and web app as separate processes on loopback and
+supervises them until Ctrl-C. A second run reuses the state.
+
+Each process gets only its own settings in its environment, as in the deployment: the
+signing key directory only reaches the checkpoint, the write key and the receipt key only
+the executor, the read key and agent token only the agent, nothing secret the web app.
+Everything runs with ``AIRLOCK_ENV=dev``: this is a demo on a laptop, never production.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated
+
+import httpx
+import typer
+
+__all__ = ["up_command"]
+
+DEMO_PEOPLE = (("alice", "approver"), ("bob", "approver"), ("admin", "admin"))
+_STOP_GRACE_SECONDS = 10.0
+
+
+class UpError(Exception):
+    """Setting up or starting the local system failed; the message says what to do."""
+
+
+@dataclass
+class _Service:
+    name: str
+    args: list[str]
+    env: dict[str, str]
+    ready: Callable[[], bool]
+    log: Path
+    proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Create ``path`` with mode 0600 from the start (no chmod window), never overwrite."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _http_ok(url: str) -> Callable[[], bool]:
+    def check() -> bool:
+        try:
+            return httpx.get(url, timeout=1.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    return check
+
+
+class _Stack:
+    def __init__(self, home: Path, ports: dict[str, int], instances: int, interval: int) -> None:
+        self.home = home
+        self.ports = ports
+        self.instances = instances
+        self.interval = interval
+        self.logs = home / "logs"
+        self.checkpoint_url = f"http://127.0.0.1:{ports['checkpoint']}"
+        self.devcloud_endpoint = f"127.0.0.1:{ports['devcloud']}"
+        self.services: list[_Service] = []
+        self.new_credentials: list[tuple[str, str, str]] = []
+
+    # ------------------------------------------------------------------ environment
+
+    def _env(self, **values: str | Path) -> dict[str, str]:
+        # Start from the caller's environment minus every AIRLOCK_* variable, so one
+        # service never inherits another's settings from the shell.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AIRLOCK_")}
+        env["AIRLOCK_ENV"] = "dev"
+        env.update({k: str(v) for k, v in values.items()})
+        return env
+
+    def checkpoint_env(self) -> dict[str, str]:
+        return self._env(
+            AIRLOCK_CHECKPOINT_DATABASE_URL=f"sqlite:///{self.home / 'checkpoint.db'}",
+            AIRLOCK_CHECKPOINT_KEYS_DIR=self.home / "keys",
+            AIRLOCK_CHECKPOINT_RECEIPT_KEYS_PATH=self.home / "receipt-keys.json",
+            AIRLOCK_CHECKPOINT_PORT=str(self.ports["checkpoint"]),
+        )
+
+    def executor_env(self, token: str = "") -> dict[str, str]:
+        return self._env(
+            AIRLOCK_EXECUTOR_DATABASE_URL=f"sqlite:///{self.home / 'executor.db'}",
+            AIRLOCK_EXECUTOR_TRUSTED_KEYS_PATH=self.home / "trusted-keys.json",
+            AIRLOCK_EXECUTOR_RECEIPT_KEY_PATH=self.home / "executor-receipt.pem",
+            AIRLOCK_EXECUTOR_CLOUD_ENDPOINT=self.devcloud_endpoint,
+            AIRLOCK_EXECUTOR_CLOUD_PROTOCOL="http",
+            AIRLOCK_EXECUTOR_CHECKPOINT_URL=self.checkpoint_url,
+            AIRLOCK_EXECUTOR_CHECKPOINT_TOKEN=token,
+            AIRLOCK_EXECUTOR_HEARTBEAT_PATH=self.home / "executor.heartbeat",
+        )
+
+    def agent_env(self, token: str) -> dict[str, str]:
+        return self._env(
+            AIRLOCK_AGENT_CLOUD_ENDPOINT=self.devcloud_endpoint,
+            AIRLOCK_AGENT_CLOUD_PROTOCOL="http",
+            AIRLOCK_AGENT_CHECKPOINT_URL=self.checkpoint_url,
+            AIRLOCK_AGENT_CHECKPOINT_TOKEN=token,
+        )
+
+    def devcloud_env(self) -> dict[str, str]:
+        return self._env(AIRLOCK_DEVCLOUD_DB_PATH=self.home / "devcloud.db")
+
+    def webapp_env(self) -> dict[str, str]:
+        return self._env(AIRLOCK_WEBAPP_CHECKPOINT_URL=self.checkpoint_url)
+
+    # ------------------------------------------------------------------ first-run state
+
+    def _airlock(self, args: list[str], env: dict[str, str]) -> str:
+        result = subprocess.run(  # noqa: S603 - our own interpreter, fixed argv, no shell
+            [sys.executable, "-m", "airlock.cli", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise UpError(f"`airlock {' '.join(args[:2])}` failed:\n{result.stderr.strip()}")
+        return result.stdout
+
+    def prepare(self, echo: Callable[[str], None]) -> None:
+        """Create whatever part of the local state is missing; reuse the rest."""
+        self.home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.logs.mkdir(mode=0o700, exist_ok=True)
+        keys_dir = self.home / "keys"
+        if not keys_dir.exists() or not any(keys_dir.iterdir()):
+            echo("generating the checkpoint's Ed25519 signing key")
+            self._airlock(["keys", "generate", "--keys-dir", str(keys_dir)], self.checkpoint_env())
+        # Re-export every start, so a rotation done since is picked up by the executor.
+        self._airlock(
+            [
+                "keys",
+                "export-public",
+                "--keys-dir",
+                str(keys_dir),
+                "--out",
+                str(self.home / "trusted-keys.json"),
+            ],
+            self.checkpoint_env(),
+        )
+        receipt_key = self.home / "executor-receipt.pem"
+        if not receipt_key.exists():
+            echo("generating the executor's receipt key")
+            self._airlock(
+                [
+                    "executor",
+                    "keygen",
+                    "--out",
+                    str(receipt_key),
+                    "--public",
+                    str(self.home / "receipt-keys.json"),
+                ],
+                self.executor_env(),
+            )
+        credentials = self.home / "demo-credentials"
+        if not credentials.exists():
+            echo("creating demo people: alice and bob (approvers), admin")
+            lines = []
+            for name, role in DEMO_PEOPLE:
+                out = self._airlock(
+                    ["users", "add", name, "--role", role, "--generate"], self.checkpoint_env()
+                )
+                password = out.rsplit("password:", 1)[1].strip()
+                lines.append(f"{name} {role} {password}\n")
+                self.new_credentials.append((name, role, password))
+            _write_private(credentials, "".join(lines))
+        tokens = self.home / "service-tokens.json"
+        if not tokens.exists():
+            echo("creating the agent's and the executor's service tokens")
+            value = {
+                role: self._airlock(
+                    ["tokens", "create", f"{role}-local", "--role", role], self.checkpoint_env()
+                ).strip()
+                for role in ("agent", "executor")
+            }
+            _write_private(tokens, json.dumps(value))
+        if not (self.home / "devcloud.db").exists():
+            echo(f"seeding devcloud with a fleet of {self.instances} instances")
+            self._airlock(
+                ["devcloud", "seed", "--instances", str(self.instances)], self.devcloud_env()
+            )
+
+    def tokens(self) -> dict[str, str]:
+        value = json.loads((self.home / "service-tokens.json").read_text())
+        return {str(k): str(v) for k, v in value.items()}
+
+    # ------------------------------------------------------------------ processes
+
+    def plan(self) -> None:
+        tokens = self.tokens()
+        heartbeat = self.home / "executor.heartbeat"
+        with contextlib.suppress(FileNotFoundError):
+            heartbeat.unlink()  # a stale one must not count as this run's
+
+        def executor_ready() -> bool:
+            return heartbeat.exists()
+
+        def alive() -> bool:
+            return True
+
+        p = self.ports
+        self.services = [
+            _Service(
+                "devcloud",
+                ["devcloud", "serve", "--port", str(p["devcloud"])],
+                self.devcloud_env(),
+                _http_ok(f"http://{self.devcloud_endpoint}/_health"),
+                self.logs / "devcloud.log",
+            ),
+            _Service(
+                "checkpoint",
+                ["checkpoint", "--port", str(p["checkpoint"])],
+                self.checkpoint_env(),
+                _http_ok(f"{self.checkpoint_url}/readyz"),
+                self.logs / "checkpoint.log",
+            ),
+            _Service(
+                "executor",
+                ["executor"],
+                self.executor_env(tokens["executor"]),
+                executor_ready,
+                self.logs / "executor.log",
+            ),
+            _Service(
+                "webapp",
+                ["webapp", "--port", str(p["webapp"])],
+                self.webapp_env(),
+                _http_ok(f"http://127.0.0.1:{p['webapp']}/healthz"),
+                self.logs / "webapp.log",
+            ),
+            _Service(
+                "agent",
+                ["agent", "--loop", "--interval", str(self.interval)],
+                self.agent_env(tokens["agent"]),
+                alive,
+                self.logs / "agent.log",
+            ),
+        ]
+
+    def start(self, timeout: float, echo: Callable[[str], None]) -> None:
+        for service in self.services:
+            log = open(service.log, "ab")  # noqa: SIM115 - owned by the child for its life
+            service.proc = subprocess.Popen(  # noqa: S603 - our interpreter, fixed argv, no shell
+                [sys.executable, "-m", "airlock.cli", *service.args],
+                env=service.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                # Own process group: Ctrl-C reaches only `airlock up`, which then stops
+                # the services in order.
+                start_new_session=True,
+            )
+            log.close()
+            deadline = time.monotonic() + timeout
+            while not service.ready():
+                if service.proc.poll() is not None:
+                    raise UpError(f"{service.name} exited at start:\n{self.tail(service)}")
+                if time.monotonic() > deadline:
+                    raise UpError(
+                        f"{service.name} not ready after {timeout:.0f}s:\n{self.tail(service)}"
+                    )
+                threading.Event().wait(0.2)
+            echo(f"  {service.name:<10} pid {service.proc.pid:<7} log {service.log}")
+
+    def tail(self, service: _Service, lines: int = 20) -> str:
+        try:
+            text = service.log.read_text(errors="replace").splitlines()
+        except OSError:
+            return "(no log)"
+        return "\n".join(f"    {line}" for line in text[-lines:])
+
+    def first_dead(self) -> _Service | None:
+        for service in self.services:
+            if service.proc is not None and service.proc.poll() is not None:
+                return service
+        return None
+
+    def stop(self) -> None:
+        """SIGTERM in reverse start order; SIGKILL whatever outlives the grace period."""
+        for service in reversed(self.services):
+            if service.proc is not None and service.proc.poll() is None:
+                service.proc.send_signal(signal.SIGTERM)
+                try:
+                    service.proc.wait(_STOP_GRACE_SECONDS)
+                except subprocess.TimeoutExpired:
+                    service.proc.kill()
+                    service.proc.wait()
+
+
+def up_command(
+    *,
+    home: Annotated[
+        Path,
+        typer.Option(envvar="AIRLOCK_HOME", help="State directory (keys, databases, logs)."),
+    ] = Path(".airlock"),
+    webapp_port: Annotated[int, typer.Option(help="Web app port.")] = 3000,
+    checkpoint_port: Annotated[int, typer.Option(help="Checkpoint API port.")] = 8787,
+    devcloud_port: Annotated[int, typer.Option(help="devcloud port.")] = 8788,
+    instances: Annotated[int, typer.Option(help="Size of the seeded devcloud fleet.")] = 120,
+    agent_interval: Annotated[int, typer.Option(help="Seconds between agent scans.")] = 60,
+    ready_timeout: Annotated[
+        float, typer.Option(help="Seconds each service may take to start.")
+    ] = 60.0,
+) -> None:
+    """Run the whole system locally: devcloud, checkpoint, executor, agent, web app.
+
+    The first run creates .airlock/ (keys, SQLite databases, a seeded devcloud fleet,
+    and the demo people alice, bob and admin, whose passwords are printed once and saved
+    to .airlock/demo-credentials). Later runs reuse it. Ctrl-C stops everything.
+    """
+    ports = {"webapp": webapp_port, "checkpoint": checkpoint_port, "devcloud": devcloud_port}
+    taken = [f"{name} ({port})" for name, port in ports.items() if not _port_free(port)]
+    if taken:
+        typer.echo(
+            f"up: port in use: {', '.join(taken)}; stop what uses it or pass "
+            "--webapp-port/--checkpoint-port/--devcloud-port",
+            err=True,
+        )
+        raise typer.Exit(2)
+
+    stack = _Stack(home.resolve(), ports, instances, agent_interval)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        stack.prepare(typer.echo)
+        stack.plan()
+        typer.echo("starting services:")
+        stack.start(ready_timeout, typer.echo)
+    except UpError as exc:
+        stack.stop()
+        typer.echo(f"up: {exc}", err=True)
+        raise typer.Exit(1) from None
+
+    typer.echo("")
+    typer.echo(f"Airlock is running: open http://127.0.0.1:{webapp_port}")
+    if stack.new_credentials:
+        typer.echo("Demo people (passwords shown once; also saved, mode 0600, in")
+        typer.echo(f"{stack.home / 'demo-credentials'}):")
+        for name, role, password in stack.new_credentials:
+            typer.echo(f"  {name:<6} {role:<9} {password}")
+    else:
+        typer.echo(f"Demo people and passwords: {stack.home / 'demo-credentials'}")
+    typer.echo(
+        "Next: sign in as alice, open a pending proposal from the agent (the first scan\n"
+        "lands within a minute), check the evidence and approve it; the executor carries\n"
+        "it out and the page shows the outcome with its signed receipt. A delete needs\n"
+        "alice and bob. From a terminal: airlock login --url "
+        f"{stack.checkpoint_url}, then airlock approvals list.\n"
+        "Ctrl-C stops everything."
+    )
+    while not stop.wait(0.5):
+        dead = stack.first_dead()
+        if dead is not None:
+            typer.echo(f"up: {dead.name} exited unexpectedly:\n{stack.tail(dead)}", err=True)
+            stack.stop()
+            raise typer.Exit(1)
+    typer.echo("stopping...")
+    stack.stop()
+    typer.echo("stopped")
