@@ -313,4 +313,6 @@ def datapoint(
         ]
         avg = sum(p[0] for p in pairs) / len(pairs)
         peak = max(p[1] for p in pairs)
+    if scale == 1.0 and period <= _HOUR:
+        return avg, peak  # already rounded by _day_series; the hot path of a scan
     return round(avg * scale, 2), round(peak * scale, 2)
