@@ -36,10 +36,10 @@ SECRETISH = re.compile(r"(SECRET|TOKEN|PASSWORD|PRIVATE|_KEY_ID|DATABASE_URL)", 
 
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Run infra/gen-secrets.sh --demo into a temporary deploy/ tree."""
+    """Run infra/scripts/gen-keys.sh --demo into a temporary deploy/ tree."""
     root = tmp_path_factory.mktemp("deploy")
     subprocess.run(
-        ["bash", str(ROOT / "infra" / "gen-secrets.sh"), "--demo", str(root / "secrets")],
+        ["bash", str(ROOT / "infra" / "scripts" / "gen-keys.sh"), "--demo", str(root / "secrets")],
         check=True,
         capture_output=True,
     )

@@ -2,7 +2,7 @@
 # Generate per-service secrets for docker-compose.yml: one env file per service (mode
 # 0600), the executor's receipt key, and the receipt public key set the checkpoint trusts.
 #
-#   infra/gen-secrets.sh [--demo] [DIR]        (DIR defaults to deploy/secrets)
+#   infra/scripts/gen-keys.sh [--demo] [DIR]        (DIR defaults to deploy/secrets)
 #
 # --demo points the agent and the executor at the compose devcloud, with fresh random
 # devcloud keys (never the public dev defaults). Without it, the cloud credentials come
