@@ -37,7 +37,7 @@ from .fleet import METRIC_KIND, InstanceSpec, datapoint, generate_fleet
 from .signing import parse_authorization, verify
 from .store import Faults, Instance, Store
 
-__all__ = ["ACCOUNT_ID", "create_app"]
+__all__ = ["ACCOUNT_ID", "app_from_env", "create_app"]
 
 ACCOUNT_ID: Final = "5123456789012345"
 _PRODUCTS: Final = {"2014-05-26": "ecs", "2014-08-15": "rds", "2019-01-01": "cms"}
@@ -668,6 +668,13 @@ def create_app(
     app.add_api_route("/", rpc, methods=["GET", "POST"])
     _admin_routes(app, settings, store)
     return app
+
+
+def app_from_env() -> FastAPI:
+    """uvicorn ``--factory`` entry: settings from ``AIRLOCK_DEVCLOUD_*`` (dev only)."""
+    settings = DevcloudSettings()
+    settings.db_path.parent.mkdir(parents=True, exist_ok=True)
+    return create_app(settings)
 
 
 def _admin_routes(app: FastAPI, settings: DevcloudSettings, store: Store) -> None:

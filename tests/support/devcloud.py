@@ -12,8 +12,9 @@ Usage (any test directory)::
         assert len(dc.admin.writes(resource_id="i-test0001")) == 1
         dc.admin.set_faults(fail_next_writes=1, fail_kind="throttling")
 
-The server is uvicorn on a free 127.0.0.1 port, started through ``airlock devcloud
-serve`` with the admin API enabled and a fresh admin token; it is killed on exit.
+The server is uvicorn on a free 127.0.0.1 port running devcloud's app factory
+(``services.devcloud.app:app_from_env``, the app ``airlock devcloud serve`` runs), with
+the admin API enabled and a fresh admin token; it is stopped on exit.
 """
 
 from __future__ import annotations
@@ -249,20 +250,29 @@ def running_devcloud(
             "AIRLOCK_ENV": "dev",
             "AIRLOCK_DEVCLOUD_ADMIN_TOKEN": token,
             "AIRLOCK_DEVCLOUD_TRANSITION_SECONDS": str(transition_seconds),
+            "AIRLOCK_DEVCLOUD_DB_PATH": str(db_path),
+            "AIRLOCK_DEVCLOUD_ENABLE_ADMIN": "true",
         }
     )
     log = (workdir / "devcloud.log").open("wb")
+    # uvicorn on devcloud's factory, as `airlock devcloud serve` runs it, without loading
+    # the whole CLI (whose other commands are none of these tests' business).
     cmd = [
         sys.executable,
-        "-c",
-        "from airlock.cli import main; main()",
-        "devcloud",
-        "serve",
+        "-m",
+        "uvicorn",
+        "--factory",
+        "services.devcloud.app:app_from_env",
+        "--host",
+        "127.0.0.1",
         "--port",
         str(port),
-        "--db",
-        str(db_path),
-        "--enable-admin",
+        "--workers",
+        "1",
+        "--log-level",
+        "warning",
+        "--timeout-graceful-shutdown",
+        "1",
     ]
     # cwd=workdir so no stray .env of the checkout leaks into the server's settings.
     proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT)
