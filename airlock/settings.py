@@ -82,7 +82,9 @@ class CheckpointSettings(ServiceSettings):
     lockout_seconds: int = Field(default=15 * 60, gt=0)
     #: Longest long-poll a feed request may ask for, seconds.
     feed_max_wait: int = Field(default=30, gt=0)
+    #: Address the API listens on (``airlock checkpoint --host``).
     host: str = "127.0.0.1"
+    #: Port the API listens on.
     port: int = Field(default=8787, gt=0, lt=65536)
 
     @model_validator(mode="after")
@@ -119,13 +121,17 @@ class CloudSettings(ServiceSettings):
 
     #: Endpoint for every product (``host[:port]``); unset → the SDK's regional endpoints.
     cloud_endpoint: str | None = None
+    #: ``https`` for Alibaba Cloud; ``http`` only for a local devcloud.
     cloud_protocol: Literal["http", "https"] = "https"
+    #: This service's own access key id (read key for the agent, write key for the executor).
     cloud_access_key_id: str = ""
+    #: Secret of that access key.
     cloud_access_key_secret: SecretStr = SecretStr("")
     #: Regions this service covers (comma-separated in the environment as a JSON list).
     cloud_regions: tuple[str, ...] = ("ap-southeast-1",)
-    #: Explicit SDK timeouts, milliseconds.
+    #: Connect timeout of every SDK call, milliseconds.
     cloud_connect_timeout_ms: int = Field(default=5_000, gt=0)
+    #: Read timeout of every SDK call, milliseconds; a timed-out write is probed, not retried.
     cloud_read_timeout_ms: int = Field(default=10_000, gt=0)
 
     @model_validator(mode="after")
@@ -165,14 +171,21 @@ class DevcloudSettings(ServiceSettings):
         env_prefix="AIRLOCK_DEVCLOUD_", env_file=".env", extra="ignore", frozen=True
     )
 
+    #: Address devcloud listens on.
     host: str = "127.0.0.1"
+    #: Port devcloud listens on.
     port: int = Field(default=8788, gt=0, lt=65536)
     #: SQLite file holding the fleet, the write log and the injected faults.
     db_path: Path = Path(".airlock/devcloud.db")
+    #: Access key id of the read-only key (Describe* and metrics only).
     read_key_id: str = DEVCLOUD_READ_KEY[0]
+    #: Secret of the read-only key.
     read_key_secret: SecretStr = SecretStr(DEVCLOUD_READ_KEY[1])
+    #: Access key id of the write key (Stop/Delete and Describe*).
     write_key_id: str = DEVCLOUD_WRITE_KEY[0]
+    #: Secret of the write key.
     write_key_secret: SecretStr = SecretStr(DEVCLOUD_WRITE_KEY[1])
+    #: Serve the test-only admin API (write log, faults, out-of-band changes).
     enable_admin: bool = False
     #: Bearer token of the admin API; required when ``enable_admin`` is true.
     admin_token: SecretStr | None = None
@@ -212,7 +225,9 @@ class WebappSettings(ServiceSettings):
     checkpoint_url: str = "http://127.0.0.1:8787"
     #: Seconds to wait for the checkpoint on each request.
     checkpoint_timeout: float = Field(default=10.0, gt=0)
+    #: Address the web app listens on.
     host: str = "127.0.0.1"
+    #: Port the web app listens on.
     port: int = Field(default=3000, gt=0, lt=65536)
     #: Mark cookies ``Secure``. Unset: on outside dev, off in dev. A request that arrives
     #: over HTTPS always gets Secure cookies whatever this says.
@@ -256,7 +271,9 @@ class AgentSettings(CloudSettings):
     checkpoint_timeout: float = Field(default=10.0, gt=0)
     #: Attempts per checkpoint request while it is down (bounded exponential backoff).
     checkpoint_attempts: int = Field(default=6, ge=1, le=20)
+    #: First retry delay while the checkpoint is down, seconds.
     backoff_initial: float = Field(default=0.5, gt=0)
+    #: Longest retry delay, seconds.
     backoff_max: float = Field(default=30.0, gt=0)
     #: The Alibaba Cloud account id written into every action (dev: devcloud's).
     account: str = ""
@@ -268,28 +285,35 @@ class AgentSettings(CloudSettings):
     interval: int = Field(default=3600, gt=0)
     #: Instances per DescribeInstances page, and per CloudMonitor query.
     page_size: int = Field(default=100, ge=1, le=100)
+    #: Instances per batched CloudMonitor query.
     metric_batch: int = Field(default=100, ge=1, le=100)
     #: Threads assessing pages while the next page is listed (each with its own reader).
     scan_workers: int = Field(default=2, ge=1, le=16)
 
     # -- the idle policy (idle/v1)
+    #: Idle window, days: metrics looked at and the minimum age of a resource.
     window_days: int = Field(default=14, ge=1, le=60)
     #: Hourly CPU samples needed, as a share of the window's hours (9000 = 90 %).
     min_samples_bp: int = Field(default=9000, ge=0, le=10_000)
+    #: Idle only below this CPU average, basis points (500 = 5 %).
     cpu_avg_max_bp: int = Field(default=500, ge=0, le=10_000)
+    #: Idle only below this CPU p95, basis points (1000 = 10 %).
     cpu_p95_max_bp: int = Field(default=1000, ge=0, le=10_000)
     #: Applied only where memory is reported (it needs the CloudMonitor agent).
     mem_avg_max_bp: int = Field(default=1500, ge=0, le=10_000)
     #: A day is quiet when network in + out stays below this many bytes.
     net_quiet_bytes_per_day: int = Field(default=5_000_000, ge=0)
+    #: Quiet network days needed within the window.
     net_quiet_min_days: int = Field(default=12, ge=0)
     #: A tag key or value equal to one of these (case-insensitive) protects a resource.
     protect_tags: tuple[str, ...] = ("airlock:protect",)
     #: A value of one of these tag keys starting with ``prod_value_prefix`` protects it too.
     prod_tag_keys: tuple[str, ...] = ("env", "environment")
+    #: Value prefix of ``prod_tag_keys`` that marks production (case-insensitive).
     prod_value_prefix: str = "prod"
     #: How long an instance Airlock stopped must stay stopped before a delete is proposed.
     grace_seconds: int = Field(default=7 * 86_400, ge=0)
+    #: ``StoppedMode`` of proposed ECS stops.
     ecs_stopped_mode: Literal["StopCharging", "KeepCharging"] = "StopCharging"
 
     @model_validator(mode="after")
