@@ -12,13 +12,16 @@ from typing import Annotated
 import typer
 
 from ._agent import agent_command
+from ._approvals import approvals_app
 from ._audit import audit_app
 from ._checkpoint import checkpoint_command, tokens_app, users_app
 from ._config import config_command
 from ._conformance import conformance_command
 from ._devcloud import devcloud_app
+from ._doctor import doctor_command
 from ._executor import executor_app, receipts_app
 from ._keys import keys_app
+from ._login import login_command, logout_command
 from ._up import up_command
 from ._webapp import webapp_command
 
@@ -57,6 +60,10 @@ app.add_typer(users_app)
 app.add_typer(tokens_app)
 app.add_typer(executor_app)
 app.add_typer(receipts_app)
+app.command("login")(login_command)
+app.command("logout")(logout_command)
+app.add_typer(approvals_app)
+app.command("doctor")(doctor_command)
 
 
 def main() -> None:

@@ -1,0 +1,742 @@
+"""``airlock approvals list|show|approve|reject|revoke|resolve``: review proposals from a shell.
+
+These commands are clients of the checkpoint's HTTP API, signed in as the person who runs
+them (``airlock login`` or ``AIRLOCK_TOKEN``); they import no service. What a person
+approves is what they were shown: ``approve`` fetches the proposal, checks that the
+canonical action text hashes to the hash the checkpoint states, describes the action from
+those very bytes, and sends back that hash — so the checkpoint refuses the vote
+(``E_STALE_VIEW``) unless it is for exactly that action. A high-risk action also needs its
+resource id typed (or ``--confirm`` from a script), which the checkpoint enforces too.
+
+Everything the agent or the cloud supplied (reasons, names, tags) is printed as inert text:
+control and invisible characters are shown escaped, and nothing is read as markup.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Annotated, Any, Final, Literal
+
+import typer
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from airlock.protocol import ProposedAction, Refused, action_hash
+
+from ._client import (
+    EXIT_CODES_HELP,
+    CheckpointClient,
+    CheckpointUnavailable,
+    ExitCode,
+    LocalRefusal,
+    handle_errors,
+)
+from ._session import load_credentials
+
+__all__ = ["approvals_app"]
+
+approvals_app = typer.Typer(
+    name="approvals",
+    help=(
+        "Review and decide proposals at the checkpoint, as the signed-in person.\n\n"
+        "Examples:\n\n"
+        "  airlock approvals list --state pending\n\n"
+        "  airlock approvals show prop_... \n\n"
+        "  airlock approvals approve prop_... --note 'checked with the owner'\n\n"
+        "  airlock approvals approve prop_... --confirm i-t4n0example   # high risk, scripted\n\n"
+        "  airlock approvals reject prop_... --reason not_idle --note 'batch job on Sundays'\n\n"
+        "  airlock approvals list --json | jq '.items[].id'\n\n" + EXIT_CODES_HELP
+    ),
+    no_args_is_help=True,
+)
+
+_PROPOSAL_ID: Final = re.compile(r"prop_[A-Za-z0-9_-]{8,80}")
+_KINDS: Final = {"ecs.instance": "ECS instance", "rds.instance": "RDS database instance"}
+State = Literal[
+    "pending",
+    "approved",
+    "executed",
+    "refused",
+    "failed",
+    "in_doubt",
+    "rejected",
+    "expired",
+    "withdrawn",
+    "revoked",
+    "lapsed",
+    "denied",
+]
+Reason = Literal["not_idle", "protected", "wrong_target", "needs_more_info", "other"]
+
+
+# -- the API's shapes, as read here ------------------------------------------------------
+
+
+class _View(BaseModel):
+    # Unknown fields are ignored so a newer checkpoint does not break the CLI; missing
+    # ones are an error (exit 3).
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class _Policy(_View):
+    rule: str
+    effect: str
+    quorum: int
+    confirm: bool
+    hash: str
+
+
+class _Vote(_View):
+    voter: str
+    at: int
+    note: str
+
+
+class _Approval(_View):
+    approval_id: str
+    keyid: str
+    issued_at: int
+    expires_at: int
+    revoked_at: int | None
+    revoked_by: str | None
+
+
+class _Rejection(_View):
+    reason_code: str
+    note: str
+    by: str
+    at: int
+
+
+class _Outcome(_View):
+    approval_id: str
+    outcome: str
+    refusal_code: str | None
+    receipt_verified: bool
+    late: bool
+    reported_at: int
+    resolution: str | None
+    resolved_by: str | None
+    resolved_at: int | None
+    resolution_note: str | None
+
+
+class _Proposal(_View):
+    id: str
+    state: str
+    action_hash: str
+    action_jcs: str
+    account: str
+    region: str
+    resource_type: str
+    resource_id: str
+    operation: str
+    risk: str
+    proposed_by: str
+    policy: _Policy
+    deny_reason: str | None
+    votes: list[_Vote]
+    votes_needed: int
+    approval_deadline: int
+    created_at: int
+    approval: _Approval | None
+    rejection: _Rejection | None
+    outcome: _Outcome | None
+
+
+class _Page(_View):
+    items: list[_Proposal]
+    next_before: str | None
+
+
+def _parse(model: type[_View], body: Any) -> Any:
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise CheckpointUnavailable(
+            f"the checkpoint's answer is not what this CLI understands ({where}: {first['msg']})"
+        ) from None
+
+
+def _signed_action(p: _Proposal) -> ProposedAction:
+    """The action parsed from the exact bytes the checkpoint hashed, checked against it.
+
+    Everything a person is shown about *what will happen* comes from here, not from the
+    record's convenience fields, and those fields must agree with it.
+    """
+    data = p.action_jcs.encode("utf-8", errors="surrogatepass")
+    if action_hash(data) != p.action_hash:
+        raise CheckpointUnavailable(
+            f"{p.id}: the action text does not hash to the stated {p.action_hash}; "
+            "not trusting this answer"
+        )
+    try:
+        action = ProposedAction.from_json_bytes(data)
+    except Refused as exc:
+        raise CheckpointUnavailable(f"{p.id}: the signed action does not parse: {exc}") from None
+    if action.canonical_bytes() != data:
+        raise CheckpointUnavailable(f"{p.id}: the action text is not canonical (RFC 8785)")
+    fields = (action.proposal_id, action.resource.id, action.operation, action.account)
+    if fields != (p.id, p.resource_id, p.operation, p.account):
+        raise CheckpointUnavailable(f"{p.id}: the record does not match its own signed action")
+    return action
+
+
+# -- text for people -------------------------------------------------------------------
+
+
+def _inert(text: str) -> str:
+    """``text`` with every control, format (bidi) or separator character escaped."""
+    return "".join(
+        ch
+        if ch == " " or ch.isprintable()
+        else f"\\u{ord(ch):04x}"
+        if ord(ch) <= 0xFFFF
+        else f"\\U{ord(ch):08x}"
+        for ch in text
+    )
+
+
+def _when(unix: int | None) -> str:
+    if unix is None:
+        return "-"
+    return datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _bp(value: object) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return f"{value // 100}.{value % 100:02d} %"
+    return _inert(str(value))
+
+
+def _bytes(value: object) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        for unit, size in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+            if value >= size:
+                return f"{value / size:.1f} {unit}"
+        return f"{value} B"
+    return _inert(str(value))
+
+
+def _days(seconds: object) -> str:
+    if isinstance(seconds, int) and not isinstance(seconds, bool):
+        return f"{seconds // 86400} d {seconds % 86400 // 3600} h"
+    return _inert(str(seconds))
+
+
+def _plain(action: ProposedAction) -> str:
+    """One sentence: what the executor will do if this is approved."""
+    what = f"{_KINDS.get(action.resource.type, action.resource.type)} {action.resource.id}"
+    where = f"in {action.region} (account {action.account})"
+    if action.operation == "stop":
+        mode = action.params.get("stopped_mode")
+        detail = {
+            "StopCharging": " Compute billing stops; disks and data are kept; it can be "
+            "started again.",
+            "KeepCharging": " It keeps its resources and is still billed; it can be started again.",
+        }.get(str(mode), " It can be started again.")
+        return f"STOP the {what} {where}.{detail}"
+    if action.operation == "delete":
+        return (
+            f"PERMANENTLY DELETE the {what} {where}. This cannot be undone: the instance and "
+            "its system disk are released."
+        )
+    return f"Run {action.operation!r} on the {what} {where}."
+
+
+def _precondition(action: ProposedAction) -> str:
+    pre = action.precondition
+    tags = ", ".join(_inert(t) for t in pre.absent_tags) or "none"
+    return (
+        f"only if, when re-read just before acting, its status is still {pre.status} and it "
+        f"carries none of the tags [{tags}] (observed {pre.observed_at})"
+    )
+
+
+_EVIDENCE_SHOWN: Final = frozenset(
+    {
+        "policy",
+        "window_days",
+        "window_start",
+        "window_end",
+        "samples",
+        "samples_expected",
+        "cpu_avg_bp",
+        "cpu_p95_bp",
+        "mem_avg_bp",
+        "net_bytes_per_day",
+        "net_quiet_days",
+        "thresholds",
+        "name",
+        "instance_type",
+        "tags",
+        "stage",
+        "stop_proposal_id",
+        "stopped_at",
+        "stopped_seconds",
+        "grace_seconds",
+    }
+)
+
+
+def _evidence(evidence: Mapping[str, Any]) -> list[str]:
+    """A few lines summarising the agent's evidence (the full text is in the action)."""
+    lines: list[str] = []
+    e = evidence
+
+    def text(key: str) -> str:
+        return _inert(str(e.get(key, "?")))
+
+    if "policy" in e or "window_days" in e:
+        window = f"{text('policy')} over {text('window_days')} days"
+        if "window_start" in e and "window_end" in e:
+            window += f" ({text('window_start')} to {text('window_end')})"
+        if "samples" in e:
+            expected = f" of {text('samples_expected')}" if "samples_expected" in e else ""
+            window += f"; {text('samples')}{expected} hourly samples"
+        lines.append(window)
+    usage = []
+    raw_thresholds = e.get("thresholds")
+    thresholds: Mapping[str, Any] = raw_thresholds if isinstance(raw_thresholds, Mapping) else {}
+    for key, label, limit in (
+        ("cpu_avg_bp", "CPU avg", "cpu_avg_max_bp"),
+        ("cpu_p95_bp", "CPU p95", "cpu_p95_max_bp"),
+        ("mem_avg_bp", "memory avg", "mem_avg_max_bp"),
+    ):
+        if key in e:
+            bound = f" (limit {_bp(thresholds[limit])})" if limit in thresholds else ""
+            usage.append(f"{label} {_bp(e[key])}{bound}")
+    if "net_bytes_per_day" in e:
+        quiet = f", quiet {text('net_quiet_days')} days" if "net_quiet_days" in e else ""
+        usage.append(f"network {_bytes(e['net_bytes_per_day'])}/day{quiet}")
+    if usage:
+        lines.append(", ".join(usage))
+    if "stage" in e:
+        lines.append(
+            f"{text('stage')}: stopped by Airlock at {text('stopped_at')} "
+            f"({text('stop_proposal_id')}), stopped for {_days(e.get('stopped_seconds'))}, "
+            f"grace {_days(e.get('grace_seconds'))}"
+        )
+    about = []
+    if isinstance(e.get("name"), str) and e["name"]:
+        about.append(f"name {_inert(e['name'])!s}")
+    if isinstance(e.get("instance_type"), str):
+        about.append(f"type {_inert(e['instance_type'])}")
+    tags = e.get("tags")
+    if isinstance(tags, Mapping) and tags:
+        about.append(
+            "tags " + ", ".join(f"{_inert(str(k))}={_inert(str(v))}" for k, v in tags.items())
+        )
+    if about:
+        lines.append("; ".join(about))
+    for key, value in e.items():
+        if key in _EVIDENCE_SHOWN:
+            continue
+        if isinstance(value, list | dict):
+            lines.append(f"{_inert(key)}: ({len(value)} values; see the action)")
+        else:
+            lines.append(f"{_inert(key)}: {_inert(str(value))}")
+    return lines
+
+
+def _votes(p: _Proposal) -> str:
+    return f"{len(p.votes)} of {p.policy.quorum}"
+
+
+def _echo_lines(lines: list[str], *, err: bool = False) -> None:
+    for line in lines:
+        typer.echo(line, err=err)
+
+
+def _summary(p: _Proposal, action: ProposedAction) -> list[str]:
+    """What a person needs before deciding: what, why, under which rule, and the hash."""
+    lines = [
+        f"proposal   {p.id}  ({p.state})",
+        f"action     {_plain(action)}",
+        f"           {_precondition(action)}",
+        f"reason     {_inert(action.reason)}",
+        f"proposed   by {_inert(action.proposed_by)} at {action.created_at}",
+    ]
+    evidence = _evidence(action.evidence)
+    if evidence:
+        lines.append(f"evidence   {evidence[0]}")
+        lines.extend(f"           {line}" for line in evidence[1:])
+    confirm = ", typed resource id required" if p.policy.confirm else ""
+    lines.append(
+        f"policy     rule {_inert(p.policy.rule)} ({p.policy.effect}, quorum "
+        f"{p.policy.quorum}{confirm}); risk {p.risk}; policy hash {p.policy.hash}"
+    )
+    voters = ", ".join(f"{_inert(v.voter)} at {_when(v.at)}" for v in p.votes)
+    lines.append(f"votes      {_votes(p)}" + (f" ({voters})" if voters else ""))
+    if p.state == "pending":
+        lines.append(f"deadline   approval window closes {_when(p.approval_deadline)}")
+    lines.append(f"hash       {p.action_hash}")
+    return lines
+
+
+def _details(p: _Proposal) -> list[str]:
+    lines = []
+    if p.deny_reason:
+        lines.append(f"denied     {_inert(p.deny_reason)}")
+    for v in p.votes:
+        if v.note:
+            lines.append(f"note       {_inert(v.voter)}: {_inert(v.note)}")
+    if p.approval is not None:
+        a = p.approval
+        revoked = (
+            f"; revoked by {_inert(a.revoked_by or '?')} at {_when(a.revoked_at)}"
+            if a.revoked_at
+            else ""
+        )
+        lines.append(
+            f"approval   {a.approval_id} signed by {a.keyid} at {_when(a.issued_at)}, valid until "
+            f"{_when(a.expires_at)}{revoked}"
+        )
+    if p.rejection is not None:
+        r = p.rejection
+        lines.append(
+            f"rejected   {r.reason_code} by {_inert(r.by)} at {_when(r.at)}"
+            + (f": {_inert(r.note)}" if r.note else "")
+        )
+    if p.outcome is not None:
+        o = p.outcome
+        code = f" ({o.refusal_code})" if o.refusal_code else ""
+        receipt = "verified receipt" if o.receipt_verified else "receipt NOT verified"
+        late = ", reported late" if o.late else ""
+        lines.append(f"outcome    {o.outcome}{code}, {receipt}{late}, at {_when(o.reported_at)}")
+        if o.resolution:
+            lines.append(
+                f"resolved   {o.resolution} by {_inert(o.resolved_by or '?')} at "
+                f"{_when(o.resolved_at)}: {_inert(o.resolution_note or '')}"
+            )
+    return lines
+
+
+def _canonical_text(p: _Proposal) -> list[str]:
+    shown = _inert(p.action_jcs)
+    lines = ["canonical action (RFC 8785), exactly as hashed and signed:", shown]
+    if shown != p.action_jcs:
+        lines.append(
+            "warning: the action holds control or invisible characters, shown above as \\u "
+            "escapes; they are part of what is signed"
+        )
+    return lines
+
+
+# -- plumbing --------------------------------------------------------------------------
+
+
+def _check_id(proposal_id: str) -> str:
+    # Checked here so that nothing but an id can ever be spliced into the request path.
+    if _PROPOSAL_ID.fullmatch(proposal_id) is None:
+        typer.echo(f"error: {proposal_id!r} is not a proposal id (prop_…)", err=True)
+        raise typer.Exit(ExitCode.USAGE)
+    return proposal_id
+
+
+def _fetch(client: CheckpointClient, proposal_id: str) -> _Proposal:
+    proposal: _Proposal = _parse(_Proposal, client.call("GET", f"/v1/proposals/{proposal_id}"))
+    if proposal.id != proposal_id:
+        raise CheckpointUnavailable(
+            f"asked for {proposal_id}, the checkpoint answered {proposal.id}"
+        )
+    return proposal
+
+
+def _print_json(body: Any) -> None:
+    typer.echo(json.dumps(body, indent=2, ensure_ascii=False))
+
+
+def _decide(proposal_id: str, verb: str, payload: dict[str, Any]) -> tuple[Any, _Proposal]:
+    """POST a decision as the signed-in person; the raw body and its parsed record."""
+    with CheckpointClient.signed_in(load_credentials()) as client:
+        body = client.call("POST", f"/v1/proposals/{proposal_id}/{verb}", json=payload)
+    return body, _parse(_Proposal, body)
+
+
+JsonFlag = Annotated[
+    bool, typer.Option("--json", help="Print the checkpoint's JSON (for scripts).")
+]
+NoteOpt = Annotated[str, typer.Option("--note", help="A note recorded with your decision.")]
+
+
+# -- commands --------------------------------------------------------------------------
+
+
+@approvals_app.command("list")
+def list_command(
+    *,
+    state: Annotated[State | None, typer.Option("--state", help="Only this state.")] = None,
+    operation: Annotated[
+        str | None, typer.Option("--operation", help="Only this operation (stop, delete).")
+    ] = None,
+    account: Annotated[str | None, typer.Option("--account", help="Only this account id.")] = None,
+    region: Annotated[str | None, typer.Option("--region", help="Only this region.")] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=200, help="Page size.")] = 50,
+    before: Annotated[
+        str | None, typer.Option("--before", help="Older than this id (the next page).")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """List proposals, newest first, with filters."""
+    params = {
+        k: v
+        for k, v in (
+            ("state", state),
+            ("operation", operation),
+            ("account", account),
+            ("region", region),
+            ("before", before),
+        )
+        if v is not None
+    }
+    params["limit"] = str(limit)
+    with handle_errors(as_json=as_json):
+        with CheckpointClient.signed_in(load_credentials()) as client:
+            body = client.call("GET", "/v1/proposals", params=params)
+        page: _Page = _parse(_Page, body)
+    if as_json:
+        _print_json(body)
+        return
+    if not page.items:
+        typer.echo("no proposals match")
+        return
+    _table(page)
+    if page.next_before:
+        typer.echo(f"more: airlock approvals list --before {page.next_before}")
+
+
+def _table(page: _Page) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console(markup=False, highlight=False, emoji=False)
+    if not console.is_terminal:
+        console.width = max(console.width, 160)  # piped: do not cut ids at 80 columns
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for name in (
+        "ID",
+        "STATE",
+        "OPERATION",
+        "RESOURCE",
+        "REGION",
+        "RISK",
+        "VOTES",
+        "RULE",
+        "CREATED",
+    ):
+        table.add_column(name, no_wrap=name in ("ID", "RESOURCE"), overflow="fold")
+    for p in page.items:
+        table.add_row(
+            *(
+                Text(_inert(cell))
+                for cell in (
+                    p.id,
+                    p.state,
+                    p.operation,
+                    p.resource_id,
+                    p.region,
+                    p.risk,
+                    _votes(p),
+                    p.policy.rule,
+                    _when(p.created_at),
+                )
+            )
+        )
+    console.print(table)
+
+
+@approvals_app.command("show")
+def show_command(
+    proposal_id: Annotated[str, typer.Argument(metavar="ID", help="The proposal id (prop_…).")],
+    as_json: JsonFlag = False,
+) -> None:
+    """Show a proposal: the canonical action and its hash as signed, evidence, votes, rule."""
+    _check_id(proposal_id)
+    with handle_errors(as_json=as_json):
+        with CheckpointClient.signed_in(load_credentials()) as client:
+            body = client.call("GET", f"/v1/proposals/{proposal_id}")
+        proposal: _Proposal = _parse(_Proposal, body)
+        action = _signed_action(proposal)
+    if as_json:
+        _print_json(body)
+        return
+    _echo_lines(_summary(proposal, action) + _details(proposal) + _canonical_text(proposal))
+
+
+@approvals_app.command("approve")
+def approve_command(
+    proposal_id: Annotated[str, typer.Argument(metavar="ID", help="The proposal id (prop_…).")],
+    *,
+    note: NoteOpt = "",
+    confirm: Annotated[
+        str | None,
+        typer.Option(
+            "--confirm",
+            metavar="RESOURCE_ID",
+            help="For a high-risk action: its resource id, instead of typing it at the prompt.",
+        ),
+    ] = None,
+    yes: Annotated[
+        bool,
+        typer.Option("--yes", "-y", help="Do not ask before approving a non-high-risk action."),
+    ] = False,
+    expect_hash: Annotated[
+        str | None,
+        typer.Option(
+            "--action-hash",
+            metavar="HASH",
+            help="Approve only this action hash (one you reviewed earlier with `show`).",
+        ),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Approve a proposal: shows what will happen and its hash, then votes for that hash.
+
+    High risk (a delete): type the resource id at the prompt, or pass --confirm RESOURCE_ID.
+
+    Other actions ask y/N at the prompt unless --yes is given.
+
+    Without a terminal, a missing --confirm or --yes is refused with exit 2: it never waits.
+    """
+    _check_id(proposal_id)
+    # With --json the description goes to stderr so stdout stays one JSON document.
+    err = as_json
+    with handle_errors(as_json=as_json):
+        credentials = load_credentials()
+        with CheckpointClient.signed_in(credentials) as client:
+            proposal = _fetch(client, proposal_id)
+            action = _signed_action(proposal)
+            _echo_lines(_summary(proposal, action), err=err)
+            if proposal.state != "pending":
+                raise LocalRefusal(
+                    "E_STATE",
+                    f"the proposal is {proposal.state}; only a pending one can be approved",
+                )
+            interactive = sys.stdin.isatty()
+            if proposal.policy.confirm or action.is_high_risk:
+                if confirm is None:
+                    if not interactive:
+                        typer.echo(
+                            "error: this is a high-risk action: type its resource id in a "
+                            "terminal, or pass --confirm RESOURCE_ID",
+                            err=True,
+                        )
+                        raise typer.Exit(ExitCode.USAGE)
+                    typed = typer.prompt(
+                        "High-risk action. Type the resource id to confirm", err=True
+                    ).strip()
+                    if typed != action.resource.id:
+                        raise LocalRefusal(
+                            "E_CONFIRM_MISMATCH",
+                            "the typed resource id does not match the resource",
+                        )
+                    confirm = typed
+                # A --confirm value is sent as given: the checkpoint is the judge of it.
+            elif not yes:
+                if not interactive:
+                    typer.echo("error: no terminal to ask on: pass --yes to approve", err=True)
+                    raise typer.Exit(ExitCode.USAGE)
+                if not typer.confirm(f"Approve {proposal.id}?", default=False, err=True):
+                    typer.echo("not approved; nothing was sent", err=True)
+                    raise typer.Exit(ExitCode.REFUSED)
+            sent = expect_hash or proposal.action_hash
+            payload: dict[str, Any] = {"action_hash": sent, "note": note}
+            if confirm is not None:
+                payload["confirm"] = confirm
+            body = client.call("POST", f"/v1/proposals/{proposal_id}/approve", json=payload)
+        result: _Proposal = _parse(_Proposal, body)
+    if as_json:
+        _print_json(body)
+        return
+    if result.approval is not None and result.state == "approved":
+        typer.echo(
+            f"approved {result.id}: quorum reached ({_votes(result)}); signed approval "
+            f"{result.approval.approval_id} valid until {_when(result.approval.expires_at)}"
+        )
+    else:
+        typer.echo(
+            f"vote recorded on {result.id}: {_votes(result)}; "
+            f"waiting for {result.votes_needed} more (state {result.state})"
+        )
+    typer.echo(f"you approved action hash {sent}")
+
+
+@approvals_app.command("reject")
+def reject_command(
+    proposal_id: Annotated[str, typer.Argument(metavar="ID", help="The proposal id (prop_…).")],
+    *,
+    reason: Annotated[
+        Reason,
+        typer.Option(
+            "--reason",
+            help="Why; the agent reads the code back and remembers it.",
+        ),
+    ],
+    note: NoteOpt = "",
+    as_json: JsonFlag = False,
+) -> None:
+    """Reject a pending proposal with a reason code the agent reads back."""
+    _check_id(proposal_id)
+    with handle_errors(as_json=as_json):
+        body, result = _decide(proposal_id, "reject", {"reason_code": reason, "note": note})
+    if as_json:
+        _print_json(body)
+        return
+    typer.echo(f"rejected {result.id} ({reason}); state {result.state}")
+
+
+@approvals_app.command("revoke")
+def revoke_command(
+    proposal_id: Annotated[str, typer.Argument(metavar="ID", help="The proposal id (prop_…).")],
+    *,
+    note: NoteOpt = "",
+    as_json: JsonFlag = False,
+) -> None:
+    """Revoke an issued approval that has not been executed yet."""
+    _check_id(proposal_id)
+    with handle_errors(as_json=as_json):
+        body, result = _decide(proposal_id, "revoke", {"note": note})
+    if as_json:
+        _print_json(body)
+        return
+    approval = result.approval.approval_id if result.approval else "-"
+    typer.echo(f"revoked approval {approval} of {result.id}; state {result.state}")
+
+
+@approvals_app.command("resolve")
+def resolve_command(
+    proposal_id: Annotated[str, typer.Argument(metavar="ID", help="The proposal id (prop_…).")],
+    *,
+    happened: Annotated[
+        bool | None,
+        typer.Option(
+            "--happened/--did-not-happen",
+            help="Whether the in-doubt write took effect (check the cloud console first).",
+            show_default=False,
+        ),
+    ] = None,
+    note: Annotated[str, typer.Option("--note", help="Why you decided so (required).")] = "",
+    as_json: JsonFlag = False,
+) -> None:
+    """Resolve an in_doubt execution (admin): it happened, or it did not."""
+    _check_id(proposal_id)
+    if happened is None:
+        typer.echo("error: give --happened or --did-not-happen", err=True)
+        raise typer.Exit(ExitCode.USAGE)
+    if not note.strip():
+        typer.echo("error: --note is required: say how you know", err=True)
+        raise typer.Exit(ExitCode.USAGE)
+    decision = "happened" if happened else "did_not_happen"
+    with handle_errors(as_json=as_json):
+        body, result = _decide(proposal_id, "resolve", {"decision": decision, "note": note})
+    if as_json:
+        _print_json(body)
+        return
+    typer.echo(f"resolved {result.id}: {decision}; state {result.state}")

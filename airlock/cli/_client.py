@@ -1,0 +1,192 @@
+"""The checkpoint API as the person-facing commands see it, and the exit codes they share.
+
+The commands for people (``login``, ``approvals …``) are clients: they reach the
+checkpoint over HTTP with the person's own token and never import a service. Outcomes
+map onto exit codes a script can rely on::
+
+    0  done
+    1  refused by the checkpoint (its code and message are printed), or a check the
+       checkpoint also makes failed locally (a typed confirmation that does not match)
+    2  usage or configuration: bad arguments, not logged in, unsafe session file, no
+       terminal to confirm on
+    3  the checkpoint could not be reached, answered 5xx, or answered something that is
+       not the API (including an action whose hash does not match its text)
+
+Error hierarchy::
+
+    ClientError
+    ├── CheckpointRefused     a 4xx with the API's {"error": {"code", "message"}}
+    └── CheckpointUnavailable transport error, 5xx, or a response that is not the API
+
+Nothing here prints or logs a token.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Final
+
+import httpx
+import typer
+
+from ._session import Credentials, SessionError
+
+__all__ = [
+    "EXIT_CODES_HELP",
+    "CheckpointClient",
+    "CheckpointRefused",
+    "CheckpointUnavailable",
+    "ClientError",
+    "ExitCode",
+    "LocalRefusal",
+    "handle_errors",
+]
+
+_USER_AGENT: Final = "airlock-cli/1"
+_TIMEOUT: Final = httpx.Timeout(15.0, connect=5.0)
+
+
+class ExitCode(enum.IntEnum):
+    OK = 0
+    REFUSED = 1
+    USAGE = 2
+    UNAVAILABLE = 3
+
+
+EXIT_CODES_HELP: Final = (
+    "Exit codes: 0 done; 1 refused by the checkpoint (its code and message are printed); "
+    "2 usage or configuration error (bad arguments, not logged in); "
+    "3 the checkpoint is unreachable or answered with a server error."
+)
+
+
+class ClientError(Exception):
+    """Root of what talking to the checkpoint can raise."""
+
+
+class CheckpointRefused(ClientError):
+    def __init__(self, code: str, message: str, status: int) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.status = status
+
+
+class CheckpointUnavailable(ClientError):
+    pass
+
+
+class LocalRefusal(ClientError):
+    """A rule the checkpoint also enforces, refused before anything was sent (exit 1)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+def _refusal(response: httpx.Response) -> CheckpointRefused | None:
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    error = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(error, dict):
+        return None
+    code, message = error.get("code"), error.get("message")
+    if not isinstance(code, str) or not isinstance(message, str):
+        return None
+    return CheckpointRefused(code, message, response.status_code)
+
+
+class CheckpointClient:
+    """A small synchronous client over ``/v1``; one per command invocation."""
+
+    def __init__(self, url: str, token: str | None = None) -> None:
+        self.url = url
+        headers = {"User-Agent": _USER_AGENT, "Accept": "application/json"}
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token}"
+        self._http = httpx.Client(
+            base_url=url, headers=headers, timeout=_TIMEOUT, follow_redirects=False
+        )
+
+    @classmethod
+    def signed_in(cls, credentials: Credentials) -> CheckpointClient:
+        return cls(credentials.url, credentials.token)
+
+    def __enter__(self) -> CheckpointClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._http.close()
+
+    def raw(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """The response whatever its status; transport failures are unavailability."""
+        try:
+            return self._http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            reason = str(exc) or type(exc).__name__
+            raise CheckpointUnavailable(
+                f"cannot reach the checkpoint at {self.url}: {reason}"
+            ) from None
+
+    def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        """The parsed JSON body of a 2xx answer (``None`` for 204); raises otherwise."""
+        response = self.raw(method, path, **kwargs)
+        if response.status_code >= 500:
+            refused = _refusal(response)
+            detail = f" ({refused})" if refused else ""
+            raise CheckpointUnavailable(
+                f"the checkpoint answered {response.status_code}{detail}; try again later"
+            )
+        if response.status_code >= 400:
+            refused = _refusal(response)
+            if refused is None:
+                raise CheckpointUnavailable(
+                    f"unexpected {response.status_code} from {self.url} (not the checkpoint API?)"
+                )
+            raise refused
+        if response.status_code == 204:
+            return None
+        if not 200 <= response.status_code < 300:
+            raise CheckpointUnavailable(f"unexpected {response.status_code} from {self.url}")
+        try:
+            return response.json()
+        except ValueError:
+            raise CheckpointUnavailable(f"{self.url} did not answer JSON") from None
+
+
+def _say(message: str) -> None:
+    typer.echo(message, err=True)
+
+
+@contextmanager
+def handle_errors(*, as_json: bool = False, hint_login: bool = True) -> Iterator[None]:
+    """Turn client errors into a message on stderr and the documented exit code.
+
+    With ``as_json`` a refusal is also written to stdout as the API's own error object,
+    so a script can read the code without parsing prose.
+    """
+    try:
+        yield
+    except SessionError as exc:
+        _say(f"error: {exc}")
+        raise typer.Exit(ExitCode.USAGE) from None
+    except (CheckpointRefused, LocalRefusal) as exc:
+        where = "refused locally, nothing sent" if isinstance(exc, LocalRefusal) else "refused"
+        _say(f"{where}: {exc.code}: {exc.message}")
+        if hint_login and exc.code == "E_UNAUTHENTICATED":
+            _say("your session has ended or was revoked: run `airlock login`")
+        if as_json:
+            sys.stdout.write(
+                json.dumps({"error": {"code": exc.code, "message": exc.message}}) + "\n"
+            )
+        raise typer.Exit(ExitCode.REFUSED) from None
+    except CheckpointUnavailable as exc:
+        _say(f"error: {exc}")
+        raise typer.Exit(ExitCode.UNAVAILABLE) from None

@@ -1,0 +1,419 @@
+"""``airlock doctor``: is this host's Airlock set up the way it needs to be?
+
+One line per check, ``ok`` / ``warn`` / ``fail``, exit 1 if any check fails:
+
+- configuration: ``AIRLOCK_ENV``, which services' settings load here, dev defaults in use;
+- key files: the checkpoint's private signing keys and the executor's receipt key are
+  mode 0600 and the executor's trusted key set is not writable by others;
+- databases: each configured service database answers ``SELECT 1``; its Alembic revision;
+- the checkpoint: ``/healthz`` and ``/readyz``;
+- the clock: local time against the checkpoint's ``Date`` header, within the executor's
+  tolerated skew.
+
+The doctor only reads: it never creates a database, a directory or a key, never changes a
+mode, and never prints a secret (database URLs are shown without their password). It uses
+the kernel (settings, storage) and talks to the checkpoint over HTTP; it imports no service.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import stat
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Final, Literal
+
+import typer
+
+from ._client import CheckpointClient, CheckpointRefused, CheckpointUnavailable
+from ._session import SessionError, check_url, read_session, session_path
+
+if TYPE_CHECKING:
+    from airlock.settings import (
+        AgentSettings,
+        CheckpointSettings,
+        DevcloudSettings,
+        ExecutorSettings,
+        ServiceSettings,
+        WebappSettings,
+    )
+
+__all__ = ["clock_check", "doctor_command"]
+
+Status = Literal["ok", "warn", "fail"]
+
+
+class Service(enum.StrEnum):
+    CHECKPOINT = "checkpoint"
+    EXECUTOR = "executor"
+    AGENT = "agent"
+    WEBAPP = "webapp"
+    DEVCLOUD = "devcloud"
+
+
+#: The checkpoint key directory's manifest (services/checkpoint/keys.py; not imported here).
+_KEY_MANIFEST: Final = "keyset.json"
+#: Settings whose default is a dev convenience, reported when left unset.
+_DEV_DEFAULTS: Final[dict[Service, tuple[str, ...]]] = {
+    Service.CHECKPOINT: ("database_url", "keys_dir", "audience"),
+    Service.EXECUTOR: ("database_url", "account", "audience", "cloud_access_key_id"),
+    Service.AGENT: ("account", "cloud_access_key_id", "checkpoint_url"),
+    Service.WEBAPP: ("checkpoint_url",),
+    Service.DEVCLOUD: (),
+}
+_DEFAULT_SKEW: Final = 30
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    status: Status
+    name: str
+    detail: str
+
+
+class _Report:
+    def __init__(self) -> None:
+        self.checks: list[Check] = []
+
+    def add(self, status: Status, name: str, detail: str) -> None:
+        check = Check(status, name, detail)
+        self.checks.append(check)
+        typer.echo(f"{check.status:<5} {check.name:<22} {check.detail}")
+
+    @property
+    def failed(self) -> int:
+        return sum(1 for c in self.checks if c.status == "fail")
+
+    @property
+    def warned(self) -> int:
+        return sum(1 for c in self.checks if c.status == "warn")
+
+
+def _settings_class(service: Service) -> type[ServiceSettings]:
+    from airlock import settings
+
+    classes: dict[Service, type[ServiceSettings]] = {
+        Service.CHECKPOINT: settings.CheckpointSettings,
+        Service.EXECUTOR: settings.ExecutorSettings,
+        Service.AGENT: settings.AgentSettings,
+        Service.WEBAPP: settings.WebappSettings,
+        Service.DEVCLOUD: settings.DevcloudSettings,
+    }
+    return classes[service]
+
+
+def _first_error(exc: Exception) -> str:
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError) and exc.errors():
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        message = str(first["msg"]).removeprefix("Value error, ")
+        return f"{where}: {message}" if where else message
+    return str(exc).splitlines()[0]
+
+
+@dataclass
+class _Loaded:
+    """The settings classes that loaded in this environment, typed for their callers."""
+
+    checkpoint: CheckpointSettings | None = None
+    executor: ExecutorSettings | None = None
+    agent: AgentSettings | None = None
+    webapp: WebappSettings | None = None
+    devcloud: DevcloudSettings | None = None
+
+
+def _load_settings(report: _Report, expected: set[Service]) -> _Loaded:
+    env = os.environ.get("AIRLOCK_ENV", "")
+    if env == "dev":
+        report.add(
+            "ok", "environment", "AIRLOCK_ENV=dev: demo defaults allowed (not for production)"
+        )
+    elif env in ("", "prod"):
+        report.add("ok", "environment", f"AIRLOCK_ENV={env or 'unset'}: production rules apply")
+    else:
+        report.add("fail", "environment", f"AIRLOCK_ENV={env!r}: must be dev or prod")
+    if Path(".env").is_file():
+        report.add("ok", "environment", f"also reading {Path('.env').resolve()}")
+    loaded = _Loaded()
+    for service in Service:
+        name = f"settings.{service.value}"
+        try:
+            value = _settings_class(service)()
+        except ValueError as exc:  # pydantic's ValidationError is a ValueError
+            if service is Service.DEVCLOUD and env != "dev" and service not in expected:
+                report.add("ok", name, "not used outside AIRLOCK_ENV=dev")
+            elif service in expected:
+                report.add("fail", name, _first_error(exc))
+            else:
+                report.add("warn", name, f"not configured here ({_first_error(exc)})")
+            continue
+        setattr(loaded, service.value, value)
+        defaults = [f for f in _DEV_DEFAULTS[service] if f not in value.model_fields_set]
+        note = f" (dev defaults: {', '.join(defaults)})" if defaults and env == "dev" else ""
+        report.add("ok", name, f"loads{note}")
+    return loaded
+
+
+# -- files -----------------------------------------------------------------------------
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.lstat().st_mode)
+
+
+def _private_file(report: _Report, name: str, path: Path, missing_hint: str) -> None:
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        report.add("fail", name, f"{path} is missing ({missing_hint})")
+        return
+    if stat.S_ISLNK(info.st_mode):
+        report.add("fail", name, f"{path} is a symbolic link; services refuse to follow it")
+        return
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o077:
+        report.add("fail", name, f"{path} is mode {mode:04o}; must be 0600 (chmod 600 it)")
+    elif info.st_uid != os.getuid():
+        report.add("warn", name, f"{path} is 0600 but owned by uid {info.st_uid}, not you")
+    else:
+        report.add("ok", name, f"{path} is 0600")
+
+
+def _checkpoint_keys(report: _Report, keys_dir: Path) -> None:
+    from airlock.protocol import Error as ProtocolError
+    from airlock.protocol import loads_strict
+
+    manifest = keys_dir / _KEY_MANIFEST
+    try:
+        value = loads_strict(manifest.read_bytes(), max_bytes=1 << 20, nfc=False)
+        records = value["keys"]
+        files = [(str(r["kid"]), str(r["status"]), str(r["file"])) for r in records]
+    except FileNotFoundError:
+        report.add("fail", "keys.checkpoint", f"no key set at {manifest} (airlock keys generate)")
+        return
+    except (OSError, ProtocolError, KeyError, TypeError) as exc:
+        report.add("fail", "keys.checkpoint", f"{manifest} is unreadable or malformed: {exc}")
+        return
+    if _mode(keys_dir) & 0o022:
+        report.add(
+            "fail",
+            "keys.checkpoint",
+            f"{keys_dir} is writable by group or others (mode {_mode(keys_dir):04o})",
+        )
+    if _mode(manifest) & 0o022:
+        report.add("fail", "keys.checkpoint", f"{manifest} is writable by group or others")
+    active = [kid for kid, status, _ in files if status == "active"]
+    if len(active) != 1:
+        report.add("fail", "keys.checkpoint", f"{len(active)} active signing keys; exactly one")
+    for kid, status, file in files:
+        path = keys_dir / Path(file).name
+        if status == "revoked" and not path.exists():
+            continue
+        _private_file(report, f"keys.{status}", path, f"the private key of {kid}")
+
+
+def _trusted_keys(report: _Report, path: Path) -> None:
+    from airlock.protocol import Error as ProtocolError
+    from airlock.protocol import KeySet, KeyStatus, loads_strict
+
+    try:
+        keyset = KeySet.from_value(loads_strict(path.read_bytes(), max_bytes=1 << 20))
+    except FileNotFoundError:
+        report.add("fail", "keys.trusted", f"{path} is missing (airlock keys export-public)")
+        return
+    except (OSError, ProtocolError, ValueError) as exc:
+        report.add("fail", "keys.trusted", f"{path} is unreadable or malformed: {exc}")
+        return
+    if _mode(path) & 0o022:
+        # Whoever may write this file may make the executor trust their own key.
+        report.add("fail", "keys.trusted", f"{path} is writable by group or others")
+        return
+    keys = [keyset[kid] for kid in keyset]
+    active = sum(1 for k in keys if k.status is KeyStatus.ACTIVE)
+    report.add("ok", "keys.trusted", f"{path}: {len(keys)} keys, {active} active")
+
+
+def _session_file(report: _Report) -> None:
+    path = session_path()
+    try:
+        session = read_session(path)
+    except SessionError as exc:
+        report.add("fail", "session", str(exc))
+        return
+    if session is None:
+        report.add("ok", "session", f"no session file at {path}")
+    else:
+        report.add("ok", "session", f"{path} is 0600 ({session.username} at {session.url})")
+
+
+# -- databases -------------------------------------------------------------------------
+
+
+def _database(report: _Report, name: str, url: str) -> None:
+    import sqlalchemy as sa
+    from sqlalchemy.engine import make_url
+
+    from airlock.store import Error as StoreError
+    from airlock.store import make_engine
+
+    try:
+        shown = make_url(url).render_as_string(hide_password=True)
+    except sa.exc.ArgumentError:
+        report.add("fail", name, "not a database URL")
+        return
+    try:
+        engine = make_engine(url, create=False)
+    except StoreError as exc:
+        report.add("fail", name, f"{shown}: {exc}")
+        return
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+            try:
+                revision = conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
+            except sa.exc.SQLAlchemyError:
+                revision = None
+            conn.rollback()
+    except sa.exc.SQLAlchemyError as exc:
+        reason = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+        report.add("fail", name, f"{shown}: unreachable: {reason}")
+        return
+    finally:
+        engine.dispose()
+    if revision is None:
+        report.add("warn", name, f"{shown}: reachable, no migrations applied yet")
+    else:
+        report.add("ok", name, f"{shown}: reachable, alembic revision {revision}")
+
+
+# -- the checkpoint and the clock ------------------------------------------------------
+
+
+def clock_check(local: float, server_date: str | None, skew: int) -> tuple[Status, str]:
+    """Compare a local time with an HTTP ``Date`` header (1 s resolution), pure."""
+    if not server_date:
+        return "warn", "the checkpoint sent no Date header; cannot compare clocks"
+    try:
+        server = parsedate_to_datetime(server_date).timestamp()
+    except (TypeError, ValueError):
+        return "warn", f"unparseable Date header {server_date!r}"
+    # The header is truncated to whole seconds: allow that second on top of the skew.
+    offset = local - server
+    if abs(offset) > skew + 1:
+        return (
+            "warn",
+            f"local clock is {offset:+.0f}s off the checkpoint's; the executor tolerates {skew}s",
+        )
+    return "ok", f"within {skew}s of the checkpoint ({offset:+.0f}s)"
+
+
+def _checkpoint_url(option: str | None, loaded: _Loaded) -> str | None:
+    try:
+        session = read_session(session_path())
+    except SessionError:
+        session = None
+    candidates: list[str | None] = [
+        option,
+        os.environ.get("AIRLOCK_CHECKPOINT_URL"),
+        session.url if session else None,
+        loaded.webapp.checkpoint_url if loaded.webapp else None,
+        loaded.agent.checkpoint_url if loaded.agent else None,
+        loaded.executor.checkpoint_url if loaded.executor else None,
+    ]
+    if loaded.checkpoint is not None:
+        host = loaded.checkpoint.host
+        # A bind-all address is reached over loopback from this host.
+        if host in ("0.0.0.0", "::"):  # noqa: S104 - compared, not bound
+            host = "127.0.0.1"
+        candidates.append(f"http://{host}:{loaded.checkpoint.port}")
+    return next((c for c in candidates if c), None)
+
+
+def _checkpoint(
+    report: _Report,
+    url: str | None,
+    skew: int,
+    now: Callable[[], float],
+) -> None:
+    if url is None:
+        report.add("warn", "checkpoint", "no checkpoint URL configured here (--url to check one)")
+        return
+    try:
+        base = check_url(url)
+    except SessionError as exc:
+        report.add("fail", "checkpoint", str(exc))
+        return
+    with CheckpointClient(base) as client:
+        try:
+            before = now()
+            response = client.raw("GET", "/healthz")
+            after = now()
+        except CheckpointUnavailable as exc:
+            report.add("fail", "checkpoint.healthz", str(exc))
+            return
+        if response.status_code != 200:
+            report.add(
+                "fail", "checkpoint.healthz", f"{base}/healthz answered {response.status_code}"
+            )
+        else:
+            report.add("ok", "checkpoint.healthz", f"{base} is up")
+        try:
+            client.call("GET", "/readyz")
+            report.add("ok", "checkpoint.readyz", "database and signing key ready")
+        except CheckpointRefused as exc:
+            report.add("fail", "checkpoint.readyz", f"{exc.code}: {exc.message}")
+        except CheckpointUnavailable as exc:
+            report.add("fail", "checkpoint.readyz", str(exc))
+    status, detail = clock_check((before + after) / 2, response.headers.get("date"), skew)
+    report.add(status, "clock", detail)
+
+
+def doctor_command(
+    *,
+    url: Annotated[
+        str | None,
+        typer.Option("--url", help="Checkpoint to check (default: from the environment/session)."),
+    ] = None,
+    service: Annotated[
+        list[Service] | None,
+        typer.Option(
+            "--service",
+            metavar="SERVICE",
+            help="A service this host runs (checkpoint, executor, agent, webapp, devcloud; "
+            "repeatable): its settings must load, or the check fails.",
+        ),
+    ] = None,
+) -> None:
+    """Check configuration, key file modes, databases, the checkpoint and the clock.
+
+    Prints one line per check (ok, warn or fail) and exits 1 if any check fails.
+
+    A service whose settings do not load here is a warning, unless named with --service.
+
+    Example: airlock doctor --service checkpoint --service executor
+    """
+    report = _Report()
+    loaded = _load_settings(report, set(service or ()))
+    if loaded.checkpoint is not None:
+        _checkpoint_keys(report, loaded.checkpoint.keys_dir)
+    if loaded.executor is not None:
+        _private_file(
+            report, "keys.receipt", loaded.executor.receipt_key_path, "airlock executor keygen"
+        )
+        _trusted_keys(report, loaded.executor.trusted_keys_path)
+    _session_file(report)
+    if loaded.checkpoint is not None:
+        _database(report, "database.checkpoint", loaded.checkpoint.database_url)
+    if loaded.executor is not None:
+        _database(report, "database.executor", loaded.executor.database_url)
+    skew = loaded.executor.skew if loaded.executor is not None else _DEFAULT_SKEW
+    _checkpoint(report, _checkpoint_url(url, loaded), skew, time.time)
+    typer.echo(f"{report.failed} failed, {report.warned} warnings, {len(report.checks)} checks")
+    if report.failed:
+        raise typer.Exit(1)

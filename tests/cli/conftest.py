@@ -1,0 +1,108 @@
+"""A real checkpoint served over HTTP on loopback for the CLI to talk to.
+
+The checkpoint is the test harness's (tests/checkpoint/harness.py: real database, fixed
+clock, users alice/bob/carol approvers, admin, viewer, an agent token) served by uvicorn
+in a thread of this process on a socket bound before the server starts, so there is no
+free-port race. The CLI runs in-process through typer's runner with a clean environment:
+only what a test passes is set, so nothing from the developer's shell leaks in.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+from click.testing import Result
+from typer.testing import CliRunner
+
+from airlock.cli import app
+from tests.checkpoint.harness import PASSWORD, World, make_world
+
+__all__ = ["PASSWORD", "Served", "airlock", "dead_url"]
+
+_AIRLOCK_VARS = (
+    "AIRLOCK_TOKEN",
+    "AIRLOCK_CHECKPOINT_URL",
+    "AIRLOCK_HOME",
+    "AIRLOCK_ENV",
+    "XDG_CONFIG_HOME",
+)
+
+
+@dataclass
+class Served:
+    world: World
+    url: str
+    home: Path
+
+    def run(self, *args: str, stdin: str = "", env: Mapping[str, str] | None = None) -> Result:
+        return airlock(*args, stdin=stdin, env={"AIRLOCK_HOME": str(self.home), **(env or {})})
+
+    def login(self, who: str) -> None:
+        result = self.run(
+            "login", "--url", self.url, "--username", who, "--password-stdin", stdin=PASSWORD + "\n"
+        )
+        assert result.exit_code == 0, result.output
+
+    def proposal(self, proposal_id: str) -> dict[str, Any]:
+        response = self.world.client.get(
+            f"/v1/proposals/{proposal_id}", headers=self.world.auth("admin")
+        )
+        assert response.status_code == 200, response.text
+        body: dict[str, Any] = response.json()
+        return body
+
+    def submit(self, **kwargs: Any) -> dict[str, Any]:
+        response = self.world.submit(**kwargs)
+        assert response.status_code == 201, response.text
+        body: dict[str, Any] = response.json()
+        return body
+
+
+def airlock(*args: str, stdin: str = "", env: Mapping[str, str] | None = None) -> Result:
+    """Run ``airlock ARGS`` in-process with only the given AIRLOCK_* variables set."""
+    clean: dict[str, str | None] = dict.fromkeys(_AIRLOCK_VARS)
+    clean.update(env or {})
+    return CliRunner().invoke(app, list(args), input=stdin, env=clean)
+
+
+def dead_url() -> str:
+    """A loopback URL where nothing listens (the port was bound, then released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture
+def served(sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Served]:
+    monkeypatch.chdir(tmp_path)  # settings read ./.env; never the developer's
+    world = make_world(sqlite_url, tmp_path)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(world.app, log_level="warning", access_log=False, lifespan="on")
+    )
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "checkpoint did not start"
+        time.sleep(0.01)  # polling a condition under a deadline, not waiting out a race
+    home = tmp_path / "home"
+    try:
+        yield Served(world, f"http://127.0.0.1:{port}", home)
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+        world.client.close()
+        world.checkpoint.db.dispose()

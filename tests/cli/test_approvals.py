@@ -1,0 +1,262 @@
+"""airlock approvals: what a person approves is what they were shown, byte for byte.
+
+Against a real checkpoint over HTTP: the hash the CLI displays is the hash it sends; a
+high-risk approve needs the typed resource id (refused locally without a terminal, and by
+the checkpoint when wrong); reject carries a reason code; --json output parses.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import pytest
+
+from airlock.cli._approvals import _inert, _Proposal, _signed_action
+from airlock.cli._client import CheckpointUnavailable
+
+from .conftest import Served
+
+DELETE_TARGET = "i-t4n0delete1"
+
+
+def _statement(record: dict[str, Any]) -> dict[str, Any]:
+    envelope = record["approval"]["envelope"]
+    value: dict[str, Any] = json.loads(base64.b64decode(envelope["payload"]))
+    return value
+
+
+def _hash_line(output: str) -> str:
+    return next(line.split()[1] for line in output.splitlines() if line.startswith("hash "))
+
+
+def test_list_shows_a_table_and_json_parses(served: Served) -> None:
+    stop = served.submit(proposal_id="prop_list0000001", resource_id="i-t4n0list0001")
+    served.submit(proposal_id="prop_list0000002", resource_id="i-t4n0list0002", operation="delete")
+    served.login("alice")
+    table = served.run("approvals", "list")
+    assert table.exit_code == 0, table.output
+    assert "prop_list0000001" in table.stdout
+    assert "0 of 2" in table.stdout  # the delete's quorum
+    page = json.loads(served.run("approvals", "list", "--json").stdout)
+    assert [p["id"] for p in page["items"]] == ["prop_list0000002", "prop_list0000001"]
+    only = json.loads(served.run("approvals", "list", "--operation", "stop", "--json").stdout)
+    assert [p["id"] for p in only["items"]] == [stop["id"]]
+    empty = served.run("approvals", "list", "--state", "executed")
+    assert empty.exit_code == 0
+    assert "no proposals match" in empty.stdout
+
+
+def test_show_prints_the_canonical_action_and_hash_exactly_as_signed(served: Served) -> None:
+    record = served.submit(proposal_id="prop_show0000001")
+    served.login("alice")
+    result = served.run("approvals", "show", record["id"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert record["action_jcs"] in lines  # the RFC 8785 text on a line of its own
+    assert _hash_line(result.stdout) == record["action_hash"]
+    assert "votes      0 of 1" in result.stdout
+    assert "rule stop-one-person" in result.stdout
+    assert "CPU p95 3.40 %" in result.stdout
+    assert "STOP the ECS instance i-t4n0example in ap-southeast-1" in result.stdout
+    shown = json.loads(served.run("approvals", "show", record["id"], "--json").stdout)
+    assert shown["action_hash"] == record["action_hash"]
+
+
+def test_show_of_unknown_or_malformed_id(served: Served) -> None:
+    served.login("alice")
+    missing = served.run("approvals", "show", "prop_doesnotexist1", "--json")
+    assert missing.exit_code == 1
+    assert json.loads(missing.stdout)["error"]["code"] == "E_NOT_FOUND"
+    # Not an id: refused before anything is spliced into a request path.
+    assert served.run("approvals", "show", "../sessions/current").exit_code == 2
+
+
+def test_approve_sends_the_hash_it_showed(served: Served) -> None:
+    record = served.submit(proposal_id="prop_approve00001")
+    served.login("alice")
+    result = served.run("approvals", "approve", record["id"], "--yes", "--note", "checked")
+    assert result.exit_code == 0, result.output
+    shown = _hash_line(result.stdout)
+    assert f"you approved action hash {shown}" in result.stdout
+    after = served.proposal(record["id"])
+    assert after["state"] == "approved"
+    assert _statement(after)["action_hash"] == shown == record["action_hash"]
+    assert after["votes"][0]["note"] == "checked"
+
+
+def test_approve_of_a_hash_other_than_the_current_one_is_refused_as_stale(served: Served) -> None:
+    reviewed = served.submit(proposal_id="prop_stale000001", resource_id="i-t4n0stale001")
+    other = served.submit(proposal_id="prop_stale000002", resource_id="i-t4n0stale002")
+    served.login("alice")
+    result = served.run(
+        "approvals",
+        "approve",
+        reviewed["id"],
+        "--yes",
+        "--json",
+        "--action-hash",
+        other["action_hash"],
+    )
+    assert result.exit_code == 1
+    assert json.loads(result.stdout)["error"]["code"] == "E_STALE_VIEW"
+    assert served.proposal(reviewed["id"])["votes"] == []
+
+
+def test_high_risk_approve_without_confirm_in_a_script_refuses_not_hangs(served: Served) -> None:
+    record = served.submit(
+        proposal_id="prop_delete00001", resource_id=DELETE_TARGET, operation="delete"
+    )
+    served.login("alice")
+    # No terminal (the runner's stdin is not a tty) and nothing to read: must not wait.
+    result = served.run("approvals", "approve", record["id"], "--yes")
+    assert result.exit_code == 2
+    assert "--confirm RESOURCE_ID" in result.stderr
+    assert "PERMANENTLY DELETE" in result.stdout
+    assert served.proposal(record["id"])["votes"] == []
+
+
+def test_high_risk_approve_with_a_wrong_confirm_is_refused_by_the_checkpoint(
+    served: Served,
+) -> None:
+    record = served.submit(
+        proposal_id="prop_delete00002", resource_id=DELETE_TARGET, operation="delete"
+    )
+    served.login("alice")
+    result = served.run("approvals", "approve", record["id"], "--confirm", "i-t4n0delete2")
+    assert result.exit_code == 1
+    assert "refused: E_CONFIRM_MISMATCH" in result.stderr
+    assert served.proposal(record["id"])["votes"] == []
+
+
+def test_high_risk_approve_by_two_people_with_confirm_issues_the_approval(
+    served: Served,
+) -> None:
+    record = served.submit(
+        proposal_id="prop_delete00003", resource_id=DELETE_TARGET, operation="delete"
+    )
+    served.login("alice")
+    first = served.run("approvals", "approve", record["id"], "--confirm", DELETE_TARGET)
+    assert first.exit_code == 0, first.output
+    assert "1 of 2" in first.stdout
+    assert "waiting for 1 more" in first.stdout
+    again = served.run("approvals", "approve", record["id"], "--confirm", DELETE_TARGET)
+    assert again.exit_code == 1
+    assert "E_ALREADY_VOTED" in again.stderr
+    served.login("bob")
+    second = served.run("approvals", "approve", record["id"], "--confirm", DELETE_TARGET, "--json")
+    assert second.exit_code == 0, second.output
+    body = json.loads(second.stdout)
+    assert body["state"] == "approved"
+    assert [a["id"] for a in _statement(body)["approvers"]] == ["alice", "bob"]
+
+
+def test_medium_risk_approve_without_yes_and_without_terminal_refuses(served: Served) -> None:
+    record = served.submit(proposal_id="prop_noyes000001")
+    served.login("alice")
+    result = served.run("approvals", "approve", record["id"])
+    assert result.exit_code == 2
+    assert "--yes" in result.stderr
+    assert served.proposal(record["id"])["votes"] == []
+
+
+def test_viewer_may_not_approve(served: Served) -> None:
+    record = served.submit(proposal_id="prop_viewer00001")
+    served.login("viewer")
+    result = served.run("approvals", "approve", record["id"], "--yes")
+    assert result.exit_code == 1
+    assert "E_FORBIDDEN" in result.stderr
+
+
+def test_reject_with_a_reason_the_agent_reads_back(served: Served) -> None:
+    record = served.submit(proposal_id="prop_reject00001")
+    served.login("bob")
+    result = served.run(
+        "approvals", "reject", record["id"], "--reason", "not_idle", "--note", "Sunday batch"
+    )
+    assert result.exit_code == 0, result.output
+    agent_view = served.world.client.get(
+        f"/v1/proposals/{record['id']}", headers=served.world.auth("agent")
+    ).json()
+    assert agent_view["state"] == "rejected"
+    assert agent_view["rejection"]["reason_code"] == "not_idle"
+    assert agent_view["rejection"]["note"] == "Sunday batch"
+    shown = served.run("approvals", "show", record["id"])
+    assert "rejected   not_idle by bob" in shown.stdout
+
+
+def test_reject_needs_a_known_reason(served: Served) -> None:
+    record = served.submit(proposal_id="prop_reject00002")
+    served.login("bob")
+    assert served.run("approvals", "reject", record["id"]).exit_code == 2
+    assert served.run("approvals", "reject", record["id"], "--reason", "bored").exit_code == 2
+    assert served.proposal(record["id"])["state"] == "pending"
+
+
+def test_revoke_an_issued_approval(served: Served) -> None:
+    record = served.submit(proposal_id="prop_revoke00001")
+    served.login("alice")
+    assert served.run("approvals", "approve", record["id"], "--yes").exit_code == 0
+    result = served.run("approvals", "revoke", record["id"], "--note", "owner objected")
+    assert result.exit_code == 0, result.output
+    assert served.proposal(record["id"])["state"] == "revoked"
+    twice = served.run("approvals", "revoke", record["id"])
+    assert twice.exit_code == 1
+    assert "E_STATE" in twice.stderr
+
+
+def test_resolve_is_for_in_doubt_executions_only(served: Served) -> None:
+    record = served.submit(proposal_id="prop_resolve0001")
+    served.login("admin")
+    usage = served.run("approvals", "resolve", record["id"], "--note", "x")
+    assert usage.exit_code == 2  # neither --happened nor --did-not-happen
+    no_note = served.run("approvals", "resolve", record["id"], "--happened")
+    assert no_note.exit_code == 2
+    refused = served.run(
+        "approvals", "resolve", record["id"], "--did-not-happen", "--note", "console shows Running"
+    )
+    assert refused.exit_code == 1
+    assert "E_STATE" in refused.stderr
+
+
+def test_approve_on_a_decided_proposal_is_refused_before_sending(served: Served) -> None:
+    record = served.submit(proposal_id="prop_decided0001")
+    served.login("bob")
+    assert served.run("approvals", "reject", record["id"], "--reason", "other").exit_code == 0
+    result = served.run("approvals", "approve", record["id"], "--yes")
+    assert result.exit_code == 1
+    assert "refused locally, nothing sent: E_STATE" in result.stderr
+
+
+def test_an_answer_whose_text_does_not_hash_to_its_hash_is_not_trusted(served: Served) -> None:
+    record = served.submit(proposal_id="prop_tamper00001")
+    body = served.proposal(record["id"])
+    tampered = body["action_jcs"].replace("i-t4n0example", "i-t4n0elsewhere")
+    with pytest.raises(CheckpointUnavailable, match="does not hash"):
+        _signed_action(_Proposal.model_validate({**body, "action_jcs": tampered}))
+    lying = body["action_jcs"].replace("i-t4n0example", "i-t4n0elsewhere")
+    from airlock.protocol import action_hash
+
+    forged = {**body, "action_jcs": lying, "action_hash": action_hash(lying.encode())}
+    with pytest.raises(CheckpointUnavailable, match="does not match its own signed action"):
+        _signed_action(_Proposal.model_validate(forged))
+
+
+def test_hostile_text_is_printed_inert() -> None:
+    hostile = "ok\x1b[2J\u202egnp.exe\nline[bold]x[/bold]"
+    shown = _inert(hostile)
+    assert "\x1b" not in shown and "\u202e" not in shown and "\n" not in shown
+    assert "\\u001b" in shown and "\\u202e" in shown and "[bold]" in shown
+
+
+def test_group_help_documents_examples_and_exit_codes() -> None:
+    from .conftest import airlock
+
+    top = airlock("--help")
+    for command in ("login", "logout", "approvals", "doctor"):
+        assert command in top.stdout
+    group = airlock("approvals", "--help").stdout
+    assert "airlock approvals approve" in group
+    assert "Exit codes" in group
+    assert "--confirm" in airlock("approvals", "approve", "--help").stdout

@@ -1,0 +1,130 @@
+"""airlock doctor: all green on a complete dev setup; a loose key mode is a failure."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from airlock.cli._doctor import clock_check
+from airlock.store import make_engine
+from services.checkpoint.keys import KeyDirectory
+from services.executor import generate_receipt_key, migrate
+
+from .conftest import Served, airlock, dead_url
+
+
+def _dev_env(served: Served, tmp_path: Path) -> dict[str, str]:
+    """A host running every service, the way `airlock up` lays it out (dev, SQLite)."""
+    executor_url = f"sqlite:///{tmp_path / 'executor.db'}"
+    engine = make_engine(executor_url)
+    try:
+        migrate(engine)
+    finally:
+        engine.dispose()
+    receipt = tmp_path / "executor-receipt.pem"
+    generate_receipt_key(receipt)
+    trusted = tmp_path / "trusted-keys.json"
+    trusted.write_text(json.dumps(KeyDirectory(served.world.keys_dir).public_keyset().to_value()))
+    return {
+        "AIRLOCK_ENV": "dev",
+        "AIRLOCK_CHECKPOINT_DATABASE_URL": served.world.url,
+        "AIRLOCK_CHECKPOINT_KEYS_DIR": str(served.world.keys_dir),
+        "AIRLOCK_EXECUTOR_DATABASE_URL": executor_url,
+        "AIRLOCK_EXECUTOR_RECEIPT_KEY_PATH": str(receipt),
+        "AIRLOCK_EXECUTOR_TRUSTED_KEYS_PATH": str(trusted),
+        "AIRLOCK_WEBAPP_CHECKPOINT_URL": served.url,
+        "AIRLOCK_DEVCLOUD_DB_PATH": str(tmp_path / "devcloud.db"),
+    }
+
+
+def _lines(stdout: str, status: str) -> list[str]:
+    return [line for line in stdout.splitlines() if line.startswith(f"{status} ")]
+
+
+def test_doctor_is_all_green_on_a_complete_dev_setup(served: Served, tmp_path: Path) -> None:
+    result = served.run("doctor", "--service", "checkpoint", env=_dev_env(served, tmp_path))
+    assert result.exit_code == 0, result.output
+    assert _lines(result.stdout, "fail") == []
+    assert _lines(result.stdout, "warn") == []
+    ok = "\n".join(_lines(result.stdout, "ok"))
+    for name in (
+        "keys.active",
+        "keys.receipt",
+        "keys.trusted",
+        "database.checkpoint",
+        "database.executor",
+        "checkpoint.healthz",
+        "checkpoint.readyz",
+        "clock",
+    ):
+        assert f"ok    {name}" in ok, result.stdout
+    assert "alembic revision" in ok
+
+
+def test_doctor_reports_a_world_readable_signing_key_as_a_failure(
+    served: Served, tmp_path: Path
+) -> None:
+    env = _dev_env(served, tmp_path)
+    record = KeyDirectory(served.world.keys_dir).records()[0]
+    os.chmod(served.world.keys_dir / record.file, 0o644)
+    result = served.run("doctor", env=env)
+    assert result.exit_code == 1
+    [failure] = _lines(result.stdout, "fail")
+    assert "keys.active" in failure and "0644" in failure and "must be 0600" in failure
+
+
+def test_doctor_reports_a_group_readable_receipt_key_as_a_failure(
+    served: Served, tmp_path: Path
+) -> None:
+    env = _dev_env(served, tmp_path)
+    os.chmod(env["AIRLOCK_EXECUTOR_RECEIPT_KEY_PATH"], 0o640)
+    result = served.run("doctor", env=env)
+    assert result.exit_code == 1
+    assert any("keys.receipt" in line for line in _lines(result.stdout, "fail"))
+
+
+def test_doctor_reports_a_trusted_key_set_others_may_write_as_a_failure(
+    served: Served, tmp_path: Path
+) -> None:
+    env = _dev_env(served, tmp_path)
+    os.chmod(env["AIRLOCK_EXECUTOR_TRUSTED_KEYS_PATH"], 0o666)
+    result = served.run("doctor", env=env)
+    assert result.exit_code == 1
+    assert any("keys.trusted" in line for line in _lines(result.stdout, "fail"))
+
+
+def test_doctor_fails_on_an_unreachable_database_and_checkpoint(
+    served: Served, tmp_path: Path
+) -> None:
+    env = _dev_env(served, tmp_path)
+    env["AIRLOCK_EXECUTOR_DATABASE_URL"] = f"sqlite:///{tmp_path / 'missing' / 'executor.db'}"
+    result = served.run("doctor", "--url", dead_url(), env=env)
+    assert result.exit_code == 1
+    failed = "\n".join(_lines(result.stdout, "fail"))
+    assert "database.executor" in failed
+    assert "checkpoint.healthz" in failed
+    assert "database.checkpoint" not in failed
+
+
+def test_doctor_fails_when_an_expected_service_is_not_configured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # no .env from elsewhere
+    result = airlock("doctor", "--service", "executor", "--url", dead_url())
+    assert result.exit_code == 1
+    assert any("settings.executor" in line for line in _lines(result.stdout, "fail"))
+
+
+def test_clock_check_warns_beyond_the_executor_skew() -> None:
+    date = "Sat, 29 Nov 2025 07:06:40 GMT"
+    at = 1_764_400_000.0
+    assert clock_check(at + 0.4, date, 30)[0] == "ok"
+    assert clock_check(at + 30.8, date, 30)[0] == "ok"  # the header's 1 s resolution
+    assert clock_check(at + 31.5, date, 30)[0] == "warn"
+    status, detail = clock_check(at - 45, date, 30)
+    assert status == "warn" and "-45s" in detail
+    assert clock_check(at, None, 30)[0] == "warn"
+    assert clock_check(at, "yesterday", 30)[0] == "warn"
