@@ -129,6 +129,8 @@ class CheckpointClient:
         """The response whatever its status; transport failures are unavailability."""
         try:
             return self._http.request(method, path, **kwargs)
+        except httpx.InvalidURL as exc:
+            raise SessionError(f"invalid checkpoint URL {self.url!r}: {exc}") from None
         except httpx.TransportError as exc:
             reason = str(exc) or type(exc).__name__
             raise CheckpointUnavailable(
