@@ -377,6 +377,10 @@ class ExecutorSettings(CloudSettings):
     #: The checkpoint's feed and outcome API, and the executor's service token.
     checkpoint_url: str | None = None
     checkpoint_token: SecretStr = SecretStr("")
+    #: Longest wait between retries when the checkpoint is down, seconds.
+    retry_max: int = Field(default=30, gt=0)
+    #: A file the daemon touches on every turn of its loop (``airlock executor health``).
+    heartbeat_path: Path | None = None
 
     @model_validator(mode="after")
     def _executor_checks(self) -> ExecutorSettings:

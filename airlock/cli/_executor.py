@@ -96,45 +96,162 @@ def _show(outcome: Outcome) -> None:
     typer.echo(f"{outcome.approval_id or '-'} {state}{code} {outcome.detail}".rstrip())
 
 
+def _file_revocations(settings: ExecutorSettings) -> frozenset[str]:
+    from services.executor import read_revocations_file
+
+    try:
+        return read_revocations_file(settings.revocations_path)
+    except OSError as exc:
+        raise _fail(str(exc)) from None
+
+
 @executor_app.callback()
 def executor_command(
     ctx: typer.Context,
     once: Annotated[
-        bool, typer.Option("--once", help="Recover, drain the inbox once, and exit.")
+        bool,
+        typer.Option("--once", help="Recover, take what the source has now, report, and exit."),
     ] = False,
 ) -> None:
-    """Run the executor: recovery at start, then the bundle source (daemon unless --once)."""
+    """Run the executor: recovery at start, then the bundle source (daemon unless --once).
+
+    The source is the checkpoint's feed when AIRLOCK_EXECUTOR_CHECKPOINT_URL is set (with
+    AIRLOCK_EXECUTOR_CHECKPOINT_TOKEN, an executor service token; outcomes are reported
+    back), otherwise the directory AIRLOCK_EXECUTOR_INBOX. SIGTERM/SIGINT stop it after
+    the item in hand.
+    """
     if ctx.invoked_subcommand is not None:
         return
-    import threading
-
-    from services.executor import DirectorySource
-    from services.executor.recover import run
-
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     settings = _settings()
-    if settings.inbox is None:
-        raise _fail("set AIRLOCK_EXECUTOR_INBOX (a directory of bundles) to run the executor")
-    try:
-        source = DirectorySource(settings.inbox, settings.revocations_path)
-    except OSError as exc:
-        raise _fail(str(exc)) from None
+    if settings.checkpoint_url and settings.inbox is not None:
+        raise _fail(
+            "set either AIRLOCK_EXECUTOR_CHECKPOINT_URL (the checkpoint feed) or "
+            "AIRLOCK_EXECUTOR_INBOX (a directory of bundles), not both"
+        )
+    if not settings.checkpoint_url and settings.inbox is None:
+        raise _fail(
+            "set AIRLOCK_EXECUTOR_CHECKPOINT_URL (with AIRLOCK_EXECUTOR_CHECKPOINT_TOKEN) to "
+            "serve the checkpoint feed, or AIRLOCK_EXECUTOR_INBOX to serve a directory"
+        )
+    if settings.checkpoint_url and not settings.checkpoint_token.get_secret_value():
+        raise _fail("AIRLOCK_EXECUTOR_CHECKPOINT_TOKEN must be set with the checkpoint URL")
     executor = _build(settings)
-    stop = threading.Event()
     try:
-        for outcome in run(
-            executor,
-            source,
-            once=once,
-            recover_every_s=settings.recover_every,
-            poll_wait_s=settings.poll_wait,
-            stop=stop,
-        ):
-            _show(outcome)
-    except KeyboardInterrupt:
-        stop.set()
+        _serve(settings, executor, once=once)
     finally:
         executor.engine.dispose()
+
+
+def _serve(settings: ExecutorSettings, executor: Executor, *, once: bool) -> None:
+    from services.executor import (
+        Backoff,
+        BundleSource,
+        CheckpointFeedSource,
+        CheckpointUnauthorized,
+        DirectorySource,
+        Failpoints,
+        Heartbeat,
+        LedgerRevocations,
+        OutboxReporter,
+        Shutdown,
+        checkpoint_client,
+        serve,
+    )
+    from services.executor.recover import run
+
+    shutdown = Shutdown()
+    failpoints = Failpoints.from_env(os.environ)  # validated by _build already
+    clock = executor.clock
+    reporter: OutboxReporter | None = None
+    source: BundleSource
+    http = None
+    if settings.checkpoint_url:
+        http = checkpoint_client(
+            settings.checkpoint_url,
+            settings.checkpoint_token.get_secret_value(),
+            poll_wait_s=settings.poll_wait,
+        )
+        source = CheckpointFeedSource(
+            engine=executor.engine,
+            client=http,
+            clock=clock,
+            backoff=Backoff(cap=settings.retry_max),
+            failpoints=failpoints,
+            idle=shutdown.idle,
+            sleep=shutdown.sleep,
+            extra_revoked=_file_revocations(settings),
+        )
+        reporter = OutboxReporter(
+            engine=executor.engine,
+            client=http,
+            clock=clock,
+            backoff=Backoff(cap=settings.retry_max),
+            failpoints=failpoints,
+            idle=shutdown.idle,
+            sweep_every_s=settings.recover_every,
+        )
+    else:
+        assert settings.inbox is not None  # checked by the caller
+        try:
+            source = DirectorySource(
+                settings.inbox,
+                settings.revocations_path,
+                also_revoked=LedgerRevocations(executor.engine),
+            )
+        except OSError as exc:
+            raise _fail(str(exc)) from None
+    try:
+        if once:
+            for outcome in run(executor, source, once=True):
+                _show(outcome)
+            if reporter is not None:
+                reporter.flush()
+            return
+        shutdown.install()
+        serve(
+            executor,
+            source,
+            shutdown=shutdown,
+            reporter=reporter,
+            poll_wait_s=settings.poll_wait,
+            recover_every_s=settings.recover_every,
+            heartbeat=Heartbeat(settings.heartbeat_path),
+            error_backoff=Backoff(cap=settings.retry_max),
+        )
+    except CheckpointUnauthorized as exc:
+        raise _fail(str(exc)) from None
+    finally:
+        if http is not None:
+            http.close()
+
+
+@executor_app.command("health")
+def health_command(
+    max_age: Annotated[
+        float,
+        typer.Option("--max-age", help="Seconds since the daemon's last heartbeat.", min=1),
+    ] = 120.0,
+    path: Annotated[
+        Path | None,
+        typer.Option("--path", help="Heartbeat file (default AIRLOCK_EXECUTOR_HEARTBEAT_PATH)."),
+    ] = None,
+) -> None:
+    """Exit 0 if the daemon's heartbeat is fresher than --max-age, 1 if not (for health checks)."""
+    from services.executor import heartbeat_age
+
+    if path is None:
+        path = _settings().heartbeat_path
+    if path is None:
+        raise _fail("no heartbeat: set AIRLOCK_EXECUTOR_HEARTBEAT_PATH (or pass --path)")
+    age = heartbeat_age(path, time.time())
+    if age is None:
+        typer.echo(f"unhealthy: no heartbeat at {path}")
+        raise typer.Exit(1)
+    if age > max_age:
+        typer.echo(f"unhealthy: last heartbeat {age:.0f}s ago (max {max_age:.0f}s)")
+        raise typer.Exit(1)
+    typer.echo(f"healthy: last heartbeat {max(age, 0.0):.1f}s ago")
 
 
 @executor_app.command("run-bundle")
@@ -142,16 +259,14 @@ def run_bundle_command(
     file: Annotated[str, typer.Argument(help="The bundle file, or - for stdin.")],
 ) -> None:
     """Execute one bundle; exit 0 if it succeeded, 1 if refused/failed/in doubt."""
-    from services.executor import FileSource, State
+    from services.executor import FileSource, LedgerRevocations, State
     from services.executor.recover import drain
 
     settings = _settings()
     executor = _build(settings)
     try:
-        revoked: frozenset[str] = frozenset()
-        if settings.revocations_path is not None and settings.revocations_path.exists():
-            lines = settings.revocations_path.read_text(encoding="utf-8").splitlines()
-            revoked = frozenset(line.strip() for line in lines if line.strip())
+        # Revocations the feed delivered are in the ledger; the file adds local ones.
+        revoked = LedgerRevocations(executor.engine, _file_revocations(settings))
         try:
             outcomes = drain(executor, FileSource(file, revoked))
         except OSError as exc:

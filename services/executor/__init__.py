@@ -4,7 +4,8 @@ The only process with a cloud write credential. It must never hold the approval 
 key, and never import the checkpoint or the agent.
 
 Public face: :class:`Executor` (execute, recover, resolve), :func:`migrate`, the bundle
-sources and outcome sinks, the receipt signer and verifier.
+sources (a directory, a file, the checkpoint feed) and outcome sinks, the outcome outbox
+reporter, the daemon loop (:func:`serve`), the receipt signer and verifier.
 """
 
 from pathlib import Path
@@ -12,8 +13,24 @@ from typing import Final
 
 from sqlalchemy.engine import Engine
 
-from .errors import ConfigError, ExecutorError, Fenced, InvalidReceipt, ResolutionError
-from .failpoints import FAILPOINTS, Failpoints
+from .daemon import Heartbeat, Shutdown, heartbeat_age, serve
+from .errors import (
+    CheckpointUnauthorized,
+    ConfigError,
+    ExecutorError,
+    Fenced,
+    InvalidReceipt,
+    ResolutionError,
+)
+from .failpoints import FAILPOINTS, FEED_FAILPOINTS, Failpoints
+from .feed import (
+    Backoff,
+    CheckpointFeedSource,
+    LedgerRevocations,
+    OutboxReporter,
+    checkpoint_client,
+    feed_name,
+)
 from .models import Outcome, State
 from .receipts import (
     RECEIPT_PAYLOAD_TYPE,
@@ -30,13 +47,19 @@ from .sources import (
     FileSource,
     OutcomeSink,
     ReceiptDirectorySink,
+    Revoked,
+    read_revocations_file,
 )
 
 __all__ = [
     "FAILPOINTS",
+    "FEED_FAILPOINTS",
     "MIGRATIONS_DIR",
     "RECEIPT_PAYLOAD_TYPE",
+    "Backoff",
     "BundleSource",
+    "CheckpointFeedSource",
+    "CheckpointUnauthorized",
     "ConfigError",
     "Delivery",
     "DirectorySource",
@@ -45,17 +68,27 @@ __all__ = [
     "Failpoints",
     "Fenced",
     "FileSource",
+    "Heartbeat",
     "InvalidReceipt",
+    "LedgerRevocations",
+    "OutboxReporter",
     "Outcome",
     "OutcomeSink",
     "Receipt",
     "ReceiptDirectorySink",
     "ReceiptSigner",
     "ResolutionError",
+    "Revoked",
+    "Shutdown",
     "State",
+    "checkpoint_client",
     "client_token",
+    "feed_name",
     "generate_receipt_key",
+    "heartbeat_age",
     "migrate",
+    "read_revocations_file",
+    "serve",
     "verify_receipt",
 ]
 

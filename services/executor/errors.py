@@ -8,7 +8,10 @@ Error hierarchy::
     │                        took the lease over (epoch bumped); this worker must stop
     ├── SimulatedCrash       raised by a test failpoint to abandon work mid-flight
     ├── ResolutionError      a human resolution was refused (row not in_doubt, bad input)
-    └── InvalidReceipt       a receipt does not verify or is not a receipt/v1
+    ├── InvalidReceipt       a receipt does not verify or is not a receipt/v1
+    └── CheckpointUnauthorized
+                             the checkpoint answered 401/403 to the executor's token: a
+                             misconfiguration that retrying cannot fix, so the daemon stops
 
 A bundle that is refused is not an error here: it is an outcome (``Outcome`` with a
 ``RefusalCode``), recorded in the ledger and the audit chain like any other.
@@ -17,6 +20,7 @@ A bundle that is refused is not an error here: it is an outcome (``Outcome`` wit
 from __future__ import annotations
 
 __all__ = [
+    "CheckpointUnauthorized",
     "ConfigError",
     "ExecutorError",
     "Fenced",
@@ -57,3 +61,15 @@ class ResolutionError(ExecutorError):
 
 class InvalidReceipt(ExecutorError):
     """A receipt's envelope, signature or payload is not valid."""
+
+
+class CheckpointUnauthorized(ExecutorError):
+    """The checkpoint refused the executor's service token (HTTP 401 or 403)."""
+
+    def __init__(self, status: int, code: str, what: str) -> None:
+        super().__init__(
+            f"the checkpoint refused the executor token on {what} (HTTP {status} {code}): "
+            "check AIRLOCK_EXECUTOR_CHECKPOINT_TOKEN is an executor-role service token"
+        )
+        self.status = status
+        self.code = code

@@ -7,6 +7,11 @@ The points, in the order the execute path reaches them::
     after_cloud_call         the cloud call returned; the outcome is not committed
     after_outcome_commit     the outcome, audit event and receipt are committed
 
+and two on the feed side, where at-least-once delivery is decided::
+
+    before_cursor_commit     a feed item is recorded (ledger/refusals); the cursor is not
+    after_outcome_post       the checkpoint accepted a receipt; the delivery is not recorded
+
 They are inert unless enabled. A test process enables them with
 ``AIRLOCK_EXECUTOR_FAILPOINTS=<point>[,<point>...]``; the process then sends itself
 ``SIGKILL`` the first time it reaches a listed point. The variable is honoured only
@@ -25,7 +30,7 @@ from typing import Final
 
 from .errors import ConfigError
 
-__all__ = ["FAILPOINTS", "FAILPOINTS_ENV", "Failpoints"]
+__all__ = ["FAILPOINTS", "FAILPOINTS_ENV", "FEED_FAILPOINTS", "Failpoints"]
 
 FAILPOINTS: Final = (
     "after_consume",
@@ -33,6 +38,8 @@ FAILPOINTS: Final = (
     "after_cloud_call",
     "after_outcome_commit",
 )
+#: The feed side's points (tests/executor/test_feed.py crashes at each).
+FEED_FAILPOINTS: Final = ("before_cursor_commit", "after_outcome_post")
 FAILPOINTS_ENV: Final = "AIRLOCK_EXECUTOR_FAILPOINTS"
 
 
@@ -50,9 +57,11 @@ class Failpoints:
     def __init__(
         self, armed: frozenset[str] = frozenset(), action: Callable[[str], None] = _sigkill_self
     ) -> None:
-        unknown = armed - set(FAILPOINTS)
+        unknown = armed - {*FAILPOINTS, *FEED_FAILPOINTS}
         if unknown:
-            raise ConfigError(f"unknown failpoints {sorted(unknown)}; known: {FAILPOINTS}")
+            raise ConfigError(
+                f"unknown failpoints {sorted(unknown)}; known: {FAILPOINTS + FEED_FAILPOINTS}"
+            )
         self._armed = armed
         self._action = action
 
@@ -78,7 +87,7 @@ class Failpoints:
         return self._armed
 
     def hit(self, point: str) -> None:
-        if point not in FAILPOINTS:
+        if point not in FAILPOINTS and point not in FEED_FAILPOINTS:
             raise ValueError(f"unknown failpoint {point!r}")
         if point in self._armed:
             self._action(point)

@@ -21,6 +21,11 @@ whether an approval was used):
 ``executor_resolutions``
     a human's decision on an ``in_doubt`` row. Insert-only, at most one per row.
 
+and the feed side's three (migration 0002): ``executor_feed_cursor`` (how far the
+checkpoint feed has been recorded; never moves backwards), ``executor_revocations``
+(insert-only; read by step 12) and ``executor_deliveries`` (insert-only; which receipts
+the checkpoint accepted or refused for good — the outcome outbox's memory).
+
 Nothing in this module reads a clock or talks to the cloud.
 """
 
@@ -40,10 +45,13 @@ __all__ = [
     "LedgerRow",
     "Outcome",
     "State",
+    "deliveries",
+    "feed_cursor",
     "ledger",
     "metadata",
     "refusals",
     "resolutions",
+    "revocations",
 ]
 
 
@@ -128,6 +136,37 @@ resolutions = sa.Table(
     sa.CheckConstraint(
         "decision IN ('happened','did_not_happen')", name="ck_executor_resolutions_decision"
     ),
+)
+
+feed_cursor = sa.Table(
+    "executor_feed_cursor",
+    metadata,
+    sa.Column("feed", sa.String(300), primary_key=True),
+    sa.Column("seq", sa.BigInteger, nullable=False),
+    sa.Column("updated_at", sa.BigInteger, nullable=False),
+)
+
+revocations = sa.Table(
+    "executor_revocations",
+    metadata,
+    sa.Column("approval_id", sa.String(100), primary_key=True),
+    sa.Column("feed", sa.String(300), nullable=False),
+    sa.Column("feed_seq", sa.BigInteger, nullable=False),
+    sa.Column("received_at", sa.BigInteger, nullable=False),
+)
+
+deliveries = sa.Table(
+    "executor_deliveries",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("kind", sa.String(16), nullable=False),  # outcome | resolution
+    sa.Column("approval_id", sa.String(100), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),  # delivered | rejected
+    sa.Column("http_status", sa.Integer, nullable=True),
+    sa.Column("error_code", sa.String(64), nullable=True),
+    sa.Column("detail", sa.Text, nullable=False),
+    sa.Column("at", sa.BigInteger, nullable=False),
+    sa.UniqueConstraint("kind", "approval_id", name="uq_executor_deliveries_receipt"),
 )
 
 

@@ -1,14 +1,16 @@
 """Where bundles come from and where outcomes go: the executor's two feed-side seams.
 
 ``BundleSource`` is the port a feed implements. The checkpoint's long-poll feed (with
-its revocations) arrives with the checkpoint issue and implements the same port; here
-are the sources for tests and the CLI: a directory inbox and a single file or stdin.
+its revocations) is :class:`~services.executor.feed.CheckpointFeedSource`; here are the
+sources for tests and the CLI: a directory inbox and a single file or stdin.
 
-``OutcomeSink`` is where terminal outcomes are reported (the checkpoint's outcome API
-later; a receipts directory now). Reporting is best effort and happens after the
-ledger commit: the ledger is the source of truth, and a sink failure never changes an
-outcome. A source never decides anything: every bundle it hands over is verified and
-consumed by the executor, so delivering the same bundle twice is harmless (E_REPLAY).
+``OutcomeSink`` is an immediate, best-effort copy of each terminal outcome (a receipts
+directory), made after the ledger commit: the ledger is the source of truth, and a sink
+failure never changes an outcome. Reporting to the checkpoint is not a sink but an
+outbox over the ledger (:class:`~services.executor.feed.OutboxReporter`), so nothing is
+lost when the checkpoint is down. A source never decides anything: every bundle it hands
+over is verified and consumed by the executor, so delivering the same bundle twice is
+harmless (E_REPLAY).
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ __all__ = [
     "FileSource",
     "OutcomeSink",
     "ReceiptDirectorySink",
+    "Revoked",
     "read_capped",
+    "read_revocations_file",
 ]
 
 
@@ -66,6 +70,16 @@ class OutcomeSink(Protocol):
         ...
 
 
+class Revoked(Container[str]):
+    """Revoked if any of the given sets says so (the ledger's revocations and a file)."""
+
+    def __init__(self, *sets: Container[str]) -> None:
+        self._sets = sets
+
+    def __contains__(self, approval_id: object) -> bool:
+        return any(approval_id in s for s in self._sets)
+
+
 def read_capped(stream: BinaryIO) -> bytes:
     """Read at most one byte past the bundle cap: an oversized bundle is refused as
     E_SIZE by the verifier without the whole thing ever being held in memory."""
@@ -76,14 +90,21 @@ class DirectorySource:
     """Bundles are ``*.json`` files in ``inbox``; each is moved to ``inbox/done`` once
     its outcome is committed. Writers must create files atomically (write elsewhere,
     then rename in); names starting with ``.`` are ignored. ``revocations``, if given,
-    is a text file of revoked approval ids, one per line, re-read on every call."""
+    is a text file of revoked approval ids, one per line, re-read on every call;
+    ``also_revoked`` adds another set (the ledger's recorded revocations)."""
 
-    def __init__(self, inbox: Path, revocations: Path | None = None) -> None:
+    def __init__(
+        self,
+        inbox: Path,
+        revocations: Path | None = None,
+        also_revoked: Container[str] = frozenset(),
+    ) -> None:
         if not inbox.is_dir():
             raise FileNotFoundError(f"inbox {inbox} is not a directory")
         self._inbox = inbox
         self._done = inbox / "done"
         self._revocations = revocations
+        self._also = also_revoked
 
     def receive(self, *, wait_s: float = 0.0) -> Sequence[Delivery]:
         del wait_s  # a directory has no long-poll; the daemon loop paces itself
@@ -96,14 +117,19 @@ class DirectorySource:
         return out
 
     def revoked(self) -> Container[str]:
-        if self._revocations is None or not self._revocations.exists():
-            return frozenset()
-        lines = self._revocations.read_text(encoding="utf-8").splitlines()
-        return frozenset(line.strip() for line in lines if line.strip())
+        return Revoked(read_revocations_file(self._revocations), self._also)
 
     def ack(self, delivery: Delivery) -> None:
         self._done.mkdir(exist_ok=True)
         os.replace(self._inbox / delivery.ref, self._done / delivery.ref)
+
+
+def read_revocations_file(path: Path | None) -> frozenset[str]:
+    """Approval ids, one per line; no file (or no path) is an empty set."""
+    if path is None or not path.exists():
+        return frozenset()
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return frozenset(line.strip() for line in lines if line.strip())
 
 
 class FileSource:

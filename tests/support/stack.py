@@ -11,10 +11,15 @@ Usage::
         stack.wait_state(proposal["id"], {"executed"})
 
 Each service is its own process on a free 127.0.0.1 port, started the way an operator
-starts it (``airlock checkpoint``, ``airlock webapp``, ``airlock devcloud serve``); the
-executor is :mod:`tests.support.executor_feed` until the executor has a feed runner of
-its own. Users are created with cheap Argon2 parameters (tests only; verification reads
-the parameters from the stored hash). Everything is killed on exit; logs stay in
+starts it: ``airlock checkpoint``, ``airlock webapp``, ``airlock devcloud serve`` and the
+``airlock executor`` daemon on the checkpoint feed — with devcloud's write key, the
+public key set exported from the checkpoint's key directory, its own receipt key, an
+executor service token, and the checkpoint set to verify receipts against the
+executor's receipt key. ``stack.executor`` and ``stack.checkpoint`` can be stopped,
+SIGKILLed and started again (same port, same databases) by tests of the feed.
+
+Users are created with cheap Argon2 parameters (tests only; verification reads the
+parameters from the stored hash). Everything is killed on exit; logs stay in
 ``workdir`` for a failing test to show.
 """
 
@@ -27,7 +32,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +40,7 @@ from typing import Any
 import httpx
 from argon2 import PasswordHasher, Type
 
-from airlock.protocol import KeySet
+from airlock.protocol import KeySet, canonical_bytes
 from airlock.store import upgrade
 from services.checkpoint._db import Database
 from services.checkpoint.app import MIGRATIONS
@@ -45,7 +50,7 @@ from services.executor import generate_receipt_key
 
 from .devcloud import DevcloudHandle, free_port, running_devcloud
 
-__all__ = ["ACCOUNT", "AUDIENCE", "PASSWORD", "REGION", "Stack", "running_stack"]
+__all__ = ["ACCOUNT", "AUDIENCE", "PASSWORD", "REGION", "Service", "Stack", "running_stack"]
 
 PASSWORD = "correct horse battery staple"
 AUDIENCE = "airlock-executor/e2e"
@@ -56,6 +61,96 @@ _CLI = [sys.executable, "-c", "from airlock.cli import main; main()"]
 _REPO = Path(__file__).resolve().parents[2]
 
 
+class Service:
+    """One service process: started, awaited, stopped or killed, and started again.
+
+    Its log (``<workdir>/<name>.log``) is appended to across restarts.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        cmd: list[str],
+        env: Mapping[str, str],
+        workdir: Path,
+        ready: Callable[[Service], bool],
+    ) -> None:
+        self.name = name
+        self.cmd = cmd
+        self.env = dict(env)
+        self.workdir = workdir
+        self._ready = ready
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started_at = 0.0
+        self.log_path = workdir / f"{name}.log"
+
+    def spawn(self, **extra_env: str) -> None:
+        """Start the process (do not wait); ``extra_env`` applies to this start only."""
+        if self.running:
+            raise RuntimeError(f"{self.name} is already running")
+        self.started_at = time.time()
+        with self.log_path.open("ab") as log:
+            # cwd=workdir: no stray .env of the checkout leaks into a service's settings.
+            self.proc = subprocess.Popen(
+                self.cmd,
+                cwd=self.workdir,
+                env={**self.env, **extra_env},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    def wait_ready(self, timeout: float = _READY_TIMEOUT) -> None:
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited early:\n{self.log()}")
+            if self._ready(self):
+                return
+            time.sleep(0.05)  # readiness polling, bounded by the deadline
+        self.proc.kill()
+        raise RuntimeError(f"{self.name} not ready in {timeout}s:\n{self.log()}")
+
+    def start(self, **extra_env: str) -> None:
+        self.spawn(**extra_env)
+        self.wait_ready()
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def wait_exit(self, timeout: float = 30.0) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout=timeout)
+
+    def stop(self, sig: signal.Signals = signal.SIGTERM, timeout: float = 15.0) -> int | None:
+        """Send ``sig`` and wait; SIGKILL if it does not exit in ``timeout``."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        return self.proc.returncode
+
+    def kill(self) -> int | None:
+        return self.stop(signal.SIGKILL)
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+
 @dataclass
 class Stack:
     devcloud: DevcloudHandle
@@ -63,6 +158,10 @@ class Stack:
     webapp_url: str
     tokens: dict[str, str]
     workdir: Path
+    checkpoint: Service
+    executor: Service
+    ledger_url: str
+    receipt_keys_path: Path
     _http: httpx.Client = field(init=False)
 
     def __post_init__(self) -> None:
@@ -104,7 +203,7 @@ class Stack:
             if time.monotonic() > deadline:
                 raise AssertionError(
                     f"{proposal_id} is {record['state']}, not {sorted(states)}, after {timeout}s;"
-                    f" executor log:\n{(self.workdir / 'executor.log').read_text(errors='replace')}"
+                    f" executor log:\n{self.executor.log()}"
                 )
             time.sleep(0.1)  # polling a condition under a deadline, not waiting out a race
 
@@ -115,7 +214,10 @@ def _cheap_hasher() -> PasswordHasher:
 
 def _prepare_checkpoint(workdir: Path, users: Mapping[str, str]) -> tuple[dict[str, str], str]:
     now = int(time.time())
-    KeyDirectory(workdir / "keys").generate(now)
+    keys = KeyDirectory(workdir / "keys")
+    keys.generate(now)
+    # What `airlock keys export-public` writes: the key set the executor trusts.
+    (workdir / "trusted-keys.json").write_bytes(canonical_bytes(keys.public_keyset().to_value()))
     receipt_signer = generate_receipt_key(workdir / "receipt-key.pem")
     (workdir / "receipt-keys.json").write_text(
         json.dumps(KeySet([receipt_signer.trusted_key()]).to_value())
@@ -144,66 +246,34 @@ def _prepare_checkpoint(workdir: Path, users: Mapping[str, str]) -> tuple[dict[s
 
 
 def _clean_env(extra: Mapping[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRLOCK_", "EXECFEED_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRLOCK_")}
     env["PYTHONPATH"] = str(_REPO)
     env.update(extra)
     return env
 
 
-class _Processes:
-    """Started together (each takes seconds to import on a small machine), awaited after."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.workdir = workdir
-        self.procs: list[tuple[str, subprocess.Popen[bytes], str | None]] = []
-        self._logs: list[Any] = []
-
-    def spawn(
-        self, name: str, cmd: list[str], env: Mapping[str, str], ready_url: str | None
-    ) -> None:
-        log = (self.workdir / f"{name}.log").open("wb")
-        self._logs.append(log)
-        # cwd=workdir: no stray .env of the checkout leaks into a service's settings.
-        proc = subprocess.Popen(
-            cmd, cwd=self.workdir, env=dict(env), stdout=log, stderr=subprocess.STDOUT
-        )
-        self.procs.append((name, proc, ready_url))
-
-    def wait_ready(self) -> None:
-        for name, proc, url in self.procs:
-            _wait_ready(name, proc, url, self.workdir / f"{name}.log")
-
-    def stop(self) -> None:
-        # Reverse order, one at a time: the executor's open long-poll would otherwise hold
-        # the checkpoint's graceful shutdown for the whole poll.
-        for _, proc, _ in reversed(self.procs):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
+def _http_ok(url: str) -> Callable[[Service], bool]:
+    def check(service: Service) -> bool:
+        del service
+        with httpx.Client(timeout=1.0, trust_env=False) as client:
             try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
-        for log in self._logs:
-            log.close()
+                return client.get(url).status_code == 200
+            except httpx.TransportError:
+                return False
+
+    return check
 
 
-def _wait_ready(name: str, proc: subprocess.Popen[bytes], url: str | None, log_path: Path) -> None:
-    deadline = time.monotonic() + _READY_TIMEOUT
-    with httpx.Client(timeout=1.0, trust_env=False) as client:
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"{name} exited early:\n{log_path.read_text(errors='replace')}")
-            if url is None:
-                if b"ready" in log_path.read_bytes():
-                    return
-            else:
-                with contextlib.suppress(httpx.TransportError):
-                    if client.get(url).status_code == 200:
-                        return
-            time.sleep(0.05)  # readiness polling, bounded by the deadline
-    proc.kill()
-    raise RuntimeError(f"{name} not ready in {_READY_TIMEOUT}s:\n{log_path.read_text()}")
+def _beat_since_start(path: Path) -> Callable[[Service], bool]:
+    """Ready once this start of the daemon touched its heartbeat (after recovery)."""
+
+    def check(service: Service) -> bool:
+        try:
+            return path.stat().st_mtime >= service.started_at
+        except FileNotFoundError:
+            return False
+
+    return check
 
 
 @contextlib.contextmanager
@@ -212,17 +282,26 @@ def running_stack(
     *,
     users: Mapping[str, str] | None = None,
     queue_poll_seconds: int = 1,
+    webapp: bool = True,
+    start_executor: bool = True,
+    ledger_url: str | None = None,
+    executor_env: Mapping[str, str] | None = None,
+    transition_seconds: float = 0.2,
 ) -> Iterator[Stack]:
-    """Start devcloud, the checkpoint, the executor and the web app; yield; stop them all."""
+    """Start devcloud, the checkpoint, the executor daemon and (unless ``webapp=False``)
+    the web app; yield; stop them all. With ``start_executor=False`` the executor is
+    configured but not started (``stack.executor.start()``)."""
     workdir.mkdir(parents=True, exist_ok=True)
     users = users or {"alice": "approver", "bob": "approver", "admin": "admin"}
     tokens, db_url = _prepare_checkpoint(workdir, users)
     cp_port, web_port = free_port(), free_port()
     checkpoint_url = f"http://127.0.0.1:{cp_port}"
     webapp_url = f"http://127.0.0.1:{web_port}"
-    procs = _Processes(workdir)
+    ledger = ledger_url or f"sqlite:///{workdir / 'ledger.db'}"
+    heartbeat = workdir / "executor.heartbeat"
+    services: list[Service] = []
     try:
-        procs.spawn(
+        checkpoint = Service(
             "checkpoint",
             [*_CLI, "checkpoint", "--port", str(cp_port)],
             _clean_env(
@@ -235,42 +314,78 @@ def running_stack(
                     "AIRLOCK_CHECKPOINT_FEED_MAX_WAIT": "5",
                 }
             ),
-            f"{checkpoint_url}/readyz",
+            workdir,
+            _http_ok(f"{checkpoint_url}/readyz"),
         )
-        procs.spawn(
-            "webapp",
-            [*_CLI, "webapp", "--port", str(web_port), "--checkpoint-url", checkpoint_url],
-            _clean_env(
-                {"AIRLOCK_ENV": "dev", "AIRLOCK_WEBAPP_QUEUE_POLL_SECONDS": str(queue_poll_seconds)}
-            ),
-            f"{webapp_url}/healthz",
-        )
-        with running_devcloud(workdir / "devcloud", transition_seconds=0.2) as devcloud:
-            procs.spawn(
-                "executor",
-                [sys.executable, "-m", "tests.support.executor_feed"],
+        services.append(checkpoint)
+        checkpoint.spawn()
+        if webapp:
+            web = Service(
+                "webapp",
+                [*_CLI, "webapp", "--port", str(web_port), "--checkpoint-url", checkpoint_url],
                 _clean_env(
                     {
-                        "EXECFEED_CHECKPOINT_URL": checkpoint_url,
-                        "EXECFEED_TOKEN": tokens["executor"],
-                        "EXECFEED_KEY_ID": devcloud.write_key[0],
-                        "EXECFEED_KEY_SECRET": devcloud.write_key[1],
-                        "EXECFEED_ENDPOINT": devcloud.endpoint,
-                        "EXECFEED_LEDGER_URL": f"sqlite:///{workdir / 'ledger.db'}",
-                        "EXECFEED_RECEIPT_KEY": str(workdir / "receipt-key.pem"),
-                        "EXECFEED_AUDIENCE": AUDIENCE,
-                        "EXECFEED_ACCOUNT": ACCOUNT,
-                        "EXECFEED_REGION": REGION,
+                        "AIRLOCK_ENV": "dev",
+                        "AIRLOCK_WEBAPP_QUEUE_POLL_SECONDS": str(queue_poll_seconds),
                     }
                 ),
-                None,
+                workdir,
+                _http_ok(f"{webapp_url}/healthz"),
             )
-            procs.wait_ready()
-            handle = Stack(devcloud, checkpoint_url, webapp_url, tokens, workdir)
+            services.append(web)
+            web.spawn()
+        with running_devcloud(
+            workdir / "devcloud", transition_seconds=transition_seconds
+        ) as devcloud:
+            executor = Service(
+                "executor",
+                [*_CLI, "executor"],
+                _clean_env(
+                    {
+                        "AIRLOCK_ENV": "dev",
+                        "AIRLOCK_EXECUTOR_DATABASE_URL": ledger,
+                        "AIRLOCK_EXECUTOR_TRUSTED_KEYS_PATH": str(workdir / "trusted-keys.json"),
+                        "AIRLOCK_EXECUTOR_RECEIPT_KEY_PATH": str(workdir / "receipt-key.pem"),
+                        "AIRLOCK_EXECUTOR_AUDIENCE": AUDIENCE,
+                        "AIRLOCK_EXECUTOR_ACCOUNT": ACCOUNT,
+                        "AIRLOCK_EXECUTOR_REGION": REGION,
+                        "AIRLOCK_EXECUTOR_CHECKPOINT_URL": checkpoint_url,
+                        "AIRLOCK_EXECUTOR_CHECKPOINT_TOKEN": tokens["executor"],
+                        "AIRLOCK_EXECUTOR_POLL_WAIT": "5",
+                        "AIRLOCK_EXECUTOR_RETRY_MAX": "1",
+                        "AIRLOCK_EXECUTOR_HEARTBEAT_PATH": str(heartbeat),
+                        **devcloud.env("EXECUTOR", write=True),
+                        **(executor_env or {}),
+                    }
+                ),
+                workdir,
+                _beat_since_start(heartbeat),
+            )
+            services.append(executor)
+            if start_executor:
+                executor.spawn()
+            for service in services:
+                if service.proc is not None:
+                    service.wait_ready()
+            handle = Stack(
+                devcloud,
+                checkpoint_url,
+                webapp_url,
+                tokens,
+                workdir,
+                checkpoint,
+                executor,
+                ledger,
+                workdir / "receipt-keys.json",
+            )
             try:
                 yield handle
             finally:
                 handle.close()
-                procs.stop()
+                # Reverse order, one at a time: the executor's open long-poll would
+                # otherwise hold the checkpoint's graceful shutdown for the whole poll.
+                for service in reversed(services):
+                    service.stop()
     finally:
-        procs.stop()
+        for service in reversed(services):
+            service.stop()

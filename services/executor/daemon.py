@@ -1,0 +1,188 @@
+"""The executor's daemon loop: recovery, the bundle source, the outcome outbox, a heartbeat.
+
+:func:`serve` runs recovery at start and every ``recover_every_s`` seconds, takes bundles
+from a :class:`~services.executor.sources.BundleSource` (the checkpoint feed long-polls;
+a directory is polled), executes each, acknowledges it once recorded, and lets the
+:class:`~services.executor.feed.OutboxReporter` deliver receipts. It touches a heartbeat
+file on every turn, so a health check can tell a live loop from a wedged one.
+
+Stopping (SIGINT/SIGTERM through :class:`Shutdown`): a signal that arrives while the loop
+waits — on the long-poll, a POST, a backoff — ends the wait at once; one that arrives
+while an item is being executed or recorded lets that item finish, and the loop stops
+before the next. Nothing here is needed for safety: a SIGKILL at any instant leaves
+transactions that the database rolls back and rows that recovery finishes. It must never
+swallow :class:`~services.executor.errors.CheckpointUnauthorized`: a wrong token is fixed
+by a person, not by retrying.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+
+from .errors import CheckpointUnauthorized
+from .feed import Backoff, OutboxReporter
+from .models import Outcome
+from .service import Executor
+from .sources import BundleSource
+
+__all__ = ["Heartbeat", "Interrupted", "Shutdown", "heartbeat_age", "serve"]
+
+_log = logging.getLogger("airlock.executor")
+
+
+class Interrupted(BaseException):
+    """Raised by :class:`Shutdown` inside an idle wait. A BaseException, so no
+    ``except Exception`` in a library on the way up can swallow it."""
+
+
+class Shutdown:
+    """A stop request from a signal, honoured at once only inside :meth:`idle` regions."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.signum: int | None = None
+        self._idle = 0
+
+    def install(self) -> None:
+        """Handle SIGTERM and SIGINT (main thread only)."""
+        signal.signal(signal.SIGTERM, self._handle)
+        signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        del frame
+        self.requested = True
+        self.signum = signum
+        if self._idle:
+            raise Interrupted
+
+    def request(self) -> None:
+        self.requested = True
+
+    @contextmanager
+    def idle(self) -> Iterator[None]:
+        """Mark a wait that may be abandoned (no transaction is open inside it)."""
+        if self.requested:
+            raise Interrupted
+        self._idle += 1
+        try:
+            yield
+        finally:
+            self._idle -= 1
+
+    def sleep(self, seconds: float) -> None:
+        with self.idle():
+            time.sleep(seconds)
+
+
+class Heartbeat:
+    """Touches ``path`` (mtime = now) on every turn of the loop; no path, no file."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+
+    def beat(self) -> None:
+        if self.path is not None:
+            try:
+                self.path.touch(exist_ok=True)
+            except OSError as exc:  # a health file must never stop the executor
+                _log.warning("heartbeat %s not written: %s", self.path, exc)
+
+
+def heartbeat_age(path: Path, now: float) -> float | None:
+    """Seconds since the last beat, or None when there is none."""
+    try:
+        return now - path.stat().st_mtime
+    except FileNotFoundError:
+        return None
+
+
+def _show(outcome: Outcome, ref: str) -> None:
+    _log.info(
+        "%s %s: %s %s %s",
+        ref,
+        outcome.approval_id or "-",
+        outcome.state or "refused",
+        outcome.refusal_code or "",
+        outcome.detail,
+    )
+
+
+def _drain(
+    executor: Executor,
+    source: BundleSource,
+    shutdown: Shutdown,
+    wait_s: float,
+    on_outcome: Callable[[Outcome], None] | None,
+) -> int:
+    n = 0
+    for delivery in source.receive(wait_s=wait_s):
+        if shutdown.requested:
+            break  # not acknowledged: delivered again after the restart
+        outcome = executor.execute(delivery.raw, revoked=source.revoked())
+        source.ack(delivery)
+        _show(outcome, delivery.ref)
+        if on_outcome is not None:
+            on_outcome(outcome)
+        n += 1
+    return n
+
+
+def _recover(executor: Executor, source: BundleSource) -> int:
+    outcomes = executor.recover(revoked=source.revoked())
+    for outcome in outcomes:
+        _show(outcome, "recovered")
+    return len(outcomes)
+
+
+def serve(
+    executor: Executor,
+    source: BundleSource,
+    *,
+    shutdown: Shutdown,
+    reporter: OutboxReporter | None = None,
+    poll_wait_s: float = 5.0,
+    recover_every_s: float = 30.0,
+    heartbeat: Heartbeat | None = None,
+    error_backoff: Backoff | None = None,
+    monotonic: Callable[[], float] = time.monotonic,
+    on_outcome: Callable[[Outcome], None] | None = None,
+) -> None:
+    """Run until ``shutdown`` is requested (see the module docstring)."""
+    beat = heartbeat or Heartbeat(None)
+    errors = error_backoff or Backoff()
+    long_poll = bool(getattr(source, "long_poll", False))
+    try:
+        _recover(executor, source)
+        beat.beat()  # the first beat says: recovered at start, serving
+        if reporter is not None:
+            reporter.flush()
+        next_recovery = monotonic() + recover_every_s
+        _log.info("executor %s serving", executor.worker_id)
+        while not shutdown.requested:
+            beat.beat()
+            try:
+                done = _drain(executor, source, shutdown, poll_wait_s, on_outcome)
+                if monotonic() >= next_recovery:
+                    done += _recover(executor, source)
+                    next_recovery = monotonic() + recover_every_s
+                if reporter is not None and (done or reporter.due()):
+                    reporter.flush()
+                errors.reset()
+                if not done and not long_poll:
+                    # A source that does not long-poll answers at once; pace the loop.
+                    shutdown.sleep(max(0.0, min(poll_wait_s, next_recovery - monotonic())))
+            except CheckpointUnauthorized:
+                raise
+            except Exception:  # a database or network fault: keep going, never crash
+                delay = errors.failure()
+                _log.exception("executor loop failed; retrying in %.1fs", delay)
+                shutdown.sleep(delay)
+    except Interrupted:
+        pass
+    _log.info("executor %s stopped (signal %s)", executor.worker_id, shutdown.signum)

@@ -1,0 +1,520 @@
+"""The checkpoint side of the executor: the long-poll feed in, the outcome outbox out.
+
+:class:`CheckpointFeedSource` implements the :class:`~services.executor.sources.BundleSource`
+port over ``GET /v1/feed``. Delivery is **at least once**: the cursor lives in the
+executor's own database and moves past an item only after the item is recorded — an
+approval in the ledger or the refusals table, a revocation in ``executor_revocations``.
+A crash in between redelivers the approval, and the ledger refuses it as ``E_REPLAY``:
+the source never skips anything by local state that the ledger must judge.
+
+Revocations are written to the database as they arrive and :class:`LedgerRevocations`
+answers step 12 from there, so a revocation survives restarts, is shared by every
+executor on one ledger, and is honoured even when it arrives before its approval.
+
+:class:`OutboxReporter` posts the receipts of terminal outcomes (committed with the
+outcome, in the ledger or the resolutions table) to ``POST /v1/outcomes`` and records
+each accepted or permanently refused one in the insert-only ``executor_deliveries``;
+terminal ledger rows are never touched. The checkpoint answers a repeated receipt with
+200 (same answer), so a crash between the POST and that record is harmless.
+
+Neither class decides whether anything is executed, and neither ever writes to the cloud
+or changes a ledger row. A checkpoint that is down or answers 5xx/429 is retried with a
+capped exponential backoff; 401/403 raises :class:`CheckpointUnauthorized`.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Container, Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, ClassVar, Final
+
+import httpx
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from airlock.protocol import BUNDLE_MAX_BYTES, Refused, canonical_bytes, loads_strict
+from airlock.store import AuditLog, read_transaction
+
+from .errors import CheckpointUnauthorized
+from .failpoints import Failpoints
+from .models import TERMINAL_STATES, deliveries, feed_cursor, ledger, resolutions, revocations
+from .sources import Delivery
+
+__all__ = [
+    "Backoff",
+    "CheckpointFeedSource",
+    "LedgerRevocations",
+    "OutboxReporter",
+    "checkpoint_client",
+    "feed_name",
+]
+
+_log = logging.getLogger("airlock.executor.feed")
+
+#: Items per feed page. A page is read whole, so this bounds memory: at most this many
+#: bundles of at most 64 KiB each, plus the wrapper.
+PAGE_LIMIT: Final = 20
+_PAGE_MAX_BYTES: Final = PAGE_LIMIT * (2 * BUNDLE_MAX_BYTES) + 64 * 1024
+_DETAIL_MAX: Final = 1000
+_MAX_BATCHES: Final = 20  # per flush, so a large backlog never starves the feed
+
+Idle = Callable[[], AbstractContextManager[None]]
+
+
+def _no_idle() -> AbstractContextManager[None]:
+    return nullcontext()
+
+
+def feed_name(base_url: str) -> str:
+    """The cursor's key: a cursor means something only for one checkpoint's feed."""
+    return base_url.rstrip("/")
+
+
+def checkpoint_client(
+    base_url: str, token: str, *, poll_wait_s: float, transport: httpx.BaseTransport | None = None
+) -> httpx.Client:
+    """An HTTP client for the feed and the outcome API, with explicit timeouts.
+
+    The read timeout outlasts the long-poll. ``trust_env=False``: the bearer token is
+    never routed through a proxy picked up from the environment.
+    """
+    return httpx.Client(
+        base_url=base_url,
+        headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
+        timeout=httpx.Timeout(connect=5.0, read=poll_wait_s + 15.0, write=10.0, pool=5.0),
+        trust_env=False,
+        follow_redirects=False,
+        transport=transport,
+    )
+
+
+class Backoff:
+    """Capped exponential backoff with jitter: 0.5 s, 1 s, 2 s, … up to ``cap``."""
+
+    def __init__(
+        self, *, base: float = 0.5, cap: float = 30.0, rng: Callable[[], float] = random.random
+    ) -> None:
+        if base <= 0 or cap < base:
+            raise ValueError("backoff needs 0 < base <= cap")
+        self._base, self._cap, self._rng = base, cap, rng
+        self._failures = 0
+
+    def failure(self) -> float:
+        """Count a failure and return how long to wait before the next attempt."""
+        delay = min(self._cap, self._base * 2.0 ** min(self._failures, 30))
+        self._failures += 1
+        return delay * (0.5 + self._rng() / 2)  # jitter: several executors do not march
+
+    def reset(self) -> None:
+        self._failures = 0
+
+    @property
+    def failures(self) -> int:
+        return self._failures
+
+
+def _error_code(response: httpx.Response) -> str:
+    """The checkpoint's ``{"error": {"code": …}}``, or ``HTTP <status>``."""
+    try:
+        body = response.json()
+        code = body["error"]["code"]
+        if isinstance(code, str) and code.isascii() and len(code) <= 64:
+            return code
+    except (ValueError, KeyError, TypeError):
+        pass
+    return f"HTTP {response.status_code}"
+
+
+def _check_auth(response: httpx.Response, what: str) -> None:
+    if response.status_code in (401, 403):
+        raise CheckpointUnauthorized(response.status_code, _error_code(response), what)
+
+
+class _Transient(Exception):
+    """The checkpoint is unreachable or answered something worth retrying."""
+
+
+def _at(now: int) -> datetime:
+    return datetime.fromtimestamp(now, UTC)
+
+
+class LedgerRevocations(Container[str]):
+    """Step 12's revoked set, read from ``executor_revocations`` at each question.
+
+    ``extra`` adds ids from elsewhere (the CLI's revocations file). A database error
+    propagates: failing to read revocations must never read as "not revoked".
+    """
+
+    def __init__(self, engine: Engine, extra: Container[str] = frozenset()) -> None:
+        self._engine = engine
+        self._extra = extra
+
+    def __contains__(self, approval_id: object) -> bool:
+        if not isinstance(approval_id, str):
+            return False
+        if approval_id in self._extra:
+            return True
+        with read_transaction(self._engine) as conn:
+            found = conn.execute(
+                sa.select(revocations.c.approval_id).where(revocations.c.approval_id == approval_id)
+            ).first()
+        return found is not None
+
+
+def _insert_ignore(conn: Connection, table: sa.Table) -> Any:
+    from .ledger import _insert_ignore as insert_ignore  # noqa: PLC0415 - one definition
+
+    return insert_ignore(conn, table)
+
+
+def read_cursor(conn: Connection, feed: str) -> int:
+    seq = conn.execute(sa.select(feed_cursor.c.seq).where(feed_cursor.c.feed == feed)).scalar()
+    return 0 if seq is None else int(seq)
+
+
+def advance_cursor(conn: Connection, feed: str, seq: int, now: int) -> None:
+    """Move the cursor forward to ``seq`` (never back: another executor may be ahead)."""
+    inserted = conn.execute(
+        _insert_ignore(conn, feed_cursor)
+        .values(feed=feed, seq=seq, updated_at=now)
+        .returning(feed_cursor.c.feed)
+    ).first()
+    if inserted is None:
+        conn.execute(
+            sa.update(feed_cursor)
+            .where(feed_cursor.c.feed == feed, feed_cursor.c.seq < seq)
+            .values(seq=seq, updated_at=now)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Revocation:
+    seq: int
+    approval_id: str
+
+
+class CheckpointFeedSource:
+    """Approvals from the checkpoint's long-poll feed, in feed order, at least once."""
+
+    long_poll: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        *,
+        engine: Engine,
+        client: httpx.Client,
+        clock: Callable[[], int],
+        feed: str | None = None,
+        backoff: Backoff | None = None,
+        failpoints: Failpoints | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        idle: Idle = _no_idle,
+        extra_revoked: Container[str] = frozenset(),
+    ) -> None:
+        self._engine = engine
+        self._client = client
+        self._clock = clock
+        self._feed = feed or feed_name(str(client.base_url))
+        self._backoff = backoff or Backoff()
+        self._fp = failpoints or Failpoints.inert()
+        self._sleep = sleep
+        self._idle = idle
+        self._revoked = LedgerRevocations(engine, extra_revoked)
+        # delivery ref -> the cursor that acknowledging it commits
+        self._ack_to: dict[str, int] = {}
+
+    @property
+    def feed(self) -> str:
+        return self._feed
+
+    def cursor(self) -> int:
+        with read_transaction(self._engine) as conn:
+            return read_cursor(conn, self._feed)
+
+    def revoked(self) -> Container[str]:
+        return self._revoked
+
+    def receive(self, *, wait_s: float) -> Sequence[Delivery]:
+        """Long-poll one page; record its revocations; hand over its approvals.
+
+        On a transient failure, waits out the backoff and returns nothing.
+        """
+        after = self.cursor()
+        try:
+            with self._idle():
+                page = self._get(after, wait_s)
+        except _Transient as exc:
+            delay = self._backoff.failure()
+            _log.warning(
+                "feed unavailable (%s); attempt %d, retrying in %.1fs",
+                exc,
+                self._backoff.failures,
+                delay,
+            )
+            with self._idle():
+                self._sleep(delay)
+            return ()
+        if self._backoff.failures:
+            _log.info("feed reachable again at cursor %d", after)
+        self._backoff.reset()
+        return self._accept(after, page)
+
+    def _get(self, after: int, wait_s: float) -> dict[str, Any]:
+        params = {"after": after, "wait": max(0, int(wait_s)), "limit": PAGE_LIMIT}
+        try:
+            with self._client.stream("GET", "/v1/feed", params=params) as response:
+                if response.status_code != 200:
+                    response.read()  # an error body is small; the page is read capped below
+                    _check_auth(response, "GET /v1/feed")
+                    raise _Transient(f"HTTP {response.status_code} {_error_code(response)}")
+                body = bytearray()
+                for chunk in response.iter_bytes():
+                    body += chunk
+                    if len(body) > _PAGE_MAX_BYTES:
+                        raise _Transient(f"feed page over {_PAGE_MAX_BYTES} bytes")
+        except httpx.HTTPError as exc:
+            raise _Transient(f"{type(exc).__name__}: {exc}") from None
+        try:
+            page = loads_strict(bytes(body), max_bytes=_PAGE_MAX_BYTES)
+        except Refused as exc:
+            raise _Transient(f"malformed feed page: {exc.code.value}") from None
+        if (
+            not isinstance(page, dict)
+            or not isinstance(page.get("items"), list)
+            or not isinstance(page.get("cursor"), int)
+            or page["cursor"] < after
+        ):
+            raise _Transient("malformed feed page: want {items: [...], cursor >= after}")
+        return page
+
+    def _accept(self, after: int, page: dict[str, Any]) -> Sequence[Delivery]:
+        approvals: list[tuple[int, bytes]] = []
+        revoked: list[_Revocation] = []
+        last, end = after, int(page["cursor"])
+        for item in page["items"]:
+            seq = item.get("seq") if isinstance(item, dict) else None
+            if not isinstance(seq, int) or seq <= last or seq > end:
+                # Out of order or malformed: stop here; the cursor stays before it.
+                _log.error("feed item after %d is malformed or out of order; page cut", last)
+                end = last
+                break
+            last = seq
+            kind, approval_id = item.get("kind"), item.get("approval_id")
+            if kind == "revocation" and isinstance(approval_id, str) and approval_id:
+                revoked.append(_Revocation(seq, approval_id))
+            elif kind == "approval" and isinstance(item.get("bundle"), dict):
+                # The bundle goes to the verifier as bytes; JCS keeps the exact base64
+                # strings of action and payload, which is all the signature covers.
+                approvals.append((seq, canonical_bytes(item["bundle"])))
+            else:
+                # Unknown kinds are recorded nowhere and skipped: the feed is not
+                # authenticated, only what a bundle carries is.
+                _log.warning("feed item %d of kind %r ignored", seq, kind)
+        now = self._clock()
+        # Revocations first: one in the same page as an approval can only help (E_REVOKED).
+        with self._engine.begin() as conn:
+            for r in revoked:
+                self._record_revocation(conn, r, now)
+            if not approvals:
+                advance_cursor(conn, self._feed, end, now)
+                return ()
+        out: list[Delivery] = []
+        for i, (seq, raw) in enumerate(approvals):
+            ref = f"feed:{seq}"
+            self._ack_to[ref] = approvals[i + 1][0] - 1 if i + 1 < len(approvals) else end
+            out.append(Delivery(ref, raw))
+        return out
+
+    def _record_revocation(self, conn: Connection, r: _Revocation, now: int) -> None:
+        inserted = conn.execute(
+            _insert_ignore(conn, revocations)
+            .values(approval_id=r.approval_id, feed=self._feed, feed_seq=r.seq, received_at=now)
+            .returning(revocations.c.approval_id)
+        ).first()
+        if inserted is not None:
+            AuditLog.append(
+                conn,
+                {
+                    "type": "executor.revocation_received",
+                    "approval_id": r.approval_id,
+                    "feed_seq": r.seq,
+                },
+                at=_at(now),
+            )
+            _log.info("revocation of %s recorded (feed seq %d)", r.approval_id, r.seq)
+
+    def ack(self, delivery: Delivery) -> None:
+        """The approval is recorded in the ledger: move the cursor past it."""
+        to = self._ack_to.pop(delivery.ref)
+        self._fp.hit("before_cursor_commit")
+        with self._engine.begin() as conn:
+            advance_cursor(conn, self._feed, to, self._clock())
+
+
+@dataclass(frozen=True, slots=True)
+class PendingReceipt:
+    kind: str  # outcome | resolution
+    approval_id: str
+    receipt: str
+
+
+def pending_receipts(conn: Connection, limit: int) -> list[PendingReceipt]:
+    """Receipts with no delivery record, oldest first; a resolution only once the
+    outcome it resolves was delivered (the checkpoint replaces an in_doubt outcome by
+    its resolution, and refuses it the other way round)."""
+
+    def recorded(kind: str, approval_id: sa.ColumnElement[str]) -> sa.Exists:
+        return sa.exists().where(deliveries.c.kind == kind, deliveries.c.approval_id == approval_id)
+
+    outcome_rows = conn.execute(
+        sa.select(ledger.c.approval_id, ledger.c.receipt)
+        .where(
+            ledger.c.state.in_([s.value for s in TERMINAL_STATES]),
+            ledger.c.receipt.is_not(None),
+            ~recorded("outcome", ledger.c.approval_id),
+        )
+        .order_by(ledger.c.updated_at, ledger.c.approval_id)
+        .limit(limit)
+    ).all()
+    resolution_rows = conn.execute(
+        sa.select(resolutions.c.approval_id, resolutions.c.receipt)
+        .where(
+            ~recorded("resolution", resolutions.c.approval_id),
+            recorded("outcome", resolutions.c.approval_id),
+        )
+        .order_by(resolutions.c.decided_at, resolutions.c.approval_id)
+        .limit(limit)
+    ).all()
+    return [PendingReceipt("outcome", a, r) for a, r in outcome_rows] + [
+        PendingReceipt("resolution", a, r) for a, r in resolution_rows
+    ]
+
+
+class OutboxReporter:
+    """Delivers receipts to ``POST /v1/outcomes`` until each is accepted or refused."""
+
+    def __init__(
+        self,
+        *,
+        engine: Engine,
+        client: httpx.Client,
+        clock: Callable[[], int],
+        backoff: Backoff | None = None,
+        failpoints: Failpoints | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+        idle: Idle = _no_idle,
+        sweep_every_s: float = 30.0,
+        batch: int = 50,
+    ) -> None:
+        self._engine = engine
+        self._client = client
+        self._clock = clock
+        self._backoff = backoff or Backoff()
+        self._fp = failpoints or Failpoints.inert()
+        self._mono = monotonic
+        self._idle = idle
+        self._sweep_every = sweep_every_s
+        self._batch = batch
+        self._next = 0.0  # monotonic time of the next flush that is due on its own
+
+    def due(self) -> bool:
+        """Is a retry or a periodic sweep (for outcomes other processes wrote) due?"""
+        return self._mono() >= self._next
+
+    def flush(self) -> int:
+        """Post pending receipts; return how many were recorded (delivered or rejected).
+
+        Does nothing while a failure's backoff is being waited out.
+        """
+        if self._backoff.failures and not self.due():
+            return 0
+        recorded = 0
+        for _ in range(_MAX_BATCHES):
+            with read_transaction(self._engine) as conn:
+                batch = pending_receipts(conn, self._batch)
+            if not batch:
+                break
+            for item in batch:
+                try:
+                    self._deliver(item)
+                except _Transient as exc:
+                    delay = self._backoff.failure()
+                    self._next = self._mono() + delay
+                    _log.warning(
+                        "outcome of %s not delivered (%s); %d pending or more, retry in %.1fs",
+                        item.approval_id,
+                        exc,
+                        len(batch),
+                        delay,
+                    )
+                    return recorded
+                recorded += 1
+                self._backoff.reset()
+        else:
+            self._next = self._mono()  # more than one flush's worth: due again at once
+            return recorded
+        self._backoff.reset()
+        self._next = self._mono() + self._sweep_every
+        return recorded
+
+    def _deliver(self, item: PendingReceipt) -> None:
+        body = b'{"receipt":' + item.receipt.encode("utf-8") + b"}"
+        try:
+            with self._idle():
+                response = self._client.post(
+                    "/v1/outcomes", content=body, headers={"Content-Type": "application/json"}
+                )
+        except httpx.HTTPError as exc:
+            raise _Transient(f"{type(exc).__name__}: {exc}") from None
+        _check_auth(response, "POST /v1/outcomes")
+        status = response.status_code
+        if status == 200:
+            self._fp.hit("after_outcome_post")
+            self._record(item, "delivered", status, None, "")
+            _log.info("%s receipt of %s delivered", item.kind, item.approval_id)
+        elif status == 429 or status >= 500 or status < 400:
+            raise _Transient(f"HTTP {status} {_error_code(response)}")
+        else:
+            # The checkpoint will never take this receipt (unknown approval, a different
+            # outcome already recorded, receipt key not trusted…): record why, move on.
+            code = _error_code(response)
+            self._record(item, "rejected", status, code, _clip(response.text))
+            _log.error(
+                "checkpoint refused the %s receipt of %s for good: HTTP %d %s",
+                item.kind,
+                item.approval_id,
+                status,
+                code,
+            )
+
+    def _record(
+        self, item: PendingReceipt, status: str, http: int, code: str | None, detail: str
+    ) -> None:
+        with self._engine.begin() as conn:
+            conn.execute(
+                _insert_ignore(conn, deliveries).values(
+                    kind=item.kind,
+                    approval_id=item.approval_id,
+                    status=status,
+                    http_status=http,
+                    error_code=code,
+                    detail=detail,
+                    at=self._clock(),
+                )
+            )
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= _DETAIL_MAX else text[: _DETAIL_MAX - 1] + "…"
+
+
+def delivery_records(engine: Engine) -> Iterator[dict[str, Any]]:
+    """Every delivery record, oldest first (for operators and tests)."""
+    with engine.connect() as conn:
+        for row in conn.execute(sa.select(deliveries).order_by(deliveries.c.id)).mappings():
+            yield dict(row)

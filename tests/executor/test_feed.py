@@ -1,0 +1,400 @@
+"""The executor daemon on the checkpoint feed, end to end, with real processes.
+
+Each test runs the checkpoint (uvicorn), devcloud and the ``airlock executor`` daemon as
+subprocesses (tests.support.stack). devcloud's write log is the judge of exactly-once;
+the checkpoint's proposal record (outcome, ``receipt_verified``) is what people see; the
+executor's own database (ledger, refusals, revocations, cursor, deliveries) is read
+directly. Crashes are real SIGKILLs at named failpoints; every wait is a bounded poll
+of an observable state, never a sleep.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+from airlock.protocol import canonical_bytes
+from airlock.store import make_engine, verify_chain
+from services.executor import FEED_FAILPOINTS, feed_name
+from services.executor.models import deliveries, feed_cursor, ledger, refusals, revocations
+from tests.support.stack import ACCOUNT, PASSWORD, REGION, Stack, running_stack
+
+pytestmark = pytest.mark.slow
+
+_CLI = [sys.executable, "-c", "from airlock.cli import main; main()"]
+T = TypeVar("T")
+
+
+def _until(what: str, probe: Callable[[], T | None], timeout: float = 30.0) -> T:
+    """Poll ``probe`` until it returns something truthy, under a deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)  # polling an observable condition under a deadline
+
+
+def _action(n: int, tag: str) -> dict[str, Any]:
+    rid = f"i-t4nfeed{tag}{n:04d}"
+    return {
+        "type": "airlock.action/v1",
+        "proposal_id": f"prop_feed{tag}{n:04d}",
+        "provider": "alibaba",
+        "account": ACCOUNT,
+        "region": REGION,
+        "resource": {"type": "ecs.instance", "id": rid},
+        "operation": "stop",
+        "params": {"stopped_mode": "StopCharging"},
+        "precondition": {
+            "status": "Running",
+            "absent_tags": ["airlock:protect"],
+            "observed_at": "2026-11-29T06:00:00Z",
+        },
+        "evidence": {"policy": "idle/v1", "window_days": 14, "cpu_p95_bp": 340},
+        "reason": "Idle 14 days",
+        "proposed_by": "agent:scanner-1",
+        "created_at": "2026-11-29T06:00:05Z",
+    }
+
+
+class World:
+    """The stack plus the test's view of the executor's database."""
+
+    def __init__(self, stack: Stack) -> None:
+        self.stack = stack
+        self.http = httpx.Client(base_url=stack.checkpoint_url, timeout=30.0, trust_env=False)
+        self.engine = make_engine(stack.ledger_url)
+        self._sessions: dict[str, str] = {}
+
+    def close(self) -> None:
+        self.http.close()
+        self.engine.dispose()
+
+    def person(self, name: str) -> dict[str, str]:
+        if name not in self._sessions:
+            r = self.http.post("/v1/sessions", json={"username": name, "password": PASSWORD})
+            assert r.status_code == 201, r.text
+            self._sessions[name] = r.json()["token"]
+        return {"Authorization": f"Bearer {self._sessions[name]}"}
+
+    def propose(self, n: int, tag: str) -> dict[str, Any]:
+        action = _action(n, tag)
+        self.stack.devcloud.admin.create_instance(action["resource"]["id"], status="Running")
+        return self.stack.submit(action)
+
+    def approve(self, proposal: dict[str, Any]) -> dict[str, Any]:
+        r = self.http.post(
+            f"/v1/proposals/{proposal['id']}/approve",
+            json={"action_hash": proposal["action_hash"]},
+            headers=self.person("alice"),
+        )
+        assert r.status_code == 200, r.text
+        body: dict[str, Any] = r.json()
+        assert body["state"] == "approved"
+        return body
+
+    def revoke(self, proposal: dict[str, Any]) -> None:
+        r = self.http.post(
+            f"/v1/proposals/{proposal['id']}/revoke",
+            json={"note": "changed our mind"},
+            headers=self.person("admin"),
+        )
+        assert r.status_code == 200, r.text
+
+    def rows(self, table: sa.Table, *where: Any) -> list[sa.Row[Any]]:
+        with self.engine.connect() as conn:
+            return list(conn.execute(sa.select(table).where(*where)))
+
+    def ledger_state(self, approval_id: str) -> str | None:
+        found = self.rows(ledger, ledger.c.approval_id == approval_id)
+        return found[0].state if found else None
+
+    def cursor(self) -> int:
+        found = self.rows(feed_cursor, feed_cursor.c.feed == feed_name(self.stack.checkpoint_url))
+        return int(found[0].seq) if found else 0
+
+    def replays(self, approval_id: str) -> int:
+        return len(self.rows(refusals, refusals.c.approval_id == approval_id))
+
+    def delivered(self, approval_id: str) -> list[sa.Row[Any]]:
+        return self.rows(deliveries, deliveries.c.approval_id == approval_id)
+
+    def executed(self, proposal: dict[str, Any], timeout: float = 30.0) -> dict[str, Any]:
+        return self.stack.wait_state(proposal["id"], {"executed"}, timeout=timeout)
+
+
+@contextlib.contextmanager
+def _world(tmp_path: Path, **kwargs: Any) -> Iterator[World]:
+    with running_stack(tmp_path / "stack", webapp=False, **kwargs) as stack:
+        world = World(stack)
+        try:
+            yield world
+        finally:
+            world.close()
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    with _world(tmp_path) as world:
+        yield world
+
+
+@pytest.fixture
+def idle_world(tmp_path: Path) -> Iterator[World]:
+    """The stack with the executor configured but not started."""
+    with _world(tmp_path, start_executor=False) as world:
+        yield world
+
+
+def _writes_for(world: World, proposal: dict[str, Any]) -> int:
+    record = world.stack.agent_view(proposal["id"])
+    rid = record["action"]["resource"]["id"]
+    return len(world.stack.devcloud.admin.writes(resource_id=rid))
+
+
+def _assert_executed_once(world: World, proposal: dict[str, Any]) -> dict[str, Any]:
+    record = world.executed(proposal)
+    assert record["outcome"]["outcome"] == "succeeded"
+    assert record["outcome"]["receipt_verified"] is True
+    assert _writes_for(world, proposal) == 1
+    return record
+
+
+# -- the happy path, SQLite and PostgreSQL ledgers ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "ledger_db", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_approval_on_the_feed_is_executed_once_with_a_verified_receipt(
+    tmp_path: Path, request: pytest.FixtureRequest, ledger_db: str
+) -> None:
+    url = request.getfixturevalue("pg_url") if ledger_db == "postgres" else None
+    with _world(tmp_path, ledger_url=url) as world:
+        proposal = world.propose(1, "ok")
+        approval_id = world.approve(proposal)["approval"]["approval_id"]
+        _assert_executed_once(world, proposal)
+        assert world.ledger_state(approval_id) == "succeeded"
+        delivered = _until("the delivery record", lambda: world.delivered(approval_id))
+        assert [(d.kind, d.status) for d in delivered] == [("outcome", "delivered")]
+        assert world.cursor() >= 1
+        assert verify_chain(world.engine).ok
+        # The daemon's heartbeat is what the deployment's health check reads.
+        health = subprocess.run(
+            [*_CLI, "executor", "health", "--max-age", "60"],
+            env={**world.stack.executor.env},
+            cwd=world.stack.workdir,
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        assert health.returncode == 0, health.stdout + health.stderr
+        # SIGTERM while the daemon waits on the long-poll: it stops at once, cleanly.
+        assert world.stack.executor.stop(signal.SIGTERM, timeout=4.0) == 0
+        assert "stopped" in world.stack.executor.log()
+
+
+# -- revocations -----------------------------------------------------------------------------
+
+
+def test_revocation_before_the_approval_reaches_the_executor_means_zero_writes(
+    idle_world: World,
+) -> None:
+    world = idle_world
+    proposal = world.propose(1, "rev")
+    approval_id = world.approve(proposal)["approval"]["approval_id"]
+    # Keep the bundle as it was on the feed, to present it again after the revocation.
+    page = world.http.get(
+        "/v1/feed", params={"after": 0}, headers=world.stack.auth("executor")
+    ).json()
+    [bundle] = [i["bundle"] for i in page["items"] if i["approval_id"] == approval_id]
+    world.revoke(proposal)
+
+    world.stack.executor.start()
+    _until("the revocation recorded", lambda: world.rows(revocations))
+    assert [r.approval_id for r in world.rows(revocations)] == [approval_id]
+    assert world.stack.agent_view(proposal["id"])["state"] == "revoked"
+
+    # The approval bundle arrives after its revocation (here: from a file, into the same
+    # ledger): refused E_REVOKED at step 12, across processes, nothing written.
+    path = world.stack.workdir / "late-bundle.json"
+    path.write_bytes(canonical_bytes(bundle))
+    late = subprocess.run(
+        [*_CLI, "executor", "run-bundle", str(path)],
+        env={**world.stack.executor.env, "AIRLOCK_EXECUTOR_CHECKPOINT_URL": ""},
+        cwd=world.stack.workdir,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert late.returncode == 1, late.stderr
+    assert b"refused E_REVOKED" in late.stdout
+    assert _writes_for(world, proposal) == 0
+    assert world.ledger_state(approval_id) is None
+    assert verify_chain(world.engine).ok
+
+
+# -- crashes, restarts, redelivery ---------------------------------------------------------------
+
+
+def test_sigkill_mid_write_then_restart_resumes_from_the_cursor_without_a_second_write(
+    tmp_path: Path,
+) -> None:
+    # A short lease, so recovery takes over the killed row within the test.
+    fast = {
+        "AIRLOCK_EXECUTOR_LEASE_SECONDS": "4",
+        "AIRLOCK_EXECUTOR_RECOVER_EVERY": "1",
+        "AIRLOCK_EXECUTOR_CLOUD_CONNECT_TIMEOUT_MS": "500",
+        "AIRLOCK_EXECUTOR_CLOUD_READ_TIMEOUT_MS": "1000",
+    }
+    with _world(tmp_path, executor_env=fast) as world:
+        first = world.propose(1, "kill")
+        first_id = world.approve(first)["approval"]["approval_id"]
+        _assert_executed_once(world, first)
+        cursor_after_first = _until("the cursor past the first", world.cursor)
+        world.stack.executor.kill()
+
+        # Armed: SIGKILL right after the cloud call returned, before the outcome commit.
+        world.stack.executor.start(
+            AIRLOCK_EXECUTOR_FAILPOINTS="after_cloud_call",
+        )
+        second = world.propose(2, "kill")
+        second_id = world.approve(second)["approval"]["approval_id"]
+        assert world.stack.executor.wait_exit(timeout=30) == -signal.SIGKILL
+        assert world.ledger_state(second_id) == "executing"
+        assert world.cursor() == cursor_after_first
+        assert _writes_for(world, second) == 1
+
+        world.stack.executor.start()
+        record = _assert_executed_once(world, second)  # recovery: effect visible, verified
+        assert world.rows(ledger, ledger.c.approval_id == second_id)[0].verified is True
+        assert record["outcome"]["receipt_verified"] is True
+        # Resumed from the persisted cursor: only the second approval came again.
+        assert world.replays(second_id) == 1
+        assert world.replays(first_id) == 0
+        assert _writes_for(world, first) == 1
+        assert _until("the cursor past the second", lambda: world.cursor() > cursor_after_first)
+        assert verify_chain(world.engine).ok
+
+
+def test_crash_before_the_cursor_moved_and_a_down_checkpoint_lose_no_outcome(
+    world: World,
+) -> None:
+    stack = world.stack
+    stack.executor.kill()
+    stack.executor.start(AIRLOCK_EXECUTOR_FAILPOINTS="before_cursor_commit")
+    proposal = world.propose(1, "down")
+    approval_id = world.approve(proposal)["approval"]["approval_id"]
+    # Executed and recorded, then killed before the cursor moved and before reporting.
+    assert stack.executor.wait_exit(timeout=30) == -signal.SIGKILL
+    assert world.ledger_state(approval_id) == "succeeded"
+    assert world.cursor() == 0
+    assert world.delivered(approval_id) == []
+
+    # The checkpoint goes down; the executor comes back and keeps going without it.
+    stack.checkpoint.stop()
+    stack.executor.start()
+    _until(
+        "the executor backing off",
+        lambda: (
+            "feed unavailable" in stack.executor.log() and "not delivered" in stack.executor.log()
+        ),
+    )
+    assert stack.executor.running
+    assert world.delivered(approval_id) == []
+
+    stack.checkpoint.start()
+    record = _assert_executed_once(world, proposal)
+    assert record["outcome"]["late"] is False
+    _until("the cursor moved past it", world.cursor)
+    # Whether the feed shows the approval again depends on whether the outcome landed
+    # first (an executed proposal leaves the feed); if it does, it is a replay, no write.
+    assert [r.code for r in world.rows(refusals)] in ([], ["E_REPLAY"])
+    assert world.ledger_state(approval_id) == "succeeded"
+    assert _writes_for(world, proposal) == 1
+    # The replay's receipt is the executor's own record, not the approval's outcome.
+    assert [(d.kind, d.status) for d in world.delivered(approval_id)] == [("outcome", "delivered")]
+    assert verify_chain(world.engine).ok
+
+
+def test_crash_between_posting_a_receipt_and_recording_it_posts_it_again_harmlessly(
+    world: World,
+) -> None:
+    stack = world.stack
+    stack.executor.kill()
+    stack.executor.start(AIRLOCK_EXECUTOR_FAILPOINTS="after_outcome_post")
+    proposal = world.propose(1, "post")
+    approval_id = world.approve(proposal)["approval"]["approval_id"]
+    assert stack.executor.wait_exit(timeout=30) == -signal.SIGKILL
+    first = _assert_executed_once(world, proposal)
+    assert world.delivered(approval_id) == []
+
+    stack.executor.start()
+    # The checkpoint answers the repeated receipt 200 (the same answer): recorded delivered.
+    delivered = _until("the delivery record", lambda: world.delivered(approval_id))
+    assert [(d.status, d.http_status) for d in delivered] == [("delivered", 200)]
+    again = world.stack.agent_view(proposal["id"])
+    assert again["outcome"] == first["outcome"]
+    assert _writes_for(world, proposal) == 1
+
+
+def test_every_feed_failpoint_is_covered() -> None:
+    covered = {"before_cursor_commit", "after_outcome_post"}
+    assert covered == set(FEED_FAILPOINTS)
+
+
+# -- configuration -------------------------------------------------------------------------------
+
+
+def test_a_wrong_executor_token_stops_the_daemon_with_a_clear_error(idle_world: World) -> None:
+    env = {**idle_world.stack.executor.env, "AIRLOCK_EXECUTOR_CHECKPOINT_TOKEN": "not-a-token"}
+    proc = subprocess.run(
+        [*_CLI, "executor"],
+        env=env,
+        cwd=idle_world.stack.workdir,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert b"AIRLOCK_EXECUTOR_CHECKPOINT_TOKEN" in proc.stderr
+    assert b"401" in proc.stderr
+    assert b"not-a-token" not in proc.stderr + proc.stdout
+
+
+def test_health_fails_without_a_fresh_heartbeat(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRLOCK_")}
+    beat = tmp_path / "beat"
+    missing = subprocess.run(
+        [*_CLI, "executor", "health", "--path", str(beat)],
+        env=env,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert missing.returncode == 1 and b"no heartbeat" in missing.stdout
+    beat.touch()
+    old = time.time() - 600
+    os.utime(beat, (old, old))
+    stale = subprocess.run(
+        [*_CLI, "executor", "health", "--path", str(beat), "--max-age", "60"],
+        env=env,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert stale.returncode == 1 and b"unhealthy" in stale.stdout
