@@ -1,0 +1,24 @@
+"""The end-to-end attack suite: named attacks against the running system, judged by
+devcloud's write log and the services' own records.
+
+``python -m eval.attacks`` runs them all and writes ``eval/RESULTS.md``. Registry:
+:mod:`eval.attacks.registry`; processes: :mod:`eval.attacks.rig`; judge and report:
+:mod:`eval.attacks.runner`. The attacks never write to the cloud themselves and never
+change a service's code or settings beyond what each names.
+"""
+
+from .registry import REGISTRY, Attack, Observation, Target, attack
+from .runner import Result, Suite, render, run_suite, selected
+
+__all__ = [
+    "REGISTRY",
+    "Attack",
+    "Observation",
+    "Result",
+    "Suite",
+    "Target",
+    "attack",
+    "render",
+    "run_suite",
+    "selected",
+]

@@ -1,0 +1,158 @@
+"""Shared moves of the attacks: build actions, get approvals, read back what was recorded.
+
+Every helper here acts the way a client of the system would (the agent's token, a
+person's session, devcloud's admin API for the world changing out of band) and returns
+plain values. None of them decides whether an attack passed.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from airlock.protocol import canonical_bytes
+from eval import factory
+
+from .registry import Observation, Target
+from .rig import Checkpoint, ExecResult, Rig, bundle_of
+
+__all__ = [
+    "api_code",
+    "approved",
+    "bundle",
+    "checkpoint_refusal",
+    "decode_bundle",
+    "delete_action",
+    "executor_refusal",
+    "stop_action",
+]
+
+
+def stop_action(t: Target, n: int = 0, **overrides: Any) -> dict[str, Any]:
+    """An ECS stop action on this attack's instance ``n`` (the factory's ~1 KiB action)."""
+    value: dict[str, Any] = {
+        "proposal_id": t.proposal(n),
+        "resource": {"type": "ecs.instance", "id": t.instance(n)},
+    }
+    value.update(overrides)
+    return factory.action_value(**value)
+
+
+def delete_action(t: Target, n: int = 0, **overrides: Any) -> dict[str, Any]:
+    """An ECS delete of this attack's (stopped) instance ``n``: high risk by policy."""
+    value: dict[str, Any] = {
+        "operation": "delete",
+        "params": {},
+        "precondition": {
+            "status": "Stopped",
+            "absent_tags": ["airlock:protect"],
+            "observed_at": "2025-11-29T06:00:00Z",
+        },
+    }
+    value.update(overrides)
+    return stop_action(t, n, **value)
+
+
+def approved(
+    rig: Rig,
+    cp: Checkpoint,
+    action: Mapping[str, Any],
+    *,
+    status: str = "Running",
+    create: bool = True,
+) -> dict[str, Any]:
+    """Create the target in devcloud, submit ``action`` as the agent, approve it as alice
+    (and bob with the typed id for a delete); return the approved record."""
+    if create:
+        rig.instance(action["resource"]["id"], status=status)
+    record = cp.submit(action)
+    if action["operation"] == "delete":
+        cp.approve(record, "alice", "bob", confirm=True)
+    else:
+        cp.approve(record, "alice")
+    record = cp.view(record["id"])
+    if record["state"] != "approved" and cp is not rig.cp:
+        raise RuntimeError(f"{cp.name} did not approve {record['id']}: {record['state']}")
+    return record
+
+
+def decode_bundle(raw: bytes) -> tuple[bytes, dict[str, Any]]:
+    """(action bytes, envelope value) of a bundle."""
+    value = json.loads(raw)
+    return base64.b64decode(value["action"]), dict(value["envelope"])
+
+
+def bundle(action: bytes | Mapping[str, Any], envelope: Mapping[str, Any]) -> bytes:
+    """A bundle of ``action`` (bytes as given, or a value made canonical) and ``envelope``."""
+    data = action if isinstance(action, bytes) else canonical_bytes(dict(action))
+    return canonical_bytes(
+        {"action": base64.b64encode(data).decode("ascii"), "envelope": dict(envelope)}
+    )
+
+
+def approved_bundle(rig: Rig, cp: Checkpoint, action: Mapping[str, Any]) -> bytes:
+    return bundle_of(approved(rig, cp, action))
+
+
+def executor_refusal(
+    rig: Rig, res: ExecResult, targets: tuple[str, ...], approved_writes: int = 0
+) -> Observation:
+    """The observation for a bundle E2 refused before any ledger row (steps 1–13): the
+    refusals table and the audit chain must both hold an ``executor.refused`` event with
+    the code, for these exact bundle bytes."""
+    rows = rig.refusals(bundle_sha256=res.bundle_sha256, code=res.code)
+    events = rig.executor_audit("executor.refused", code=res.code, bundle_sha256=res.bundle_sha256)
+    ok = bool(rows) and bool(events)
+    audit = (
+        f"executor: refusals row + audit executor.refused {res.code}"
+        if ok
+        else f"executor: MISSING refusal record for {res.code}"
+        f" (rows {len(rows)}, events {len(events)})"
+    )
+    return Observation(res.code, audit, ok, targets, approved_writes)
+
+
+def api_code(response: httpx.Response) -> str:
+    """``CODE (status)`` of a checkpoint answer; a kernel code in the message is shown as
+    ``E_INVALID(E_PARSE)``."""
+    try:
+        error = response.json()["error"]
+        code = str(error["code"])
+        message = str(error["message"])
+    except (ValueError, KeyError, TypeError):
+        return f"HTTP {response.status_code}"
+    head = message.split(":", 1)[0]
+    if head.startswith("E_") and head.isupper():
+        code = f"{code}({head})"
+    return f"{code} ({response.status_code})"
+
+
+def checkpoint_refusal(
+    cp: Checkpoint,
+    response: httpx.Response,
+    before: float,
+    *,
+    absent: tuple[str, dict[str, Any]] | None = None,
+    targets: tuple[str, ...] = (),
+) -> Observation:
+    """The observation for a request the checkpoint refused.
+
+    The checkpoint rolls a refused request back whole, so its audit chain holds nothing
+    for it; what it records is its refusal counter (``/metrics``). ``absent`` names an
+    audit event that must NOT exist (e.g. the vote that was refused).
+    """
+    code = api_code(response)
+    bare = code.split("(", 1)[0].split(" ", 1)[0]
+    delta = cp.refusal_count(bare) - before
+    parts = [f"checkpoint: refusal counter {bare} +{delta:g}"]
+    ok = delta == 1
+    if absent is not None:
+        kind, match = absent
+        found = cp.audit(kind, **match)
+        parts.append(f"no {kind} in audit" if not found else f"UNEXPECTED {kind} in audit")
+        ok = ok and not found
+    return Observation(code, "; ".join(parts), ok, targets)

@@ -1,0 +1,107 @@
+"""The attack registry: every attack is a named function with what it expects.
+
+An attack is declared with :func:`attack`::
+
+    @attack(
+        "replay_same_bundle_twice",
+        surface="executor",
+        expect="E_REPLAY",
+        does="Present one approved bundle to the executor twice.",
+    )
+    def _(rig: Rig, t: Target) -> Observation: ...
+
+It runs against the live processes of a :class:`~eval.attacks.rig.Rig` and returns what
+it observed: the refusal code, the audit record it found, and which devcloud resources
+the judge must find untouched. The runner (not the attack) counts the writes. Nothing in
+this module starts a process or talks to a service.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from .rig import Rig
+
+__all__ = ["REGISTRY", "Attack", "AttackFn", "Observation", "Target", "attack"]
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Deterministic names an attack may use for its own resources (never shared)."""
+
+    name: str
+
+    def _tag(self, salt: str) -> str:
+        return hashlib.sha256(f"{salt}\x00{self.name}".encode()).hexdigest()[:16]
+
+    def instance(self, n: int = 0) -> str:
+        """A devcloud ECS instance id of this attack's own (``i-`` + 16 hex)."""
+        return "i-" + self._tag(f"instance-{n}")
+
+    def proposal(self, n: int = 0) -> str:
+        return "prop_" + self._tag(f"proposal-{n}")
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """What an attack saw.
+
+    ``code`` is compared with the attack's expected code. ``audit`` names the record the
+    attack found (or says what is missing); ``audit_ok`` is whether it was found.
+    ``targets`` are the devcloud resource ids the judge checks; ``approved_writes`` is how
+    many writes a human legitimately approved on them (1 for a replay of an executed
+    approval), so the attack itself must add none.
+    """
+
+    code: str
+    audit: str
+    audit_ok: bool
+    targets: tuple[str, ...] = ()
+    approved_writes: int = 0
+    detail: str = ""
+
+
+AttackFn = Callable[["Rig", Target], Observation]
+SetupFn = Callable[["Rig", Target], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Attack:
+    name: str
+    surface: str
+    expect: str
+    does: str
+    run: AttackFn
+    #: Runs before every attack's ``run`` (e.g. to issue an approval that must expire
+    #: by the time ``run`` comes), so waiting overlaps with other attacks.
+    setup: SetupFn | None = None
+    target: Target = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "target", Target(self.name))
+
+
+REGISTRY: Final[dict[str, Attack]] = {}
+
+
+def attack(
+    name: str,
+    *,
+    surface: str,
+    expect: str,
+    does: str,
+    setup: SetupFn | None = None,
+) -> Callable[[AttackFn], AttackFn]:
+    """Register ``fn`` as the attack ``name``; names are unique."""
+
+    def register(fn: AttackFn) -> AttackFn:
+        if name in REGISTRY:
+            raise ValueError(f"attack {name!r} registered twice")
+        REGISTRY[name] = Attack(name, surface, expect, " ".join(does.split()), fn, setup)
+        return fn
+
+    return register
