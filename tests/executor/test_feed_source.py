@@ -1,0 +1,327 @@
+"""The feed source and the outcome outbox against a fake checkpoint, on SQLite and PostgreSQL.
+
+``FakeCheckpoint`` answers ``GET /v1/feed`` and ``POST /v1/outcomes`` through
+``httpx.MockTransport`` with whatever the test scripts (pages, failures, status codes),
+so orderings the real checkpoint rarely produces — a revocation before its approval,
+the same bundle twice, a 503 storm — are exact and fast. The executor, its ledger and
+the database triggers are real; the cloud is the in-memory double.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.exc import DBAPIError
+
+from airlock.protocol import RefusalCode, loads_strict
+from services.executor import (
+    Backoff,
+    CheckpointFeedSource,
+    CheckpointUnauthorized,
+    Executor,
+    OutboxReporter,
+    State,
+    checkpoint_client,
+)
+from services.executor.feed import advance_cursor, read_cursor
+from services.executor.models import deliveries, feed_cursor, refusals, revocations
+
+from .conftest import Env
+from .support import make_test_bundle
+
+BASE = "http://checkpoint.test"
+
+
+@dataclass
+class FakeCheckpoint:
+    """Scripted answers: each feed request pops ``pages`` (a page, an int status, raw
+    bytes, or an exception to raise); each outcome POST pops ``outcome_status`` (default 200)."""
+
+    pages: list[Any] = field(default_factory=list)
+    outcome_status: list[int] = field(default_factory=list)
+    feed_requests: list[dict[str, str]] = field(default_factory=list)
+    posted: list[dict[str, Any]] = field(default_factory=list)
+
+    def handler(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/feed":
+            self.feed_requests.append(dict(request.url.params))
+            answer: Any = self.pages.pop(0) if self.pages else {"items": [], "cursor": 0}
+            if isinstance(answer, Exception):
+                raise answer
+            if isinstance(answer, int):
+                return httpx.Response(answer, json={"error": {"code": "E_X", "message": "x"}})
+            if isinstance(answer, bytes):
+                return httpx.Response(200, content=answer)
+            after = int(request.url.params["after"])
+            return httpx.Response(200, json={**answer, "cursor": max(answer["cursor"], after)})
+        if request.url.path == "/v1/outcomes":
+            self.posted.append(json.loads(request.content))
+            status = self.outcome_status.pop(0) if self.outcome_status else 200
+            codes = {401: "E_UNAUTHENTICATED", 409: "E_STATE", 503: "E_UNAVAILABLE"}
+            body = {} if status == 200 else {"error": {"code": codes.get(status, "E_X")}}
+            return httpx.Response(status, json=body)
+        return httpx.Response(404)
+
+
+def approval(seq: int, raw: bytes, approval_id: str) -> dict[str, Any]:
+    return {
+        "seq": seq,
+        "kind": "approval",
+        "approval_id": approval_id,
+        "bundle": loads_strict(raw, max_bytes=1 << 17),
+    }
+
+
+def revocation(seq: int, approval_id: str) -> dict[str, Any]:
+    return {"seq": seq, "kind": "revocation", "approval_id": approval_id, "bundle": None}
+
+
+@dataclass
+class Rig:
+    env: Env
+    fake: FakeCheckpoint
+    source: CheckpointFeedSource
+    reporter: OutboxReporter
+    sleeps: list[float]
+    mono: list[float]
+
+    @property
+    def executor(self) -> Executor:
+        return self.env.executor
+
+    def turn(self) -> list[Any]:
+        """What the daemon does with one page: execute, acknowledge, in order."""
+        outcomes = []
+        for delivery in self.source.receive(wait_s=0):
+            outcomes.append(self.executor.execute(delivery.raw, revoked=self.source.revoked()))
+            self.source.ack(delivery)
+        return outcomes
+
+    def cursor(self) -> int:
+        with self.env.engine.connect() as conn:
+            return read_cursor(conn, self.source.feed)
+
+    def rows(self, table: sa.Table) -> list[sa.Row[Any]]:
+        with self.env.engine.connect() as conn:
+            return list(conn.execute(sa.select(table)))
+
+
+@pytest.fixture
+def rig(env: Env) -> Iterator[Rig]:
+    fake = FakeCheckpoint()
+    sleeps: list[float] = []
+    mono = [0.0]
+    client = checkpoint_client(
+        BASE, "executor-token", poll_wait_s=1, transport=httpx.MockTransport(fake.handler)
+    )
+    one: Callable[[], float] = lambda: 1.0  # noqa: E731 - the jitter at its top
+    source = CheckpointFeedSource(
+        engine=env.engine,
+        client=client,
+        clock=env.clock,
+        backoff=Backoff(cap=4.0, rng=one),
+        sleep=sleeps.append,
+    )
+    reporter = OutboxReporter(
+        engine=env.engine,
+        client=client,
+        clock=env.clock,
+        backoff=Backoff(cap=4.0, rng=one),
+        monotonic=lambda: mono[0],
+        sweep_every_s=30,
+    )
+    yield Rig(env, fake, source, reporter, sleeps, mono)
+    client.close()
+
+
+def test_a_revocation_that_arrives_before_its_approval_is_honoured(rig: Rig) -> None:
+    b = make_test_bundle(1, tag="frev")
+    rig.env.cloud.add("ecs.instance", b.resource_id, "Running")
+    rig.fake.pages = [
+        {"items": [revocation(1, b.approval_id)], "cursor": 1},
+        {"items": [approval(2, b.raw, b.approval_id)], "cursor": 2},
+    ]
+    assert rig.turn() == []
+    assert rig.cursor() == 1
+    [outcome] = rig.turn()
+    assert outcome.refusal_code is RefusalCode.E_REVOKED
+    assert rig.env.cloud.writes_for(b.resource_id) == 0
+    assert rig.cursor() == 2
+    assert [r.approval_id for r in rig.rows(revocations)] == [b.approval_id]
+
+
+def test_the_same_bundle_delivered_twice_is_a_replay_and_only_the_outcome_is_reported(
+    rig: Rig,
+) -> None:
+    b = make_test_bundle(1, tag="fdup")
+    rig.env.cloud.add("ecs.instance", b.resource_id, "Running")
+    rig.fake.pages = [
+        {"items": [approval(1, b.raw, b.approval_id)], "cursor": 1},
+        {"items": [approval(2, b.raw, b.approval_id)], "cursor": 2},
+    ]
+    [first] = rig.turn()
+    [second] = rig.turn()
+    assert first.state is State.SUCCEEDED
+    assert second.state is None and second.refusal_code is RefusalCode.E_REPLAY
+    assert rig.env.cloud.writes_for(b.resource_id) == 1
+    assert [r.code for r in rig.rows(refusals)] == ["E_REPLAY"]
+    assert rig.reporter.flush() == 1
+    # The replay's receipt says nothing about the approval's outcome: never posted.
+    [posted] = rig.fake.posted
+    assert posted["receipt"] == first.receipt.to_value()
+    assert rig.reporter.flush() == 0 and len(rig.fake.posted) == 1
+
+
+def test_a_page_with_approvals_and_revocations_moves_the_cursor_only_as_items_are_done(
+    rig: Rig,
+) -> None:
+    a, b = make_test_bundle(1, tag="fcur"), make_test_bundle(2, tag="fcur")
+    for x in (a, b):
+        rig.env.cloud.add("ecs.instance", x.resource_id, "Running")
+    rig.fake.pages = [
+        {
+            "items": [
+                approval(3, a.raw, a.approval_id),
+                revocation(5, "apv_elsewhere"),
+                approval(8, b.raw, b.approval_id),
+            ],
+            "cursor": 9,  # seq 9 was filtered out by the checkpoint (expired)
+        }
+    ]
+    first, second = rig.source.receive(wait_s=0)
+    rig.executor.execute(first.raw)
+    rig.source.ack(first)
+    assert rig.cursor() == 7  # past the revocation (recorded with the page), not past b
+    rig.executor.execute(second.raw)
+    rig.source.ack(second)
+    assert rig.cursor() == 9
+    assert rig.fake.feed_requests[0]["after"] == "0"
+
+
+def test_checkpoint_down_or_failing_backs_off_capped_and_never_raises(rig: Rig) -> None:
+    request = httpx.Request("GET", BASE)
+    rig.fake.pages = [
+        httpx.ConnectError("refused", request=request),
+        503,
+        500,
+        httpx.ReadTimeout("slow", request=request),
+        429,
+        b"not json",
+        {"items": [], "cursor": 4},
+    ]
+    for _ in range(6):
+        assert rig.source.receive(wait_s=0) == ()
+    assert rig.sleeps == [0.5, 1.0, 2.0, 4.0, 4.0, 4.0]
+    assert rig.cursor() == 0
+    assert rig.source.receive(wait_s=0) == ()
+    assert rig.cursor() == 4
+    # Reachable again: the next failure starts from the bottom.
+    rig.fake.pages = [503]
+    rig.source.receive(wait_s=0)
+    assert rig.sleeps[-1] == 0.5
+
+
+def test_a_wrong_token_stops_the_feed_and_the_outbox(rig: Rig) -> None:
+    rig.fake.pages = [401]
+    with pytest.raises(CheckpointUnauthorized, match="AIRLOCK_EXECUTOR_CHECKPOINT_TOKEN"):
+        rig.source.receive(wait_s=0)
+    b = make_test_bundle(1, tag="ftok")
+    rig.env.cloud.add("ecs.instance", b.resource_id, "Running")
+    rig.executor.execute(b.raw)
+    rig.fake.outcome_status = [401]
+    with pytest.raises(CheckpointUnauthorized):
+        rig.reporter.flush()
+    assert rig.rows(deliveries) == []
+
+
+def test_outcomes_are_retried_with_backoff_until_delivered(rig: Rig) -> None:
+    b = make_test_bundle(1, tag="fretry")
+    rig.env.cloud.add("ecs.instance", b.resource_id, "Running")
+    rig.executor.execute(b.raw)
+    rig.fake.outcome_status = [503, 503]
+    assert rig.reporter.flush() == 0
+    assert rig.reporter.flush() == 0  # inside the backoff window: no request at all
+    assert len(rig.fake.posted) == 1
+    rig.mono[0] += 0.5
+    assert rig.reporter.flush() == 0
+    rig.mono[0] += 1.0
+    assert rig.reporter.flush() == 1
+    [row] = rig.rows(deliveries)
+    assert (row.kind, row.approval_id, row.status, row.http_status) == (
+        "outcome",
+        b.approval_id,
+        "delivered",
+        200,
+    )
+    assert len(rig.fake.posted) == 3
+
+
+def test_a_receipt_refused_for_good_is_recorded_with_its_code_and_not_retried(rig: Rig) -> None:
+    b = make_test_bundle(1, tag="frej")
+    rig.env.cloud.add("ecs.instance", b.resource_id, "Running")
+    rig.executor.execute(b.raw)
+    rig.fake.outcome_status = [409]
+    assert rig.reporter.flush() == 1
+    [row] = rig.rows(deliveries)
+    assert (row.status, row.http_status, row.error_code) == ("rejected", 409, "E_STATE")
+    rig.mono[0] += 3600
+    assert rig.reporter.flush() == 0
+    assert len(rig.fake.posted) == 1
+
+
+def test_a_resolution_is_reported_only_after_the_in_doubt_outcome_it_resolves(rig: Rig) -> None:
+    b = make_test_bundle(1, tag="fres")
+    rig.env.cloud.add("ecs.instance", b.resource_id, "Running")
+    rig.env.cloud.next_fault = "timeout_before"  # unknown outcome, effect not visible
+    outcome = rig.executor.execute(b.raw)
+    assert outcome.state is State.IN_DOUBT
+    resolved = rig.executor.resolve(b.approval_id, happened=False, by="admin", note="checked")
+    # The in_doubt outcome fails once: the resolution must wait behind it.
+    rig.fake.outcome_status = [503]
+    assert rig.reporter.flush() == 0
+    rig.mono[0] += 10
+    assert rig.reporter.flush() == 2
+    posted = [p["receipt"] for p in rig.fake.posted]
+    assert posted == [
+        outcome.receipt.to_value(),  # type: ignore[union-attr]
+        outcome.receipt.to_value(),  # type: ignore[union-attr]
+        resolved.receipt.to_value(),  # type: ignore[union-attr]
+    ]
+    assert [(d.kind, d.status) for d in rig.rows(deliveries)] == [
+        ("outcome", "delivered"),
+        ("resolution", "delivered"),
+    ]
+
+
+def test_feed_tables_are_insert_only_and_the_cursor_never_moves_back(env: Env) -> None:
+    with env.engine.begin() as conn:
+        advance_cursor(conn, "http://cp", 5, 1)
+        advance_cursor(conn, "http://cp", 3, 2)  # behind: ignored, not an error
+        assert read_cursor(conn, "http://cp") == 5
+        conn.execute(
+            sa.insert(revocations).values(approval_id="apv_x", feed="f", feed_seq=1, received_at=1)
+        )
+        conn.execute(
+            sa.insert(deliveries).values(
+                kind="outcome", approval_id="apv_x", status="delivered", detail="", at=1
+            )
+        )
+    attacks = [
+        sa.update(feed_cursor).values(seq=1),
+        sa.delete(feed_cursor),
+        sa.update(revocations).values(approval_id="apv_y"),
+        sa.delete(revocations),
+        sa.update(deliveries).values(status="rejected"),
+        sa.delete(deliveries),
+    ]
+    for attack in attacks:
+        with pytest.raises(DBAPIError), env.engine.begin() as conn:
+            conn.execute(attack)
+    with env.engine.connect() as conn:
+        assert read_cursor(conn, "http://cp") == 5
