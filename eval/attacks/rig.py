@@ -216,12 +216,14 @@ class Checkpoint:
     http: httpx.Client = field(init=False)
     _sessions: dict[str, str] = field(default_factory=dict)
     proc: _Proc | None = None
+    #: Sign in again for every request (for a checkpoint with very short sessions).
+    fresh_sessions: bool = False
 
     def __post_init__(self) -> None:
         self.http = httpx.Client(base_url=self.url, timeout=30.0, trust_env=False)
 
     def login(self, user: str, *, fresh: bool = False) -> str:
-        if fresh or user not in self._sessions:
+        if fresh or self.fresh_sessions or user not in self._sessions:
             r = self.http.post("/v1/sessions", json={"username": user, "password": PASSWORD})
             if r.status_code != 201:
                 raise RuntimeError(f"login {user} at {self.name}: {r.status_code} {r.text}")
@@ -547,6 +549,7 @@ def _spawn_aux(
     proc = _Proc(f"checkpoint-{name}", [*CLI, "checkpoint", "--port", str(port)], env, home)
     cp = Checkpoint(name, f"http://127.0.0.1:{port}", db_path, tokens, audience)
     cp.proc = proc
+    cp.fresh_sessions = "session_ttl" in settings
     return cp
 
 
