@@ -357,25 +357,31 @@ class ExecutorSettings(CloudSettings):
     receipt_key_path: Path = Path(".airlock/executor-receipt.pem")
     #: This executor's audience; approvals addressed elsewhere are refused (E_AUDIENCE).
     audience: str = "airlock-executor/dev"
-    #: The one provider/account/region this executor may write to (E_ACCOUNT otherwise).
+    #: The one provider this executor may write to (E_ACCOUNT otherwise).
     provider: Literal["alibaba"] = "alibaba"
+    #: The one cloud account this executor may write to (dev: devcloud's; E_ACCOUNT).
     account: str = ""
+    #: The one region this executor may write to (E_ACCOUNT otherwise).
     region: str = "ap-southeast-1"
-    #: Longest approval lifetime accepted, and tolerated clock skew, seconds.
+    #: Longest approval lifetime accepted, seconds (E_TTL beyond it).
     max_ttl: int = Field(default=15 * 60, gt=0)
+    #: Tolerated clock skew against the checkpoint's ``not_before``, seconds.
     skew: int = Field(default=30, ge=0)
     #: How long a worker owns a ledger row; must outlast the longest cloud call.
     lease_seconds: int = Field(default=120, gt=0)
-    #: Seconds between recovery passes in daemon mode, and the feed's long-poll wait.
+    #: Seconds between recovery passes in daemon mode.
     recover_every: int = Field(default=30, gt=0)
+    #: Longest wait of one feed long-poll (or inbox poll), seconds.
     poll_wait: int = Field(default=5, gt=0)
-    #: Directory bundle source for the daemon (``*.json`` files), and revocations file.
+    #: Directory bundle source for the daemon (``*.json`` files) instead of the feed.
     inbox: Path | None = None
+    #: With ``inbox``: a file of revoked approval ids, one per line.
     revocations_path: Path | None = None
     #: Where each terminal outcome's receipt is also written (the ledger keeps them all).
     receipts_dir: Path | None = None
-    #: The checkpoint's feed and outcome API, and the executor's service token.
+    #: The checkpoint whose feed the daemon follows and to which it reports outcomes.
     checkpoint_url: str | None = None
+    #: The executor's service token at the checkpoint (``tokens create --role executor``).
     checkpoint_token: SecretStr = SecretStr("")
     #: Longest wait between retries when the checkpoint is down, seconds.
     retry_max: int = Field(default=30, gt=0)

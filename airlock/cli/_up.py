@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -78,8 +79,16 @@ def _http_ok(url: str) -> Callable[[], bool]:
 
 
 class _Stack:
-    def __init__(self, home: Path, ports: dict[str, int], instances: int, interval: int) -> None:
+    def __init__(
+        self,
+        home: Path,
+        ports: dict[str, int],
+        instances: int,
+        interval: int,
+        devcloud_admin: bool = False,
+    ) -> None:
         self.home = home
+        self.devcloud_admin = devcloud_admin
         self.ports = ports
         self.instances = instances
         self.interval = interval
@@ -128,7 +137,12 @@ class _Stack:
         )
 
     def devcloud_env(self) -> dict[str, str]:
-        return self._env(AIRLOCK_DEVCLOUD_DB_PATH=self.home / "devcloud.db")
+        env = self._env(AIRLOCK_DEVCLOUD_DB_PATH=self.home / "devcloud.db")
+        token = self.home / "devcloud-admin-token"
+        if self.devcloud_admin and token.exists():
+            env["AIRLOCK_DEVCLOUD_ENABLE_ADMIN"] = "true"
+            env["AIRLOCK_DEVCLOUD_ADMIN_TOKEN"] = token.read_text().strip()
+        return env
 
     def webapp_env(self) -> dict[str, str]:
         return self._env(AIRLOCK_WEBAPP_CHECKPOINT_URL=self.checkpoint_url)
@@ -203,6 +217,9 @@ class _Stack:
                 for role in ("agent", "executor")
             }
             _write_private(tokens, json.dumps(value))
+        admin_token = self.home / "devcloud-admin-token"
+        if self.devcloud_admin and not admin_token.exists():
+            _write_private(admin_token, secrets.token_urlsafe(24))
         if not (self.home / "devcloud.db").exists():
             echo(f"seeding devcloud with a fleet of {self.instances} instances")
             self._airlock(
@@ -327,6 +344,14 @@ def up_command(
     devcloud_port: Annotated[int, typer.Option(help="devcloud port.")] = 8788,
     instances: Annotated[int, typer.Option(help="Size of the seeded devcloud fleet.")] = 120,
     agent_interval: Annotated[int, typer.Option(help="Seconds between agent scans.")] = 60,
+    devcloud_admin: Annotated[
+        bool,
+        typer.Option(
+            "--devcloud-admin",
+            help="Enable devcloud's test-only admin API (write log, faults); its token is "
+            "saved to .airlock/devcloud-admin-token.",
+        ),
+    ] = False,
     ready_timeout: Annotated[
         float, typer.Option(help="Seconds each service may take to start.")
     ] = 60.0,
@@ -347,7 +372,7 @@ def up_command(
         )
         raise typer.Exit(2)
 
-    stack = _Stack(home.resolve(), ports, instances, agent_interval)
+    stack = _Stack(home.resolve(), ports, instances, agent_interval, devcloud_admin)
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:

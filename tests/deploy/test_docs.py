@@ -26,3 +26,29 @@ def test_every_refusal_code_is_documented_in_security_md() -> None:
 
     text = (ROOT / "SECURITY.md").read_text()
     assert [code.value for code in RefusalCode if code.value not in text] == []
+
+
+def test_readme_configuration_table_matches_the_settings() -> None:
+    from airlock.cli._config import markdown_table
+
+    text = (ROOT / "README.md").read_text()
+    begin, end = "<!-- config-table:begin -->\n", "<!-- config-table:end -->"
+    table = text[text.index(begin) + len(begin) : text.index(end)]
+    assert table == markdown_table(), "run `airlock config --markdown` and paste it into README"
+
+
+def test_every_setting_is_documented() -> None:
+    from airlock.cli._config import SERVICES, _comments
+
+    undocumented = [
+        f"{name}.{field}"
+        for name, cls in SERVICES.items()
+        for field in cls.model_fields
+        if field not in _comments(cls)
+    ]
+    assert undocumented == []
+
+
+def test_readme_promises_the_two_commands() -> None:
+    text = (ROOT / "README.md").read_text()
+    assert "make up" in text and "make test" in text

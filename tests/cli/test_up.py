@@ -1,0 +1,235 @@
+"""`airlock up` end to end: a fresh state, the agent's proposals, an approval through the
+CLI, the write at devcloud, doctor all green, a clean SIGINT, and a second run reusing
+the state."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.slow
+
+DEADLINE = 120.0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _wait(what: str, check: Callable[[], Any], timeout: float = DEADLINE) -> Any:
+    """Poll an observable condition until it holds (bounded); never a blind sleep."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        threading.Event().wait(0.25)
+
+
+class _Up:
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def close(self) -> None:
+        self._reader.join(10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+    def pids(self) -> list[int]:
+        return [int(line.split("pid")[1].split()[0]) for line in self.lines if " pid " in line]
+
+
+@contextmanager
+def _running_up(cwd: Path, ports: dict[str, int]) -> Iterator[_Up]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRLOCK_")}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "airlock.cli",
+            "up",
+            "--home",
+            str(cwd / ".airlock"),
+            "--webapp-port",
+            str(ports["webapp"]),
+            "--checkpoint-port",
+            str(ports["checkpoint"]),
+            "--devcloud-port",
+            str(ports["devcloud"]),
+            "--instances",
+            "24",
+            "--agent-interval",
+            "5",
+            "--devcloud-admin",
+        ],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    up = _Up(proc)
+    try:
+        _wait("airlock up to be ready", lambda: "Airlock is running" in up.text or proc.poll())
+        assert proc.poll() is None, up.text
+        yield up
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        up.close()
+
+
+def _cli(args: list[str], home: Path, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRLOCK_")}
+    env["AIRLOCK_HOME"] = str(home)
+    return subprocess.run(
+        [sys.executable, "-m", "airlock.cli", *args],
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_up_runs_the_whole_system_and_stops_cleanly(tmp_path: Path) -> None:
+    ports = {name: _free_port() for name in ("webapp", "checkpoint", "devcloud")}
+    checkpoint = f"http://127.0.0.1:{ports['checkpoint']}"
+    state = tmp_path / ".airlock"
+    cli_home = tmp_path / "cli"
+    cli_home.mkdir(mode=0o700)
+
+    with _running_up(tmp_path, ports) as up:
+        # first run: passwords printed once, saved 0600
+        credentials = state / "demo-credentials"
+        assert credentials.stat().st_mode & 0o077 == 0
+        people = {line.split()[0]: line.split()[2] for line in credentials.read_text().splitlines()}
+        assert set(people) == {"alice", "bob", "admin"}
+        assert people["alice"] in up.text
+        assert httpx.get(f"http://127.0.0.1:{ports['webapp']}/healthz").status_code == 200
+
+        login = _cli(
+            ["login", "--url", checkpoint, "--username", "alice", "--password-stdin"],
+            cli_home,
+            stdin=people["alice"] + "\n",
+        )
+        assert login.returncode == 0, login.stderr
+
+        def pending_stop() -> dict[str, Any] | None:
+            out = _cli(["approvals", "list", "--state", "pending", "--json"], cli_home)
+            assert out.returncode == 0, out.stderr
+            items = json.loads(out.stdout)
+            items = items["items"] if isinstance(items, dict) else items
+            stops = [
+                p
+                for p in items
+                if p["operation"] == "stop" and p["resource_type"] == "ecs.instance"
+            ]
+            return stops[0] if stops else None
+
+        proposal = _wait("the agent's first proposals", pending_stop)
+        approve = _cli(["approvals", "approve", proposal["id"], "--yes", "--json"], cli_home)
+        assert approve.returncode == 0, approve.stdout + approve.stderr
+
+        admin = httpx.Client(
+            base_url=f"http://127.0.0.1:{ports['devcloud']}",
+            headers={"Authorization": f"Bearer {(state / 'devcloud-admin-token').read_text()}"},
+        )
+        resource_id = proposal["resource_id"]
+
+        def written() -> list[dict[str, Any]]:
+            response = admin.get("/_admin/writes", params={"resource_id": resource_id})
+            response.raise_for_status()
+            body = response.json()
+            writes: list[dict[str, Any]] = body["writes"] if isinstance(body, dict) else body
+            return writes
+
+        writes = _wait("the stop at devcloud", written)
+        assert len(writes) == 1
+
+        def executed() -> bool:
+            out = _cli(["approvals", "show", proposal["id"], "--json"], cli_home)
+            return out.returncode == 0 and json.loads(out.stdout)["state"] == "executed"
+
+        _wait("the outcome at the checkpoint", executed)
+
+        # doctor, in the environment `up` gives its services, is all green
+        from airlock.cli._up import _Stack
+
+        stack = _Stack(state, ports, 24, 5)
+        tokens = stack.tokens()
+        env = {
+            **stack.checkpoint_env(),
+            **stack.executor_env(tokens["executor"]),
+            **stack.agent_env(tokens["agent"]),
+            **stack.webapp_env(),
+        }
+        doctor = subprocess.run(
+            [sys.executable, "-m", "airlock.cli", "doctor", "--url", checkpoint],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+        assert "0 failed, 0 warnings" in doctor.stdout, doctor.stdout
+        children = up.pids()
+        assert len(children) == 5
+        assert len(written()) == 1  # still one write after the outcome landed
+        admin.close()
+
+    assert up.proc.returncode == 0, up.text
+    assert "stopped" in up.text
+    assert [pid for pid in children if _alive(pid)] == []
+
+    # second run: the state is reused, no new passwords
+    keys_before = (state / "trusted-keys.json").read_text()
+    with _running_up(tmp_path, ports) as again:
+        assert people["alice"] not in again.text
+        assert "Demo people and passwords:" in again.text
+        assert (state / "trusted-keys.json").read_text() == keys_before
+        children = again.pids()
+    assert [pid for pid in children if _alive(pid)] == []
