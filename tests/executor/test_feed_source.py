@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -24,10 +25,16 @@ from services.executor import (
     Backoff,
     CheckpointFeedSource,
     CheckpointUnauthorized,
+    DirectorySource,
     Executor,
+    Heartbeat,
+    LedgerRevocations,
     OutboxReporter,
+    Outcome,
+    Shutdown,
     State,
     checkpoint_client,
+    serve,
 )
 from services.executor.feed import advance_cursor, read_cursor
 from services.executor.models import deliveries, feed_cursor, refusals, revocations
@@ -325,3 +332,33 @@ def test_feed_tables_are_insert_only_and_the_cursor_never_moves_back(env: Env) -
             conn.execute(attack)
     with env.engine.connect() as conn:
         assert read_cursor(conn, "http://cp") == 5
+
+
+def test_the_daemon_loop_finishes_the_item_in_hand_and_stops_before_the_next(
+    env: Env, tmp_path: Path
+) -> None:
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    bundles = [make_test_bundle(n, tag="fstop") for n in (1, 2)]
+    for n, b in enumerate(bundles):
+        env.cloud.add("ecs.instance", b.resource_id, "Running")
+        (inbox / f"{n}.json").write_bytes(b.raw)
+    shutdown = Shutdown()
+    beat = tmp_path / "heartbeat"
+    seen: list[Outcome] = []
+
+    def on_outcome(outcome: Outcome) -> None:
+        seen.append(outcome)
+        shutdown.request()  # as SIGTERM does while an item is in hand
+
+    serve(
+        env.executor,
+        DirectorySource(inbox, also_revoked=LedgerRevocations(env.engine)),
+        shutdown=shutdown,
+        heartbeat=Heartbeat(beat),
+        on_outcome=on_outcome,
+    )
+    assert [o.state for o in seen] == [State.SUCCEEDED]
+    assert sorted(p.name for p in inbox.glob("*.json")) == ["1.json"]  # not acknowledged
+    assert env.cloud.writes_for(bundles[1].resource_id) == 0
+    assert beat.exists()
