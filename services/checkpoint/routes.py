@@ -123,7 +123,10 @@ async def _principal(
     token = credentials.credentials
     if not token.isascii() or not token.isprintable() or len(token) > 256:
         raise Refusal(ErrorCode.E_UNAUTHENTICATED, "missing, unknown or expired token", 401)
-    return await run_in_threadpool(_accounts(request).authenticate, token)
+    principal = await run_in_threadpool(_accounts(request).authenticate, token)
+    # Kept so that a refusal of this caller's request can be audited under their name.
+    request.state.principal = principal
+    return principal
 
 
 Caller = Annotated[Principal, Depends(_principal)]
@@ -406,6 +409,21 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(Refusal)
     async def _refusal(request: Request, exc: Refusal) -> JSONResponse:
         request.app.state.metrics.refusals.labels(exc.code.value).inc()
+        principal: Principal | None = getattr(request.state, "principal", None)
+        if principal is not None:
+            # Every refusal of an authenticated caller leaves an audit record, written in
+            # its own transaction after the refused one rolled back (no other effect).
+            # Unauthenticated requests are only counted: auditing them would let anyone
+            # write to the chain.
+            route = request.scope.get("route")
+            await run_in_threadpool(
+                _service(request).audit_refusal,
+                principal,
+                exc.code.value,
+                request.method,
+                getattr(route, "path", "?"),
+                request.path_params.get("proposal_id"),
+            )
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
         response = _error(exc.status, exc.code.value, exc.message)
         if headers:

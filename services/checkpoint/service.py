@@ -796,6 +796,27 @@ class Checkpoint:
             items=items, next_before=items[-1].id if len(rows) > limit and items else None
         )
 
+    def audit_refusal(
+        self,
+        principal: Principal,
+        code: str,
+        method: str,
+        route: str,
+        proposal_id: str | None,
+    ) -> None:
+        """Record that a caller's request was refused (its own transaction, nothing else)."""
+        event: dict[str, Any] = {
+            "by": principal.name,
+            "role": principal.role,
+            "code": code,
+            "request": f"{method} {route}",
+        }
+        if proposal_id is not None:
+            event["proposal_id"] = proposal_id
+        now = self.now()
+        with self.engine.begin() as conn:
+            self._audit(conn, now, "checkpoint.refused", **event)
+
     def audit_status(self, principal: Principal) -> AuditOut:
         _require(principal, {"viewer", "approver", "admin"}, "read the audit status")
         report = verify_chain(self.engine)

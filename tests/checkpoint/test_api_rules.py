@@ -322,3 +322,33 @@ def test_health_ready_and_metrics(sqlite_world: World) -> None:
     world.approve("alice", p["id"], p["action_hash"])
     text = world.client.get("/metrics").text
     assert "airlock_checkpoint_approvals_issued_total 1.0" in text
+
+
+def test_every_refused_decision_leaves_an_audit_record(sqlite_world: World) -> None:
+    import json as _json
+
+    import sqlalchemy as sa
+
+    from airlock.store import verify_chain
+
+    world = sqlite_world
+    p = _pending(world, proposed_by="alice")
+    attempts = [
+        (world.approve("alice", p["id"], p["action_hash"]), "E_SELF_APPROVAL", "alice"),
+        (world.approve("bob", p["id"], "sha256:" + "0" * 64), "E_STALE_VIEW", "bob"),
+        (world.approve("viewer", p["id"], p["action_hash"]), "E_FORBIDDEN", "viewer"),
+    ]
+    for response, code, _ in attempts:
+        assert _code(response) == code
+    engine = world.checkpoint.engine
+    with engine.connect() as conn:
+        events = [
+            _json.loads(e) for e in conn.execute(sa.text("SELECT event FROM audit_log")).scalars()
+        ]
+    refused = [e for e in events if e["type"] == "checkpoint.refused"]
+    assert [(e["code"], e["by"], e["proposal_id"]) for e in refused] == [
+        (code, who, p["id"]) for _, code, who in attempts
+    ]
+    assert all(e["request"] == "POST /v1/proposals/{proposal_id}/approve" for e in refused)
+    assert not [e for e in events if "vote" in e["type"]]  # the refused votes left nothing else
+    assert verify_chain(engine).ok
