@@ -1,0 +1,413 @@
+"""The whole path on loopback, beside its bare primitives measured in the same run.
+
+``python -m bench.bench_e2e [--db sqlite|postgres|both] [--n N] [--burst M] [--pg URL]``
+(or ``make bench``). devcloud, the checkpoint and the ``airlock executor`` daemon on the
+checkpoint's feed run as real processes on 127.0.0.1 (tests.support.stack), with the
+executor's ledger on SQLite or PostgreSQL (the checkpoint on SQLite). For each approval:
+the agent submits a proposal over HTTP, alice approves it over HTTP, the executor takes
+it from the long-poll feed, verifies, consumes, re-reads and writes at devcloud.
+
+* **approval → write latency** (``--n`` approvals, one at a time): from the moment the
+  approve call's HTTP response arrived to the write's timestamp in devcloud's write log.
+  Both clocks are ``time.time()`` on this host. The write can land before the response
+  reaches the client (the approval is committed and the feed woken before the answer is
+  sent), so the figure from the request's send time is printed too. Between approvals
+  the benchmark waits until the executor has delivered the outcome, so each sample
+  starts with an idle executor.
+* **sustained executions/s** (``--burst`` approvals): proposals are submitted first,
+  then approved back to back by one client; executions/s is ``burst`` over the time from
+  the first approve sent to the last write in the log.
+* **diagnosis** (``n/2`` more approvals, one at a time): a second long-poll reader of the
+  feed (the executor's token; reading the feed moves no cursor) records when each
+  approval reaches it, separating the checkpoint's wake-up from the executor's own work.
+* **bare primitives**, in the same run: Ed25519 sign + verify (one statement-sized
+  message), one durable single-row INSERT (its own transaction) on the same kind of
+  database through the same engine settings, and one devcloud write (``StopInstance``
+  through the real SDK adapter with the executor's key).
+
+Waiting for a write reads devcloud's SQLite file read-only rather than calling its admin
+API, so the poll does not compete with the write it waits for. Goal: approval → write
+p50 ≤ 50 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import statistics
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import sqlalchemy as sa
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from psycopg import sql
+from sqlalchemy.engine import Engine, make_url
+
+from airlock.store import make_engine, read_transaction
+from services.executor.models import deliveries
+from tests.support.stack import ACCOUNT, PASSWORD, REGION, Stack, running_stack
+
+GOAL_P50_MS = 50.0
+DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
+_WAIT_S = 30.0
+
+
+def _action(rid: str, pid: str) -> dict[str, Any]:
+    return {
+        "type": "airlock.action/v1",
+        "proposal_id": pid,
+        "provider": "alibaba",
+        "account": ACCOUNT,
+        "region": REGION,
+        "resource": {"type": "ecs.instance", "id": rid},
+        "operation": "stop",
+        "params": {"stopped_mode": "StopCharging"},
+        "precondition": {
+            "status": "Running",
+            "absent_tags": ["airlock:protect"],
+            "observed_at": "2026-11-29T06:00:00Z",
+        },
+        "evidence": {"policy": "idle/v1", "window_days": 14, "cpu_p95_bp": 340},
+        "reason": "Idle 14 days (benchmark)",
+        "proposed_by": "agent:scanner-1",
+        "created_at": "2026-11-29T06:00:05Z",
+    }
+
+
+def _pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    k = max(0, min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1))))
+    return ordered[k]
+
+
+def _until(what: str, probe: Callable[[], Any]) -> Any:
+    deadline = time.monotonic() + _WAIT_S
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out waiting for {what}")
+        time.sleep(0.001)  # polling a local read-only query; the figure comes from the log
+
+
+class _Bench:
+    def __init__(self, stack: Stack) -> None:
+        self.stack = stack
+        self.http = httpx.Client(base_url=stack.checkpoint_url, timeout=30.0, trust_env=False)
+        r = self.http.post("/v1/sessions", json={"username": "alice", "password": PASSWORD})
+        r.raise_for_status()
+        self.alice = {"Authorization": f"Bearer {r.json()['token']}"}
+        self.log = sqlite3.connect(f"file:{stack.devcloud.db_path}?mode=ro", uri=True)
+        self.ledger: Engine = make_engine(stack.ledger_url, create=False)
+        self.run = uuid.uuid4().hex[:6]
+        self.n = 0
+
+    def close(self) -> None:
+        self.http.close()
+        self.log.close()
+        self.ledger.dispose()
+
+    def propose(self) -> dict[str, Any]:
+        self.n += 1
+        rid = f"i-e2e{self.run}{self.n:06d}"
+        self.stack.devcloud.admin.create_instance(rid, status="Running")
+        return self.stack.submit(_action(rid, f"prop_e2e{self.run}{self.n:06d}"))
+
+    def approve(self, proposal: dict[str, Any]) -> tuple[float, float, str]:
+        """(sent, answered) as time.time(), and the approval id."""
+        sent = time.time()
+        r = self.http.post(
+            f"/v1/proposals/{proposal['id']}/approve",
+            json={"action_hash": proposal["action_hash"]},
+            headers=self.alice,
+        )
+        answered = time.time()
+        r.raise_for_status()
+        return sent, answered, str(r.json()["approval"]["approval_id"])
+
+    def write_at(self, rid: str) -> float | None:
+        row = self.log.execute(
+            "SELECT at FROM write_log WHERE resource_id = ? ORDER BY seq LIMIT 1", (rid,)
+        ).fetchone()
+        return None if row is None else float(row[0])
+
+    def delivered(self, approval_id: str) -> bool:
+        with read_transaction(self.ledger) as conn:
+            return (
+                conn.execute(
+                    sa.select(deliveries.c.id).where(deliveries.c.approval_id == approval_id)
+                ).first()
+                is not None
+            )
+
+
+class _FeedWatcher(threading.Thread):
+    """A second reader of the checkpoint's long-poll feed (the executor's token; the feed
+    is read-only, the executor's cursor lives in its own database): when each approval
+    reaches a long-poll reader, to separate the checkpoint's wake-up from the executor's
+    own work."""
+
+    def __init__(self, base_url: str, token: str) -> None:
+        super().__init__(daemon=True)
+        self.http = httpx.Client(
+            base_url=base_url,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=30.0,
+            trust_env=False,
+        )
+        self.seen: dict[str, float] = {}
+        self.stop = threading.Event()
+        self.cursor = 0
+        while True:  # skip what is already on the feed
+            page = self.http.get("/v1/feed", params={"after": self.cursor, "limit": 500}).json()
+            if not page["items"]:
+                break
+            self.cursor = int(page["cursor"])
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            page = self.http.get(
+                "/v1/feed", params={"after": self.cursor, "wait": 2, "limit": 100}
+            ).json()
+            now = time.time()
+            for item in page["items"]:
+                self.seen.setdefault(str(item["approval_id"]), now)
+            self.cursor = int(page["cursor"])
+        self.http.close()
+
+
+@dataclass
+class Figures:
+    db: str
+    from_answer_ms: list[float]
+    from_send_ms: list[float]
+    approve_ms: list[float]
+    burst: int
+    burst_s: float
+    issue_s: float
+    sign_verify_us: float
+    insert_ms: float
+    devcloud_write_ms: float
+    wake_ms: list[float]
+    after_wake_ms: list[float]
+
+    def render(self) -> str:
+        p50 = statistics.median(self.from_answer_ms)
+        verdict = "MET" if p50 <= GOAL_P50_MS else "MISSED"
+        lines = [
+            f"-- executor ledger on {self.db}"
+            f" ({len(self.from_answer_ms)} approvals, one at a time)",
+            f"approval -> write, from the approve response: p50 {p50:.1f} ms,"
+            f" p99 {_pct(self.from_answer_ms, 99):.1f} ms,"
+            f" min {min(self.from_answer_ms):.1f} ms (goal p50 <= {GOAL_P50_MS:.0f} ms: {verdict})",
+            f"approval -> write, from the approve request: p50"
+            f" {statistics.median(self.from_send_ms):.1f} ms,"
+            f" p99 {_pct(self.from_send_ms, 99):.1f} ms",
+            f"approve call itself (HTTP round trip, quorum 1, signs):"
+            f" p50 {statistics.median(self.approve_ms):.1f} ms",
+            f"sustained: {self.burst} approvals issued back to back in {self.issue_s:.2f} s"
+            f" ({self.burst / self.issue_s:.1f}/s); all written in {self.burst_s:.2f} s ->"
+            f" {self.burst / self.burst_s:.1f} executions/s",
+            f"bare Ed25519 sign+verify: {self.sign_verify_us:.0f} us;"
+            f" bare durable single-row INSERT on {self.db}: {self.insert_ms:.2f} ms;"
+            f" bare devcloud write (StopInstance via the SDK): {self.devcloud_write_ms:.2f} ms",
+            f"diagnosis ({len(self.wake_ms)} more approvals with a second long-poll reader):"
+            f" approve response -> feed page at that reader p50"
+            f" {statistics.median(self.wake_ms):.1f} ms, p99 {_pct(self.wake_ms, 99):.1f} ms,"
+            f" max {max(self.wake_ms):.1f} ms; approve response -> write p50"
+            f" {statistics.median(self.after_wake_ms):.1f} ms",
+            f"ratio: approval->write p50 = {p50 / self.devcloud_write_ms:.1f} x bare devcloud"
+            f" write, = {p50 / self.insert_ms:.1f} x bare durable insert",
+        ]
+        return "\n".join(lines)
+
+
+def _latency(
+    bench: _Bench, n: int, watcher: _FeedWatcher | None = None
+) -> tuple[list[float], list[float], list[float]]:
+    """(approve answer -> write, approve sent -> write, approve round trip); with a
+    watcher, the first list is approve answer -> the watcher's feed page instead."""
+    answer, send, approve = [], [], []
+    for _ in range(n):
+        proposal = bench.propose()
+        rid = proposal["action"]["resource"]["id"]
+        sent, answered, approval_id = bench.approve(proposal)
+        at = _until(f"the write of {rid}", partial(bench.write_at, rid))
+        # Each sample starts with an idle executor: wait for its outcome delivery too.
+        _until(f"the delivery of {approval_id}", partial(bench.delivered, approval_id))
+        if watcher is not None:
+            seen = _until(f"{approval_id} on the feed", partial(watcher.seen.get, approval_id))
+            answer.append((seen - answered) * 1000)
+            send.append((at - answered) * 1000)
+        else:
+            answer.append((at - answered) * 1000)
+            send.append((at - sent) * 1000)
+        approve.append((answered - sent) * 1000)
+    return answer, send, approve
+
+
+def _burst(bench: _Bench, m: int) -> tuple[float, float]:
+    proposals = [bench.propose() for _ in range(m)]
+    first = time.time()
+    for proposal in proposals:
+        bench.approve(proposal)
+    issued = time.time() - first
+    last = 0.0
+    for proposal in proposals:
+        rid = proposal["action"]["resource"]["id"]
+        last = max(last, _until(f"the write of {rid}", partial(bench.write_at, rid)))
+    return last - first, issued
+
+
+def _sign_verify_us() -> float:
+    key = Ed25519PrivateKey.generate()
+    public = key.public_key()
+    message = b"x" * 900  # about a PAE'd approval statement
+    rounds = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(200):
+            public.verify(key.sign(message), message)
+        rounds.append((time.perf_counter() - t0) / 200 * 1e6)
+    return statistics.median(rounds)
+
+
+def _insert_ms(url: str) -> float:
+    """One durable single-row INSERT, its own transaction, as the ledger's engine does it."""
+    engine = make_engine(url)
+    table = sa.Table(
+        f"bench_bare_{uuid.uuid4().hex[:8]}",
+        sa.MetaData(),
+        sa.Column("id", sa.String(64), primary_key=True),
+        sa.Column("v", sa.Text, nullable=False),
+    )
+    try:
+        table.create(engine)
+        samples = []
+        for _ in range(200):
+            t0 = time.perf_counter()
+            with engine.begin() as conn:
+                conn.execute(table.insert().values(id=uuid.uuid4().hex, v="x" * 200))
+            samples.append((time.perf_counter() - t0) * 1000)
+        table.drop(engine)
+        return statistics.median(samples)
+    finally:
+        engine.dispose()
+
+
+def _devcloud_write_ms(stack: Stack, n: int = 100) -> float:
+    writer = stack.devcloud.writer()
+    ids = [f"i-bare{uuid.uuid4().hex[:10]}" for _ in range(n)]
+    for rid in ids:
+        stack.devcloud.admin.create_instance(rid, status="Running")
+    samples = []
+    for rid in ids:
+        t0 = time.perf_counter()
+        writer.stop_ecs(stack.devcloud.region, rid, stopped_mode="StopCharging")
+        samples.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(samples)
+
+
+def _libpq(url: str) -> str:
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+@contextmanager
+def _pg_database(admin_url: str) -> Iterator[str]:
+    name = f"airlock_bench_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(_libpq(admin_url), autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE template0").format(sql.Identifier(name)))
+    try:
+        yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with psycopg.connect(_libpq(admin_url), autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+def run(db: str, *, n: int, burst: int, pg_url: str, workdir: Path) -> Figures:
+    @contextmanager
+    def ledger() -> Iterator[str | None]:
+        if db == "postgres":
+            with _pg_database(pg_url) as url:
+                yield url
+        else:
+            yield None
+
+    with (
+        ledger() as ledger_url,
+        running_stack(workdir / db, webapp=False, ledger_url=ledger_url) as stack,
+    ):
+        bench = _Bench(stack)
+        try:
+            _latency(bench, 5)  # warm up: imports, connections, SQLite pages
+            answer, send, approve = _latency(bench, n)
+            burst_s, issue_s = _burst(bench, burst)
+            watcher = _FeedWatcher(stack.checkpoint_url, stack.tokens["executor"])
+            watcher.start()
+            try:
+                wake, after_wake, _ = _latency(bench, max(20, n // 2), watcher)
+            finally:
+                watcher.stop.set()
+            insert_url = stack.ledger_url if db == "postgres" else f"sqlite:///{workdir}/bare.db"
+            return Figures(
+                db=db,
+                from_answer_ms=answer,
+                from_send_ms=send,
+                approve_ms=approve,
+                burst=burst,
+                burst_s=burst_s,
+                issue_s=issue_s,
+                sign_verify_us=_sign_verify_us(),
+                insert_ms=_insert_ms(insert_url),
+                devcloud_write_ms=_devcloud_write_ms(stack),
+                wake_ms=wake,
+                after_wake_ms=after_wake,
+            )
+        finally:
+            bench.close()
+
+
+def _pg_reachable(url: str) -> bool:
+    try:
+        with psycopg.connect(_libpq(url), connect_timeout=3) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error:
+        return False
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--db", choices=("sqlite", "postgres", "both"), default="both")
+    parser.add_argument("--n", type=int, default=200, help="approvals timed one at a time")
+    parser.add_argument("--burst", type=int, default=200, help="approvals for executions/s")
+    parser.add_argument("--pg", default=DEFAULT_PG_URL, help="PostgreSQL server (admin URL)")
+    args = parser.parse_args(argv)
+    dbs = ["sqlite", "postgres"] if args.db == "both" else [args.db]
+    status = 0
+    with tempfile.TemporaryDirectory(prefix="airlock-bench-e2e-") as tmp:
+        for db in dbs:
+            if db == "postgres" and not _pg_reachable(args.pg):
+                print(f"-- executor ledger on postgres: SKIPPED, no server at {args.pg}")
+                status = 1 if args.db == "postgres" else status
+                continue
+            figures = run(db, n=args.n, burst=args.burst, pg_url=args.pg, workdir=Path(tmp))
+            print(figures.render(), flush=True)
+    return status
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
