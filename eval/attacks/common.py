@@ -141,15 +141,22 @@ def checkpoint_refusal(
 ) -> Observation:
     """The observation for a request the checkpoint refused.
 
-    The checkpoint rolls a refused request back whole, so its audit chain holds nothing
-    for it; what it records is its refusal counter (``/metrics``). ``absent`` names an
-    audit event that must NOT exist (e.g. the vote that was refused).
+    The checkpoint rolls a refused request back whole and, for an authenticated caller,
+    records a ``checkpoint.refused`` audit event with the code in a transaction of its
+    own; an unauthenticated request (401) is only counted (``/metrics``). ``absent`` names
+    an audit event that must NOT exist (e.g. the vote that was refused).
     """
     code = api_code(response)
     bare = code.split("(", 1)[0].split(" ", 1)[0]
     delta = cp.refusal_count(bare) - before
     parts = [f"checkpoint: refusal counter {bare} +{delta:g}"]
     ok = delta == 1
+    if response.status_code != 401:
+        recorded = cp.audit("checkpoint.refused", code=bare)
+        parts.append(
+            f"audit checkpoint.refused {bare}" if recorded else "NO checkpoint.refused in audit"
+        )
+        ok = ok and bool(recorded)
     if absent is not None:
         kind, match = absent
         found = cp.audit(kind, **match)

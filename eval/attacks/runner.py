@@ -127,7 +127,8 @@ def render(suite: Suite) -> str:
         "with databases of their own (see `eval/attacks/rig.py`). *writes* counts the "
         "entries in devcloud's write log for the attack's targets beyond the writes a human "
         "approved (the exactly-once judge); *audit record* is what the attack found in the "
-        "executor ledger, the checkpoint's audit chain or its refusal counter.",
+        "executor ledger, the checkpoint's audit chain (and, for unauthenticated requests, its "
+        "refusal counter).",
         "",
         "| # | attack | surface | expected | observed | writes | audit record | pass |",
         "|---|---|---|---|---|---|---|---|",
