@@ -52,3 +52,13 @@ def test_every_setting_is_documented() -> None:
 def test_readme_promises_the_two_commands() -> None:
     text = (ROOT / "README.md").read_text()
     assert "make up" in text and "make test" in text
+
+
+def test_every_attack_security_md_cites_exists() -> None:
+    cited = set(re.findall(r"the attack `(\w+)`", (ROOT / "SECURITY.md").read_text()))
+    results = set(
+        re.findall(r"^\| \d+ \| `(\w+)` \|", (ROOT / "eval" / "RESULTS.md").read_text(), re.M)
+    )
+    assert cited, "SECURITY.md cites no attack"
+    assert len(results) >= 40
+    assert sorted(cited - results) == []
