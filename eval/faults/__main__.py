@@ -7,12 +7,19 @@ is printed), 2 on a usage error.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import tempfile
 from pathlib import Path
+from types import FrameType
 
 from ._schedule import make_schedule
 from ._sweep import DEFAULT_PG_URL, run_sweep
+
+
+def _exit_on_signal(signum: int, frame: FrameType | None) -> None:
+    del frame
+    raise SystemExit(128 + signum)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.seeds < 1 or args.batch < 1 or args.start < 0:
         parser.error("--seeds and --batch must be positive, --start not negative")
+    # SIGTERM unwinds like Ctrl-C, so the stack's processes are stopped on the way out
+    # (a sweep started in the background has SIGINT ignored).
+    signal.signal(signal.SIGTERM, _exit_on_signal)
     seeds = list(range(args.start, args.start + args.seeds))
     if args.show:
         for seed in seeds:

@@ -93,6 +93,8 @@ class Judge:
         stack = rig.stack
         self.receipt_keys = KeySet.from_json_bytes(stack.receipt_keys_path.read_bytes())
         self._ledger_url = stack.ledger_url
+        #: every resource judged on this stack -> how its approval ended (for final()).
+        self.judged: dict[str, str] = {}
         self._checkpoint_url = f"sqlite:///{Path(stack.workdir) / 'checkpoint.db'}"
 
     def _engines(self) -> tuple[Engine, Engine]:
@@ -175,6 +177,7 @@ class Judge:
                 }
             for item in issued:
                 end = ends[item.approval_id]
+                self.judged[item.target.resource_id] = end
                 writes = admin.writes(resource_id=item.target.resource_id)
                 rid = item.target.resource_id
                 verdict.check(
@@ -285,3 +288,21 @@ class Judge:
                     outcome=end,
                     heads=heads,
                 )
+
+    def final(self) -> Verdict:
+        """Once per stack, after its last seed: the whole write log again, so a write that
+        landed after its seed was judged (a slow request outliving the verdict) or on a
+        resource no approval named is caught too."""
+        verdict = Verdict()
+        per_resource = Counter(w["resource_id"] for w in self.rig.stack.devcloud.admin.writes())
+        for rid, count in sorted(per_resource.items()):
+            end = self.judged.get(rid)
+            verdict.check("final-write-was-approved", end is not None, f"{count} writes on {rid}")
+            verdict.check("final-writes<=1", count <= 1, f"{rid}: {count} writes")
+            if end is not None:
+                verdict.check(
+                    "final-ledger-agrees-with-cloud",
+                    count in _WRITES_ALLOWED[end],
+                    f"{rid} ended {end} but has {count} writes now",
+                )
+        return verdict

@@ -9,6 +9,7 @@ directory is kept.
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 import time
@@ -40,15 +41,18 @@ SETTLE_TIMEOUT = 60.0
 
 @dataclass
 class SeedFailure:
-    seed: int
-    schedule: Schedule
+    seed: int  # -1: a write on no seed's resource
+    schedule: Schedule | None
     notes: list[str]
     violations: list[str]
     logs: str
     workdir: Path
 
     def render(self) -> str:
-        lines = [f"FAILED seed {self.seed}", self.schedule.describe(), "what happened:"]
+        lines = [f"FAILED seed {self.seed}"]
+        if self.schedule is not None:
+            lines.append(self.schedule.describe())
+        lines.append("what happened:")
         lines += [f"  {n}" for n in self.notes]
         lines.append("violations:")
         lines += [f"  {v}" for v in self.violations]
@@ -221,6 +225,24 @@ def run_sweep(
                                 file=out,
                                 flush=True,
                             )
+                    final = judge.final()
+                    if final.violations:
+                        seed = _seed_of(final.violations[0])
+                        result.failure = SeedFailure(
+                            seed,
+                            make_schedule(
+                                seed, postgres=db == "postgres", approvals=approvals, faults=faults
+                            )
+                            if seed >= 0
+                            else None,
+                            ["the batch-end check of the whole write log failed"],
+                            final.violations,
+                            rig.logs(),
+                            stack.workdir,
+                        )
+                        print(result.failure.render(), file=out, flush=True)
+                        return result
+                    result.checks.update(final.checks)
                 finally:
                     result.crashes.update(rig.crashes)
                     rig.close()
@@ -229,6 +251,12 @@ def run_sweep(
     finally:
         result.wall = time.monotonic() - started
     return result
+
+
+def _seed_of(violation: str) -> int:
+    """The seed whose resource a violation names (ids are i-sw<seed:07d>n<index>)."""
+    found = re.search(r"i-sw(\d{7})n\d", violation)
+    return int(found.group(1)) if found else -1
 
 
 @contextmanager
