@@ -69,6 +69,43 @@ class VerifiedApproval:
     payload: bytes
 
 
+def _check_statement(statement: ApprovalStatement, binding: Binding, now: int) -> None:
+    """Steps (6)-(8): the authenticated statement is for this executor, here, now."""
+    apv = statement.approval_id
+    # (6) addressed to this executor
+    if statement.audience != binding.audience:
+        raise Refused(
+            RefusalCode.E_AUDIENCE,
+            f"approval is for {statement.audience!r}, this executor is {binding.audience!r}",
+            approval_id=apv,
+        )
+    # (7) for this executor's provider, account and region
+    if (statement.provider, statement.account, statement.region) != (
+        binding.provider,
+        binding.account,
+        binding.region,
+    ):
+        raise Refused(
+            RefusalCode.E_ACCOUNT,
+            f"approval targets {statement.provider}/{statement.account}/{statement.region}",
+            approval_id=apv,
+        )
+    # (8) validity window and lifetime
+    if now < statement.not_before - binding.skew:
+        raise Refused(
+            RefusalCode.E_NOT_YET_VALID, f"not valid before {statement.not_before}", approval_id=apv
+        )
+    if now >= statement.expires_at:
+        raise Refused(RefusalCode.E_EXPIRED, f"expired at {statement.expires_at}", approval_id=apv)
+    lifetime = statement.expires_at - statement.issued_at
+    if not 0 < lifetime <= binding.max_ttl or statement.not_before < statement.issued_at:
+        raise Refused(
+            RefusalCode.E_TTL,
+            f"lifetime {lifetime}s is not within (0, {binding.max_ttl}]",
+            approval_id=apv,
+        )
+
+
 def make_bundle(action_bytes: bytes, envelope: Envelope) -> bytes:
     """The bytes the executor receives: ``{"action": b64(JCS(action)), "envelope": {...}}``."""
     return canonical_bytes({"action": b64encode(action_bytes), "envelope": envelope.to_value()})
@@ -101,32 +138,8 @@ def verify_bundle(
     keyid = verify_envelope(envelope, keys, now)
     # (5) only now parse the authenticated statement
     statement = ApprovalStatement.from_json_bytes(envelope.payload)
-    # (6) addressed to this executor
-    if statement.audience != binding.audience:
-        raise Refused(
-            RefusalCode.E_AUDIENCE,
-            f"approval is for {statement.audience!r}, this executor is {binding.audience!r}",
-        )
-    # (7) for this executor's provider, account and region
-    if (statement.provider, statement.account, statement.region) != (
-        binding.provider,
-        binding.account,
-        binding.region,
-    ):
-        raise Refused(
-            RefusalCode.E_ACCOUNT,
-            f"approval targets {statement.provider}/{statement.account}/{statement.region}",
-        )
-    # (8) validity window and lifetime
-    if now < statement.not_before - binding.skew:
-        raise Refused(RefusalCode.E_NOT_YET_VALID, f"not valid before {statement.not_before}")
-    if now >= statement.expires_at:
-        raise Refused(RefusalCode.E_EXPIRED, f"expired at {statement.expires_at}")
-    lifetime = statement.expires_at - statement.issued_at
-    if not 0 < lifetime <= binding.max_ttl or statement.not_before < statement.issued_at:
-        raise Refused(
-            RefusalCode.E_TTL, f"lifetime {lifetime}s is not within (0, {binding.max_ttl}]"
-        )
+    # (6)-(8) are properties of the authenticated approval itself: refusals name it.
+    _check_statement(statement, binding, now)
     # (9) hash the presented bytes, compare in constant time, only then parse
     presented = action_hash(action_bytes)
     if not hmac.compare_digest(presented.encode(), statement.action_hash.encode()):
@@ -150,7 +163,11 @@ def verify_bundle(
     action = _parse_action_value(action_value)
     # (12) not revoked
     if statement.approval_id in revoked:
-        raise Refused(RefusalCode.E_REVOKED, f"approval {statement.approval_id} was revoked")
+        raise Refused(
+            RefusalCode.E_REVOKED,
+            f"approval {statement.approval_id} was revoked",
+            approval_id=statement.approval_id,
+        )
     return VerifiedApproval(
         statement=statement,
         action=action,

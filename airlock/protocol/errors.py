@@ -47,10 +47,14 @@ class Error(Exception):
 class Refused(Error):
     """A refusal with a stable code. ``detail`` is for people and must not hold secrets."""
 
-    def __init__(self, code: RefusalCode, detail: str) -> None:
+    def __init__(self, code: RefusalCode, detail: str, *, approval_id: str | None = None) -> None:
         super().__init__(f"{code.value}: {detail}")
         self.code = code
         self.detail = detail
+        #: Set only when the refusal is a property of an authenticated approval (steps 6-8
+        #: and 12: its audience, account, validity window, revocation), never from
+        #: unauthenticated bytes nor for refusals that depend on the presented action.
+        self.approval_id = approval_id
 
 
 class KeySetError(Error):

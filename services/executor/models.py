@@ -110,8 +110,8 @@ refusals = sa.Table(
     sa.Column("at", sa.BigInteger, nullable=False),
     sa.Column("code", sa.String(32), nullable=False),
     sa.Column("detail", sa.Text, nullable=False),
-    # Known only when the statement authenticated (a replay); never taken from
-    # unauthenticated bytes.
+    # Known only when the statement authenticated and the refusal is about the approval
+    # itself (replay, expired, revoked, another audience); never from unauthenticated bytes.
     sa.Column("approval_id", sa.String(100), nullable=True),
     sa.Column("action_hash", sa.String(80), nullable=True),
     sa.Column("bundle_sha256", sa.String(80), nullable=False),

@@ -196,10 +196,14 @@ class Executor:
         try:
             verified = verify_bundle(raw, self._keys, self._binding, now, revoked)  # (1)–(12)
         except Refused as exc:
+            # exc.approval_id is set only for refusals that are properties of an
+            # authenticated approval (expired, revoked, another audience...).
             with self._engine.begin() as conn:
-                receipt = self._record_refusal(conn, now, exc.code, exc.detail, bundle_sha)
+                receipt = self._record_refusal(
+                    conn, now, exc.code, exc.detail, bundle_sha, approval_id=exc.approval_id
+                )
             return self._report(
-                Outcome(None, None, exc.code, detail=_clip(exc.detail), receipt=receipt)
+                Outcome(exc.approval_id, None, exc.code, detail=_clip(exc.detail), receipt=receipt)
             )
         st = verified.statement
         owner, epoch = self.worker_id, 1

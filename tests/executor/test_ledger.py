@@ -314,3 +314,14 @@ def test_failpoints_cannot_be_armed_outside_dev() -> None:
     )
     assert armed.armed == {"after_consume"}
     assert Failpoints.from_env({}).armed == frozenset()
+
+
+def test_refusal_of_an_authenticated_approval_records_its_id(env: Env) -> None:
+    b = make_test_bundle(23)
+    env.cloud.add("ecs.instance", b.resource_id)
+    outcome = env.executor.execute(b.raw, revoked={b.approval_id})
+    assert (outcome.refusal_code, outcome.approval_id) == (RefusalCode.E_REVOKED, b.approval_id)
+    with env.engine.connect() as conn:
+        row = conn.execute(sa.select(refusals)).mappings().one()
+    assert row["approval_id"] == b.approval_id
+    assert env.cloud.writes == []

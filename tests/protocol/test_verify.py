@@ -426,3 +426,41 @@ def test_any_resigned_change_to_a_bound_field_is_refused_by_its_step(
 def test_binding_refuses_nonsense_limits() -> None:
     with pytest.raises(ValueError, match="max_ttl"):
         Binding("a", "alibaba", "1", "r", max_ttl=0)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "kw", "code"),
+    [
+        ({"audience": "airlock-executor/staging"}, {}, RefusalCode.E_AUDIENCE),
+        ({"account": "9999999999999999"}, {}, RefusalCode.E_ACCOUNT),
+        ({}, {"now": 1764400900}, RefusalCode.E_EXPIRED),
+        ({"expires_at": 1764400000 + 901}, {}, RefusalCode.E_TTL),
+        ({}, {"revoked": {"apv_8c7e1f0a2b3c4d5e"}}, RefusalCode.E_REVOKED),
+    ],
+)
+def test_refusals_of_an_authenticated_approval_name_it(
+    overrides: dict[str, Any], kw: dict[str, Any], code: RefusalCode
+) -> None:
+    action = factory.action_value(**{k: v for k, v in overrides.items() if k == "account"})
+    statement = factory.statement_value(action, **overrides)
+    with pytest.raises(Refused) as err:
+        verify_bundle(
+            bundle_for(action, statement),
+            factory.keyset(),
+            BINDING,
+            kw.get("now", NOW),
+            kw.get("revoked", frozenset()),
+        )
+    assert err.value.code is code
+    assert err.value.approval_id == "apv_8c7e1f0a2b3c4d5e"
+
+
+def test_refusals_that_depend_on_unauthenticated_bytes_name_no_approval() -> None:
+    # A forged signature, or a swapped action under a genuine envelope: the approval id
+    # must not be attributed (the presenter, not the approval, is at fault).
+    honest = factory.action_value()
+    swapped = _swap_action_bytes(bundle_for(honest), factory.action_value(region="us-west-1"))
+    for raw in (swapped, bundle_for(key=OTHER)):
+        with pytest.raises(Refused) as err:
+            verify_bundle(raw, factory.keyset(), BINDING, NOW)
+        assert err.value.approval_id is None
