@@ -163,6 +163,14 @@ def test_dependencies_wait_for_health() -> None:
             assert "healthcheck" in SERVICES[dep], f"{dep} has no healthcheck"
 
 
+def test_every_long_running_airlock_service_but_the_agent_has_a_healthcheck() -> None:
+    for name in ("postgres", "checkpoint", "executor", "webapp", "devcloud"):
+        assert "healthcheck" in SERVICES[name], name
+    test = SERVICES["executor"]["healthcheck"]["test"]
+    assert test[:4] == ["CMD", "airlock", "executor", "health"]
+    assert SERVICES["executor"]["environment"]["AIRLOCK_EXECUTOR_HEARTBEAT_PATH"] == test[-1]
+
+
 def test_required_variables_fail_loudly() -> None:
     text = (ROOT / "docker-compose.yml").read_text()
     for var in ("AIRLOCK_AUDIENCE", "AIRLOCK_ACCOUNT", "AIRLOCK_REGION"):
