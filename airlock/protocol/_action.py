@@ -29,6 +29,7 @@ __all__ = [
     "ACTION_TYPE",
     "ALLOWED_OPERATIONS",
     "HIGH_RISK_OPERATIONS",
+    "VALID_CALLS",
     "Precondition",
     "ProposedAction",
     "Resource",
@@ -68,8 +69,26 @@ ALLOWED_OPERATIONS: Final[dict[str, dict[str, type[WireModel]]]] = {
 HIGH_RISK_OPERATIONS: Final[frozenset[tuple[str, str]]] = frozenset({("ecs.instance", "delete")})
 
 
+#: Every valid (type, operation, params) call, enumerated. The params schemas are closed
+#: (enums, or empty), so membership is the whole check on the hot path; the schemas stay
+#: the documented shape and give the error messages. A test keeps the two in step.
+VALID_CALLS: Final[frozenset[tuple[str, str, tuple[tuple[str, Any], ...]]]] = frozenset(
+    {
+        ("ecs.instance", "stop", (("stopped_mode", "StopCharging"),)),
+        ("ecs.instance", "stop", (("stopped_mode", "KeepCharging"),)),
+        ("ecs.instance", "delete", ()),
+        ("rds.instance", "stop", ()),
+    }
+)
+
+
 def check_operation(resource_type: str, operation: str, params: dict[str, Any]) -> None:
     """Raise ValueError unless ``operation`` is allowlisted for the type and params fit."""
+    try:
+        if (resource_type, operation, tuple(sorted(params.items()))) in VALID_CALLS:
+            return
+    except TypeError:  # an unhashable or unorderable value: certainly not valid
+        pass
     allowed = ALLOWED_OPERATIONS.get(resource_type)
     if allowed is None:
         raise ValueError(f"resource type {resource_type!r} is not supported")
@@ -80,6 +99,8 @@ def check_operation(resource_type: str, operation: str, params: dict[str, Any]) 
         schema.model_validate(params)
     except ValidationError as exc:
         raise ValueError(f"params for {resource_type} {operation}: {_first_error(exc)}") from None
+    # Valid for the schema but not enumerated: the two disagree, so fail closed.
+    raise ValueError(f"params for {resource_type} {operation} are not an enumerated call")
 
 
 class Resource(WireModel):

@@ -67,44 +67,22 @@ def _float(text: str) -> Any:
     raise _Reject(f"non-integer number {text!r}: signed objects carry no floats")
 
 
-# Integers are parsed by json's C fast path (a parse_int hook costs a Python call per
-# number); the range is checked after. Only a number of 16+ digits can be out of range
-# (2^53 - 1 has 16). To find one cheaply, map digits to "0", '"' to itself and the rest to
-# ".": a number token is preceded by one of ":,[ -" (now ".") or starts the text, while a
-# digit run right after '"' is inside a string. Digits inside a string after other text
-# still match, which only costs the exact walk.
-_DIGIT_SHAPE: Final = bytes(
-    ord("0") if chr(c).isdigit() and c < 128 else c if c == ord('"') else ord(".")
-    for c in range(256)
-)
-_SIXTEEN = b"0" * 16
-_TOKEN_OF_SIXTEEN = b"." + _SIXTEEN
-
-
-def _maybe_long_number(raw: bytes) -> bool:
-    shape = raw.translate(_DIGIT_SHAPE)
-    return _TOKEN_OF_SIXTEEN in shape or shape.startswith(_SIXTEEN)
-
-
-def _check_ints(value: Any) -> None:
-    if type(value) is int:
-        value = [value]
-    elif type(value) not in _CONTAINERS:
-        return
-    stack = [value]
-    while stack:
-        node = stack.pop()
-        for item in node.values() if type(node) is dict else node:
-            if type(item) is int and abs(item) > MAX_SAFE_INTEGER:
-                raise _Reject(f"integer {item} outside ±(2^53 - 1)")
-            if type(item) in _CONTAINERS:
-                stack.append(item)
+def _int(text: str) -> int:
+    # 2^53 - 1 has 16 digits: anything shorter (a sign included) is in range, and most
+    # numbers are short, so they skip the comparison.
+    if len(text) < 16:
+        return int(text)
+    value = int(text)
+    if abs(value) > MAX_SAFE_INTEGER:
+        raise _Reject(f"integer {text} outside ±(2^53 - 1)")
+    return value
 
 
 # Built once: json.loads with hooks would build a decoder and scanner on every call.
 _DECODER: Final = json.JSONDecoder(
     object_pairs_hook=_pairs,
     parse_constant=_constant,
+    parse_int=_int,
     parse_float=_float,
     strict=True,  # control characters inside strings are refused
 )
@@ -180,8 +158,6 @@ def loads_strict(data: bytes, *, max_bytes: int, nfc: bool = True) -> Any:
         # UTF-8 decoder also refuses encoded surrogates and overlong forms.
         text = raw.decode("utf-8", errors="strict")
         value = _DECODER.decode(text)
-        if _maybe_long_number(raw):
-            _check_ints(value)
         _check_parsed(text, value, nfc)
     except UnicodeDecodeError as exc:
         raise Refused(RefusalCode.E_PARSE, f"invalid UTF-8 at byte {exc.start}") from None

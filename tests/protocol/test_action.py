@@ -149,3 +149,21 @@ def test_oversize_action_is_refused() -> None:
     with pytest.raises(Refused) as err:
         ProposedAction.from_json_bytes(canonical_bytes(value))
     assert err.value.code is RefusalCode.E_SIZE
+
+
+def test_enumerated_calls_are_exactly_what_the_params_schemas_accept() -> None:
+    import itertools
+    import typing
+
+    from airlock.protocol._action import VALID_CALLS
+
+    derived = set()
+    for resource_type, operations in ALLOWED_OPERATIONS.items():
+        for operation, schema in operations.items():
+            fields = schema.model_fields
+            choices = [typing.get_args(f.annotation) for f in fields.values()]
+            for values in itertools.product(*choices):
+                derived.add(
+                    (resource_type, operation, tuple(sorted(zip(fields, values, strict=True))))
+                )
+    assert derived == set(VALID_CALLS)
