@@ -288,12 +288,17 @@ def _connection(conn: Connection | Session) -> Connection:
     return conn
 
 
+# Built once: constructing a statement per call costs more than executing it.
+_HEAD = (
+    sa.select(_audit.c.seq, _audit.c.event, _audit.c.prev_hash, _audit.c.row_hash)
+    .order_by(_audit.c.seq.desc())
+    .limit(1)
+)
+_INSERT = _audit.insert()
+
+
 def _head(conn: Connection) -> AuditEntry:
-    row = conn.execute(
-        sa.select(_audit.c.seq, _audit.c.event, _audit.c.prev_hash, _audit.c.row_hash)
-        .order_by(_audit.c.seq.desc())
-        .limit(1)
-    ).one_or_none()
+    row = conn.execute(_HEAD).one_or_none()
     if row is None:
         raise ChainError("audit_log has no genesis row: run the service's migrations")
     return AuditEntry(
@@ -335,12 +340,13 @@ class AuditLog:
             row_hash=chain_hash(head.row_hash, data),
         )
         connection.execute(
-            _audit.insert().values(
-                seq=entry.seq,
-                event=entry.event_text,
-                prev_hash=entry.prev_hash,
-                row_hash=entry.row_hash,
-            )
+            _INSERT,
+            {
+                "seq": entry.seq,
+                "event": entry.event_text,
+                "prev_hash": entry.prev_hash,
+                "row_hash": entry.row_hash,
+            },
         )
         return entry
 

@@ -11,6 +11,7 @@ This module must never delete a ledger row, change a terminal row, or write to t
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -49,14 +50,22 @@ def _insert_ignore(conn: Connection, table: sa.Table) -> Any:
     raise RuntimeError(f"unsupported dialect {conn.dialect.name!r}")
 
 
+@functools.cache
+def _consume_statement(dialect: str) -> sa.Insert:
+    # One statement per dialect with the row as parameters: SQLAlchemy then reuses its
+    # compiled form instead of building and caching a statement per consumed approval.
+    if dialect not in ("postgresql", "sqlite"):
+        raise RuntimeError(f"unsupported dialect {dialect!r}")
+    insert = postgresql.insert(ledger) if dialect == "postgresql" else sqlite.insert(ledger)
+    return insert.on_conflict_do_nothing().returning(ledger.c.approval_id)
+
+
 def consume(conn: Connection, row: Mapping[str, Any]) -> bool:
     """(13) Insert the ledger row in state ``claimed``; False if any UNIQUE key is taken."""
     if row["state"] != State.CLAIMED:
         raise ValueError("a ledger row is born claimed")
     # RETURNING, not rowcount: psycopg reports -1 for INSERT … ON CONFLICT DO NOTHING.
-    inserted = conn.execute(
-        _insert_ignore(conn, ledger).values(**row).returning(ledger.c.approval_id)
-    ).first()
+    inserted = conn.execute(_consume_statement(conn.dialect.name), dict(row)).first()
     return inserted is not None
 
 
@@ -67,6 +76,24 @@ def get(conn: Connection, approval_id: str) -> LedgerRow | None:
         .one_or_none()
     )
     return None if found is None else LedgerRow.from_mapping(found)
+
+
+@functools.cache
+def _transition_statement(live_lease: bool, columns: tuple[str, ...]) -> sa.Update:
+    # Built once per shape, values as parameters (see _consume_statement).
+    where = [
+        ledger.c.approval_id == sa.bindparam("w_approval_id"),
+        ledger.c.state == sa.bindparam("w_state"),
+        ledger.c.lease_owner == sa.bindparam("w_owner"),
+        ledger.c.lease_epoch == sa.bindparam("w_epoch"),
+    ]
+    if live_lease:
+        where.append(ledger.c.lease_expires > sa.bindparam("w_now"))
+    return (
+        sa.update(ledger)
+        .where(*where)
+        .values({column: sa.bindparam(f"v_{column}") for column in columns})
+    )
 
 
 def transition(
@@ -87,18 +114,14 @@ def transition(
     the step that commits to calling the cloud."""
     if to_state not in _NEXT.get(from_state, frozenset()):
         raise ValueError(f"no transition {from_state} -> {to_state}")
-    where = [
-        ledger.c.approval_id == approval_id,
-        ledger.c.state == from_state.value,
-        ledger.c.lease_owner == owner,
-        ledger.c.lease_epoch == epoch,
-    ]
-    if require_live_lease:
-        where.append(ledger.c.lease_expires > now)
     updates: dict[str, Any] = {"state": to_state.value, "updated_at": now, **values}
     if lease_expires is not None:
         updates["lease_expires"] = lease_expires
-    result = conn.execute(sa.update(ledger).where(*where).values(**updates))
+    params = {f"v_{k}": v for k, v in updates.items()}
+    params.update(w_approval_id=approval_id, w_state=from_state.value, w_owner=owner)
+    params.update(w_epoch=epoch, w_now=now)
+    statement = _transition_statement(require_live_lease, tuple(sorted(updates)))
+    result = conn.execute(statement, params)
     if result.rowcount != 1:
         raise Fenced(approval_id, f"{from_state}->{to_state} (epoch {epoch})")
 
