@@ -41,16 +41,20 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 import httpx
-from argon2 import PasswordHasher, Type
 
 from airlock.protocol import KeySet, canonical_bytes
-from airlock.store import upgrade, verify_chain
-from services.checkpoint._db import Database
-from services.checkpoint.app import MIGRATIONS
-from services.checkpoint.auth import Accounts
+from airlock.store import verify_chain
 from services.checkpoint.keys import KeyDirectory
 from tests.support.devcloud import DevcloudHandle, free_port
-from tests.support.stack import ACCOUNT, AUDIENCE, PASSWORD, REGION, Stack, running_stack
+from tests.support.stack import (
+    ACCOUNT,
+    AUDIENCE,
+    PASSWORD,
+    REGION,
+    Stack,
+    prepare_checkpoint_accounts,
+    running_stack,
+)
 
 __all__ = [
     "ACCOUNT",
@@ -115,11 +119,6 @@ def bundle_of(record: Mapping[str, Any]) -> bytes:
         "envelope": approval["envelope"],
     }
     return canonical_bytes(value)
-
-
-def _cheap_hasher() -> PasswordHasher:
-    # Test rigs only: verification reads the parameters from the stored hash.
-    return PasswordHasher(time_cost=1, memory_cost=8, parallelism=1, type=Type.ID)
 
 
 def rig_env(extra: Mapping[str, str]) -> dict[str, str]:
@@ -509,25 +508,7 @@ def _prepare_aux(workdir: Path, keys_dir: Path) -> tuple[dict[str, str], Path]:
     workdir.mkdir(parents=True, exist_ok=True)
     shutil.copytree(keys_dir, workdir / "keys")
     db_path = workdir / "checkpoint.db"
-    db = Database(f"sqlite:///{db_path}")
-    try:
-        upgrade(db.engine, MIGRATIONS)
-        accounts = Accounts(
-            db,
-            lambda: int(time.time()),
-            session_ttl=3600,
-            lockout_threshold=5,
-            lockout_seconds=60,
-            hasher=_cheap_hasher(),
-        )
-        for name, role in USERS.items():
-            accounts.add_user(name, PASSWORD, role)
-        tokens = {
-            "agent": accounts.create_service_token("scanner-1", "agent"),
-            "executor": accounts.create_service_token("executor-1", "executor"),
-        }
-    finally:
-        db.dispose()
+    tokens = prepare_checkpoint_accounts(f"sqlite:///{db_path}", USERS)
     return tokens, db_path
 
 

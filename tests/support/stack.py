@@ -212,17 +212,9 @@ def _cheap_hasher() -> PasswordHasher:
     return PasswordHasher(time_cost=1, memory_cost=8, parallelism=1, type=Type.ID)
 
 
-def _prepare_checkpoint(workdir: Path, users: Mapping[str, str]) -> tuple[dict[str, str], str]:
-    now = int(time.time())
-    keys = KeyDirectory(workdir / "keys")
-    keys.generate(now)
-    # What `airlock keys export-public` writes: the key set the executor trusts.
-    (workdir / "trusted-keys.json").write_bytes(canonical_bytes(keys.public_keyset().to_value()))
-    receipt_signer = generate_receipt_key(workdir / "receipt-key.pem")
-    (workdir / "receipt-keys.json").write_text(
-        json.dumps(KeySet([receipt_signer.trusted_key()]).to_value())
-    )
-    url = f"sqlite:///{workdir / 'checkpoint.db'}"
+def prepare_checkpoint_accounts(url: str, users: Mapping[str, str]) -> dict[str, str]:
+    """Migrate a checkpoint database, add ``users`` (password :data:`PASSWORD`) and return
+    fresh agent and executor service tokens."""
     db = Database(url)
     try:
         upgrade(db.engine, MIGRATIONS)
@@ -236,12 +228,26 @@ def _prepare_checkpoint(workdir: Path, users: Mapping[str, str]) -> tuple[dict[s
         )
         for name, role in users.items():
             accounts.add_user(name, PASSWORD, role)
-        tokens = {
+        return {
             "agent": accounts.create_service_token("scanner-1", "agent"),
             "executor": accounts.create_service_token("executor-1", "executor"),
         }
     finally:
         db.dispose()
+
+
+def _prepare_checkpoint(workdir: Path, users: Mapping[str, str]) -> tuple[dict[str, str], str]:
+    now = int(time.time())
+    keys = KeyDirectory(workdir / "keys")
+    keys.generate(now)
+    # What `airlock keys export-public` writes: the key set the executor trusts.
+    (workdir / "trusted-keys.json").write_bytes(canonical_bytes(keys.public_keyset().to_value()))
+    receipt_signer = generate_receipt_key(workdir / "receipt-key.pem")
+    (workdir / "receipt-keys.json").write_text(
+        json.dumps(KeySet([receipt_signer.trusted_key()]).to_value())
+    )
+    url = f"sqlite:///{workdir / 'checkpoint.db'}"
+    tokens = prepare_checkpoint_accounts(url, users)
     return tokens, url
 
 
