@@ -166,7 +166,10 @@ class _FeedWatcher(threading.Thread):
             timeout=30.0,
             trust_env=False,
         )
-        self.seen: dict[str, float] = {}
+        #: time.time() of every page that moved this reader's cursor. A page may hold
+        #: no item for an approval the executor already executed (the feed lists only
+        #: approvals still open), so the cursor's move is what is timed.
+        self.advances: list[float] = []
         self.stop = threading.Event()
         self.cursor = 0
         while True:  # skip what is already on the feed
@@ -175,14 +178,17 @@ class _FeedWatcher(threading.Thread):
                 break
             self.cursor = int(page["cursor"])
 
+    def moved_since(self, mark: int) -> bool:
+        return len(self.advances) > mark
+
     def run(self) -> None:
         while not self.stop.is_set():
             page = self.http.get(
                 "/v1/feed", params={"after": self.cursor, "wait": 2, "limit": 100}
             ).json()
             now = time.time()
-            for item in page["items"]:
-                self.seen.setdefault(str(item["approval_id"]), now)
+            if int(page["cursor"]) > self.cursor:
+                self.advances.append(now)
             self.cursor = int(page["cursor"])
         self.http.close()
 
@@ -242,12 +248,16 @@ def _latency(
     for _ in range(n):
         proposal = bench.propose()
         rid = proposal["action"]["resource"]["id"]
+        # One approval at a time and nothing else on the feed: the reader's next cursor
+        # move is this approval's.
+        mark = len(watcher.advances) if watcher is not None else 0
         sent, answered, approval_id = bench.approve(proposal)
         at = _until(f"the write of {rid}", partial(bench.write_at, rid))
         # Each sample starts with an idle executor: wait for its outcome delivery too.
         _until(f"the delivery of {approval_id}", partial(bench.delivered, approval_id))
         if watcher is not None:
-            seen = _until(f"{approval_id} on the feed", partial(watcher.seen.get, approval_id))
+            _until(f"{approval_id} on the feed", partial(watcher.moved_since, mark))
+            seen = watcher.advances[mark]
             answer.append((seen - answered) * 1000)
             send.append((at - answered) * 1000)
         else:
