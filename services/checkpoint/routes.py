@@ -8,6 +8,7 @@ header, a body, a token or a password.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from typing import Annotated, Any, Final, Literal
@@ -59,17 +60,39 @@ _bearer = HTTPBearer(auto_error=False, description="A session token or a service
 class FeedSignal:
     """Wakes long-polling feed readers in this process when an approval or revocation lands.
 
-    Readers also re-query the database every second, so approvals issued by another
-    checkpoint process sharing the database are seen too.
+    ``bump`` is called from the worker thread that committed; each waiting reader's event
+    is set on its own event loop, so a reader answers within a scheduling tick, not a
+    polling interval. Readers also re-query the database every second, so approvals
+    issued by another checkpoint process sharing the database are seen too.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.version = 0
+        self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
 
     def bump(self) -> None:
         with self._lock:
             self.version += 1
+            waiters = list(self._waiters)
+        for loop, event in waiters:
+            with contextlib.suppress(RuntimeError):  # that reader's loop has closed
+                loop.call_soon_threadsafe(event.set)
+
+    async def wait(self, seen: int, timeout: float) -> None:
+        """Return once ``version`` has moved past ``seen``, or after ``timeout`` seconds."""
+        entry = (asyncio.get_running_loop(), asyncio.Event())
+        with self._lock:
+            if self.version != seen:
+                return
+            self._waiters.add(entry)
+        try:
+            await asyncio.wait_for(entry[1].wait(), max(0.0, timeout))
+        except TimeoutError:
+            pass
+        finally:
+            with self._lock:
+                self._waiters.discard(entry)
 
 
 class Metrics:
@@ -332,11 +355,11 @@ async def feed(
         page = await run_in_threadpool(service.feed, caller, after, limit)
         if page.items or page.cursor != after or time.monotonic() >= deadline:
             return page
-        recheck = min(deadline, time.monotonic() + 1.0)
-        while signal.version == seen and time.monotonic() < recheck:
-            if await request.is_disconnected():
-                return page
-            await asyncio.sleep(0.05)
+        if await request.is_disconnected():
+            return page
+        # Until something lands here (woken at once) or a second passes (another process
+        # may have issued an approval into the shared database): then query again.
+        await signal.wait(seen, min(deadline, time.monotonic() + 1.0) - time.monotonic())
 
 
 @router.post("/v1/outcomes", tags=["executor"])

@@ -352,3 +352,37 @@ def test_every_refused_decision_leaves_an_audit_record(sqlite_world: World) -> N
     assert all(e["request"] == "POST /v1/proposals/{proposal_id}/approve" for e in refused)
     assert not [e for e in events if "vote" in e["type"]]  # the refused votes left nothing else
     assert verify_chain(engine).ok
+
+
+def test_feed_signal_wakes_a_waiting_reader_from_another_thread() -> None:
+    import asyncio
+    import threading
+
+    from services.checkpoint.routes import FeedSignal
+
+    signal = FeedSignal()
+
+    async def reader() -> int:
+        seen = signal.version
+        started.set()
+        # Far longer than the bound below: only a wake-up makes this return in time.
+        await asyncio.wait_for(signal.wait(seen, 600), timeout=30)
+        return signal.version
+
+    started = threading.Event()
+    bumper = threading.Thread(target=lambda: (started.wait(30), signal.bump()))
+    bumper.start()
+    try:
+        assert asyncio.run(reader()) == 1
+    finally:
+        bumper.join()
+
+
+def test_feed_signal_wait_returns_at_once_when_already_moved() -> None:
+    import asyncio
+
+    from services.checkpoint.routes import FeedSignal
+
+    signal = FeedSignal()
+    signal.bump()
+    asyncio.run(asyncio.wait_for(signal.wait(0, 600), timeout=30))
