@@ -61,6 +61,10 @@ def checkpoint_command(
         log_level="info",
         access_log=False,  # paths are harmless, but keep one policy: no request logging
         workers=1,
+        # An open feed long-poll would otherwise hold a stop for up to feed_max_wait
+        # (30 s), past a container's grace period. Cutting it is safe: the feed is
+        # at-least-once and the executor keeps its cursor in its own ledger.
+        timeout_graceful_shutdown=2,
     )
 
 
