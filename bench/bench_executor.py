@@ -82,10 +82,10 @@ class InMemoryBenchCloud:
         return WriteResult("req-bench")
 
     def delete_ecs(self, region: str, instance_id: str, *, client_token: str) -> WriteResult:
-        raise NotImplementedError
+        raise NotImplementedError("the benchmark's bundles only stop ECS instances")
 
     def stop_rds(self, region: str, instance_id: str) -> WriteResult:
-        raise NotImplementedError
+        raise NotImplementedError("the benchmark's bundles only stop ECS instances")
 
 
 def _bundles(run: str, count: int) -> list[bytes]:
