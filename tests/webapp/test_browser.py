@@ -134,7 +134,10 @@ class Person:
     def sign_in(self, name: str) -> None:
         # Keyboard only: the sign-in form is usable without a pointer.
         self.page.goto("/login")
-        self.page.keyboard.type(name)  # the username field has autofocus
+        # The username field has autofocus; wait until the browser has applied it, or the
+        # first keystrokes can land before focus does (seen in CI: "bob" typed as "ob").
+        expect(self.page.locator("input[name=username]")).to_be_focused()
+        self.page.keyboard.type(name)
         self.page.keyboard.press("Tab")
         self.page.keyboard.type(PASSWORD)
         self.page.keyboard.press("Enter")
