@@ -162,7 +162,7 @@ def _serve(
             if httpx.get(f"http://127.0.0.1:{port}/_health", timeout=1).status_code == 200:
                 return proc, f"127.0.0.1:{port}"
         except httpx.TransportError:
-            time.sleep(0.05)
+            time.sleep(0.05)  # readiness poll under a deadline, not a race wait
     proc.kill()
     raise RuntimeError("devcloud did not start")
 

@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
         while not server.started:
-            time.sleep(0.01)
+            time.sleep(0.01)  # readiness poll of the in-process server, not a race wait
         try:
             base = f"http://127.0.0.1:{port}"
             run = format(int(time.time()) % 100000, "05d")

@@ -77,7 +77,7 @@ class Shutdown:
 
     def sleep(self, seconds: float) -> None:
         with self.idle():
-            time.sleep(seconds)
+            time.sleep(seconds)  # idle wait; a SIGTERM interrupts it (Interrupted)
 
 
 class Heartbeat:

@@ -25,7 +25,7 @@ def _wait_status(devcloud: DevcloudHandle, kind: str, rid: str, want: str) -> No
         state = reader.get_state(REGION, kind, rid)  # type: ignore[arg-type]
         if state is not None and state.status == want:
             return
-        time.sleep(0.05)
+        time.sleep(0.05)  # polling devcloud's lazy transition under a deadline
     raise AssertionError(f"{rid} never reached {want}")
 
 
