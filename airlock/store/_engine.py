@@ -20,6 +20,7 @@ out an engine whose durability settings did not take effect.
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -132,7 +133,7 @@ def _sqlite_engine(url: URL, *, create: bool, busy_timeout_s: float, echo: bool)
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         try:
-            mode = cursor.execute("PRAGMA journal_mode=WAL").fetchone()
+            mode = _enter_wal(cursor, busy_timeout_s)
             if mode is None or str(mode[0]).lower() != "wal":
                 raise ConfigError(f"SQLite refused WAL mode (got {mode!r}) for {database!r}")
             cursor.execute("PRAGMA synchronous=FULL")
@@ -153,6 +154,29 @@ def _sqlite_engine(url: URL, *, create: bool, busy_timeout_s: float, echo: bool)
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
+
+
+def _enter_wal(cursor: sqlite3.Cursor, busy_timeout_s: float) -> Any:
+    """Switch the connection to WAL, retrying while another connection holds a lock.
+
+    Turning a new database file to WAL needs an exclusive lock, and SQLite returns
+    SQLITE_BUSY at once, without calling the busy handler, when several connections
+    open the same new file together (seen with 8 processes migrating one new file).
+    Retry for at most the busy timeout, then let the error through.
+    """
+    deadline = time.monotonic() + busy_timeout_s
+    delay = 0.001
+    while True:
+        try:
+            return cursor.execute("PRAGMA journal_mode=WAL").fetchone()
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise
+            if time.monotonic() + delay > deadline:
+                raise
+        # A bounded poll under the busy-timeout deadline: SQLite gives no lock-free signal.
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
 
 
 def _postgresql_engine(url: URL, *, echo: bool) -> Engine:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+import threading
 from pathlib import Path
 
 import pytest
@@ -152,3 +154,45 @@ def test_sqlite_pooled_connections_may_serve_several_threads(sqlite_url: str) ->
         assert errors == []
     finally:
         engine.dispose()
+
+
+def test_sqlite_wal_switch_waits_for_a_writer_on_a_new_file(tmp_path: Path) -> None:
+    """SQLite answers PRAGMA journal_mode=WAL with SQLITE_BUSY at once, without its busy
+    handler, while another connection holds the write lock of a rollback-journal file;
+    several processes opening one new file together hit exactly that."""
+    path = tmp_path / "new.db"
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        holder.execute("CREATE TABLE t (x INTEGER)")
+        holder.execute("BEGIN IMMEDIATE")
+        holder.execute("INSERT INTO t VALUES (1)")
+        release = threading.Timer(0.3, holder.execute, args=("COMMIT",))
+        release.start()
+        engine = make_engine(f"sqlite:///{path}", busy_timeout_s=10)
+        try:
+            with engine.connect() as conn:
+                mode = conn.exec_driver_sql("PRAGMA journal_mode").scalar_one()
+                rows = conn.exec_driver_sql("SELECT count(*) FROM t").scalar_one()
+        finally:
+            engine.dispose()
+        release.join()
+    finally:
+        holder.close()
+    assert mode == "wal"
+    assert rows == 1
+
+
+def test_sqlite_wal_switch_gives_up_after_the_busy_timeout(tmp_path: Path) -> None:
+    path = tmp_path / "held.db"
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        holder.execute("CREATE TABLE t (x INTEGER)")
+        holder.execute("BEGIN IMMEDIATE")
+        engine = make_engine(f"sqlite:///{path}", busy_timeout_s=0.2)
+        try:
+            with pytest.raises(OperationalError, match="locked"), engine.connect():
+                pass
+        finally:
+            engine.dispose()
+    finally:
+        holder.close()
