@@ -351,7 +351,8 @@ class ExecutorSettings(CloudSettings):
 
     #: SQLAlchemy URL of the executor's own ledger database (never the checkpoint's).
     database_url: str = "sqlite:///.airlock/executor.db"
-    #: The trusted approval public key set (JSON key set from the checkpoint).
+    #: The trusted approval public key set (JSON key set from the checkpoint); re-read
+    #: when the file changes, so a re-export after a revocation needs no restart.
     trusted_keys_path: Path = Path(".airlock/trusted-keys.json")
     #: The executor's own Ed25519 receipt key (PKCS#8 PEM, mode 0600; ``executor keygen``).
     receipt_key_path: Path = Path(".airlock/executor-receipt.pem")

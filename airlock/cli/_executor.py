@@ -48,7 +48,7 @@ def _settings() -> ExecutorSettings:
 
 def _build(settings: ExecutorSettings) -> Executor:
     from airlock.cloud.alibaba import AlibabaConfig, AlibabaReader, AlibabaWriter
-    from airlock.protocol import Binding, KeySet, KeySetError
+    from airlock.protocol import Binding
     from airlock.store import Error as StoreError
     from airlock.store import make_engine
     from services.executor import Executor as _Executor
@@ -57,17 +57,22 @@ def _build(settings: ExecutorSettings) -> Executor:
         Failpoints,
         ReceiptDirectorySink,
         ReceiptSigner,
+        TrustedKeysFile,
         migrate,
     )
 
     try:
-        keys = KeySet.from_json_bytes(settings.trusted_keys_path.read_bytes())
+        # Re-read before every bundle when the file changes (a re-export after a key
+        # is revoked takes effect without a restart); parsed now so a bad file stops
+        # the start with a clear error.
+        keys = TrustedKeysFile(settings.trusted_keys_path)
+        keys.current()
         signer = ReceiptSigner.from_file(settings.receipt_key_path)
         failpoints = Failpoints.from_env(os.environ)
         engine = make_engine(settings.database_url)
         migrate(engine)
         config = AlibabaConfig.from_settings(settings)
-    except (OSError, KeySetError, ExecutorError, StoreError, ValueError) as exc:
+    except (OSError, ExecutorError, StoreError, ValueError) as exc:
         raise _fail(str(exc)) from None
     return _Executor(
         engine=engine,

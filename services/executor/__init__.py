@@ -31,6 +31,7 @@ from .feed import (
     checkpoint_client,
     feed_name,
 )
+from .keys import TrustedKeysFile, TrustedKeysUnavailable
 from .models import Outcome, State
 from .receipts import (
     RECEIPT_PAYLOAD_TYPE,
@@ -81,6 +82,8 @@ __all__ = [
     "Revoked",
     "Shutdown",
     "State",
+    "TrustedKeysFile",
+    "TrustedKeysUnavailable",
     "checkpoint_client",
     "client_token",
     "feed_name",

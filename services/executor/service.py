@@ -57,6 +57,7 @@ from airlock.store import AuditEntry, AuditLog
 from . import ledger
 from .errors import Fenced, ResolutionError
 from .failpoints import Failpoints
+from .keys import TrustedKeysFile
 from .models import LedgerRow, Outcome, State
 from .receipts import RECEIPT_TYPE, AuditHead, Receipt, ReceiptSigner, Resolution
 from .sources import OutcomeSink
@@ -158,7 +159,7 @@ class Executor:
         self,
         *,
         engine: Engine,
-        keys: KeySet,
+        keys: KeySet | TrustedKeysFile,
         binding: Binding,
         reader: CloudReader,
         writer: CloudWriter,
@@ -173,6 +174,7 @@ class Executor:
             raise ValueError("lease_seconds must be positive")
         self._engine = engine
         self._keys = keys
+        self._trusted_sha: str | None = None
         self._binding = binding
         self._reader = reader
         self._writer = writer
@@ -187,14 +189,56 @@ class Executor:
     def engine(self) -> Engine:
         return self._engine
 
+    def trusted_keys(self) -> KeySet:
+        """The approval keys to verify against now.
+
+        With a :class:`TrustedKeysFile`, the file as it is now (re-read when it changed;
+        :class:`TrustedKeysUnavailable` while it is missing or malformed, before
+        anything is recorded). Each key set this worker starts trusting is appended to
+        the audit chain, so the record shows which keys were trusted when.
+        """
+        if isinstance(self._keys, KeySet):
+            return self._keys
+        version = self._keys.current()
+        if version.sha256 != self._trusted_sha:
+            now = self.clock()
+            with self._engine.begin() as conn:
+                self._audit(
+                    conn,
+                    now,
+                    {
+                        "type": "executor.trusted_keys",
+                        "worker": self.worker_id,
+                        "path": str(self._keys.path),
+                        "sha256": version.sha256,
+                        "keys": [
+                            {
+                                "kid": k.kid,
+                                "status": k.status.value,
+                                "not_after": k.not_after,
+                            }
+                            for k in (version.keys[kid] for kid in version.keys)
+                        ],
+                    },
+                )
+            _log.info(
+                "trusting %d approval key(s) from %s (%s)",
+                len(version.keys),
+                self._keys.path,
+                version.sha256,
+            )
+            self._trusted_sha = version.sha256
+        return version.keys
+
     # -- the execute path ----------------------------------------------------------------
 
     def execute(self, raw: bytes, *, revoked: Container[str] = frozenset()) -> Outcome:
         """Take one bundle as far as it goes; the ledger records every step."""
+        keys = self.trusted_keys()  # before anything is recorded: fails closed
         now = self.clock()
         bundle_sha = "sha256:" + hashlib.sha256(raw).hexdigest()
         try:
-            verified = verify_bundle(raw, self._keys, self._binding, now, revoked)  # (1)–(12)
+            verified = verify_bundle(raw, keys, self._binding, now, revoked)  # (1)–(12)
         except Refused as exc:
             # exc.approval_id is set only for refusals that are properties of an
             # authenticated approval (expired, revoked, another audience...).
