@@ -215,3 +215,14 @@ def test_cli_keygen_run_bundle_once_and_receipts_verify(
         app, ["executor", "resolve", first.approval_id, "--by", "alice", "--happened"]
     )
     assert refused.exit_code == 2 and "not in_doubt" in refused.output
+
+    # A trusted key file that does not parse stops the executor with a clear error
+    # before anything is verified, recorded or written.
+    third = make_test_bundle(3, tag=tag, issued_at=now)
+    devcloud.admin.create_instance(third.resource_id, status="Running")
+    (tmp_path / "third.json").write_bytes(third.raw)
+    trusted.write_bytes(b'{"keys": [')
+    broken = runner.invoke(app, ["executor", "run-bundle", str(tmp_path / "third.json")])
+    assert broken.exit_code == 2, broken.output
+    assert "trusted key set" in broken.output and "not a valid key set" in broken.output
+    assert _writes(devcloud, third.resource_id) == 0
