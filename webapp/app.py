@@ -40,6 +40,7 @@ from .security import (
     csrf_problem,
     csrf_token,
     new_csrf_key,
+    same_origin,
 )
 
 __all__ = ["create_app"]
@@ -136,7 +137,9 @@ def create_app(
     ) -> Response:
         jar = cookies(request)
         key = jar.csrf_key(request)
-        fresh = key is None
+        # A cross-site form POST carries no Lax cookie; answering it with a new key would
+        # replace the person's own and break the forms they have open.
+        fresh = key is None and (request.method in ("GET", "HEAD") or same_origin(request))
         request.state.csrf_key = key or new_csrf_key()
         try:
             response = await call_next(request)
@@ -157,7 +160,11 @@ def create_app(
     @app.exception_handler(_SignInRequired)
     async def _to_sign_in(request: Request, exc: _SignInRequired) -> Response:
         response = RedirectResponse("/login?" + urlencode({"next": exc.next_path}), 303)
-        cookies(request).clear_session(response)
+        jar = cookies(request)
+        # Only a cookie the request carried is cleared: a link from another site arrives
+        # without the Strict session cookie, and deleting it would sign the person out.
+        if jar.carries_session(request):
+            jar.clear_session(response)
         return response
 
     @app.exception_handler(CheckpointUnavailable)

@@ -4,11 +4,17 @@
   (``default-src 'self'``), framing denied, no MIME sniffing, no referrer.
 * The session cookie holds the person's checkpoint session token and nothing else;
   HttpOnly, SameSite=Strict, Secure over HTTPS (``__Host-`` prefixed when Secure).
-* CSRF: a random per-browser cookie (HttpOnly, SameSite=Strict) and, in every form, the
+* CSRF: a random per-browser cookie (HttpOnly, SameSite=Lax) and, in every form, the
   HMAC-SHA256 of the session token keyed by that cookie. A cross-site page can read
   neither cookie, so it cannot produce the token; binding it to the session means a
   token seen before sign-in is worthless after. A POST is also refused when the browser
   says it came from another origin (``Origin`` / ``Sec-Fetch-Site``).
+* Lax, not Strict, for the CSRF key: a link from another site is a top-level navigation
+  that carries no Strict cookie, and the key would then be replaced by the answer's
+  Set-Cookie, breaking every form the person has open. Lax costs nothing here: the key
+  is never readable cross-site, and the token derived from it is still required and
+  checked on every POST. The session cookie stays Strict, and it is only ever cleared
+  when the request carried it, so such a link never signs anyone out.
 
 This module must never log a cookie or a token, and never keep one server-side.
 """
@@ -18,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-from typing import Final
+from typing import Final, Literal
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -66,6 +72,10 @@ class Cookies:
         self.session_name = f"{prefix}airlock_session"
         self.csrf_name = f"{prefix}airlock_csrf"
 
+    def carries_session(self, request: Request) -> bool:
+        """The request carried a session cookie, usable or not."""
+        return self.session_name in request.cookies
+
     def session(self, request: Request) -> str | None:
         value = request.cookies.get(self.session_name)
         if not value or len(value) > 256 or not value.isascii() or not value.isprintable():
@@ -79,16 +89,25 @@ class Cookies:
         return value
 
     def set_session(self, response: Response, token: str, max_age: int) -> None:
-        self._set(response, self.session_name, token, max_age=max(0, max_age))
+        self._set(response, self.session_name, token, max_age=max(0, max_age), samesite="strict")
 
     def clear_session(self, response: Response) -> None:
-        self._set(response, self.session_name, "", max_age=0)
+        self._set(response, self.session_name, "", max_age=0, samesite="strict")
 
     def set_csrf_key(self, response: Response, key: str) -> None:
         # A browser-lifetime cookie: it protects the sign-in form too, before any session.
-        self._set(response, self.csrf_name, key, max_age=None)
+        # Lax: see the module docstring.
+        self._set(response, self.csrf_name, key, max_age=None, samesite="lax")
 
-    def _set(self, response: Response, name: str, value: str, *, max_age: int | None) -> None:
+    def _set(
+        self,
+        response: Response,
+        name: str,
+        value: str,
+        *,
+        max_age: int | None,
+        samesite: Literal["strict", "lax"],
+    ) -> None:
         response.set_cookie(
             name,
             value,
@@ -96,7 +115,7 @@ class Cookies:
             path="/",
             secure=self.secure,
             httponly=True,
-            samesite="strict",
+            samesite=samesite,
         )
 
 
