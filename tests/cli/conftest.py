@@ -19,8 +19,7 @@ from typing import Any
 
 import pytest
 import uvicorn
-from click.testing import Result
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from airlock.cli import app
 from tests.checkpoint.harness import PASSWORD, World, make_world

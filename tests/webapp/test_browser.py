@@ -33,7 +33,14 @@ HOSTILE_TAG = '"><script>alert(1)</script>'
 if not Path(CHROMIUM).exists():  # pragma: no cover - `make test` installs it first
     pytest.fail(f"{CHROMIUM} is missing: run `make test` (installs Debian's chromium)")
 
-from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright  # noqa: E402
+from playwright.sync_api import (  # noqa: E402
+    Browser,
+    BrowserContext,
+    Dialog,
+    Page,
+    expect,
+    sync_playwright,
+)
 
 
 def _action(proposal_id: str, resource_id: str, operation: str, **evidence: Any) -> dict[str, Any]:
@@ -128,7 +135,12 @@ class Person:
         self.context.set_default_timeout(10_000)
         self.page: Page = self.context.new_page()
         self.dialogs: list[str] = []
-        self.page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
+
+        def on_dialog(dialog: Dialog) -> None:
+            self.dialogs.append(dialog.message)
+            dialog.dismiss()
+
+        self.page.on("dialog", on_dialog)
         self.sign_in(name)
 
     def sign_in(self, name: str) -> None:

@@ -239,7 +239,7 @@ def _approve(site: Site, proposal_id: str, **fields: str) -> str:
     response = site.client.post(
         f"/proposals/{proposal_id}/approve", data={"csrf_token": token, **fields}
     )
-    return response.text
+    return str(response.text)
 
 
 def test_stale_view_is_explained_and_nothing_is_approved(site: Site) -> None:
