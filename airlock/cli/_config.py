@@ -2,7 +2,10 @@
 
 ``airlock config --markdown`` prints the README's configuration table, generated from
 the settings classes and their ``#:`` comments (a test keeps the README in step).
-``airlock config [SERVICE]`` shows what this environment resolves to, secrets masked.
+``airlock config [SERVICE]`` shows what this environment resolves to, secrets masked:
+a ``SecretStr`` is shown as set or unset, and a database URL without its password.
+
+This module must never print a secret, in either output.
 """
 
 from __future__ import annotations
@@ -55,6 +58,23 @@ def _env_name(cls: type[BaseSettings], field: str) -> str:
     return f"{cls.model_config.get('env_prefix', '')}{field}".upper()
 
 
+def _is_database_url(field: str) -> bool:
+    return field == "database_url" or field.endswith("_database_url")
+
+
+def _masked_database_url(value: str) -> str:
+    """``value`` with its password replaced by ``***``, as ``airlock doctor`` shows it."""
+    # Imported here: ``airlock --help`` must not pay for SQLAlchemy.
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(value).render_as_string(hide_password=True)
+    except ArgumentError:
+        # Unparseable, so there is no telling where a password would be: show none of it.
+        return "•••• (not a database URL; not shown)"
+
+
 def _default(cls: type[BaseSettings], field: str) -> str:
     info = cls.model_fields[field]
     if info.is_required():
@@ -67,6 +87,8 @@ def _default(cls: type[BaseSettings], field: str) -> str:
     if isinstance(value, tuple):
         value = list(value)
     text = str(value) if not isinstance(value, list) else repr(value).replace("'", '"')
+    if text and _is_database_url(field):
+        text = _masked_database_url(text)
     return f"`{text}`" if text else "empty"
 
 
@@ -85,9 +107,11 @@ def markdown_table() -> str:
     return "\n".join(parts)
 
 
-def _shown(value: Any) -> str:
+def _shown(field: str, value: Any) -> str:
     if isinstance(value, SecretStr):
         return "•••• (set)" if value.get_secret_value() else "(unset)"
+    if isinstance(value, str) and value and _is_database_url(field):
+        return _masked_database_url(value)
     return str(value)
 
 
@@ -119,6 +143,6 @@ def config_command(
                 typer.echo(f"  invalid: {error['msg']}")
             continue
         for field in cls.model_fields:
-            typer.echo(f"  {_env_name(cls, field):<44} {_shown(getattr(loaded, field))}")
+            typer.echo(f"  {_env_name(cls, field):<44} {_shown(field, getattr(loaded, field))}")
     if failed:
         raise typer.Exit(1)

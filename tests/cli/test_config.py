@@ -50,3 +50,44 @@ def test_config_markdown_is_the_readme_table(runner: CliRunner) -> None:
     result = runner.invoke(app, ["config", "--markdown"])
     assert result.exit_code == 0
     assert result.output == markdown_table()
+
+
+@pytest.mark.parametrize(
+    ("service", "variable"),
+    [
+        ("checkpoint", "AIRLOCK_CHECKPOINT_DATABASE_URL"),
+        ("executor", "AIRLOCK_EXECUTOR_DATABASE_URL"),
+    ],
+)
+def test_config_never_prints_a_database_password(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch, service: str, variable: str
+) -> None:
+    monkeypatch.setenv("AIRLOCK_ENV", "dev")
+    monkeypatch.setenv(variable, "postgresql+psycopg://airlock:Hunter2-db-secret@db.internal/x")
+    result = runner.invoke(app, ["config", service])
+    assert result.exit_code == 0, result.output
+    assert "Hunter2-db-secret" not in result.output
+    line = next(x for x in result.output.splitlines() if variable in x)
+    assert line.split()[-1] == "postgresql+psycopg://airlock:***@db.internal/x"
+
+
+def test_config_does_not_print_a_database_url_it_cannot_parse(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIRLOCK_ENV", "dev")
+    monkeypatch.setenv("AIRLOCK_CHECKPOINT_DATABASE_URL", "not a url but Hunter2-db-secret")
+    result = runner.invoke(app, ["config", "checkpoint"])
+    assert "Hunter2-db-secret" not in result.output
+
+
+def test_config_markdown_masks_a_database_password_in_a_default(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from airlock.cli._config import markdown_table
+    from airlock.settings import CheckpointSettings
+
+    url = "postgresql+psycopg://airlock:Hunter2-db-secret@db.internal/x"
+    monkeypatch.setattr(CheckpointSettings.model_fields["database_url"], "default", url)
+    table = markdown_table()
+    assert "Hunter2-db-secret" not in table
+    assert "`postgresql+psycopg://airlock:***@db.internal/x`" in table
