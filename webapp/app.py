@@ -188,9 +188,16 @@ def create_app(
         )
 
     def render(
-        request: Request, name: str, context: dict[str, Any], *, status: int = 200
+        request: Request,
+        name: str,
+        context: dict[str, Any],
+        *,
+        status: int = 200,
+        signed_out: bool = False,
     ) -> HTMLResponse:
-        session = cookies(request).session(request)
+        # ``signed_out``: this answer clears the session cookie, so its forms' tokens must
+        # be bound to no session, as the next request's will be.
+        session = None if signed_out else cookies(request).session(request)
         context = {
             "me": None,
             "csrf_token": csrf_token(request.state.csrf_key, session),
@@ -273,11 +280,31 @@ def create_app(
         if refused is not None:
             return refused
         token = cookies(request).session(request)
+        told = True
         if token is not None:
-            # Already ended at the checkpoint: clearing the cookie is all that is left.
-            with contextlib.suppress(CheckpointRefused):
+            try:
                 client.logout(token)
-        response = RedirectResponse("/login", 303)
+            except CheckpointRefused:
+                pass  # already ended at the checkpoint: clearing the cookie is all that is left
+            except CheckpointUnavailable:
+                told = False
+        response: Response
+        if told:
+            response = RedirectResponse("/login", 303)
+        else:
+            # Signed out of this browser all the same; the checkpoint's session, which no
+            # one here holds any more, ends on its own when it expires.
+            response = render(
+                request,
+                "login.html",
+                {
+                    "next": "/",
+                    "error": None,
+                    "notice": "You are signed out of this browser, but the checkpoint could "
+                    "not be told: your session there ends on its own when it expires.",
+                },
+                signed_out=True,
+            )
         cookies(request).clear_session(response)
         return response
 
