@@ -35,16 +35,28 @@ app = typer.Typer(
 )
 
 
-@app.callback()
-def _root(
-    version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
-) -> None:
-    """Airlock: human approval, bound byte for byte, between an AI agent and production."""
-    if version:
+def _print_version(value: bool) -> None:
+    if value:
         from airlock import __version__
 
         typer.echo(__version__)
         raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print the version and exit.",
+            # Eager, with a callback: handled while parsing, before click asks for a command.
+            is_eager=True,
+            callback=_print_version,
+        ),
+    ] = False,
+) -> None:
+    """Airlock: human approval, bound byte for byte, between an AI agent and production."""
 
 
 app.command("up")(up_command)
