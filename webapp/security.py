@@ -135,6 +135,12 @@ def same_origin(request: Request) -> bool:
     ``Sec-Fetch-Site`` is set by the browser and cannot be forged by a page. ``Origin`` is
     checked too, except for ``null``: with ``Referrer-Policy: no-referrer`` Chromium
     sends ``Origin: null`` even on a same-origin form POST.
+
+    The Origin's host must be the request's ``Host``; its scheme may be the request's own
+    or https. Behind a TLS-terminating reverse proxy (the documented deployment) the app
+    sees http while the browser, speaking https to the proxy, says ``https://host``.
+    Accepting https for the same host admits no other site: only whoever serves this
+    host over https can be that origin.
     """
     fetch_site = request.headers.get("sec-fetch-site")
     if fetch_site is not None and fetch_site != "same-origin":
@@ -142,8 +148,10 @@ def same_origin(request: Request) -> bool:
     origin = request.headers.get("origin")
     if origin is None or origin == "null":
         return True  # the token still has to match
-    host = request.headers.get("host", "")
-    return origin == f"{request.url.scheme}://{host}"
+    host = request.headers.get("host", "").lower()
+    if not host:
+        return False
+    return origin.lower() in {f"{request.url.scheme}://{host}", f"https://{host}"}
 
 
 def csrf_problem(request: Request, cookies: Cookies, submitted: str | None) -> str | None:
