@@ -29,6 +29,7 @@ from ._session import (
     StoredSession,
     check_url,
     delete_session,
+    prepare_session_dir,
     read_session,
     session_path,
     write_session,
@@ -51,6 +52,16 @@ class _LoginOut(BaseModel):
 
 def _when(unix: int) -> str:
     return datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _end_unheld(base: str, out: _LoginOut) -> str:
+    """End a session that could not be stored (no one could use or log it out); say how it went."""
+    try:
+        with CheckpointClient(base, out.token) as client:
+            client.call("DELETE", "/v1/sessions/current")
+    except (CheckpointRefused, CheckpointUnavailable):
+        return f"the session the checkpoint issued stays valid until {_when(out.expires_at)}"
+    return "the session the checkpoint issued was ended"
 
 
 def login_command(
@@ -90,6 +101,9 @@ def login_command(
                 err=True,
             )
         path = session_path()
+        # Before the password is sent: an unusable directory found only after the
+        # checkpoint issued a session would leave that session with no one to hold it.
+        prepare_session_dir(path)
         interactive = sys.stdin.isatty()
         if username is None:
             if not interactive or password_stdin:
@@ -116,12 +130,15 @@ def login_command(
             raise CheckpointUnavailable(
                 f"{base} answered a login with an unexpected body"
             ) from None
-        write_session(
-            path,
-            StoredSession(
-                url=base, token=out.token, username=out.username, expires_at=out.expires_at
-            ),
-        )
+        try:
+            write_session(
+                path,
+                StoredSession(
+                    url=base, token=out.token, username=out.username, expires_at=out.expires_at
+                ),
+            )
+        except SessionError as exc:
+            raise SessionError(f"{exc}; {_end_unheld(base, out)}") from None
     typer.echo(
         f"logged in to {base} as {out.username} ({out.role}) until {_when(out.expires_at)}; "
         f"session in {path}"

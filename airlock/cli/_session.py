@@ -32,6 +32,7 @@ __all__ = [
     "check_url",
     "delete_session",
     "load_credentials",
+    "prepare_session_dir",
     "read_session",
     "session_path",
     "write_session",
@@ -87,9 +88,23 @@ def session_path(environ: os._Environ[str] | dict[str, str] | None = None) -> Pa
     return Path(config) / "airlock" / SESSION_FILE
 
 
+def prepare_session_dir(path: Path) -> None:
+    """Make sure a session file at ``path`` can be kept private, before any is issued.
+
+    ``airlock login`` calls this before it sends the password, so an unusable directory
+    is reported while there is still no session to lose. Raises :class:`SessionError`.
+    """
+    _ensure_private_dir(path.parent)
+
+
 def _ensure_private_dir(directory: Path) -> None:
-    directory.mkdir(mode=_DIR_MODE, parents=True, exist_ok=True)
-    info = directory.lstat()
+    try:
+        directory.mkdir(mode=_DIR_MODE, parents=True, exist_ok=True)
+        info = directory.lstat()
+    except OSError as exc:
+        raise SessionError(
+            f"cannot use {directory} for the session file: {exc.strerror or exc}"
+        ) from None
     if not stat.S_ISDIR(info.st_mode):
         raise SessionError(f"{directory} is not a directory")
     if info.st_uid != os.getuid():
@@ -103,8 +118,19 @@ def _ensure_private_dir(directory: Path) -> None:
 
 
 def write_session(path: Path, session: StoredSession) -> None:
-    """Write ``session`` to ``path`` atomically, the file born mode 0600."""
+    """Write ``session`` to ``path`` atomically, the file born mode 0600.
+
+    Raises :class:`SessionError` when it cannot (the message names the path and the
+    system's reason, never the token); nothing is left behind at ``path`` then.
+    """
     _ensure_private_dir(path.parent)
+    try:
+        _write_private(path, session)
+    except OSError as exc:
+        raise SessionError(f"cannot store the session in {path}: {exc.strerror or exc}") from None
+
+
+def _write_private(path: Path, session: StoredSession) -> None:
     data = json.dumps(session.model_dump(), sort_keys=True).encode("utf-8") + b"\n"
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
     # O_EXCL|O_NOFOLLOW: never reuse or follow something planted at the temporary name.

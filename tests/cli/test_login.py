@@ -3,12 +3,16 @@ exit codes tell a refusal (1) from a usage error (2) from an unreachable checkpo
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from airlock.cli._client import CheckpointClient
 from airlock.cli._session import StoredSession, write_session
 
 from .conftest import PASSWORD, Served, airlock, dead_url
@@ -162,3 +166,70 @@ def test_revoked_session_is_refused_with_a_hint_to_log_in(served: Served) -> Non
     assert result.exit_code == 1
     assert "E_UNAUTHENTICATED" in result.stderr
     assert "airlock login" in result.stderr
+
+
+def _unusable_home(tmp_path: Path, kind: str) -> Path:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    if kind == "under-a-file":
+        return blocker / "sub"
+    if kind == "is-a-file":
+        return blocker
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    return shared
+
+
+@pytest.mark.parametrize("kind", ["under-a-file", "is-a-file", "writable-by-others"])
+def test_unusable_session_directory_stops_login_before_the_password_is_sent(
+    tmp_path: Path, kind: str
+) -> None:
+    # Nothing listens at the URL: had the password been sent first, this would exit 3.
+    result = airlock(
+        "login",
+        "--url",
+        dead_url(),
+        "-u",
+        "alice",
+        "--password-stdin",
+        stdin=PASSWORD + "\n",
+        env={"AIRLOCK_HOME": str(_unusable_home(tmp_path, kind))},
+    )
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert result.stderr.startswith("error: ")
+    assert "Traceback" not in result.output
+
+
+def test_failing_to_store_the_session_is_a_clear_error_and_ends_the_session(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    issued: list[str] = []
+    real_call = CheckpointClient.call
+
+    def recording_call(self: CheckpointClient, method: str, path: str, **kw: Any) -> Any:
+        body = real_call(self, method, path, **kw)
+        if (method, path) == ("POST", "/v1/sessions"):
+            issued.append(body["token"])
+        return body
+
+    def disk_full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(CheckpointClient, "call", recording_call)
+    monkeypatch.setattr(os, "fsync", disk_full)  # the session file is written with os.fsync
+    result = served.run(
+        "login", "--url", served.url, "-u", "alice", "--password-stdin", stdin=PASSWORD + "\n"
+    )
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert "cannot store the session" in result.stderr
+    assert "No space left on device" in result.stderr
+    (token,) = issued
+    assert token not in result.output
+    assert not (served.home / "session.json").exists()
+    assert not [p for p in served.home.iterdir() if p.name.endswith(".tmp")]
+    # No one holds the issued session any more, so it was ended at the checkpoint.
+    me = served.world.client.get("/v1/me", headers={"Authorization": f"Bearer {token}"})
+    assert me.status_code == 401
