@@ -72,6 +72,23 @@ class _SignInRequired(Exception):
         self.next_path = next_path
 
 
+class _NotSent(Exception):
+    """A decision the web app refuses itself, before anything reaches the checkpoint."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+def _refusal(exc: CheckpointRefused) -> dict[str, Any]:
+    return {"code": exc.code, "message": human_message(exc.code), "detail": exc.message}
+
+
+def _not_sent(exc: _NotSent) -> dict[str, Any]:
+    return {"code": None, "message": exc.message, "detail": None}
+
+
 def _safe_next(value: str | None) -> str:
     # Only a local absolute path: "//evil.example" and "/\\evil" are other hosts to a browser.
     if not value or not value.startswith("/") or value.startswith(("//", "/\\")):
@@ -374,7 +391,8 @@ def create_app(
         me: Me,
         proposal_id: str,
         *,
-        error: CheckpointRefused | None = None,
+        error: dict[str, Any] | None = None,
+        status: int = 200,
         done: str | None = None,
         form: dict[str, str] | None = None,
     ) -> Response:
@@ -390,17 +408,12 @@ def create_app(
                 "evidence": evidence if isinstance(evidence, dict) else {},
                 "charts": evidence_charts(evidence if isinstance(evidence, dict) else {}),
                 "hash_ok": present.hash_matches(p),
-                "error": None
-                if error is None
-                else {
-                    "code": error.code,
-                    "message": human_message(error.code),
-                    "detail": error.message,
-                },
+                "signed_problem": present.signed_action_problem(p),
+                "error": error,
                 "done": _DONE.get(done or ""),
                 "form": form or {},
             },
-            status=error.status if error is not None else 200,
+            status=status,
         )
 
     def checked_id(proposal_id: str) -> str:
@@ -435,7 +448,13 @@ def create_app(
             if exc.code == "E_UNAUTHENTICATED":
                 raise _SignInRequired(f"/proposals/{proposal_id}") from None
             # Show the current proposal with the reason, and keep what the person typed.
-            return proposal_page(request, token, me, proposal_id, error=exc, form=form)
+            return proposal_page(
+                request, token, me, proposal_id, error=_refusal(exc), status=exc.status, form=form
+            )
+        except _NotSent as exc:
+            return proposal_page(
+                request, token, me, proposal_id, error=_not_sent(exc), status=exc.status, form=form
+            )
         return RedirectResponse(f"/proposals/{proposal_id}?done={verb}", 303)
 
     @app.post("/proposals/{proposal_id}/approve")
@@ -448,14 +467,27 @@ def create_app(
         note: Note = "",
         confirm: Annotated[str | None, Form(max_length=128)] = None,
     ) -> Response:
+        def call(token: str) -> object:
+            # The page withholds the form when the answer disagrees with itself; a vote
+            # sent without that form (a stale page, a hand-made request) is held to the
+            # same check, on the checkpoint's answer as it is now.
+            problem = present.signed_action_problem(client.proposal(token, proposal_id))
+            if problem is not None:
+                raise _NotSent(
+                    f"Nothing was sent: this page cannot show what you would approve, because "
+                    f"{problem}.",
+                    409,
+                )
+            return client.approve(
+                token, proposal_id, action_hash=action_hash, confirm=confirm, note=note
+            )
+
         return decide(
             request,
             proposal_id,
             csrf=csrf,
             verb="approve",
-            call=lambda token: client.approve(
-                token, proposal_id, action_hash=action_hash, confirm=confirm, note=note
-            ),
+            call=call,
             form={"note": note, "confirm": confirm or ""},
         )
 

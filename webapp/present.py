@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from airlock.protocol import action_hash
+from airlock.protocol import ProposedAction, Refused, action_hash, canonical_bytes
 
 from .client import ProposalView
 
@@ -24,6 +24,7 @@ __all__ = [
     "instance_name",
     "plain_action",
     "plain_precondition",
+    "signed_action_problem",
     "tags",
     "timestamp",
     "votes_label",
@@ -137,6 +138,50 @@ def hash_matches(p: ProposalView) -> bool:
         return action_hash(p.action_jcs.encode("utf-8")) == p.action_hash
     except UnicodeEncodeError:
         return False
+
+
+def signed_action_problem(p: ProposalView) -> str | None:
+    """Why the page must not offer to approve ``p``; ``None`` when it shows what is hashed.
+
+    A person approves ``action_hash``, which covers ``action_jcs`` only. The headline, the
+    "What will happen" sentence and the confirm id are built from the record's convenience
+    fields and its parsed ``action``, so each must say what the hashed text says. The
+    same checks as the CLI's ``_signed_action`` (``airlock/cli/_approvals.py``).
+    """
+    # (1) The text hashes to the hash the Approve button sends.
+    if not hash_matches(p):
+        return "the action text does not hash to the stated hash"
+    data = p.action_jcs.encode("utf-8")
+    # (2) The text is a valid action, in the RFC 8785 form that was hashed.
+    try:
+        action = ProposedAction.from_json_bytes(data)
+        canonical = action.canonical_bytes()
+    except Refused as exc:
+        return f"the action text is not a valid action ({exc.detail})"
+    if canonical != data:
+        return "the action text is not in canonical form (RFC 8785)"
+    # (3) Every headline field is the signed one.
+    fields = (
+        ("proposal id", action.proposal_id, p.id),
+        ("provider", action.provider, p.provider),
+        ("account", action.account, p.account),
+        ("region", action.region, p.region),
+        ("resource type", action.resource.type, p.resource_type),
+        ("resource id", action.resource.id, p.resource_id),
+        ("operation", action.operation, p.operation),
+    )
+    for name, signed, shown in fields:
+        if signed != shown:
+            return f"the page's {name} ({shown}) is not the signed {name} ({signed})"
+    # (4) The parsed action the page reads params, precondition, evidence and reason from
+    #     is the text itself.
+    try:
+        same = canonical_bytes(p.action) == data
+    except ValueError:  # a float or an out-of-range integer: not what was hashed
+        same = False
+    if not same:
+        return "the details shown are not the signed action text"
+    return None
 
 
 def votes_label(p: ProposalView) -> str:
