@@ -66,7 +66,9 @@ class CheckpointSettings(ServiceSettings):
     keys_dir: Path = Path(".airlock/keys")
     #: Policy TOML; default: the policy shipped with the checkpoint.
     policy_path: Path | None = None
-    #: Executor receipt public key set (JSON key set); receipts are checked against it.
+    #: Required: the executor's receipt public key set (JSON key set, ``executor keygen
+    #: --public``). Every reported outcome must verify against it; unset, the checkpoint
+    #: refuses to start.
     receipt_keys_path: Path | None = None
     #: The executor audience written into every statement.
     audience: str = "airlock-executor/dev"

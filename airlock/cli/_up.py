@@ -6,8 +6,9 @@ devcloud, checkpoint, executor, agent and web app as separate processes on loopb
 supervises them until Ctrl-C. A second run reuses the state.
 
 Each process gets only its own settings in its environment, as in the deployment: the
-signing key directory only reaches the checkpoint, the write key and the receipt key only
-the executor, the read key and agent token only the agent, nothing secret the web app.
+signing key directory only reaches the checkpoint (with the receipt *public* key set it
+verifies outcomes against), the write key and the receipt key only the executor, the
+read key and agent token only the agent, nothing secret the web app.
 Everything runs with ``AIRLOCK_ENV=dev``: this is a demo on a laptop, never production.
 """
 
@@ -56,6 +57,20 @@ def _write_private(path: Path, text: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as out:
         out.write(text)
+
+
+def _export_receipt_keys(key: Path, out: Path) -> None:
+    """Write the public key set of the executor's receipt key (what the checkpoint trusts)."""
+    from airlock.protocol import KeySet, canonical_bytes
+    from services.executor import ConfigError, ReceiptSigner
+
+    try:
+        signer = ReceiptSigner.from_file(key)
+    except (ConfigError, ValueError, OSError) as exc:
+        raise UpError(f"executor receipt key {key}: {exc}") from None
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_bytes(canonical_bytes(KeySet([signer.trusted_key()]).to_value()))
+    tmp.replace(out)  # atomic: a starting checkpoint never reads half a file
 
 
 def _port_free(port: int) -> bool:
@@ -185,16 +200,12 @@ class _Stack:
         if not receipt_key.exists():
             echo("generating the executor's receipt key")
             self._airlock(
-                [
-                    "executor",
-                    "keygen",
-                    "--out",
-                    str(receipt_key),
-                    "--public",
-                    str(self.home / "receipt-keys.json"),
-                ],
+                ["executor", "keygen", "--out", str(receipt_key)],
                 self.executor_env(),
             )
+        # The checkpoint refuses to start without the receipt public key set: derive it
+        # from the executor's key every start, so it can never be missing or stale.
+        _export_receipt_keys(receipt_key, self.home / "receipt-keys.json")
         credentials = self.home / "demo-credentials"
         if not credentials.exists():
             echo("creating demo people: alice and bob (approvers), admin")

@@ -45,6 +45,7 @@ import httpx
 from airlock.protocol import KeySet, canonical_bytes
 from airlock.store import verify_chain
 from services.checkpoint.keys import KeyDirectory
+from services.executor import generate_receipt_key
 from tests.support.devcloud import DevcloudHandle, free_port
 from tests.support.stack import (
     ACCOUNT,
@@ -351,6 +352,8 @@ class Rig:
         self._dropped = 0
         self.trusted_keys = workdir / "e2-trusted-keys.json"
         self.aux_keys_dir = workdir / "aux-keys"
+        #: The receipt key set the aux checkpoints trust (each refuses to start without one).
+        self.aux_receipt_keys = workdir / AUX_RECEIPT_KEYS
         self.e2: _Proc | None = None
         #: What an attack's setup left for its run (keyed by attack name).
         self.scratch: dict[str, Any] = {}
@@ -503,6 +506,18 @@ def _ledger_path(stack: Stack) -> Path:
     raise RuntimeError(f"no executor ledger database found in {stack.workdir}")
 
 
+#: Aux checkpoints get no outcomes, but a checkpoint refuses to start without a receipt
+#: key set: they trust a receipt key of their own that no executor holds.
+AUX_RECEIPT_KEYS: Final = "aux-receipt-keys.json"
+
+
+def _aux_receipt_keys(workdir: Path) -> Path:
+    signer = generate_receipt_key(workdir / "aux-receipt-key.pem")
+    path = workdir / AUX_RECEIPT_KEYS
+    path.write_bytes(canonical_bytes(KeySet([signer.trusted_key()]).to_value()))
+    return path
+
+
 def _prepare_aux(workdir: Path, keys_dir: Path) -> tuple[dict[str, str], Path]:
     """A checkpoint database with the people of :data:`USERS` and an agent token."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -522,6 +537,7 @@ def _spawn_aux(
         {
             "AIRLOCK_CHECKPOINT_DATABASE_URL": f"sqlite:///{db_path}",
             "AIRLOCK_CHECKPOINT_KEYS_DIR": str(home / "keys"),
+            "AIRLOCK_CHECKPOINT_RECEIPT_KEYS_PATH": str(workdir / AUX_RECEIPT_KEYS),
             "AIRLOCK_CHECKPOINT_AUDIENCE": audience,
             "AIRLOCK_CHECKPOINT_FEED_MAX_WAIT": "1",
             **{f"AIRLOCK_CHECKPOINT_{k.upper()}": v for k, v in settings.items()},
@@ -549,6 +565,7 @@ def started_rig(workdir: Path) -> Iterator[Rig]:
     workdir.mkdir(parents=True, exist_ok=True)
     aux_keys = workdir / "aux-keys"
     KeyDirectory(aux_keys).generate(int(time.time()))
+    _aux_receipt_keys(workdir)
     aux = {
         "hold": _spawn_aux("hold", workdir, aux_keys, AUDIENCE),
         "short": _spawn_aux(

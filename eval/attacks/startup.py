@@ -47,6 +47,8 @@ def _auto_delete(rig: Rig, t: Target) -> Observation:
                 "AIRLOCK_CHECKPOINT_DATABASE_URL": f"sqlite:///{home / 'checkpoint.db'}",
                 "AIRLOCK_CHECKPOINT_KEYS_DIR": str(home / "keys"),
                 "AIRLOCK_CHECKPOINT_POLICY_PATH": str(home / "policy.toml"),
+                # Everything else is valid, so the refusal can only be the policy's.
+                "AIRLOCK_CHECKPOINT_RECEIPT_KEYS_PATH": str(rig.aux_receipt_keys),
             }
         ),
         capture_output=True,

@@ -76,7 +76,8 @@ if [ ! -e "$key" ]; then
   chmod 600 "$key"
   echo "wrote $key"
 fi
-# The receipt public key set the checkpoint uses to verify reported outcomes.
+# The receipt public key set the checkpoint uses to verify reported outcomes; the
+# checkpoint refuses to start without it (AIRLOCK_CHECKPOINT_RECEIPT_KEYS_PATH).
 der=$(openssl pkey -in "$key" -pubout -outform DER | tail -c 32 | base64)
 kid="ed25519:$(openssl pkey -in "$key" -pubout -outform DER | tail -c 32 \
   | openssl dgst -sha256 -hex | awk '{print $NF}' | cut -c1-32)"

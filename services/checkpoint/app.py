@@ -1,8 +1,9 @@
 """Building the checkpoint: from settings to a running FastAPI app with its sweeper.
 
 :func:`build` refuses to produce an app when anything the checkpoint needs is wrong — a
-malformed policy, a signing key file others can read, no active key, an unreachable
-database — with a :class:`ConfigError` that names the file or setting.
+malformed policy, a signing key file others can read, no active key, a missing or
+malformed executor receipt key set, an unreachable database — with a
+:class:`ConfigError` that names the file or setting.
 """
 
 from __future__ import annotations
@@ -52,12 +53,7 @@ def build(
     """Check everything, migrate the database, and return the app (or raise ConfigError)."""
     policy = load_policy(settings.policy_path or DEFAULT_POLICY)
     keys = KeyRing(KeyDirectory(settings.keys_dir))
-    receipt_keys = None
-    if settings.receipt_keys_path is not None:
-        try:
-            receipt_keys = KeySet.from_json_bytes(settings.receipt_keys_path.read_bytes())
-        except (OSError, KeySetError) as exc:
-            raise ConfigError(f"receipt key set {settings.receipt_keys_path}: {exc}") from None
+    receipt_keys = _receipt_keys(settings.receipt_keys_path)
     db = Database(settings.database_url)
     upgrade(db.engine, MIGRATIONS)
     signal = FeedSignal()
@@ -88,6 +84,23 @@ def build(
         feed_max_wait=settings.feed_max_wait,
         sweep_interval=sweep_interval,
     )
+
+
+def _receipt_keys(path: Path | None) -> KeySet:
+    # Mandatory: an outcome moves a proposal to a final state and frees its target, so one
+    # that is not signed by the executor's receipt key must never be accepted.
+    if path is None:
+        raise ConfigError(
+            "AIRLOCK_CHECKPOINT_RECEIPT_KEYS_PATH is not set: the checkpoint verifies every "
+            "reported outcome against the executor's receipt public key set "
+            "(`airlock executor keygen --public FILE` writes one)"
+        )
+    try:
+        return KeySet.from_json_bytes(path.read_bytes())
+    except OSError as exc:
+        raise ConfigError(f"receipt key set {path}: cannot read: {exc.strerror}") from None
+    except KeySetError as exc:
+        raise ConfigError(f"receipt key set {path}: {exc}") from None
 
 
 def create_app(

@@ -117,6 +117,7 @@ class Checkpoint:
         config: CheckpointConfig,
         *,
         now: Callable[[], int],
+        # The executor's receipt public key set; None refuses every outcome (fail closed).
         receipt_keys: KeySet | None = None,
         on_change: Callable[[], None] | None = None,
     ) -> None:
@@ -608,7 +609,7 @@ class Checkpoint:
         """Record the executor's outcome from its signed receipt (the ledger is the truth)."""
         _require(principal, {"executor"}, "report outcomes")
         now = self.now()
-        payload, verified, keyid = self._check_receipt(receipt, now)
+        payload, keyid = self._check_receipt(receipt, now)
         approval_id = payload["approval_id"]
         outcome = payload["outcome"]
         with self.engine.begin() as conn:
@@ -640,7 +641,7 @@ class Checkpoint:
                 "outcome": outcome,
                 "refusal_code": payload.get("refusal_code"),
                 "receipt": receipt_text,
-                "receipt_verified": verified,
+                "receipt_verified": True,  # _check_receipt refuses anything else
                 "receipt_keyid": keyid,
                 "reported_at": now,
             }
@@ -669,7 +670,7 @@ class Checkpoint:
                 approval_id=approval_id,
                 outcome=outcome,
                 refusal_code=payload.get("refusal_code"),
-                receipt_verified=verified,
+                receipt_verified=True,
                 late=late,
                 from_state=row.state,
                 state=target,
@@ -678,14 +679,22 @@ class Checkpoint:
                 conn, conn.execute(sa.select(proposals).where(proposals.c.id == row.id)).one()
             )
 
-    def _check_receipt(
-        self, receipt: Mapping[str, Any], now: int
-    ) -> tuple[dict[str, Any], bool, str | None]:
+    def _check_receipt(self, receipt: Mapping[str, Any], now: int) -> tuple[dict[str, Any], str]:
+        """The verified receipt payload and the key id that signed it, or refuse."""
+        # Fail closed: without the executor's receipt key set nothing can be verified, and
+        # an unverified receipt would let any executor-token holder close a proposal (and
+        # block the revocation of its still-valid approval). build() refuses to start
+        # without one; this guards every other way of constructing the service.
+        if self.receipt_keys is None:
+            raise Refusal(
+                ErrorCode.E_RECEIPT,
+                "no receipt key set is configured (AIRLOCK_CHECKPOINT_RECEIPT_KEYS_PATH); "
+                "outcomes cannot be verified",
+                422,
+            )
         try:
             envelope = Envelope.from_value(dict(receipt), payload_type=RECEIPT_PAYLOAD_TYPE)
-            keyid = None
-            if self.receipt_keys is not None:
-                keyid = verify_envelope(envelope, self.receipt_keys, now)
+            keyid = verify_envelope(envelope, self.receipt_keys, now)
             payload = loads_strict(envelope.payload, max_bytes=_RECEIPT_MAX_BYTES)
         except Refused as exc:
             raise Refusal(ErrorCode.E_RECEIPT, f"{exc.code.value}: {exc.detail}", 422) from None
@@ -702,7 +711,7 @@ class Checkpoint:
                 "receipt payload must be an airlock.receipt/v1 naming approval, hash, outcome",
                 422,
             )
-        return payload, keyid is not None, keyid
+        return payload, keyid
 
     # -- the sweeper -----------------------------------------------------------------
 

@@ -18,6 +18,8 @@ from services.checkpoint.auth import Accounts
 from services.checkpoint.keys import KeyDirectory, KeyRing
 from services.checkpoint.policy import Policy, load_policy
 from services.checkpoint.service import Checkpoint, CheckpointConfig
+from services.executor import Receipt, ReceiptSigner
+from tests.executor.support import receipt_keyset, receipt_signer
 
 from .builders import action_value
 
@@ -80,7 +82,11 @@ class World:
         )
 
 
-def make_world(url: str, tmp_path: Path, policy: Policy | None = None) -> World:
+def make_world(
+    url: str, tmp_path: Path, policy: Policy | None = None, *, trust_receipts: bool = True
+) -> World:
+    """A checkpoint trusting the test executor's receipt key (``tests.executor.support``);
+    with ``trust_receipts=False`` it has no receipt key set at all."""
     clock = Clock()
     keys_dir = tmp_path / "keys"
     KeyDirectory(keys_dir).generate(clock())
@@ -92,6 +98,7 @@ def make_world(url: str, tmp_path: Path, policy: Policy | None = None) -> World:
         KeyRing(KeyDirectory(keys_dir)),
         CheckpointConfig(audience=AUDIENCE, approval_window=24 * 3600, execution_window=900),
         now=clock,
+        receipt_keys=receipt_keyset() if trust_receipts else None,
     )
     accounts = Accounts(
         db,
@@ -112,3 +119,35 @@ def make_world(url: str, tmp_path: Path, policy: Policy | None = None) -> World:
     world.tokens["agent"] = accounts.create_service_token("scanner-1", "agent")
     world.tokens["executor"] = accounts.create_service_token("executor-1", "executor")
     return world
+
+
+def signed_receipt(
+    approval_id: str,
+    action_hash: str,
+    outcome: str,
+    *,
+    executor: str = AUDIENCE,
+    signer: ReceiptSigner | None = None,
+    refusal_code: str | None = None,
+    resolution: dict[str, Any] | None = None,
+    at: int = START,
+) -> dict[str, Any]:
+    """A receipt as the executor writes it (services/executor/receipts), as JSON."""
+    receipt = Receipt.model_validate(
+        {
+            "type": "airlock.receipt/v1",
+            "executor": executor,
+            "approval_id": approval_id,
+            "action_hash": action_hash,
+            "outcome": outcome,
+            "verified": outcome == "succeeded",
+            "refusal_code": refusal_code,
+            "cloud_request_id": None,
+            "resolution": resolution,
+            "at": at,
+            "audit_head": {"seq": 1, "hash": "sha256:" + "0" * 64},
+            "detail": "",
+        }
+    )
+    value: dict[str, Any] = (signer or receipt_signer()).sign(receipt).to_value()
+    return value

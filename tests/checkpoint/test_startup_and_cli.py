@@ -11,10 +11,19 @@ from click.testing import Result
 from typer.testing import CliRunner
 
 from airlock.cli import app
+from airlock.protocol import canonical_bytes
 from airlock.settings import CheckpointSettings
 from services.checkpoint.app import build
 from services.checkpoint.errors import ConfigError
 from services.checkpoint.keys import KeyDirectory
+from tests.executor.support import receipt_keyset
+
+
+def _receipt_keys(tmp_path: Path) -> Path:
+    path = tmp_path / "receipt-keys.json"
+    if not path.exists():
+        path.write_bytes(canonical_bytes(receipt_keyset().to_value()))
+    return path
 
 
 def _settings(tmp_path: Path, **overrides: object) -> CheckpointSettings:
@@ -22,6 +31,7 @@ def _settings(tmp_path: Path, **overrides: object) -> CheckpointSettings:
         "database_url": f"sqlite:///{tmp_path / 'checkpoint.db'}",
         "keys_dir": tmp_path / "keys",
         "audience": "airlock-executor/test",
+        "receipt_keys_path": _receipt_keys(tmp_path),
         **overrides,
     }
     return CheckpointSettings.model_validate(values)
@@ -58,6 +68,31 @@ def test_world_readable_signing_key_stops_the_start(tmp_path: Path) -> None:
         build(_settings(tmp_path), sweep_interval=None)
 
 
+def test_checkpoint_without_a_receipt_key_set_refuses_to_start(tmp_path: Path) -> None:
+    KeyDirectory(tmp_path / "keys").generate(0)
+    with pytest.raises(ConfigError, match="AIRLOCK_CHECKPOINT_RECEIPT_KEYS_PATH is not set"):
+        build(_settings(tmp_path, receipt_keys_path=None), sweep_interval=None)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "receipt key set .*missing.json: cannot read"),
+        (b'{"keys": []}', "receipt key set .*missing.json: "),
+        (b"not json", "receipt key set .*missing.json: "),
+    ],
+)
+def test_missing_or_malformed_receipt_key_set_stops_the_start(
+    tmp_path: Path, content: bytes | None, message: str
+) -> None:
+    KeyDirectory(tmp_path / "keys").generate(0)
+    path = tmp_path / "missing.json"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(ConfigError, match=message):
+        build(_settings(tmp_path, receipt_keys_path=path), sweep_interval=None)
+
+
 def test_missing_database_url_is_refused_outside_dev(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AIRLOCK_ENV", raising=False)
     monkeypatch.delenv("AIRLOCK_CHECKPOINT_DATABASE_URL", raising=False)
@@ -72,6 +107,20 @@ def _airlock(tmp_path: Path, *args: str, stdin: str = "") -> Result:
         "AIRLOCK_CHECKPOINT_KEYS_DIR": str(tmp_path / "keys"),
     }
     return CliRunner().invoke(app, list(args), input=stdin, env=env)
+
+
+def test_cli_checkpoint_refuses_to_start_without_a_receipt_key_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import uvicorn
+
+    served: list[object] = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **_: served.append(app))
+    assert _airlock(tmp_path, "keys", "generate").exit_code == 0
+    started = _airlock(tmp_path, "checkpoint")
+    assert started.exit_code == 2 and served == []
+    assert "refusing to start" in started.stderr
+    assert "AIRLOCK_CHECKPOINT_RECEIPT_KEYS_PATH" in started.stderr
 
 
 def test_cli_keys_users_and_tokens(tmp_path: Path) -> None:

@@ -233,3 +233,37 @@ def test_up_runs_the_whole_system_and_stops_cleanly(tmp_path: Path) -> None:
         assert (state / "trusted-keys.json").read_text() == keys_before
         children = again.pids()
     assert [pid for pid in children if _alive(pid)] == []
+
+
+def test_up_gives_the_checkpoint_the_executor_receipt_key_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The checkpoint refuses to start without it; `up` derives it from the executor's
+    receipt key on every start, so a state from before (no public file) still starts."""
+    from airlock.cli._up import _Stack
+    from airlock.protocol import KeySet
+    from airlock.settings import CheckpointSettings
+    from services.checkpoint.app import build
+    from services.executor import ReceiptSigner
+
+    stack = _Stack(tmp_path / ".airlock", {"webapp": 1, "checkpoint": 2, "devcloud": 3}, 4, 5)
+    stack.prepare(lambda _line: None)
+    env = stack.checkpoint_env()
+    public = Path(env["AIRLOCK_CHECKPOINT_RECEIPT_KEYS_PATH"])
+    signer = ReceiptSigner.from_file(
+        Path(stack.executor_env()["AIRLOCK_EXECUTOR_RECEIPT_KEY_PATH"])
+    )
+    assert list(KeySet.from_json_bytes(public.read_bytes())) == [signer.keyid]
+    assert "AIRLOCK_CHECKPOINT_RECEIPT_KEYS_PATH" not in stack.executor_env()
+
+    public.unlink()
+    stack.prepare(lambda _line: None)
+    assert list(KeySet.from_json_bytes(public.read_bytes())) == [signer.keyid]
+    for key in [k for k in os.environ if k.startswith("AIRLOCK_")]:
+        monkeypatch.delenv(key)
+    for key, value in env.items():
+        if key.startswith("AIRLOCK_"):
+            monkeypatch.setenv(key, value)
+    app = build(CheckpointSettings(), sweep_interval=None)
+    assert list(app.state.checkpoint.receipt_keys) == [signer.keyid]
+    app.state.checkpoint.db.dispose()

@@ -99,6 +99,24 @@ def test_only_the_executor_holds_the_receipt_key_and_the_trusted_key_set() -> No
     assert trusting == ["executor"]
 
 
+def test_the_checkpoint_verifies_outcomes_against_the_generated_receipt_key(
+    generated: Path,
+) -> None:
+    """The checkpoint refuses to start without a receipt key set: compose must mount the
+    public set gen-keys.sh derives from the executor's receipt key, and only that."""
+    from airlock.protocol import KeySet
+    from services.executor import ReceiptSigner
+
+    inside = _environment("checkpoint")["AIRLOCK_CHECKPOINT_RECEIPT_KEYS_PATH"]
+    mounts = [str(v) for v in SERVICES["checkpoint"].get("volumes", [])]
+    sources = [m.split(":")[0] for m in mounts if m.split(":")[1:2] == [inside]]
+    assert sources == ["./deploy/public/receipt-keys.json"]
+    assert any(m == f"{sources[0]}:{inside}:ro" for m in mounts)
+    key_set = KeySet.from_json_bytes((generated / "public" / "receipt-keys.json").read_bytes())
+    signer = ReceiptSigner.from_file(generated / "secrets" / "executor-receipt.pem")
+    assert list(key_set) == [signer.keyid]
+
+
 def test_cloud_credentials_go_to_the_right_service(generated: Path) -> None:
     executor, agent = _env_file(generated, "executor"), _env_file(generated, "agent")
     devcloud = _env_file(generated, "devcloud")
