@@ -422,11 +422,19 @@ def create_app(
         return proposal_id
 
     @app.get("/proposals/{proposal_id}", response_class=HTMLResponse)
-    def proposal(
-        request: Request, proposal_id: str, done: Annotated[str | None, Query()] = None
-    ) -> Response:
+    def proposal(request: Request, proposal_id: str) -> Response:
         token, me = signed_in(request)
-        return proposal_page(request, token, me, checked_id(proposal_id), done=done)
+        proposal_id = checked_id(proposal_id)
+        # The banner comes from the cookie the decision's POST set, never from the URL: a
+        # link must not make this page claim a decision nobody made.
+        jar = cookies(request)
+        flash = jar.flash(request)
+        recorded, _, verb = (flash or "").partition(":")
+        done = verb if recorded == proposal_id else None
+        response = proposal_page(request, token, me, proposal_id, done=done)
+        if request.cookies.get(jar.flash_name) is not None:
+            jar.clear_flash(response)  # shown once
+        return response
 
     def decide(
         request: Request,
@@ -455,7 +463,9 @@ def create_app(
             return proposal_page(
                 request, token, me, proposal_id, error=_not_sent(exc), status=exc.status, form=form
             )
-        return RedirectResponse(f"/proposals/{proposal_id}?done={verb}", 303)
+        response = RedirectResponse(f"/proposals/{proposal_id}", 303)
+        cookies(request).set_flash(response, f"{proposal_id}:{verb}")
+        return response
 
     @app.post("/proposals/{proposal_id}/approve")
     def approve(

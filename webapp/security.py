@@ -9,6 +9,9 @@
   neither cookie, so it cannot produce the token; binding it to the session means a
   token seen before sign-in is worthless after. A POST is also refused when the browser
   says it came from another origin (``Origin`` / ``Sec-Fetch-Site``).
+* The "decision recorded" banner: a short-lived cookie (HttpOnly, SameSite=Strict) set
+  by the POST that made the decision and cleared by the page that shows it, so a link
+  cannot make the page claim a decision nobody made.
 * Lax, not Strict, for the CSRF key: a link from another site is a top-level navigation
   that carries no Strict cookie, and the key would then be replaced by the answer's
   Set-Cookie, breaking every form the person has open. Lax costs nothing here: the key
@@ -41,6 +44,7 @@ __all__ = [
 
 CSRF_FIELD: Final = "csrf_token"
 _CSRF_CONTEXT: Final = b"airlock-webapp/csrf/v1\x00"
+_FLASH_SECONDS: Final = 60
 
 SECURITY_HEADERS: Final = {
     # No 'unsafe-inline' anywhere: the pages carry no inline script, no style attribute,
@@ -71,6 +75,7 @@ class Cookies:
         prefix = "__Host-" if self.secure else ""
         self.session_name = f"{prefix}airlock_session"
         self.csrf_name = f"{prefix}airlock_csrf"
+        self.flash_name = f"{prefix}airlock_done"
 
     def carries_session(self, request: Request) -> bool:
         """The request carried a session cookie, usable or not."""
@@ -98,6 +103,20 @@ class Cookies:
         # A browser-lifetime cookie: it protects the sign-in form too, before any session.
         # Lax: see the module docstring.
         self._set(response, self.csrf_name, key, max_age=None, samesite="lax")
+
+    def flash(self, request: Request) -> str | None:
+        """The decision just recorded, as ``"<proposal id>:<verb>"``, if any."""
+        value = request.cookies.get(self.flash_name)
+        if not value or len(value) > 128 or not value.isascii():
+            return None
+        return value
+
+    def set_flash(self, response: Response, value: str) -> None:
+        # Long enough to follow the redirect that comes with it, and no longer.
+        self._set(response, self.flash_name, value, max_age=_FLASH_SECONDS, samesite="strict")
+
+    def clear_flash(self, response: Response) -> None:
+        self._set(response, self.flash_name, "", max_age=0, samesite="strict")
 
     def _set(
         self,

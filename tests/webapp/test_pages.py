@@ -386,8 +386,8 @@ def test_an_issued_approval_can_be_revoked_from_its_page(site: Site) -> None:
     assert 'id="revoke-form"' in page and 'id="approve-form"' not in page
     assert "to execute" in site.client.get("/").text
     response = _post(site, "/proposals/prop_fake000001/revoke", note="wrong instance")
-    assert response.headers["location"] == "/proposals/prop_fake000001?done=revoke"  # type: ignore[attr-defined]
-    page = site.client.get("/proposals/prop_fake000001?done=revoke").text
+    assert response.headers["location"] == "/proposals/prop_fake000001"  # type: ignore[attr-defined]
+    page = site.client.get("/proposals/prop_fake000001").text
     assert "The approval was revoked" in page and 'data-state="revoked"' in page
     assert 'id="revoke-form"' not in page
 
