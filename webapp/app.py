@@ -24,8 +24,12 @@ from urllib.parse import urlencode
 
 import jinja2
 from fastapi import FastAPI, Form, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
+from pydantic import BeforeValidator
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import FormData
 
 from airlock.settings import WebappSettings
 
@@ -62,8 +66,37 @@ _DONE: Final = {
     "resolve": "Your decision on the in-doubt execution was recorded.",
 }
 _PAGE: Final = 200
+_FIELDS: Final = {
+    "username": "the username",
+    "password": "the password",
+    "note": "the note",
+    "confirm": "the typed resource id",
+    "reason_code": "the reason",
+    "decision": "the decision",
+    "action_hash": "the action hash",
+    "next": "the page to return to",
+    "before": "the page position",
+}
+# The form field that keeps what was typed in each decision form, as the page reads it.
+_NOTE_FIELD: Final = {
+    "approve": "note",
+    "reject": "reject_note",
+    "revoke": "revoke_note",
+    "resolve": "resolve_note",
+}
+_DECISION_PATH: Final = re.compile(r"^/proposals/([^/]+)/(approve|reject|revoke|resolve)$")
 _log = logging.getLogger("airlock.webapp")
-Note = Annotated[str, Form(max_length=2000)]
+
+
+def _lf(value: object) -> object:
+    # Browsers submit a <textarea>'s line breaks as CRLF, but its maxlength counts each as
+    # one character: normalise before the length check so what fitted the box fits here.
+    if isinstance(value, str):
+        return value.replace("\r\n", "\n").replace("\r", "\n")
+    return value
+
+
+Note = Annotated[str, BeforeValidator(_lf), Form(max_length=2000)]
 Csrf = Annotated[str, Form(alias=CSRF_FIELD)]
 
 
@@ -85,8 +118,34 @@ def _refusal(exc: CheckpointRefused) -> dict[str, Any]:
     return {"code": exc.code, "message": human_message(exc.code), "detail": exc.message}
 
 
-def _not_sent(exc: _NotSent) -> dict[str, Any]:
-    return {"code": None, "message": exc.message, "detail": None}
+def _not_sent(message: str) -> dict[str, Any]:
+    return {"code": None, "message": message, "detail": None}
+
+
+def _invalid_fields(exc: RequestValidationError) -> str:
+    """What was wrong with a request, in words, without a byte of what was submitted."""
+    out: list[str] = []
+    for error in exc.errors():
+        loc = error.get("loc") or ()
+        name = str(loc[-1]) if loc else ""
+        label = _FIELDS.get(name, "a field")
+        kind = str(error.get("type", ""))
+        limit = (error.get("ctx") or {}).get("max_length")
+        if kind == "missing":
+            text = f"{label} is missing"
+        elif "too_long" in kind and isinstance(limit, int):
+            text = f"{label} is longer than {limit} characters"
+        else:
+            text = f"{label} is not valid"
+        if text not in out:
+            out.append(text)
+    return "; ".join(out) or "the request is not valid"
+
+
+def _form_text(exc: RequestValidationError, name: str) -> str:
+    body = exc.body
+    value = body.get(name) if isinstance(body, FormData) else None
+    return value if isinstance(value, str) else ""
 
 
 def _safe_next(value: str | None) -> str:
@@ -183,6 +242,67 @@ def create_app(
         if jar.carries_session(request):
             jar.clear_session(response)
         return response
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> Response:
+        # Never FastAPI's JSON answer: it echoes the input (a password) and loses the note.
+        try:
+            return await run_in_threadpool(invalid_request, request, exc)
+        except _SignInRequired as signin:
+            return await _to_sign_in(request, signin)
+        except CheckpointRefused as refused:
+            return await _refused(request, refused)
+        except CheckpointUnavailable as unavailable:
+            return await _unavailable(request, unavailable)
+
+    def invalid_request(request: Request, exc: RequestValidationError) -> Response:
+        problem = _invalid_fields(exc)
+        path = request.url.path
+        if request.method == "POST" and path == "/login":
+            username = _form_text(exc, "username")
+            return render(
+                request,
+                "login.html",
+                {
+                    "next": _safe_next(_form_text(exc, "next")),
+                    "error": f"Not signed in: {problem}.",
+                    # Kept only when it could be a username; the password never comes back.
+                    "username": username if 0 < len(username) <= 64 else "",
+                },
+                status=422,
+            )
+        decision = _DECISION_PATH.fullmatch(path) if request.method == "POST" else None
+        if decision is not None:
+            refused = refuse_csrf(request, _form_text(exc, CSRF_FIELD))
+            if refused is not None:
+                return refused
+            proposal_id, verb = checked_id(decision.group(1)), decision.group(2)
+            token, me = signed_in(request)
+            note = _lf(_form_text(exc, "note"))
+            form = {
+                _NOTE_FIELD[verb]: note if isinstance(note, str) else "",
+                "confirm": _form_text(exc, "confirm"),
+                "reason_code": _form_text(exc, "reason_code"),
+            }
+            return proposal_page(
+                request,
+                token,
+                me,
+                proposal_id,
+                error=_not_sent(f"Nothing was sent: {problem}. Correct it and send again."),
+                status=422,
+                form=form,
+            )
+        return render(
+            request,
+            "error.html",
+            {
+                "title": "The request was not understood",
+                "message": f"Nothing was changed: {problem}.",
+                "code": None,
+            },
+            status=422,
+        )
 
     @app.exception_handler(CheckpointUnavailable)
     async def _unavailable(request: Request, exc: CheckpointUnavailable) -> Response:
@@ -461,7 +581,13 @@ def create_app(
             )
         except _NotSent as exc:
             return proposal_page(
-                request, token, me, proposal_id, error=_not_sent(exc), status=exc.status, form=form
+                request,
+                token,
+                me,
+                proposal_id,
+                error=_not_sent(exc.message),
+                status=exc.status,
+                form=form,
             )
         response = RedirectResponse(f"/proposals/{proposal_id}", 303)
         cookies(request).set_flash(response, f"{proposal_id}:{verb}")

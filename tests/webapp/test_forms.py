@@ -1,0 +1,120 @@
+"""A form the app cannot accept is answered with a page a person can act on.
+
+Never FastAPI's raw 422 JSON: that echoes what was typed (a password) and loses the note
+the person wrote. Nothing is sent to the checkpoint for such a form.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import Site
+from .fakes import action_value
+
+# A <textarea maxlength=2000> counts a line break as one character, but browsers submit
+# it as CRLF (HTML's form-submission line-break normalisation).
+TYPED = ("line of careful reasoning\n" * 77)[:2000]
+SUBMITTED = TYPED.replace("\n", "\r\n")
+
+
+def test_overlong_password_shows_the_sign_in_page_and_never_echoes_it(site: Site) -> None:
+    secret = "S3cr3t-" + "x" * 1020
+    response = site.client.post(
+        "/login",
+        data={"username": "alice", "password": secret, "csrf_token": site.csrf("/login")},
+    )
+    assert response.status_code == 422
+    assert response.headers["content-type"].startswith("text/html")
+    assert 'id="login-error"' in response.text and "password" in response.text.lower()
+    assert "S3cr3t-" not in response.text
+    assert 'value="alice"' in response.text  # the username is kept
+    assert response.headers["x-frame-options"] == "DENY"
+
+
+def test_missing_password_shows_the_sign_in_page(site: Site) -> None:
+    response = site.client.post(
+        "/login", data={"username": "alice", "csrf_token": site.csrf("/login")}
+    )
+    assert response.status_code == 422
+    assert 'id="login-error"' in response.text
+
+
+def test_note_at_the_textarea_limit_with_crlf_is_accepted_as_typed(site: Site) -> None:
+    assert len(TYPED) == 2000 and len(SUBMITTED) > 2000
+    site.sign_in()
+    record = site.fake.add(action_value())
+    token = site.csrf("/proposals/prop_fake000001")
+    response = site.client.post(
+        "/proposals/prop_fake000001/approve",
+        data={"csrf_token": token, "action_hash": record["action_hash"], "note": SUBMITTED},
+        follow_redirects=False,
+    )
+    assert response.status_code == 303
+    assert site.fake.calls == [
+        ("approve", "alice", {"action_hash": record["action_hash"], "note": TYPED})
+    ]
+
+
+@pytest.mark.parametrize(
+    ("verb", "extra", "textarea"),
+    [
+        ("approve", {}, "approve-note"),
+        ("reject", {"reason_code": "not_idle"}, "reject-note"),
+    ],
+)
+def test_overlong_note_keeps_what_was_typed_and_sends_nothing(
+    site: Site, verb: str, extra: dict[str, str], textarea: str
+) -> None:
+    site.sign_in()
+    record = site.fake.add(action_value())
+    token = site.csrf("/proposals/prop_fake000001")
+    note = "careful <reason> & more\r\n" * 100  # 2400 characters even as typed
+    response = site.client.post(
+        f"/proposals/prop_fake000001/{verb}",
+        data={"csrf_token": token, "action_hash": record["action_hash"], "note": note, **extra},
+    )
+    assert response.status_code == 422
+    assert response.headers["content-type"].startswith("text/html")
+    assert 'id="refusal"' in response.text
+    assert "Nothing was sent" in response.text and "2000 characters" in response.text
+    kept = note.replace("\r\n", "\n").replace("&", "&amp;").replace("<", "&lt;")
+    kept = kept.replace(">", "&gt;")
+    assert f'id="{textarea}" name="note" maxlength="2000" rows="2">{kept}</textarea>' in (
+        response.text
+    )
+    assert site.fake.calls == []
+
+
+def test_invalid_decision_form_still_needs_the_csrf_token(site: Site) -> None:
+    site.sign_in()
+    site.fake.add(action_value())
+    response = site.client.post(
+        "/proposals/prop_fake000001/approve",
+        data={"csrf_token": "0" * 64, "note": "x" * 3000},
+    )
+    assert response.status_code == 403
+    assert "Form refused" in response.text
+    assert "x" * 3000 not in response.text
+    assert site.fake.calls == []
+
+
+def test_invalid_decision_form_without_a_session_asks_to_sign_in(site: Site) -> None:
+    site.fake.add(action_value())
+    token = site.csrf("/login")
+    response = site.client.post(
+        "/proposals/prop_fake000001/approve",
+        data={"csrf_token": token, "note": "x" * 3000},
+        follow_redirects=False,
+    )
+    assert response.status_code == 303
+    assert response.headers["location"].startswith("/login?next=")
+
+
+def test_other_invalid_requests_are_an_html_page_without_the_input(site: Site) -> None:
+    site.sign_in()
+    probe = "zz-" + "q" * 200
+    response = site.client.get(f"/history?before={probe}")
+    assert response.status_code == 422
+    assert response.headers["content-type"].startswith("text/html")
+    assert probe not in response.text
+    assert "Nothing was changed" in response.text
