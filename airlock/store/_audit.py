@@ -320,16 +320,9 @@ class AuditLog:
         """
         data = _encode_event(event, at)
         connection = _connection(conn)
-        if not connection.in_transaction():
-            raise AuditError("AuditLog.append needs an open transaction (engine.begin())")
-        if is_postgresql(connection):
-            # Serialize appenders before reading the head: under READ COMMITTED the next
-            # statement's snapshot then sees the previous appender's committed row.
-            connection.execute(sa.select(sa.func.pg_advisory_xact_lock(_APPEND_LOCK_KEY)))
-        elif is_sqlite(connection):
-            require_immediate(connection)
-        else:
-            raise AuditError(f"unsupported dialect {connection.dialect.name!r}")
+        # Serialize appenders before reading the head: under READ COMMITTED the next
+        # statement's snapshot then sees the previous appender's committed row.
+        AuditLog.lock(connection)
         head = _head(connection)
         if not _is_hex64(head.row_hash):
             raise ChainError(f"audit head seq {head.seq} has a malformed row_hash: verify it")
@@ -349,6 +342,26 @@ class AuditLog:
             },
         )
         return entry
+
+    @staticmethod
+    def lock(conn: Connection | Session) -> None:
+        """Take the chain's append lock for the rest of ``conn``'s open transaction.
+
+        PostgreSQL: a transaction-scoped advisory lock (re-entrant, so a later append
+        in the same transaction takes it again at no cost). SQLite: the write lock that
+        BEGIN IMMEDIATE already took. A transaction that also locks other rows (an
+        UPDATE) and appends should call this first, so every such transaction takes
+        the chain lock before any row lock and two of them cannot deadlock.
+        """
+        connection = _connection(conn)
+        if not connection.in_transaction():
+            raise AuditError("the audit chain lock needs an open transaction (engine.begin())")
+        if is_postgresql(connection):
+            connection.execute(sa.select(sa.func.pg_advisory_xact_lock(_APPEND_LOCK_KEY)))
+        elif is_sqlite(connection):
+            require_immediate(connection)
+        else:
+            raise AuditError(f"unsupported dialect {connection.dialect.name!r}")
 
     @staticmethod
     def head(conn: Connection | Session) -> AuditEntry:

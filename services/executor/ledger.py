@@ -13,14 +13,24 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
+from airlock.protocol import RefusalCode
+
 from .errors import Fenced
-from .models import ACTIVE_STATES, LedgerRow, State, ledger, refusals, resolutions
+from .models import (
+    ACTIVE_STATES,
+    LedgerRow,
+    State,
+    ledger,
+    refusals,
+    resolutions,
+    revocations,
+)
 
 __all__ = [
     "consume",
@@ -124,6 +134,69 @@ def transition(
     result = conn.execute(statement, params)
     if result.rowcount != 1:
         raise Fenced(approval_id, f"{from_state}->{to_state} (epoch {epoch})")
+
+
+_BEGIN_EXECUTING: Final = (
+    sa.update(ledger)
+    .where(
+        ledger.c.approval_id == sa.bindparam("w_approval_id"),
+        ledger.c.state == State.CLAIMED.value,
+        ledger.c.lease_owner == sa.bindparam("w_owner"),
+        ledger.c.lease_epoch == sa.bindparam("w_epoch"),
+        ledger.c.lease_expires > sa.bindparam("w_now"),
+        ledger.c.expires_at > sa.bindparam("w_now"),
+        ~sa.exists().where(revocations.c.approval_id == ledger.c.approval_id),
+    )
+    .values(
+        state=State.EXECUTING.value,
+        updated_at=sa.bindparam("v_now"),
+        lease_expires=sa.bindparam("v_lease_expires"),
+    )
+)
+
+
+def begin_executing(
+    conn: Connection, *, approval_id: str, owner: str, epoch: int, now: int, lease_expires: int
+) -> RefusalCode | None:
+    """(15) ``claimed`` → ``executing``, the commitment to call the cloud.
+
+    One conditional UPDATE that also demands, at that instant, an unexpired approval
+    and no revocation recorded in ``executor_revocations`` — so neither can slip in
+    between the checks before the live re-read and this commit. Returns None when the
+    row moved; ``E_EXPIRED`` or ``E_REVOKED`` when the row is still ours but the
+    approval no longer allows the write (the caller records the refusal); raises
+    :class:`Fenced` when the row is not ours any more.
+    """
+    result = conn.execute(
+        _BEGIN_EXECUTING,
+        {
+            "w_approval_id": approval_id,
+            "w_owner": owner,
+            "w_epoch": epoch,
+            "w_now": now,
+            "v_now": now,
+            "v_lease_expires": lease_expires,
+        },
+    )
+    if result.rowcount == 1:
+        return None
+    row = get(conn, approval_id)
+    ours = (
+        row is not None
+        and row.state is State.CLAIMED
+        and (row.lease_owner, row.lease_epoch) == (owner, epoch)
+        and row.lease_expires > now
+    )
+    if row is None or not ours:
+        raise Fenced(approval_id, f"claimed->executing (epoch {epoch})")
+    if row.expires_at <= now:
+        return RefusalCode.E_EXPIRED
+    revoked = conn.execute(
+        sa.select(revocations.c.approval_id).where(revocations.c.approval_id == approval_id)
+    ).first()
+    if revoked is not None:
+        return RefusalCode.E_REVOKED
+    raise Fenced(approval_id, f"claimed->executing matched no row (epoch {epoch})")
 
 
 def expired(conn: Connection, now: int, limit: int = 100) -> Sequence[LedgerRow]:

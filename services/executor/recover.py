@@ -4,11 +4,18 @@ Recovery (DESIGN §2.5) finds ledger rows whose lease expired, takes each over w
 epoch bump (so the previous owner's later writes match zero rows), and finishes it
 verify-first:
 
-* ``claimed`` — no write was attempted: re-check expiry, revocation and the
-  precondition against live state, then continue the normal path.
+* first, the stored bundle is verified again (steps 1–12) with the trusted keys, clock
+  and revocations of now: a signing key or approval revoked, or an approval expired,
+  since the consume stops the write here too;
+* ``claimed`` — no write was attempted: refused if it no longer verifies; otherwise
+  re-check the precondition against live state and continue the normal path.
 * ``executing`` — a write may have happened: probe live state. Effect visible →
-  ``succeeded`` (verified); ECS delete → re-issue with the same ``ClientToken``;
-  otherwise → ``in_doubt``, for a human to resolve.
+  ``succeeded`` (verified); ECS delete that still verifies and whose precondition
+  still holds → re-issue with the same ``ClientToken``; otherwise → ``in_doubt``, for
+  a human to resolve.
+
+A row that fails on a database error or no longer parses is logged and left for the
+next pass; the rest of the pass goes on.
 
 It never blind-retries a write. The loop runs recovery at start and then periodically,
 and drains a :class:`~services.executor.sources.BundleSource` in between.
@@ -20,6 +27,8 @@ import logging
 import threading
 from collections.abc import Container
 from typing import TYPE_CHECKING
+
+from sqlalchemy.exc import DBAPIError
 
 from . import ledger
 from .errors import Fenced
@@ -38,6 +47,7 @@ def recover_expired(
     executor: Executor, *, revoked: Container[str] = frozenset(), limit: int = 100
 ) -> list[Outcome]:
     """One recovery pass over at most ``limit`` expired rows."""
+    executor.trusted_keys()  # unreadable keys stop the pass before any take-over
     now = executor.clock()
     with executor.engine.begin() as conn:
         rows = ledger.expired(conn, now, limit)
@@ -48,14 +58,30 @@ def recover_expired(
             if work is None:
                 continue  # another worker took it first
             _log.info("recovering %s from %s (epoch %d)", row.approval_id, row.state, work.epoch)
+            refusal = executor.reverify(row, revoked)
             if row.state is State.CLAIMED:
-                outcome = executor.continue_claimed(work, revoked=revoked)
+                if refusal is not None:
+                    outcome = executor.refuse_claimed(work, refusal)
+                else:
+                    outcome = executor.continue_claimed(work, revoked=revoked)
             else:
+                reason = "recovered: the previous owner's lease expired"
+                if refusal is not None:
+                    reason += (
+                        f"; not re-issued: the bundle no longer verifies"
+                        f" ({refusal.code.value}: {refusal.detail})"
+                    )
                 outcome = executor.settle_executing(
-                    work, "recovered: the previous owner's lease expired", may_reissue=True
+                    work, reason, may_reissue=refusal is None, revoked=revoked
                 )
         except Fenced as exc:
             _log.warning("%s", exc)
+            continue
+        except (DBAPIError, ValueError):
+            # One row must not end the pass (a deadlock victim, a row that no longer
+            # parses); it was not finished, so its lease expires again and a later pass
+            # takes it over. Anything else (keys unreadable, a crash) ends the pass.
+            _log.exception("recovery of %s failed; left for the next pass", row.approval_id)
             continue
         outcomes.append(outcome)
     return outcomes

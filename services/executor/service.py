@@ -136,6 +136,27 @@ class Work:
         )
 
 
+def _no_longer_valid(
+    work: Work, now: int, revoked: Container[str]
+) -> tuple[RefusalCode, str] | None:
+    """Why a consumed approval may not be written any more (expired, revoked), or None."""
+    if now >= work.expires_at:
+        return RefusalCode.E_EXPIRED, f"expired at {work.expires_at} before the write"
+    if work.approval_id in revoked:
+        return RefusalCode.E_REVOKED, "revoked before the write"
+    return None
+
+
+def _reissue_blocked(
+    work: Work, live: LiveState | None, now: int, revoked: Container[str]
+) -> str | None:
+    """Why an ECS delete may not be re-issued now, or None if it may."""
+    late = _no_longer_valid(work, now, revoked)
+    if late is not None:
+        return late[1]
+    return precondition_problem(work.action, live)
+
+
 def _at(now: int) -> datetime:
     return datetime.fromtimestamp(now, UTC)
 
@@ -253,6 +274,7 @@ class Executor:
         owner, epoch = self.worker_id, 1
         # (13) consume: one INSERT; nonce, approval_id and action_hash are each UNIQUE.
         with self._engine.begin() as conn:
+            AuditLog.lock(conn)  # the chain lock before any row lock (no lock cycles)
             consumed = ledger.consume(
                 conn,
                 {
@@ -335,23 +357,9 @@ class Executor:
 
     def continue_claimed(self, work: Work, *, revoked: Container[str] = frozenset()) -> Outcome:
         """From ``claimed``: re-check expiry and revocation, (14) re-read, (15) write."""
-        now = self.clock()
-        if now >= work.expires_at:
-            return self._finish(
-                work,
-                State.CLAIMED,
-                State.REFUSED,
-                code=RefusalCode.E_EXPIRED,
-                detail=f"expired at {work.expires_at} before the write",
-            )
-        if work.approval_id in revoked:
-            return self._finish(
-                work,
-                State.CLAIMED,
-                State.REFUSED,
-                code=RefusalCode.E_REVOKED,
-                detail="revoked before the write",
-            )
+        late = _no_longer_valid(work, self.clock(), revoked)
+        if late is not None:
+            return self._finish(work, State.CLAIMED, State.REFUSED, code=late[0], detail=late[1])
         action = work.action
         try:
             plan = self._plan(work)
@@ -374,36 +382,86 @@ class Executor:
                 code=RefusalCode.E_PRECONDITION,
                 detail=problem,
             )
-        # (15) commit executing before the call, renewing the lease for the call's length.
+        # The re-read may have taken seconds: the approval must still allow the write at
+        # the moment we commit to it. Checked here (revocations from every source), and
+        # again by the UPDATE itself (expiry, revocations recorded in the ledger).
         now = self.clock()
+        late = _no_longer_valid(work, now, revoked)
+        if late is not None:
+            return self._finish(work, State.CLAIMED, State.REFUSED, code=late[0], detail=late[1])
+        # (15) commit executing before the call, renewing the lease for the call's length.
         with self._engine.begin() as conn:
-            ledger.transition(
+            AuditLog.lock(conn)  # the chain lock before the row lock, as everywhere
+            refused = ledger.begin_executing(
                 conn,
                 approval_id=work.approval_id,
                 owner=work.owner,
                 epoch=work.epoch,
-                from_state=State.CLAIMED,
-                to_state=State.EXECUTING,
                 now=now,
                 lease_expires=now + self.lease_seconds,
-                require_live_lease=True,
             )
-            self._audit(
-                conn,
-                now,
-                {
-                    "type": "executor.executing",
-                    "approval_id": work.approval_id,
-                    "owner": work.owner,
-                    "epoch": work.epoch,
-                    "call": plan[0],
-                },
+            if refused is None:
+                self._audit(
+                    conn,
+                    now,
+                    {
+                        "type": "executor.executing",
+                        "approval_id": work.approval_id,
+                        "owner": work.owner,
+                        "epoch": work.epoch,
+                        "call": plan[0],
+                    },
+                )
+        if refused is not None:
+            why = "expired" if refused is RefusalCode.E_EXPIRED else "revoked"
+            return self._finish(
+                work,
+                State.CLAIMED,
+                State.REFUSED,
+                code=refused,
+                detail=f"{why} before the write (seen at the executing commit)",
             )
         self._fp.hit("after_executing_commit")
-        return self._call(work, plan)
+        return self._call(work, plan, revoked)
 
-    def settle_executing(self, work: Work, reason: str, *, may_reissue: bool) -> Outcome:
-        """From ``executing`` (a write may have happened): probe, never blind-retry."""
+    def reverify(self, row: LedgerRow, revoked: Container[str] = frozenset()) -> Refused | None:
+        """Steps 1–12 again on a ledger row's stored bundle, with the trusted keys, clock
+        and revocations of now: why it would be refused today, or None.
+
+        Recovery asks this before it continues a row another worker left: a key revoked,
+        an approval revoked or expired since the consume must stop the write then too.
+        """
+        try:
+            verify_bundle(row.bundle, self.trusted_keys(), self._binding, self.clock(), revoked)
+        except Refused as exc:
+            return exc
+        return None
+
+    def refuse_claimed(self, work: Work, refusal: Refused) -> Outcome:
+        """Record ``claimed`` → ``refused`` for a row that no longer verifies."""
+        return self._finish(
+            work,
+            State.CLAIMED,
+            State.REFUSED,
+            code=refusal.code,
+            detail=f"re-verified before the write: {refusal.detail}",
+        )
+
+    def settle_executing(
+        self,
+        work: Work,
+        reason: str,
+        *,
+        may_reissue: bool,
+        revoked: Container[str] = frozenset(),
+    ) -> Outcome:
+        """From ``executing`` (a write may have happened): probe, never blind-retry.
+
+        An ECS delete whose effect is not visible is re-issued with its ClientToken only
+        while the approval would still allow the write now — unexpired, not revoked, the
+        precondition (status, protect tags) still true — because when the first call
+        never reached the provider, the re-issue is the one and only write.
+        """
         action = work.action
         try:
             live = self._reader.get_state(action.region, action.resource.type, action.resource.id)
@@ -419,6 +477,17 @@ class Executor:
                 detail=_clip(f"effect verified in live state ({reason})"),
             )
         if may_reissue and action.operation == "delete":
+            blocked = _reissue_blocked(work, live, self.clock(), revoked)
+            if blocked is not None:
+                return self._finish(
+                    work,
+                    State.EXECUTING,
+                    State.IN_DOUBT,
+                    detail=_clip(
+                        f"effect not visible; a write may have happened ({reason}); "
+                        f"not re-issued: {blocked}"
+                    ),
+                )
             # ECS DeleteInstances is idempotent by ClientToken: the provider runs a token
             # once, so re-issuing the same token cannot delete twice.
             name, call = self._plan(work)
@@ -463,7 +532,12 @@ class Executor:
                 return "rds.StopDBInstance", lambda: self._writer.stop_rds(region, rid)
         raise ValueError(f"no write for {a.resource.type} {a.operation}")
 
-    def _call(self, work: Work, plan: tuple[str, Callable[[], WriteResult]]) -> Outcome:
+    def _call(
+        self,
+        work: Work,
+        plan: tuple[str, Callable[[], WriteResult]],
+        revoked: Container[str] = frozenset(),
+    ) -> Outcome:
         name, call = plan
         result: WriteResult | None = None
         refused: DefiniteRefusal | None = None
@@ -497,6 +571,7 @@ class Executor:
             work,
             _clip(f"{name} outcome unknown: {type(unknown).__name__}: {unknown}"),
             may_reissue=True,
+            revoked=revoked,
         )
 
     # -- recording -----------------------------------------------------------------------
@@ -676,6 +751,7 @@ class Executor:
         """Bump the epoch of an expired row and own it, or None if someone else did."""
         now = self.clock()
         with self._engine.begin() as conn:
+            AuditLog.lock(conn)  # before the row lock: a finishing owner takes them so too
             if not ledger.take_over(
                 conn, row, owner=self.worker_id, now=now, lease_expires=now + self.lease_seconds
             ):
@@ -707,6 +783,7 @@ class Executor:
             "happened" if happened else "did_not_happen"
         )
         with self._engine.begin() as conn:
+            AuditLog.lock(conn)
             row = ledger.get(conn, approval_id)
             if row is None:
                 raise ResolutionError(f"no ledger row for {approval_id}")

@@ -1,0 +1,310 @@
+"""An approval must still allow the write at the moment the write is committed to.
+
+From a security review: before these fixes, (1) recovery re-issued an ECS delete whose
+first call never left — making it the one and only write — however late, after the
+approval was revoked, and after the instance was protected; (2) expiry and revocation
+were checked before the live re-read and never again, so a slow re-read let the write
+land after either; (3) recovery continued a consumed row signed by a key revoked since;
+(4) on PostgreSQL, an owner finishing while a rescuer took its row over could deadlock
+(the two took the audit chain lock and the row lock in opposite orders).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from airlock.protocol import KeySet, KeyStatus, RefusalCode, canonical_bytes
+from airlock.store import make_engine, verify_chain
+from services.executor import Executor, Failpoints, State, TrustedKeysFile
+from services.executor import ledger as ledger_ops
+from services.executor.errors import SimulatedCrash
+from services.executor.models import LedgerRow, ledger, revocations
+from services.executor.service import Work
+
+from .conftest import Env
+from .support import (
+    BINDING,
+    LEASE,
+    T0,
+    TTL,
+    FakeClock,
+    InMemoryCloud,
+    approval_signer,
+    make_test_bundle,
+    receipt_signer,
+)
+
+
+def _crash_at(point: str) -> Failpoints:
+    def _raise(p: str) -> None:
+        raise SimulatedCrash(p)
+
+    return Failpoints(frozenset({point}), action=_raise)
+
+
+def _row(env: Env, approval_id: str) -> LedgerRow:
+    with env.engine.connect() as conn:
+        found = conn.execute(sa.select(ledger).where(ledger.c.approval_id == approval_id))
+        return LedgerRow.from_mapping(found.mappings().one())
+
+
+def _record_revocation(env: Env, approval_id: str) -> None:
+    with env.engine.begin() as conn:
+        conn.execute(
+            sa.insert(revocations).values(
+                approval_id=approval_id, feed="test", feed_seq=1, received_at=T0
+            )
+        )
+
+
+def _delete_stuck_in_executing(env: Env, n: int) -> Any:
+    """An ECS delete whose worker died after committing ``executing``, before the call."""
+    b = make_test_bundle(n, tag="reiss", operation="delete", status="Stopped")
+    env.cloud.add("ecs.instance", b.resource_id, "Stopped")
+    crashy = env.another_worker("crashy", failpoints=_crash_at("after_executing_commit"))
+    with pytest.raises(SimulatedCrash):
+        crashy.execute(b.raw)
+    assert env.cloud.calls == []  # the call never left
+    return b
+
+
+@pytest.mark.parametrize("change", ["revoked", "expired", "protected", "none"])
+def test_recovery_reissues_a_delete_only_while_the_approval_still_allows_it(
+    env: Env, change: str
+) -> None:
+    b = _delete_stuck_in_executing(env, 1)
+    revoked: set[str] = set()
+    env.clock.advance(LEASE)
+    if change == "revoked":
+        revoked.add(b.approval_id)
+    elif change == "expired":
+        env.clock.now = T0 + TTL + LEASE
+    elif change == "protected":
+        env.cloud.tag("ecs.instance", b.resource_id, "airlock:protect", "yes")
+
+    [outcome] = env.executor.recover(revoked=revoked)
+
+    if change == "none":
+        assert outcome.state is State.SUCCEEDED
+        assert "re-issued" in outcome.detail
+        assert env.cloud.writes_for(b.resource_id) == 1
+    else:
+        assert outcome.state is State.IN_DOUBT, outcome
+        assert "not re-issued" in outcome.detail, outcome.detail
+        assert env.cloud.writes_for(b.resource_id) == 0
+    assert verify_chain(env.engine).ok
+
+
+class _SlowReader:
+    """Reads live state through ``cloud`` while ``during`` runs (the read takes time)."""
+
+    def __init__(self, cloud: InMemoryCloud, during: Callable[[], None]) -> None:
+        self._cloud = cloud
+        self._during = during
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cloud, name)
+
+    def get_state(self, region: str, resource_type: Any, resource_id: str) -> Any:
+        self._during()
+        return self._cloud.get_state(region, resource_type, resource_id)
+
+
+def _executor_reading_through(env: Env, reader: Any) -> Executor:
+    other = Executor(
+        engine=make_engine(env.url),
+        keys=env.executor.trusted_keys(),
+        binding=BINDING,
+        reader=reader,
+        writer=env.cloud,
+        signer=receipt_signer(),
+        clock=env.clock,
+        worker_id="slow-reader",
+        lease_seconds=LEASE,
+    )
+    env.others.append(other)
+    return other
+
+
+def test_an_approval_that_expires_during_the_live_re_read_is_not_written(env: Env) -> None:
+    b = make_test_bundle(2, tag="reread")
+    env.cloud.add("ecs.instance", b.resource_id, "Running")
+    env.clock.now = T0 + TTL - 5  # valid when verified and consumed
+    slow = _executor_reading_through(env, _SlowReader(env.cloud, lambda: env.clock.advance(9)))
+
+    outcome = slow.execute(b.raw)
+
+    assert (outcome.state, outcome.refusal_code) == (State.REFUSED, RefusalCode.E_EXPIRED)
+    assert env.cloud.writes_for(b.resource_id) == 0
+
+
+@pytest.mark.parametrize("where", ["source", "ledger"])
+def test_an_approval_revoked_during_the_live_re_read_is_not_written(env: Env, where: str) -> None:
+    """``source``: the revoked set the caller passed learns it; ``ledger``: only the
+    ledger's revocation table does — caught by the executing UPDATE itself."""
+    b = make_test_bundle(3, tag=f"rev{where}")
+    env.cloud.add("ecs.instance", b.resource_id, "Running")
+    revoked: set[str] = set()
+
+    def revoke() -> None:
+        if where == "source":
+            revoked.add(b.approval_id)
+        else:
+            _record_revocation(env, b.approval_id)
+
+    slow = _executor_reading_through(env, _SlowReader(env.cloud, revoke))
+    outcome = slow.execute(b.raw, revoked=revoked)
+
+    assert (outcome.state, outcome.refusal_code) == (State.REFUSED, RefusalCode.E_REVOKED)
+    assert env.cloud.writes_for(b.resource_id) == 0
+    assert _row(env, b.approval_id).state == "refused"
+    assert verify_chain(env.engine).ok
+
+
+def test_the_executing_update_itself_refuses_an_expired_approval(env: Env) -> None:
+    b = make_test_bundle(4, tag="updexp", ttl=30)  # expires before the lease does
+    env.cloud.add("ecs.instance", b.resource_id, "Running")
+    crashy = env.another_worker("c", failpoints=_crash_at("after_consume"))
+    with pytest.raises(SimulatedCrash):
+        crashy.execute(b.raw)
+    now = T0 + 30
+    assert _row(env, b.approval_id).lease_expires > now
+    with env.engine.begin() as conn:
+        code = ledger_ops.begin_executing(
+            conn, approval_id=b.approval_id, owner="c", epoch=1, now=now, lease_expires=now + 1
+        )
+    assert code is RefusalCode.E_EXPIRED
+    assert _row(env, b.approval_id).state == "claimed"
+
+
+def _write_keys(path: Path, status: KeyStatus) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(canonical_bytes(KeySet([approval_signer().trusted_key(status)]).to_value()))
+    os.replace(tmp, path)
+
+
+@pytest.mark.parametrize("state", ["claimed", "executing"])
+def test_recovery_does_not_write_a_row_whose_signing_key_was_revoked_since(
+    migrated_url: str, tmp_path: Path, state: str
+) -> None:
+    keys = tmp_path / "trusted-keys.json"
+    _write_keys(keys, KeyStatus.ACTIVE)
+    cloud = InMemoryCloud()
+    clock = FakeClock()
+
+    def worker(name: str, failpoints: Failpoints | None = None) -> Executor:
+        return Executor(
+            engine=make_engine(migrated_url),
+            keys=TrustedKeysFile(keys),
+            binding=BINDING,
+            reader=cloud,
+            writer=cloud,
+            signer=receipt_signer(),
+            clock=clock,
+            worker_id=name,
+            lease_seconds=LEASE,
+            failpoints=failpoints,
+        )
+
+    op, status = ("stop", "Running") if state == "claimed" else ("delete", "Stopped")
+    b = make_test_bundle(5, tag=f"krev{state}", operation=op, status=status)
+    cloud.add("ecs.instance", b.resource_id, status)
+    point = "after_consume" if state == "claimed" else "after_executing_commit"
+    crashy, rescuer = worker("crashy", _crash_at(point)), worker("rescuer")
+    try:
+        with pytest.raises(SimulatedCrash):
+            crashy.execute(b.raw)
+        _write_keys(keys, KeyStatus.REVOKED)  # the operator revokes the compromised key
+        clock.advance(LEASE)
+
+        [outcome] = rescuer.recover()
+    finally:
+        crashy.engine.dispose()
+        rescuer.engine.dispose()
+
+    if state == "claimed":
+        assert (outcome.state, outcome.refusal_code) == (
+            State.REFUSED,
+            RefusalCode.E_KEY_REVOKED,
+        )
+    else:
+        assert outcome.state is State.IN_DOUBT
+        assert "E_KEY_REVOKED" in outcome.detail and "not re-issued" in outcome.detail
+    assert cloud.writes_for(b.resource_id) == 0
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+def test_an_owner_finishing_while_a_rescuer_takes_over_does_not_deadlock(env: Env) -> None:
+    """The interleaving that deadlocked: the rescuer holds the row (its take-over UPDATE
+    done) while the late owner starts recording its outcome. Both now take the chain
+    lock first, so the owner waits for the rescuer and is then fenced."""
+    b = make_test_bundle(6, tag="deadlk")
+    env.cloud.add("ecs.instance", b.resource_id, "Running")
+    slow = env.another_worker("slow", failpoints=_crash_at("after_cloud_call"))
+    with pytest.raises(SimulatedCrash):
+        slow.execute(b.raw)  # the stop landed; the outcome is not recorded
+    env.clock.advance(LEASE)
+    row = _row(env, b.approval_id)
+    rescuer = env.another_worker("rescuer")
+    in_take_over, owner_waiting = threading.Event(), threading.Event()
+    real_audit = rescuer._audit
+
+    def rescuer_audit(conn: Any, now: int, event: dict[str, Any]) -> Any:
+        in_take_over.set()
+        assert owner_waiting.wait(30)
+        return real_audit(conn, now, event)
+
+    rescuer._audit = rescuer_audit  # type: ignore[method-assign]
+    errors: dict[str, BaseException] = {}
+    results: dict[str, Any] = {}
+
+    def run(name: str, fn: Callable[[], Any]) -> None:
+        try:
+            results[name] = fn()
+        except BaseException as exc:
+            errors[name] = exc
+
+    taker = threading.Thread(target=run, args=("take_over", lambda: rescuer.take_over(row)))
+    taker.start()
+    assert in_take_over.wait(30)
+    stale = Work.from_row(row, owner="slow", epoch=1)
+    finisher = threading.Thread(
+        target=run,
+        args=(
+            "finish",
+            lambda: slow._finish(stale, State.EXECUTING, State.SUCCEEDED, request_id="late"),
+        ),
+    )
+    finisher.start()
+    # Bounded poll: PostgreSQL offers no event for "a session now waits on a lock".
+    probe = make_engine(env.url)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with probe.connect() as conn:
+                waiting = conn.execute(
+                    sa.text("SELECT count(*) FROM pg_locks WHERE NOT granted")
+                ).scalar_one()
+            if waiting:
+                break
+            time.sleep(0.01)
+        assert waiting, "the finishing owner never waited for the rescuer"
+    finally:
+        probe.dispose()
+    owner_waiting.set()
+    taker.join(60)
+    finisher.join(60)
+
+    assert "take_over" not in errors, errors
+    assert results["take_over"] is not None  # the rescuer owns the row
+    assert type(errors.get("finish")).__name__ == "Fenced", errors
+    assert _row(env, b.approval_id).state == "executing"
+    assert _row(env, b.approval_id).lease_owner == "rescuer"
