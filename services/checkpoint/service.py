@@ -618,6 +618,8 @@ class Checkpoint:
             ).first()
             if approval is None:
                 raise Refusal(ErrorCode.E_NOT_FOUND, "no such approval", 404)
+            # The approval row is the proposal's only one (UNIQUE proposal_id), so these two
+            # checks bind the receipt to the issued approval and the action it signed.
             row = self._lock(conn, approval.proposal_id)
             if payload["action_hash"] != row.action_hash:
                 raise Refusal(ErrorCode.E_RECEIPT, "receipt names another action hash", 422)
@@ -705,10 +707,21 @@ class Checkpoint:
             or not isinstance(payload.get("action_hash"), str)
             or not isinstance(payload.get("outcome"), str)
             or not isinstance(payload.get("refusal_code"), str | None)
+            or not isinstance(payload.get("executor"), str)
         ):
             raise Refusal(
                 ErrorCode.E_RECEIPT,
-                "receipt payload must be an airlock.receipt/v1 naming approval, hash, outcome",
+                "receipt payload must be an airlock.receipt/v1 naming executor, approval, "
+                "hash, outcome",
+                422,
+            )
+        # A receipt speaks for the executor that signed it: one bound to another audience
+        # (another environment sharing a receipt key) says nothing about our approvals.
+        if payload["executor"] != self.config.audience:
+            raise Refusal(
+                ErrorCode.E_RECEIPT,
+                f"receipt is from executor {payload['executor'][:128]!r}, "
+                f"not this checkpoint's audience {self.config.audience!r}",
                 422,
             )
         return payload, keyid

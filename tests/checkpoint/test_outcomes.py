@@ -13,8 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from airlock.protocol import Envelope, Signature, canonical_bytes, pae
 from services.checkpoint.models import outcomes
+from services.checkpoint.service import RECEIPT_PAYLOAD_TYPE
+from tests.executor.support import RECEIPT_SEED, receipt_signer
 
 from .harness import World, make_world, signed_receipt
 
@@ -107,3 +111,55 @@ def test_verified_receipt_lands_with_its_key_id(world: World) -> None:
     outcome = response.json()["outcome"]
     assert response.json()["state"] == "executed"
     assert outcome["receipt_verified"] is True and outcome["receipt_keyid"].startswith("ed25519:")
+
+
+def test_receipt_from_another_executor_audience_is_refused(world: World) -> None:
+    proposal, approval_id = _approved(world)
+    receipt = signed_receipt(
+        approval_id,
+        proposal["action_hash"],
+        "refused",
+        executor="airlock-executor/staging",
+        refusal_code="E_AUDIENCE",
+    )
+    response = _report(world, receipt)
+    assert response.status_code == 422
+    assert response.json()["error"]["code"] == "E_RECEIPT"
+    assert "airlock-executor/staging" in response.json()["error"]["message"]
+    assert _stored_outcomes(world) == 0
+    revoked = world.client.post(
+        f"/v1/proposals/{proposal['id']}/revoke", json={}, headers=world.auth("bob")
+    )
+    assert revoked.status_code == 200 and revoked.json()["state"] == "revoked"
+
+
+def test_receipt_naming_no_executor_is_refused(world: World) -> None:
+    proposal, approval_id = _approved(world)
+    payload = canonical_bytes(
+        {
+            "type": "airlock.receipt/v1",
+            "approval_id": approval_id,
+            "action_hash": proposal["action_hash"],
+            "outcome": "succeeded",
+            "refusal_code": None,
+        }
+    )
+    key = Ed25519PrivateKey.from_private_bytes(RECEIPT_SEED)  # the trusted receipt key
+    sig = key.sign(pae(RECEIPT_PAYLOAD_TYPE, payload))
+    envelope = Envelope(RECEIPT_PAYLOAD_TYPE, payload, (Signature(receipt_signer().keyid, sig),))
+    response = _report(world, envelope.to_value())
+    assert response.status_code == 422
+    assert response.json()["error"]["code"] == "E_RECEIPT"
+    assert "executor" in response.json()["error"]["message"]
+    assert _stored_outcomes(world) == 0
+
+
+def test_receipt_for_one_approval_naming_another_action_is_refused(world: World) -> None:
+    first, first_approval = _approved(world)
+    second, _ = _approved(world, proposal_id="prop_test0000002", resource_id="i-t4n0other00")
+    response = _report(world, signed_receipt(first_approval, second["action_hash"], "succeeded"))
+    assert response.status_code == 422
+    assert response.json()["error"]["code"] == "E_RECEIPT"
+    unknown = _report(world, signed_receipt("apv_unknown00000", first["action_hash"], "failed"))
+    assert unknown.status_code == 404
+    assert _stored_outcomes(world) == 0
