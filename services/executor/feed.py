@@ -307,9 +307,11 @@ class CheckpointFeedSource:
             kind, approval_id = item.get("kind"), item.get("approval_id")
             if kind == "revocation" and isinstance(approval_id, str) and approval_id:
                 revoked.append(_Revocation(seq, approval_id))
-            elif kind == "approval" and isinstance(item.get("bundle"), dict):
+            elif kind == "approval" and "bundle" in item:
                 # The bundle goes to the verifier as bytes; JCS keeps the exact base64
-                # strings of action and payload, which is all the signature covers.
+                # strings of action and payload, which is all the signature covers. A
+                # bundle that is not even an object goes too: the verifier refuses it
+                # and the refusal is recorded, rather than skipped with a log line.
                 approvals.append((seq, canonical_bytes(item["bundle"])))
             else:
                 # Unknown kinds are recorded nowhere and skipped: the feed is not
@@ -395,6 +397,10 @@ def pending_receipts(conn: Connection, limit: int) -> list[PendingReceipt]:
     ]
 
 
+#: 4xx answers that say "not now" rather than "never": timeout, too early, rate limit.
+_TRANSIENT_4XX: Final = frozenset({408, 425, 429})
+
+
 class OutboxReporter:
     """Delivers receipts to ``POST /v1/outcomes`` until each is accepted or refused."""
 
@@ -477,7 +483,7 @@ class OutboxReporter:
             self._fp.hit("after_outcome_post")
             self._record(item, "delivered", status, None, "")
             _log.info("%s receipt of %s delivered", item.kind, item.approval_id)
-        elif status == 429 or status >= 500 or status < 400:
+        elif status in _TRANSIENT_4XX or status >= 500 or status < 400:
             raise _Transient(f"HTTP {status} {_error_code(response)}")
         else:
             # The checkpoint will never take this receipt (unknown approval, a different

@@ -362,3 +362,38 @@ def test_the_daemon_loop_finishes_the_item_in_hand_and_stops_before_the_next(
     assert sorted(p.name for p in inbox.glob("*.json")) == ["1.json"]  # not acknowledged
     assert env.cloud.writes_for(bundles[1].resource_id) == 0
     assert beat.exists()
+
+
+@pytest.mark.parametrize("status", [408, 425, 429])
+def test_a_not_now_4xx_is_retried_not_recorded_as_refused_for_good(rig: Rig, status: int) -> None:
+    b = make_test_bundle(1, tag=f"fnn{status}")
+    rig.env.cloud.add("ecs.instance", b.resource_id, "Running")
+    rig.executor.execute(b.raw)
+    rig.fake.outcome_status = [status]
+    assert rig.reporter.flush() == 0
+    assert rig.rows(deliveries) == []  # not given up on
+    rig.mono[0] += 10
+    assert rig.reporter.flush() == 1
+    [row] = rig.rows(deliveries)
+    assert (row.status, row.http_status) == ("delivered", 200)
+
+
+@pytest.mark.parametrize("bundle", [None, "not a bundle", [1, 2], 7])
+def test_an_approval_item_whose_bundle_is_not_an_object_is_refused_and_recorded(
+    rig: Rig, bundle: Any
+) -> None:
+    rig.fake.pages = [
+        {
+            "items": [{"seq": 1, "kind": "approval", "approval_id": "apv_x", "bundle": bundle}],
+            "cursor": 1,
+        }
+    ]
+    [delivery] = rig.source.receive(wait_s=0)
+    outcome = rig.executor.execute(delivery.raw)
+    rig.source.ack(delivery)
+    assert outcome.state is None
+    assert outcome.refusal_code in (RefusalCode.E_PARSE, RefusalCode.E_ENVELOPE)
+    [row] = rig.rows(refusals)
+    assert row.code == outcome.refusal_code.value
+    assert rig.cursor() == 1
+    assert rig.env.cloud.writes == []
