@@ -170,6 +170,9 @@ outcomes = sa.Table(
     sa.Column("receipt_verified", sa.Boolean, nullable=False),
     sa.Column("receipt_keyid", sa.String(64), nullable=True),
     sa.Column("late", sa.Boolean, nullable=False),  # landed after the proposal lapsed
+    # A late in_doubt outcome while another open proposal held the same target: the id of
+    # that proposal. This proposal then kept its closed state (see Checkpoint._land_state).
+    sa.Column("target_held_by", sa.String(96), nullable=True),
     sa.Column("reported_at", sa.BigInteger, nullable=False),
     sa.Column("resolution", sa.String(16), nullable=True),  # happened | did_not_happen
     sa.Column("resolved_by", sa.String(64), nullable=True),

@@ -171,6 +171,10 @@ class OutcomeOut(_Out):
     receipt_keyid: str | None
     receipt: dict[str, Any]
     late: bool
+    #: Set when a late ``in_doubt`` outcome landed while this other (approved or in_doubt)
+    #: proposal held the same target: this proposal then keeps its closed state, and the
+    #: in_doubt still needs a person (``resolve``) or the executor's resolution.
+    target_held_by: str | None
     reported_at: int
     resolution: str | None
     resolved_by: str | None

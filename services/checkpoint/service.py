@@ -50,6 +50,7 @@ from .auth import Principal
 from .errors import ConfigError, ErrorCode, Refusal
 from .keys import KeyRing
 from .models import (
+    OPEN_STATES,
     approvals,
     feed_events,
     feed_head,
@@ -85,6 +86,8 @@ _OUTCOME_STATE: Final = {
     "refused": "refused",
     "in_doubt": "in_doubt",
 }
+#: Closed states an outcome may still land on (DESIGN §2.6: the ledger is the truth).
+_LATE_STATES: Final = ("lapsed", "revoked", "withdrawn")
 _APPROVER_ROLES: Final = frozenset({"approver", "admin"})
 _READER_ROLES: Final = frozenset({"viewer", "approver", "admin", "agent"})
 _MAX_PAGE: Final = 200
@@ -525,7 +528,17 @@ class Checkpoint:
         now = self.now()
         with self.engine.begin() as conn:
             row = self._lock(conn, proposal_id)
-            if row.state != "in_doubt":
+            # Also an unresolved in_doubt that landed while another proposal held the
+            # target (the proposal kept its closed state; see _land_state).
+            held = conn.execute(
+                sa.select(outcomes.c.approval_id).where(
+                    outcomes.c.proposal_id == proposal_id,
+                    outcomes.c.outcome == "in_doubt",
+                    outcomes.c.resolution.is_(None),
+                    outcomes.c.target_held_by.is_not(None),
+                )
+            ).first()
+            if row.state != "in_doubt" and held is None:
                 raise Refusal(ErrorCode.E_STATE, f"the proposal is {row.state}, not in_doubt", 409)
             conn.execute(
                 outcomes.update()
@@ -538,7 +551,7 @@ class Checkpoint:
                 )
             )
             target = "executed" if decision == "happened" else "failed"
-            self._set_state(conn, proposal_id, "in_doubt", target, now)
+            self._set_state(conn, proposal_id, row.state, target, now)
             self._audit(
                 conn,
                 now,
@@ -636,9 +649,17 @@ class Checkpoint:
             if previous is not None:
                 if previous.receipt == receipt_text:
                     return self._view(conn, row)  # the executor retried: same answer
-                if previous.outcome != "in_doubt" or row.state != "in_doubt":
+                # Only the executor's resolution of an unresolved in_doubt replaces an
+                # outcome; the proposal is in_doubt, or kept closed because the target
+                # was held when the in_doubt landed (see _land_state).
+                if (
+                    previous.outcome != "in_doubt"
+                    or previous.resolution is not None
+                    or (row.state != "in_doubt" and previous.target_held_by is None)
+                ):
                     raise Refusal(ErrorCode.E_STATE, "an outcome is already recorded", 409)
-            late = row.state in ("lapsed", "revoked", "withdrawn")
+            late = row.state in _LATE_STATES
+            state, held_by = self._land_state(conn, row, target, approval_id, now)
             values = {
                 "outcome": outcome,
                 "refusal_code": payload.get("refusal_code"),
@@ -646,6 +667,7 @@ class Checkpoint:
                 "receipt_verified": True,  # _check_receipt refuses anything else
                 "receipt_keyid": keyid,
                 "reported_at": now,
+                "target_held_by": held_by,
             }
             if previous is not None:
                 # The executor resolved its own in_doubt row: the newer receipt replaces
@@ -659,11 +681,6 @@ class Checkpoint:
                         approval_id=approval_id, proposal_id=row.id, late=late, **values
                     )
                 )
-            conn.execute(
-                proposals.update()
-                .where(proposals.c.id == row.id)
-                .values(state=target, updated_at=now)
-            )
             self._audit(
                 conn,
                 now,
@@ -675,11 +692,83 @@ class Checkpoint:
                 receipt_verified=True,
                 late=late,
                 from_state=row.state,
-                state=target,
+                state=state,
+                target_held_by=held_by,
             )
             return self._view(
                 conn, conn.execute(sa.select(proposals).where(proposals.c.id == row.id)).one()
             )
+
+    def _land_state(
+        self, conn: Connection, row: Row[Any], target: str, approval_id: str, now: int
+    ) -> tuple[str, str | None]:
+        """Move the proposal to the outcome's state; return ``(state, target_held_by)``.
+
+        An outcome always lands (DESIGN §2.6: the executor's ledger is the truth), but
+        ``in_doubt`` is an open state: a late in_doubt on a lapsed, revoked or withdrawn
+        proposal takes its (account, resource, operation) slot again, which a newer
+        proposal may hold by now. The rule, in one transaction with the outcome row:
+
+        (1) nobody else holds the slot: the proposal becomes in_doubt and holds it until
+            a person or the executor resolves it (nobody may propose the same write);
+        (2) a newer *pending* proposal holds it: nothing was signed for that one yet, so
+            it is withdrawn (audited, with the reason) and this proposal becomes in_doubt;
+        (3) a newer *approved* or in_doubt proposal holds it: its approval is a human
+            decision, never touched here. This proposal keeps its closed state, and the
+            outcome row, its audit event and the API name the holder
+            (``target_held_by``); the in_doubt still needs resolving.
+        """
+        if target not in OPEN_STATES or row.state in OPEN_STATES:
+            self._move(conn, row.id, target, now)  # no slot changes hands
+            return target, None
+        holder = self._slot_holder(conn, row)
+        if holder is not None and holder.state == "pending":
+            self._set_state(conn, holder.id, "pending", "withdrawn", now)
+            self._audit(
+                conn,
+                now,
+                "checkpoint.proposal.withdrawn",
+                proposal_id=holder.id,
+                by="checkpoint",
+                reason="in_doubt",
+                note=f"a late in_doubt outcome of {row.id} (approval {approval_id}) means "
+                "the same write may have happened; resolve it before proposing again",
+            )
+            holder = None
+        if holder is None:
+            try:
+                with conn.begin_nested():
+                    self._move(conn, row.id, target, now)
+                return target, None
+            except IntegrityError:
+                # A proposal for the target was submitted concurrently (PostgreSQL; SQLite
+                # writers are serialized): it holds the slot now, so rule (3) applies.
+                holder = self._slot_holder(conn, row)
+                if holder is None:  # fail closed: the index refused for another reason
+                    raise
+        self._move(conn, row.id, row.state, now)
+        return row.state, str(holder.id)
+
+    def _slot_holder(self, conn: Connection, row: Row[Any]) -> Row[Any] | None:
+        return conn.execute(
+            sa.select(proposals)
+            .where(
+                proposals.c.account == row.account,
+                proposals.c.resource_type == row.resource_type,
+                proposals.c.resource_id == row.resource_id,
+                proposals.c.operation == row.operation,
+                proposals.c.state.in_(OPEN_STATES),
+                proposals.c.id != row.id,
+            )
+            .with_for_update()
+        ).first()
+
+    def _move(self, conn: Connection, proposal_id: str, state: str, now: int) -> None:
+        conn.execute(
+            proposals.update()
+            .where(proposals.c.id == proposal_id)
+            .values(state=state, updated_at=now)
+        )
 
     def _check_receipt(self, receipt: Mapping[str, Any], now: int) -> tuple[dict[str, Any], str]:
         """The verified receipt payload and the key id that signed it, or refuse."""
@@ -921,6 +1010,7 @@ class Checkpoint:
                 receipt_keyid=outcome.receipt_keyid,
                 receipt=json.loads(outcome.receipt),
                 late=outcome.late,
+                target_held_by=outcome.target_held_by,
                 reported_at=outcome.reported_at,
                 resolution=outcome.resolution,
                 resolved_by=outcome.resolved_by,

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy as sa
 from argon2 import PasswordHasher, Type
 from fastapi import FastAPI
 
@@ -151,3 +152,11 @@ def signed_receipt(
     )
     value: dict[str, Any] = (signer or receipt_signer()).sign(receipt).to_value()
     return value
+
+
+def audit_events(world: World, kind: str) -> list[dict[str, Any]]:
+    """The checkpoint audit chain's events of one type, oldest first."""
+    with world.checkpoint.engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT event FROM audit_log ORDER BY seq")).scalars()
+        events = [json.loads(e) for e in rows]
+    return [e for e in events if e.get("type") == kind]

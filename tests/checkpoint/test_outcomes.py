@@ -17,10 +17,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from airlock.protocol import Envelope, Signature, canonical_bytes, pae
 from services.checkpoint.models import outcomes
-from services.checkpoint.service import RECEIPT_PAYLOAD_TYPE
+from services.checkpoint.service import RECEIPT_PAYLOAD_TYPE, Checkpoint
 from tests.executor.support import RECEIPT_SEED, receipt_signer
 
-from .harness import World, make_world, signed_receipt
+from .harness import START, World, audit_events, make_world, signed_receipt
 
 
 @pytest.fixture
@@ -163,3 +163,126 @@ def test_receipt_for_one_approval_naming_another_action_is_refused(world: World)
     unknown = _report(world, signed_receipt("apv_unknown00000", first["action_hash"], "failed"))
     assert unknown.status_code == 404
     assert _stored_outcomes(world) == 0
+
+
+# -- a late in_doubt outcome when the target was proposed again -------------------------
+
+
+def _close(world: World, proposal_id: str, how: str) -> None:
+    if how == "revoked":
+        r = world.client.post(
+            f"/v1/proposals/{proposal_id}/revoke", json={}, headers=world.auth("bob")
+        )
+    elif how == "withdrawn":
+        r = world.client.post(
+            f"/v1/proposals/{proposal_id}/withdraw", json={}, headers=world.auth("agent")
+        )
+    else:
+        world.clock.advance(901)
+        world.checkpoint.sweep()
+        r = world.client.get(f"/v1/proposals/{proposal_id}", headers=world.auth("bob"))
+    assert r.status_code == 200 and r.json()["state"] == how, r.text
+
+
+def _show(world: World, proposal_id: str) -> dict[str, Any]:
+    body: dict[str, Any] = world.client.get(
+        f"/v1/proposals/{proposal_id}", headers=world.auth("bob")
+    ).json()
+    return body
+
+
+@pytest.mark.parametrize("how", ["revoked", "lapsed", "withdrawn"])
+def test_late_in_doubt_lands_and_withdraws_the_newer_pending_proposal(
+    world: World, how: str
+) -> None:
+    old, approval_id = _approved(world)
+    _close(world, old["id"], how)
+    newer = world.submit(proposal_id="prop_test0000002")
+    assert newer.status_code == 201 and newer.json()["state"] == "pending"
+
+    response = _report(world, signed_receipt(approval_id, old["action_hash"], "in_doubt"))
+
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["state"] == "in_doubt"
+    assert body["outcome"]["outcome"] == "in_doubt" and body["outcome"]["late"] is True
+    assert body["outcome"]["target_held_by"] is None
+    assert _show(world, "prop_test0000002")["state"] == "withdrawn"
+    withdrawn = audit_events(world, "checkpoint.proposal.withdrawn")[-1]
+    assert (withdrawn["proposal_id"], withdrawn["by"], withdrawn["reason"]) == (
+        "prop_test0000002",
+        "checkpoint",
+        "in_doubt",
+    )
+    assert old["id"] in withdrawn["note"]
+    reported = audit_events(world, "checkpoint.outcome.reported")[-1]
+    assert reported["state"] == "in_doubt" and reported["from_state"] == how
+    # the in_doubt proposal holds the target until someone resolves it
+    again = world.submit(proposal_id="prop_test0000003")
+    assert again.status_code == 409 and again.json()["error"]["code"] == "E_DUPLICATE_OPEN"
+
+
+@pytest.mark.parametrize("resolved_by", ["a person", "the executor"])
+def test_late_in_doubt_never_touches_a_newer_approved_proposal(
+    world: World, resolved_by: str
+) -> None:
+    old, approval_id = _approved(world)
+    _close(world, old["id"], "revoked")
+    newer, newer_approval = _approved(world, proposal_id="prop_test0000002")
+
+    response = _report(world, signed_receipt(approval_id, old["action_hash"], "in_doubt"))
+
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["state"] == "revoked"  # kept out of the open target index
+    assert body["outcome"]["outcome"] == "in_doubt"
+    assert body["outcome"]["target_held_by"] == newer["id"]
+    reported = audit_events(world, "checkpoint.outcome.reported")[-1]
+    assert reported["target_held_by"] == newer["id"] and reported["state"] == "revoked"
+    shown = _show(world, newer["id"])
+    assert shown["state"] == "approved"
+    assert shown["approval"]["approval_id"] == newer_approval
+    assert shown["approval"]["revoked_at"] is None
+
+    # the in_doubt is still resolvable, and its resolution lands
+    if resolved_by == "a person":
+        done = world.client.post(
+            f"/v1/proposals/{old['id']}/resolve",
+            json={"decision": "happened", "note": "console shows it stopped"},
+            headers=world.auth("admin"),
+        )
+    else:
+        resolution = {"decision": "happened", "by": "ops", "at": START, "note": "checked"}
+        done = _report(
+            world,
+            signed_receipt(
+                approval_id, old["action_hash"], "resolved", resolution=resolution, at=START + 1
+            ),
+        )
+    assert done.status_code == 200, done.text
+    assert done.json()["state"] == "executed"
+    assert _show(world, newer["id"])["state"] == "approved"
+
+
+def test_target_taken_between_the_check_and_the_update_still_lands(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A proposal submitted concurrently (after the holder lookup) trips the open-target
+    index inside the outcome's transaction: the outcome still lands, by rule (3)."""
+    old, approval_id = _approved(world)
+    _close(world, old["id"], "revoked")
+    newer, _ = _approved(world, proposal_id="prop_test0000002")
+    real = Checkpoint._slot_holder
+    calls: list[str] = []
+
+    def blind_once(self: Checkpoint, conn: Any, row: Any) -> Any:
+        calls.append(row.id)
+        return None if len(calls) == 1 else real(self, conn, row)
+
+    monkeypatch.setattr(Checkpoint, "_slot_holder", blind_once)
+    response = _report(world, signed_receipt(approval_id, old["action_hash"], "in_doubt"))
+    assert response.status_code == 200, response.text
+    assert len(calls) == 2
+    assert response.json()["state"] == "revoked"
+    assert response.json()["outcome"]["target_held_by"] == newer["id"]
+    assert _show(world, newer["id"])["state"] == "approved"
