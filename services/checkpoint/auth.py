@@ -3,8 +3,8 @@
 A token is 32 random bytes (URL-safe base64) handed out once; the database keeps only
 its SHA-256, so a copy of the database authenticates nobody. Sessions expire and can be
 revoked (logout). After ``lockout_threshold`` failed logins in a row an account is
-locked for ``lockout_seconds``; the counter moves with one conditional UPDATE, never
-read-then-write.
+locked for ``lockout_seconds``; each attempt is counted by one conditional UPDATE before
+its password is verified, never read-then-write (see :meth:`Accounts.login`).
 
 Nothing here logs or stores a password or a token; audit events name the user only.
 """
@@ -173,61 +173,88 @@ class Accounts:
     # -- sign-in ------------------------------------------------------------------
 
     def login(self, username: str, password: str) -> tuple[str, int, str]:
-        """Return ``(token, expires_at, role)`` or refuse (E_UNAUTHENTICATED / E_LOCKED)."""
+        """Return ``(token, expires_at, role)`` or refuse (E_UNAUTHENTICATED / E_LOCKED).
+
+        Claim, then act (STYLE §6): (1) one conditional UPDATE counts the attempt as a
+        failure *before* the slow argon2 verify, and only while the account is neither
+        locked nor has ``lockout_threshold`` unproven attempts already, so concurrent
+        guesses can never verify more than the threshold per lockout window; (2) verify;
+        (3) a right password clears the count only while the account is still unlocked.
+        A guess that was verified after another one locked the account is answered as a
+        wrong password, right or not: the answer never tells which.
+        """
         now = self._now()
-        with self._engine.connect() as conn:
+        unlocked = sa.or_(users.c.locked_until.is_(None), users.c.locked_until <= now)
+        with self._engine.begin() as conn:
+            # (1) claim one attempt
+            claimed = conn.execute(
+                users.update()
+                .where(
+                    users.c.username == username,
+                    unlocked,
+                    users.c.failed_logins < self._threshold,
+                )
+                .values(failed_logins=users.c.failed_logins + 1)
+            ).rowcount
             row = conn.execute(sa.select(users).where(users.c.username == username)).first()
+            if row is not None and not claimed:
+                # Locked, or the threshold's worth of attempts is in flight or was never
+                # settled (a crash mid-verify): lock now, so the count cannot stay stuck.
+                self._lock_if_saturated(conn, username, now, unlocked)
         if row is None:
             self._verify(self._dummy, password)
             raise Refusal(ErrorCode.E_UNAUTHENTICATED, "wrong username or password", 401)
-        if row.locked_until is not None and row.locked_until > now:
+        if not claimed:
             raise Refusal(ErrorCode.E_LOCKED, "too many failed logins; try again later", 423)
-        ok = self._verify(row.password_hash, password)
-        if not ok or row.disabled:
-            # Committed before refusing: a rolled-back counter would never lock anyone.
-            with self._engine.begin() as conn:
-                self._count_failure(conn, username, now)
-            raise Refusal(ErrorCode.E_UNAUTHENTICATED, "wrong username or password", 401)
+        # (2) verify, outside any transaction (it takes ~100 ms by design)
+        ok = self._verify(row.password_hash, password) and not row.disabled
         with self._engine.begin() as conn:
-            # A lock taken by a concurrent failure between our read and now still holds.
-            locked = conn.execute(
-                sa.select(users.c.locked_until).where(users.c.username == username)
-            ).scalar_one()
-            if locked is not None and locked > now:
-                raise Refusal(ErrorCode.E_LOCKED, "too many failed logins; try again later", 423)
-            conn.execute(
-                users.update()
-                .where(users.c.username == username)
-                .values(failed_logins=0, locked_until=None)
-            )
-            token = _new_token("als_")
-            expires = now + self._session_ttl
-            conn.execute(
-                sessions.insert().values(
-                    token_hash=hash_token(token),
-                    username=username,
-                    created_at=now,
-                    expires_at=expires,
+            if ok:
+                # (3) the attempt proved right: clear the count, unless the account was
+                # locked meanwhile by other attempts; then answer as for a wrong password.
+                ok = bool(
+                    conn.execute(
+                        users.update()
+                        .where(users.c.username == username, unlocked)
+                        .values(failed_logins=0)
+                    ).rowcount
                 )
-            )
-            _audit(conn, now, {"type": "checkpoint.session.created", "user": username})
+            if not ok:
+                # The failure stays counted (from the claim); it may complete the lock.
+                if not self._lock_if_saturated(conn, username, now, unlocked):
+                    _audit(conn, now, {"type": "checkpoint.login.failed", "user": username})
+            else:
+                token = _new_token("als_")
+                expires = now + self._session_ttl
+                conn.execute(
+                    sessions.insert().values(
+                        token_hash=hash_token(token),
+                        username=username,
+                        created_at=now,
+                        expires_at=expires,
+                    )
+                )
+                _audit(conn, now, {"type": "checkpoint.session.created", "user": username})
+        # Refused only after the commit: a rolled-back count would never lock anyone.
+        if not ok:
+            raise Refusal(ErrorCode.E_UNAUTHENTICATED, "wrong username or password", 401)
         return token, expires, str(row.role)
 
-    def _count_failure(self, conn: Connection, username: str, now: int) -> None:
-        conn.execute(
-            users.update()
-            .where(users.c.username == username)
-            .values(failed_logins=users.c.failed_logins + 1)
-        )
+    def _lock_if_saturated(
+        self, conn: Connection, username: str, now: int, unlocked: sa.ColumnElement[bool]
+    ) -> bool:
         locked = conn.execute(
             users.update()
-            .where(users.c.username == username, users.c.failed_logins >= self._threshold)
+            .where(
+                users.c.username == username,
+                unlocked,
+                users.c.failed_logins >= self._threshold,
+            )
             .values(failed_logins=0, locked_until=now + self._lockout)
         ).rowcount
         if locked:
             _audit(conn, now, {"type": "checkpoint.user.locked", "user": username})
-        else:
-            _audit(conn, now, {"type": "checkpoint.login.failed", "user": username})
+        return bool(locked)
 
     def _verify(self, encoded: str, password: str) -> bool:
         try:
