@@ -165,3 +165,40 @@ def tokens_create_command(
     except Refusal as exc:
         raise _refused(exc) from None
     typer.echo(token)
+
+
+@tokens_app.command("revoke")
+def tokens_revoke_command(name: str) -> None:
+    """Revoke a service token: it is refused from the next request on (audited)."""
+    from services.checkpoint.errors import Refusal
+
+    try:
+        _accounts().revoke_service_token(name)
+    except Refusal as exc:
+        raise _refused(exc) from None
+    typer.echo(f"revoked {name}")
+
+
+@tokens_app.command("list")
+def tokens_list_command(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """List service tokens: name, role, created, revoked (never the token itself)."""
+    import json
+
+    tokens = _accounts().list_service_tokens()
+    if as_json:
+        typer.echo(json.dumps(tokens, indent=2))
+        return
+    typer.echo(f"{'NAME':24} {'ROLE':9} {'CREATED':20} REVOKED")
+    for token in tokens:
+        revoked = _when(token["revoked_at"]) if token["revoked_at"] is not None else "-"
+        typer.echo(
+            f"{token['name']:24} {token['role']:9} {_when(token['created_at']):20} {revoked}"
+        )
+
+
+def _when(unix: int) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -170,6 +170,37 @@ class Accounts:
             _audit(conn, now, {"type": "checkpoint.token.created", "name": name, "role": role})
         return token
 
+    def revoke_service_token(self, name: str) -> None:
+        """Revoke a service token by name; it authenticates nobody from the next request."""
+        now = self._now()
+        with self._engine.begin() as conn:
+            done = conn.execute(
+                service_tokens.update()
+                .where(service_tokens.c.name == name, service_tokens.c.revoked_at.is_(None))
+                .values(revoked_at=now)
+            ).rowcount
+            if not done:
+                exists = conn.execute(
+                    sa.select(service_tokens.c.name).where(service_tokens.c.name == name)
+                ).first()
+                if exists is None:
+                    raise Refusal(ErrorCode.E_NOT_FOUND, f"no service token named {name}", 404)
+                raise Refusal(ErrorCode.E_STATE, f"the token {name} is already revoked", 409)
+            _audit(conn, now, {"type": "checkpoint.token.revoked", "name": name})
+
+    def list_service_tokens(self) -> list[dict[str, Any]]:
+        """Name, role, created_at and revoked_at of every service token (never the token)."""
+        with self._engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(
+                    service_tokens.c.name,
+                    service_tokens.c.role,
+                    service_tokens.c.created_at,
+                    service_tokens.c.revoked_at,
+                ).order_by(service_tokens.c.name)
+            ).all()
+        return [dict(row._mapping) for row in rows]
+
     # -- sign-in ------------------------------------------------------------------
 
     def login(self, username: str, password: str) -> tuple[str, int, str]:

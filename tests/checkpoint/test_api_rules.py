@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from airlock.store import verify_chain
+import pytest
 
-from .harness import SESSION_TTL, World
+from airlock.store import verify_chain
+from services.checkpoint.errors import Refusal
+
+from .harness import SESSION_TTL, World, audit_events
 
 
 def _pending(world: World, **kwargs: Any) -> dict[str, Any]:
@@ -386,3 +389,29 @@ def test_feed_signal_wait_returns_at_once_when_already_moved() -> None:
     signal = FeedSignal()
     signal.bump()
     asyncio.run(asyncio.wait_for(signal.wait(0, 600), timeout=30))
+
+
+def test_revoked_service_token_is_refused_at_once(world: World) -> None:
+    assert world.client.get("/v1/feed", headers=world.auth("executor")).status_code == 200
+    world.accounts.revoke_service_token("executor-1")
+    refused = world.client.get("/v1/feed", headers=world.auth("executor"))
+    assert refused.status_code == 401
+    assert refused.json()["error"]["code"] == "E_UNAUTHENTICATED"
+    assert world.submit().status_code == 201  # the other token is untouched
+    revoked = audit_events(world, "checkpoint.token.revoked")
+    assert [e["name"] for e in revoked] == ["executor-1"]
+    listed = {t["name"]: t for t in world.accounts.list_service_tokens()}
+    assert listed["executor-1"]["revoked_at"] == world.clock()
+    assert listed["scanner-1"]["revoked_at"] is None
+    assert set(listed["scanner-1"]) == {"name", "role", "created_at", "revoked_at"}
+
+
+def test_revoking_an_unknown_or_revoked_token_is_refused_clearly(sqlite_world: World) -> None:
+    world = sqlite_world
+    with pytest.raises(Refusal, match="no service token named ghost") as unknown:
+        world.accounts.revoke_service_token("ghost")
+    assert unknown.value.code == "E_NOT_FOUND"
+    world.accounts.revoke_service_token("scanner-1")
+    with pytest.raises(Refusal, match="already revoked") as again:
+        world.accounts.revoke_service_token("scanner-1")
+    assert again.value.code == "E_STATE"

@@ -159,3 +159,25 @@ def test_cli_keys_users_and_tokens(tmp_path: Path) -> None:
     assert "dora" in users and "approver" in users
     assert _airlock(tmp_path, "users", "disable", "dora").exit_code == 0
     assert "disabled" in _airlock(tmp_path, "users", "list").stdout
+
+
+def test_cli_tokens_list_and_revoke(tmp_path: Path) -> None:
+    token = _airlock(tmp_path, "tokens", "create", "scanner", "--role", "agent").stdout.strip()
+    assert _airlock(tmp_path, "tokens", "create", "exec", "--role", "executor").exit_code == 0
+    listed = _airlock(tmp_path, "tokens", "list")
+    assert listed.exit_code == 0
+    rows = {line.split()[0]: line.split() for line in listed.stdout.splitlines()[1:]}
+    assert rows["scanner"][1] == "agent" and rows["scanner"][3] == "-"
+    assert token not in listed.stdout and "alt_" not in listed.stdout
+
+    revoked = _airlock(tmp_path, "tokens", "revoke", "scanner")
+    assert revoked.exit_code == 0 and "revoked scanner" in revoked.stdout
+    shown = json.loads(_airlock(tmp_path, "tokens", "list", "--json").stdout)
+    by_name = {t["name"]: t for t in shown}
+    assert by_name["scanner"]["revoked_at"] is not None and by_name["exec"]["revoked_at"] is None
+    assert token not in json.dumps(shown)
+
+    again = _airlock(tmp_path, "tokens", "revoke", "scanner")
+    assert again.exit_code == 1 and "already revoked" in again.stderr
+    unknown = _airlock(tmp_path, "tokens", "revoke", "ghost")
+    assert unknown.exit_code == 1 and "no service token named ghost" in unknown.stderr
