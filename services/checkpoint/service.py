@@ -502,6 +502,14 @@ class Checkpoint:
         revoked = False
         with self.engine.begin() as conn:
             row = self._lock(conn, proposal_id)
+            # Only the agent that submitted it: another agent token must not be able to
+            # cancel (and so revoke the approval of) a proposal that is not its own.
+            if row.submitted_by != principal.name:
+                raise Refusal(
+                    ErrorCode.E_FORBIDDEN,
+                    "only the agent that submitted a proposal may withdraw it",
+                    403,
+                )
             if row.state not in ("pending", "approved"):
                 raise Refusal(ErrorCode.E_STATE, f"a {row.state} proposal cannot be withdrawn", 409)
             if row.state == "approved":

@@ -223,6 +223,32 @@ def test_agent_withdraws_a_pending_proposal(sqlite_world: World) -> None:
     assert (late.status_code, _code(late)) == (409, "E_STATE")
 
 
+@pytest.mark.parametrize("state", ["pending", "approved"])
+def test_another_agent_cannot_withdraw_a_proposal_it_did_not_submit(
+    world: World, state: str
+) -> None:
+    other = world.accounts.create_service_token("other-agent", "agent")
+    p = _pending(world)
+    if state == "approved":
+        assert world.approve("alice", p["id"], p["action_hash"]).json()["state"] == "approved"
+    r = world.client.post(
+        f"/v1/proposals/{p['id']}/withdraw",
+        json={"note": "x"},
+        headers={"Authorization": f"Bearer {other}"},
+    )
+    assert (r.status_code, _code(r)) == (403, "E_FORBIDDEN")
+    shown = world.client.get(f"/v1/proposals/{p['id']}", headers=world.auth("bob")).json()
+    assert shown["state"] == state
+    assert shown["approval"] is None or shown["approval"]["revoked_at"] is None
+    refused = audit_events(world, "checkpoint.refused")
+    assert [(e["by"], e["code"]) for e in refused] == [("other-agent", "E_FORBIDDEN")]
+    # the agent that submitted it still can
+    own = world.client.post(
+        f"/v1/proposals/{p['id']}/withdraw", json={"note": "x"}, headers=world.auth("agent")
+    )
+    assert own.status_code == 200 and own.json()["state"] == "withdrawn"
+
+
 def test_pending_proposal_expires_after_the_approval_window(world: World) -> None:
     p = _pending(world)
     world.clock.advance(24 * 3600)
