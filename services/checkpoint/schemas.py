@@ -136,6 +136,9 @@ class VoteOut(_Out):
     voter: str
     at: int
     note: str
+    #: Whether the vote counts toward quorum now: false once the voter was disabled or
+    #: lost the approver role (the vote stays on record).
+    counts: bool
 
 
 class PolicyOut(_Out):

@@ -58,6 +58,7 @@ from .models import (
     proposals,
     rejections,
     signing_keys,
+    users,
     votes,
 )
 from .policy import Decision, Policy, action_tags
@@ -318,9 +319,7 @@ class Checkpoint:
                 note=note,
             )
             # (5) quorum reached → state change, envelope and audit event, together
-            count = conn.execute(
-                sa.select(sa.func.count()).where(votes.c.proposal_id == proposal_id)
-            ).scalar_one()
+            count = len(self._counted_votes(conn, proposal_id))
             if count >= row.quorum:
                 self._issue(conn, proposal_id, now)
                 issued = True
@@ -341,12 +340,8 @@ class Checkpoint:
         row = conn.execute(sa.select(proposals).where(proposals.c.id == proposal_id)).one()
         if row.state != "pending":
             raise Refusal(ErrorCode.E_STATE, f"proposal is {row.state}", 409)
-        voters = conn.execute(
-            sa.select(votes.c.voter, votes.c.at)
-            .where(votes.c.proposal_id == proposal_id)
-            .order_by(votes.c.at, votes.c.id)
-        ).all()
-        approvers = [{"id": v.voter, "at": v.at} for v in voters]
+        voters = self._counted_votes(conn, proposal_id)
+        approvers = [{"id": voter, "at": at} for voter, at in voters]
         if row.effect == "auto":
             approvers = [{"id": f"policy:{row.rule}"[:128], "at": now}]
         if len(approvers) < row.quorum:
@@ -421,6 +416,23 @@ class Checkpoint:
             expires_at=statement.expires_at,
         )
         self._feed(conn, "approval", approval_id, now)
+
+    def _counted_votes(self, conn: Connection, proposal_id: str) -> list[tuple[str, int]]:
+        """``(voter, at)`` of the votes that count toward quorum, oldest first: only those
+        of people who are enabled *now* and whose role still allows approving. A vote of
+        someone disabled (say, a compromised account) or demoted since stays on record but
+        counts for nothing, and never appears among a statement's approvers."""
+        rows = conn.execute(
+            sa.select(votes.c.voter, votes.c.at)
+            .select_from(votes.join(users, users.c.username == votes.c.voter))
+            .where(
+                votes.c.proposal_id == proposal_id,
+                users.c.disabled.is_(False),
+                users.c.role.in_(sorted(_APPROVER_ROLES)),
+            )
+            .order_by(votes.c.at, votes.c.id)
+        ).all()
+        return [(str(r.voter), int(r.at)) for r in rows]
 
     def reject(
         self, principal: Principal, proposal_id: str, reason_code: str, note: str
@@ -953,6 +965,7 @@ class Checkpoint:
             .where(votes.c.proposal_id == row.id)
             .order_by(votes.c.at, votes.c.id)
         ).all()
+        counted = {voter for voter, _ in self._counted_votes(conn, row.id)}
         approval = conn.execute(
             sa.select(approvals).where(approvals.c.proposal_id == row.id)
         ).first()
@@ -984,8 +997,11 @@ class Checkpoint:
                 hash=row.policy_hash,
             ),
             deny_reason=row.deny_reason,
-            votes=[VoteOut(voter=v.voter, at=v.at, note=v.note) for v in vote_rows],
-            votes_needed=max(0, row.quorum - len(vote_rows)) if row.state == "pending" else 0,
+            votes=[
+                VoteOut(voter=v.voter, at=v.at, note=v.note, counts=v.voter in counted)
+                for v in vote_rows
+            ],
+            votes_needed=max(0, row.quorum - len(counted)) if row.state == "pending" else 0,
             approval_deadline=row.approval_deadline,
             created_at=row.created_at,
             updated_at=row.updated_at,

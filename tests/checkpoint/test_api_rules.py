@@ -81,6 +81,34 @@ def test_delete_needs_two_distinct_people(world: World) -> None:
     assert approvers == ["alice", "bob"]
 
 
+@pytest.mark.parametrize("how", ["disabled", "demoted to viewer"])
+def test_vote_of_a_disabled_or_demoted_person_no_longer_counts(world: World, how: str) -> None:
+    import base64
+    import json
+
+    import sqlalchemy as sa
+
+    from services.checkpoint.models import users
+
+    p = _pending(world, operation="delete")
+    first = world.approve("alice", p["id"], p["action_hash"], confirm="i-t4n0example").json()
+    assert first["votes_needed"] == 1
+    if how == "disabled":
+        world.accounts.disable_user("alice")  # e.g. her account was found compromised
+    else:
+        with world.checkpoint.engine.begin() as conn:
+            conn.execute(sa.update(users).where(users.c.username == "alice").values(role="viewer"))
+    r = world.approve("bob", p["id"], p["action_hash"], confirm="i-t4n0example").json()
+    assert r["state"] == "pending" and r["votes_needed"] == 1
+    assert [(v["voter"], v["counts"]) for v in r["votes"]] == [("alice", False), ("bob", True)]
+    done = world.approve("carol", p["id"], p["action_hash"], confirm="i-t4n0example").json()
+    assert done["state"] == "approved"
+    statement = json.loads(base64.b64decode(done["approval"]["envelope"]["payload"]))
+    assert [a["id"] for a in statement["approvers"]] == ["bob", "carol"]
+    issued = audit_events(world, "checkpoint.approval.issued")[-1]
+    assert issued["approvers"] == ["bob", "carol"]
+
+
 def test_second_vote_of_the_same_person_is_refused(world: World) -> None:
     p = _pending(world, operation="delete")
     first = world.approve("alice", p["id"], p["action_hash"], confirm="i-t4n0example")
