@@ -30,16 +30,34 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from airlock.protocol import ALLOWED_OPERATIONS, HIGH_RISK_OPERATIONS, ProposedAction
+from pydantic import ValidationError
+
+from airlock.protocol import (
+    ALLOWED_OPERATIONS,
+    HIGH_RISK_OPERATIONS,
+    Approver,
+    PolicyRef,
+    ProposedAction,
+)
 
 from .errors import ConfigError
 
-__all__ = ["DEFAULT_RULE", "Decision", "Policy", "Risk", "action_tags", "load_policy"]
+__all__ = [
+    "AUTO_APPROVER_PREFIX",
+    "DEFAULT_RULE",
+    "Decision",
+    "Policy",
+    "Risk",
+    "action_tags",
+    "load_policy",
+]
 
 Risk = Literal["low", "medium", "high"]
 Effect = Literal["deny", "approve", "auto"]
 
 DEFAULT_RULE: Final = "default-one-human"
+#: An ``auto`` decision is signed with the approver id ``policy:<rule name>``.
+AUTO_APPROVER_PREFIX: Final = "policy:"
 _MATCH_FIELDS: Final = frozenset(
     {"provider", "account", "region", "resource_type", "operation", "tags"}
 )
@@ -224,6 +242,25 @@ def _parse_tags(value: Any) -> tuple[_TagCondition, ...]:
     return tuple(conditions)
 
 
+def _check_signable_name(name: str, effect: str) -> None:
+    """The rule's name goes into every statement it decides (``policy.rule``) and, for
+    ``auto``, is the approver (``policy:<name>``): a name the statement model would refuse
+    must stop the load, not make every matching submit fail later."""
+    try:
+        PolicyRef.model_validate({"rule": name, "hash": "sha256:" + "0" * 64})
+    except ValidationError:
+        raise ValueError(f"rule name {name!r} must be NFC-normalised text") from None
+    if effect == "auto":
+        try:
+            Approver.model_validate({"id": AUTO_APPROVER_PREFIX + name, "at": 0})
+        except ValidationError:
+            raise ValueError(
+                f"auto rule name {name!r} must be a valid approver id after "
+                f"{AUTO_APPROVER_PREFIX!r}: ASCII letters, digits and . _ : @ / - only, "
+                f"at most {128 - len(AUTO_APPROVER_PREFIX)} characters"
+            ) from None
+
+
 def _parse_rule(raw: Any) -> _Rule:
     if not isinstance(raw, dict):
         raise TypeError("a rule is a table")
@@ -236,6 +273,7 @@ def _parse_rule(raw: Any) -> _Rule:
     effect = raw.get("effect")
     if effect not in ("deny", "approve", "auto"):
         raise ValueError(f"{name}: effect must be deny, approve or auto")
+    _check_signable_name(name, effect)
     match = raw.get("match", {})
     if not isinstance(match, dict):
         raise ValueError(f"{name}: match is a table")

@@ -61,7 +61,7 @@ from .models import (
     users,
     votes,
 )
-from .policy import Decision, Policy, action_tags
+from .policy import AUTO_APPROVER_PREFIX, Decision, Policy, action_tags
 from .schemas import (
     ApprovalOut,
     AuditOut,
@@ -343,7 +343,8 @@ class Checkpoint:
         voters = self._counted_votes(conn, proposal_id)
         approvers = [{"id": voter, "at": at} for voter, at in voters]
         if row.effect == "auto":
-            approvers = [{"id": f"policy:{row.rule}"[:128], "at": now}]
+            # policy.py refused, at load, any auto rule name that is not a valid id here.
+            approvers = [{"id": AUTO_APPROVER_PREFIX + row.rule, "at": now}]
         if len(approvers) < row.quorum:
             raise Refusal(ErrorCode.E_STATE, "quorum not met", 409)
         try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,7 @@ from services.checkpoint.errors import ConfigError
 from services.checkpoint.policy import DEFAULT_RULE, Policy, load_policy
 
 from .builders import action
+from .harness import make_world
 
 DEFAULT_POLICY = Path(__file__).parents[2] / "services" / "checkpoint" / "default-policy.toml"
 
@@ -114,6 +117,41 @@ def test_auto_for_delete_is_refused_at_load(operation_line: str) -> None:
     text = f'version = 1\n[[rule]]\nname = "auto-all"\neffect = "auto"\n{operation_line}\n'
     with pytest.raises(ConfigError, match="auto"):
         Policy.from_bytes(text.encode())
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["auto stop dev", "stop+dev", "stop\u00e9", "a" * 122],
+    ids=["space", "plus", "non-ascii", "too-long"],
+)
+def test_auto_rule_whose_name_is_no_approver_id_is_refused_at_load(name: str) -> None:
+    text = f'version = 1\n[[rule]]\nname = "{name}"\neffect = "auto"\nmatch.operation = "stop"\n'
+    with pytest.raises(ConfigError, match=r"rule #1: auto rule name .* valid approver id"):
+        Policy.from_bytes(text.encode(), "test.toml")
+
+
+def test_auto_rule_with_the_longest_valid_name_signs(sqlite_url: str, tmp_path: Path) -> None:
+    name = "auto-" + "x" * 116  # "policy:" + 121 characters = 128, the id limit
+    policy = Policy.from_bytes(
+        f'version = 1\n[[rule]]\nname = "{name}"\neffect = "auto"\n'
+        f'match.operation = "stop"\n'.encode()
+    )
+    world = make_world(sqlite_url, tmp_path, policy)
+    try:
+        record = world.submit().json()
+    finally:
+        world.client.close()
+        world.checkpoint.db.dispose()
+    assert record["state"] == "approved"
+    statement = json.loads(base64.b64decode(record["approval"]["envelope"]["payload"]))
+    assert statement["approvers"][0]["id"] == "policy:" + name
+    assert statement["policy"]["rule"] == name
+
+
+def test_rule_name_that_is_not_nfc_is_refused_at_load() -> None:
+    text = 'version = 1\n[[rule]]\nname = "stope\u0301"\neffect = "approve"\n'
+    with pytest.raises(ConfigError, match="NFC"):
+        Policy.from_bytes(text.encode(), "test.toml")
 
 
 @pytest.mark.parametrize(

@@ -61,6 +61,16 @@ def test_auto_delete_policy_stops_the_start(tmp_path: Path) -> None:
         build(_settings(tmp_path, policy_path=policy), sweep_interval=None)
 
 
+def test_auto_rule_named_with_a_space_stops_the_start(tmp_path: Path) -> None:
+    KeyDirectory(tmp_path / "keys").generate(0)
+    policy = tmp_path / "policy.toml"
+    policy.write_text(
+        'version = 1\n[[rule]]\nname = "auto stop dev"\neffect = "auto"\nmatch.operation = "stop"\n'
+    )
+    with pytest.raises(ConfigError, match=r"policy .*policy.toml: rule #1: auto rule name"):
+        build(_settings(tmp_path, policy_path=policy), sweep_interval=None)
+
+
 def test_world_readable_signing_key_stops_the_start(tmp_path: Path) -> None:
     record = KeyDirectory(tmp_path / "keys").generate(0)
     os.chmod(tmp_path / "keys" / record.file, 0o644)
