@@ -174,6 +174,7 @@ def create_app(
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=present.inert,  # no bidi override or control character reaches a page
     )
     env.globals.update(
         present=present,
