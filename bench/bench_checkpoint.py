@@ -75,18 +75,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--database-url", default=None, help="default: SQLite in a temp dir")
     args = parser.parse_args(argv)
 
-    from airlock.protocol import APPROVAL_PAYLOAD_TYPE, pae
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from airlock.protocol import APPROVAL_PAYLOAD_TYPE, KeySet, canonical_bytes, pae
     from airlock.settings import CheckpointSettings
     from services.checkpoint.app import build
     from services.checkpoint.keys import KeyDirectory
+    from services.executor import ReceiptSigner
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         KeyDirectory(root / "keys").generate(int(time.time()))
+        # The checkpoint refuses to start without the executor's receipt key set; this
+        # run receives no outcomes, so a fresh key's public half is enough.
+        receipt_keys = root / "receipt-keys.json"
+        receipt_keys.write_bytes(
+            canonical_bytes(
+                KeySet([ReceiptSigner(Ed25519PrivateKey.generate()).trusted_key()]).to_value()
+            )
+        )
         settings = CheckpointSettings.model_validate(
             {
                 "database_url": args.database_url or f"sqlite:///{root / 'checkpoint.db'}",
                 "keys_dir": root / "keys",
+                "receipt_keys_path": receipt_keys,
                 "audience": "airlock-executor/bench",
             }
         )
