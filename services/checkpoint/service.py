@@ -587,7 +587,7 @@ class Checkpoint:
     # -- the executor side -----------------------------------------------------------
 
     def feed(self, principal: Principal, after: int, limit: int = 100) -> FeedOut:
-        """Issued, unrevoked, unexpired bundles and live revocations after ``after``."""
+        """Issued, unrevoked, unexpired bundles and every revocation after ``after``."""
         _require(principal, {"executor"}, "read the feed")
         now = self.now()
         with self.engine.connect() as conn:
@@ -615,14 +615,16 @@ class Checkpoint:
         cursor = after
         for row in rows:
             cursor = row.seq
-            if row.expires_at <= now:
-                continue  # the executor refuses it anyway (E_EXPIRED); nothing to say
             if row.kind == "revocation":
+                # Sent however late: an executor whose clock runs behind ours may still
+                # take the approval for unexpired, and a revocation costs nothing.
                 items.append(
                     FeedItem(
                         seq=row.seq, kind="revocation", approval_id=row.approval_id, bundle=None
                     )
                 )
+            elif row.expires_at <= now:
+                continue  # the executor refuses it anyway (E_EXPIRED); nothing to say
             elif row.revoked_at is None and row.state == "approved":
                 envelope = Envelope.from_value(
                     json.loads(row.envelope), payload_type=APPROVAL_PAYLOAD_TYPE

@@ -238,6 +238,17 @@ def test_revoke_an_issued_approval_puts_a_revocation_on_the_feed(world: World) -
     assert (again.status_code, _code(again)) == (409, "E_STATE")
 
 
+def test_a_revocation_stays_on_the_feed_after_the_approval_expired(world: World) -> None:
+    """By the checkpoint's clock the approval has expired; an executor whose clock runs
+    behind may not think so, and must still learn of the revocation."""
+    p = _pending(world)
+    world.approve("alice", p["id"], p["action_hash"])
+    world.client.post(f"/v1/proposals/{p['id']}/revoke", json={}, headers=world.auth("bob"))
+    world.clock.advance(24 * 3600)
+    feed = world.client.get("/v1/feed", headers=world.auth("executor")).json()
+    assert [(item["kind"], item["bundle"]) for item in feed["items"]] == [("revocation", None)]
+
+
 def test_agent_withdraws_a_pending_proposal(sqlite_world: World) -> None:
     world = sqlite_world
     p = _pending(world)
