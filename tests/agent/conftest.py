@@ -22,7 +22,7 @@ from airlock.settings import AgentSettings
 from services.agent.client import HttpCheckpointClient
 from services.agent.service import Agent, build_agent
 from services.executor.receipts import Receipt, ReceiptSigner
-from tests.checkpoint.harness import PASSWORD, START, World, make_world
+from tests.checkpoint.harness import AUDIENCE, PASSWORD, START, World, make_world
 from tests.support.devcloud import DevcloudHandle, running_devcloud
 
 REGION = "ap-southeast-1"
@@ -157,7 +157,7 @@ class Harness:
         )
         receipt = Receipt(
             type="airlock.receipt/v1",
-            executor="airlock-executor/test",
+            executor=AUDIENCE,  # the audience the test checkpoint serves
             approval_id=approved["approval"]["approval_id"],
             action_hash=proposal["action_hash"],
             outcome="succeeded",

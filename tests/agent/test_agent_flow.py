@@ -126,9 +126,10 @@ def _stopped_by_airlock(
 
 @pytest.fixture
 def signer() -> ReceiptSigner:
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    # The receipt key the test checkpoint trusts (it verifies every outcome).
+    from tests.executor.support import receipt_signer
 
-    return ReceiptSigner(Ed25519PrivateKey.generate())
+    return receipt_signer()
 
 
 def test_delete_is_proposed_only_after_the_grace_period(
