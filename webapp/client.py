@@ -63,6 +63,9 @@ class VoteView(_View):
     voter: str
     at: int
     note: str
+    #: False once the voter was disabled or lost the approver role: kept on record,
+    #: no longer part of the quorum.
+    counts: bool = True
 
 
 class PolicyView(_View):
@@ -98,6 +101,9 @@ class OutcomeView(_View):
     receipt_keyid: str | None
     receipt: dict[str, Any]
     late: bool
+    #: A newer open proposal for the same target, when a late in_doubt outcome could not
+    #: reopen this one (the target was taken again).
+    target_held_by: str | None = None
     reported_at: int
     resolution: str | None
     resolved_by: str | None

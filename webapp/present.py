@@ -209,7 +209,8 @@ def signed_action_problem(p: ProposalView) -> str | None:
 
 
 def votes_label(p: ProposalView) -> str:
-    return f"{len(p.votes)} of {p.policy.quorum}"
+    """Votes that count toward the quorum, of the quorum."""
+    return f"{sum(1 for v in p.votes if v.counts)} of {p.policy.quorum}"
 
 
 def duration(seconds: int) -> str:
