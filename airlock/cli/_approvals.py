@@ -93,6 +93,7 @@ class _Vote(_View):
     voter: str
     at: int
     note: str
+    counts: bool = True  # false once the voter was disabled or lost the approver role
 
 
 class _Approval(_View):
@@ -345,7 +346,8 @@ def _evidence(evidence: Mapping[str, Any]) -> list[str]:
 
 
 def _votes(p: _Proposal) -> str:
-    return f"{len(p.votes)} of {p.policy.quorum}"
+    """Votes that count toward the quorum, of the quorum."""
+    return f"{sum(1 for v in p.votes if v.counts)} of {p.policy.quorum}"
 
 
 def _echo_lines(lines: list[str], *, err: bool = False) -> None:
@@ -371,7 +373,10 @@ def _summary(p: _Proposal, action: ProposedAction) -> list[str]:
         f"policy     rule {_inert(p.policy.rule)} ({p.policy.effect}, quorum "
         f"{p.policy.quorum}{confirm}); risk {p.risk}; policy hash {p.policy.hash}"
     )
-    voters = ", ".join(f"{_inert(v.voter)} at {_when(v.at)}" for v in p.votes)
+    voters = ", ".join(
+        f"{_inert(v.voter)} at {_when(v.at)}" + ("" if v.counts else " (does not count)")
+        for v in p.votes
+    )
     lines.append(f"votes      {_votes(p)}" + (f" ({voters})" if voters else ""))
     if p.state == "pending":
         lines.append(f"deadline   approval window closes {_when(p.approval_deadline)}")

@@ -64,6 +64,22 @@ def test_show_prints_the_canonical_action_and_hash_exactly_as_signed(served: Ser
     assert shown["action_hash"] == record["action_hash"]
 
 
+def test_show_counts_only_the_votes_the_checkpoint_counts(served: Served) -> None:
+    record = served.submit(
+        proposal_id="prop_count000001", resource_id=DELETE_TARGET, operation="delete"
+    )
+    voted = served.world.approve(
+        "alice", record["id"], record["action_hash"], confirm=DELETE_TARGET
+    )
+    assert voted.status_code == 200, voted.text
+    served.world.accounts.disable_user("alice")
+    served.login("bob")
+    result = served.run("approvals", "show", record["id"])
+    assert result.exit_code == 0, result.output
+    assert "votes      0 of 2" in result.stdout
+    assert "(does not count)" in result.stdout
+
+
 def test_show_of_unknown_or_malformed_id(served: Served) -> None:
     served.login("alice")
     missing = served.run("approvals", "show", "prop_doesnotexist1", "--json")
