@@ -86,16 +86,6 @@ _DECODER: Final = json.JSONDecoder(
     parse_float=_float,
     strict=True,  # control characters inside strings are refused
 )
-# The same without the integer hook, for text with no run of 16 digits: every integer
-# in it then has at most 15 digits and is within ±(2^53 - 1), and the C scanner's own
-# int() is several times cheaper than a Python call per number.
-_DECODER_SHORT_INTS: Final = json.JSONDecoder(
-    object_pairs_hook=_pairs,
-    parse_constant=_constant,
-    parse_float=_float,
-    strict=True,
-)
-_LONG_DIGITS: Final = re.compile(r"[0-9]{16}")
 
 
 def _check_tree(value: Any, depth: int, nfc: bool) -> None:
@@ -167,8 +157,7 @@ def loads_strict(data: bytes, *, max_bytes: int, nfc: bool = True) -> Any:
         # Decode ourselves: json.loads(bytes) would sniff UTF-16/32. Python's strict
         # UTF-8 decoder also refuses encoded surrogates and overlong forms.
         text = raw.decode("utf-8", errors="strict")
-        decoder = _DECODER if _LONG_DIGITS.search(text) else _DECODER_SHORT_INTS
-        value = decoder.decode(text)
+        value = _DECODER.decode(text)
         _check_parsed(text, value, nfc)
     except UnicodeDecodeError as exc:
         raise Refused(RefusalCode.E_PARSE, f"invalid UTF-8 at byte {exc.start}") from None
