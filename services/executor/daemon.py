@@ -158,10 +158,22 @@ def serve(
     errors = error_backoff or Backoff()
     long_poll = bool(getattr(source, "long_poll", False))
     try:
-        _recover(executor, source)
+        # Recovery at start, retried like the loop below: a database blip or a restart
+        # of the checkpoint at this moment must not end the process.
+        while True:
+            try:
+                _recover(executor, source)
+                if reporter is not None:
+                    reporter.flush()
+                break
+            except CheckpointUnauthorized:
+                raise
+            except Exception:  # a database or network fault, as in the loop below
+                delay = errors.failure()
+                _log.exception("recovery at start failed; retrying in %.1fs", delay)
+                shutdown.sleep(delay)
+        errors.reset()
         beat.beat()  # the first beat says: recovered at start, serving
-        if reporter is not None:
-            reporter.flush()
         next_recovery = monotonic() + recover_every_s
         _log.info("executor %s serving", executor.worker_id)
         while not shutdown.requested:

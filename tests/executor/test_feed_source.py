@@ -397,3 +397,45 @@ def test_an_approval_item_whose_bundle_is_not_an_object_is_refused_and_recorded(
     assert row.code == outcome.refusal_code.value
     assert rig.cursor() == 1
     assert rig.env.cloud.writes == []
+
+
+def test_a_database_fault_during_recovery_at_start_is_retried_not_fatal(
+    env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen in the PostgreSQL fault sweep: a connection cut while the daemon recovered at
+    start ended the process (the start was outside the loop's fault handling)."""
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    b = make_test_bundle(1, tag="fstart")
+    env.cloud.add("ecs.instance", b.resource_id, "Running")
+    (inbox / "1.json").write_bytes(b.raw)
+    real_recover = env.executor.recover
+    calls: list[int] = []
+
+    def recover_failing_once(**kwargs: Any) -> list[Outcome]:
+        calls.append(1)
+        if len(calls) == 1:
+            raise sa.exc.OperationalError("SELECT 1", {}, Exception("connection cut"))
+        return real_recover(**kwargs)
+
+    monkeypatch.setattr(env.executor, "recover", recover_failing_once)
+    shutdown = Shutdown()
+    beat = tmp_path / "heartbeat"
+    seen: list[Outcome] = []
+
+    def on_outcome(outcome: Outcome) -> None:
+        seen.append(outcome)
+        shutdown.request()
+
+    serve(
+        env.executor,
+        DirectorySource(inbox),
+        shutdown=shutdown,
+        heartbeat=Heartbeat(beat),
+        error_backoff=Backoff(base=0.001, cap=0.001),
+        on_outcome=on_outcome,
+    )
+    assert len(calls) >= 2
+    assert [o.state for o in seen] == [State.SUCCEEDED]
+    assert env.cloud.writes_for(b.resource_id) == 1
+    assert beat.exists()
