@@ -34,3 +34,20 @@ def test_a_late_outcome_names_the_proposal_that_holds_the_target() -> None:
         html = site.client.get(f"/proposals/{record['id']}").text
     assert '<a href="/proposals/prop_newer00000001">prop_newer00000001</a>' in html
     assert "so this proposal stays" in html
+
+
+def test_an_unresolved_late_in_doubt_can_be_resolved_from_the_page() -> None:
+    """The proposal kept its closed state (the target was taken again), but the
+    checkpoint still accepts a resolution of its in_doubt outcome: offer the form."""
+    site = make_site()
+    with site.client:
+        site.sign_in("admin")
+        record = site.fake.add(action_value())
+        site.fake.in_doubt(record["id"])
+        record["state"] = "revoked"
+        record["outcome"]["target_held_by"] = "prop_newer00000001"
+        html = site.client.get(f"/proposals/{record['id']}").text
+        assert 'id="resolve-form"' in html
+        record["outcome"]["resolution"] = "did_not_happen"
+        resolved = site.client.get(f"/proposals/{record['id']}").text
+    assert 'id="resolve-form"' not in resolved
