@@ -4,7 +4,8 @@ One line per check, ``ok`` / ``warn`` / ``fail``, exit 1 if any check fails:
 
 - configuration: ``AIRLOCK_ENV``, which services' settings load here, dev defaults in use;
 - key files: the checkpoint's private signing keys and the executor's receipt key are
-  mode 0600 and the executor's trusted key set is not writable by others;
+  mode 0600; the executor's trusted key set and the checkpoint's executor receipt key
+  set exist, parse and are not writable by others;
 - databases: each configured service database answers ``SELECT 1``; its Alembic revision;
 - the checkpoint: ``/healthz`` and ``/readyz``;
 - the clock: local time against the checkpoint's ``Date`` header, within the executor's
@@ -218,25 +219,43 @@ def _checkpoint_keys(report: _Report, keys_dir: Path) -> None:
         _private_file(report, f"keys.{status}", path, f"the private key of {kid}")
 
 
-def _trusted_keys(report: _Report, path: Path) -> None:
+def _trusted_keys(
+    report: _Report,
+    path: Path,
+    name: str = "keys.trusted",
+    made_by: str = "airlock keys export-public",
+) -> None:
+    """A public key set a service trusts: present, parseable, writable only by its owner."""
     from airlock.protocol import Error as ProtocolError
     from airlock.protocol import KeySet, KeyStatus, loads_strict
 
     try:
         keyset = KeySet.from_value(loads_strict(path.read_bytes(), max_bytes=1 << 20))
     except FileNotFoundError:
-        report.add("fail", "keys.trusted", f"{path} is missing (airlock keys export-public)")
+        report.add("fail", name, f"{path} is missing ({made_by})")
         return
     except (OSError, ProtocolError, ValueError) as exc:
-        report.add("fail", "keys.trusted", f"{path} is unreadable or malformed: {exc}")
+        report.add("fail", name, f"{path} is unreadable or malformed: {exc}")
         return
     if _mode(path) & 0o022:
-        # Whoever may write this file may make the executor trust their own key.
-        report.add("fail", "keys.trusted", f"{path} is writable by group or others")
+        # Whoever may write this file may make the service trust their own key.
+        report.add("fail", name, f"{path} is writable by group or others")
         return
     keys = [keyset[kid] for kid in keyset]
     active = sum(1 for k in keys if k.status is KeyStatus.ACTIVE)
-    report.add("ok", "keys.trusted", f"{path}: {len(keys)} keys, {active} active")
+    report.add("ok", name, f"{path}: {len(keys)} keys, {active} active")
+
+
+def _receipt_keys(report: _Report, path: Path | None) -> None:
+    """The executor receipt keys the checkpoint verifies every outcome against."""
+    if path is None:
+        report.add(
+            "fail",
+            "keys.receipts",
+            "AIRLOCK_CHECKPOINT_RECEIPT_KEYS_PATH is not set: the checkpoint refuses to start",
+        )
+        return
+    _trusted_keys(report, path, "keys.receipts", "airlock executor keygen --public FILE")
 
 
 def _session_file(report: _Report) -> None:
@@ -402,6 +421,7 @@ def doctor_command(
     loaded = _load_settings(report, set(service or ()))
     if loaded.checkpoint is not None:
         _checkpoint_keys(report, loaded.checkpoint.keys_dir)
+        _receipt_keys(report, loaded.checkpoint.receipt_keys_path)
     if loaded.executor is not None:
         _private_file(
             report, "keys.receipt", loaded.executor.receipt_key_path, "airlock executor keygen"

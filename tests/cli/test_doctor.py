@@ -12,6 +12,7 @@ from airlock.cli._doctor import clock_check
 from airlock.store import make_engine
 from services.checkpoint.keys import KeyDirectory
 from services.executor import generate_receipt_key, migrate
+from tests.executor.support import receipt_keyset
 
 from .conftest import Served, airlock, dead_url
 
@@ -28,10 +29,13 @@ def _dev_env(served: Served, tmp_path: Path) -> dict[str, str]:
     generate_receipt_key(receipt)
     trusted = tmp_path / "trusted-keys.json"
     trusted.write_text(json.dumps(KeyDirectory(served.world.keys_dir).public_keyset().to_value()))
+    receipts = tmp_path / "receipt-keys.json"
+    receipts.write_text(json.dumps(receipt_keyset().to_value()))
     return {
         "AIRLOCK_ENV": "dev",
         "AIRLOCK_CHECKPOINT_DATABASE_URL": served.world.url,
         "AIRLOCK_CHECKPOINT_KEYS_DIR": str(served.world.keys_dir),
+        "AIRLOCK_CHECKPOINT_RECEIPT_KEYS_PATH": str(receipts),
         "AIRLOCK_EXECUTOR_DATABASE_URL": executor_url,
         "AIRLOCK_EXECUTOR_RECEIPT_KEY_PATH": str(receipt),
         "AIRLOCK_EXECUTOR_TRUSTED_KEYS_PATH": str(trusted),
@@ -54,6 +58,7 @@ def test_doctor_is_all_green_on_a_complete_dev_setup(served: Served, tmp_path: P
         "keys.active",
         "keys.receipt",
         "keys.trusted",
+        "keys.receipts",
         "database.checkpoint",
         "database.executor",
         "checkpoint.healthz",
@@ -94,6 +99,24 @@ def test_doctor_reports_a_trusted_key_set_others_may_write_as_a_failure(
     result = served.run("doctor", env=env)
     assert result.exit_code == 1
     assert any("keys.trusted" in line for line in _lines(result.stdout, "fail"))
+
+
+def test_doctor_reports_a_missing_or_unset_receipt_key_set_as_a_failure(
+    served: Served, tmp_path: Path
+) -> None:
+    env = _dev_env(served, tmp_path)
+    Path(env["AIRLOCK_CHECKPOINT_RECEIPT_KEYS_PATH"]).unlink()
+    result = served.run("doctor", env=env)
+    assert result.exit_code == 1
+    assert any(
+        "keys.receipts" in line and "missing" in line for line in _lines(result.stdout, "fail")
+    )
+    del env["AIRLOCK_CHECKPOINT_RECEIPT_KEYS_PATH"]
+    unset = served.run("doctor", env=env)
+    assert unset.exit_code == 1
+    assert any(
+        "keys.receipts" in line and "not set" in line for line in _lines(unset.stdout, "fail")
+    )
 
 
 def test_doctor_fails_on_an_unreachable_database_and_checkpoint(
