@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, model_validator
 
 from ._common import (
     ID,
@@ -137,18 +137,18 @@ class ProposedAction(WireModel):
     proposed_by: ID
     created_at: Rfc3339Utc
 
-    @field_validator("params", "evidence")
-    @classmethod
-    def _json_values(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
-        # Open-ended but signed: float-free, NFC, no surrogates. Values that came out of
-        # loads_strict were checked there already (one walk, not two).
-        if info.context is not PARSED_STRICTLY:
-            check_no_floats(value)
-            check_tree(value, nfc=True)
-        return value
-
     @model_validator(mode="after")
-    def _allowlisted(self) -> ProposedAction:
+    def _checked(self, info: ValidationInfo) -> ProposedAction:
+        # params and evidence are open-ended but signed: float-free, NFC, no surrogates.
+        # Values that came out of loads_strict were checked there already (one walk, not
+        # two). One validator for both and the allowlist: each is a call out of the core.
+        if info.context is not PARSED_STRICTLY:
+            for name, value in (("params", self.params), ("evidence", self.evidence)):
+                try:
+                    check_no_floats(value)
+                    check_tree(value, nfc=True)
+                except ValueError as exc:
+                    raise ValueError(f"{name}: {exc}") from None
         check_operation(self.resource.type, self.operation, self.params)
         return self
 

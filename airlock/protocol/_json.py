@@ -86,6 +86,8 @@ _DECODER: Final = json.JSONDecoder(
     parse_float=_float,
     strict=True,  # control characters inside strings are refused
 )
+#: The decoder's C scanner: one value from an index, no whitespace skipping around it.
+_SCAN_ONCE: Final = _DECODER.scan_once  # type: ignore[attr-defined]
 
 
 def _check_tree(value: Any, depth: int, nfc: bool) -> None:
@@ -157,7 +159,15 @@ def loads_strict(data: bytes, *, max_bytes: int, nfc: bool = True) -> Any:
         # Decode ourselves: json.loads(bytes) would sniff UTF-16/32. Python's strict
         # UTF-8 decoder also refuses encoded surrogates and overlong forms.
         text = raw.decode("utf-8", errors="strict")
-        value = _DECODER.decode(text)
+        # The scanner alone where the text is one value with no whitespace around it, as
+        # canonical JSON is; otherwise the full decoder, which skips whitespace around the
+        # value and gives the standard error for no value or trailing data.
+        try:
+            value, end = _SCAN_ONCE(text, 0)
+        except StopIteration:
+            end = -1
+        if end != len(text):
+            value = _DECODER.decode(text)
         _check_parsed(text, value, nfc)
     except UnicodeDecodeError as exc:
         raise Refused(RefusalCode.E_PARSE, f"invalid UTF-8 at byte {exc.start}") from None
