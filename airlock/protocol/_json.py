@@ -203,7 +203,54 @@ def check_no_floats(value: Any, depth: int = 0) -> None:
     raise ValueError(f"{type(value).__name__} is not a JSON value")
 
 
+# For a float-free value, RFC 8785 and the json module's C encoder with these settings
+# write the same bytes: the same escapes (\" \\ \b \f \n \r \t, other C0 controls as
+# lowercase \u00xx, nothing else), integers as plain decimals, no whitespace. They differ
+# only in member order, RFC 8785 sorting keys by UTF-16 code units and sort_keys by code
+# points, which agree for ASCII keys. tests/protocol/test_json.py checks the two against
+# each other on generated values.
+_JCS_ENCODER: Final = json.JSONEncoder(
+    ensure_ascii=False,
+    allow_nan=False,
+    sort_keys=True,
+    separators=(",", ":"),
+    check_circular=False,  # _plain_ascii_keys bounds the depth first
+)
+
+
+def _plain_ascii_keys(value: Any, depth: int) -> bool:
+    """True if ``value`` is built of exact JSON types only, with ASCII keys, safe integers
+    and nesting within the limit: the values the C encoder writes as RFC 8785 does."""
+    if depth > _MAX_DEPTH:  # as check_no_floats counts it
+        return False
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return True
+    if kind is int:
+        return -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str or not key.isascii() or not _plain_ascii_keys(item, depth + 1):
+                return False
+        return True
+    if kind is list or kind is tuple:
+        for item in value:
+            if not _plain_ascii_keys(item, depth + 1):
+                return False
+        return True
+    return False
+
+
 def canonical_bytes(value: Any) -> bytes:
-    """RFC 8785 (JCS) canonical bytes of a float-free JSON value."""
+    """RFC 8785 (JCS) canonical bytes of a float-free JSON value.
+
+    Values of exact JSON types with ASCII keys (all of Airlock's own records) go through
+    the json module's C encoder; anything else, and every refusal, through ``rfc8785``.
+    """
+    if _plain_ascii_keys(value, 0):
+        try:
+            return _JCS_ENCODER.encode(value).encode("utf-8")
+        except UnicodeEncodeError:
+            pass  # a lone surrogate: rfc8785 below refuses it
     check_no_floats(value)
     return rfc8785.dumps(value)

@@ -121,3 +121,83 @@ def test_key_order_and_whitespace_never_change_the_action_hash(
     expected = ProposedAction.model_validate(action).action_hash()
     text = json.dumps(_shuffled(action, random.Random(seed)), indent=indent, ensure_ascii=seed % 2)
     assert ProposedAction.from_json_bytes(text.encode()).action_hash() == expected
+
+
+# canonical_bytes takes the json module's C encoder for plain values with ASCII keys and
+# rfc8785 for everything else: the two must never differ, and both must refuse alike.
+_any_text = st.text(st.characters(codec="utf-8"), max_size=12) | st.text(
+    st.characters(min_codepoint=0, max_codepoint=0xFFFF), max_size=12
+)
+_keys = st.text(st.characters(max_codepoint=0x7F), max_size=6) | _any_text
+_ints = st.integers(-(2**53) - 2, 2**53 + 2) | st.integers(-100, 100)
+_scalars = st.none() | st.booleans() | _ints | _any_text
+_values = st.recursive(
+    _scalars,
+    lambda inner: st.lists(inner, max_size=4)
+    | st.tuples(inner, inner)
+    | st.dictionaries(_keys, inner, max_size=4),
+    max_leaves=20,
+)
+
+
+def _reference(value: Any) -> bytes | type[Exception]:
+    import rfc8785
+
+    from airlock.protocol._json import check_no_floats
+
+    try:
+        check_no_floats(value)
+        return rfc8785.dumps(value)
+    except ValueError:
+        return ValueError
+
+
+def _ours(value: Any) -> bytes | type[Exception]:
+    try:
+        return canonical_bytes(value)
+    except ValueError:
+        return ValueError
+
+
+@settings(max_examples=1500, deadline=None)
+@given(value=_values)
+def test_canonical_bytes_are_rfc8785_byte_for_byte(value: Any) -> None:
+    assert _ours(value) == _reference(value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"e": 1, "\u00e9": 2, "\U0001f600": 3, "\uffff": 4},  # UTF-16 order != code points
+        {"k": "\u2028\x7f\x1f\"\\/\b\f\n\r\t\x00"},
+        {"a": "\ud800"},  # a lone surrogate: refused
+        {"a": [2**53 - 1, -(2**53) + 1]},
+        {"a": 2**53},
+        {"a": 1.0},
+        {1: "non-string key"},
+        [True, False, None, (), {}],
+    ],
+)
+def test_canonical_bytes_edge_cases_match_rfc8785(value: Any) -> None:
+    assert _ours(value) == _reference(value)
+
+
+def _nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("depth", [31, 32, 33, 40])
+def test_canonical_bytes_depth_limit_matches_rfc8785_path(depth: int) -> None:
+    assert _ours(_nested(depth)) == _reference(_nested(depth))
+    assert _ours({"a": _nested(depth)}) == _reference({"a": _nested(depth)})
+
+
+class _Str(str):
+    pass
+
+
+def test_subclassed_values_take_the_reference_path() -> None:
+    assert canonical_bytes({"a": _Str("x")}) == b'{"a":"x"}'
