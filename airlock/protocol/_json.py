@@ -227,17 +227,14 @@ def _plain_ascii_keys(value: Any, depth: int) -> bool:
     if kind is str or kind is bool or value is None:
         return True
     if kind is int:
-        return -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
+        return bool(-MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER)
     if kind is dict:
         for key, item in value.items():
             if type(key) is not str or not key.isascii() or not _plain_ascii_keys(item, depth + 1):
                 return False
         return True
     if kind is list or kind is tuple:
-        for item in value:
-            if not _plain_ascii_keys(item, depth + 1):
-                return False
-        return True
+        return all(_plain_ascii_keys(item, depth + 1) for item in value)
     return False
 
 
