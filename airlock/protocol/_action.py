@@ -21,7 +21,14 @@ from ._common import (
     WireModel,
     sha256_tag,
 )
-from ._json import PARSED_STRICTLY, canonical_bytes, check_no_floats, check_tree, loads_strict
+from ._json import (
+    MAX_SAFE_INTEGER,
+    PARSED_STRICTLY,
+    canonical_bytes,
+    check_no_floats,
+    check_tree,
+    loads_strict,
+)
 from .errors import RefusalCode, Refused
 
 __all__ = [
@@ -205,3 +212,74 @@ def _first_error(exc: ValidationError) -> str:
 def action_hash(action_bytes: bytes) -> str:
     """``action_hash = "sha256:" + hex(SHA-256(JCS(action)))`` over the bytes as given."""
     return sha256_tag(action_bytes)
+
+
+#: Keys of a valid action outside params and evidence: 13 at the top, 2 in resource and 3
+#: in precondition. Every field is required and unknown fields are refused.
+_FIXED_KEYS: Final = len(ProposedAction.model_fields) + 2 + 3
+#: Deepest container a plain action may hold, counting the action itself as 0: below
+#: loads_strict's limit, so nothing accepted here is refused for depth there.
+_PLAIN_MAX_DEPTH: Final = 30
+
+
+def _plain_keys(value: Any, depth: int) -> int | None:
+    """Keys in a float-free value of safe integers nested within the limit, else None."""
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return 0
+    if kind is int:
+        return 0 if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER else None
+    if depth > _PLAIN_MAX_DEPTH:
+        return None
+    total = 0
+    if kind is dict:
+        total = len(value)
+        items = value.values()
+    elif kind is list:
+        items = value
+    else:
+        return None
+    for item in items:
+        keys = _plain_keys(item, depth + 1)
+        if keys is None:
+            return None
+        total += keys
+    return total
+
+
+def parse_plain_action(data: bytes) -> ProposedAction | None:
+    """A valid action in plain text (as the agent's checkpoint writes it), else None.
+
+    Steps (11) of verify_bundle in one pass with pydantic's JSON parser, which keeps the
+    last of duplicate keys, and so only where this provably gives what loads_strict and
+    :func:`parse_action_value` give: the text is printable ASCII with no backslash (so
+    no escapes or control characters, every string NFC, every `"` a string delimiter)
+    and no space between tokens; params and evidence hold no float, no integer beyond
+    2^53 and nothing nested too deep; and the text holds exactly as many keys (a `:`
+    outside strings) as the validated action has, so none is repeated. None sends the
+    bytes to the strict path, which decides.
+    """
+    if len(data) > ACTION_MAX_BYTES:
+        return None
+    try:
+        text = data.decode("ascii")
+    except UnicodeDecodeError:
+        return None
+    if not text.isprintable() or "\\" in text:
+        return None
+    # With no backslash, the text alternates between what is outside strings and what is
+    # inside them at every '"'.
+    outside = "".join(text.split('"')[0::2])
+    if " " in outside:
+        return None
+    try:
+        action = ProposedAction.model_validate_json(text, context=PARSED_STRICTLY)
+    except ValidationError:
+        return None
+    params = _plain_keys(action.params, 1)
+    evidence = _plain_keys(action.evidence, 1)
+    if params is None or evidence is None:
+        return None
+    if outside.count(":") != _FIXED_KEYS + params + evidence:
+        return None
+    return action

@@ -75,6 +75,9 @@ class ApprovalStatement(WireModel):
     @classmethod
     def from_json_bytes(cls, data: bytes) -> ApprovalStatement:
         """Strictly parse a statement payload, or raise :class:`Refused` (E_STATEMENT)."""
+        plain = _from_plain_text(data)
+        if plain is not None:
+            return plain
         try:
             value: Any = loads_strict(data, max_bytes=STATEMENT_MAX_BYTES)
         except Refused as exc:
@@ -85,3 +88,37 @@ class ApprovalStatement(WireModel):
             err = exc.errors()[0]
             where = ".".join(str(p) for p in err["loc"]) or "statement"
             raise Refused(RefusalCode.E_STATEMENT, f"{where}: {err['msg']}") from None
+
+
+#: Keys in a valid statement besides two per approver: 18 at the top, 2 in resource and 2
+#: in policy. Every field is required and unknown fields are refused.
+_FIXED_KEYS: Final = len(ApprovalStatement.model_fields) + 2 + 2
+
+
+def _from_plain_text(data: bytes) -> ApprovalStatement | None:
+    """A valid statement in plain text (as the checkpoint signs it), else None.
+
+    Parses and validates in one pass with pydantic's JSON parser, which keeps the last of
+    duplicate keys, and so only where this can be proven to give what the strict path
+    gives: the text is printable ASCII with no backslash and no space (so no escapes,
+    no control characters, no whitespace between tokens, every string NFC, every `"`
+    a string delimiter), and it holds exactly as many keys (`":`) as the validated
+    statement has, so none is repeated. Every statement field is typed, strict and
+    bounded, so a float, NaN or an integer beyond 2^53 fails validation here as it
+    fails loads_strict there. None sends the text to the strict path, which decides.
+    """
+    if len(data) > STATEMENT_MAX_BYTES:
+        return None
+    try:
+        text = data.decode("ascii")
+    except UnicodeDecodeError:
+        return None
+    if not text.isprintable() or " " in text or "\\" in text:
+        return None
+    try:
+        statement = ApprovalStatement.model_validate_json(text, context=PARSED_STRICTLY)
+    except ValidationError:
+        return None
+    if text.count('":') != _FIXED_KEYS + 2 * len(statement.approvers):
+        return None
+    return statement

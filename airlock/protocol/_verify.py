@@ -16,7 +16,7 @@ from collections.abc import Container
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
-from ._action import ACTION_MAX_BYTES, ProposedAction, action_hash
+from ._action import ACTION_MAX_BYTES, ProposedAction, action_hash, parse_plain_action
 from ._action import parse_action_value as _parse_action_value
 from ._approval import APPROVAL_PAYLOAD_TYPE, ApprovalStatement
 from ._b64 import b64decode_strict, b64encode
@@ -178,6 +178,27 @@ def _split_canonical(raw: bytes) -> tuple[Envelope, bytes] | None:
     return Envelope(APPROVAL_PAYLOAD_TYPE, payload, tuple(signatures)), action_bytes
 
 
+def _parse_action_bytes(action_bytes: bytes, statement: ApprovalStatement) -> ProposedAction:
+    """Steps (10)-(11) on the strict parse, for any action parse_plain_action declines."""
+    action_value = loads_strict(action_bytes, max_bytes=ACTION_MAX_BYTES)
+    # (10) the statement and the action agree on what is done, to what, where. Compared on
+    # the parsed value (exact str/dict equality) so that (11) below is the one place the
+    # action model, and with it the operation allowlist, is checked.
+    if not isinstance(action_value, dict) or (
+        action_value.get("proposal_id") != statement.proposal_id
+        or action_value.get("provider") != statement.provider
+        or action_value.get("account") != statement.account
+        or action_value.get("region") != statement.region
+        or action_value.get("resource")
+        != {"type": statement.resource.type, "id": statement.resource.id}
+        or action_value.get("operation") != statement.operation
+    ):
+        raise Refused(RefusalCode.E_MISMATCH, "statement and action name different targets")
+    # (11) a valid action whose operation is allowlisted with valid params: E_OPERATION for
+    # the operation or params, E_PARSE for any other invalid field
+    return _parse_action_value(action_value)
+
+
 def make_bundle(action_bytes: bytes, envelope: Envelope) -> bytes:
     """The bytes the executor receives: ``{"action": b64(JCS(action)), "envelope": {...}}``."""
     return canonical_bytes({"action": b64encode(action_bytes), "envelope": envelope.to_value()})
@@ -221,23 +242,23 @@ def verify_bundle(
     presented = action_hash(action_bytes)
     if not hmac.compare_digest(presented, statement.action_hash):  # both ASCII by pattern
         raise Refused(RefusalCode.E_ACTION_HASH, "the action is not the one approved")
-    action_value = loads_strict(action_bytes, max_bytes=ACTION_MAX_BYTES)
-    # (10) the statement and the action agree on what is done, to what, where. Compared on
-    # the parsed value (exact str/dict equality) so that (11) below is the one place the
-    # action model, and with it the operation allowlist, is checked.
-    if not isinstance(action_value, dict) or (
-        action_value.get("proposal_id") != statement.proposal_id
-        or action_value.get("provider") != statement.provider
-        or action_value.get("account") != statement.account
-        or action_value.get("region") != statement.region
-        or action_value.get("resource")
-        != {"type": statement.resource.type, "id": statement.resource.id}
-        or action_value.get("operation") != statement.operation
-    ):
-        raise Refused(RefusalCode.E_MISMATCH, "statement and action name different targets")
-    # (11) a valid action whose operation is allowlisted with valid params: E_OPERATION for
-    # the operation or params, E_PARSE for any other invalid field
-    action = _parse_action_value(action_value)
+    # (10)-(11) in one pass for an action in plain text (see parse_plain_action), else strictly
+    action = parse_plain_action(action_bytes)
+    if action is not None:
+        # (11) held already: only a valid action comes back. (10) on its fields, which are
+        # exactly the parsed value's (unknown fields are refused).
+        if (
+            action.proposal_id != statement.proposal_id
+            or action.provider != statement.provider
+            or action.account != statement.account
+            or action.region != statement.region
+            or action.resource.type != statement.resource.type
+            or action.resource.id != statement.resource.id
+            or action.operation != statement.operation
+        ):
+            raise Refused(RefusalCode.E_MISMATCH, "statement and action name different targets")
+    else:
+        action = _parse_action_bytes(action_bytes, statement)
     # (12) not revoked
     if statement.approval_id in revoked:
         raise Refused(
