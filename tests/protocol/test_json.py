@@ -133,9 +133,11 @@ _ints = st.integers(-(2**53) - 2, 2**53 + 2) | st.integers(-100, 100)
 _scalars = st.none() | st.booleans() | _ints | _any_text
 _values = st.recursive(
     _scalars,
-    lambda inner: st.lists(inner, max_size=4)
-    | st.tuples(inner, inner)
-    | st.dictionaries(_keys, inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.dictionaries(_keys, inner, max_size=4)
+    ),
     max_leaves=20,
 )
 
@@ -169,7 +171,7 @@ def test_canonical_bytes_are_rfc8785_byte_for_byte(value: Any) -> None:
     "value",
     [
         {"e": 1, "\u00e9": 2, "\U0001f600": 3, "\uffff": 4},  # UTF-16 order != code points
-        {"k": "\u2028\x7f\x1f\"\\/\b\f\n\r\t\x00"},
+        {"k": '\u2028\x7f\x1f"\\/\b\f\n\r\t\x00'},
         {"a": "\ud800"},  # a lone surrogate: refused
         {"a": [2**53 - 1, -(2**53) + 1]},
         {"a": 2**53},
