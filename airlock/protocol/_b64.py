@@ -10,7 +10,7 @@ __all__ = ["b64decode_strict", "b64encode"]
 
 def b64decode_strict(text: object) -> bytes:
     """Standard base64 with padding; no whitespace, no URL-safe alphabet, nothing ignored."""
-    if not isinstance(text, str):
+    if type(text) is not str:  # a subclass could override what is decoded
         raise ValueError("not base64 text")
     try:
         # strict_mode (3.11+): only the alphabet, correct padding, nothing after it. A str

@@ -36,12 +36,16 @@ def _nfc(text: str, info: ValidationInfo) -> str:
 
 
 def _rfc3339_utc(text: str) -> str:
-    # The field pattern fixed the shape (YYYY-MM-DDTHH:MM:SSZ); this checks the calendar:
-    # month, day of month with leap years, hour < 24, no leap second.
+    # The field pattern fixed the shape (YYYY-MM-DDTHH:MM:SSZ, ASCII digits); this checks
+    # the calendar date (leap years included) and hour < 24, minute and second < 60 (no
+    # leap second). Two-digit fields compare as text. Not datetime.fromisoformat: from
+    # Python 3.14 it reads T24:00:00 as the next midnight.
     try:
-        _dt.datetime.fromisoformat(text)
+        _dt.date.fromisoformat(text[:10])
     except ValueError:
         raise ValueError("not an RFC 3339 UTC time of the form YYYY-MM-DDTHH:MM:SSZ") from None
+    if text[11:13] > "23" or text[14:16] > "59" or text[17:19] > "59":
+        raise ValueError("not an RFC 3339 UTC time of the form YYYY-MM-DDTHH:MM:SSZ")
     return text
 
 

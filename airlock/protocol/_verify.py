@@ -132,6 +132,8 @@ def _split_canonical(raw: bytes) -> tuple[Envelope, bytes] | None:
     or printable key ids, so no control characters; no numbers. The strict parser
     accepts exactly such a text, and to the same strings.
     """
+    if type(raw) is not bytes:  # bytearray, memoryview: the general path, as before
+        return None
     try:
         text = raw.decode("ascii")
     except UnicodeDecodeError:

@@ -120,10 +120,26 @@ def test_unknown_field_is_refused() -> None:
 
 
 @pytest.mark.parametrize(
-    "stamp", ["2025-11-29T06:00:00+00:00", "2025-11-29 06:00:00Z", "2025-02-30T06:00:00Z"]
+    "stamp",
+    [
+        "2025-11-29T06:00:00+00:00",
+        "2025-11-29 06:00:00Z",
+        "2025-02-30T06:00:00Z",
+        "2025-02-29T06:00:00Z",  # not a leap year
+        "2025-13-01T06:00:00Z",
+        "0000-01-01T00:00:00Z",
+        "2024-01-01T24:00:00Z",  # Python >= 3.14's fromisoformat reads this as next midnight
+        "2024-01-01T23:60:00Z",
+        "2024-01-01T23:59:60Z",  # no leap seconds
+    ],
 )
 def test_times_are_rfc3339_utc_with_z(stamp: str) -> None:
     assert _refused_code(factory.action_value(created_at=stamp)) is RefusalCode.E_PARSE
+
+
+@pytest.mark.parametrize("stamp", ["2024-02-29T23:59:59Z", "0001-01-01T00:00:00Z"])
+def test_valid_edge_times_are_accepted(stamp: str) -> None:
+    ProposedAction.model_validate(factory.action_value(created_at=stamp))
 
 
 def test_booleans_are_not_integers() -> None:

@@ -198,3 +198,16 @@ def test_a_raw_control_character_in_a_key_id_is_declined(char: str) -> None:
     assert raw != honest
     assert _general(raw) is None
     assert _split_canonical(raw) is None
+
+
+def test_a_bundle_as_a_memoryview_or_bytearray_still_verifies() -> None:
+    raw = bundle_for()
+    expected = verify_bundle(raw, factory.keyset(), BINDING, NOW)
+    for view in (memoryview(raw), bytearray(raw)):
+        assert _split_canonical(view) is None  # type: ignore[arg-type]
+        assert verify_bundle(view, factory.keyset(), BINDING, NOW) == expected  # type: ignore[arg-type]
+
+
+def test_a_bundle_as_text_is_a_type_error() -> None:
+    with pytest.raises(TypeError):
+        verify_bundle(bundle_for().decode(), factory.keyset(), BINDING, NOW)  # type: ignore[arg-type]
