@@ -259,6 +259,8 @@ def parse_plain_action(data: bytes) -> ProposedAction | None:
     outside strings) as the validated action has, so none is repeated. None sends the
     bytes to the strict path, which decides.
     """
+    if type(data) is not bytes:  # bytearray, memoryview: the strict path, as before
+        return None
     if len(data) > ACTION_MAX_BYTES:
         return None
     try:

@@ -107,6 +107,8 @@ def _from_plain_text(data: bytes) -> ApprovalStatement | None:
     bounded, so a float, NaN or an integer beyond 2^53 fails validation here as it
     fails loads_strict there. None sends the text to the strict path, which decides.
     """
+    if type(data) is not bytes:  # bytearray, memoryview: the strict path, as before
+        return None
     if len(data) > STATEMENT_MAX_BYTES:
         return None
     try:

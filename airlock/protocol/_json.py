@@ -33,10 +33,12 @@ _MAX_DEPTH = 32
 _UTF8_BOM = b"\xef\xbb\xbf"
 _CONTAINERS = (dict, list)
 _SURROGATE = re.compile("[\ud800-\udfff]")
-# A \u escape that could produce a non-ASCII code point, and so a lone surrogate or a
-# non-NFC sequence that the raw text does not show. RFC 8785 output only escapes control
-# characters (\u0000-\u001f), so canonical input never takes the slow path.
-_HIDING_ESCAPE = re.compile(r"\\u(?!00[0-7][0-9a-fA-F])")
+# A \u escape that could hide a lone surrogate or a non-NFC sequence the raw text does not
+# show: one that produces a non-ASCII code point, or an ASCII one followed by a non-ASCII
+# character it could combine with ("\u0065" then U+0301 is a decomposed "é" while the
+# text shows "5" then U+0301). RFC 8785 output only escapes control characters
+# (\u0000-\u001f), so canonical input never takes the slow path for this.
+_HIDING_ESCAPE = re.compile(r"\\u(?!00[0-7][0-9a-fA-F])|\\u[0-9a-fA-F]{4}[^\x00-\x7f]")
 
 #: Validation context proving a value came out of :func:`loads_strict` (floats, surrogates
 #: and, with nfc, non-NFC text already refused), so models need not walk it again. A

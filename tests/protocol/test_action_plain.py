@@ -170,3 +170,7 @@ def test_plain_parse_agrees_with_the_strict_path_on_mutations(data: st.DataObjec
         else:
             del raw[at]
     assert _agrees(bytes(raw))
+
+
+def test_an_action_as_a_memoryview_is_declined() -> None:
+    assert parse_plain_action(memoryview(_honest())) is None  # type: ignore[arg-type]

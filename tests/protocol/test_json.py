@@ -36,6 +36,9 @@ CAP = 1024
         (b'{"a": "\xed\xa0\x80"}', "UTF-8"),  # an encoded surrogate
         (b'{"a": "\\ud800"}', "surrogate"),
         (b'{"\\udfff": 1}', "surrogate"),
+        # An ASCII escape then a raw combining mark: a decomposed "\u00e9" the text hides.
+        (b'["\\u0065\xcc\x81"]', "NFC"),
+        (b'{"\\u0065\xcc\x81": 1}', "NFC"),
         (b"{} {}", "Extra data"),
         (b'{"a": 1}x', "Extra data"),
         (b"[1.0]", "float"),

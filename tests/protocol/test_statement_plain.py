@@ -146,3 +146,10 @@ def test_plain_parse_agrees_with_the_strict_path_on_mutations(data: st.DataObjec
         else:
             del raw[at]
     assert _agrees(bytes(raw))
+
+
+def test_a_statement_as_a_memoryview_still_parses() -> None:
+    data = _honest()
+    assert _from_plain_text(memoryview(data)) is None  # type: ignore[arg-type]
+    parsed = ApprovalStatement.from_json_bytes(memoryview(data))  # type: ignore[arg-type]
+    assert parsed == ApprovalStatement.from_json_bytes(data)
