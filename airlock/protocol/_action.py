@@ -224,26 +224,29 @@ _PLAIN_MAX_DEPTH: Final = 30
 
 def _plain_keys(value: Any, depth: int) -> int | None:
     """Keys in a float-free value of safe integers nested within the limit, else None."""
-    kind = type(value)
-    if kind is str or kind is bool or value is None:
-        return 0
-    if kind is int:
-        return 0 if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER else None
     if depth > _PLAIN_MAX_DEPTH:
         return None
-    total = 0
+    kind = type(value)
     if kind is dict:
         total = len(value)
         items = value.values()
     elif kind is list:
+        total = 0
         items = value
     else:
         return None
     for item in items:
-        keys = _plain_keys(item, depth + 1)
-        if keys is None:
+        kind = type(item)
+        if kind is int:
+            if not -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER:
+                return None
+        elif kind is dict or kind is list:
+            keys = _plain_keys(item, depth + 1)
+            if keys is None:
+                return None
+            total += keys
+        elif not (kind is str or kind is bool or item is None):
             return None
-        total += keys
     return total
 
 
@@ -275,7 +278,7 @@ def parse_plain_action(data: bytes) -> ProposedAction | None:
     if " " in outside:
         return None
     try:
-        action = ProposedAction.model_validate_json(text, context=PARSED_STRICTLY)
+        action = ProposedAction.model_validate_json(data, context=PARSED_STRICTLY)
     except ValidationError:
         return None
     params = _plain_keys(action.params, 1)

@@ -118,7 +118,7 @@ def _from_plain_text(data: bytes) -> ApprovalStatement | None:
     if not text.isprintable() or " " in text or "\\" in text:
         return None
     try:
-        statement = ApprovalStatement.model_validate_json(text, context=PARSED_STRICTLY)
+        statement = ApprovalStatement.model_validate_json(data, context=PARSED_STRICTLY)
     except ValidationError:
         return None
     if text.count('":') != _FIXED_KEYS + 2 * len(statement.approvers):
