@@ -14,8 +14,12 @@ executor on one ledger, and is honoured even when it arrives before its approval
 :class:`OutboxReporter` posts the receipts of terminal outcomes (committed with the
 outcome, in the ledger or the resolutions table) to ``POST /v1/outcomes`` and records
 each accepted or permanently refused one in the insert-only ``executor_deliveries``;
-terminal ledger rows are never touched. The checkpoint answers a repeated receipt with
-200 (same answer), so a crash between the POST and that record is harmless.
+terminal ledger rows are never touched. What is still to post is read from the
+``executor_outbox`` queue, which the outcome's own transaction fills and the delivery's
+empties, so a flush costs what is pending, not the size of the ledger; at start the
+reporter re-queues anything the ledger and deliveries show undelivered. The checkpoint
+answers a repeated receipt with 200 (same answer), so a crash between the POST and that
+record is harmless.
 
 Neither class decides whether anything is executed, and neither ever writes to the cloud
 or changes a ledger row. A checkpoint that is down or answers 5xx/429 is retried with a
@@ -42,7 +46,15 @@ from airlock.store import AuditLog, read_transaction
 
 from .errors import CheckpointUnauthorized
 from .failpoints import Failpoints
-from .models import TERMINAL_STATES, deliveries, feed_cursor, ledger, resolutions, revocations
+from .models import (
+    TERMINAL_STATES,
+    deliveries,
+    feed_cursor,
+    ledger,
+    outbox,
+    resolutions,
+    revocations,
+)
 from .sources import Delivery
 
 __all__ = [
@@ -52,6 +64,8 @@ __all__ = [
     "OutboxReporter",
     "checkpoint_client",
     "feed_name",
+    "pending_receipts",
+    "requeue_undelivered",
 ]
 
 _log = logging.getLogger("airlock.executor.feed")
@@ -366,35 +380,70 @@ class PendingReceipt:
 
 
 def pending_receipts(conn: Connection, limit: int) -> list[PendingReceipt]:
-    """Receipts with no delivery record, oldest first; a resolution only once the
-    outcome it resolves was delivered (the checkpoint replaces an in_doubt outcome by
-    its resolution, and refuses it the other way round)."""
-
-    def recorded(kind: str, approval_id: sa.ColumnElement[str]) -> sa.Exists:
-        return sa.exists().where(deliveries.c.kind == kind, deliveries.c.approval_id == approval_id)
-
+    """Queued receipts, oldest first; a resolution only once the outcome it resolves was
+    delivered (the checkpoint replaces an in_doubt outcome by its resolution, and refuses
+    it the other way round). Reads the outbox queue, never the whole ledger."""
     outcome_rows = conn.execute(
         sa.select(ledger.c.approval_id, ledger.c.receipt)
+        .select_from(outbox.join(ledger, ledger.c.approval_id == outbox.c.approval_id))
         .where(
+            outbox.c.kind == "outcome",
             ledger.c.state.in_([s.value for s in TERMINAL_STATES]),
             ledger.c.receipt.is_not(None),
-            ~recorded("outcome", ledger.c.approval_id),
         )
-        .order_by(ledger.c.updated_at, ledger.c.approval_id)
+        .order_by(outbox.c.queued_at, outbox.c.approval_id)
         .limit(limit)
     ).all()
     resolution_rows = conn.execute(
         sa.select(resolutions.c.approval_id, resolutions.c.receipt)
+        .select_from(outbox.join(resolutions, resolutions.c.approval_id == outbox.c.approval_id))
         .where(
-            ~recorded("resolution", resolutions.c.approval_id),
-            recorded("outcome", resolutions.c.approval_id),
+            outbox.c.kind == "resolution",
+            sa.exists().where(
+                deliveries.c.kind == "outcome",
+                deliveries.c.approval_id == resolutions.c.approval_id,
+            ),
         )
-        .order_by(resolutions.c.decided_at, resolutions.c.approval_id)
+        .order_by(outbox.c.queued_at, outbox.c.approval_id)
         .limit(limit)
     ).all()
     return [PendingReceipt("outcome", a, r) for a, r in outcome_rows] + [
         PendingReceipt("resolution", a, r) for a, r in resolution_rows
     ]
+
+
+def requeue_undelivered(conn: Connection) -> int:
+    """Queue every receipt the ledger and deliveries show undelivered and the outbox does
+    not hold (a full scan: the reporter runs it once, at start). Returns how many."""
+
+    def undelivered(kind: str, approval_id: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
+        return ~sa.exists().where(
+            deliveries.c.kind == kind, deliveries.c.approval_id == approval_id
+        ) & ~sa.exists().where(outbox.c.kind == kind, outbox.c.approval_id == approval_id)
+
+    queued = 0
+    for kind, select in (
+        (
+            "outcome",
+            sa.select(sa.literal("outcome"), ledger.c.approval_id, ledger.c.updated_at).where(
+                ledger.c.state.in_([s.value for s in TERMINAL_STATES]),
+                ledger.c.receipt.is_not(None),
+                undelivered("outcome", ledger.c.approval_id),
+            ),
+        ),
+        (
+            "resolution",
+            sa.select(
+                sa.literal("resolution"), resolutions.c.approval_id, resolutions.c.decided_at
+            ).where(undelivered("resolution", resolutions.c.approval_id)),
+        ),
+    ):
+        result = conn.execute(
+            _insert_ignore(conn, outbox).from_select(["kind", "approval_id", "queued_at"], select)
+        )
+        queued += max(result.rowcount, 0)
+        _log.debug("re-queued %d undelivered %s receipts", result.rowcount, kind)
+    return queued
 
 
 #: 4xx answers that say "not now" rather than "never": timeout, too early, rate limit.
@@ -427,6 +476,7 @@ class OutboxReporter:
         self._sweep_every = sweep_every_s
         self._batch = batch
         self._next = 0.0  # monotonic time of the next flush that is due on its own
+        self._requeued = False  # the start-up scan for receipts the queue lacks
 
     def due(self) -> bool:
         """Is a retry or a periodic sweep (for outcomes other processes wrote) due?"""
@@ -439,6 +489,12 @@ class OutboxReporter:
         """
         if self._backoff.failures and not self.due():
             return 0
+        if not self._requeued:
+            with self._engine.begin() as conn:
+                queued = requeue_undelivered(conn)
+            if queued:
+                _log.info("re-queued %d undelivered receipts", queued)
+            self._requeued = True
         recorded = 0
         for _ in range(_MAX_BATCHES):
             with read_transaction(self._engine) as conn:
@@ -511,6 +567,11 @@ class OutboxReporter:
                     error_code=code,
                     detail=detail,
                     at=self._clock(),
+                )
+            )
+            conn.execute(
+                sa.delete(outbox).where(
+                    outbox.c.kind == item.kind, outbox.c.approval_id == item.approval_id
                 )
             )
 

@@ -27,6 +27,7 @@ from .models import (
     LedgerRow,
     State,
     ledger,
+    outbox,
     refusals,
     resolutions,
     revocations,
@@ -38,6 +39,7 @@ __all__ = [
     "get",
     "insert_refusal",
     "insert_resolution",
+    "queue_receipt",
     "take_over",
     "transition",
 ]
@@ -244,6 +246,13 @@ def take_over(
 
 def insert_refusal(conn: Connection, values: Mapping[str, Any]) -> None:
     conn.execute(sa.insert(refusals).values(**values))
+
+
+def queue_receipt(conn: Connection, *, kind: str, approval_id: str, now: int) -> None:
+    """Queue a receipt for the outbox, in the transaction that commits the receipt."""
+    conn.execute(
+        _insert_ignore(conn, outbox).values(kind=kind, approval_id=approval_id, queued_at=now)
+    )
 
 
 def insert_resolution(conn: Connection, values: Mapping[str, Any]) -> bool:

@@ -24,7 +24,8 @@ whether an approval was used):
 and the feed side's three (migration 0002): ``executor_feed_cursor`` (how far the
 checkpoint feed has been recorded; never moves backwards), ``executor_revocations``
 (insert-only; read by step 12) and ``executor_deliveries`` (insert-only; which receipts
-the checkpoint accepted or refused for good — the outcome outbox's memory).
+the checkpoint accepted or refused for good — the outcome outbox's memory), and from
+migration 0003 ``executor_outbox``: the receipts still to deliver, a work queue.
 
 Nothing in this module reads a clock or talks to the cloud.
 """
@@ -49,6 +50,7 @@ __all__ = [
     "feed_cursor",
     "ledger",
     "metadata",
+    "outbox",
     "refusals",
     "resolutions",
     "revocations",
@@ -167,6 +169,19 @@ deliveries = sa.Table(
     sa.Column("detail", sa.Text, nullable=False),
     sa.Column("at", sa.BigInteger, nullable=False),
     sa.UniqueConstraint("kind", "approval_id", name="uq_executor_deliveries_receipt"),
+)
+
+#: The receipts still to deliver: a row is queued in the transaction that commits the
+#: receipt (outcome or resolution) and deleted in the one that records its delivery, so
+#: the outbox reads what is pending without scanning every terminal row ever written. A
+#: work queue, not a record: the ledger, resolutions and deliveries are the record, and
+#: the reporter re-queues any receipt they show undelivered when it starts.
+outbox = sa.Table(
+    "executor_outbox",
+    metadata,
+    sa.Column("kind", sa.String(16), primary_key=True),  # outcome | resolution
+    sa.Column("approval_id", sa.String(100), primary_key=True),
+    sa.Column("queued_at", sa.BigInteger, nullable=False),
 )
 
 

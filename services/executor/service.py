@@ -715,6 +715,7 @@ class Executor:
                 detail=detail,
                 receipt=_envelope_text(receipt),
             )
+            ledger.queue_receipt(conn, kind="outcome", approval_id=work.approval_id, now=now)
         self._fp.hit("after_outcome_commit")
         return self._report(
             Outcome(work.approval_id, to_state, code, request_id, verified, detail, receipt)
@@ -824,6 +825,7 @@ class Executor:
                 },
             ):
                 raise ResolutionError(f"{approval_id} was already resolved")
+            ledger.queue_receipt(conn, kind="resolution", approval_id=approval_id, now=now)
         return self._report(
             Outcome(approval_id, State.IN_DOUBT, detail=f"resolved: {decision}", receipt=receipt)
         )

@@ -34,10 +34,23 @@ from services.executor import (
     Shutdown,
     State,
     checkpoint_client,
+    migrate,
     serve,
 )
-from services.executor.feed import advance_cursor, read_cursor
-from services.executor.models import deliveries, feed_cursor, refusals, revocations
+from services.executor.feed import (
+    advance_cursor,
+    pending_receipts,
+    read_cursor,
+    requeue_undelivered,
+)
+from services.executor.models import (
+    deliveries,
+    feed_cursor,
+    ledger,
+    outbox,
+    refusals,
+    revocations,
+)
 
 from .conftest import Env
 from .support import make_test_bundle
@@ -439,3 +452,107 @@ def test_a_database_fault_during_recovery_at_start_is_retried_not_fatal(
     assert [o.state for o in seen] == [State.SUCCEEDED]
     assert env.cloud.writes_for(b.resource_id) == 1
     assert beat.exists()
+
+
+# -- the outbox queue (migration 0003) ----------------------------------------------------
+
+
+def test_an_outcome_is_queued_with_its_commit_and_leaves_the_queue_when_delivered(
+    rig: Rig,
+) -> None:
+    b = make_test_bundle(1, tag="fqueue")
+    rig.env.cloud.add("ecs.instance", b.resource_id, "Running")
+    assert rig.executor.execute(b.raw).state is State.SUCCEEDED
+    assert [(r.kind, r.approval_id) for r in rig.rows(outbox)] == [("outcome", b.approval_id)]
+    assert rig.reporter.flush() == 1
+    assert rig.rows(outbox) == []
+    assert [(d.kind, d.approval_id) for d in rig.rows(deliveries)] == [("outcome", b.approval_id)]
+
+
+def test_the_outbox_reads_the_queue_not_the_ledger(rig: Rig) -> None:
+    # Once started, a reporter delivers what is queued: an undelivered terminal row that
+    # is not in the queue is not found by scanning (a flush costs the queue, not the
+    # ledger); a reporter that starts re-queues it from the ledger and delivers it.
+    assert rig.reporter.flush() == 0  # started on an empty ledger
+    b = make_test_bundle(1, tag="flost")
+    rig.env.cloud.add("ecs.instance", b.resource_id, "Running")
+    rig.executor.execute(b.raw)
+    with rig.env.engine.begin() as conn:
+        conn.execute(sa.delete(outbox))  # a lost queue row
+    rig.mono[0] += 3600
+    assert rig.reporter.flush() == 0
+    assert rig.fake.posted == []
+    restarted = OutboxReporter(
+        engine=rig.env.engine,
+        client=checkpoint_client(
+            BASE, "executor-token", poll_wait_s=1, transport=httpx.MockTransport(rig.fake.handler)
+        ),
+        clock=rig.env.clock,
+    )
+    assert restarted.flush() == 1
+    assert [p["receipt"] for p in rig.fake.posted] == [
+        json.loads(rig.rows(ledger)[0].receipt)  # the receipt the outcome committed
+    ]
+    assert rig.rows(outbox) == []
+
+
+def test_requeueing_skips_what_was_delivered_or_is_queued(rig: Rig) -> None:
+    done = make_test_bundle(1, tag="fdone")
+    rig.env.cloud.add("ecs.instance", done.resource_id, "Running")
+    rig.executor.execute(done.raw)
+    assert rig.reporter.flush() == 1
+    queued = make_test_bundle(2, tag="fqd")
+    rig.env.cloud.add("ecs.instance", queued.resource_id, "Running")
+    rig.executor.execute(queued.raw)
+    with rig.env.engine.begin() as conn:
+        assert requeue_undelivered(conn) == 0
+    assert [r.approval_id for r in rig.rows(outbox)] == [queued.approval_id]
+
+
+def test_a_resolution_is_queued_and_waits_for_its_outcome(rig: Rig) -> None:
+    b = make_test_bundle(1, tag="fresq")
+    rig.env.cloud.add("ecs.instance", b.resource_id, "Running")
+    rig.env.cloud.next_fault = "timeout_before"
+    assert rig.executor.execute(b.raw).state is State.IN_DOUBT
+    rig.executor.resolve(b.approval_id, happened=True, by="admin", note="seen in console")
+    assert sorted((r.kind, r.approval_id) for r in rig.rows(outbox)) == [
+        ("outcome", b.approval_id),
+        ("resolution", b.approval_id),
+    ]
+    with rig.env.engine.connect() as conn:
+        assert [p.kind for p in pending_receipts(conn, 10)] == ["outcome"]
+    assert rig.reporter.flush() == 2
+    assert rig.rows(outbox) == []
+
+
+def test_the_upgrade_queues_every_receipt_undelivered_at_the_time(env: Env) -> None:
+    # Receipts written before 0003 (simulated: the same rows, the queue table dropped and
+    # the version put back to 0002) are queued by the upgrade unless already delivered.
+    bundles = [make_test_bundle(n, tag="fmig") for n in (1, 2, 3)]
+    for b in bundles:
+        env.cloud.add("ecs.instance", b.resource_id, "Running")
+    env.executor.execute(bundles[0].raw)  # delivered before the upgrade
+    env.cloud.next_fault = "timeout_before"
+    env.executor.execute(bundles[1].raw)  # in_doubt, then resolved: two receipts
+    env.executor.resolve(bundles[1].approval_id, happened=False, by="admin", note="n")
+    env.executor.execute(bundles[2].raw)
+    with env.engine.begin() as conn:
+        conn.execute(
+            sa.insert(deliveries).values(
+                kind="outcome",
+                approval_id=bundles[0].approval_id,
+                status="delivered",
+                detail="",
+                at=1,
+            )
+        )
+        conn.execute(sa.text("DROP TABLE executor_outbox"))
+        conn.execute(sa.text("UPDATE alembic_version SET version_num = '0002_feed'"))
+    migrate(env.engine)
+    with env.engine.connect() as conn:
+        queued = sorted((r.kind, r.approval_id) for r in conn.execute(sa.select(outbox)))
+    assert queued == [
+        ("outcome", bundles[1].approval_id),
+        ("outcome", bundles[2].approval_id),
+        ("resolution", bundles[1].approval_id),
+    ]
