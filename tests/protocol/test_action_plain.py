@@ -33,6 +33,7 @@ from airlock.protocol._action import (
 )
 from eval import factory
 from eval.factory import BINDING, NOW, bundle_for
+from tests.support.mutations import mutate
 
 
 def _strict(data: bytes) -> ProposedAction | None:
@@ -148,28 +149,11 @@ def test_other_forms_go_the_strict_way(edit: Any) -> None:
     assert parse_plain_action(data) is None
 
 
-_BYTES = list(b'"\\{}[],:. \t\n01-eE5az\x00\x7f\xc3')
-
-
 @settings(max_examples=800, deadline=None)
 @given(st.data())
 def test_plain_parse_agrees_with_the_strict_path_on_mutations(data: st.DataObject) -> None:
-    raw = bytearray(_honest())
-    for _ in range(data.draw(st.integers(1, 3))):
-        at = data.draw(st.integers(0, len(raw) - 1))
-        kind = data.draw(st.sampled_from(["set", "insert", "delete", "copy"]))
-        if kind == "copy":
-            start = data.draw(st.integers(0, len(raw) - 1))
-            raw[at:at] = raw[start : start + data.draw(st.integers(1, 60))]
-            continue
-        byte = data.draw(st.sampled_from(_BYTES))
-        if kind == "set":
-            raw[at] = byte
-        elif kind == "insert":
-            raw.insert(at, byte)
-        else:
-            del raw[at]
-    assert _agrees(bytes(raw))
+    alphabet = b'"\\{}[],:. \t\n01-eE5az\x00\x7f\xc3'
+    assert _agrees(mutate(data, _honest(), alphabet, copy_span=60))
 
 
 def test_an_action_as_a_memoryview_is_declined() -> None:

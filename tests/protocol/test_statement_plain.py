@@ -27,6 +27,7 @@ from airlock.protocol._approval import (
 )
 from airlock.protocol._json import PARSED_STRICTLY
 from eval import factory
+from tests.support.mutations import mutate
 
 
 def _strict(data: bytes) -> ApprovalStatement | None:
@@ -129,23 +130,8 @@ def test_numbers_are_refused_alike(old: bytes, new: bytes) -> None:
 @settings(max_examples=800, deadline=None)
 @given(st.data())
 def test_plain_parse_agrees_with_the_strict_path_on_mutations(data: st.DataObject) -> None:
-    raw = bytearray(_honest())
-    for _ in range(data.draw(st.integers(1, 3))):
-        at = data.draw(st.integers(0, len(raw) - 1))
-        kind = data.draw(st.sampled_from(["set", "insert", "delete", "copy"]))
-        if kind == "copy":
-            # Re-insert a slice of the text elsewhere: duplicated keys and members.
-            start = data.draw(st.integers(0, len(raw) - 1))
-            raw[at:at] = raw[start : start + data.draw(st.integers(1, 40))]
-            continue
-        byte = data.draw(st.sampled_from(list(b'"\\{}[],:. \t\n01-eEaz\x00\x7f\xc3')))
-        if kind == "set":
-            raw[at] = byte
-        elif kind == "insert":
-            raw.insert(at, byte)
-        else:
-            del raw[at]
-    assert _agrees(bytes(raw))
+    alphabet = b'"\\{}[],:. \t\n01-eEaz\x00\x7f\xc3'
+    assert _agrees(mutate(data, _honest(), alphabet, copy_span=40))
 
 
 def test_a_statement_as_a_memoryview_still_parses() -> None:
