@@ -28,6 +28,7 @@ from ._json import (
     check_no_floats,
     check_tree,
     loads_strict,
+    plain_text,
 )
 from .errors import RefusalCode, Refused
 
@@ -262,15 +263,8 @@ def parse_plain_action(data: bytes) -> ProposedAction | None:
     outside strings) as the validated action has, so none is repeated. None sends the
     bytes to the strict path, which decides.
     """
-    if type(data) is not bytes:  # bytearray, memoryview: the strict path, as before
-        return None
-    if len(data) > ACTION_MAX_BYTES:
-        return None
-    try:
-        text = data.decode("ascii")
-    except UnicodeDecodeError:
-        return None
-    if not text.isprintable() or "\\" in text:
+    text = plain_text(data, max_bytes=ACTION_MAX_BYTES)
+    if text is None:
         return None
     # With no backslash, the text alternates between what is outside strings and what is
     # inside them at every '"'.

@@ -12,7 +12,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from ._action import Resource
 from ._common import ID, AccountId, Hash, RegionId, Text, UnixTime, WireModel
-from ._json import PARSED_STRICTLY, canonical_bytes, loads_strict
+from ._json import PARSED_STRICTLY, canonical_bytes, loads_strict, plain_text
 from .errors import RefusalCode, Refused
 
 __all__ = [
@@ -107,15 +107,8 @@ def _from_plain_text(data: bytes) -> ApprovalStatement | None:
     bounded, so a float, NaN or an integer beyond 2^53 fails validation here as it
     fails loads_strict there. None sends the text to the strict path, which decides.
     """
-    if type(data) is not bytes:  # bytearray, memoryview: the strict path, as before
-        return None
-    if len(data) > STATEMENT_MAX_BYTES:
-        return None
-    try:
-        text = data.decode("ascii")
-    except UnicodeDecodeError:
-        return None
-    if not text.isprintable() or " " in text or "\\" in text:
+    text = plain_text(data, max_bytes=STATEMENT_MAX_BYTES)
+    if text is None or " " in text:
         return None
     try:
         statement = ApprovalStatement.model_validate_json(data, context=PARSED_STRICTLY)

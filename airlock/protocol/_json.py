@@ -24,6 +24,7 @@ __all__ = [
     "check_no_floats",
     "check_tree",
     "loads_strict",
+    "plain_text",
 ]
 
 #: RFC 8785 §3.2.2.3 / I-JSON (RFC 7493 §2.2): integers must be exactly representable
@@ -178,6 +179,22 @@ def loads_strict(data: bytes, *, max_bytes: int, nfc: bool = True) -> Any:
     except ValueError as exc:  # json.JSONDecodeError, _Reject, int() digit limits
         raise Refused(RefusalCode.E_PARSE, str(exc)) from None
     return value
+
+
+def plain_text(data: bytes, *, max_bytes: int) -> str | None:
+    """``data`` as text if it is bytes of at most ``max_bytes``, printable ASCII with no
+    backslash, else None. In such a text there are no escapes and no control characters,
+    every string is NFC and verbatim, and every '"' delimits a string: the precondition
+    of the one-pass parses of a statement and an action."""
+    if type(data) is not bytes or len(data) > max_bytes:  # bytearray, memoryview: strict
+        return None
+    try:
+        text = data.decode("ascii")
+    except UnicodeDecodeError:
+        return None
+    if not text.isprintable() or "\\" in text:
+        return None
+    return text
 
 
 def check_no_floats(value: Any, depth: int = 0) -> None:
