@@ -717,6 +717,9 @@ class Checkpoint:
                 from_state=row.state,
                 state=state,
                 target_held_by=held_by,
+                # The executor's chain head the receipt names: kept in this chain so a
+                # later `airlock audit reconcile` can hold the executor's chain to it.
+                executor_head=_receipt_head(payload),
             )
             return self._view(
                 conn, conn.execute(sa.select(proposals).where(proposals.c.id == row.id)).one()
@@ -1084,6 +1087,21 @@ class Checkpoint:
 
     def _audit(self, conn: Connection, now: int, kind: str, **fields: Any) -> None:
         AuditLog.append(conn, {"type": kind, **fields}, at=datetime.fromtimestamp(now, UTC))
+
+
+def _receipt_head(payload: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The ``audit_head`` a verified receipt names, if it has the receipt's shape."""
+    head = payload.get("audit_head")
+    if (
+        isinstance(head, dict)
+        and set(head) == {"seq", "hash"}
+        and type(head["seq"]) is int
+        and head["seq"] >= 0
+        and isinstance(head["hash"], str)
+        and len(head["hash"]) <= 100
+    ):
+        return {"seq": head["seq"], "hash": head["hash"]}
+    return None
 
 
 def _deny_message(decision: Decision) -> str:

@@ -1,0 +1,426 @@
+"""Cross-check the checkpoint's and the executor's audit chains against each other.
+
+Each chain alone proves that its own rows were not edited, removed or reordered
+(:func:`airlock.store.verify_chain`). Read together, they prove what neither can alone:
+
+* every approval the executor consumed was issued by *this* checkpoint, for the same
+  action hash, with the same nonce and signing key (``R_UNISSUED``). An approval minted
+  with a stolen signing key verifies at the executor, and only this comparison shows
+  that no person approved it;
+* no approval was committed to a cloud write twice (``R_WRITE_TWICE``), consumed twice
+  (``R_CONSUMED_TWICE``) or written without being consumed (``R_WRITE_UNCONSUMED``);
+* every executor receipt the checkpoint accepted names a row the executor chain still
+  holds, with the same hash (``R_HEAD_MISMATCH``, ``R_HEAD_BEYOND``). Receipts carry the
+  executor's chain head, so a rewritten or cut executor chain shows here up to the last
+  outcome the checkpoint recorded; and that row records the same outcome for the same
+  approval (``R_OUTCOME_MISMATCH``).
+
+The inputs are the JSON lines of ``airlock audit export`` (or the databases themselves),
+so anyone holding copies of both chains can run it. Pure reading: nothing is written.
+The event names are the services' own; a test drives the real checkpoint and executor
+and reconciles their chains, so a renamed event cannot leave this check empty.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from airlock.store import GENESIS_TYPE, ChainReport, verify_export
+
+__all__ = [
+    "Finding",
+    "ReconcileCode",
+    "ReconcileReport",
+    "reconcile",
+]
+
+#: The ``chain`` each service's genesis row names (its migration's create_audit_log).
+CHECKPOINT_CHAIN: Final = "checkpoint"
+EXECUTOR_CHAIN: Final = "executor"
+
+# Checkpoint events read here.
+_ISSUED: Final = "checkpoint.approval.issued"
+_REVOKED: Final = "checkpoint.approval.revoked"
+_LAPSED: Final = "checkpoint.approval.lapsed"
+_REPORTED: Final = "checkpoint.outcome.reported"
+# Executor events read here.
+_CONSUMED: Final = "executor.consumed"
+_EXECUTING: Final = "executor.executing"
+_OUTCOME: Final = "executor.outcome"
+_RESOLVED: Final = "executor.resolved"
+_REFUSED: Final = "executor.refused"
+#: Executor events a receipt's audit head may point at: the receipt is signed over the
+#: head right after the event that records it is appended.
+_RECEIPT_EVENTS: Final = frozenset({_OUTCOME, _RESOLVED, _REFUSED})
+_SHOWN_MAX: Final = 200
+
+
+class ReconcileCode(enum.StrEnum):
+    """What a finding is; stable, for scripts."""
+
+    R_CHAIN = "R_CHAIN"  # a chain does not verify, or is not the service's chain
+    R_UNISSUED = "R_UNISSUED"  # consumed an approval this checkpoint did not issue as such
+    R_CONSUMED_TWICE = "R_CONSUMED_TWICE"  # one approval consumed more than once
+    R_WRITE_TWICE = "R_WRITE_TWICE"  # one approval committed to a cloud write twice
+    R_WRITE_UNCONSUMED = "R_WRITE_UNCONSUMED"  # a write committed for an unconsumed approval
+    R_HEAD_BEYOND = "R_HEAD_BEYOND"  # a receipt names a row past the executor chain's end
+    R_HEAD_MISMATCH = "R_HEAD_MISMATCH"  # a receipt names a row the chain holds differently
+    R_OUTCOME_MISMATCH = "R_OUTCOME_MISMATCH"  # the checkpoint and executor disagree
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    code: ReconcileCode
+    approval_id: str | None
+    detail: str
+
+    def to_value(self) -> dict[str, Any]:
+        return {"code": self.code.value, "approval_id": self.approval_id, "detail": self.detail}
+
+    def __str__(self) -> str:
+        about = f" {self.approval_id}" if self.approval_id else ""
+        return f"{self.code.value}{about}: {self.detail}"
+
+
+@dataclass
+class ReconcileReport:
+    """What the two chains say together. ``ok`` when there is no finding."""
+
+    findings: list[Finding] = field(default_factory=list)
+    checkpoint_rows: int = 0
+    executor_rows: int = 0
+    issued: int = 0
+    revoked: int = 0
+    lapsed: int = 0
+    reported: int = 0
+    anchored: int = 0  # reports whose receipt head was checked against the executor chain
+    consumed: int = 0
+    writes: int = 0  # approvals committed to a cloud write (``executing``)
+    outcomes: dict[str, int] = field(default_factory=dict)
+    resolutions: int = 0
+    not_consumed: int = 0  # issued, never consumed (revoked, lapsed, or not yet)
+    not_reported: int = 0  # consumed and finished at the executor, no report recorded
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    def to_value(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "findings": [f.to_value() for f in self.findings],
+            "checkpoint": {
+                "rows": self.checkpoint_rows,
+                "issued": self.issued,
+                "revoked": self.revoked,
+                "lapsed": self.lapsed,
+                "reported": self.reported,
+                "anchored": self.anchored,
+            },
+            "executor": {
+                "rows": self.executor_rows,
+                "consumed": self.consumed,
+                "writes": self.writes,
+                "outcomes": dict(sorted(self.outcomes.items())),
+                "resolutions": self.resolutions,
+            },
+            "not_consumed": self.not_consumed,
+            "not_reported": self.not_reported,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class _Issued:
+    action_hash: object
+    nonce: object
+    keyid: object
+
+
+@dataclass(frozen=True, slots=True)
+class _Report:
+    seq: int
+    approval_id: str
+    outcome: object
+    head: object
+
+
+@dataclass(frozen=True, slots=True)
+class _ReceiptRow:
+    row_hash: str
+    event: dict[str, Any]
+
+
+@dataclass
+class _Checkpoint:
+    issued: dict[str, _Issued] = field(default_factory=dict)
+    revoked: set[str] = field(default_factory=set)
+    lapsed: set[str] = field(default_factory=set)
+    reports: list[_Report] = field(default_factory=list)
+
+    def take(self, seq: int, row_hash: str, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        aid = event.get("approval_id")
+        if not isinstance(aid, str):
+            return
+        if kind == _ISSUED:
+            self.issued[aid] = _Issued(
+                event.get("action_hash"), event.get("nonce"), event.get("keyid")
+            )
+        elif kind == _REVOKED:
+            self.revoked.add(aid)
+        elif kind == _LAPSED:
+            self.lapsed.add(aid)
+        elif kind == _REPORTED:
+            self.reports.append(_Report(seq, aid, event.get("outcome"), event.get("executor_head")))
+
+
+@dataclass
+class _Executor:
+    consumed: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    writes: Counter[str] = field(default_factory=Counter)
+    outcomes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    resolved: set[str] = field(default_factory=set)
+    receipt_rows: dict[int, _ReceiptRow] = field(default_factory=dict)
+    write_before_consume: list[str] = field(default_factory=list)
+    last_seq: int = -1
+
+    def take(self, seq: int, row_hash: str, event: dict[str, Any]) -> None:
+        self.last_seq = seq
+        kind = event.get("type")
+        if kind in _RECEIPT_EVENTS:
+            self.receipt_rows[seq] = _ReceiptRow(row_hash, event)
+        aid = event.get("approval_id")
+        if not isinstance(aid, str):
+            return
+        if kind == _CONSUMED:
+            self.consumed.setdefault(aid, []).append(event)
+        elif kind == _EXECUTING:
+            if aid not in self.consumed:
+                self.write_before_consume.append(aid)
+            self.writes[aid] += 1
+        elif kind == _OUTCOME:
+            self.outcomes[aid] = event
+        elif kind == _RESOLVED:
+            self.resolved.add(aid)
+
+
+def _scan(
+    lines: Iterable[str], take: Callable[[int, str, dict[str, Any]], None]
+) -> tuple[ChainReport, str | None]:
+    """Verify an export and feed every verified row to ``take``; the report, and the
+    name of the chain its genesis row gives."""
+    names: list[str] = []
+
+    def verified_lines() -> Iterator[str]:
+        pending: str | None = None
+        for line in lines:
+            # A line reaches ``take`` only once the verifier asked for the next one,
+            # that is after it checked this one.
+            if pending is not None:
+                _take_line(pending)
+            yield line
+            pending = line
+        if pending is not None:
+            _take_line(pending)
+
+    def _take_line(line: str) -> None:
+        record = json.loads(line)
+        event = record["event"]
+        if record["seq"] == 0 and event.get("type") == GENESIS_TYPE:
+            names.append(str(event.get("chain")))
+        take(record["seq"], record["row_hash"], event)
+
+    report = verify_export(verified_lines())
+    return report, (names[0] if names else None)
+
+
+def _chain_findings(label: str, chain: str, report: ChainReport, name: str | None) -> list[Finding]:
+    if report.fault is not None:
+        return [
+            Finding(
+                ReconcileCode.R_CHAIN,
+                None,
+                f"the {label} chain does not verify: first bad row {report.fault}",
+            )
+        ]
+    if name != chain:
+        return [
+            Finding(
+                ReconcileCode.R_CHAIN,
+                None,
+                f"the {label} input is the {name!r} chain, not the {chain!r} chain",
+            )
+        ]
+    return []
+
+
+def reconcile(checkpoint_lines: Iterable[str], executor_lines: Iterable[str]) -> ReconcileReport:
+    """Verify both exports and cross-check them; see the module docstring for the rules."""
+    cp = _Checkpoint()
+    ex = _Executor()
+    report = ReconcileReport()
+    cp_report, cp_name = _scan(checkpoint_lines, cp.take)
+    ex_report, ex_name = _scan(executor_lines, ex.take)
+    report.checkpoint_rows = cp_report.rows
+    report.executor_rows = ex_report.rows
+    report.findings += _chain_findings("checkpoint", CHECKPOINT_CHAIN, cp_report, cp_name)
+    report.findings += _chain_findings("executor", EXECUTOR_CHAIN, ex_report, ex_name)
+    if report.findings:
+        return report  # nothing read from a chain that does not verify can be relied on
+
+    findings = report.findings
+    # What the executor consumed, against what the checkpoint issued.
+    for aid, events in ex.consumed.items():
+        if len(events) > 1:
+            findings.append(
+                Finding(ReconcileCode.R_CONSUMED_TWICE, aid, f"consumed {len(events)} times")
+            )
+        issued = cp.issued.get(aid)
+        for event in events:
+            if issued is None:
+                findings.append(
+                    Finding(
+                        ReconcileCode.R_UNISSUED,
+                        aid,
+                        "the executor consumed an approval this checkpoint never issued "
+                        f"(signed by {event.get('keyid')!r}): was the signing key used "
+                        "elsewhere?",
+                    )
+                )
+                continue
+            differs = [
+                name
+                for name, theirs, ours in (
+                    ("action_hash", event.get("action_hash"), issued.action_hash),
+                    ("nonce", event.get("nonce"), issued.nonce),
+                    ("keyid", event.get("keyid"), issued.keyid),
+                )
+                if theirs != ours
+            ]
+            if differs:
+                findings.append(
+                    Finding(
+                        ReconcileCode.R_UNISSUED,
+                        aid,
+                        "the executor consumed an approval whose "
+                        + ", ".join(differs)
+                        + " differ from what this checkpoint issued under that id",
+                    )
+                )
+    for aid, count in sorted(ex.writes.items()):
+        if count > 1:
+            findings.append(
+                Finding(
+                    ReconcileCode.R_WRITE_TWICE, aid, f"committed to a cloud write {count} times"
+                )
+            )
+    for aid in ex.write_before_consume:
+        findings.append(
+            Finding(
+                ReconcileCode.R_WRITE_UNCONSUMED,
+                aid,
+                "committed to a cloud write with no consume before it",
+            )
+        )
+
+    # What the checkpoint recorded from receipts, against the executor chain.
+    for rep in cp.reports:
+        if rep.head is None:
+            # Recorded before reports carried the receipt's head: match by approval id.
+            done = ex.outcomes.get(rep.approval_id)
+            state = None if done is None else done.get("state")
+            if not (
+                rep.outcome == state
+                or (rep.outcome == "resolved" and rep.approval_id in ex.resolved)
+            ):
+                findings.append(
+                    Finding(
+                        ReconcileCode.R_OUTCOME_MISMATCH,
+                        rep.approval_id,
+                        f"the checkpoint recorded {rep.outcome!r} (checkpoint seq {rep.seq}), "
+                        f"the executor chain {state!r}",
+                    )
+                )
+            continue
+        findings.extend(_check_anchored(rep, ex))
+        report.anchored += 1
+
+    report.issued = len(cp.issued)
+    report.revoked = len(cp.revoked)
+    report.lapsed = len(cp.lapsed)
+    report.reported = len(cp.reports)
+    report.consumed = len(ex.consumed)
+    report.writes = len(ex.writes)
+    report.outcomes = dict(Counter(str(e.get("state")) for e in ex.outcomes.values()))
+    report.resolutions = len(ex.resolved)
+    report.not_consumed = sum(1 for aid in cp.issued if aid not in ex.consumed)
+    reported_ids = {rep.approval_id for rep in cp.reports}
+    report.not_reported = sum(1 for aid in ex.outcomes if aid not in reported_ids)
+    return report
+
+
+def _check_anchored(rep: _Report, ex: _Executor) -> list[Finding]:
+    head = rep.head
+    if (
+        not isinstance(head, dict)
+        or not isinstance(head.get("seq"), int)
+        or isinstance(head.get("seq"), bool)
+        or not isinstance(head.get("hash"), str)
+    ):
+        return [
+            Finding(
+                ReconcileCode.R_HEAD_MISMATCH,
+                rep.approval_id,
+                f"checkpoint seq {rep.seq} records a malformed executor head {head!r}",
+            )
+        ]
+    seq: int = head["seq"]
+    digest: str = head["hash"]
+    if seq > ex.last_seq:
+        return [
+            Finding(
+                ReconcileCode.R_HEAD_BEYOND,
+                rep.approval_id,
+                f"the checkpoint holds a receipt naming executor row {seq}, but the executor "
+                f"chain ends at row {ex.last_seq}: it was cut, or this export is older than "
+                "the checkpoint's (export the executor's chain last)",
+            )
+        ]
+    row = ex.receipt_rows.get(seq)
+    if row is None or row.row_hash != digest:
+        return [
+            Finding(
+                ReconcileCode.R_HEAD_MISMATCH,
+                rep.approval_id,
+                f"the receipt names executor row {seq} with hash {digest}, which the executor "
+                "chain holds differently: it was rewritten",
+            )
+        ]
+    event = row.event
+    kind = event.get("type")
+    if kind == _OUTCOME:
+        said = event.get("state")
+    elif kind == _RESOLVED:
+        said = "resolved"
+    else:
+        said = "refused"
+    if event.get("approval_id") != rep.approval_id or said != rep.outcome:
+        return [
+            Finding(
+                ReconcileCode.R_OUTCOME_MISMATCH,
+                rep.approval_id,
+                f"the checkpoint recorded {rep.outcome!r}; executor row {seq} records "
+                f"{said!r} for {event.get('approval_id')!r}",
+            )
+        ]
+    return []
+
+
+def shown(findings: list[Finding]) -> tuple[list[Finding], int]:
+    """The findings to print, and how many more there are."""
+    return findings[:_SHOWN_MAX], max(0, len(findings) - _SHOWN_MAX)

@@ -1,0 +1,418 @@
+"""``airlock audit reconcile``: the checkpoint's and the executor's chains, held together.
+
+The first tests drive the real checkpoint and the real executor and reconcile the chains
+they wrote, so a renamed event cannot leave the cross-check silently empty: the counts
+are asserted, not only ``ok``. Then each finding is provoked the way it happens — an
+approval minted with the real signing key but never issued, a cut or rewritten executor
+chain — and, for the ones no honest run can produce, on hand-built chains.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airlock.protocol import (
+    ApprovalStatement,
+    Binding,
+    KeySet,
+    canonical_bytes,
+    make_bundle,
+)
+from airlock.reconcile import ReconcileCode, ReconcileReport, reconcile
+from airlock.store import (
+    GENESIS_PREV_HASH,
+    AuditEntry,
+    chain_hash,
+    export,
+    genesis_event,
+    make_engine,
+    read_transaction,
+)
+from services.checkpoint.keys import KeyDirectory
+from services.executor import Executor, migrate
+from tests.cli.conftest import airlock
+from tests.executor.support import InMemoryCloud, receipt_signer
+
+from .builders import action
+from .harness import AUDIENCE, World
+
+ACCOUNT = "5123456789012345"
+REGION = "ap-southeast-1"
+BINDING = Binding(AUDIENCE, "alibaba", ACCOUNT, REGION)
+
+
+@pytest.fixture
+def ledger_url(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    engine = make_engine(url)
+    migrate(engine)
+    engine.dispose()
+    return url
+
+
+def _executor(world: World, ledger_url: str, cloud: InMemoryCloud) -> Executor:
+    return Executor(
+        engine=make_engine(ledger_url),
+        keys=KeySet.from_value(world.client.get("/v1/keys").json()),
+        binding=BINDING,
+        reader=cloud,
+        writer=cloud,
+        signer=receipt_signer(),
+        clock=world.clock,
+    )
+
+
+def _lines(url: str) -> list[str]:
+    engine = make_engine(url, create=False)
+    try:
+        with read_transaction(engine) as conn:
+            return list(export(conn))
+    finally:
+        engine.dispose()
+
+
+def _bundles(world: World, after: int = 0) -> list[bytes]:
+    page = world.client.get(
+        "/v1/feed", params={"after": after}, headers=world.auth("executor")
+    ).json()
+    return [canonical_bytes(item["bundle"]) for item in page["items"] if item["kind"] == "approval"]
+
+
+def _report(world: World, receipt: Any) -> None:
+    response = world.client.post(
+        "/v1/outcomes", json={"receipt": receipt.to_value()}, headers=world.auth("executor")
+    )
+    assert response.status_code == 200, response.text
+
+
+def _run_three(world: World, ledger_url: str) -> tuple[Executor, InMemoryCloud]:
+    """Three approvals: one written, one refused at the re-read, one never consumed."""
+    cloud = InMemoryCloud()
+    for n in range(3):
+        rid = f"i-reconcile{n:04d}"
+        proposal = world.submit(proposal_id=f"prop_reconcile{n:04d}", resource_id=rid).json()
+        assert world.approve("alice", proposal["id"], proposal["action_hash"]).status_code == 200
+        cloud.add("ecs.instance", rid, "Running" if n != 1 else "Stopped")
+    executor = _executor(world, ledger_url, cloud)
+    for raw in _bundles(world)[:2]:
+        outcome = executor.execute(raw)
+        assert outcome.receipt is not None
+        _report(world, outcome.receipt)
+    return executor, cloud
+
+
+def test_the_real_services_chains_reconcile_with_every_count_accounted_for(
+    world: World, ledger_url: str
+) -> None:
+    _, cloud = _run_three(world, ledger_url)
+    assert len(cloud.writes) == 1
+
+    report = reconcile(_lines(world.url), _lines(ledger_url))
+
+    assert report.ok, report.findings
+    assert (report.issued, report.consumed, report.writes) == (3, 2, 1)
+    assert report.outcomes == {"succeeded": 1, "refused": 1}
+    # Both reports carry the receipt's executor head, and both were checked against it.
+    assert (report.reported, report.anchored) == (2, 2)
+    assert (report.not_consumed, report.not_reported) == (1, 0)
+
+
+def test_an_approval_minted_with_the_real_key_but_never_issued_is_found(
+    world: World, ledger_url: str
+) -> None:
+    """The executor cannot tell a stolen-key approval from a real one; the cross-check can."""
+    _run_three(world, ledger_url)
+    signer = KeyDirectory(world.keys_dir).active_signer()
+    forged_action = action(proposal_id="prop_forged000001", resource_id="i-forged0001")
+    now = world.clock()
+    statement = ApprovalStatement.model_validate(
+        {
+            "type": "airlock.approval/v1",
+            "approval_id": "apv_forged000001",
+            "proposal_id": forged_action.proposal_id,
+            "action_hash": forged_action.action_hash(),
+            "provider": "alibaba",
+            "account": ACCOUNT,
+            "region": REGION,
+            "resource": {"type": "ecs.instance", "id": "i-forged0001"},
+            "operation": "stop",
+            "audience": AUDIENCE,
+            "nonce": uuid.uuid4().hex,
+            "issued_at": now,
+            "not_before": now,
+            "expires_at": now + 600,
+            "approvers": [{"id": "alice", "at": now}],
+            "quorum": 1,
+            "policy": {"rule": "stop-one-person", "hash": "sha256:" + "ab" * 32},
+            "risk": "medium",
+        }
+    )
+    bundle = make_bundle(forged_action.canonical_bytes(), signer.sign_statement(statement))
+    cloud = InMemoryCloud()
+    cloud.add("ecs.instance", "i-forged0001", "Running")
+    outcome = _executor(world, ledger_url, cloud).execute(bundle)
+    assert outcome.state is not None and outcome.state.value == "succeeded"  # it verified
+
+    report = reconcile(_lines(world.url), _lines(ledger_url))
+
+    assert [(f.code, f.approval_id) for f in report.findings] == [
+        (ReconcileCode.R_UNISSUED, "apv_forged000001")
+    ]
+
+    result = airlock(
+        "audit", "reconcile", "--checkpoint-db", world.url, "--executor-db", ledger_url
+    )
+    assert result.exit_code == 1, result.output
+    assert "R_UNISSUED apv_forged000001" in result.output
+
+
+def test_a_cut_executor_chain_is_found_by_the_receipts_the_checkpoint_holds(
+    world: World, ledger_url: str
+) -> None:
+    _run_three(world, ledger_url)
+    lines = _lines(ledger_url)
+    last = max(i for i, line in enumerate(lines) if '"type":"executor.outcome"' in line)
+
+    report = reconcile(_lines(world.url), lines[:last])
+
+    assert [f.code for f in report.findings] == [ReconcileCode.R_HEAD_BEYOND]
+
+
+def test_a_rewritten_executor_chain_that_verifies_on_its_own_is_found(
+    world: World, ledger_url: str
+) -> None:
+    """Rewrite the outcome of the write and re-hash every row after it: the chain alone
+    verifies, but the head the receipt carried no longer matches."""
+    _run_three(world, ledger_url)
+    records = [json.loads(line) for line in _lines(ledger_url)]
+    for record in records:
+        event = record["event"]
+        if event.get("type") == "executor.outcome" and event["state"] == "succeeded":
+            event["state"] = "failed"
+    report = reconcile(_lines(world.url), _rechain(records))
+
+    assert report.executor_rows == len(records)  # it verifies on its own
+    # Both receipts name rows at or after the rewritten one, whose hashes all changed.
+    assert [f.code for f in report.findings] == [ReconcileCode.R_HEAD_MISMATCH] * 2
+
+
+def test_swapped_or_tampered_inputs_are_chain_findings(world: World, ledger_url: str) -> None:
+    _run_three(world, ledger_url)
+    checkpoint, executor = _lines(world.url), _lines(ledger_url)
+
+    swapped = reconcile(executor, checkpoint)
+    assert {f.code for f in swapped.findings} == {ReconcileCode.R_CHAIN}
+    assert "not the 'checkpoint' chain" in str(swapped.findings[0])
+
+    tampered = list(executor)
+    tampered[2] = tampered[2].replace('"epoch":1', '"epoch":2', 1)
+    report = reconcile(checkpoint, tampered)
+    assert [f.code for f in report.findings] == [ReconcileCode.R_CHAIN]
+    assert "seq 2" in str(report.findings[0])
+
+
+# -- findings no honest run produces, on hand-built chains ---------------------------------
+
+
+def _rechain(records: list[dict[str, Any]]) -> list[str]:
+    """Export lines for these events, hashed from genesis as a valid chain would be."""
+    prev = GENESIS_PREV_HASH
+    lines = []
+    for seq, record in enumerate(records):
+        text = canonical_bytes(record["event"]).decode()
+        row_hash = chain_hash(prev, text.encode())
+        lines.append(AuditEntry(seq, text, prev, row_hash).to_json_line())
+        prev = row_hash
+    return lines
+
+
+def _chain(name: str, events: list[dict[str, Any]]) -> list[str]:
+    at = {"at": "2026-11-29T00:00:00.000000Z"}
+    return _rechain([{"event": genesis_event(name)}] + [{"event": {**e, **at}} for e in events])
+
+
+def _issued(aid: str) -> dict[str, Any]:
+    return {
+        "type": "checkpoint.approval.issued",
+        "approval_id": aid,
+        "action_hash": f"sha256:{aid}",
+        "nonce": f"nonce-{aid}",
+        "keyid": "ed25519:k",
+    }
+
+
+def _consumed(aid: str) -> dict[str, Any]:
+    return {
+        "type": "executor.consumed",
+        "approval_id": aid,
+        "action_hash": f"sha256:{aid}",
+        "nonce": f"nonce-{aid}",
+        "keyid": "ed25519:k",
+    }
+
+
+def _executing(aid: str) -> dict[str, Any]:
+    return {"type": "executor.executing", "approval_id": aid}
+
+
+def _outcome(aid: str, state: str) -> dict[str, Any]:
+    return {"type": "executor.outcome", "approval_id": aid, "state": state}
+
+
+def _reported(aid: str, outcome: str, head: Any = None) -> dict[str, Any]:
+    event = {"type": "checkpoint.outcome.reported", "approval_id": aid, "outcome": outcome}
+    if head is not None:
+        event["executor_head"] = head
+    return event
+
+
+def _head(lines: list[str], seq: int) -> dict[str, Any]:
+    record = json.loads(lines[seq])
+    return {"seq": record["seq"], "hash": record["row_hash"]}
+
+
+def _codes(report: ReconcileReport) -> list[tuple[str, str | None]]:
+    return [(f.code.value, f.approval_id) for f in report.findings]
+
+
+def test_hand_built_consistent_chains_are_ok() -> None:
+    ex = _chain("executor", [_consumed("a1"), _executing("a1"), _outcome("a1", "succeeded")])
+    cp = _chain("checkpoint", [_issued("a1"), _reported("a1", "succeeded", _head(ex, 3))])
+    report = reconcile(cp, ex)
+    assert report.ok and (report.anchored, report.writes) == (1, 1)
+
+
+def test_a_second_write_a_second_consume_and_an_unconsumed_write_are_found() -> None:
+    ex = _chain(
+        "executor",
+        [
+            _consumed("a1"),
+            _executing("a1"),
+            _executing("a1"),
+            _consumed("a2"),
+            _consumed("a2"),
+            _executing("a3"),
+        ],
+    )
+    cp = _chain("checkpoint", [_issued("a1"), _issued("a2"), _issued("a3")])
+    assert _codes(reconcile(cp, ex)) == [
+        ("R_CONSUMED_TWICE", "a2"),
+        ("R_WRITE_TWICE", "a1"),
+        ("R_WRITE_UNCONSUMED", "a3"),
+    ]
+
+
+def test_an_approval_consumed_with_another_hash_nonce_or_key_is_unissued() -> None:
+    changed = {**_consumed("a1"), "action_hash": "sha256:other", "keyid": "ed25519:x"}
+    ex = _chain("executor", [changed])
+    cp = _chain("checkpoint", [_issued("a1")])
+    [finding] = reconcile(cp, ex).findings
+    assert finding.code is ReconcileCode.R_UNISSUED
+    assert "action_hash, keyid differ" in finding.detail
+
+
+def test_a_receipt_head_on_another_approvals_outcome_is_an_outcome_mismatch() -> None:
+    ex = _chain(
+        "executor",
+        [_consumed("a1"), _outcome("a1", "refused"), _consumed("a2"), _outcome("a2", "refused")],
+    )
+    # The report for a1 names a2's outcome row; the one for a2 says succeeded.
+    cp = _chain(
+        "checkpoint",
+        [
+            _issued("a1"),
+            _issued("a2"),
+            _reported("a1", "refused", _head(ex, 4)),
+            _reported("a2", "succeeded", _head(ex, 4)),
+        ],
+    )
+    assert _codes(reconcile(cp, ex)) == [
+        ("R_OUTCOME_MISMATCH", "a1"),
+        ("R_OUTCOME_MISMATCH", "a2"),
+    ]
+
+
+def test_reports_recorded_before_heads_were_kept_are_matched_by_approval_id() -> None:
+    ex = _chain("executor", [_consumed("a1"), _executing("a1"), _outcome("a1", "in_doubt")])
+    cp = _chain(
+        "checkpoint",
+        [_issued("a1"), _reported("a1", "in_doubt"), _reported("a1", "succeeded")],
+    )
+    report = reconcile(cp, ex)
+    assert report.anchored == 0
+    assert _codes(report) == [("R_OUTCOME_MISMATCH", "a1")]
+
+
+def test_a_malformed_head_is_a_head_mismatch() -> None:
+    ex = _chain("executor", [_consumed("a1"), _outcome("a1", "refused")])
+    cp = _chain("checkpoint", [_issued("a1"), _reported("a1", "refused", {"seq": "2"})])
+    assert _codes(reconcile(cp, ex)) == [("R_HEAD_MISMATCH", "a1")]
+
+
+# -- the command -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def exports(world: World, ledger_url: str, tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    _run_three(world, ledger_url)
+    cp, ex = tmp_path / "cp.jsonl", tmp_path / "ex.jsonl"
+    cp.write_text("".join(line + "\n" for line in _lines(world.url)))
+    ex.write_text("".join(line + "\n" for line in _lines(ledger_url)))
+    yield cp, ex
+
+
+def test_the_command_on_exports_says_ok_and_counts(exports: tuple[Path, Path]) -> None:
+    cp, ex = exports
+    result = airlock("audit", "reconcile", "--checkpoint-file", str(cp), "--executor-file", str(ex))
+    assert result.exit_code == 0, result.output
+    assert "OK: the two chains agree" in result.output
+    assert "3 approvals issued" in result.output and "2 approvals consumed" in result.output
+
+    as_json = airlock(
+        "audit", "reconcile", "--checkpoint-file", str(cp), "--executor-file", str(ex), "--json"
+    )
+    value = json.loads(as_json.output)
+    assert value["ok"] is True and value["executor"]["writes"] == 1
+
+
+def test_the_command_refuses_bad_arguments_and_unreadable_inputs(
+    exports: tuple[Path, Path], tmp_path: Path
+) -> None:
+    cp, ex = exports
+    both = airlock(
+        "audit", "reconcile", "--checkpoint-file", str(cp), "--checkpoint-db", "sqlite:///x.db",
+        "--executor-file", str(ex),
+    )  # fmt: skip
+    assert both.exit_code == 2 and "exactly one of --checkpoint-db" in both.output
+    missing = airlock(
+        "audit", "reconcile", "--checkpoint-file", str(tmp_path / "nope"), "--executor-file",
+        str(ex),
+    )  # fmt: skip
+    assert missing.exit_code == 2 and "error:" in missing.output
+
+
+def test_the_command_names_a_broken_database_chain(
+    world: World, ledger_url: str, tmp_path: Path
+) -> None:
+    import sqlite3
+
+    _run_three(world, ledger_url)
+    path = ledger_url.removeprefix("sqlite:///")
+    with sqlite3.connect(path) as conn:  # the triggers refuse UPDATE; an attacker drops them
+        conn.execute("DROP TRIGGER IF EXISTS audit_log_no_update")
+        names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='trigger'")]
+        for name in names:
+            if "audit" in name:
+                conn.execute(f'DROP TRIGGER "{name}"')
+        conn.execute("UPDATE audit_log SET event = 'not json' WHERE seq = 1")
+    result = airlock(
+        "audit", "reconcile", "--checkpoint-db", world.url, "--executor-db", ledger_url
+    )
+    assert result.exit_code == 1, result.output
+    assert "R_CHAIN" in result.output and "executor chain" in result.output
