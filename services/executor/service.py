@@ -96,7 +96,14 @@ def precondition_problem(action: ProposedAction, live: LiveState | None) -> str 
     want = action.precondition
     if live.status != want.status:
         return f"status is {live.status!r}, the approval requires {want.status!r}"
-    present = sorted(tag for tag in want.absent_tags if tag in live.tags)
+    # A protect tag counts in any case, as a key or as a value (``note=Airlock:Protect``),
+    # which is how the agent reads protection when it proposes; refusing more is safe.
+    absent = {tag.casefold() for tag in want.absent_tags}
+    present = sorted(
+        key if key.casefold() in absent else f"{key}={value}"
+        for key, value in live.tags.items()
+        if key.casefold() in absent or value.casefold() in absent
+    )
     if present:
         return f"protected tag(s) now present: {', '.join(present)}"
     return None

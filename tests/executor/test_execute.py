@@ -95,7 +95,16 @@ def test_same_nonce_under_another_approval_id_is_a_replay(env: Env) -> None:
     assert env.cloud.writes_for(first.resource_id) == 1
 
 
-@pytest.mark.parametrize("drift", ["status_changed", "protect_tag_added", "resource_gone"])
+@pytest.mark.parametrize(
+    "drift",
+    [
+        "status_changed",
+        "protect_tag_added",
+        "protect_tag_in_another_case",
+        "protect_tag_as_a_value",
+        "resource_gone",
+    ],
+)
 def test_precondition_drift_is_refused_with_zero_writes(env: Env, drift: str) -> None:
     b = make_test_bundle(4)
     env.cloud.add("ecs.instance", b.resource_id)
@@ -103,6 +112,10 @@ def test_precondition_drift_is_refused_with_zero_writes(env: Env, drift: str) ->
         env.cloud.set_status("ecs.instance", b.resource_id, "Stopped")
     elif drift == "protect_tag_added":
         env.cloud.tag("ecs.instance", b.resource_id, "airlock:protect", "yes")
+    elif drift == "protect_tag_in_another_case":
+        env.cloud.tag("ecs.instance", b.resource_id, "Airlock:Protect", "true")
+    elif drift == "protect_tag_as_a_value":
+        env.cloud.tag("ecs.instance", b.resource_id, "owner-note", "AIRLOCK:PROTECT")
     else:
         del env.cloud.instances[("ecs.instance", b.resource_id)]
     outcome = env.executor.execute(b.raw)
