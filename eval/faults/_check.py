@@ -15,6 +15,9 @@ The judges, each independent of the executor's own opinion where it can be:
   approvals, and the one the checkpoint holds, against the executor's receipt public
   key; each names its approval, hash and outcome, and its audit head is a row of the
   executor's chain.
+* **chains reconcile** — ``airlock audit reconcile`` over both chains: every consumed
+  approval was issued by the checkpoint as such, none consumed or written twice, and
+  every receipt head the checkpoint recorded is the executor's row with that outcome.
 
 Nothing here writes anywhere.
 """
@@ -31,7 +34,15 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from airlock.protocol import KeySet, canonical_bytes
-from airlock.store import AUDIT_TABLE, make_engine, read_transaction, verify_chain
+from airlock.reconcile import reconcile
+from airlock.store import (
+    AUDIT_TABLE,
+    ChainError,
+    export,
+    make_engine,
+    read_transaction,
+    verify_chain,
+)
 from services.executor import InvalidReceipt, verify_receipt
 from services.executor.models import ledger, refusals
 
@@ -205,10 +216,31 @@ class Judge:
             for name, engine in (("executor", ledger_engine), ("checkpoint", checkpoint_engine)):
                 report = verify_chain(engine)
                 verdict.check(f"audit-chain-{name}", report.ok, f"{name} chain: {report}")
+            self._reconcile(verdict, checkpoint_engine, ledger_engine)
         finally:
             ledger_engine.dispose()
             checkpoint_engine.dispose()
         return verdict
+
+    @staticmethod
+    def _reconcile(verdict: Verdict, checkpoint_engine: Engine, ledger_engine: Engine) -> None:
+        # The checkpoint's chain first: every receipt head it holds then names a row that
+        # the later read of the executor's chain must contain.
+        try:
+            with read_transaction(checkpoint_engine) as conn:
+                checkpoint_lines = list(export(conn))
+            with read_transaction(ledger_engine) as conn:
+                executor_lines = list(export(conn))
+        except ChainError as exc:
+            verdict.check("audit-chains-reconcile", False, f"export failed: {exc}")
+            return
+        report = reconcile(checkpoint_lines, executor_lines)
+        verdict.check(
+            "audit-chains-reconcile",
+            report.ok and report.anchored == report.reported,
+            "; ".join(str(f) for f in report.findings[:5])
+            or f"{report.reported - report.anchored} reports without an executor head",
+        )
 
     def _verify(
         self,
