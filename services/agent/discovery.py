@@ -64,7 +64,7 @@ class _Metrics:
     net: tuple[str, ...]
 
 
-# Alibaba CloudMonitor names (airlock.cloud.alibaba documents units: percent, bit/s).
+# Alibaba CloudMonitor names (airlock.cloud.alibaba._reader documents units: percent, bit/s).
 _METRICS: Final[dict[ResourceType, _Metrics]] = {
     "ecs.instance": _Metrics(
         cpu="CPUUtilization",
