@@ -5,6 +5,10 @@ state and reads CloudMonitor metrics. It calls Describe*/List* actions only, and
 module must never import :mod:`airlock.cloud.alibaba.writer`: the agent loads it, and the
 agent must not be able to reach a writer (DESIGN §1).
 
+A datapoint without a usable number is dropped, never read as zero: a missing CPU figure
+read as 0 % would make a busy machine look idle. Fewer samples then make the idle policy's
+verdict ``insufficient``.
+
 Metrics (CloudMonitor ``DescribeMetricList``; the namespace follows the resource id:
 ``i-…`` → ``acs_ecs_dashboard``, ``rm-…`` (RDS) → ``acs_rds_dashboard``). Metric names are the
 vendor's, listed in :data:`ECS_METRICS` / :data:`RDS_METRICS` with their units:
@@ -31,7 +35,9 @@ A rate averaged over a period of ``p`` seconds moved ``average * p / 8`` bytes.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+import logging
+import math
+from collections.abc import Iterator, Mapping, Sequence, Set
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -50,6 +56,8 @@ from airlock.cloud.ports import (
 from ._common import ECS_ID, RDS_ID, AlibabaConfig, Clients, call
 
 __all__ = ["ECS_METRICS", "RDS_METRICS", "AlibabaReader"]
+
+_log = logging.getLogger("airlock.cloud")
 
 ECS_METRICS: Final = (
     "CPUUtilization",
@@ -116,6 +124,69 @@ def _rds_state(region: str, inst: Any, tags: Mapping[str, str]) -> LiveState:
     )
 
 
+class _Unusable(Exception):
+    """A datapoint without a usable value in ``field``: it is dropped, never defaulted."""
+
+    def __init__(self, field: str) -> None:
+        super().__init__(field)
+        self.field = field
+
+
+def _datapoints(text: object, *, request_id: str) -> list[object]:
+    """The page's ``Datapoints`` JSON array. A page that is not one is unreadable as a whole:
+    raised as a CloudError, so the caller's read retry and failure handling apply."""
+    if text is None or text == "":
+        return []
+    try:
+        parsed = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, list):
+        raise UnknownOutcome(
+            "CloudMonitor Datapoints is not a JSON array",
+            code="MalformedResponse",
+            request_id=request_id,
+        )
+    return parsed
+
+
+def _number(value: object) -> float | None:
+    """A finite JSON number, else None. ``bool`` is an ``int`` to Python but no reading."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an integer too large for a float
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _datapoint(raw: object, wanted: Set[str]) -> tuple[str, MetricPoint]:
+    """One CloudMonitor datapoint, or :class:`_Unusable` naming the first bad field.
+
+    Nothing is defaulted: a missing ``Average`` read as 0 would make a busy machine look
+    idle (the idle policy counts samples, so a dropped point can only make its verdict
+    ``insufficient``). ``Value`` stands in for ``Average`` only when ``Average`` is absent
+    (some metrics report ``Value``); an absent ``Maximum`` is the average (nothing decides
+    on it today).
+    """
+    if not isinstance(raw, dict):
+        raise _Unusable("datapoint")
+    rid = raw.get("instanceId")
+    if not isinstance(rid, str) or rid not in wanted:  # a point for an id we did not ask for
+        raise _Unusable("instanceId")
+    ms = raw.get("timestamp")
+    if isinstance(ms, bool) or not isinstance(ms, int):
+        raise _Unusable("timestamp")
+    average = _number(raw["Average"] if "Average" in raw else raw.get("Value"))
+    if average is None:
+        raise _Unusable("Average")
+    maximum = _number(raw["Maximum"]) if "Maximum" in raw else average
+    if maximum is None:
+        raise _Unusable("Maximum")
+    return rid, MetricPoint(timestamp=ms // 1000, average=average, maximum=maximum)
+
+
 # --------------------------------------------------------------------------- reader
 
 
@@ -126,9 +197,23 @@ class AlibabaReader:
         self._clients = Clients(config)
         #: Every API call made, by action — for benchmarks and scale tests.
         self.calls: dict[str, int] = {}
+        #: Datapoints dropped as unusable, by ``metric:field`` (see :func:`_datapoint`).
+        self.dropped: dict[str, int] = {}
 
     def _count(self, action: str) -> None:
         self.calls[action] = self.calls.get(action, 0) + 1
+
+    def _drop(self, metric: str, by_field: Mapping[str, int]) -> None:
+        """Count and log datapoints dropped for want of a usable field (one line a page)."""
+        for name, n in by_field.items():
+            key = f"{metric}:{name}"
+            self.dropped[key] = self.dropped.get(key, 0) + n
+        _log.warning(
+            "CloudMonitor %s: dropped %d datapoint(s) with no usable %s",
+            metric,
+            sum(by_field.values()),
+            ", ".join(sorted(by_field)),
+        )
 
     # -- listing
 
@@ -306,16 +391,18 @@ class AlibabaReader:
                 raise UnknownOutcome(
                     f"{body.code}: {body.message}", code=str(body.code), request_id=body.request_id
                 )
-            for raw in json.loads(body.datapoints or "[]"):
-                ts = int(raw["timestamp"]) // 1000
-                if start <= ts < end:
-                    avg = float(raw.get("Average", raw.get("Value", 0.0)))
-                    yield (
-                        str(raw.get("instanceId", "")),
-                        MetricPoint(
-                            timestamp=ts, average=avg, maximum=float(raw.get("Maximum", avg))
-                        ),
-                    )
+            wanted = frozenset(resource_ids)
+            dropped: dict[str, int] = {}
+            for raw in _datapoints(body.datapoints, request_id=str(body.request_id or "")):
+                try:
+                    rid, point = _datapoint(raw, wanted)
+                except _Unusable as exc:
+                    dropped[exc.field] = dropped.get(exc.field, 0) + 1
+                    continue
+                if start <= point.timestamp < end:
+                    yield rid, point
+            if dropped:
+                self._drop(metric, dropped)
             token = body.next_token or None
             if token is None:
                 return
