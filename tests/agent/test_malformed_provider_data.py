@@ -75,3 +75,89 @@ def test_a_busy_machine_whose_datapoints_lack_average_is_not_proposed(
     assert harness.proposals(resource_id=iid) == []
     assert report.by_verdict == {"insufficient": 1}
     assert sum(reader.dropped.values()) > 0
+
+
+@pytest.mark.parametrize(
+    ("kind", "resource_type", "bad_id"),
+    [("ecs", "ecs.instance", "i-Bad0003"), ("rds", "rds.instance", "rm-Bad0003")],
+)
+def test_an_id_not_in_the_provider_format_is_never_proposed_and_spoils_no_batch(
+    harness: Harness, own_region: str, kind: str, resource_type: str, bad_id: str
+) -> None:
+    """One odd id used to raise ValueError out of the batched metric query and end the
+    whole scan; now it is ``insufficient`` with a reason and its neighbours are proposed."""
+    prefix = bad_id.split("-", maxsplit=1)[0]
+    good = [f"{prefix}-{own_region.replace('-', '')}{n:04d}" for n in (1, 2)]
+    for rid in (*good, bad_id):
+        harness.dc.admin.create_instance(
+            rid, kind=kind, region=own_region, created_at=FLEET_NOW - 90 * DAY, profile="idle"
+        )
+    agent = harness.agent(regions=(own_region,))
+    verdicts = {o.state.resource_id: o.verdict for o in agent.discovery.scan(harness.now)}
+    assert verdicts[bad_id].kind == "insufficient"
+    assert verdicts[bad_id].reasons == (
+        f"resource id {bad_id!r} is not a valid {resource_type} id",
+    )
+    assert {verdicts[rid].kind for rid in good} == {"idle"}
+
+    report = agent.run_once()
+    assert report.complete and report.by_verdict == {"idle": 2, "insufficient": 1}
+    assert {p["resource_id"] for p in harness.proposals() if p["region"] == own_region} == set(good)
+
+
+class _FailingFirst:
+    """A reader whose first listing raises ``exc`` (a bug, or data nobody foresaw)."""
+
+    def __init__(self, reader: AlibabaReader, exc: BaseException) -> None:
+        self._reader = reader
+        self._exc: BaseException | None = exc
+
+    def list_instances(self, *args: Any, **kwargs: Any) -> Any:
+        if self._exc is not None:
+            exc, self._exc = self._exc, None
+            raise exc
+        return self._reader.list_instances(*args, **kwargs)
+
+    def get_state(self, *args: Any, **kwargs: Any) -> Any:
+        return self._reader.get_state(*args, **kwargs)
+
+    def get_metrics(self, *args: Any, **kwargs: Any) -> Any:
+        return self._reader.get_metrics(*args, **kwargs)
+
+
+def test_the_loop_survives_an_unexpected_error_and_runs_the_next_scan(
+    harness: Harness, own_region: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    import threading
+
+    reader = _FailingFirst(harness.dc.reader(), KeyError("timestamp"))
+    agent = harness.agent(regions=(own_region,), reader=reader, scan_workers=1)
+    stop = threading.Event()
+    errors: list[Exception] = []
+    reports: list[object] = []
+
+    def on_report(report: object) -> None:
+        reports.append(report)
+        stop.set()
+
+    with caplog.at_level("ERROR", logger="airlock.agent"):
+        agent.run_loop(interval=0, stop=stop, on_report=on_report, on_error=errors.append)
+    assert [type(e) for e in errors] == [KeyError]
+    assert len(reports) == 1  # the next pass ran on schedule and completed
+    [record] = [r for r in caplog.records if r.name == "airlock.agent"]
+    assert record.exc_info is not None and record.exc_info[0] is KeyError  # with traceback
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt(), SystemExit(3)])
+def test_the_loop_never_swallows_interrupt_or_exit(
+    harness: Harness, own_region: str, exc: BaseException
+) -> None:
+    import threading
+
+    agent = harness.agent(
+        regions=(own_region,), reader=_FailingFirst(harness.dc.reader(), exc), scan_workers=1
+    )
+    errors: list[Exception] = []
+    with pytest.raises(type(exc)):
+        agent.run_loop(interval=0, stop=threading.Event(), on_error=errors.append)
+    assert errors == []
