@@ -47,7 +47,8 @@ def _settings() -> ExecutorSettings:
 
 
 def _build(settings: ExecutorSettings) -> Executor:
-    from airlock.cloud.alibaba import AlibabaConfig, AlibabaReader, AlibabaWriter
+    from airlock.cloud.alibaba import AlibabaConfig, AlibabaReader
+    from airlock.cloud.alibaba.writer import AlibabaWriter
     from airlock.protocol import Binding
     from airlock.store import Error as StoreError
     from airlock.store import make_engine

@@ -10,7 +10,9 @@ Metrics are read in stages, cheapest rejection first, and batched (CloudMonitor 
 several instance dimensions per ``DescribeMetricList`` call; when the reader offers
 ``get_metrics_many`` one paged query covers a whole batch):
 
-1. tags and age decide protected / production / young instances without a metric read;
+1. the id, tags and age decide without a metric read: an id not in the provider's format
+   is ``insufficient`` (never queried, never proposed), then protected / production /
+   young instances;
 2. hourly CPU for the remaining running instances (the p95 needs hours);
 3. only for instances whose CPU is idle: memory and network as **daily** points
    (period 86400: the day's average rate, so ``avg × 86400 / 8`` is the day's bytes).
@@ -22,6 +24,7 @@ fails ends the scan with :class:`ScanError`: the adapter's pager cannot resume m
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
@@ -29,6 +32,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Final
+
+from pydantic import ValidationError
 
 from airlock.cloud.ports import (
     CloudError,
@@ -38,6 +43,7 @@ from airlock.cloud.ports import (
     MetricsBatchReader,
     ResourceType,
 )
+from airlock.protocol import Resource
 
 from .errors import ScanError
 from .idle import (
@@ -56,6 +62,8 @@ __all__ = ["RESOURCE_TYPES", "Discovery", "Observation", "ScanStats"]
 
 RESOURCE_TYPES: Final[tuple[ResourceType, ...]] = ("ecs.instance", "rds.instance")
 
+_log = logging.getLogger("airlock.agent")
+
 
 @dataclass(frozen=True, slots=True)
 class _Metrics:
@@ -64,7 +72,7 @@ class _Metrics:
     net: tuple[str, ...]
 
 
-# Alibaba CloudMonitor names (airlock.cloud.alibaba documents units: percent, bit/s).
+# Alibaba CloudMonitor names (airlock.cloud.alibaba._reader documents units: percent, bit/s).
 _METRICS: Final[dict[ResourceType, _Metrics]] = {
     "ecs.instance": _Metrics(
         cpu="CPUUtilization",
@@ -240,12 +248,32 @@ class Discovery:
         return work
 
     def _before_metrics(self, state: LiveState, now: int) -> Verdict | None:
+        bad_id = _id_problem(state)
+        if bad_id is not None:
+            # Never queried or proposed (the protocol refuses such an id anyway), and kept
+            # out of metric batches, where the adapter refuses it and would fail the batch.
+            _log.warning(
+                "%s %s in %s: %s", state.resource_type, state.resource_id, state.region, bad_id
+            )
+            return Verdict("insufficient", (bad_id,))
         protected = self._policy.protection(state.tags)
         if protected is not None:
             return Verdict("protected", (protected,))
         if state.status != "Running":
             return Verdict("not_running", (f"status {state.status}",))
         return self._policy.age_verdict(state.created_at, now)
+
+
+def _id_problem(state: LiveState) -> str | None:
+    """Why the listed id is not one the protocol accepts for its type, or None if it is.
+
+    The kernel's :class:`~airlock.protocol.Resource` is the one definition of the format.
+    """
+    try:
+        Resource.model_validate({"type": state.resource_type, "id": state.resource_id})
+    except ValidationError:
+        return f"resource id {state.resource_id!r} is not a valid {state.resource_type} id"
+    return None
 
 
 @dataclass(slots=True)

@@ -10,6 +10,7 @@ nothing that can write to the cloud or sign (:func:`build_agent` wires only thos
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
     from airlock.settings import AgentSettings
 
 __all__ = ["Agent", "PlannedRow", "RunReport", "build_agent"]
+
+_log = logging.getLogger("airlock.agent")
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,12 +225,22 @@ class Agent:
         on_error: Callable[[Exception], None] | None = None,
     ) -> None:
         """Run every ``interval`` seconds until ``stop`` is set; a failed run is reported
-        and the next one starts on schedule."""
+        and the next one starts on schedule.
+
+        An unexpected exception (a bug, or provider data nobody anticipated) fails that
+        run only: it is logged with its traceback and reported like an AgentError, since a
+        loop thread that dies silently stops every later scan. KeyboardInterrupt and
+        SystemExit are not Exceptions and still end the loop.
+        """
         while not stop.is_set():
             started = time.monotonic()
             try:
                 report = self.run_once(dry_run=dry_run)
             except AgentError as exc:
+                if on_error is not None:
+                    on_error(exc)
+            except Exception as exc:
+                _log.exception("agent run failed unexpectedly; next run in %ss", interval)
                 if on_error is not None:
                     on_error(exc)
             else:

@@ -220,21 +220,6 @@ def test_instance_stopped_out_of_band_gets_its_pending_stop_withdrawn(
     assert {p["state"] for p in harness.proposals(region=own_region)} == {"withdrawn"}
 
 
-def test_the_agent_holds_no_cloud_writer() -> None:
-    """Structural: no module of the agent names a writer, so none can be wired in."""
-    import ast
-    from pathlib import Path
-
-    import services.agent
-
-    root = Path(services.agent.__file__).parent
-    for path in root.glob("*.py"):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-        names |= {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
-        assert not {"CloudWriter", "AlibabaWriter"} & names, path.name
-
-
 def test_loop_runs_scan_after_scan_until_stopped(harness: Harness) -> None:
     import threading
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from airlock.cloud.alibaba import AlibabaConfig, AlibabaWriter
+from airlock.cloud.alibaba import AlibabaConfig
+from airlock.cloud.alibaba.writer import AlibabaWriter
 from airlock.cloud.ports import CloudError
 
 

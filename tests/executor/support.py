@@ -405,7 +405,8 @@ def cloud_for(spec: str) -> tuple[Any, Any]:
     """(reader, writer) for a child process: ``devcloud:HOST:PORT`` is the real Alibaba
     adapter against devcloud; anything else is a FakeFileCloud file path."""
     if spec.startswith("devcloud:"):
-        from airlock.cloud.alibaba import AlibabaConfig, AlibabaReader, AlibabaWriter
+        from airlock.cloud.alibaba import AlibabaConfig, AlibabaReader
+        from airlock.cloud.alibaba.writer import AlibabaWriter
         from airlock.settings import DEVCLOUD_READ_KEY, DEVCLOUD_WRITE_KEY
 
         endpoint = spec.removeprefix("devcloud:")

@@ -34,7 +34,8 @@ from typing import Any
 
 import httpx
 
-from airlock.cloud.alibaba import AlibabaConfig, AlibabaReader, AlibabaWriter
+from airlock.cloud.alibaba import AlibabaConfig, AlibabaReader
+from airlock.cloud.alibaba.writer import AlibabaWriter
 from airlock.settings import DEVCLOUD_READ_KEY, DEVCLOUD_WRITE_KEY
 
 __all__ = ["DevcloudAdmin", "DevcloudHandle", "free_port", "running_devcloud"]

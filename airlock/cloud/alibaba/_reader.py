@@ -1,15 +1,13 @@
-"""The Alibaba Cloud adapter: ``CloudReader`` and ``CloudWriter`` over the official SDKs.
+"""``AlibabaReader``: the Alibaba Cloud ``CloudReader`` over the official SDKs.
 
-``AlibabaReader`` lists ECS and RDS instances page by page (``NextToken``), reads one
-resource's live state and reads CloudMonitor metrics; ``AlibabaWriter`` performs exactly
-the allowlisted writes — ECS ``StopInstance`` (with ``StoppedMode``, never forced), ECS
-``DeleteInstances`` (with ``ClientToken``, never forced) and RDS ``StopDBInstance`` — and
-nothing else. Every vendor error is mapped onto the tree in :mod:`airlock.cloud.ports`.
+It lists ECS and RDS instances page by page (``NextToken``), reads one resource's live
+state and reads CloudMonitor metrics. It calls Describe*/List* actions only, and this
+module must never import :mod:`airlock.cloud.alibaba.writer`: the agent loads it, and the
+agent must not be able to reach a writer (DESIGN §1).
 
-This module must never retry a write: the SDK's retry machinery is switched off
-explicitly, because a blind retry of a call whose first attempt may have landed is a
-double write. Unknown outcomes are raised as :class:`UnknownOutcome` for the caller to
-probe.
+A datapoint without a usable number is dropped, never read as zero: a missing CPU figure
+read as 0 % would make a busy machine look idle. Fewer samples then make the idle policy's
+verdict ``insufficient``.
 
 Metrics (CloudMonitor ``DescribeMetricList``; the namespace follows the resource id:
 ``i-…`` → ``acs_ecs_dashboard``, ``rm-…`` (RDS) → ``acs_rds_dashboard``). Metric names are the
@@ -37,46 +35,29 @@ A rate averaged over a period of ``p`` seconds moved ``average * p / 8`` bytes.
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+import logging
+import math
+from collections.abc import Iterator, Mapping, Sequence, Set
 from datetime import UTC, datetime
 from typing import Any, Final
 
 from alibabacloud_cms20190101 import models as cms_models
-from alibabacloud_cms20190101.client import Client as CmsClient
 from alibabacloud_ecs20140526 import models as ecs_models
-from alibabacloud_ecs20140526.client import Client as EcsClient
 from alibabacloud_rds20140815 import models as rds_models
-from alibabacloud_rds20140815.client import Client as RdsClient
-from alibabacloud_tea_openapi.exceptions import AlibabaCloudException
-from alibabacloud_tea_openapi.models import Config
-from darabonba.policy.retry import RetryOptions
-from darabonba.runtime import RuntimeOptions
 
-from airlock.settings import CloudSettings
-
-from .ports import (
-    CloudError,
-    DefiniteRefusal,
-    IncorrectState,
+from airlock.cloud.ports import (
     LiveState,
     MetricPoint,
-    PermissionDenied,
     ResourceNotFound,
     ResourceType,
     UnknownOutcome,
-    WriteResult,
 )
 
-__all__ = [
-    "ECS_METRICS",
-    "RDS_METRICS",
-    "AlibabaConfig",
-    "AlibabaReader",
-    "AlibabaWriter",
-    "map_vendor_error",
-]
+from ._common import ECS_ID, RDS_ID, AlibabaConfig, Clients, call
+
+__all__ = ["ECS_METRICS", "RDS_METRICS", "AlibabaReader"]
+
+_log = logging.getLogger("airlock.cloud")
 
 ECS_METRICS: Final = (
     "CPUUtilization",
@@ -96,141 +77,6 @@ _TAG_BATCH: Final = 50  # RDS ListTagResources takes at most 50 ResourceId.N
 # Instances per DescribeMetricList call. The dimensions travel in the query string on
 # every page, so a longer list costs more per call than it saves in calls.
 _DIMENSIONS_BATCH: Final = 50
-# The kernel's formats (airlock.protocol); always used with fullmatch ("$" admits "\n").
-_ECS_ID = re.compile(r"i-[0-9a-z]{4,64}")
-_RDS_ID = re.compile(r"(rm|pgm|pc)-[0-9a-z]{4,64}")
-
-
-@dataclass(frozen=True, slots=True)
-class AlibabaConfig:
-    """How to reach the API and as whom.
-
-    ``endpoint`` overrides every product's endpoint (devcloud serves ECS, RDS and
-    CloudMonitor on one port); when it is ``None`` the SDKs pick the regional public
-    endpoints. Timeouts are in milliseconds and always set explicitly (the SDK defaults
-    are 5 s / 10 s).
-    """
-
-    access_key_id: str
-    access_key_secret: str
-    endpoint: str | None = None
-    protocol: str = "https"
-    connect_timeout_ms: int = 5_000
-    read_timeout_ms: int = 10_000
-
-    def __post_init__(self) -> None:
-        if not self.access_key_id or not self.access_key_secret:
-            raise ValueError("an access key id and secret are required")
-        if self.protocol not in ("http", "https"):
-            raise ValueError("protocol must be http or https")
-        if self.connect_timeout_ms <= 0 or self.read_timeout_ms <= 0:
-            raise ValueError("timeouts must be positive")
-
-    @classmethod
-    def from_settings(cls, settings: CloudSettings) -> AlibabaConfig:
-        """The config a service's ``CloudSettings`` describe (devcloud in dev when unset)."""
-        key_id, secret = settings.cloud_credentials()
-        endpoint, protocol = settings.cloud_endpoint_or_default()
-        return cls(
-            access_key_id=key_id,
-            access_key_secret=secret,
-            endpoint=endpoint,
-            protocol=protocol,
-            connect_timeout_ms=settings.cloud_connect_timeout_ms,
-            read_timeout_ms=settings.cloud_read_timeout_ms,
-        )
-
-    def __repr__(self) -> str:  # never print the secret
-        return (
-            f"AlibabaConfig(access_key_id={self.access_key_id!r}, endpoint={self.endpoint!r}, "
-            f"protocol={self.protocol!r})"
-        )
-
-
-# --------------------------------------------------------------------------- errors
-
-# Codes that mean "the request was refused and had no effect". Anything not listed here
-# and not a 4xx validation error is treated as an unknown outcome: misreading a landed
-# write as refused corrupts the record, misreading a refusal as unknown costs one probe.
-_NOT_FOUND_CODES: Final = frozenset(
-    {
-        "InvalidInstanceId.NotFound",
-        "InvalidDBInstanceId.NotFound",
-        "InvalidInstance.NotFound",
-        "InvalidInstanceIds.NotFound",
-    }
-)
-_PERMISSION_CODES: Final = frozenset(
-    {
-        "Forbidden.RAM",
-        "Forbidden",
-        "NoPermission",
-        "Forbidden.NoPermission",
-        "SignatureDoesNotMatch",
-        "IncompleteSignature",
-        "InvalidAccessKeyId.NotFound",
-        "InvalidAccessKeyId.Inactive",
-        "InvalidAccessKeyId",
-    }
-)
-_STATE_CODES: Final = frozenset(
-    {
-        "IncorrectInstanceStatus",
-        "IncorrectDBInstanceState",
-        "IncorrectDBInstanceStatus",
-        "IncorrectInstanceStatus.Initializing",
-        "InstanceLockedForSecurity",
-        "OperationDenied.InstanceLocked",
-    }
-)
-# 4xx codes the API returns before doing anything (parameter validation, replay guards).
-_REFUSAL_PREFIXES: Final = (
-    "InvalidParameter",
-    "MissingParameter",
-    "MissingRegionId",
-    "InvalidRegionId",
-    "IdempotentParameterMismatch",
-    "SignatureNonceUsed",
-    "InvalidTimeStamp",
-    "InvalidAction",
-    "InvalidInstanceType",
-    "InvalidStoppedMode",
-)
-
-
-def map_vendor_error(exc: BaseException) -> CloudError:
-    """Translate an SDK exception into the port's error tree (the one place that does)."""
-    if isinstance(exc, AlibabaCloudException):
-        code = str(exc.code or "")
-        request_id = str(exc.request_id or "") if exc.request_id not in (None, "None") else ""
-        status = int(exc.status_code or 0)
-        message = f"{code}: {exc.message}"
-        if code.startswith("Throttling") or code in ("ServiceUnavailable", "InternalError"):
-            return UnknownOutcome(message, code=code, request_id=request_id)
-        if status >= 500:
-            return UnknownOutcome(message, code=code, request_id=request_id)
-        if code in _NOT_FOUND_CODES:
-            return ResourceNotFound(message, code=code, request_id=request_id)
-        if code in _PERMISSION_CODES or code.startswith("Forbidden"):
-            return PermissionDenied(message, code=code, request_id=request_id)
-        if code in _STATE_CODES or code.startswith("IncorrectInstanceStatus"):
-            return IncorrectState(message, code=code, request_id=request_id)
-        if 400 <= status < 500 and code.startswith(_REFUSAL_PREFIXES):
-            return DefiniteRefusal(message, code=code, request_id=request_id)
-        return UnknownOutcome(message, code=code or f"HTTP{status}", request_id=request_id)
-    # Transport failures reach us wrapped in darabonba's UnretryableException/RetryError:
-    # a read timeout or a connection dropped after sending may have landed.
-    return UnknownOutcome(f"transport: {exc}", code="Transport")
-
-
-def _call(fn: Any, *args: Any) -> Any:
-    try:
-        return fn(*args)
-    except CloudError:
-        raise
-    except Exception as exc:  # the SDK raises bare Exception subclasses of many kinds
-        raise map_vendor_error(exc) from exc
-
 
 # --------------------------------------------------------------------------- helpers
 
@@ -278,46 +124,67 @@ def _rds_state(region: str, inst: Any, tags: Mapping[str, str]) -> LiveState:
     )
 
 
-class _Clients:
-    """One SDK client per (product, region), built lazily, with retries switched off."""
+class _Unusable(Exception):
+    """A datapoint without a usable value in ``field``: it is dropped, never defaulted."""
 
-    def __init__(self, config: AlibabaConfig) -> None:
-        self._config = config
-        self._cache: dict[tuple[str, str], Any] = {}
+    def __init__(self, field: str) -> None:
+        super().__init__(field)
+        self.field = field
 
-    def sdk_config(self, region: str) -> Config:
-        c = self._config
-        return Config(
-            access_key_id=c.access_key_id,
-            access_key_secret=c.access_key_secret,
-            region_id=region,
-            endpoint=c.endpoint,
-            protocol=c.protocol,
-            connect_timeout=c.connect_timeout_ms,
-            read_timeout=c.read_timeout_ms,
-            # No automatic retries, ever: a retried write whose first attempt landed is a
-            # double write. The caller decides, after probing.
-            retry_options=RetryOptions({"retryable": False}),
+
+def _datapoints(text: object, *, request_id: str) -> list[object]:
+    """The page's ``Datapoints`` JSON array. A page that is not one is unreadable as a whole:
+    raised as a CloudError, so the caller's read retry and failure handling apply."""
+    if text is None or text == "":
+        return []
+    try:
+        parsed = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, list):
+        raise UnknownOutcome(
+            "CloudMonitor Datapoints is not a JSON array",
+            code="MalformedResponse",
+            request_id=request_id,
         )
+    return parsed
 
-    def runtime(self) -> RuntimeOptions:
-        c = self._config
-        return RuntimeOptions(
-            autoretry=False,
-            max_attempts=0,
-            ignore_ssl=False,
-            connect_timeout=c.connect_timeout_ms,
-            read_timeout=c.read_timeout_ms,
-        )
 
-    def get(self, product: str, region: str) -> Any:
-        key = (product, region)
-        client = self._cache.get(key)
-        if client is None:
-            cls = {"ecs": EcsClient, "rds": RdsClient, "cms": CmsClient}[product]
-            client = cls(self.sdk_config(region))
-            self._cache[key] = client
-        return client
+def _number(value: object) -> float | None:
+    """A finite JSON number, else None. ``bool`` is an ``int`` to Python but no reading."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an integer too large for a float
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _datapoint(raw: object, wanted: Set[str]) -> tuple[str, MetricPoint]:
+    """One CloudMonitor datapoint, or :class:`_Unusable` naming the first bad field.
+
+    Nothing is defaulted: a missing ``Average`` read as 0 would make a busy machine look
+    idle (the idle policy counts samples, so a dropped point can only make its verdict
+    ``insufficient``). ``Value`` stands in for ``Average`` only when ``Average`` is absent
+    (some metrics report ``Value``); an absent ``Maximum`` is the average (nothing decides
+    on it today).
+    """
+    if not isinstance(raw, dict):
+        raise _Unusable("datapoint")
+    rid = raw.get("instanceId")
+    if not isinstance(rid, str) or rid not in wanted:  # a point for an id we did not ask for
+        raise _Unusable("instanceId")
+    ms = raw.get("timestamp")
+    if isinstance(ms, bool) or not isinstance(ms, int):
+        raise _Unusable("timestamp")
+    average = _number(raw["Average"] if "Average" in raw else raw.get("Value"))
+    if average is None:
+        raise _Unusable("Average")
+    maximum = _number(raw["Maximum"]) if "Maximum" in raw else average
+    if maximum is None:
+        raise _Unusable("Maximum")
+    return rid, MetricPoint(timestamp=ms // 1000, average=average, maximum=maximum)
 
 
 # --------------------------------------------------------------------------- reader
@@ -327,12 +194,26 @@ class AlibabaReader:
     """``CloudReader`` over the SDKs. Give it the read-only key (Describe*/List* only)."""
 
     def __init__(self, config: AlibabaConfig) -> None:
-        self._clients = _Clients(config)
+        self._clients = Clients(config)
         #: Every API call made, by action — for benchmarks and scale tests.
         self.calls: dict[str, int] = {}
+        #: Datapoints dropped as unusable, by ``metric:field`` (see :func:`_datapoint`).
+        self.dropped: dict[str, int] = {}
 
     def _count(self, action: str) -> None:
         self.calls[action] = self.calls.get(action, 0) + 1
+
+    def _drop(self, metric: str, by_field: Mapping[str, int]) -> None:
+        """Count and log datapoints dropped for want of a usable field (one line a page)."""
+        for name, n in by_field.items():
+            key = f"{metric}:{name}"
+            self.dropped[key] = self.dropped.get(key, 0) + n
+        _log.warning(
+            "CloudMonitor %s: dropped %d datapoint(s) with no usable %s",
+            metric,
+            sum(by_field.values()),
+            ", ".join(sorted(by_field)),
+        )
 
     # -- listing
 
@@ -352,7 +233,7 @@ class AlibabaReader:
         client = self._clients.get("ecs", region)
         request = ecs_models.DescribeInstancesRequest(region_id=region, **kwargs)
         self._count("ecs:DescribeInstances")
-        return _call(client.describe_instances_with_options, request, self._clients.runtime()).body
+        return call(client.describe_instances_with_options, request, self._clients.runtime()).body
 
     def _list_ecs(self, region: str, *, page_size: int) -> Iterator[LiveState]:
         token: str | None = None
@@ -369,9 +250,7 @@ class AlibabaReader:
         client = self._clients.get("rds", region)
         request = rds_models.DescribeDBInstancesRequest(region_id=region, **kwargs)
         self._count("rds:DescribeDBInstances")
-        return _call(
-            client.describe_dbinstances_with_options, request, self._clients.runtime()
-        ).body
+        return call(client.describe_dbinstances_with_options, request, self._clients.runtime()).body
 
     def _list_rds(self, region: str, *, page_size: int) -> Iterator[LiveState]:
         token: str | None = None
@@ -398,7 +277,7 @@ class AlibabaReader:
                     region_id=region, resource_type="INSTANCE", resource_id=batch, next_token=token
                 )
                 self._count("rds:ListTagResources")
-                body = _call(
+                body = call(
                     client.list_tag_resources_with_options, request, self._clients.runtime()
                 ).body
                 resources = body.tag_resources.tag_resource if body.tag_resources else None
@@ -417,7 +296,7 @@ class AlibabaReader:
         self, region: str, resource_type: ResourceType, resource_id: str
     ) -> LiveState | None:
         if resource_type == "ecs.instance":
-            if not _ECS_ID.fullmatch(resource_id):
+            if not ECS_ID.fullmatch(resource_id):
                 raise ValueError(f"not an ECS instance id: {resource_id!r}")
             body = self._describe_ecs(
                 region, instance_ids=json.dumps([resource_id]), max_results=_MAX_PAGE
@@ -428,7 +307,7 @@ class AlibabaReader:
                     return _ecs_state(region, inst)
             return None
         if resource_type == "rds.instance":
-            if not _RDS_ID.fullmatch(resource_id):
+            if not RDS_ID.fullmatch(resource_id):
                 raise ValueError(f"not an RDS instance id: {resource_id!r}")
             try:
                 body = self._describe_rds(region, dbinstance_id=resource_id)
@@ -505,90 +384,37 @@ class AlibabaReader:
                 next_token=token,
             )
             self._count("cms:DescribeMetricList")
-            body = _call(
+            body = call(
                 client.describe_metric_list_with_options, request, self._clients.runtime()
             ).body
             if body.success is False or (body.code not in (None, "200")):
                 raise UnknownOutcome(
                     f"{body.code}: {body.message}", code=str(body.code), request_id=body.request_id
                 )
-            for raw in json.loads(body.datapoints or "[]"):
-                ts = int(raw["timestamp"]) // 1000
-                if start <= ts < end:
-                    avg = float(raw.get("Average", raw.get("Value", 0.0)))
-                    yield (
-                        str(raw.get("instanceId", "")),
-                        MetricPoint(
-                            timestamp=ts, average=avg, maximum=float(raw.get("Maximum", avg))
-                        ),
-                    )
+            wanted = frozenset(resource_ids)
+            dropped: dict[str, int] = {}
+            for raw in _datapoints(body.datapoints, request_id=str(body.request_id or "")):
+                try:
+                    rid, point = _datapoint(raw, wanted)
+                except _Unusable as exc:
+                    dropped[exc.field] = dropped.get(exc.field, 0) + 1
+                    continue
+                if start <= point.timestamp < end:
+                    yield rid, point
+            if dropped:
+                self._drop(metric, dropped)
             token = body.next_token or None
             if token is None:
                 return
 
     @staticmethod
     def _namespace(resource_ids: Sequence[str], metric: str) -> str:
-        if all(_ECS_ID.fullmatch(r) for r in resource_ids):
+        if all(ECS_ID.fullmatch(r) for r in resource_ids):
             if metric not in ECS_METRICS:
                 raise ValueError(f"unsupported ECS metric {metric!r}")
             return _ECS_NAMESPACE
-        if all(_RDS_ID.fullmatch(r) for r in resource_ids):
+        if all(RDS_ID.fullmatch(r) for r in resource_ids):
             if metric not in RDS_METRICS:
                 raise ValueError(f"unsupported RDS metric {metric!r}")
             return _RDS_NAMESPACE
         raise ValueError("resource ids must all be ECS (i-…) or all RDS (rm-…)")
-
-
-# --------------------------------------------------------------------------- writer
-
-_STOPPED_MODES: Final = frozenset({"StopCharging", "KeepCharging"})
-
-
-class AlibabaWriter:
-    """``CloudWriter`` over the SDKs: the allowlisted writes and nothing else.
-
-    Give it the write key. Each method makes exactly one HTTP attempt.
-    """
-
-    def __init__(self, config: AlibabaConfig) -> None:
-        self._clients = _Clients(config)
-
-    def stop_ecs(self, region: str, instance_id: str, *, stopped_mode: str) -> WriteResult:
-        if not _ECS_ID.fullmatch(instance_id):
-            raise ValueError(f"not an ECS instance id: {instance_id!r}")
-        if stopped_mode not in _STOPPED_MODES:
-            raise ValueError(f"stopped_mode must be one of {sorted(_STOPPED_MODES)}")
-        client = self._clients.get("ecs", region)
-        request = ecs_models.StopInstanceRequest(
-            instance_id=instance_id,
-            stopped_mode=stopped_mode,
-            force_stop=False,  # a forced stop can lose unflushed data; never ours to choose
-            dry_run=False,
-        )
-        resp = _call(client.stop_instance_with_options, request, self._clients.runtime())
-        return WriteResult(request_id=str(resp.body.request_id or ""))
-
-    def delete_ecs(self, region: str, instance_id: str, *, client_token: str) -> WriteResult:
-        if not _ECS_ID.fullmatch(instance_id):
-            raise ValueError(f"not an ECS instance id: {instance_id!r}")
-        # Alibaba: ClientToken is ASCII, at most 64 characters.
-        if not client_token or len(client_token) > 64 or not client_token.isascii():
-            raise ValueError("client_token must be 1..64 ASCII characters")
-        client = self._clients.get("ecs", region)
-        request = ecs_models.DeleteInstancesRequest(
-            region_id=region,
-            instance_id=[instance_id],
-            client_token=client_token,
-            force=False,  # the API then refuses a running instance: delete only what is stopped
-            dry_run=False,
-        )
-        resp = _call(client.delete_instances_with_options, request, self._clients.runtime())
-        return WriteResult(request_id=str(resp.body.request_id or ""))
-
-    def stop_rds(self, region: str, instance_id: str) -> WriteResult:
-        if not _RDS_ID.fullmatch(instance_id):
-            raise ValueError(f"not an RDS instance id: {instance_id!r}")
-        client = self._clients.get("rds", region)
-        request = rds_models.StopDBInstanceRequest(region_id=region, dbinstance_id=instance_id)
-        resp = _call(client.stop_dbinstance_with_options, request, self._clients.runtime())
-        return WriteResult(request_id=str(resp.body.request_id or ""))
