@@ -166,6 +166,10 @@ def export_command(
         raise _fail(str(exc).splitlines()[0]) from None
 
 
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
 def _lines_from(stack: ExitStack, label: str, db: str | None, file: Path | None) -> Iterator[str]:
     """The export lines of one chain, from a database (read in one snapshot) or a file."""
     from airlock.store import export, make_engine, read_transaction, verify_chain
@@ -255,14 +259,15 @@ def reconcile_command(
     value = report.to_value()
     cp_side, ex_side = value["checkpoint"], value["executor"]
     typer.echo(
-        f"checkpoint: {cp_side['rows']} rows; {cp_side['issued']} approvals issued, "
-        f"{cp_side['revoked']} revoked, {cp_side['lapsed']} lapsed; {cp_side['reported']} "
-        f"outcomes recorded, {cp_side['anchored']} checked against the executor chain"
+        f"checkpoint: {_n(cp_side['rows'], 'row')}; {_n(cp_side['issued'], 'approval')} "
+        f"issued, {cp_side['revoked']} revoked, {cp_side['lapsed']} lapsed; "
+        f"{_n(cp_side['reported'], 'outcome')} recorded, {cp_side['anchored']} checked "
+        "against the executor chain by their receipt's head"
     )
     outcomes = ", ".join(f"{n} {state}" for state, n in ex_side["outcomes"].items()) or "none"
     typer.echo(
-        f"executor:   {ex_side['rows']} rows; {ex_side['consumed']} approvals consumed, "
-        f"{ex_side['writes']} committed to a write; outcomes: {outcomes}; "
+        f"executor:   {_n(ex_side['rows'], 'row')}; {_n(ex_side['consumed'], 'approval')} "
+        f"consumed, {ex_side['writes']} committed to a write; outcomes: {outcomes}; "
         f"{ex_side['resolutions']} resolved by a person"
     )
     typer.echo(

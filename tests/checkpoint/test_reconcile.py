@@ -373,6 +373,7 @@ def test_the_command_on_exports_says_ok_and_counts(exports: tuple[Path, Path]) -
     assert result.exit_code == 0, result.output
     assert "OK: the two chains agree" in result.output
     assert "3 approvals issued" in result.output and "2 approvals consumed" in result.output
+    assert "2 outcomes recorded, 2 checked against the executor chain" in result.output
 
     as_json = airlock(
         "audit", "reconcile", "--checkpoint-file", str(cp), "--executor-file", str(ex), "--json"
