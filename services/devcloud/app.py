@@ -151,6 +151,9 @@ def _ecs_json(inst: Instance) -> dict[str, Any]:
         "Status": inst.status,
         "InstanceType": inst.instance_type,
         "CreationTime": _ecs_time(inst.created_at),
+        # The last start, to the minute like the real API: the agent tells from it whether
+        # an instance Airlock stopped was started again since (DESIGN §2.7).
+        "StartTime": _ecs_time(inst.started_at),
         "InstanceChargeType": "PostPaid",
         "StoppedMode": inst.stopped_mode or "Not-applicable",
         "Tags": {"Tag": [{"TagKey": k, "TagValue": v} for k, v in inst.tags]},
@@ -780,6 +783,7 @@ def _admin_routes(app: FastAPI, settings: DevcloudSettings, store: Store) -> Non
                 tags=[tuple(t) for t in change["tags"]] if "tags" in change else None,
                 add_tags=[tuple(t) for t in change.get("add_tags", [])],
                 remove_tags=change.get("remove_tags", []),
+                started_at=int(change["started_at"]) if "started_at" in change else None,
             )
         except KeyError:
             return JSONResponse({"detail": f"no instance {iid}"}, status_code=404)

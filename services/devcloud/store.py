@@ -29,6 +29,9 @@ from .fleet import InstanceSpec
 
 __all__ = ["Faults", "Instance", "Store"]
 
+#: Statuses an instance is in once started; entering one from another is a (re)start.
+_STARTED = frozenset({"Starting", "Running"})
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS instances (
     ord INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -44,7 +47,9 @@ CREATE TABLE IF NOT EXISTS instances (
     tags TEXT NOT NULL,
     truth TEXT NOT NULL DEFAULT '',
     profile TEXT NOT NULL DEFAULT 'idle',
-    has_memory INTEGER NOT NULL DEFAULT 1
+    has_memory INTEGER NOT NULL DEFAULT 1,
+    -- the last start (Unix seconds); NULL = started when created, as RunInstances does
+    started_at INTEGER
 );
 CREATE INDEX IF NOT EXISTS instances_kind_region ON instances (kind, region, ord);
 CREATE TABLE IF NOT EXISTS write_log (
@@ -87,6 +92,7 @@ class Instance:
     truth: str
     profile: str
     has_memory: bool
+    started_at: int  # the last start, what DescribeInstances reports as StartTime
 
 
 @dataclass(slots=True)
@@ -134,6 +140,14 @@ class Store:
         self._clock = clock
         self._local = threading.local()
         self._conn().executescript(_SCHEMA)  # idempotent DDL, its own transaction
+        self._add_started_at()
+
+    def _add_started_at(self) -> None:
+        """A database file from before ``started_at`` existed gets the column (NULL)."""
+        db = self._conn()
+        columns = {str(r["name"]) for r in db.execute("PRAGMA table_info(instances)")}
+        if "started_at" not in columns:
+            db.execute("ALTER TABLE instances ADD COLUMN started_at INTEGER")
 
     # -- connections
 
@@ -232,6 +246,7 @@ class Store:
             truth=str(row["truth"]),
             profile=str(row["profile"]),
             has_memory=bool(row["has_memory"]),
+            started_at=int(row["created_at"] if row["started_at"] is None else row["started_at"]),
         )
 
     def page(
@@ -511,7 +526,11 @@ class Store:
         add_tags: Sequence[tuple[str, str]] = (),
         remove_tags: Sequence[str] = (),
         delete: bool = False,
+        started_at: int | None = None,
     ) -> Instance | None:
+        """A person's change in the console. Starting an instance that is not running
+        (status Running or Starting) moves its last start to now, or to ``started_at``
+        when given; ``started_at`` is ignored by any other change."""
         with self._tx() as db:
             inst = self._locked_get(db, instance_id)
             if inst is None:
@@ -523,13 +542,19 @@ class Store:
             new_tags = [(k, v) for k, v in new_tags if k not in set(remove_tags)]
             for k, v in add_tags:
                 new_tags = [(k2, v2) for k2, v2 in new_tags if k2 != k] + [(k, v)]
+            if status in _STARTED and inst.status not in _STARTED:
+                started_at = int(self._clock()) if started_at is None else started_at
+            else:
+                started_at = None  # not a start: the last start stays
             db.execute(
-                "UPDATE instances SET tags = ?, status = ?, transition_at = ? WHERE id = ?",
+                "UPDATE instances SET tags = ?, status = ?, transition_at = ?,"
+                " started_at = COALESCE(?, started_at) WHERE id = ?",
                 (
                     json.dumps(new_tags, ensure_ascii=False),
                     inst.status if status is None else status,
                     # an explicit status sticks; keep a pending transition otherwise
                     None if status is not None else self._pending(db, instance_id),
+                    started_at,
                     instance_id,
                 ),
             )
