@@ -51,6 +51,7 @@ from alibabacloud_rds20140815 import models as rds_models
 from alibabacloud_rds20140815.client import Client as RdsClient
 from alibabacloud_tea_openapi.exceptions import AlibabaCloudException
 from alibabacloud_tea_openapi.models import Config
+from alibabacloud_tea_openapi.utils_models import GlobalParameters
 from darabonba.policy.retry import RetryOptions
 from darabonba.runtime import RuntimeOptions
 
@@ -299,6 +300,13 @@ class _Clients:
             # No automatic retries, ever: a retried write whose first attempt landed is a
             # double write. The caller decides, after probing.
             retry_options=RetryOptions({"retryable": False}),
+            # Public endpoints are regional, and the region is all that scopes a write
+            # without RegionId (StopInstance). One override endpoint (devcloud) serves every
+            # region, so it is told which one this client stands for, and refuses a
+            # resource of another region as a regional endpoint does.
+            global_parameters=(
+                GlobalParameters(headers={"x-acs-region-id": region}) if c.endpoint else None
+            ),
         )
 
     def runtime(self) -> RuntimeOptions:

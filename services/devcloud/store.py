@@ -2,9 +2,10 @@
 
 Every effect (stop, delete) is applied and appended to the write log in one
 ``BEGIN IMMEDIATE`` transaction, so the log is exactly the set of effects that happened —
-that is what the exactly-once tests count. Several processes may share the file (WAL);
-each write is serialized by SQLite's write lock, so check-then-act on an instance's status
-cannot interleave.
+that is what the exactly-once tests count. Each entry keeps every parameter of the request
+as received (``ForceStop``, ``Hibernate``, ``DryRun``, …), so a test can see how it was
+asked. Several processes may share the file (WAL); each write is serialized by SQLite's
+write lock, so check-then-act on an instance's status cannot interleave.
 
 Status transitions are computed lazily from timestamps: a stopped instance is
 ``Stopping`` until ``transition_at`` and ``Stopped`` after it.
@@ -18,7 +19,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -345,14 +346,16 @@ class Store:
         *,
         kind: str,
         instance_ids: Sequence[str],
-        region: str | None,
+        region: str,
         stopped_mode: str | None,
         action: str,
         request_id: str,
         key_id: str,
+        params: Mapping[str, str],
         dry_run: bool = False,
     ) -> list[Instance]:
-        """Running → Stopping for every instance, all or nothing; the previous states."""
+        """Running → Stopping for every instance of ``region``, all or nothing; the previous
+        states. ``params`` (the request's, as received) go into the write log."""
         not_found = (
             "InvalidInstanceId.NotFound" if kind == "ecs" else "InvalidDBInstanceId.NotFound"
         )
@@ -360,11 +363,7 @@ class Store:
             found = []
             for iid in instance_ids:
                 inst = self._locked_get(db, iid)
-                if (
-                    inst is None
-                    or inst.kind != kind
-                    or (region is not None and inst.region != region)
-                ):
+                if inst is None or inst.kind != kind or inst.region != region:
                     raise AcsError(not_found, f"The specified instance {iid} does not exist.", 404)
                 if inst.status != "Running":
                     if kind == "ecs":
@@ -391,9 +390,6 @@ class Store:
                     " WHERE id = ?",
                     (self._clock() + self._transition, stopped_mode, inst.id),
                 )
-                params: dict[str, Any] = {"InstanceId": inst.id}
-                if stopped_mode is not None:
-                    params["StoppedMode"] = stopped_mode
                 self._log(
                     db,
                     action=action,
@@ -401,20 +397,21 @@ class Store:
                     region=inst.region,
                     request_id=request_id,
                     key_id=key_id,
-                    params=params,
+                    params=dict(params),
                 )
             return found
 
     def delete_ecs(
         self,
         *,
-        region: str | None,
+        region: str,
         instance_ids: Sequence[str],
         force: bool,
         client_token: str | None,
         action: str,
         request_id: str,
         key_id: str,
+        params: Mapping[str, str],
         dry_run: bool = False,
     ) -> tuple[dict[str, Any], bool]:
         """Delete the instances; returns (response body, replayed).
@@ -444,11 +441,7 @@ class Store:
             found = []
             for iid in instance_ids:
                 inst = self._locked_get(db, iid)
-                if (
-                    inst is None
-                    or inst.kind != "ecs"
-                    or (region is not None and inst.region != region)
-                ):
+                if inst is None or inst.kind != "ecs" or inst.region != region:
                     raise AcsError(
                         "InvalidInstanceId.NotFound",
                         f"The specified instance {iid} does not exist.",
@@ -477,7 +470,7 @@ class Store:
                     request_id=request_id,
                     key_id=key_id,
                     client_token=client_token,
-                    params={"InstanceId": inst.id, "Force": force},
+                    params=dict(params),
                 )
             response = {"RequestId": request_id}
             if client_token:
