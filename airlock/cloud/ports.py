@@ -81,6 +81,10 @@ class LiveState:
     instance_type: str = ""
     created_at: str = ""  # RFC 3339 UTC, "YYYY-MM-DDTHH:MM:SSZ"
     name: str = ""
+    #: When the instance was last started (ECS ``StartTime``), RFC 3339 UTC; "" when the
+    #: provider does not say. The agent deletes only what provably stayed stopped since
+    #: Airlock stopped it, so "" there means "no delete".
+    started_at: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -71,11 +71,14 @@ class ProposalRecord:
     #: When the executor's outcome was reported (checkpoint clock), if any.
     outcome_at: int | None = None
     outcome: str | None = None
+    #: When the approval was issued (checkpoint clock), if one was: before any write of it.
+    approved_at: int | None = None
 
     @classmethod
     def from_api(cls, item: dict[str, Any]) -> ProposalRecord:
         rejection = item.get("rejection") or {}
         outcome = item.get("outcome") or {}
+        approval = item.get("approval") or {}
         return cls(
             id=str(item["id"]),
             state=str(item["state"]),
@@ -90,6 +93,7 @@ class ProposalRecord:
             reject_reason=str(rejection["reason_code"]) if rejection else None,
             outcome_at=int(outcome["reported_at"]) if outcome else None,
             outcome=str(outcome["outcome"]) if outcome else None,
+            approved_at=int(approval["issued_at"]) if approval else None,
         )
 
 

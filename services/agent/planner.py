@@ -4,7 +4,8 @@ Staged clean-up (DESIGN §2.7), one instance at a time:
 
 * an idle **running** instance gets a ``stop`` proposal (ECS with ``stopped_mode``);
 * a **stopped** ECS instance gets a ``delete`` proposal only when Airlock stopped it (an
-  executed ``stop`` at the checkpoint) and the grace period has passed since;
+  executed ``stop`` at the checkpoint), nobody started it since (the provider's last start
+  time is before that stop's approval) and the grace period has passed since;
 * an instance that is **running again** (or busy, or now protected) has its open
   proposals withdrawn, and one Airlock stopped that someone started again is left alone
   for a whole window before it can be proposed again;
@@ -32,9 +33,10 @@ from airlock.protocol import ACTION_TYPE, ProposedAction, Refused
 
 from .client import CheckpointClient, ProposalRecord
 from .discovery import Observation
-from .idle import DAY, POLICY_NAME, IdlePolicy, Window, rfc3339
+from .idle import DAY, POLICY_NAME, IdlePolicy, Window, parse_rfc3339, rfc3339
 
 __all__ = [
+    "START_SLACK",
     "CheckpointView",
     "Hold",
     "OpenProposal",
@@ -49,6 +51,9 @@ __all__ = [
 
 _ID_DOMAIN: Final = "airlock-agent/proposal-id/v1"
 _OPEN_STATES: Final = ("pending", "approved")
+#: A last start this close before the approval of Airlock's stop counts as after it: ECS
+#: reports StartTime to the minute, and the provider's clock is not the checkpoint's.
+START_SLACK: Final = 10 * 60
 
 Key = tuple[str, str]  # (region, resource id)
 
@@ -84,6 +89,9 @@ class OpenProposal:
 class AirlockStop:
     proposal_id: str
     executed_at: int  # when the executor's outcome was reported (checkpoint clock)
+    #: When its approval was issued (or, lacking one, the proposal made): a checkpoint time
+    #: before the write, so a start at or after it may have undone Airlock's stop.
+    approved_at: int
 
 
 @dataclass
@@ -136,7 +144,8 @@ class CheckpointView:
         key = (record.region, record.resource_id)
         known = self.airlock_stops.get(key)
         if known is None or record.outcome_at > known.executed_at:
-            self.airlock_stops[key] = AirlockStop(record.id, record.outcome_at)
+            approved_at = record.created_at if record.approved_at is None else record.approved_at
+            self.airlock_stops[key] = AirlockStop(record.id, record.outcome_at, approved_at)
 
     def mark_seen(self, key: Key) -> None:
         if key in self.open:
@@ -261,6 +270,30 @@ def plan(obs: Observation, view: CheckpointView, ctx: PlanContext) -> list[Step]
         stopped = view.airlock_stops.get(key)
         if stopped is None or any(p.operation == "delete" for p in open_):
             return steps  # never delete what Airlock did not stop; one delete at a time
+        # Stopped now is not "stayed stopped" (DESIGN §2.7): someone may have started it
+        # after Airlock's stop and stopped it again by hand, between two scans or while the
+        # agent was down. The provider's last start time settles it; without one, no delete.
+        started = parse_rfc3339(state.started_at)
+        if started is None:
+            steps.append(
+                Hold(
+                    "delete",
+                    *key,
+                    "the provider reports no last start time: cannot establish that it "
+                    f"stayed stopped since Airlock stopped it ({stopped.proposal_id})",
+                )
+            )
+            return steps
+        if started + START_SLACK >= stopped.approved_at:
+            steps.append(
+                Hold(
+                    "delete",
+                    *key,
+                    f"started again at {state.started_at} after Airlock stopped it "
+                    f"({stopped.proposal_id}); not deleted on the strength of that stop",
+                )
+            )
+            return steps
         stopped_for = ctx.now - stopped.executed_at
         if stopped_for < ctx.grace_seconds:
             steps.append(
@@ -391,6 +424,8 @@ def _delete_action(obs: Observation, stopped: AirlockStop, ctx: PlanContext) -> 
         "stopped_at": rfc3339(stopped.executed_at),
         "stopped_seconds": stopped_for,
         "grace_seconds": ctx.grace_seconds,
+        # The provider's last start, before the stop's approval: nobody started it since.
+        "last_started_at": obs.state.started_at,
         **_describe(obs),
     }
     return ProposedAction.model_validate(
@@ -405,7 +440,8 @@ def _delete_action(obs: Observation, stopped: AirlockStop, ctx: PlanContext) -> 
             "evidence": evidence,
             "reason": (
                 f"Stopped by Airlock {stopped_for // DAY} days ago ({stopped.proposal_id}) and "
-                f"still stopped; the {ctx.grace_seconds // DAY}-day grace period has passed"
+                f"not started since (last start {obs.state.started_at}); the "
+                f"{ctx.grace_seconds // DAY}-day grace period has passed"
             ),
         }
     )

@@ -8,6 +8,13 @@ a RAM policy — the read key may only call Describe*/List*/metrics, the write k
 stop and delete; (4) applies injected faults; (5) answers in Alibaba's shapes, errors as
 ``{"RequestId", "HostId", "Code", "Message", "Recommend"}`` with Alibaba's status codes.
 
+Alibaba serves each region at its own endpoint, and some writes (ECS ``StopInstance``)
+carry no ``RegionId``: the endpoint is their region. devcloud serves every region on one
+port, so the adapter names the region of the endpoint it stands for in
+``x-acs-region-id``; a write acts only on a resource of its region (``RegionId``, else that
+header) and any other is not found, as at a real regional endpoint. The write log records
+every parameter of each write exactly as received.
+
 The admin API (``/_admin/*``, bearer token, off unless enabled) exposes the write log,
 fault injection, out-of-band changes and the seeded fleet's ground truth. It must never
 be reachable without its token, and no admin change ever appears in the write log.
@@ -59,6 +66,8 @@ _WRITE_ACTIONS: Final = frozenset(
     }
 )
 _STOPPED_MODES: Final = frozenset({"StopCharging", "KeepCharging"})
+#: The region of the endpoint a request stands for (see the module docstring).
+_REGION_HEADER: Final = "x-acs-region-id"
 _PAGE_MAX: Final = 100
 _TAG_PAGE: Final = 50
 _METRIC_PAGE_MAX: Final = 1440
@@ -107,6 +116,16 @@ def _required(params: dict[str, str], name: str) -> str:
     return value
 
 
+def _write_region(params: dict[str, str], endpoint_region: str | None) -> str:
+    """The region a write acts in: its ``RegionId``, else its endpoint's region."""
+    region = params.get("RegionId") or endpoint_region
+    if not region:
+        raise AcsError(
+            "MissingParameter.RegionId", "The input parameter RegionId is mandatory.", 400
+        )
+    return region
+
+
 def _list(params: dict[str, str], prefix: str) -> list[str]:
     """``Prefix.1``, ``Prefix.2``, … as the SDK flattens a list."""
     out = []
@@ -151,6 +170,9 @@ def _ecs_json(inst: Instance) -> dict[str, Any]:
         "Status": inst.status,
         "InstanceType": inst.instance_type,
         "CreationTime": _ecs_time(inst.created_at),
+        # The last start, to the minute like the real API: the agent tells from it whether
+        # an instance Airlock stopped was started again since (DESIGN §2.7).
+        "StartTime": _ecs_time(inst.started_at),
         "InstanceChargeType": "PostPaid",
         "StoppedMode": inst.stopped_mode or "Not-applicable",
         "Tags": {"Tag": [{"TagKey": k, "TagValue": v} for k, v in inst.tags]},
@@ -254,10 +276,20 @@ class _Api:
     # -- dispatch
 
     def dispatch(
-        self, product: str, action: str, params: dict[str, str], key_id: str, request_id: str
+        self,
+        product: str,
+        action: str,
+        params: dict[str, str],
+        key_id: str,
+        request_id: str,
+        *,
+        endpoint_region: str | None = None,
     ) -> dict[str, Any]:
         handler = getattr(self, f"_{product}_{action}")
-        result: dict[str, Any] = handler(params, key_id, request_id)
+        if (product, action) in _WRITE_ACTIONS:
+            result: dict[str, Any] = handler(params, key_id, request_id, endpoint_region)
+        else:
+            result = handler(params, key_id, request_id)
         result.setdefault("RequestId", request_id)
         return result
 
@@ -362,7 +394,7 @@ class _Api:
         key: str,
         rid: str,
         action: str,
-        region: str | None,
+        region: str,
     ) -> list[Instance]:
         mode = p.get("StoppedMode") or None
         if mode is not None and mode not in _STOPPED_MODES:
@@ -377,16 +409,21 @@ class _Api:
             action=action,
             request_id=rid,
             key_id=key,
+            params=p,
             dry_run=_bool(p.get("DryRun")),
         )
 
-    def _ecs_StopInstance(self, p: dict[str, str], key: str, rid: str) -> dict[str, Any]:
-        self._stop_ecs(
-            [_required(p, "InstanceId")], p, key=key, rid=rid, action="StopInstance", region=None
-        )
+    def _ecs_StopInstance(
+        self, p: dict[str, str], key: str, rid: str, endpoint_region: str | None
+    ) -> dict[str, Any]:
+        iid = _required(p, "InstanceId")
+        region = _write_region(p, endpoint_region)
+        self._stop_ecs([iid], p, key=key, rid=rid, action="StopInstance", region=region)
         return {}
 
-    def _ecs_StopInstances(self, p: dict[str, str], key: str, rid: str) -> dict[str, Any]:
+    def _ecs_StopInstances(
+        self, p: dict[str, str], key: str, rid: str, _endpoint_region: str | None
+    ) -> dict[str, Any]:
         region = _required(p, "RegionId")
         ids = _list(p, "InstanceId")
         if not 1 <= len(ids) <= 100:
@@ -407,20 +444,26 @@ class _Api:
             }
         }
 
-    def _ecs_DeleteInstance(self, p: dict[str, str], key: str, rid: str) -> dict[str, Any]:
+    def _ecs_DeleteInstance(
+        self, p: dict[str, str], key: str, rid: str, endpoint_region: str | None
+    ) -> dict[str, Any]:
+        iid = _required(p, "InstanceId")
         body, _ = self.store.delete_ecs(
-            region=None,
-            instance_ids=[_required(p, "InstanceId")],
+            region=_write_region(p, endpoint_region),
+            instance_ids=[iid],
             force=_bool(p.get("Force")),
             client_token=None,
             action="DeleteInstance",
             request_id=rid,
             key_id=key,
+            params=p,
             dry_run=_bool(p.get("DryRun")),
         )
         return body
 
-    def _ecs_DeleteInstances(self, p: dict[str, str], key: str, rid: str) -> dict[str, Any]:
+    def _ecs_DeleteInstances(
+        self, p: dict[str, str], key: str, rid: str, _endpoint_region: str | None
+    ) -> dict[str, Any]:
         region = _required(p, "RegionId")
         ids = _list(p, "InstanceId")
         if not 1 <= len(ids) <= 100:
@@ -436,6 +479,7 @@ class _Api:
             action="DeleteInstances",
             request_id=rid,
             key_id=key,
+            params=p,
             dry_run=_bool(p.get("DryRun")),
         )
         return body
@@ -480,16 +524,19 @@ class _Api:
             body["NextToken"] = _encode_token("tags", start + _TAG_PAGE)
         return body
 
-    def _rds_StopDBInstance(self, p: dict[str, str], key: str, rid: str) -> dict[str, Any]:
+    def _rds_StopDBInstance(
+        self, p: dict[str, str], key: str, rid: str, endpoint_region: str | None
+    ) -> dict[str, Any]:
         iid = _required(p, "DBInstanceId")
         self.store.stop(
             kind="rds",
             instance_ids=[iid],
-            region=p.get("RegionId") or None,
+            region=_write_region(p, endpoint_region),
             stopped_mode=None,
             action="StopDBInstance",
             request_id=rid,
             key_id=key,
+            params=p,
         )
         return {"DBInstanceId": iid}
 
@@ -652,7 +699,14 @@ def create_app(
                     failing.fail_kind, _FAULT_ERRORS["unavailable"]
                 )
                 raise AcsError(code, message, status)
-            result = api.dispatch(product, action, params, key_id, request_id)
+            result = api.dispatch(
+                product,
+                action,
+                params,
+                key_id,
+                request_id,
+                endpoint_region=request.headers.get(_REGION_HEADER) or None,
+            )
         except AcsError as exc:
             return _error(exc, request_id, host)
         if is_write:
@@ -780,6 +834,7 @@ def _admin_routes(app: FastAPI, settings: DevcloudSettings, store: Store) -> Non
                 tags=[tuple(t) for t in change["tags"]] if "tags" in change else None,
                 add_tags=[tuple(t) for t in change.get("add_tags", [])],
                 remove_tags=change.get("remove_tags", []),
+                started_at=int(change["started_at"]) if "started_at" in change else None,
             )
         except KeyError:
             return JSONResponse({"detail": f"no instance {iid}"}, status_code=404)

@@ -2,9 +2,10 @@
 
 Every effect (stop, delete) is applied and appended to the write log in one
 ``BEGIN IMMEDIATE`` transaction, so the log is exactly the set of effects that happened —
-that is what the exactly-once tests count. Several processes may share the file (WAL);
-each write is serialized by SQLite's write lock, so check-then-act on an instance's status
-cannot interleave.
+that is what the exactly-once tests count. Each entry keeps every parameter of the request
+as received (``ForceStop``, ``Hibernate``, ``DryRun``, …), so a test can see how it was
+asked. Several processes may share the file (WAL); each write is serialized by SQLite's
+write lock, so check-then-act on an instance's status cannot interleave.
 
 Status transitions are computed lazily from timestamps: a stopped instance is
 ``Stopping`` until ``transition_at`` and ``Stopped`` after it.
@@ -18,7 +19,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,9 @@ from .errors import AcsError
 from .fleet import InstanceSpec
 
 __all__ = ["Faults", "Instance", "Store"]
+
+#: Statuses an instance is in once started; entering one from another is a (re)start.
+_STARTED = frozenset({"Starting", "Running"})
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS instances (
@@ -44,7 +48,9 @@ CREATE TABLE IF NOT EXISTS instances (
     tags TEXT NOT NULL,
     truth TEXT NOT NULL DEFAULT '',
     profile TEXT NOT NULL DEFAULT 'idle',
-    has_memory INTEGER NOT NULL DEFAULT 1
+    has_memory INTEGER NOT NULL DEFAULT 1,
+    -- the last start (Unix seconds); NULL = started when created, as RunInstances does
+    started_at INTEGER
 );
 CREATE INDEX IF NOT EXISTS instances_kind_region ON instances (kind, region, ord);
 CREATE TABLE IF NOT EXISTS write_log (
@@ -87,6 +93,7 @@ class Instance:
     truth: str
     profile: str
     has_memory: bool
+    started_at: int  # the last start, what DescribeInstances reports as StartTime
 
 
 @dataclass(slots=True)
@@ -134,6 +141,14 @@ class Store:
         self._clock = clock
         self._local = threading.local()
         self._conn().executescript(_SCHEMA)  # idempotent DDL, its own transaction
+        self._add_started_at()
+
+    def _add_started_at(self) -> None:
+        """A database file from before ``started_at`` existed gets the column (NULL)."""
+        db = self._conn()
+        columns = {str(r["name"]) for r in db.execute("PRAGMA table_info(instances)")}
+        if "started_at" not in columns:
+            db.execute("ALTER TABLE instances ADD COLUMN started_at INTEGER")
 
     # -- connections
 
@@ -232,6 +247,7 @@ class Store:
             truth=str(row["truth"]),
             profile=str(row["profile"]),
             has_memory=bool(row["has_memory"]),
+            started_at=int(row["created_at"] if row["started_at"] is None else row["started_at"]),
         )
 
     def page(
@@ -330,14 +346,16 @@ class Store:
         *,
         kind: str,
         instance_ids: Sequence[str],
-        region: str | None,
+        region: str,
         stopped_mode: str | None,
         action: str,
         request_id: str,
         key_id: str,
+        params: Mapping[str, str],
         dry_run: bool = False,
     ) -> list[Instance]:
-        """Running → Stopping for every instance, all or nothing; the previous states."""
+        """Running → Stopping for every instance of ``region``, all or nothing; the previous
+        states. ``params`` (the request's, as received) go into the write log."""
         not_found = (
             "InvalidInstanceId.NotFound" if kind == "ecs" else "InvalidDBInstanceId.NotFound"
         )
@@ -345,11 +363,7 @@ class Store:
             found = []
             for iid in instance_ids:
                 inst = self._locked_get(db, iid)
-                if (
-                    inst is None
-                    or inst.kind != kind
-                    or (region is not None and inst.region != region)
-                ):
+                if inst is None or inst.kind != kind or inst.region != region:
                     raise AcsError(not_found, f"The specified instance {iid} does not exist.", 404)
                 if inst.status != "Running":
                     if kind == "ecs":
@@ -376,9 +390,6 @@ class Store:
                     " WHERE id = ?",
                     (self._clock() + self._transition, stopped_mode, inst.id),
                 )
-                params: dict[str, Any] = {"InstanceId": inst.id}
-                if stopped_mode is not None:
-                    params["StoppedMode"] = stopped_mode
                 self._log(
                     db,
                     action=action,
@@ -386,20 +397,21 @@ class Store:
                     region=inst.region,
                     request_id=request_id,
                     key_id=key_id,
-                    params=params,
+                    params=dict(params),
                 )
             return found
 
     def delete_ecs(
         self,
         *,
-        region: str | None,
+        region: str,
         instance_ids: Sequence[str],
         force: bool,
         client_token: str | None,
         action: str,
         request_id: str,
         key_id: str,
+        params: Mapping[str, str],
         dry_run: bool = False,
     ) -> tuple[dict[str, Any], bool]:
         """Delete the instances; returns (response body, replayed).
@@ -429,11 +441,7 @@ class Store:
             found = []
             for iid in instance_ids:
                 inst = self._locked_get(db, iid)
-                if (
-                    inst is None
-                    or inst.kind != "ecs"
-                    or (region is not None and inst.region != region)
-                ):
+                if inst is None or inst.kind != "ecs" or inst.region != region:
                     raise AcsError(
                         "InvalidInstanceId.NotFound",
                         f"The specified instance {iid} does not exist.",
@@ -462,7 +470,7 @@ class Store:
                     request_id=request_id,
                     key_id=key_id,
                     client_token=client_token,
-                    params={"InstanceId": inst.id, "Force": force},
+                    params=dict(params),
                 )
             response = {"RequestId": request_id}
             if client_token:
@@ -511,7 +519,11 @@ class Store:
         add_tags: Sequence[tuple[str, str]] = (),
         remove_tags: Sequence[str] = (),
         delete: bool = False,
+        started_at: int | None = None,
     ) -> Instance | None:
+        """A person's change in the console. Starting an instance that is not running
+        (status Running or Starting) moves its last start to now, or to ``started_at``
+        when given; ``started_at`` is ignored by any other change."""
         with self._tx() as db:
             inst = self._locked_get(db, instance_id)
             if inst is None:
@@ -523,13 +535,19 @@ class Store:
             new_tags = [(k, v) for k, v in new_tags if k not in set(remove_tags)]
             for k, v in add_tags:
                 new_tags = [(k2, v2) for k2, v2 in new_tags if k2 != k] + [(k, v)]
+            if status in _STARTED and inst.status not in _STARTED:
+                started_at = int(self._clock()) if started_at is None else started_at
+            else:
+                started_at = None  # not a start: the last start stays
             db.execute(
-                "UPDATE instances SET tags = ?, status = ?, transition_at = ? WHERE id = ?",
+                "UPDATE instances SET tags = ?, status = ?, transition_at = ?,"
+                " started_at = COALESCE(?, started_at) WHERE id = ?",
                 (
                     json.dumps(new_tags, ensure_ascii=False),
                     inst.status if status is None else status,
                     # an explicit status sticks; keep a pending transition otherwise
                     None if status is not None else self._pending(db, instance_id),
+                    started_at,
                     instance_id,
                 ),
             )

@@ -2,13 +2,15 @@
 
 What it proves: exactly the ground-truth idle set is proposed; re-runs add nothing;
 rejections are remembered for a window; deletes come only after an executed stop and the
-grace period; an instance that comes back (running again, or newly protected, or stopped
-by someone else) has its open proposal withdrawn.
+grace period, for an instance nobody started since (its StartTime); an instance that comes
+back (running again, or newly protected, or stopped by someone else) has its open proposal
+withdrawn.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -189,6 +191,73 @@ def test_restarted_instance_gets_its_delete_withdrawn_and_is_left_alone(
     assert any(r.kind == "hold" and r.operation == "stop" for r in report.rows)
     assert harness.proposals(state="pending") == []
     assert delete["resource_id"] == iid
+
+
+def test_restart_then_manual_stop_does_not_lead_to_a_delete_on_airlocks_old_stop(
+    harness: Harness, own_region: str, create_idle: Callable[..., str], signer: ReceiptSigner
+) -> None:
+    """Stopped by Airlock, started by a person on day 1, stopped by hand on day 5: on day 8
+    it is stopped, but it did not stay stopped for the grace period after Airlock's stop."""
+    iid = create_idle(own_region)
+    stop = _stopped_by_airlock(harness, own_region, iid, signer)
+
+    harness.set_time(_days_after_stop(harness, stop, 1))
+    harness.dc.admin.set_instance(iid, status="Running", started_at=harness.now)
+    report = harness.agent(regions=(own_region,)).run_once()
+    assert any(r.kind == "hold" and r.operation == "stop" for r in report.rows)
+
+    harness.set_time(_days_after_stop(harness, stop, 5))
+    harness.dc.admin.set_instance(iid, status="Stopped")
+
+    for days in (8, 20):  # each run is a fresh agent: nothing is remembered in process
+        harness.set_time(_days_after_stop(harness, stop, days))
+        report = harness.agent(regions=(own_region,)).run_once()
+        assert report.created == 0, f"day {days}"
+        (hold,) = [r for r in report.rows if r.operation == "delete"]
+        assert hold.kind == "hold" and hold.detail.startswith("started again at "), hold
+    assert harness.proposals(operation="delete") == []
+
+
+def test_start_and_stop_between_two_scans_does_not_lead_to_a_delete(
+    harness: Harness, own_region: str, create_idle: Callable[..., str], signer: ReceiptSigner
+) -> None:
+    """The agent never sees it running (started and stopped again while it was not
+    scanning); the provider's last start time still shows Airlock's stop was undone."""
+    iid = create_idle(own_region)
+    stop = _stopped_by_airlock(harness, own_region, iid, signer)
+    started = _days_after_stop(harness, stop, 2)
+    harness.dc.admin.set_instance(iid, status="Running", started_at=started)
+    harness.dc.admin.set_instance(iid, status="Stopped")
+
+    harness.set_time(_days_after_stop(harness, stop, 9))
+    report = harness.agent(regions=(own_region,)).run_once()
+    assert report.created == 0
+    assert harness.proposals(operation="delete") == []
+
+
+def test_a_later_airlock_stop_after_a_restart_can_lead_to_a_delete(
+    harness: Harness, own_region: str, create_idle: Callable[..., str], signer: ReceiptSigner
+) -> None:
+    iid = create_idle(own_region)
+    first = _stopped_by_airlock(harness, own_region, iid, signer)
+    restarted = _days_after_stop(harness, first, 1)
+    harness.dc.admin.set_instance(iid, status="Running", started_at=restarted)
+
+    # Left alone for a window; then, still idle, it is stopped by Airlock again.
+    harness.set_time(_days_after_stop(harness, first, 16))
+    assert harness.agent(regions=(own_region,)).run_once().created == 1
+    (second,) = harness.proposals(resource_id=iid, operation="stop", state="pending")
+    harness.execute_stop(second, signer)
+
+    harness.set_time(_days_after_stop(harness, second, 7))
+    assert harness.agent(regions=(own_region,)).run_once().created == 1
+    (delete,) = harness.proposals(operation="delete", resource_id=iid)
+    evidence = delete["action"]["evidence"]
+    assert evidence["stop_proposal_id"] == second["id"]
+    assert evidence["last_started_at"] == time.strftime(
+        "%Y-%m-%dT%H:%M:00Z", time.gmtime(restarted)
+    )
+    assert 7 * DAY <= evidence["stopped_seconds"] < 8 * DAY
 
 
 def test_newly_protected_instance_gets_its_stop_withdrawn(

@@ -18,8 +18,11 @@ from services.agent.idle import (
     Window,
     percent_to_bp,
     rate_to_bytes,
+    rfc3339,
 )
 from services.agent.planner import (
+    START_SLACK,
+    AirlockStop,
     CheckpointView,
     Hold,
     PlanContext,
@@ -148,7 +151,10 @@ def test_proposal_id_is_deterministic_per_resource_operation_and_window() -> Non
 
 
 def _obs(
-    status: str = "Running", verdict: Verdict | None = None, rid: str = "i-abcd1234"
+    status: str = "Running",
+    verdict: Verdict | None = None,
+    rid: str = "i-abcd1234",
+    started_at: str = "2025-01-01T00:00:00Z",
 ) -> Observation:
     usage = _usage()
     return Observation(
@@ -161,6 +167,7 @@ def _obs(
             "ecs.g7.large",
             "2025-01-01T00:00:00Z",
             "web",
+            started_at,
         ),
         observed_at=NOW - 5,
         verdict=verdict or POLICY.verdict(usage, WINDOW),
@@ -232,3 +239,75 @@ def test_only_pending_proposals_of_vanished_resources_are_withdrawn() -> None:
     view.open[("eu-west-1", "i-gone0003")] = [OpenProposal("prop_e0000000", "stop", "pending")]
     steps = withdraw_vanished(view, ["ap-southeast-1"])
     assert [s.proposal_id for s in steps if isinstance(s, Withdraw)] == ["prop_p0000000"]
+
+
+# --------------------------------------------------------------------------- staged delete
+
+#: Airlock's stop of i-abcd1234: approved 10 days ago, reported executed a minute later.
+APPROVED = NOW - 10 * DAY
+STOP = AirlockStop("prop_stop0000", executed_at=APPROVED + 60, approved_at=APPROVED)
+
+
+def _stopped_view() -> CheckpointView:
+    return CheckpointView(airlock_stops={("ap-southeast-1", "i-abcd1234"): STOP})
+
+
+def test_a_delete_is_proposed_for_what_stayed_stopped_since_airlocks_stop() -> None:
+    started = rfc3339(APPROVED - 30 * DAY)
+    (step,) = plan(_obs("Stopped", started_at=started), _stopped_view(), CTX)
+    assert isinstance(step, Submit) and step.action.operation == "delete"
+    evidence = step.action.evidence
+    assert evidence["last_started_at"] == started
+    assert evidence["stopped_seconds"] == NOW - STOP.executed_at
+    assert f"not started since (last start {started})" in step.action.reason
+
+
+@pytest.mark.parametrize("after_approval", [0, 1, DAY, 9 * DAY])
+def test_restarted_since_airlocks_stop_then_stopped_by_hand_is_not_deleted(
+    after_approval: int,
+) -> None:
+    started = rfc3339(APPROVED + after_approval)
+    (step,) = plan(_obs("Stopped", started_at=started), _stopped_view(), CTX)
+    assert isinstance(step, Hold) and step.operation == "delete"
+    assert step.reason.startswith(f"started again at {started} after Airlock stopped it")
+
+
+def test_a_start_within_the_slack_before_the_approval_counts_as_after_it() -> None:
+    # StartTime is to the minute and the clocks differ: too close to call is "started since".
+    near = rfc3339(APPROVED - START_SLACK)
+    (step,) = plan(_obs("Stopped", started_at=near), _stopped_view(), CTX)
+    assert isinstance(step, Hold) and step.reason.startswith("started again")
+    clear = rfc3339(APPROVED - START_SLACK - 1)
+    (step,) = plan(_obs("Stopped", started_at=clear), _stopped_view(), CTX)
+    assert isinstance(step, Submit)
+
+
+@pytest.mark.parametrize("started_at", ["", "2025-11-19T07:06Z", "yesterday"])
+def test_no_readable_last_start_time_means_no_delete(started_at: str) -> None:
+    (step,) = plan(_obs("Stopped", started_at=started_at), _stopped_view(), CTX)
+    assert isinstance(step, Hold) and step.operation == "delete"
+    assert "cannot establish that it stayed stopped" in step.reason
+
+
+def test_the_approval_time_of_airlocks_stop_is_the_reference_for_a_start() -> None:
+    from services.agent.client import ProposalRecord
+
+    base = {
+        "id": "prop_stop0000",
+        "state": "executed",
+        "account": "5123456789012345",
+        "region": "ap-southeast-1",
+        "resource_type": "ecs.instance",
+        "resource_id": "i-abcd1234",
+        "operation": "stop",
+        "created_at": APPROVED - DAY,
+        "approval_deadline": APPROVED + DAY,
+        "outcome": {"reported_at": APPROVED + 60, "outcome": "succeeded"},
+    }
+    view = CheckpointView()
+    view.add_executed_stop(ProposalRecord.from_api({**base, "approval": {"issued_at": APPROVED}}))
+    assert view.airlock_stops[("ap-southeast-1", "i-abcd1234")] == STOP
+    # Without an approval on record, the proposal's time (earlier still) is used.
+    view = CheckpointView()
+    view.add_executed_stop(ProposalRecord.from_api(base))
+    assert view.airlock_stops[("ap-southeast-1", "i-abcd1234")].approved_at == APPROVED - DAY

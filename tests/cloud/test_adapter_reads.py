@@ -74,6 +74,36 @@ def test_get_state_reads_one_instance(devcloud: DevcloudHandle) -> None:
     assert dict(state.tags) == dict(spec.tags)
 
 
+def test_ecs_state_carries_the_last_start_time(devcloud: DevcloudHandle, fresh_ecs_id: str) -> None:
+    """StartTime (to the minute, as ECS reports it): the creation until someone starts a
+    stopped instance again; a stop leaves it, and so does a status change that is no start."""
+    created = FLEET_NOW - 30 * 86_400 + 59  # the seconds are not reported
+    devcloud.admin.create_instance(fresh_ecs_id, created_at=created)
+    reader = devcloud.reader()
+
+    def started_at() -> str:
+        state = reader.get_state(REGION, "ecs.instance", fresh_ecs_id)
+        assert state is not None
+        return state.started_at
+
+    assert started_at() == _minute(created)
+    devcloud.admin.set_instance(fresh_ecs_id, status="Running", started_at=created + 3600)
+    assert started_at() == _minute(created)  # already running: not a start
+    devcloud.admin.set_instance(fresh_ecs_id, status="Stopped")
+    assert started_at() == _minute(created)
+    restarted = FLEET_NOW + 7 * 60
+    devcloud.admin.set_instance(fresh_ecs_id, status="Running", started_at=restarted)
+    assert started_at() == _minute(restarted)
+    devcloud.admin.set_instance(fresh_ecs_id, status="Stopped")
+    before = int(datetime.now(UTC).timestamp())
+    devcloud.admin.set_instance(fresh_ecs_id, status="Starting")  # devcloud's clock
+    assert _minute(before) <= started_at() <= _minute(before + 60)
+
+
+def _minute(ts: int) -> str:
+    return datetime.fromtimestamp(ts - ts % 60, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def test_get_state_of_a_missing_instance_is_none(devcloud: DevcloudHandle) -> None:
     reader = devcloud.reader()
     assert reader.get_state(REGION, "ecs.instance", "i-doesnotexist0") is None

@@ -42,7 +42,13 @@ def test_stop_goes_running_stopping_stopped(devcloud: DevcloudHandle, fresh_ecs_
     [entry] = devcloud.admin.writes(resource_id=fresh_ecs_id)
     assert entry["action"] == "StopInstance"
     assert entry["request_id"] == result.request_id
-    assert entry["params"] == {"InstanceId": fresh_ecs_id, "StoppedMode": "StopCharging"}
+    # Every parameter as sent: never forced, never a dry run, the mode the action signed.
+    assert entry["params"] == {
+        "DryRun": "False",
+        "ForceStop": "False",
+        "InstanceId": fresh_ecs_id,
+        "StoppedMode": "StopCharging",
+    }
 
 
 def test_stopping_a_stopped_instance_is_incorrect_state(
@@ -66,6 +72,13 @@ def test_delete_with_the_same_client_token_deletes_once(
     [entry] = devcloud.admin.writes(resource_id=fresh_ecs_id)
     assert entry["action"] == "DeleteInstances"
     assert entry["client_token"] == "apv_same_token_1"
+    assert entry["params"] == {
+        "ClientToken": "apv_same_token_1",
+        "DryRun": "False",
+        "Force": "False",  # the API then refuses anything not stopped
+        "InstanceId.1": fresh_ecs_id,
+        "RegionId": REGION,
+    }
     assert devcloud.reader().get_state(REGION, "ecs.instance", fresh_ecs_id) is None
 
 
@@ -115,6 +128,33 @@ def test_instance_in_another_region_is_not_found(
     with pytest.raises(ResourceNotFound):
         devcloud.writer().delete_ecs(REGION, fresh_ecs_id, client_token="apv_region")
     assert devcloud.reader().get_state(REGION, "ecs.instance", fresh_ecs_id) is None
+
+
+def test_stop_sent_to_another_region_is_not_found_and_writes_nothing(
+    devcloud: DevcloudHandle, fresh_ecs_id: str
+) -> None:
+    """StopInstance carries no RegionId: the regional endpoint it is sent to is its region,
+    and that endpoint does not know an instance of another region (nor does RDS)."""
+    rid = "rm-" + fresh_suffix()
+    devcloud.admin.create_instance(fresh_ecs_id, region=REGION)
+    devcloud.admin.create_instance(rid, kind="rds", region=REGION)
+    writer = devcloud.writer()
+    with pytest.raises(ResourceNotFound) as ecs:
+        writer.stop_ecs("eu-central-1", fresh_ecs_id, stopped_mode="StopCharging")
+    with pytest.raises(ResourceNotFound) as rds:
+        writer.stop_rds("eu-central-1", rid)
+    assert ecs.value.code == "InvalidInstanceId.NotFound"
+    assert rds.value.code == "InvalidDBInstanceId.NotFound"
+    for resource_type, resource_id in (("ecs.instance", fresh_ecs_id), ("rds.instance", rid)):
+        assert devcloud.admin.writes(resource_id=resource_id) == []
+        state = devcloud.reader().get_state(REGION, resource_type, resource_id)  # type: ignore[arg-type]
+        assert state is not None and state.status == "Running"
+    # In its own region, the same calls stop both.
+    writer.stop_ecs(REGION, fresh_ecs_id, stopped_mode="StopCharging")
+    writer.stop_rds(REGION, rid)
+    assert len(devcloud.admin.writes(resource_id=fresh_ecs_id)) == 1
+    [rds_write] = devcloud.admin.writes(resource_id=rid)
+    assert rds_write["params"] == {"DBInstanceId": rid, "RegionId": REGION}
 
 
 def test_stop_rds_then_again_is_incorrect_state(devcloud: DevcloudHandle) -> None:

@@ -12,7 +12,7 @@ from alibabacloud_ecs20140526 import models as ecs_models
 from alibabacloud_ecs20140526.client import Client as EcsClient
 from alibabacloud_tea_openapi.exceptions import ClientException
 from alibabacloud_tea_openapi.models import Config
-from darabonba.runtime import RuntimeOptions
+from darabonba.runtime import ExtendsParameters, RuntimeOptions
 
 from tests.support.devcloud import DevcloudHandle
 
@@ -79,6 +79,42 @@ def test_stop_instances_batch_is_all_or_nothing(
         )
     assert refused.value.code == "IncorrectInstanceStatus"
     assert devcloud.admin.writes(resource_id=running) == []
+
+
+def test_a_forced_stop_is_visible_in_the_write_log(
+    ecs: Any, devcloud: DevcloudHandle, fresh_ecs_id: str
+) -> None:
+    """The real API accepts ForceStop and Hibernate; the log keeps every parameter as sent,
+    so a regression of the writer to a forced stop cannot pass unseen."""
+    devcloud.admin.create_instance(fresh_ecs_id)
+    ecs.stop_instance_with_options(
+        ecs_models.StopInstanceRequest(
+            instance_id=fresh_ecs_id, stopped_mode="StopCharging", force_stop=True, hibernate=True
+        ),
+        RuntimeOptions(extends_parameters=ExtendsParameters(headers={"x-acs-region-id": REGION})),
+    )
+    [entry] = devcloud.admin.writes(resource_id=fresh_ecs_id)
+    assert entry["params"] == {
+        "ForceStop": "True",
+        "Hibernate": "True",
+        "InstanceId": fresh_ecs_id,
+        "StoppedMode": "StopCharging",
+    }
+
+
+def test_a_stop_that_names_no_region_is_refused(
+    ecs: Any, devcloud: DevcloudHandle, fresh_ecs_id: str
+) -> None:
+    """Neither a RegionId nor the endpoint's region: devcloud cannot tell which regional
+    endpoint the call stands for, so it refuses rather than stop in any region."""
+    devcloud.admin.create_instance(fresh_ecs_id)
+    with pytest.raises(ClientException) as refused:
+        ecs.stop_instance_with_options(
+            ecs_models.StopInstanceRequest(instance_id=fresh_ecs_id, stopped_mode="StopCharging"),
+            RuntimeOptions(),
+        )
+    assert refused.value.code == "MissingParameter.RegionId"
+    assert devcloud.admin.writes(resource_id=fresh_ecs_id) == []
 
 
 def test_dry_run_changes_nothing(ecs: Any, devcloud: DevcloudHandle, fresh_ecs_id: str) -> None:

@@ -136,6 +136,24 @@ def test_lost_response_is_probed_and_verified_against_devcloud(
     assert _writes(devcloud, b.resource_id) == 1
 
 
+def test_the_executors_stop_is_never_forced(devcloud: Any, migrated_url: str, db_url: str) -> None:
+    """A forced stop can lose unflushed data: the write log (every parameter as sent) shows
+    the executor's stop asks for a normal stop in the signed mode, in the signed region."""
+    b = make_test_bundle(5, tag=f"dcforce{'p' if 'postgres' in db_url else 's'}")
+    devcloud.admin.create_instance(b.resource_id, status="Running")
+    executor = make_executor(migrated_url, devcloud.reader(), FakeClock(), writer=devcloud.writer())
+    try:
+        outcome = executor.execute(b.raw)
+    finally:
+        executor.engine.dispose()
+    assert outcome.state is State.SUCCEEDED, outcome
+    [entry] = devcloud.admin.writes(resource_id=b.resource_id)
+    assert entry["action"] == "StopInstance" and entry["region"] == "ap-southeast-1"
+    assert entry["params"]["ForceStop"] == "False"
+    assert entry["params"].get("Hibernate", "False") == "False"
+    assert entry["params"]["StoppedMode"] == "StopCharging"
+
+
 def test_protect_tag_added_at_devcloud_is_refused_with_zero_writes(
     devcloud: Any, migrated_url: str, db_url: str
 ) -> None:

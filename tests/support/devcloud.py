@@ -155,8 +155,11 @@ class DevcloudAdmin:
         tags: Sequence[tuple[str, str]] | None = None,
         add_tags: Sequence[tuple[str, str]] = (),
         remove_tags: Sequence[str] = (),
+        started_at: int | None = None,
     ) -> dict[str, Any]:
-        """Change an instance out of band (never in the write log)."""
+        """Change an instance out of band (never in the write log). Starting it (status
+        Running or Starting from any other status) sets its StartTime to devcloud's now,
+        or to ``started_at`` (Unix seconds) when given; other changes ignore it."""
         body: dict[str, Any] = {
             "add_tags": [list(t) for t in add_tags],
             "remove_tags": list(remove_tags),
@@ -165,6 +168,8 @@ class DevcloudAdmin:
             body["status"] = status
         if tags is not None:
             body["tags"] = [list(t) for t in tags]
+        if started_at is not None:
+            body["started_at"] = started_at
         return dict(self._ok(self._client.patch(f"/_admin/instances/{instance_id}", json=body)))
 
     def delete_instance(self, instance_id: str) -> None:

@@ -17,6 +17,7 @@ from alibabacloud_ecs20140526.client import Client as EcsClient
 from alibabacloud_rds20140815.client import Client as RdsClient
 from alibabacloud_tea_openapi.exceptions import AlibabaCloudException
 from alibabacloud_tea_openapi.models import Config
+from alibabacloud_tea_openapi.utils_models import GlobalParameters
 from darabonba.policy.retry import RetryOptions
 from darabonba.runtime import RuntimeOptions
 
@@ -188,6 +189,16 @@ class Clients:
             # No automatic retries, ever: a retried write whose first attempt landed is a
             # double write. The caller decides, after probing.
             retry_options=RetryOptions({"retryable": False}),
+            # Public endpoints are regional, and the region is all that scopes a write
+            # without RegionId (StopInstance). devcloud serves every region on one plain
+            # HTTP endpoint, so it is told which one this client stands for, and refuses a
+            # resource of another region as a regional endpoint does. Never sent to the
+            # real cloud (HTTPS, even through an endpoint override).
+            global_parameters=(
+                GlobalParameters(headers={"x-acs-region-id": region})
+                if c.endpoint and c.protocol == "http"
+                else None
+            ),
         )
 
     def runtime(self) -> RuntimeOptions:

@@ -108,6 +108,7 @@ def _ecs_state(region: str, inst: Any) -> LiveState:
         instance_type=str(inst.instance_type or ""),
         created_at=_norm_time(inst.creation_time),
         name=str(inst.instance_name or ""),
+        started_at=_norm_time(inst.start_time),
     )
 
 
