@@ -334,6 +334,11 @@ class CheckpointFeedSource:
         now = self._clock()
         # Revocations first: one in the same page as an approval can only help (E_REVOKED).
         with self._engine.begin() as conn:
+            if revoked:
+                # The chain lock before the first row (AuditLog.lock): two executors
+                # recording overlapping pages would otherwise each hold a revocation row
+                # the other waits for while one of them waits for the chain.
+                AuditLog.lock(conn)
             for r in revoked:
                 self._record_revocation(conn, r, now)
             if not approvals:

@@ -10,6 +10,8 @@ the database triggers are real; the cloud is the in-memory double.
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError
 
 from airlock.protocol import RefusalCode, loads_strict
+from airlock.store import AuditLog, is_postgresql, make_engine, verify_chain
 from services.executor import (
     Backoff,
     CheckpointFeedSource,
@@ -37,6 +40,7 @@ from services.executor import (
     migrate,
     serve,
 )
+from services.executor import feed as feed_module
 from services.executor.feed import (
     advance_cursor,
     pending_receipts,
@@ -174,6 +178,92 @@ def test_a_revocation_that_arrives_before_its_approval_is_honoured(rig: Rig) -> 
     assert rig.env.cloud.writes_for(b.resource_id) == 0
     assert rig.cursor() == 2
     assert [r.approval_id for r in rig.rows(revocations)] == [b.approval_id]
+
+
+def _client(fake: FakeCheckpoint) -> httpx.Client:
+    return checkpoint_client(
+        BASE, "executor-token", poll_wait_s=1, transport=httpx.MockTransport(fake.handler)
+    )
+
+
+def _wait_for_a_lock_waiter(url: str) -> None:
+    """Until some session of this PostgreSQL database waits on a lock (bounded poll:
+    PostgreSQL offers no event for it)."""
+    probe = make_engine(url)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with probe.connect() as conn:
+                waiting = conn.execute(
+                    sa.text(
+                        "SELECT count(*) FROM pg_locks WHERE NOT granted AND database ="
+                        " (SELECT oid FROM pg_database WHERE datname = current_database())"
+                    )
+                ).scalar_one()
+            if waiting:
+                return
+            time.sleep(0.01)
+        raise AssertionError("no session ever waited on a lock")
+    finally:
+        probe.dispose()
+
+
+def test_two_executors_recording_overlapping_revocation_pages_do_not_deadlock(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen in review: A holds the chain lock (it appended R1) and goes on to insert R2,
+    which B inserted first and B holds while it waits for the chain: DeadlockDetected on
+    PostgreSQL. Both now take the chain lock before their first row. On SQLite BEGIN
+    IMMEDIATE serializes them anyway; the test shows that stays so."""
+    a_appended, b_started = threading.Event(), threading.Event()
+
+    class HookedAuditLog(AuditLog):
+        @staticmethod
+        def append(conn: Any, event: Any, *, at: Any) -> Any:
+            entry = AuditLog.append(conn, event, at=at)
+            if threading.current_thread().name == "A" and event["approval_id"] == "apv_rev00001":
+                a_appended.set()
+                assert b_started.wait(30)
+                if is_postgresql(conn):
+                    _wait_for_a_lock_waiter(env.url)  # B now waits for something A holds
+            return entry
+
+    monkeypatch.setattr(feed_module, "AuditLog", HookedAuditLog)
+    ids = ["apv_rev00001", "apv_rev00002", "apv_rev00003"]
+    fake_a = FakeCheckpoint(
+        pages=[{"items": [revocation(1, ids[0]), revocation(2, ids[1])], "cursor": 2}]
+    )
+    fake_b = FakeCheckpoint(
+        pages=[{"items": [revocation(2, ids[1]), revocation(3, ids[2])], "cursor": 3}]
+    )
+    client_a, client_b = _client(fake_a), _client(fake_b)
+    a = CheckpointFeedSource(engine=env.engine, client=client_a, clock=env.clock)
+    b = CheckpointFeedSource(engine=env.engine, client=client_b, clock=env.clock)
+    errors: dict[str, BaseException] = {}
+
+    def run(name: str, source: CheckpointFeedSource) -> None:
+        try:
+            if name == "B":
+                b_started.set()
+            assert source.receive(wait_s=0) == ()
+        except BaseException as exc:
+            errors[name] = exc
+
+    ta = threading.Thread(target=run, name="A", args=("A", a))
+    tb = threading.Thread(target=run, name="B", args=("B", b))
+    ta.start()
+    assert a_appended.wait(30)
+    tb.start()
+    ta.join(60)
+    tb.join(60)
+    client_a.close()
+    client_b.close()
+    assert not ta.is_alive() and not tb.is_alive()
+    assert errors == {}
+    with env.engine.connect() as conn:
+        assert sorted(conn.execute(sa.select(revocations.c.approval_id)).scalars()) == ids
+        assert read_cursor(conn, a.feed) == 3
+    assert verify_chain(env.engine).ok
 
 
 def test_the_same_bundle_delivered_twice_is_a_replay_and_only_the_outcome_is_reported(
