@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import time
 from collections.abc import Callable, Container, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -41,7 +42,13 @@ import httpx
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from airlock.protocol import BUNDLE_MAX_BYTES, Refused, canonical_bytes, loads_strict
+from airlock.protocol import (
+    APPROVAL_ID_PATTERN,
+    BUNDLE_MAX_BYTES,
+    Refused,
+    canonical_bytes,
+    loads_strict,
+)
 from airlock.store import AuditLog, read_transaction
 
 from .errors import CheckpointUnauthorized
@@ -76,6 +83,7 @@ PAGE_LIMIT: Final = 20
 _PAGE_MAX_BYTES: Final = PAGE_LIMIT * (2 * BUNDLE_MAX_BYTES) + 64 * 1024
 _DETAIL_MAX: Final = 1000
 _MAX_BATCHES: Final = 20  # per flush, so a large backlog never starves the feed
+_APPROVAL_ID: Final = re.compile(APPROVAL_ID_PATTERN)
 
 Idle = Callable[[], AbstractContextManager[None]]
 
@@ -319,8 +327,18 @@ class CheckpointFeedSource:
                 break
             last = seq
             kind, approval_id = item.get("kind"), item.get("approval_id")
-            if kind == "revocation" and isinstance(approval_id, str) and approval_id:
-                revoked.append(_Revocation(seq, approval_id))
+            if kind == "revocation":
+                if isinstance(approval_id, str) and _APPROVAL_ID.fullmatch(approval_id):
+                    revoked.append(_Revocation(seq, approval_id))
+                else:
+                    # No approval can carry such an id (its statement would not parse),
+                    # so there is nothing to revoke; skipped like an unknown kind. Stored,
+                    # it could fail the insert (the column holds 100) on every turn.
+                    _log.warning(
+                        "feed item %d: revocation of a malformed approval id %s ignored",
+                        seq,
+                        _clip(ascii(approval_id), 120),
+                    )
             elif kind == "approval" and "bundle" in item:
                 # The bundle goes to the verifier as bytes; JCS keeps the exact base64
                 # strings of action and payload, which is all the signature covers. A
@@ -330,7 +348,7 @@ class CheckpointFeedSource:
             else:
                 # Unknown kinds are recorded nowhere and skipped: the feed is not
                 # authenticated, only what a bundle carries is.
-                _log.warning("feed item %d of kind %r ignored", seq, kind)
+                _log.warning("feed item %d of kind %s ignored", seq, _clip(ascii(kind), 120))
         now = self._clock()
         # Revocations first: one in the same page as an approval can only help (E_REVOKED).
         with self._engine.begin() as conn:
@@ -581,8 +599,8 @@ class OutboxReporter:
             )
 
 
-def _clip(text: str) -> str:
-    return text if len(text) <= _DETAIL_MAX else text[: _DETAIL_MAX - 1] + "…"
+def _clip(text: str, limit: int = _DETAIL_MAX) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def delivery_records(engine: Engine) -> Iterator[dict[str, Any]]:

@@ -266,6 +266,33 @@ def test_two_executors_recording_overlapping_revocation_pages_do_not_deadlock(
     assert verify_chain(env.engine).ok
 
 
+def test_a_revocation_of_a_malformed_approval_id_is_skipped_and_the_cursor_moves_on(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Seen in review: an id longer than the column (100) failed the insert on PostgreSQL
+    on every turn, so the cursor never moved. No approval can carry such an id."""
+    bad: list[Any] = [
+        "apv_" + "x" * 120,  # longer than the column and than the protocol allows
+        "apv_short",
+        "prop_abcdefgh1",
+        "apv_abcdefgh\n",
+        "apv_abc\u00e9defgh",
+        "",
+        7,
+        None,
+    ]
+    good = "apv_0123456789abcdef"
+    items = [revocation(n, aid) for n, aid in enumerate(bad, start=1)]
+    rig.fake.pages = [{"items": [*items, revocation(len(bad) + 1, good)], "cursor": 20}]
+    with caplog.at_level("WARNING", logger="airlock.executor.feed"):
+        assert rig.turn() == []
+    assert rig.cursor() == 20
+    assert [r.approval_id for r in rig.rows(revocations)] == [good]
+    skipped = [r.getMessage() for r in caplog.records if "malformed approval id" in r.message]
+    assert len(skipped) == len(bad)
+    assert all(len(m) < 200 for m in skipped)  # a long id is clipped in the log
+
+
 def test_the_same_bundle_delivered_twice_is_a_replay_and_only_the_outcome_is_reported(
     rig: Rig,
 ) -> None:
