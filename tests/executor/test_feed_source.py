@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from services.executor import (
     CheckpointUnauthorized,
     DirectorySource,
     Executor,
+    Failpoints,
     Heartbeat,
     LedgerRevocations,
     OutboxReporter,
@@ -41,6 +42,7 @@ from services.executor import (
     serve,
 )
 from services.executor import feed as feed_module
+from services.executor.errors import SimulatedCrash
 from services.executor.feed import (
     advance_cursor,
     pending_receipts,
@@ -55,9 +57,10 @@ from services.executor.models import (
     refusals,
     revocations,
 )
+from services.executor.sources import Delivery
 
 from .conftest import Env
-from .support import make_test_bundle
+from .support import LEASE, StopAfterFailures, make_test_bundle
 
 BASE = "http://checkpoint.test"
 
@@ -291,6 +294,65 @@ def test_a_revocation_of_a_malformed_approval_id_is_skipped_and_the_cursor_moves
     skipped = [r.getMessage() for r in caplog.records if "malformed approval id" in r.message]
     assert len(skipped) == len(bad)
     assert all(len(m) < 200 for m in skipped)  # a long id is clipped in the log
+
+
+def _crash_at(point: str) -> Failpoints:
+    def _raise(p: str) -> None:
+        raise SimulatedCrash(p)
+
+    return Failpoints(frozenset({point}), action=_raise)
+
+
+def test_a_feed_that_keeps_failing_does_not_starve_recovery_or_receipt_delivery(
+    rig: Rig,
+) -> None:
+    """Seen in review: a feed item the ledger could not store failed every turn, and
+    recovery and the outbox shared that turn's error handling, so neither ran again."""
+    done, crashed = make_test_bundle(1, tag="fstuck"), make_test_bundle(2, tag="fstuck")
+    for b in (done, crashed):
+        rig.env.cloud.add("ecs.instance", b.resource_id, "Running")
+    crashy = rig.env.another_worker("crashy", failpoints=_crash_at("after_consume"))
+    shutdown = Shutdown()
+
+    class StuckFeed:
+        long_poll = True
+
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def receive(self, *, wait_s: float) -> Sequence[Delivery]:
+            self.calls += 1
+            if self.calls == 1:
+                # Work for the other steps: an outcome to deliver, a row to recover.
+                assert rig.executor.execute(done.raw).state is State.SUCCEEDED
+                with pytest.raises(SimulatedCrash):
+                    crashy.execute(crashed.raw)
+                rig.env.clock.advance(LEASE)
+            if len(rig.fake.posted) >= 2:
+                shutdown.request()
+            raise sa.exc.DataError("INSERT", {}, Exception("value too long"))
+
+        def revoked(self) -> Container[str]:
+            return LedgerRevocations(rig.env.engine)
+
+        def ack(self, delivery: Delivery) -> None:
+            raise AssertionError("nothing is delivered")
+
+    serve(
+        rig.executor,
+        StuckFeed(),
+        shutdown=shutdown,
+        reporter=rig.reporter,
+        recover_every_s=0,
+        error_backoff=StopAfterFailures(shutdown, 10),
+    )
+    assert rig.env.cloud.writes_for(crashed.resource_id) == 1  # recovered, once
+    assert sorted(p["receipt"]["payload"] for p in rig.fake.posted) == sorted(
+        json.loads(r.receipt)["payload"] for r in rig.rows(ledger)
+    )
+    assert sorted(d.approval_id for d in rig.rows(deliveries)) == sorted(
+        [done.approval_id, crashed.approval_id]
+    )
 
 
 def test_the_same_bundle_delivered_twice_is_a_replay_and_only_the_outcome_is_reported(
