@@ -9,6 +9,7 @@ the database triggers are real; the cloud is the in-memory double.
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
@@ -72,6 +73,8 @@ class FakeCheckpoint:
 
     pages: list[Any] = field(default_factory=list)
     outcome_status: list[int] = field(default_factory=list)
+    #: approval id -> the status every POST of its receipts gets (an exception: raised)
+    answer_for: dict[str, Any] = field(default_factory=dict)
     feed_requests: list[dict[str, str]] = field(default_factory=list)
     posted: list[dict[str, Any]] = field(default_factory=list)
 
@@ -89,11 +92,23 @@ class FakeCheckpoint:
             return httpx.Response(200, json={**answer, "cursor": max(answer["cursor"], after)})
         if request.url.path == "/v1/outcomes":
             self.posted.append(json.loads(request.content))
-            status = self.outcome_status.pop(0) if self.outcome_status else 200
+            fixed = self.answer_for.get(posted_approval_id(self.posted[-1]))
+            if isinstance(fixed, Exception):
+                raise fixed
+            if fixed is not None:
+                status = fixed
+            else:
+                status = self.outcome_status.pop(0) if self.outcome_status else 200
             codes = {401: "E_UNAUTHENTICATED", 409: "E_STATE", 503: "E_UNAVAILABLE"}
             body = {} if status == 200 else {"error": {"code": codes.get(status, "E_X")}}
             return httpx.Response(status, json=body)
         return httpx.Response(404)
+
+
+def posted_approval_id(body: dict[str, Any]) -> str:
+    """The approval id inside a posted ``{"receipt": envelope}``."""
+    payload = json.loads(base64.b64decode(body["receipt"]["payload"]))
+    return str(payload["approval_id"])
 
 
 def approval(seq: int, raw: bytes, approval_id: str) -> dict[str, Any]:
@@ -735,3 +750,134 @@ def test_the_upgrade_queues_every_receipt_undelivered_at_the_time(env: Env) -> N
         ("outcome", bundles[2].approval_id),
         ("resolution", bundles[1].approval_id),
     ]
+
+
+# -- one receipt the checkpoint keeps failing ---------------------------------------------
+
+
+def _executed(rig: Rig, n: int, tag: str, *, in_doubt: bool = False) -> str:
+    b = make_test_bundle(n, tag=tag)
+    rig.env.cloud.add("ecs.instance", b.resource_id, "Running")
+    if in_doubt:
+        rig.env.cloud.next_fault = "timeout_before"
+    outcome = rig.executor.execute(b.raw)
+    assert outcome.state is (State.IN_DOUBT if in_doubt else State.SUCCEEDED)
+    rig.env.clock.advance(1)  # queued in this order
+    return b.approval_id
+
+
+def test_a_receipt_the_checkpoint_keeps_failing_does_not_hold_up_the_others(rig: Rig) -> None:
+    """Seen in review: the flush stopped at the first transient failure and the queue is
+    read oldest first, so one receipt the checkpoint kept failing blocked every later
+    one for good, in_doubt outcomes (which hold a target at the checkpoint) included."""
+    stuck = _executed(rig, 1, "fhol")
+    fine = _executed(rig, 2, "fhol")
+    doubt = _executed(rig, 3, "fhol", in_doubt=True)
+    rig.executor.resolve(doubt, happened=False, by="admin", note="checked")
+    rig.fake.answer_for[stuck] = 500
+
+    assert rig.reporter.flush() == 3  # fine, doubt, then doubt's resolution
+    assert [(d.kind, d.approval_id) for d in rig.rows(deliveries)] == [
+        ("outcome", fine),
+        ("outcome", doubt),
+        ("resolution", doubt),
+    ]
+    # The stuck one waits out its own backoff: no request for it until then.
+    assert [posted_approval_id(p) for p in rig.fake.posted].count(stuck) == 1
+    assert rig.reporter.flush() == 0
+    assert [posted_approval_id(p) for p in rig.fake.posted].count(stuck) == 1
+    rig.mono[0] += 0.5
+    assert rig.reporter.due()
+    assert rig.reporter.flush() == 0
+    assert [posted_approval_id(p) for p in rig.fake.posted].count(stuck) == 2
+    # A receipt queued later is not held up either, while the stuck one backs off.
+    later = _executed(rig, 4, "fhol")
+    assert rig.reporter.flush() == 1
+    assert rig.rows(deliveries)[-1].approval_id == later
+    del rig.fake.answer_for[stuck]
+    rig.mono[0] += 60
+    assert rig.reporter.flush() == 1
+    assert rig.rows(outbox) == []
+
+
+def test_a_resolution_still_waits_for_its_outcome_that_keeps_failing(rig: Rig) -> None:
+    doubt = _executed(rig, 1, "fwait", in_doubt=True)
+    rig.executor.resolve(doubt, happened=True, by="admin", note="seen in console")
+    rig.fake.answer_for[doubt] = 500
+    assert rig.reporter.flush() == 0
+    rig.mono[0] += 60
+    assert rig.reporter.flush() == 0
+    assert [p["receipt"]["payloadType"] for p in rig.fake.posted] == [
+        "application/vnd.airlock.receipt.v1+json"
+    ] * 2
+    assert rig.rows(deliveries) == []  # the resolution was never posted before it
+    del rig.fake.answer_for[doubt]
+    rig.mono[0] += 60
+    assert rig.reporter.flush() == 2
+    assert [d.kind for d in rig.rows(deliveries)] == ["outcome", "resolution"]
+
+
+def test_a_resolution_whose_outcome_is_delivered_in_the_same_flush_goes_in_that_flush(
+    rig: Rig,
+) -> None:
+    # y's resolution, queued after x's, is read before x's outcome is delivered; x's
+    # resolution, skipped at that read, must not wait for the next flush.
+    y = _executed(rig, 1, "fsame", in_doubt=True)
+    assert rig.reporter.flush() == 1
+    x = _executed(rig, 2, "fsame", in_doubt=True)
+    rig.executor.resolve(x, happened=False, by="admin", note="n")
+    rig.env.clock.advance(1)
+    rig.executor.resolve(y, happened=False, by="admin", note="n")
+    assert rig.reporter.flush() == 3
+    assert rig.rows(outbox) == []
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [httpx.ConnectError("refused"), httpx.ConnectTimeout("slow"), 502, 503, 504, 429],
+    ids=repr,
+)
+def test_an_unreachable_checkpoint_ends_the_flush_at_the_first_receipt(
+    rig: Rig, answer: Any
+) -> None:
+    ids = [_executed(rig, n, "fdown") for n in (1, 2, 3)]
+    for aid in ids:
+        rig.fake.answer_for[aid] = answer
+    assert rig.reporter.flush() == 0
+    assert len(rig.fake.posted) == 1  # not one request per receipt
+    assert rig.reporter.flush() == 0  # inside the shared backoff: no request at all
+    assert len(rig.fake.posted) == 1
+    rig.fake.answer_for.clear()
+    rig.mono[0] += 0.5
+    assert rig.reporter.flush() == 3
+
+
+def test_a_checkpoint_failing_every_receipt_is_paused_after_a_few(rig: Rig) -> None:
+    ids = [_executed(rig, n, "fall") for n in range(1, 7)]
+    for aid in ids:
+        rig.fake.answer_for[aid] = 500  # its database is down, say
+    assert rig.reporter.flush() == 0
+    assert [posted_approval_id(p) for p in rig.fake.posted] == ids[:3]
+    assert rig.reporter.flush() == 0
+    assert len(rig.fake.posted) == 3  # paused as a whole
+    # After the pause, receipts not yet tried go first: the first three cannot hold
+    # the rest up by failing again.
+    rig.mono[0] += 0.5
+    assert rig.reporter.flush() == 0
+    assert [posted_approval_id(p) for p in rig.fake.posted][3:] == ids[3:]
+    rig.fake.answer_for.clear()
+    rig.mono[0] += 60
+    assert rig.reporter.flush() == 6
+
+
+def test_the_receipts_backing_off_are_remembered_up_to_a_bound(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(feed_module, "_RETRY_MAX", 2)
+    ids = [_executed(rig, n, "fbound") for n in (1, 2, 3)]
+    rig.fake.answer_for.update({ids[0]: 500, ids[2]: 500})
+    assert rig.reporter.flush() == 1
+    rig.fake.answer_for[ids[1]] = 500  # not asked again: delivered
+    assert rig.reporter.flush() == 0
+    assert [posted_approval_id(p) for p in rig.fake.posted] == ids
+    assert len(rig.reporter._retry) == 2
