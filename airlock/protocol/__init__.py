@@ -17,6 +17,7 @@ from ._action import (
     check_operation,
 )
 from ._approval import (
+    APPROVAL_ID_PATTERN,
     APPROVAL_PAYLOAD_TYPE,
     APPROVAL_TYPE,
     ApprovalStatement,
@@ -34,6 +35,7 @@ __all__ = [
     "ACTION_MAX_BYTES",
     "ACTION_TYPE",
     "ALLOWED_OPERATIONS",
+    "APPROVAL_ID_PATTERN",
     "APPROVAL_PAYLOAD_TYPE",
     "APPROVAL_TYPE",
     "BUNDLE_MAX_BYTES",

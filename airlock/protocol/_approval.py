@@ -16,6 +16,7 @@ from ._json import PARSED_STRICTLY, canonical_bytes, loads_strict, plain_text
 from .errors import RefusalCode, Refused
 
 __all__ = [
+    "APPROVAL_ID_PATTERN",
     "APPROVAL_PAYLOAD_TYPE",
     "APPROVAL_TYPE",
     "STATEMENT_MAX_BYTES",
@@ -27,6 +28,9 @@ __all__ = [
 APPROVAL_TYPE: Final = "airlock.approval/v1"
 APPROVAL_PAYLOAD_TYPE: Final = "application/vnd.airlock.approval.v1+json"
 STATEMENT_MAX_BYTES: Final = 16 * 1024
+#: What an approval id looks like (anchored; match it with ``re.fullmatch``). Anything
+#: else can name no approval: a statement carrying it fails to parse (E_STATEMENT).
+APPROVAL_ID_PATTERN: Final = r"^apv_[A-Za-z0-9_-]{8,80}$"
 
 
 class Approver(WireModel):
@@ -41,7 +45,7 @@ class PolicyRef(WireModel):
 
 class ApprovalStatement(WireModel):
     type: Literal["airlock.approval/v1"]
-    approval_id: Annotated[str, Field(pattern=r"^apv_[A-Za-z0-9_-]{8,80}$")]
+    approval_id: Annotated[str, Field(pattern=APPROVAL_ID_PATTERN)]
     proposal_id: Annotated[str, Field(pattern=r"^prop_[A-Za-z0-9_-]{8,80}$")]
     action_hash: Hash
     provider: Literal["alibaba"]

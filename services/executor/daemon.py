@@ -4,7 +4,10 @@
 from a :class:`~services.executor.sources.BundleSource` (the checkpoint feed long-polls;
 a directory is polled), executes each, acknowledges it once recorded, and lets the
 :class:`~services.executor.feed.OutboxReporter` deliver receipts. It touches a heartbeat
-file on every turn, so a health check can tell a live loop from a wedged one.
+file on every turn, so a health check can tell a live loop from a wedged one. Each step
+of a turn (the source, recovery, receipt delivery) has its own fault handling: a fault
+that persists in one, such as a feed item that cannot be stored or a missing
+trusted-keys file, must not stop the others.
 
 Stopping (SIGINT/SIGTERM through :class:`Shutdown`): a signal that arrives while the loop
 waits — on the long-poll, a POST, a backoff — ends the wait at once; one that arrives
@@ -140,6 +143,22 @@ def _recover(executor: Executor, source: BundleSource) -> int:
     return len(outcomes)
 
 
+def _step(what: str, step: Callable[[], int]) -> int | None:
+    """One step of a turn; a database, network or key-file fault is logged and gives None.
+
+    Each step has its own, so a fault that persists in one (a feed item the ledger
+    cannot store, a bundle source that keeps failing, a missing trusted-keys file) never
+    starves the others: recovery and receipt delivery go on while the feed is stuck.
+    """
+    try:
+        return step()
+    except CheckpointUnauthorized:
+        raise
+    except Exception:  # a database or network fault: keep going, never crash
+        _log.exception("%s failed", what)
+        return None
+
+
 def serve(
     executor: Executor,
     source: BundleSource,
@@ -159,42 +178,47 @@ def serve(
     long_poll = bool(getattr(source, "long_poll", False))
     try:
         # Recovery at start, retried like the loop below: a database blip or a restart
-        # of the checkpoint at this moment must not end the process.
+        # of the checkpoint at this moment must not end the process. Receipts are
+        # delivered on every attempt, whether or not recovery got through.
         while True:
-            try:
-                _recover(executor, source)
-                if reporter is not None:
-                    reporter.flush()
+            recovered = _step("recovery at start", lambda: _recover(executor, source))
+            if reporter is not None:
+                _step("receipt delivery at start", reporter.flush)
+            if recovered is not None:
                 break
-            except CheckpointUnauthorized:
-                raise
-            except Exception:  # a database or network fault, as in the loop below
-                delay = errors.failure()
-                _log.exception("recovery at start failed; retrying in %.1fs", delay)
-                shutdown.sleep(delay)
+            delay = errors.failure()
+            _log.warning("recovery at start failed; retrying in %.1fs", delay)
+            shutdown.sleep(delay)
         errors.reset()
         beat.beat()  # the first beat says: recovered at start, serving
         next_recovery = monotonic() + recover_every_s
         _log.info("executor %s serving", executor.worker_id)
         while not shutdown.requested:
             beat.beat()
-            try:
-                done = _drain(executor, source, shutdown, poll_wait_s, on_outcome)
-                if monotonic() >= next_recovery:
-                    done += _recover(executor, source)
+            drained = _step(
+                "taking bundles from the source",
+                lambda: _drain(executor, source, shutdown, poll_wait_s, on_outcome),
+            )
+            failed = drained is None
+            done = drained or 0
+            if monotonic() >= next_recovery:
+                recovered = _step("recovery", lambda: _recover(executor, source))
+                if recovered is None:
+                    failed = True  # due again next turn
+                else:
+                    done += recovered
                     next_recovery = monotonic() + recover_every_s
-                if reporter is not None and (done or reporter.due()):
-                    reporter.flush()
-                errors.reset()
-                if not done and not long_poll:
-                    # A source that does not long-poll answers at once; pace the loop.
-                    shutdown.sleep(max(0.0, min(poll_wait_s, next_recovery - monotonic())))
-            except CheckpointUnauthorized:
-                raise
-            except Exception:  # a database or network fault: keep going, never crash
+            if reporter is not None and (done or reporter.due()):
+                failed = _step("receipt delivery", reporter.flush) is None or failed
+            if failed:
                 delay = errors.failure()
-                _log.exception("executor loop failed; retrying in %.1fs", delay)
+                _log.warning("executor loop turn failed; next turn in %.1fs", delay)
                 shutdown.sleep(delay)
+                continue
+            errors.reset()
+            if not done and not long_poll:
+                # A source that does not long-poll answers at once; pace the loop.
+                shutdown.sleep(max(0.0, min(poll_wait_s, next_recovery - monotonic())))
     except Interrupted:
         pass
     _log.info("executor %s stopped (signal %s)", executor.worker_id, shutdown.signum)

@@ -23,15 +23,18 @@ record is harmless.
 
 Neither class decides whether anything is executed, and neither ever writes to the cloud
 or changes a ledger row. A checkpoint that is down or answers 5xx/429 is retried with a
-capped exponential backoff; 401/403 raises :class:`CheckpointUnauthorized`.
+capped exponential backoff; 401/403 raises :class:`CheckpointUnauthorized`. A receipt the
+checkpoint fails alone (a 500 for it, the others accepted) backs off alone: receipts go
+in queue order, but none waits behind another except a resolution behind its outcome.
 """
 
 from __future__ import annotations
 
 import logging
 import random
+import re
 import time
-from collections.abc import Callable, Container, Iterator, Sequence
+from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -41,7 +44,13 @@ import httpx
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from airlock.protocol import BUNDLE_MAX_BYTES, Refused, canonical_bytes, loads_strict
+from airlock.protocol import (
+    APPROVAL_ID_PATTERN,
+    BUNDLE_MAX_BYTES,
+    Refused,
+    canonical_bytes,
+    loads_strict,
+)
 from airlock.store import AuditLog, read_transaction
 
 from .errors import CheckpointUnauthorized
@@ -76,6 +85,7 @@ PAGE_LIMIT: Final = 20
 _PAGE_MAX_BYTES: Final = PAGE_LIMIT * (2 * BUNDLE_MAX_BYTES) + 64 * 1024
 _DETAIL_MAX: Final = 1000
 _MAX_BATCHES: Final = 20  # per flush, so a large backlog never starves the feed
+_APPROVAL_ID: Final = re.compile(APPROVAL_ID_PATTERN)
 
 Idle = Callable[[], AbstractContextManager[None]]
 
@@ -120,8 +130,14 @@ class Backoff:
 
     def failure(self) -> float:
         """Count a failure and return how long to wait before the next attempt."""
-        delay = min(self._cap, self._base * 2.0 ** min(self._failures, 30))
+        delay = self.delay(self._failures)
         self._failures += 1
+        return delay
+
+    def delay(self, failures: int) -> float:
+        """The wait after the ``failures + 1``-th failure in a row (this object counts
+        nothing: the outbox keeps one count per receipt)."""
+        delay = min(self._cap, self._base * 2.0 ** min(failures, 30))
         return delay * (0.5 + self._rng() / 2)  # jitter: several executors do not march
 
     def reset(self) -> None:
@@ -151,6 +167,11 @@ def _check_auth(response: httpx.Response, what: str) -> None:
 
 class _Transient(Exception):
     """The checkpoint is unreachable or answered something worth retrying."""
+
+
+class _Unavailable(_Transient):
+    """Not about one receipt: no answer at all (connection refused, a timeout) or an
+    answer for the whole server (502/503/504 from it or a proxy in front, 429)."""
 
 
 def _at(now: int) -> datetime:
@@ -319,8 +340,18 @@ class CheckpointFeedSource:
                 break
             last = seq
             kind, approval_id = item.get("kind"), item.get("approval_id")
-            if kind == "revocation" and isinstance(approval_id, str) and approval_id:
-                revoked.append(_Revocation(seq, approval_id))
+            if kind == "revocation":
+                if isinstance(approval_id, str) and _APPROVAL_ID.fullmatch(approval_id):
+                    revoked.append(_Revocation(seq, approval_id))
+                else:
+                    # No approval can carry such an id (its statement would not parse),
+                    # so there is nothing to revoke; skipped like an unknown kind. Stored,
+                    # it could fail the insert (the column holds 100) on every turn.
+                    _log.warning(
+                        "feed item %d: revocation of a malformed approval id %s ignored",
+                        seq,
+                        _clip(ascii(approval_id), 120),
+                    )
             elif kind == "approval" and "bundle" in item:
                 # The bundle goes to the verifier as bytes; JCS keeps the exact base64
                 # strings of action and payload, which is all the signature covers. A
@@ -330,10 +361,15 @@ class CheckpointFeedSource:
             else:
                 # Unknown kinds are recorded nowhere and skipped: the feed is not
                 # authenticated, only what a bundle carries is.
-                _log.warning("feed item %d of kind %r ignored", seq, kind)
+                _log.warning("feed item %d of kind %s ignored", seq, _clip(ascii(kind), 120))
         now = self._clock()
         # Revocations first: one in the same page as an approval can only help (E_REVOKED).
         with self._engine.begin() as conn:
+            if revoked:
+                # The chain lock before the first row (AuditLog.lock): two executors
+                # recording overlapping pages would otherwise each hold a revocation row
+                # the other waits for while one of them waits for the chain.
+                AuditLog.lock(conn)
             for r in revoked:
                 self._record_revocation(conn, r, now)
             if not approvals:
@@ -377,17 +413,39 @@ class PendingReceipt:
     kind: str  # outcome | resolution
     approval_id: str
     receipt: str
+    queued_at: int  # with approval_id, its place in the queue
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.kind, self.approval_id)
 
 
-def pending_receipts(conn: Connection, limit: int) -> list[PendingReceipt]:
+def _after(position: tuple[int, str] | None) -> sa.ColumnElement[bool]:
+    if position is None:
+        return sa.true()
+    queued_at, approval_id = position
+    return (outbox.c.queued_at > queued_at) | (
+        (outbox.c.queued_at == queued_at) & (outbox.c.approval_id > approval_id)
+    )
+
+
+def pending_receipts(
+    conn: Connection, limit: int, *, after: Mapping[str, tuple[int, str]] | None = None
+) -> list[PendingReceipt]:
     """Queued receipts, oldest first; a resolution only once the outcome it resolves was
     delivered (the checkpoint replaces an in_doubt outcome by its resolution, and refuses
-    it the other way round). Reads the outbox queue, never the whole ledger."""
+    it the other way round). Reads the outbox queue, never the whole ledger.
+
+    ``after`` maps a kind to the (queued_at, approval_id) of the last receipt of that
+    kind already seen, to read on past it (one pass through the queue per flush).
+    """
+    after = after or {}
     outcome_rows = conn.execute(
-        sa.select(ledger.c.approval_id, ledger.c.receipt)
+        sa.select(ledger.c.approval_id, ledger.c.receipt, outbox.c.queued_at)
         .select_from(outbox.join(ledger, ledger.c.approval_id == outbox.c.approval_id))
         .where(
             outbox.c.kind == "outcome",
+            _after(after.get("outcome")),
             ledger.c.state.in_([s.value for s in TERMINAL_STATES]),
             ledger.c.receipt.is_not(None),
         )
@@ -395,10 +453,11 @@ def pending_receipts(conn: Connection, limit: int) -> list[PendingReceipt]:
         .limit(limit)
     ).all()
     resolution_rows = conn.execute(
-        sa.select(resolutions.c.approval_id, resolutions.c.receipt)
+        sa.select(resolutions.c.approval_id, resolutions.c.receipt, outbox.c.queued_at)
         .select_from(outbox.join(resolutions, resolutions.c.approval_id == outbox.c.approval_id))
         .where(
             outbox.c.kind == "resolution",
+            _after(after.get("resolution")),
             sa.exists().where(
                 deliveries.c.kind == "outcome",
                 deliveries.c.approval_id == resolutions.c.approval_id,
@@ -407,8 +466,8 @@ def pending_receipts(conn: Connection, limit: int) -> list[PendingReceipt]:
         .order_by(outbox.c.queued_at, outbox.c.approval_id)
         .limit(limit)
     ).all()
-    return [PendingReceipt("outcome", a, r) for a, r in outcome_rows] + [
-        PendingReceipt("resolution", a, r) for a, r in resolution_rows
+    return [PendingReceipt("outcome", a, r, int(q)) for a, r, q in outcome_rows] + [
+        PendingReceipt("resolution", a, r, int(q)) for a, r, q in resolution_rows
     ]
 
 
@@ -446,12 +505,36 @@ def requeue_undelivered(conn: Connection) -> int:
     return queued
 
 
-#: 4xx answers that say "not now" rather than "never": timeout, too early, rate limit.
-_TRANSIENT_4XX: Final = frozenset({408, 425, 429})
+#: Answers that say "not now" rather than "never". These are about the whole server (a
+#: proxy with the checkpoint down behind it, a rate limit): every receipt would get them.
+_SERVER_NOT_NOW: Final = frozenset({429, 502, 503, 504})
+#: These may be about this one receipt (a 500 from the checkpoint's handler, a request
+#: timeout, too early): the receipt waits out its own backoff, the others go on.
+_ITEM_NOT_NOW: Final = frozenset({408, 425})
+#: Receipt failures in a row, within one flush, that pause every delivery as one
+#: failure of the server would (a checkpoint whose database is down answers 500 to all).
+_FAILURES_IN_A_ROW: Final = 3
+#: Receipts whose own backoff is remembered (in memory). One forgotten is tried again
+#: sooner than its backoff said, never lost or skipped.
+_RETRY_MAX: Final = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class _Retry:
+    failures: int
+    due: float  # monotonic
 
 
 class OutboxReporter:
-    """Delivers receipts to ``POST /v1/outcomes`` until each is accepted or refused."""
+    """Delivers receipts to ``POST /v1/outcomes`` until each is accepted or refused.
+
+    A receipt the checkpoint fails (a 500, say) waits out its own capped exponential
+    backoff while the receipts behind it are delivered, so one it keeps failing blocks
+    no other; receipts that are due for a retry are tried after the fresh ones. A
+    checkpoint that cannot be reached, answers for the whole server (502/503/504, 429)
+    or fails several receipts in a row ends the flush, and the next waits out one shared
+    backoff: a down checkpoint gets a request per backoff, not one per receipt.
+    """
 
     def __init__(
         self,
@@ -477,6 +560,7 @@ class OutboxReporter:
         self._batch = batch
         self._next = 0.0  # monotonic time of the next flush that is due on its own
         self._requeued = False  # the start-up scan for receipts the queue lacks
+        self._retry: dict[tuple[str, str], _Retry] = {}  # oldest first, at most _RETRY_MAX
 
     def due(self) -> bool:
         """Is a retry or a periodic sweep (for outcomes other processes wrote) due?"""
@@ -485,7 +569,7 @@ class OutboxReporter:
     def flush(self) -> int:
         """Post pending receipts; return how many were recorded (delivered or rejected).
 
-        Does nothing while a failure's backoff is being waited out.
+        Does nothing while the whole checkpoint's backoff is being waited out.
         """
         if self._backoff.failures and not self.due():
             return 0
@@ -495,34 +579,110 @@ class OutboxReporter:
             if queued:
                 _log.info("re-queued %d undelivered receipts", queued)
             self._requeued = True
-        recorded = 0
-        for _ in range(_MAX_BATCHES):
-            with read_transaction(self._engine) as conn:
-                batch = pending_receipts(conn, self._batch)
-            if not batch:
-                break
-            for item in batch:
-                try:
-                    self._deliver(item)
-                except _Transient as exc:
-                    delay = self._backoff.failure()
-                    self._next = self._mono() + delay
-                    _log.warning(
-                        "outcome of %s not delivered (%s); %d pending or more, retry in %.1fs",
-                        item.approval_id,
-                        exc,
-                        len(batch),
-                        delay,
-                    )
+        budget = _MAX_BATCHES * self._batch  # POSTs per flush: the feed is not starved
+        recorded, in_a_row = 0, 0
+
+        def post(item: PendingReceipt) -> bool | None:
+            """Post one: recorded or not, or None once the flush must end."""
+            nonlocal budget, recorded, in_a_row
+            budget -= 1
+            ok = self._attempt(item)
+            if ok is None:
+                return None
+            recorded += ok
+            in_a_row = 0 if ok else in_a_row + 1
+            if in_a_row >= _FAILURES_IN_A_ROW:
+                self._pause(f"{in_a_row} receipts in a row not delivered")
+                return None
+            return bool(ok)
+
+        # One pass through the queue in order: fresh receipts are posted as they come,
+        # those backing off are passed over, those due for a retry are posted last. A
+        # resolution is read only once its outcome is delivered: when one was, read the
+        # resolutions again (what was seen is not posted twice).
+        after: dict[str, tuple[int, str]] = {}
+        seen: set[tuple[str, str]] = set()
+        while True:
+            retries: list[PendingReceipt] = []
+            while budget > 0:
+                with read_transaction(self._engine) as conn:
+                    batch = pending_receipts(conn, self._batch, after=after)
+                if not batch:
+                    break
+                now, outcome_recorded = self._mono(), False
+                for item in batch:
+                    after[item.kind] = (item.queued_at, item.approval_id)
+                    if item.key in seen:
+                        continue
+                    seen.add(item.key)
+                    retry = self._retry.get(item.key)
+                    if retry is not None:
+                        if retry.due <= now:
+                            retries.append(item)
+                        continue
+                    if budget <= 0:
+                        break
+                    done = post(item)
+                    if done is None:
+                        return recorded
+                    outcome_recorded |= done and item.kind == "outcome"
+                if outcome_recorded:
+                    after.pop("resolution", None)
+            outcome_recorded = False
+            for item in retries:
+                if budget <= 0:
+                    break
+                done = post(item)
+                if done is None:
                     return recorded
-                recorded += 1
-                self._backoff.reset()
-        else:
-            self._next = self._mono()  # more than one flush's worth: due again at once
-            return recorded
+                outcome_recorded |= done and item.kind == "outcome"
+            if budget <= 0:
+                self._next = self._mono()  # more than one flush's worth: due again at once
+                return recorded
+            if not outcome_recorded:
+                break
+            after.pop("resolution", None)
         self._backoff.reset()
-        self._next = self._mono() + self._sweep_every
+        self._next = min([self._mono() + self._sweep_every, *(r.due for r in self._retry.values())])
         return recorded
+
+    def _attempt(self, item: PendingReceipt) -> int | None:
+        """Post one receipt: 1 recorded, 0 backing off on its own, None if the whole
+        checkpoint is failing (the flush ends; the shared backoff is set)."""
+        try:
+            self._deliver(item)
+        except _Unavailable as exc:
+            self._pause(str(exc))
+            return None
+        except _Transient as exc:
+            failures = self._retry.pop(item.key, _Retry(0, 0.0)).failures
+            delay = self._backoff.delay(failures)
+            if len(self._retry) >= _RETRY_MAX:
+                del self._retry[next(iter(self._retry))]  # the oldest: retried sooner
+            self._retry[item.key] = _Retry(failures + 1, self._mono() + delay)
+            _log.warning(
+                "%s receipt of %s not delivered (%s, attempt %d); retry in %.1fs, "
+                "delivering the others meanwhile",
+                item.kind,
+                item.approval_id,
+                exc,
+                failures + 1,
+                delay,
+            )
+            return 0
+        self._retry.pop(item.key, None)
+        self._backoff.reset()
+        return 1
+
+    def _pause(self, why: str) -> None:
+        delay = self._backoff.failure()
+        self._next = self._mono() + delay
+        _log.warning(
+            "receipts not delivered, checkpoint unavailable (%s); attempt %d, retrying in %.1fs",
+            why,
+            self._backoff.failures,
+            delay,
+        )
 
     def _deliver(self, item: PendingReceipt) -> None:
         body = b'{"receipt":' + item.receipt.encode("utf-8") + b"}"
@@ -532,14 +692,18 @@ class OutboxReporter:
                     "/v1/outcomes", content=body, headers={"Content-Type": "application/json"}
                 )
         except httpx.HTTPError as exc:
-            raise _Transient(f"{type(exc).__name__}: {exc}") from None
+            # No answer: the checkpoint (or the way to it) is down, not this receipt.
+            raise _Unavailable(f"{type(exc).__name__}: {exc}") from None
         _check_auth(response, "POST /v1/outcomes")
         status = response.status_code
         if status == 200:
             self._fp.hit("after_outcome_post")
             self._record(item, "delivered", status, None, "")
             _log.info("%s receipt of %s delivered", item.kind, item.approval_id)
-        elif status in _TRANSIENT_4XX or status >= 500 or status < 400:
+        elif status in _SERVER_NOT_NOW or status < 400:
+            # < 400 but not 200 (a redirect, say): the URL is wrong for every receipt.
+            raise _Unavailable(f"HTTP {status} {_error_code(response)}")
+        elif status in _ITEM_NOT_NOW or status >= 500:
             raise _Transient(f"HTTP {status} {_error_code(response)}")
         else:
             # The checkpoint will never take this receipt (unknown approval, a different
@@ -576,8 +740,8 @@ class OutboxReporter:
             )
 
 
-def _clip(text: str) -> str:
-    return text if len(text) <= _DETAIL_MAX else text[: _DETAIL_MAX - 1] + "…"
+def _clip(text: str, limit: int = _DETAIL_MAX) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def delivery_records(engine: Engine) -> Iterator[dict[str, Any]]:

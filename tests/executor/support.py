@@ -37,7 +37,7 @@ from airlock.protocol import (
 )
 from airlock.store import make_engine
 from services.checkpoint.signer import Signer
-from services.executor import Executor, Failpoints, ReceiptSigner
+from services.executor import Backoff, Executor, Failpoints, ReceiptSigner, Shutdown
 from services.executor.sources import OutcomeSink
 
 APPROVAL_SEED: Final = hashlib.sha256(b"airlock test approval key").digest()
@@ -424,3 +424,18 @@ def cloud_for(spec: str) -> tuple[Any, Any]:
         return AlibabaReader(config(DEVCLOUD_READ_KEY)), AlibabaWriter(config(DEVCLOUD_WRITE_KEY))
     cloud = FakeFileCloud(Path(spec))
     return cloud, cloud
+
+
+class StopAfterFailures(Backoff):
+    """An error backoff for :func:`~services.executor.serve` tests: no wait, and after
+    ``n`` failures a stop request, so a loop that never gets anywhere still ends."""
+
+    def __init__(self, shutdown: Shutdown, n: int) -> None:
+        super().__init__(base=0.001, cap=0.001)
+        self._shutdown, self._n = shutdown, n
+
+    def failure(self) -> float:
+        super().failure()
+        if self.failures >= self._n:
+            self._shutdown.request()
+        return 0.0

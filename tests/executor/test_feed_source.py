@@ -9,8 +9,11 @@ the database triggers are real; the cloud is the in-memory double.
 
 from __future__ import annotations
 
+import base64
 import json
-from collections.abc import Callable, Iterator
+import threading
+import time
+from collections.abc import Callable, Container, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,12 +24,14 @@ import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError
 
 from airlock.protocol import RefusalCode, loads_strict
+from airlock.store import AuditLog, is_postgresql, make_engine, verify_chain
 from services.executor import (
     Backoff,
     CheckpointFeedSource,
     CheckpointUnauthorized,
     DirectorySource,
     Executor,
+    Failpoints,
     Heartbeat,
     LedgerRevocations,
     OutboxReporter,
@@ -37,6 +42,8 @@ from services.executor import (
     migrate,
     serve,
 )
+from services.executor import feed as feed_module
+from services.executor.errors import SimulatedCrash
 from services.executor.feed import (
     advance_cursor,
     pending_receipts,
@@ -51,9 +58,10 @@ from services.executor.models import (
     refusals,
     revocations,
 )
+from services.executor.sources import Delivery
 
 from .conftest import Env
-from .support import make_test_bundle
+from .support import LEASE, StopAfterFailures, make_test_bundle
 
 BASE = "http://checkpoint.test"
 
@@ -65,6 +73,8 @@ class FakeCheckpoint:
 
     pages: list[Any] = field(default_factory=list)
     outcome_status: list[int] = field(default_factory=list)
+    #: approval id -> the status every POST of its receipts gets (an exception: raised)
+    answer_for: dict[str, Any] = field(default_factory=dict)
     feed_requests: list[dict[str, str]] = field(default_factory=list)
     posted: list[dict[str, Any]] = field(default_factory=list)
 
@@ -82,11 +92,23 @@ class FakeCheckpoint:
             return httpx.Response(200, json={**answer, "cursor": max(answer["cursor"], after)})
         if request.url.path == "/v1/outcomes":
             self.posted.append(json.loads(request.content))
-            status = self.outcome_status.pop(0) if self.outcome_status else 200
+            fixed = self.answer_for.get(posted_approval_id(self.posted[-1]))
+            if isinstance(fixed, Exception):
+                raise fixed
+            if fixed is not None:
+                status = fixed
+            else:
+                status = self.outcome_status.pop(0) if self.outcome_status else 200
             codes = {401: "E_UNAUTHENTICATED", 409: "E_STATE", 503: "E_UNAVAILABLE"}
             body = {} if status == 200 else {"error": {"code": codes.get(status, "E_X")}}
             return httpx.Response(status, json=body)
         return httpx.Response(404)
+
+
+def posted_approval_id(body: dict[str, Any]) -> str:
+    """The approval id inside a posted ``{"receipt": envelope}``."""
+    payload = json.loads(base64.b64decode(body["receipt"]["payload"]))
+    return str(payload["approval_id"])
 
 
 def approval(seq: int, raw: bytes, approval_id: str) -> dict[str, Any]:
@@ -174,6 +196,178 @@ def test_a_revocation_that_arrives_before_its_approval_is_honoured(rig: Rig) -> 
     assert rig.env.cloud.writes_for(b.resource_id) == 0
     assert rig.cursor() == 2
     assert [r.approval_id for r in rig.rows(revocations)] == [b.approval_id]
+
+
+def _client(fake: FakeCheckpoint) -> httpx.Client:
+    return checkpoint_client(
+        BASE, "executor-token", poll_wait_s=1, transport=httpx.MockTransport(fake.handler)
+    )
+
+
+def _wait_for_a_lock_waiter(url: str) -> None:
+    """Until some session of this PostgreSQL database waits on a lock (bounded poll:
+    PostgreSQL offers no event for it)."""
+    probe = make_engine(url)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with probe.connect() as conn:
+                waiting = conn.execute(
+                    sa.text(
+                        "SELECT count(*) FROM pg_locks WHERE NOT granted AND database ="
+                        " (SELECT oid FROM pg_database WHERE datname = current_database())"
+                    )
+                ).scalar_one()
+            if waiting:
+                return
+            time.sleep(0.01)
+        raise AssertionError("no session ever waited on a lock")
+    finally:
+        probe.dispose()
+
+
+def test_two_executors_recording_overlapping_revocation_pages_do_not_deadlock(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen in review: A holds the chain lock (it appended R1) and goes on to insert R2,
+    which B inserted first and B holds while it waits for the chain: DeadlockDetected on
+    PostgreSQL. Both now take the chain lock before their first row. On SQLite BEGIN
+    IMMEDIATE serializes them anyway; the test shows that stays so."""
+    a_appended, b_started = threading.Event(), threading.Event()
+
+    class HookedAuditLog(AuditLog):
+        @staticmethod
+        def append(conn: Any, event: Any, *, at: Any) -> Any:
+            entry = AuditLog.append(conn, event, at=at)
+            if threading.current_thread().name == "A" and event["approval_id"] == "apv_rev00001":
+                a_appended.set()
+                assert b_started.wait(30)
+                if is_postgresql(conn):
+                    _wait_for_a_lock_waiter(env.url)  # B now waits for something A holds
+            return entry
+
+    monkeypatch.setattr(feed_module, "AuditLog", HookedAuditLog)
+    ids = ["apv_rev00001", "apv_rev00002", "apv_rev00003"]
+    fake_a = FakeCheckpoint(
+        pages=[{"items": [revocation(1, ids[0]), revocation(2, ids[1])], "cursor": 2}]
+    )
+    fake_b = FakeCheckpoint(
+        pages=[{"items": [revocation(2, ids[1]), revocation(3, ids[2])], "cursor": 3}]
+    )
+    client_a, client_b = _client(fake_a), _client(fake_b)
+    a = CheckpointFeedSource(engine=env.engine, client=client_a, clock=env.clock)
+    b = CheckpointFeedSource(engine=env.engine, client=client_b, clock=env.clock)
+    errors: dict[str, BaseException] = {}
+
+    def run(name: str, source: CheckpointFeedSource) -> None:
+        try:
+            if name == "B":
+                b_started.set()
+            assert source.receive(wait_s=0) == ()
+        except BaseException as exc:
+            errors[name] = exc
+
+    ta = threading.Thread(target=run, name="A", args=("A", a))
+    tb = threading.Thread(target=run, name="B", args=("B", b))
+    ta.start()
+    assert a_appended.wait(30)
+    tb.start()
+    ta.join(60)
+    tb.join(60)
+    client_a.close()
+    client_b.close()
+    assert not ta.is_alive() and not tb.is_alive()
+    assert errors == {}
+    with env.engine.connect() as conn:
+        assert sorted(conn.execute(sa.select(revocations.c.approval_id)).scalars()) == ids
+        assert read_cursor(conn, a.feed) == 3
+    assert verify_chain(env.engine).ok
+
+
+def test_a_revocation_of_a_malformed_approval_id_is_skipped_and_the_cursor_moves_on(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Seen in review: an id longer than the column (100) failed the insert on PostgreSQL
+    on every turn, so the cursor never moved. No approval can carry such an id."""
+    bad: list[Any] = [
+        "apv_" + "x" * 120,  # longer than the column and than the protocol allows
+        "apv_short",
+        "prop_abcdefgh1",
+        "apv_abcdefgh\n",
+        "apv_abc\u00e9defgh",
+        "",
+        7,
+        None,
+    ]
+    good = "apv_0123456789abcdef"
+    items = [revocation(n, aid) for n, aid in enumerate(bad, start=1)]
+    rig.fake.pages = [{"items": [*items, revocation(len(bad) + 1, good)], "cursor": 20}]
+    with caplog.at_level("WARNING", logger="airlock.executor.feed"):
+        assert rig.turn() == []
+    assert rig.cursor() == 20
+    assert [r.approval_id for r in rig.rows(revocations)] == [good]
+    skipped = [r.getMessage() for r in caplog.records if "malformed approval id" in r.message]
+    assert len(skipped) == len(bad)
+    assert all(len(m) < 200 for m in skipped)  # a long id is clipped in the log
+
+
+def _crash_at(point: str) -> Failpoints:
+    def _raise(p: str) -> None:
+        raise SimulatedCrash(p)
+
+    return Failpoints(frozenset({point}), action=_raise)
+
+
+def test_a_feed_that_keeps_failing_does_not_starve_recovery_or_receipt_delivery(
+    rig: Rig,
+) -> None:
+    """Seen in review: a feed item the ledger could not store failed every turn, and
+    recovery and the outbox shared that turn's error handling, so neither ran again."""
+    done, crashed = make_test_bundle(1, tag="fstuck"), make_test_bundle(2, tag="fstuck")
+    for b in (done, crashed):
+        rig.env.cloud.add("ecs.instance", b.resource_id, "Running")
+    crashy = rig.env.another_worker("crashy", failpoints=_crash_at("after_consume"))
+    shutdown = Shutdown()
+
+    class StuckFeed:
+        long_poll = True
+
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def receive(self, *, wait_s: float) -> Sequence[Delivery]:
+            self.calls += 1
+            if self.calls == 1:
+                # Work for the other steps: an outcome to deliver, a row to recover.
+                assert rig.executor.execute(done.raw).state is State.SUCCEEDED
+                with pytest.raises(SimulatedCrash):
+                    crashy.execute(crashed.raw)
+                rig.env.clock.advance(LEASE)
+            if len(rig.fake.posted) >= 2:
+                shutdown.request()
+            raise sa.exc.DataError("INSERT", {}, Exception("value too long"))
+
+        def revoked(self) -> Container[str]:
+            return LedgerRevocations(rig.env.engine)
+
+        def ack(self, delivery: Delivery) -> None:
+            raise AssertionError("nothing is delivered")
+
+    serve(
+        rig.executor,
+        StuckFeed(),
+        shutdown=shutdown,
+        reporter=rig.reporter,
+        recover_every_s=0,
+        error_backoff=StopAfterFailures(shutdown, 10),
+    )
+    assert rig.env.cloud.writes_for(crashed.resource_id) == 1  # recovered, once
+    assert sorted(p["receipt"]["payload"] for p in rig.fake.posted) == sorted(
+        json.loads(r.receipt)["payload"] for r in rig.rows(ledger)
+    )
+    assert sorted(d.approval_id for d in rig.rows(deliveries)) == sorted(
+        [done.approval_id, crashed.approval_id]
+    )
 
 
 def test_the_same_bundle_delivered_twice_is_a_replay_and_only_the_outcome_is_reported(
@@ -556,3 +750,134 @@ def test_the_upgrade_queues_every_receipt_undelivered_at_the_time(env: Env) -> N
         ("outcome", bundles[2].approval_id),
         ("resolution", bundles[1].approval_id),
     ]
+
+
+# -- one receipt the checkpoint keeps failing ---------------------------------------------
+
+
+def _executed(rig: Rig, n: int, tag: str, *, in_doubt: bool = False) -> str:
+    b = make_test_bundle(n, tag=tag)
+    rig.env.cloud.add("ecs.instance", b.resource_id, "Running")
+    if in_doubt:
+        rig.env.cloud.next_fault = "timeout_before"
+    outcome = rig.executor.execute(b.raw)
+    assert outcome.state is (State.IN_DOUBT if in_doubt else State.SUCCEEDED)
+    rig.env.clock.advance(1)  # queued in this order
+    return b.approval_id
+
+
+def test_a_receipt_the_checkpoint_keeps_failing_does_not_hold_up_the_others(rig: Rig) -> None:
+    """Seen in review: the flush stopped at the first transient failure and the queue is
+    read oldest first, so one receipt the checkpoint kept failing blocked every later
+    one for good, in_doubt outcomes (which hold a target at the checkpoint) included."""
+    stuck = _executed(rig, 1, "fhol")
+    fine = _executed(rig, 2, "fhol")
+    doubt = _executed(rig, 3, "fhol", in_doubt=True)
+    rig.executor.resolve(doubt, happened=False, by="admin", note="checked")
+    rig.fake.answer_for[stuck] = 500
+
+    assert rig.reporter.flush() == 3  # fine, doubt, then doubt's resolution
+    assert [(d.kind, d.approval_id) for d in rig.rows(deliveries)] == [
+        ("outcome", fine),
+        ("outcome", doubt),
+        ("resolution", doubt),
+    ]
+    # The stuck one waits out its own backoff: no request for it until then.
+    assert [posted_approval_id(p) for p in rig.fake.posted].count(stuck) == 1
+    assert rig.reporter.flush() == 0
+    assert [posted_approval_id(p) for p in rig.fake.posted].count(stuck) == 1
+    rig.mono[0] += 0.5
+    assert rig.reporter.due()
+    assert rig.reporter.flush() == 0
+    assert [posted_approval_id(p) for p in rig.fake.posted].count(stuck) == 2
+    # A receipt queued later is not held up either, while the stuck one backs off.
+    later = _executed(rig, 4, "fhol")
+    assert rig.reporter.flush() == 1
+    assert rig.rows(deliveries)[-1].approval_id == later
+    del rig.fake.answer_for[stuck]
+    rig.mono[0] += 60
+    assert rig.reporter.flush() == 1
+    assert rig.rows(outbox) == []
+
+
+def test_a_resolution_still_waits_for_its_outcome_that_keeps_failing(rig: Rig) -> None:
+    doubt = _executed(rig, 1, "fwait", in_doubt=True)
+    rig.executor.resolve(doubt, happened=True, by="admin", note="seen in console")
+    rig.fake.answer_for[doubt] = 500
+    assert rig.reporter.flush() == 0
+    rig.mono[0] += 60
+    assert rig.reporter.flush() == 0
+    assert [p["receipt"]["payloadType"] for p in rig.fake.posted] == [
+        "application/vnd.airlock.receipt.v1+json"
+    ] * 2
+    assert rig.rows(deliveries) == []  # the resolution was never posted before it
+    del rig.fake.answer_for[doubt]
+    rig.mono[0] += 60
+    assert rig.reporter.flush() == 2
+    assert [d.kind for d in rig.rows(deliveries)] == ["outcome", "resolution"]
+
+
+def test_a_resolution_whose_outcome_is_delivered_in_the_same_flush_goes_in_that_flush(
+    rig: Rig,
+) -> None:
+    # y's resolution, queued after x's, is read before x's outcome is delivered; x's
+    # resolution, skipped at that read, must not wait for the next flush.
+    y = _executed(rig, 1, "fsame", in_doubt=True)
+    assert rig.reporter.flush() == 1
+    x = _executed(rig, 2, "fsame", in_doubt=True)
+    rig.executor.resolve(x, happened=False, by="admin", note="n")
+    rig.env.clock.advance(1)
+    rig.executor.resolve(y, happened=False, by="admin", note="n")
+    assert rig.reporter.flush() == 3
+    assert rig.rows(outbox) == []
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [httpx.ConnectError("refused"), httpx.ConnectTimeout("slow"), 502, 503, 504, 429],
+    ids=repr,
+)
+def test_an_unreachable_checkpoint_ends_the_flush_at_the_first_receipt(
+    rig: Rig, answer: Any
+) -> None:
+    ids = [_executed(rig, n, "fdown") for n in (1, 2, 3)]
+    for aid in ids:
+        rig.fake.answer_for[aid] = answer
+    assert rig.reporter.flush() == 0
+    assert len(rig.fake.posted) == 1  # not one request per receipt
+    assert rig.reporter.flush() == 0  # inside the shared backoff: no request at all
+    assert len(rig.fake.posted) == 1
+    rig.fake.answer_for.clear()
+    rig.mono[0] += 0.5
+    assert rig.reporter.flush() == 3
+
+
+def test_a_checkpoint_failing_every_receipt_is_paused_after_a_few(rig: Rig) -> None:
+    ids = [_executed(rig, n, "fall") for n in range(1, 7)]
+    for aid in ids:
+        rig.fake.answer_for[aid] = 500  # its database is down, say
+    assert rig.reporter.flush() == 0
+    assert [posted_approval_id(p) for p in rig.fake.posted] == ids[:3]
+    assert rig.reporter.flush() == 0
+    assert len(rig.fake.posted) == 3  # paused as a whole
+    # After the pause, receipts not yet tried go first: the first three cannot hold
+    # the rest up by failing again.
+    rig.mono[0] += 0.5
+    assert rig.reporter.flush() == 0
+    assert [posted_approval_id(p) for p in rig.fake.posted][3:] == ids[3:]
+    rig.fake.answer_for.clear()
+    rig.mono[0] += 60
+    assert rig.reporter.flush() == 6
+
+
+def test_the_receipts_backing_off_are_remembered_up_to_a_bound(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(feed_module, "_RETRY_MAX", 2)
+    ids = [_executed(rig, n, "fbound") for n in (1, 2, 3)]
+    rig.fake.answer_for.update({ids[0]: 500, ids[2]: 500})
+    assert rig.reporter.flush() == 1
+    rig.fake.answer_for[ids[1]] = 500  # not asked again: delivered
+    assert rig.reporter.flush() == 0
+    assert [posted_approval_id(p) for p in rig.fake.posted] == ids
+    assert len(rig.reporter._retry) == 2

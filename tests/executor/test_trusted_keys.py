@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import sqlalchemy as sa
 
@@ -22,9 +23,13 @@ from airlock.store import make_engine, verify_chain
 from services.executor import (
     DirectorySource,
     Executor,
+    OutboxReporter,
+    Shutdown,
     State,
     TrustedKeysFile,
     TrustedKeysUnavailable,
+    checkpoint_client,
+    serve,
 )
 from services.executor.models import ledger, refusals
 from services.executor.recover import drain
@@ -34,6 +39,7 @@ from .support import (
     LEASE,
     FakeClock,
     InMemoryCloud,
+    StopAfterFailures,
     approval_signer,
     make_test_bundle,
     receipt_signer,
@@ -180,3 +186,39 @@ def test_the_file_is_parsed_again_only_when_it_changes(tmp_path: Path) -> None:
     assert second is not first
     [kid] = list(second.keys)
     assert second.keys[kid].status is KeyStatus.RETIRED
+
+
+def test_a_missing_key_file_at_start_does_not_stop_receipt_delivery(
+    keyed: tuple[Executor, Path, InMemoryCloud], tmp_path: Path
+) -> None:
+    """Recovery fails closed without keys (rightly) and is retried, but the receipts of
+    what was already decided are delivered meanwhile: they need no key to verify."""
+    executor, path, cloud = keyed
+    b = make_test_bundle(1, tag="kstart")
+    cloud.add("ecs.instance", b.resource_id, "Running")
+    assert executor.execute(b.raw).state is State.SUCCEEDED  # its receipt is queued
+    path.unlink()
+    shutdown = Shutdown()
+    posted: list[bytes] = []
+
+    def checkpoint(request: httpx.Request) -> httpx.Response:
+        posted.append(request.content)
+        shutdown.request()
+        return httpx.Response(200, json={})
+
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    with checkpoint_client(
+        "http://checkpoint.test", "t", poll_wait_s=1, transport=httpx.MockTransport(checkpoint)
+    ) as client:
+        serve(
+            executor,
+            DirectorySource(inbox),
+            shutdown=shutdown,
+            reporter=OutboxReporter(engine=executor.engine, client=client, clock=executor.clock),
+            error_backoff=StopAfterFailures(shutdown, 5),
+        )
+    [body] = posted
+    with executor.engine.connect() as conn:
+        receipt = conn.execute(sa.select(ledger.c.receipt)).scalar_one()
+    assert json.loads(body) == {"receipt": json.loads(receipt)}
