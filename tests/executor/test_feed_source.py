@@ -800,6 +800,31 @@ def test_a_receipt_the_checkpoint_keeps_failing_does_not_hold_up_the_others(rig:
     assert rig.rows(outbox) == []
 
 
+def test_a_receipt_another_executor_delivered_is_no_longer_retried_here(rig: Rig) -> None:
+    """Seen in review: a retry entry for a receipt another executor on the same ledger
+    delivered meanwhile was never dropped, so its past due time kept ``due()`` true and
+    the daemon flushed on every turn instead of every sweep."""
+    stuck = _executed(rig, 1, "fstale")
+    rig.fake.answer_for[stuck] = 500
+    assert rig.reporter.flush() == 0
+    del rig.fake.answer_for[stuck]
+    with checkpoint_client(
+        BASE, "executor-token", poll_wait_s=1, transport=httpx.MockTransport(rig.fake.handler)
+    ) as client:
+        other = OutboxReporter(
+            engine=rig.env.engine, client=client, clock=rig.env.clock, monotonic=lambda: 0.0
+        )
+        assert other.flush() == 1  # the other executor delivers it
+    assert rig.rows(outbox) == []
+    rig.mono[0] += 1
+    assert rig.reporter.flush() == 0
+    assert not rig.reporter.due()  # next due at the periodic sweep, not at once
+    rig.mono[0] += 29
+    assert not rig.reporter.due()
+    rig.mono[0] += 1
+    assert rig.reporter.due()
+
+
 def test_a_resolution_still_waits_for_its_outcome_that_keeps_failing(rig: Rig) -> None:
     doubt = _executed(rig, 1, "fwait", in_doubt=True)
     rig.executor.resolve(doubt, happened=True, by="admin", note="seen in console")
