@@ -36,7 +36,9 @@ __all__ = [
     "Finding",
     "ReconcileCode",
     "ReconcileReport",
+    "printable",
     "reconcile",
+    "shown",
 ]
 
 #: The ``chain`` each service's genesis row names (its migration's create_audit_log).
@@ -83,8 +85,11 @@ class Finding:
         return {"code": self.code.value, "approval_id": self.approval_id, "detail": self.detail}
 
     def __str__(self) -> str:
-        about = f" {self.approval_id}" if self.approval_id else ""
-        return f"{self.code.value}{about}: {self.detail}"
+        # Ids and hashes come from the exports, which anyone can write: escape what a
+        # terminal would act on (a carriage return, ANSI sequences), so a crafted id can
+        # never redraw the report.
+        about = f" {printable(self.approval_id)}" if self.approval_id else ""
+        return f"{self.code.value}{about}: {printable(self.detail)}"
 
 
 @dataclass
@@ -419,6 +424,13 @@ def _check_anchored(rep: _Report, ex: _Executor) -> list[Finding]:
             )
         ]
     return []
+
+
+def printable(text: str) -> str:
+    """``text`` with every character that is not printable escaped (``\\r``, ``\\x1b``)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
 
 
 def shown(findings: list[Finding]) -> tuple[list[Finding], int]:

@@ -241,7 +241,14 @@ def reconcile_command(
 
     from sqlalchemy.exc import SQLAlchemyError
 
-    from airlock.reconcile import Finding, ReconcileCode, ReconcileReport, reconcile, shown
+    from airlock.reconcile import (
+        Finding,
+        ReconcileCode,
+        ReconcileReport,
+        printable,
+        reconcile,
+        shown,
+    )
     from airlock.store import Error as StoreError
 
     try:
@@ -264,7 +271,9 @@ def reconcile_command(
         f"{_n(cp_side['reported'], 'outcome')} recorded, {cp_side['anchored']} checked "
         "against the executor chain by their receipt's head"
     )
-    outcomes = ", ".join(f"{n} {state}" for state, n in ex_side["outcomes"].items()) or "none"
+    outcomes = (
+        ", ".join(f"{n} {printable(state)}" for state, n in ex_side["outcomes"].items()) or "none"
+    )
     typer.echo(
         f"executor:   {_n(ex_side['rows'], 'row')}; {_n(ex_side['consumed'], 'approval')} "
         f"consumed, {ex_side['writes']} committed to a write; outcomes: {outcomes}; "

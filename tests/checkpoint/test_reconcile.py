@@ -417,3 +417,21 @@ def test_the_command_names_a_broken_database_chain(
     )
     assert result.exit_code == 1, result.output
     assert "R_CHAIN" in result.output and "executor chain" in result.output
+
+
+def test_control_characters_from_a_crafted_export_are_escaped_on_screen(tmp_path: Path) -> None:
+    """Seen in review: an export anyone can build put a carriage return and ANSI codes
+    in an approval id, which redrew the report as "OK" on a terminal."""
+    trick = "a1\r\x1b[2K\x1b[1AOK: the two chains agree\x1b[8m"
+    ex = _chain("executor", [_consumed(trick), _outcome(trick, "\x1b[31msucceeded")])
+    cp = _chain("checkpoint", [])
+    cp_file, ex_file = tmp_path / "cp.jsonl", tmp_path / "ex.jsonl"
+    cp_file.write_text("".join(line + "\n" for line in cp))
+    ex_file.write_text("".join(line + "\n" for line in ex))
+    result = airlock(
+        "audit", "reconcile", "--checkpoint-file", str(cp_file), "--executor-file", str(ex_file)
+    )
+    assert result.exit_code == 1
+    assert "\r" not in result.output and "\x1b" not in result.output
+    assert "R_UNISSUED a1\\r\\x1b[2K" in result.output
+    assert "1 \\x1b[31msucceeded" in result.output
