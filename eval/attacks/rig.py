@@ -88,6 +88,9 @@ USERS: Final = {
 STAGING_AUDIENCE: Final = "airlock-executor/staging"
 _READY_TIMEOUT: Final = 60.0
 _WAIT: Final = 30.0
+#: When an attack's instances were created (and so last started): 2025-01-01, before the
+#: observed_at of every action the attacks build.
+LAST_START: Final = 1_735_689_600
 CLI: Final = [sys.executable, "-c", "from airlock.cli import main; main()"]
 _REPO: Final = Path(__file__).resolve().parents[2]
 
@@ -361,6 +364,9 @@ class Rig:
     # -- devcloud ------------------------------------------------------------------
 
     def instance(self, instance_id: str, **kw: Any) -> str:
+        # Created, and so last started, before the actions' observed_at (2025-11-29): the
+        # executor refuses to delete an instance started since its state was observed.
+        kw.setdefault("created_at", LAST_START)
         self.devcloud.admin.create_instance(instance_id, **kw)
         return instance_id
 

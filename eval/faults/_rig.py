@@ -38,6 +38,8 @@ EXECUTOR_ENV: Final = {
 DROP_DELAY_MS: Final = 1000
 _READY_TIMEOUT: Final = 30.0
 _PROTECT_TAG: Final = "airlock:protect"
+#: When every target was created (and so last started): 2025-11-01, before observed_at.
+_LAST_START: Final = 1_761_955_200
 
 
 class RigError(Exception):
@@ -110,7 +112,11 @@ class Rig:
 
     def prepare(self, target: Target) -> dict[str, Any]:
         """Create the target's own instance in devcloud and submit its proposal."""
-        self.stack.devcloud.admin.create_instance(target.resource_id, status=target.initial_status)
+        # Created, and so last started, before the action's observed_at: the executor
+        # refuses to delete an instance started since its state was observed.
+        self.stack.devcloud.admin.create_instance(
+            target.resource_id, status=target.initial_status, created_at=_LAST_START
+        )
         return self.stack.submit(action_for(target))
 
     def approve(self, target: Target, proposal: Mapping[str, Any]) -> tuple[str, float]:

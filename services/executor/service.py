@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import secrets
 import socket
 from collections.abc import Callable, Container
@@ -78,6 +79,7 @@ _log = logging.getLogger("airlock.executor")
 DEFAULT_LEASE_SECONDS: Final = 120
 _DETAIL_MAX: Final = 2000
 _STOPPED: Final = frozenset({"Stopping", "Stopped"})
+_RFC3339_UTC: Final = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
 
 
 def client_token(approval_id: str) -> str:
@@ -106,6 +108,21 @@ def precondition_problem(action: ProposedAction, live: LiveState | None) -> str 
     )
     if present:
         return f"protected tag(s) now present: {', '.join(present)}"
+    if action.operation == "delete":
+        # Stopped now is not "stayed stopped" (DESIGN §2.7): an instance someone started
+        # after the agent observed it stopped, and stopped again, may be in use. Deletes
+        # only; both times are "YYYY-MM-DDTHH:MM:SSZ", so they compare as text.
+        started = live.started_at
+        if _RFC3339_UTC.fullmatch(started) is None:
+            return (
+                "the provider reports no last start time: cannot establish that it "
+                "stayed stopped since it was observed"
+            )
+        if started > want.observed_at:
+            return (
+                f"started at {started}, after the state this approval rests on was "
+                f"observed ({want.observed_at})"
+            )
     return None
 
 

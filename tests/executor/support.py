@@ -13,7 +13,7 @@ import json
 import os
 import sqlite3
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -45,6 +45,8 @@ RECEIPT_SEED: Final = hashlib.sha256(b"airlock test receipt key").digest()
 AUDIENCE: Final = "airlock-executor/test-ap-southeast-1"
 ACCOUNT: Final = "5123456789012345"
 REGION: Final = "ap-southeast-1"
+#: The last start the test clouds report for every instance: before any observation.
+LAST_START: Final = "2025-01-01T00:00:00Z"
 BINDING: Final = Binding(AUDIENCE, "alibaba", ACCOUNT, REGION)
 T0: Final = 1764400000
 TTL: Final = 900
@@ -186,19 +188,21 @@ class InMemoryCloud:
             REGION,
             status,
             dict(tags),
+            started_at=LAST_START,
         )
 
     def set_status(self, resource_type: str, rid: str, status: str) -> None:
         old = self.instances[(resource_type, rid)]
-        self.instances[(resource_type, rid)] = LiveState(
-            old.resource_type, rid, old.region, status, old.tags
-        )
+        self.instances[(resource_type, rid)] = replace(old, status=status)
 
     def tag(self, resource_type: str, rid: str, key: str, value: str = "") -> None:
         old = self.instances[(resource_type, rid)]
-        self.instances[(resource_type, rid)] = LiveState(
-            old.resource_type, rid, old.region, old.status, {**old.tags, key: value}
-        )
+        self.instances[(resource_type, rid)] = replace(old, tags={**old.tags, key: value})
+
+    def started(self, resource_type: str, rid: str, at: str) -> None:
+        """Record a start at ``at`` (RFC 3339 UTC), as the provider's StartTime shows it."""
+        old = self.instances[(resource_type, rid)]
+        self.instances[(resource_type, rid)] = replace(old, started_at=at)
 
     def writes_for(self, rid: str) -> int:
         return sum(1 for _, r, _ in self.writes if r == rid)
@@ -315,7 +319,9 @@ class FakeFileCloud:
         ).fetchone()
         if row is None:
             return None
-        return LiveState(resource_type, resource_id, region, row[0], json.loads(row[1]))
+        return LiveState(
+            resource_type, resource_id, region, row[0], json.loads(row[1]), started_at=LAST_START
+        )
 
     def get_metrics(
         self, region: str, resource_id: str, metric: str, *, start: int, end: int, period: int

@@ -86,7 +86,8 @@ def test_sigkill_then_recovery_against_devcloud_never_writes_twice(
     status = "Stopped" if operation == "delete" else "Running"
     tag = f"dc{point[6:9]}{operation[:2]}{abs(hash(migrated_url)) % 10**6}"
     b = make_test_bundle(2, tag=tag, operation=operation, status=status)
-    devcloud.admin.create_instance(b.resource_id, status=status)
+    # Created (and so last started) well before the bundle's observation of its state.
+    devcloud.admin.create_instance(b.resource_id, status=status, created_at=T0 - 30 * 86400)
     path = tmp_path / "bundle.json"
     path.write_bytes(b.raw)
     cloud = f"devcloud:{devcloud.endpoint}"

@@ -198,6 +198,43 @@ def test_timeout_of_a_delete_is_reissued_with_the_same_client_token(env: Env) ->
     assert env.cloud.writes_for(b.resource_id) == 1
 
 
+@pytest.mark.parametrize(
+    ("started_at", "deleted"),
+    [
+        ("2025-11-29T05:59:00Z", True),  # last start before the agent saw it stopped
+        ("2025-11-29T06:00:00Z", True),  # the same instant: not after
+        ("2025-11-29T06:01:00Z", False),  # started (and stopped again) since
+        ("", False),  # the provider does not say: cannot establish it stayed stopped
+        ("2025-11-29T06:01Z", False),  # not the adapter's form: unknown, so refused
+    ],
+)
+def test_a_delete_of_an_instance_started_since_it_was_observed_is_refused(
+    env: Env, started_at: str, deleted: bool
+) -> None:
+    """Stopped now is not "stayed stopped": someone may have started the instance after the
+    agent saw it stopped (observed_at 06:00:00Z) and stopped it again by hand (found in
+    review). The signed precondition only says status and tags; the executor checks this
+    too before a delete, and only before a delete."""
+    b = make_test_bundle(14, operation="delete", status="Stopped")
+    env.cloud.add("ecs.instance", b.resource_id, status="Stopped")
+    env.cloud.started("ecs.instance", b.resource_id, started_at)
+    outcome = env.executor.execute(b.raw)
+    if deleted:
+        assert outcome.state is State.SUCCEEDED
+        assert env.cloud.writes_for(b.resource_id) == 1
+    else:
+        assert outcome.refusal_code is RefusalCode.E_PRECONDITION
+        assert "start" in outcome.detail
+        assert env.cloud.calls == []
+
+
+def test_a_stop_does_not_look_at_the_last_start(env: Env) -> None:
+    b = make_test_bundle(15)
+    env.cloud.add("ecs.instance", b.resource_id)
+    env.cloud.started("ecs.instance", b.resource_id, "2026-11-29T06:01:00Z")
+    assert env.executor.execute(b.raw).state is State.SUCCEEDED
+
+
 def test_rds_stop_is_written(env: Env) -> None:
     b = make_test_bundle(12, resource_type="rds.instance")
     env.cloud.add("rds.instance", b.resource_id)

@@ -220,7 +220,8 @@ def test_a_delete_needs_two_people_and_the_typed_id(
     stack: Stack, people: dict[str, Person]
 ) -> None:
     rid = "i-t4ne2edel0001"
-    stack.devcloud.admin.create_instance(rid, status="Stopped")
+    # Last started (created) before the action's observed_at, as the agent would see it.
+    stack.devcloud.admin.create_instance(rid, status="Stopped", created_at=1_764_000_000)
     proposal = stack.submit(_action("prop_e2edel00001", rid, "delete", stage="delete-after-stop"))
     page = people["alice"].open(proposal["id"])
     expect(page.locator("#plain")).to_contain_text("Permanently delete")
