@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
+
+import airlock
 
 
 def conformance_command(
@@ -20,6 +23,12 @@ def conformance_command(
     try:
         from eval.conformance import run  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
-        typer.echo("the conformance suite lives in eval/ of a source checkout", err=True)
-        raise typer.Exit(2) from None
+        # The installed `airlock` script does not have the checkout on its path, only the
+        # packages: find eval/ next to the airlock package this runs from.
+        checkout = Path(airlock.__file__).resolve().parents[1]
+        if not (checkout / "eval" / "conformance.py").is_file():
+            typer.echo("the conformance suite lives in eval/ of a source checkout", err=True)
+            raise typer.Exit(2) from None
+        sys.path.insert(0, str(checkout))
+        from eval.conformance import run  # type: ignore[import-not-found,unused-ignore]
     raise typer.Exit(run(vectors))

@@ -69,3 +69,14 @@ def test_conformance_command_reports_every_set() -> None:
     assert "6/6 sets passed" in result.stdout
     assert "151/151 cases passed" in result.stdout
     assert "conformance: OK" in result.stdout
+
+
+def test_the_installed_script_finds_the_suite_from_any_directory(tmp_path: Path) -> None:
+    """The `airlock` console script has the packages on its path, not the checkout, so
+    `airlock conformance` said the suite was missing unless run as `python -m`."""
+    script = Path(sys.executable).with_name("airlock")
+    result = subprocess.run(
+        [str(script), "conformance"], capture_output=True, text=True, check=False, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "conformance: OK" in result.stdout
