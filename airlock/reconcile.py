@@ -4,7 +4,7 @@ Each chain alone proves that its own rows were not edited, removed or reordered
 (:func:`airlock.store.verify_chain`). Read together, they prove what neither can alone:
 
 * every approval the executor consumed was issued by *this* checkpoint, for the same
-  action hash, with the same nonce and signing key (``R_UNISSUED``). An approval minted
+  action hash, with the same nonce, signing key and approvers (``R_UNISSUED``). An approval minted
   with a stolen signing key verifies at the executor, and only this comparison shows
   that no person approved it;
 * no approval was committed to a cloud write twice (``R_WRITE_TWICE``), consumed twice
@@ -144,6 +144,7 @@ class _Issued:
     action_hash: object
     nonce: object
     keyid: object
+    approvers: object
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +175,10 @@ class _Checkpoint:
             return
         if kind == _ISSUED:
             self.issued[aid] = _Issued(
-                event.get("action_hash"), event.get("nonce"), event.get("keyid")
+                event.get("action_hash"),
+                event.get("nonce"),
+                event.get("keyid"),
+                event.get("approvers"),
             )
         elif kind == _REVOKED:
             self.revoked.add(aid)
@@ -304,6 +308,7 @@ def reconcile(checkpoint_lines: Iterable[str], executor_lines: Iterable[str]) ->
                     ("action_hash", event.get("action_hash"), issued.action_hash),
                     ("nonce", event.get("nonce"), issued.nonce),
                     ("keyid", event.get("keyid"), issued.keyid),
+                    ("approvers", event.get("approvers"), issued.approvers),
                 )
                 if theirs != ours
             ]

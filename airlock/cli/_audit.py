@@ -224,7 +224,7 @@ def reconcile_command(
 
     Both chains must verify. Every approval the executor consumed must have been issued here.
 
-    Same action hash, nonce and key (else R_UNISSUED: was the signing key used elsewhere?).
+    Same hash, nonce, key and approvers (else R_UNISSUED: was the signing key used elsewhere?).
 
     None consumed twice, written twice or written unconsumed (R_CONSUMED_TWICE, R_WRITE_*).
 

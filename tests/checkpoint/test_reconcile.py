@@ -244,6 +244,7 @@ def _issued(aid: str) -> dict[str, Any]:
         "action_hash": f"sha256:{aid}",
         "nonce": f"nonce-{aid}",
         "keyid": "ed25519:k",
+        "approvers": ["alice"],
     }
 
 
@@ -254,6 +255,7 @@ def _consumed(aid: str) -> dict[str, Any]:
         "action_hash": f"sha256:{aid}",
         "nonce": f"nonce-{aid}",
         "keyid": "ed25519:k",
+        "approvers": ["alice"],
     }
 
 
@@ -315,6 +317,15 @@ def test_an_approval_consumed_with_another_hash_nonce_or_key_is_unissued() -> No
     [finding] = reconcile(cp, ex).findings
     assert finding.code is ReconcileCode.R_UNISSUED
     assert "action_hash, keyid differ" in finding.detail
+
+
+def test_an_approval_consumed_with_other_approvers_is_unissued() -> None:
+    """The checkpoint's chain names who approved; a consumed approval naming anyone else
+    was not the one issued (or the checkpoint's record of who approved was rewritten)."""
+    ex = _chain("executor", [{**_consumed("a1"), "approvers": ["alice", "mallory"]}])
+    cp = _chain("checkpoint", [_issued("a1")])
+    [finding] = reconcile(cp, ex).findings
+    assert finding.code is ReconcileCode.R_UNISSUED and "approvers differ" in finding.detail
 
 
 def test_a_receipt_head_on_another_approvals_outcome_is_an_outcome_mismatch() -> None:
