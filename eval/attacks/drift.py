@@ -114,3 +114,36 @@ def _stopped(rig: Rig, t: Target) -> Observation:
         "Running",
         lambda iid: rig.devcloud.admin.set_instance(iid, status="Stopped"),
     )
+
+
+def _restart_then_stop(rig: Rig, iid: str) -> None:
+    rig.devcloud.admin.set_instance(iid, status="Running")  # its last start is now
+    rig.devcloud.admin.set_instance(iid, status="Stopped")
+
+
+@attack(
+    "precondition_drift_restarted_then_stopped_again",
+    surface="feed",
+    expect="E_PRECONDITION",
+    does="A delete is proposed for a stopped instance; someone starts it and stops it again "
+    "out of band before the approvals, so it is Stopped as signed but was in use since.",
+)
+def _restarted_then_stopped(rig: Rig, t: Target) -> Observation:
+    return _drift(rig, t, delete_action(t), "Stopped", lambda iid: _restart_then_stop(rig, iid))
+
+
+@attack(
+    "precondition_drift_protect_tag_in_another_case",
+    surface="feed",
+    expect="E_PRECONDITION",
+    does="A stop is proposed; the owner tags the instance Airlock:Protect=true (another "
+    "letter case than the signed absent_tags) out of band before it is approved.",
+)
+def _protect_tag_case(rig: Rig, t: Target) -> Observation:
+    return _drift(
+        rig,
+        t,
+        stop_action(t),
+        "Running",
+        lambda iid: rig.devcloud.admin.set_instance(iid, add_tags=[("Airlock:Protect", "true")]),
+    )
