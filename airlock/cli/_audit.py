@@ -230,13 +230,15 @@ def reconcile_command(
 
     Each receipt recorded here names an executor row with that hash and outcome (R_HEAD_*).
 
-    Each checkpoint head the executor recorded from the feed names a checkpoint row with that
-    hash (R_CHECKPOINT_HEAD_*): a checkpoint chain rewritten or cut is found.
+    Each checkpoint head the executor recorded names a checkpoint row with that hash.
 
-    Export the checkpoint's chain first and the executor's last: every receipt is covered,
-    and every checkpoint head the executor recorded before the checkpoint's export. One it
-    recorded in between is reported R_CHECKPOINT_HEAD_BEYOND; a checkpoint export taken
-    after the executor's checks it (a cut stays beyond the end).
+    So a checkpoint chain rewritten or cut is found too (R_CHECKPOINT_HEAD_*).
+
+    Export the checkpoint's chain first and the executor's last, so every receipt is covered.
+
+    A checkpoint head recorded between the two exports shows as R_CHECKPOINT_HEAD_BEYOND.
+
+    A checkpoint export taken after the executor's checks it: a cut stays beyond its end.
 
     Example: airlock audit reconcile --checkpoint-file cp.jsonl --executor-file ex.jsonl
 

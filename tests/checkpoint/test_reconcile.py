@@ -455,6 +455,33 @@ def test_a_malformed_head_is_a_head_mismatch() -> None:
     assert _codes(reconcile(cp, ex)) == [("R_HEAD_MISMATCH", "a1")]
 
 
+def _checkpoint_head(seq: Any, digest: Any, feed: str = "http://cp") -> dict[str, Any]:
+    return {"type": "executor.checkpoint_head", "feed": feed, "seq": seq, "hash": digest}
+
+
+def test_checkpoint_heads_malformed_beyond_or_different_are_found() -> None:
+    cp = _chain("checkpoint", [_issued("a1")])
+    good = _head(cp, 1)
+    ex = _chain(
+        "executor",
+        [
+            _checkpoint_head(good["seq"], good["hash"]),
+            _checkpoint_head("1", good["hash"]),
+            _checkpoint_head(2, good["hash"], feed="http://cp\r\x1b[2K"),
+            _checkpoint_head(0, good["hash"]),
+        ],
+    )
+    report = reconcile(cp, ex)
+    assert report.checkpoint_heads == 4
+    assert [f.code for f in report.findings] == [
+        ReconcileCode.R_CHECKPOINT_HEAD_MISMATCH,  # malformed
+        ReconcileCode.R_CHECKPOINT_HEAD_BEYOND,
+        ReconcileCode.R_CHECKPOINT_HEAD_MISMATCH,  # row 0 holds another hash
+    ]
+    shown = str(report.findings[1])
+    assert "\r" not in shown and "\x1b" not in shown and "ends at row 1" in shown
+
+
 # -- the command -------------------------------------------------------------------------
 
 
