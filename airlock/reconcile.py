@@ -13,7 +13,21 @@ Each chain alone proves that its own rows were not edited, removed or reordered
   holds, with the same hash (``R_HEAD_MISMATCH``, ``R_HEAD_BEYOND``). Receipts carry the
   executor's chain head, so a rewritten or cut executor chain shows here up to the last
   outcome the checkpoint recorded; and that row records the same outcome for the same
-  approval (``R_OUTCOME_MISMATCH``).
+  approval (``R_OUTCOME_MISMATCH``);
+* every checkpoint chain head the executor recorded (``executor.checkpoint_head``, taken
+  from the feed pages that delivered approvals and revocations) names a row the
+  checkpoint chain still holds, with the same hash (``R_CHECKPOINT_HEAD_MISMATCH``,
+  ``R_CHECKPOINT_HEAD_BEYOND``). So a checkpoint chain rewritten consistently from
+  genesis (an approver renamed, every hash recomputed) or cut shows here, up to the
+  last head the executor recorded.
+
+Each chain is checked against the other only as far as the other's export reaches: a
+head recorded after the other chain was exported names a row past its end, and is
+reported as ``…_BEYOND`` like a cut. Export the checkpoint's chain first and the
+executor's last: every receipt head is then checked, and every checkpoint head the
+executor recorded before the checkpoint's export; a head it recorded in between (an
+approval issued or revoked while exporting) is reported, and a second checkpoint export
+taken after the executor's checks it (a cut stays beyond the end of any later export).
 
 The inputs are the JSON lines of ``airlock audit export`` (or the databases themselves),
 so anyone holding copies of both chains can run it. Pure reading: nothing is written.
@@ -56,6 +70,7 @@ _EXECUTING: Final = "executor.executing"
 _OUTCOME: Final = "executor.outcome"
 _RESOLVED: Final = "executor.resolved"
 _REFUSED: Final = "executor.refused"
+_CHECKPOINT_HEAD: Final = "executor.checkpoint_head"
 #: Executor events a receipt's audit head may point at: the receipt is signed over the
 #: head right after the event that records it is appended.
 _RECEIPT_EVENTS: Final = frozenset({_OUTCOME, _RESOLVED, _REFUSED})
@@ -73,6 +88,10 @@ class ReconcileCode(enum.StrEnum):
     R_HEAD_BEYOND = "R_HEAD_BEYOND"  # a receipt names a row past the executor chain's end
     R_HEAD_MISMATCH = "R_HEAD_MISMATCH"  # a receipt names a row the chain holds differently
     R_OUTCOME_MISMATCH = "R_OUTCOME_MISMATCH"  # the checkpoint and executor disagree
+    # the executor recorded a checkpoint head past the checkpoint chain's end
+    R_CHECKPOINT_HEAD_BEYOND = "R_CHECKPOINT_HEAD_BEYOND"
+    # the executor recorded a checkpoint head the checkpoint chain holds differently
+    R_CHECKPOINT_HEAD_MISMATCH = "R_CHECKPOINT_HEAD_MISMATCH"
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +127,8 @@ class ReconcileReport:
     writes: int = 0  # approvals committed to a cloud write (``executing``)
     outcomes: dict[str, int] = field(default_factory=dict)
     resolutions: int = 0
+    # executor.checkpoint_head events checked against the checkpoint chain
+    checkpoint_heads: int = 0
     not_consumed: int = 0  # issued, never consumed (revoked, lapsed, or not yet)
     not_reported: int = 0  # consumed and finished at the executor, no report recorded
 
@@ -133,6 +154,7 @@ class ReconcileReport:
                 "writes": self.writes,
                 "outcomes": dict(sorted(self.outcomes.items())),
                 "resolutions": self.resolutions,
+                "anchored": self.checkpoint_heads,
             },
             "not_consumed": self.not_consumed,
             "not_reported": self.not_reported,
@@ -161,14 +183,27 @@ class _ReceiptRow:
     event: dict[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class _CheckpointHead:
+    seq: int  # the executor row that recorded it
+    event: dict[str, Any]
+
+
 @dataclass
 class _Checkpoint:
+    #: The rows whose hash an executor.checkpoint_head names (only those are kept).
+    wanted: frozenset[int] = frozenset()
     issued: dict[str, _Issued] = field(default_factory=dict)
     revoked: set[str] = field(default_factory=set)
     lapsed: set[str] = field(default_factory=set)
     reports: list[_Report] = field(default_factory=list)
+    row_hashes: dict[int, str] = field(default_factory=dict)
+    last_seq: int = -1
 
     def take(self, seq: int, row_hash: str, event: dict[str, Any]) -> None:
+        self.last_seq = seq
+        if seq in self.wanted:
+            self.row_hashes[seq] = row_hash
         kind = event.get("type")
         aid = event.get("approval_id")
         if not isinstance(aid, str):
@@ -196,6 +231,7 @@ class _Executor:
     resolved: set[str] = field(default_factory=set)
     receipt_rows: dict[int, _ReceiptRow] = field(default_factory=dict)
     write_before_consume: list[str] = field(default_factory=list)
+    checkpoint_heads: list[_CheckpointHead] = field(default_factory=list)
     last_seq: int = -1
 
     def take(self, seq: int, row_hash: str, event: dict[str, Any]) -> None:
@@ -203,6 +239,8 @@ class _Executor:
         kind = event.get("type")
         if kind in _RECEIPT_EVENTS:
             self.receipt_rows[seq] = _ReceiptRow(row_hash, event)
+        elif kind == _CHECKPOINT_HEAD:
+            self.checkpoint_heads.append(_CheckpointHead(seq, event))
         aid = event.get("approval_id")
         if not isinstance(aid, str):
             return
@@ -270,11 +308,13 @@ def _chain_findings(label: str, chain: str, report: ChainReport, name: str | Non
 
 def reconcile(checkpoint_lines: Iterable[str], executor_lines: Iterable[str]) -> ReconcileReport:
     """Verify both exports and cross-check them; see the module docstring for the rules."""
-    cp = _Checkpoint()
     ex = _Executor()
     report = ReconcileReport()
-    cp_report, cp_name = _scan(checkpoint_lines, cp.take)
+    # The executor's chain first: the checkpoint rows its heads name are then the only
+    # row hashes of the checkpoint's chain that need keeping.
     ex_report, ex_name = _scan(executor_lines, ex.take)
+    cp = _Checkpoint(wanted=frozenset(_head_seqs(ex)))
+    cp_report, cp_name = _scan(checkpoint_lines, cp.take)
     report.checkpoint_rows = cp_report.rows
     report.executor_rows = ex_report.rows
     report.findings += _chain_findings("checkpoint", CHECKPOINT_CHAIN, cp_report, cp_name)
@@ -360,6 +400,11 @@ def reconcile(checkpoint_lines: Iterable[str], executor_lines: Iterable[str]) ->
         findings.extend(_check_anchored(rep, ex))
         report.anchored += 1
 
+    # What the executor recorded of the checkpoint's chain, against that chain.
+    for head in ex.checkpoint_heads:
+        findings.extend(_check_checkpoint_head(head, cp))
+        report.checkpoint_heads += 1
+
     report.issued = len(cp.issued)
     report.revoked = len(cp.revoked)
     report.lapsed = len(cp.lapsed)
@@ -426,6 +471,56 @@ def _check_anchored(rep: _Report, ex: _Executor) -> list[Finding]:
                 rep.approval_id,
                 f"the checkpoint recorded {rep.outcome!r}; executor row {seq} records "
                 f"{said!r} for {event.get('approval_id')!r}",
+            )
+        ]
+    return []
+
+
+def _head_fields(event: dict[str, Any]) -> tuple[int, str] | None:
+    seq, digest = event.get("seq"), event.get("hash")
+    if type(seq) is not int or seq < 0 or not isinstance(digest, str):
+        return None
+    return seq, digest
+
+
+def _head_seqs(ex: _Executor) -> Iterator[int]:
+    for head in ex.checkpoint_heads:
+        fields = _head_fields(head.event)
+        if fields is not None:
+            yield fields[0]
+
+
+def _check_checkpoint_head(head: _CheckpointHead, cp: _Checkpoint) -> list[Finding]:
+    fields = _head_fields(head.event)
+    if fields is None:
+        return [
+            Finding(
+                ReconcileCode.R_CHECKPOINT_HEAD_MISMATCH,
+                None,
+                f"executor seq {head.seq} records a malformed checkpoint head: seq "
+                f"{head.event.get('seq')!r}, hash {head.event.get('hash')!r}",
+            )
+        ]
+    seq, digest = fields
+    where = f"executor seq {head.seq} (at {head.event.get('at')}, feed {head.event.get('feed')})"
+    if seq > cp.last_seq:
+        return [
+            Finding(
+                ReconcileCode.R_CHECKPOINT_HEAD_BEYOND,
+                None,
+                f"{where} recorded checkpoint row {seq}, but the checkpoint chain ends at "
+                f"row {cp.last_seq}: it was cut, or this export was taken before the "
+                "executor recorded that head (export the checkpoint's chain again, after "
+                "the executor's, to check it)",
+            )
+        ]
+    if cp.row_hashes.get(seq) != digest:
+        return [
+            Finding(
+                ReconcileCode.R_CHECKPOINT_HEAD_MISMATCH,
+                None,
+                f"{where} recorded checkpoint row {seq} with hash {digest}, which the "
+                "checkpoint chain holds differently: it was rewritten",
             )
         ]
     return []

@@ -230,7 +230,15 @@ def reconcile_command(
 
     Each receipt recorded here names an executor row with that hash and outcome (R_HEAD_*).
 
+    Each checkpoint head the executor recorded names a checkpoint row with that hash.
+
+    So a checkpoint chain rewritten or cut is found too (R_CHECKPOINT_HEAD_*).
+
     Export the checkpoint's chain first and the executor's last, so every receipt is covered.
+
+    A checkpoint head recorded between the two exports shows as R_CHECKPOINT_HEAD_BEYOND.
+
+    A checkpoint export taken after the executor's checks it: a cut stays beyond its end.
 
     Example: airlock audit reconcile --checkpoint-file cp.jsonl --executor-file ex.jsonl
 
@@ -277,7 +285,9 @@ def reconcile_command(
     typer.echo(
         f"executor:   {_n(ex_side['rows'], 'row')}; {_n(ex_side['consumed'], 'approval')} "
         f"consumed, {ex_side['writes']} committed to a write; outcomes: {outcomes}; "
-        f"{ex_side['resolutions']} resolved by a person"
+        f"{ex_side['resolutions']} resolved by a person; "
+        f"{_n(ex_side['anchored'], 'checkpoint head')} recorded, checked against the "
+        "checkpoint chain"
     )
     typer.echo(
         f"issued, never consumed: {value['not_consumed']}; "

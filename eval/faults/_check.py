@@ -16,8 +16,11 @@ The judges, each independent of the executor's own opinion where it can be:
   key; each names its approval, hash and outcome, and its audit head is a row of the
   executor's chain.
 * **chains reconcile** — ``airlock audit reconcile`` over both chains: every consumed
-  approval was issued by the checkpoint as such, none consumed or written twice, and
-  every receipt head the checkpoint recorded is the executor's row with that outcome.
+  approval was issued by the checkpoint as such, none consumed or written twice, every
+  receipt head the checkpoint recorded is the executor's row with that outcome, and
+  every checkpoint head the executor recorded from the feed is the checkpoint's row
+  (the executor consumes only what the feed delivered, so a run that consumed anything
+  recorded at least one).
 
 Nothing here writes anywhere.
 """
@@ -235,11 +238,16 @@ class Judge:
             verdict.check("audit-chains-reconcile", False, f"export failed: {exc}")
             return
         report = reconcile(checkpoint_lines, executor_lines)
+        unanchored = report.consumed > 0 and report.checkpoint_heads == 0
         verdict.check(
             "audit-chains-reconcile",
-            report.ok and report.anchored == report.reported,
+            report.ok and report.anchored == report.reported and not unanchored,
             "; ".join(str(f) for f in report.findings[:5])
-            or f"{report.reported - report.anchored} reports without an executor head",
+            or (
+                f"{report.consumed} approvals consumed, no checkpoint head recorded"
+                if unanchored
+                else f"{report.reported - report.anchored} reports without an executor head"
+            ),
         )
 
     def _verify(

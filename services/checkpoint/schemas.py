@@ -13,6 +13,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 __all__ = [
     "ApprovalOut",
     "ApproveIn",
+    "AuditHeadOut",
     "AuditOut",
     "ErrorBody",
     "ErrorDetail",
@@ -227,9 +228,22 @@ class FeedItem(_Out):
     bundle: dict[str, Any] | None
 
 
+class AuditHeadOut(_Out):
+    """The last row of the checkpoint's audit chain: its ``seq`` and ``row_hash``."""
+
+    seq: int
+    hash: str
+
+
 class FeedOut(_Out):
     items: list[FeedItem]
     cursor: int
+    #: The checkpoint chain's head, read in the snapshot the items were read in, so it
+    #: covers the issue and revocation events of every item. The executor records it in
+    #: its own chain (``executor.checkpoint_head``), which anchors this chain there for
+    #: ``airlock audit reconcile``. Added after version 1's first feed: executors must
+    #: not require it.
+    audit_head: AuditHeadOut
 
 
 class AuditOut(_Out):

@@ -43,7 +43,7 @@ from airlock.protocol import (
     make_bundle,
     verify_envelope,
 )
-from airlock.store import AuditLog, verify_chain
+from airlock.store import AuditLog, read_transaction, verify_chain
 
 from ._db import Database
 from .auth import Principal
@@ -64,6 +64,7 @@ from .models import (
 from .policy import AUTO_APPROVER_PREFIX, Decision, Policy, action_tags
 from .schemas import (
     ApprovalOut,
+    AuditHeadOut,
     AuditOut,
     FeedItem,
     FeedOut,
@@ -587,10 +588,14 @@ class Checkpoint:
     # -- the executor side -----------------------------------------------------------
 
     def feed(self, principal: Principal, after: int, limit: int = 100) -> FeedOut:
-        """Issued, unrevoked, unexpired bundles and every revocation after ``after``."""
+        """Issued, unrevoked, unexpired bundles and every revocation after ``after``, and
+        the audit chain's head as of the same snapshot."""
         _require(principal, {"executor"}, "read the feed")
         now = self.now()
-        with self.engine.connect() as conn:
+        # One snapshot for the items and the head: a feed row commits with its audit event
+        # (issued, revoked) and appends commit in seq order (the chain lock), so the head
+        # read here is at or after the event of every item in the page.
+        with read_transaction(self.engine) as conn:
             rows = conn.execute(
                 sa.select(
                     feed_events.c.seq,
@@ -611,6 +616,7 @@ class Checkpoint:
                 .order_by(feed_events.c.seq)
                 .limit(limit)
             ).all()
+            head = AuditLog.head(conn)
         items: list[FeedItem] = []
         cursor = after
         for row in rows:
@@ -635,7 +641,11 @@ class Checkpoint:
                         seq=row.seq, kind="approval", approval_id=row.approval_id, bundle=bundle
                     )
                 )
-        return FeedOut(items=items, cursor=cursor)
+        return FeedOut(
+            items=items,
+            cursor=cursor,
+            audit_head=AuditHeadOut(seq=head.seq, hash=head.row_hash),
+        )
 
     def feed_head(self) -> int:
         with self.engine.connect() as conn:

@@ -11,6 +11,14 @@ Revocations are written to the database as they arrive and :class:`LedgerRevocat
 answers step 12 from there, so a revocation survives restarts, is shared by every
 executor on one ledger, and is honoured even when it arrives before its approval.
 
+A page with items also carries the checkpoint audit chain's head (``audit_head``), and
+the transaction that records the page appends it to our chain as
+``executor.checkpoint_head`` when it differs from the last one recorded: the checkpoint's
+chain is then anchored in ours, as ours is in its by the heads our receipts carry, and
+``airlock audit reconcile`` finds either chain rewritten or cut. A page without a valid
+head (an older checkpoint) records none and is otherwise handled as before: the head is
+evidence, never a condition of executing.
+
 :class:`OutboxReporter` posts the receipts of terminal outcomes (committed with the
 outcome, in the ledger or the resolutions table) to ``POST /v1/outcomes`` and records
 each accepted or permanently refused one in the insert-only ``executor_deliveries``;
@@ -57,6 +65,7 @@ from .errors import CheckpointUnauthorized
 from .failpoints import Failpoints
 from .models import (
     TERMINAL_STATES,
+    checkpoint_head,
     deliveries,
     feed_cursor,
     ledger,
@@ -86,6 +95,7 @@ _PAGE_MAX_BYTES: Final = PAGE_LIMIT * (2 * BUNDLE_MAX_BYTES) + 64 * 1024
 _DETAIL_MAX: Final = 1000
 _MAX_BATCHES: Final = 20  # per flush, so a large backlog never starves the feed
 _APPROVAL_ID: Final = re.compile(APPROVAL_ID_PATTERN)
+_HEX64: Final = re.compile(r"[0-9a-f]{64}")
 
 Idle = Callable[[], AbstractContextManager[None]]
 
@@ -233,6 +243,29 @@ class _Revocation:
     approval_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class _Head:
+    """The checkpoint audit chain's head a feed page carried (``audit_head``)."""
+
+    seq: int
+    hash: str
+
+
+def _page_head(page: Mapping[str, Any]) -> _Head | None:
+    """The page's ``audit_head`` if it has the shape, else None: a checkpoint from before
+    the field sends none, and a malformed one is not worth refusing a page over (the
+    head is evidence for ``airlock audit reconcile``, never a condition of executing)."""
+    head = page.get("audit_head")
+    if not isinstance(head, dict):
+        return None
+    seq, digest = head.get("seq"), head.get("hash")
+    if type(seq) is not int or seq < 0 or not isinstance(digest, str):
+        return None
+    if not _HEX64.fullmatch(digest):
+        return None
+    return _Head(seq, digest)
+
+
 class CheckpointFeedSource:
     """Approvals from the checkpoint's long-poll feed, in feed order, at least once."""
 
@@ -363,13 +396,18 @@ class CheckpointFeedSource:
                 # authenticated, only what a bundle carries is.
                 _log.warning("feed item %d of kind %s ignored", seq, _clip(ascii(kind), 120))
         now = self._clock()
+        # Only a page with items: an empty long-poll answer must not grow the chain.
+        head = _page_head(page) if page["items"] else None
         # Revocations first: one in the same page as an approval can only help (E_REVOKED).
         with self._engine.begin() as conn:
-            if revoked:
+            if revoked or head is not None:
                 # The chain lock before the first row (AuditLog.lock): two executors
                 # recording overlapping pages would otherwise each hold a revocation row
-                # the other waits for while one of them waits for the chain.
+                # the other waits for while one of them waits for the chain. It also
+                # serializes the read-compare-write of the recorded head below.
                 AuditLog.lock(conn)
+            if head is not None:
+                self._record_head(conn, head, now)
             for r in revoked:
                 self._record_revocation(conn, r, now)
             if not approvals:
@@ -381,6 +419,42 @@ class CheckpointFeedSource:
             self._ack_to[ref] = approvals[i + 1][0] - 1 if i + 1 < len(approvals) else end
             out.append(Delivery(ref, raw))
         return out
+
+    def _record_head(self, conn: Connection, head: _Head, now: int) -> None:
+        """Anchor the checkpoint's chain in ours: append ``executor.checkpoint_head`` when
+        the head differs from the one last recorded for this feed.
+
+        The head is the checkpoint's claim, unauthenticated like the rest of the page;
+        recorded here it can no longer be changed without breaking our chain, so a later
+        rewrite or cut of the checkpoint's chain is found by ``airlock audit reconcile``.
+        """
+        last = conn.execute(
+            sa.select(checkpoint_head.c.seq, checkpoint_head.c.hash).where(
+                checkpoint_head.c.feed == self._feed
+            )
+        ).first()
+        if last is not None and (last.seq, last.hash) == (head.seq, head.hash):
+            return
+        AuditLog.append(
+            conn,
+            {
+                "type": "executor.checkpoint_head",
+                "feed": self._feed,
+                "seq": head.seq,
+                "hash": head.hash,
+            },
+            at=_at(now),
+        )
+        values = {"seq": head.seq, "hash": head.hash, "recorded_at": now}
+        if last is None:
+            conn.execute(checkpoint_head.insert().values(feed=self._feed, **values))
+        else:
+            conn.execute(
+                sa.update(checkpoint_head)
+                .where(checkpoint_head.c.feed == self._feed)
+                .values(**values)
+            )
+        _log.debug("checkpoint audit head %d recorded for %s", head.seq, self._feed)
 
     def _record_revocation(self, conn: Connection, r: _Revocation, now: int) -> None:
         inserted = conn.execute(

@@ -25,7 +25,10 @@ and the feed side's three (migration 0002): ``executor_feed_cursor`` (how far th
 checkpoint feed has been recorded; never moves backwards), ``executor_revocations``
 (insert-only; read by step 12) and ``executor_deliveries`` (insert-only; which receipts
 the checkpoint accepted or refused for good — the outcome outbox's memory), and from
-migration 0003 ``executor_outbox``: the receipts still to deliver, a work queue.
+migration 0003 ``executor_outbox``: the receipts still to deliver, a work queue; and from
+migration 0004 ``executor_checkpoint_head``: per feed, the checkpoint audit head last
+recorded in the chain (``executor.checkpoint_head``), so an unchanged head is not
+recorded again.
 
 Nothing in this module reads a clock or talks to the cloud.
 """
@@ -46,6 +49,7 @@ __all__ = [
     "LedgerRow",
     "Outcome",
     "State",
+    "checkpoint_head",
     "deliveries",
     "feed_cursor",
     "ledger",
@@ -146,6 +150,18 @@ feed_cursor = sa.Table(
     sa.Column("feed", sa.String(300), primary_key=True),
     sa.Column("seq", sa.BigInteger, nullable=False),
     sa.Column("updated_at", sa.BigInteger, nullable=False),
+)
+
+#: Per feed, the checkpoint chain head the last ``executor.checkpoint_head`` event
+#: recorded. Not the record (the audit chain is): it keeps an unchanged head from being
+#: appended again by a redelivered page, a restart or another executor on this ledger.
+checkpoint_head = sa.Table(
+    "executor_checkpoint_head",
+    metadata,
+    sa.Column("feed", sa.String(300), primary_key=True),
+    sa.Column("seq", sa.BigInteger, nullable=False),
+    sa.Column("hash", sa.String(64), nullable=False),
+    sa.Column("recorded_at", sa.BigInteger, nullable=False),
 )
 
 revocations = sa.Table(

@@ -238,6 +238,24 @@ def test_revoke_an_issued_approval_puts_a_revocation_on_the_feed(world: World) -
     assert (again.status_code, _code(again)) == (409, "E_STATE")
 
 
+def test_the_feed_carries_the_audit_head_that_covers_its_items(world: World) -> None:
+    """The executor anchors this chain in its own by the head a page carries: it must be
+    the chain's head as of the items, at or after the event that issued each of them."""
+    empty = world.client.get("/v1/feed", headers=world.auth("executor")).json()
+    genesis = verify_chain(world.checkpoint.engine)
+    assert empty["items"] == []
+    assert empty["audit_head"] == {"seq": genesis.head_seq, "hash": genesis.head_hash}
+
+    p = _pending(world)
+    world.approve("alice", p["id"], p["action_hash"])
+    page = world.client.get("/v1/feed", headers=world.auth("executor")).json()
+    chain = verify_chain(world.checkpoint.engine)
+    assert [item["kind"] for item in page["items"]] == ["approval"]
+    assert page["audit_head"] == {"seq": chain.head_seq, "hash": chain.head_hash}
+    [issued] = audit_events(world, "checkpoint.approval.issued")
+    assert issued["approval_id"] == page["items"][0]["approval_id"]
+
+
 def test_a_revocation_stays_on_the_feed_after_the_approval_expired(world: World) -> None:
     """By the checkpoint's clock the approval has expired; an executor whose clock runs
     behind may not think so, and must still learn of the revocation."""

@@ -1,10 +1,12 @@
 """``airlock audit reconcile``: the checkpoint's and the executor's chains, held together.
 
-The first tests drive the real checkpoint and the real executor and reconcile the chains
-they wrote, so a renamed event cannot leave the cross-check silently empty: the counts
-are asserted, not only ``ok``. Then each finding is provoked the way it happens — an
-approval minted with the real signing key but never issued, a cut or rewritten executor
-chain — and, for the ones no honest run can produce, on hand-built chains.
+The first tests drive the real checkpoint and the real executor (fed by its real feed
+source over the checkpoint's API) and reconcile the chains they wrote, so a renamed event
+cannot leave the cross-check silently empty: the counts are asserted, not only ``ok``.
+Then each finding is provoked the way it happens — an approval minted with the real
+signing key but never issued, a cut or rewritten executor chain, a cut or consistently
+rewritten checkpoint chain — and, for the ones no honest run can produce, on hand-built
+chains.
 """
 
 from __future__ import annotations
@@ -33,14 +35,15 @@ from airlock.store import (
     genesis_event,
     make_engine,
     read_transaction,
+    verify_chain,
 )
 from services.checkpoint.keys import KeyDirectory
-from services.executor import Executor, migrate
+from services.executor import CheckpointFeedSource, Executor, migrate
 from tests.cli.conftest import airlock
 from tests.executor.support import InMemoryCloud, receipt_signer
 
 from .builders import action
-from .harness import AUDIENCE, World
+from .harness import AUDIENCE, TestClient, World
 
 ACCOUNT = "5123456789012345"
 REGION = "ap-southeast-1"
@@ -77,13 +80,6 @@ def _lines(url: str) -> list[str]:
         engine.dispose()
 
 
-def _bundles(world: World, after: int = 0) -> list[bytes]:
-    page = world.client.get(
-        "/v1/feed", params={"after": after}, headers=world.auth("executor")
-    ).json()
-    return [canonical_bytes(item["bundle"]) for item in page["items"] if item["kind"] == "approval"]
-
-
 def _report(world: World, receipt: Any) -> None:
     response = world.client.post(
         "/v1/outcomes", json={"receipt": receipt.to_value()}, headers=world.auth("executor")
@@ -91,8 +87,24 @@ def _report(world: World, receipt: Any) -> None:
     assert response.status_code == 200, response.text
 
 
+def _feed_source(world: World, executor: Executor) -> CheckpointFeedSource:
+    """The executor's real feed source, over the checkpoint's real API."""
+    client = TestClient(
+        world.app, base_url="http://checkpoint.test", headers=world.auth("executor")
+    )
+    return CheckpointFeedSource(engine=executor.engine, client=client, clock=world.clock)
+
+
+def _checkpoint_heads(ledger_url: str) -> list[dict[str, Any]]:
+    events = [json.loads(line)["event"] for line in _lines(ledger_url)]
+    return [e for e in events if e["type"] == "executor.checkpoint_head"]
+
+
 def _run_three(world: World, ledger_url: str) -> tuple[Executor, InMemoryCloud]:
-    """Three approvals: one written, one refused at the re-read, one never consumed."""
+    """Three approvals on one feed page: one written, one refused at the re-read, one
+    never consumed. The page's checkpoint head is recorded in the executor's chain, and
+    the page read again after the reports (the third approval redelivered) records the
+    head that covers them."""
     cloud = InMemoryCloud()
     for n in range(3):
         rid = f"i-reconcile{n:04d}"
@@ -100,10 +112,15 @@ def _run_three(world: World, ledger_url: str) -> tuple[Executor, InMemoryCloud]:
         assert world.approve("alice", proposal["id"], proposal["action_hash"]).status_code == 200
         cloud.add("ecs.instance", rid, "Running" if n != 1 else "Stopped")
     executor = _executor(world, ledger_url, cloud)
-    for raw in _bundles(world)[:2]:
-        outcome = executor.execute(raw)
+    source = _feed_source(world, executor)
+    deliveries = source.receive(wait_s=0)
+    assert len(deliveries) == 3
+    for delivery in deliveries[:2]:
+        outcome = executor.execute(delivery.raw, revoked=source.revoked())
+        source.ack(delivery)
         assert outcome.receipt is not None
         _report(world, outcome.receipt)
+    assert len(source.receive(wait_s=0)) == 1
     return executor, cloud
 
 
@@ -121,6 +138,33 @@ def test_the_real_services_chains_reconcile_with_every_count_accounted_for(
     # Both reports carry the receipt's executor head, and both were checked against it.
     assert (report.reported, report.anchored) == (2, 2)
     assert (report.not_consumed, report.not_reported) == (1, 0)
+    # Both feed pages carried the checkpoint's head, and both were checked against it.
+    assert report.checkpoint_heads == 2
+    assert report.to_value()["executor"]["anchored"] == 2
+
+
+def test_the_executor_records_the_checkpoint_head_of_a_page_with_items_once(
+    world: World, ledger_url: str
+) -> None:
+    """A page with items records the head it carries; the same page read again with the
+    chain unchanged, or an empty page, records nothing."""
+    proposal = world.submit(proposal_id="prop_anchor000001", resource_id="i-anchor0001").json()
+    world.approve("alice", proposal["id"], proposal["action_hash"])
+    executor = _executor(world, ledger_url, InMemoryCloud())
+    source = _feed_source(world, executor)
+    [delivery] = source.receive(wait_s=0)
+    head = verify_chain(world.checkpoint.engine)
+    [recorded] = _checkpoint_heads(ledger_url)
+    assert (recorded["seq"], recorded["hash"]) == (head.head_seq, head.head_hash)
+    assert recorded["feed"] == "http://checkpoint.test"
+
+    [again] = source.receive(wait_s=0)  # not acknowledged: redelivered, same head
+    assert again.raw == delivery.raw
+    assert len(_checkpoint_heads(ledger_url)) == 1
+    source.ack(again)
+    assert source.receive(wait_s=0) == ()  # an empty page
+    assert len(_checkpoint_heads(ledger_url)) == 1
+    assert verify_chain(executor.engine).ok
 
 
 def test_an_approval_minted_with_the_real_key_but_never_issued_is_found(
@@ -211,10 +255,55 @@ def test_swapped_or_tampered_inputs_are_chain_findings(world: World, ledger_url:
     assert "not the 'checkpoint' chain" in str(swapped.findings[0])
 
     tampered = list(executor)
-    tampered[2] = tampered[2].replace('"epoch":1', '"epoch":2', 1)
+    at = next(i for i, line in enumerate(tampered) if '"epoch":1' in line)
+    tampered[at] = tampered[at].replace('"epoch":1', '"epoch":2', 1)
     report = reconcile(checkpoint, tampered)
     assert [f.code for f in report.findings] == [ReconcileCode.R_CHAIN]
-    assert "seq 2" in str(report.findings[0])
+    assert f"seq {at}" in str(report.findings[0])
+
+
+def test_a_checkpoint_chain_rewritten_consistently_is_found_by_the_heads_the_executor_holds(
+    world: World, ledger_url: str
+) -> None:
+    """An insider with the checkpoint's database renames who approved the approval that
+    was never consumed and re-hashes every row after it: the chain verifies on its own,
+    and nothing the executor consumed names that approver. Only the heads the executor
+    recorded from the feed show it."""
+    _run_three(world, ledger_url)
+    records = [json.loads(line) for line in _lines(world.url)]
+    unconsumed = _approval_id(world, "prop_reconcile0002")
+    [issued] = [
+        r["event"]
+        for r in records
+        if r["event"].get("type") == "checkpoint.approval.issued"
+        and r["event"]["approval_id"] == unconsumed
+    ]
+    issued["approvers"] = ["mallory"]
+
+    report = reconcile(_rechain(records), _lines(ledger_url))
+
+    assert report.checkpoint_rows == len(records)  # it verifies on its own
+    assert [f.code for f in report.findings] == [ReconcileCode.R_CHECKPOINT_HEAD_MISMATCH] * 2
+    assert "it was rewritten" in report.findings[0].detail
+
+
+def test_a_cut_checkpoint_chain_is_found_by_the_heads_the_executor_holds(
+    world: World, ledger_url: str
+) -> None:
+    _run_three(world, ledger_url)
+    lines = _lines(world.url)
+    last_head = _checkpoint_heads(ledger_url)[-1]["seq"]
+    assert last_head == len(lines) - 1
+
+    report = reconcile(lines[:last_head], _lines(ledger_url))
+
+    assert [f.code for f in report.findings] == [ReconcileCode.R_CHECKPOINT_HEAD_BEYOND]
+    assert f"ends at row {last_head - 1}" in report.findings[0].detail
+
+
+def _approval_id(world: World, proposal_id: str) -> str:
+    body = world.client.get(f"/v1/proposals/{proposal_id}", headers=world.auth("alice")).json()
+    return str(body["approval"]["approval_id"])
 
 
 # -- findings no honest run produces, on hand-built chains ---------------------------------
@@ -366,6 +455,33 @@ def test_a_malformed_head_is_a_head_mismatch() -> None:
     assert _codes(reconcile(cp, ex)) == [("R_HEAD_MISMATCH", "a1")]
 
 
+def _checkpoint_head(seq: Any, digest: Any, feed: str = "http://cp") -> dict[str, Any]:
+    return {"type": "executor.checkpoint_head", "feed": feed, "seq": seq, "hash": digest}
+
+
+def test_checkpoint_heads_malformed_beyond_or_different_are_found() -> None:
+    cp = _chain("checkpoint", [_issued("a1")])
+    good = _head(cp, 1)
+    ex = _chain(
+        "executor",
+        [
+            _checkpoint_head(good["seq"], good["hash"]),
+            _checkpoint_head("1", good["hash"]),
+            _checkpoint_head(2, good["hash"], feed="http://cp\r\x1b[2K"),
+            _checkpoint_head(0, good["hash"]),
+        ],
+    )
+    report = reconcile(cp, ex)
+    assert report.checkpoint_heads == 4
+    assert [f.code for f in report.findings] == [
+        ReconcileCode.R_CHECKPOINT_HEAD_MISMATCH,  # malformed
+        ReconcileCode.R_CHECKPOINT_HEAD_BEYOND,
+        ReconcileCode.R_CHECKPOINT_HEAD_MISMATCH,  # row 0 holds another hash
+    ]
+    shown = str(report.findings[1])
+    assert "\r" not in shown and "\x1b" not in shown and "ends at row 1" in shown
+
+
 # -- the command -------------------------------------------------------------------------
 
 
@@ -385,6 +501,7 @@ def test_the_command_on_exports_says_ok_and_counts(exports: tuple[Path, Path]) -
     assert "OK: the two chains agree" in result.output
     assert "3 approvals issued" in result.output and "2 approvals consumed" in result.output
     assert "2 outcomes recorded, 2 checked against the executor chain" in result.output
+    assert "2 checkpoint heads recorded, checked against the checkpoint chain" in result.output
 
     as_json = airlock(
         "audit", "reconcile", "--checkpoint-file", str(cp), "--executor-file", str(ex), "--json"

@@ -720,8 +720,9 @@ def test_a_resolution_is_queued_and_waits_for_its_outcome(rig: Rig) -> None:
 
 
 def test_the_upgrade_queues_every_receipt_undelivered_at_the_time(env: Env) -> None:
-    # Receipts written before 0003 (simulated: the same rows, the queue table dropped and
-    # the version put back to 0002) are queued by the upgrade unless already delivered.
+    # Receipts written before 0003 (simulated: the same rows, the queue table and the
+    # later migrations' tables dropped and the version put back to 0002) are queued by
+    # the upgrade unless already delivered.
     bundles = [make_test_bundle(n, tag="fmig") for n in (1, 2, 3)]
     for b in bundles:
         env.cloud.add("ecs.instance", b.resource_id, "Running")
@@ -741,6 +742,7 @@ def test_the_upgrade_queues_every_receipt_undelivered_at_the_time(env: Env) -> N
             )
         )
         conn.execute(sa.text("DROP TABLE executor_outbox"))
+        conn.execute(sa.text("DROP TABLE executor_checkpoint_head"))  # 0004
         conn.execute(sa.text("UPDATE alembic_version SET version_num = '0002_feed'"))
     migrate(env.engine)
     with env.engine.connect() as conn:
@@ -906,3 +908,89 @@ def test_the_receipts_backing_off_are_remembered_up_to_a_bound(
     assert rig.reporter.flush() == 0
     assert [posted_approval_id(p) for p in rig.fake.posted] == ids
     assert len(rig.reporter._retry) == 2
+
+
+# -- the checkpoint's audit head, anchored in our chain ----------------------------------
+
+
+def _head(n: int) -> dict[str, Any]:
+    return {"seq": 10 + n, "hash": f"{n:02x}" * 32}
+
+
+def _recorded_heads(env: Env) -> list[dict[str, Any]]:
+    with env.engine.connect() as conn:
+        events = [
+            json.loads(e)
+            for e in conn.execute(sa.text("SELECT event FROM audit_log ORDER BY seq")).scalars()
+        ]
+    return [e for e in events if e["type"] == "executor.checkpoint_head"]
+
+
+def test_the_checkpoint_head_of_a_page_with_items_is_recorded_once(rig: Rig) -> None:
+    """Bounded: an empty long-poll page, a page whose head is unchanged (redelivered,
+    or read by another executor or after a restart) add nothing to the chain."""
+    b = make_test_bundle(1, tag="fhead")
+    rig.env.cloud.add("ecs.instance", b.resource_id, "Running")
+    rig.fake.pages = [
+        {"items": [approval(1, b.raw, b.approval_id)], "cursor": 1, "audit_head": _head(1)},
+        {"items": [], "cursor": 1, "audit_head": _head(2)},
+        {"items": [revocation(2, "apv_0123456789abcdef")], "cursor": 2, "audit_head": _head(1)},
+        {"items": [revocation(3, "apv_0123456789abcdee")], "cursor": 3, "audit_head": _head(3)},
+    ]
+    [outcome] = rig.turn()
+    assert outcome.state is State.SUCCEEDED
+    for _ in range(3):
+        assert rig.turn() == []
+    assert [(e["seq"], e["hash"], e["feed"]) for e in _recorded_heads(rig.env)] == [
+        (11, "01" * 32, BASE),
+        (13, "03" * 32, BASE),
+    ]
+    # Another source on this ledger (a restart, a second executor) reads the same head.
+    fake = FakeCheckpoint(
+        pages=[
+            {"items": [revocation(4, "apv_0123456789abcded")], "cursor": 4, "audit_head": _head(3)}
+        ]
+    )
+    client = _client(fake)
+    other = CheckpointFeedSource(engine=rig.env.engine, client=client, clock=rig.env.clock)
+    assert other.receive(wait_s=0) == ()
+    client.close()
+    assert len(_recorded_heads(rig.env)) == 2
+    assert verify_chain(rig.env.engine).ok
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        "absent",
+        None,
+        [11, "01" * 32],
+        {"seq": -1, "hash": "01" * 32},
+        {"seq": True, "hash": "01" * 32},
+        {"seq": "11", "hash": "01" * 32},
+        {"seq": 11, "hash": "AB" * 32},
+        {"seq": 11, "hash": "01" * 31},
+        {"seq": 11, "hash": "sha256:" + "01" * 32},
+        {"seq": 11},
+    ],
+)
+def test_a_page_without_a_valid_head_records_none_and_is_handled_as_before(
+    rig: Rig, head: Any
+) -> None:
+    """An older checkpoint sends no head; a malformed one is not a reason to refuse a
+    page or hold up an approval: the head is evidence, not a condition."""
+    b = make_test_bundle(1, tag="fnohead")
+    rig.env.cloud.add("ecs.instance", b.resource_id, "Running")
+    page: dict[str, Any] = {
+        "items": [approval(1, b.raw, b.approval_id), revocation(2, "apv_0123456789abcdef")],
+        "cursor": 2,
+    }
+    if head != "absent":
+        page["audit_head"] = head
+    rig.fake.pages = [page]
+    [outcome] = rig.turn()
+    assert outcome.state is State.SUCCEEDED
+    assert rig.env.cloud.writes_for(b.resource_id) == 1
+    assert rig.cursor() == 2
+    assert [r.approval_id for r in rig.rows(revocations)] == ["apv_0123456789abcdef"]
+    assert _recorded_heads(rig.env) == []
