@@ -271,6 +271,12 @@ def reconcile_command(
     if as_json:
         sys.stdout.write(json.dumps(report.to_value(), indent=2, sort_keys=True) + "\n")
         raise typer.Exit(0 if report.ok else 1)
+    if any(f.code is ReconcileCode.R_CHAIN for f in report.findings):
+        # Nothing is counted from a chain that does not verify: say so, not zeros.
+        typer.echo("not cross-checked: a chain does not verify")
+        for finding in report.findings:
+            typer.echo(f"FAIL: {finding}")
+        raise typer.Exit(1)
     value = report.to_value()
     cp_side, ex_side = value["checkpoint"], value["executor"]
     typer.echo(

@@ -20,6 +20,9 @@ def conformance_command(
     ] = None,
 ) -> None:
     """Run the RFC 8785, Wycheproof Ed25519, DSSE and Airlock vectors; exit 1 on any miss."""
+    if vectors is not None and not vectors.is_dir():
+        typer.echo(f"error: --vectors {vectors}: not a directory of vectors", err=True)
+        raise typer.Exit(2)
     try:
         from eval.conformance import run  # type: ignore[import-not-found,unused-ignore]
     except ImportError:

@@ -62,6 +62,16 @@ def _build(settings: ExecutorSettings) -> Executor:
         migrate,
     )
 
+    # Before anything opens a database: a bad directory is one line, nothing to close.
+    sink = None
+    if settings.receipts_dir is not None:
+        try:
+            sink = ReceiptDirectorySink(settings.receipts_dir)
+        except OSError as exc:
+            raise _fail(
+                f"AIRLOCK_EXECUTOR_RECEIPTS_DIR: {exc}; create it first "
+                f"(mkdir -m 700 {settings.receipts_dir})"
+            ) from None
     try:
         # Re-read before every bundle when the file changes (a re-export after a key
         # is revoked takes effect without a restart); parsed now so a bad file stops
@@ -92,7 +102,7 @@ def _build(settings: ExecutorSettings) -> Executor:
         clock=lambda: int(time.time()),
         lease_seconds=settings.lease_seconds,
         failpoints=failpoints,
-        sink=None if settings.receipts_dir is None else ReceiptDirectorySink(settings.receipts_dir),
+        sink=sink,
     )
 
 

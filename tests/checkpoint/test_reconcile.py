@@ -545,6 +545,9 @@ def test_the_command_names_a_broken_database_chain(
     )
     assert result.exit_code == 1, result.output
     assert "R_CHAIN" in result.output and "executor chain" in result.output
+    # No counts from a chain that does not verify (they read as zeros, found in review).
+    assert "not cross-checked: a chain does not verify" in result.output
+    assert "approvals issued" not in result.output
 
 
 def test_control_characters_from_a_crafted_export_are_escaped_on_screen(tmp_path: Path) -> None:

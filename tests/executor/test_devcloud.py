@@ -245,3 +245,11 @@ def test_cli_keygen_run_bundle_once_and_receipts_verify(
     assert broken.exit_code == 2, broken.output
     assert "trusted key set" in broken.output and "not a valid key set" in broken.output
     assert _writes(devcloud, third.resource_id) == 0
+
+    # A receipts directory that does not exist is one clear line, not a traceback.
+    trusted.write_bytes(canonical_bytes(keyset().to_value()))
+    monkeypatch.setenv("AIRLOCK_EXECUTOR_RECEIPTS_DIR", str(tmp_path / "no-such-dir"))
+    missing = runner.invoke(app, ["executor", "run-bundle", str(tmp_path / "third.json")])
+    assert missing.exit_code == 2, missing.output
+    assert "AIRLOCK_EXECUTOR_RECEIPTS_DIR" in missing.output and "mkdir" in missing.output
+    assert _writes(devcloud, third.resource_id) == 0

@@ -80,3 +80,15 @@ def test_the_installed_script_finds_the_suite_from_any_directory(tmp_path: Path)
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "conformance: OK" in result.stdout
+
+
+def test_a_missing_vector_directory_is_a_usage_error(tmp_path: Path) -> None:
+    script = Path(sys.executable).with_name("airlock")
+    result = subprocess.run(
+        [str(script), "conformance", "--vectors", str(tmp_path / "nope")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "not a directory" in result.stderr and "Traceback" not in result.stderr
