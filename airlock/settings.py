@@ -10,11 +10,16 @@ Every setting is documented in the README's configuration table; keep them in st
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import AliasChoices, Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+#: The kernel's region id form (airlock.protocol RegionId).
+_REGION = re.compile(r"[a-z0-9]+(-[a-z0-9]+){0,5}")
 
 __all__ = [
     "DEVCLOUD_READ_KEY",
@@ -129,12 +134,31 @@ class CloudSettings(ServiceSettings):
     cloud_access_key_id: str = ""
     #: Secret of that access key.
     cloud_access_key_secret: SecretStr = SecretStr("")
-    #: Regions this service covers (comma-separated in the environment as a JSON list).
-    cloud_regions: tuple[str, ...] = ("ap-southeast-1",)
+    #: Regions this service covers: comma-separated (`ap-southeast-1,cn-hangzhou`) or a JSON list.
+    cloud_regions: Annotated[tuple[str, ...], NoDecode] = ("ap-southeast-1",)
     #: Connect timeout of every SDK call, milliseconds.
     cloud_connect_timeout_ms: int = Field(default=5_000, gt=0)
     #: Read timeout of every SDK call, milliseconds; a timed-out write is probed, not retried.
     cloud_read_timeout_ms: int = Field(default=10_000, gt=0)
+
+    @field_validator("cloud_regions", mode="before")
+    @classmethod
+    def _regions(cls, value: object) -> object:
+        # The environment gives text: a JSON list, or names separated by commas.
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return tuple(part.strip() for part in text.split(",") if part.strip())
+        return value
+
+    @field_validator("cloud_regions", mode="after")
+    @classmethod
+    def _region_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [r for r in value if _REGION.fullmatch(r) is None]
+        if bad or not value:
+            raise ValueError(f"not region ids: {bad or 'none given'} (e.g. ap-southeast-1)")
+        return value
 
     @model_validator(mode="after")
     def _cloud_key_outside_dev(self) -> CloudSettings:

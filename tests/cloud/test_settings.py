@@ -79,3 +79,29 @@ def test_devcloud_admin_needs_a_real_token(monkeypatch: pytest.MonkeyPatch) -> N
         DevcloudSettings(enable_admin=True)
     with pytest.raises(ValidationError, match="admin token"):
         DevcloudSettings(enable_admin=True, admin_token="short")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("text", "regions"),
+    [
+        ("ap-southeast-1,cn-hangzhou", ("ap-southeast-1", "cn-hangzhou")),
+        (" ap-southeast-1 , cn-hangzhou ", ("ap-southeast-1", "cn-hangzhou")),
+        ('["ap-southeast-1", "cn-hangzhou"]', ("ap-southeast-1", "cn-hangzhou")),
+        ("eu-central-1", ("eu-central-1",)),
+    ],
+)
+def test_regions_are_read_comma_separated_or_as_a_json_list(
+    monkeypatch: pytest.MonkeyPatch, text: str, regions: tuple[str, ...]
+) -> None:
+    """The documented comma-separated form used to fail with a settings traceback."""
+    monkeypatch.setenv("AIRLOCK_ENV", "dev")
+    monkeypatch.setenv("AIRLOCK_TESTWRITER_CLOUD_REGIONS", text)
+    assert _WriterSettings().cloud_regions == regions
+
+
+@pytest.mark.parametrize("text", ["", "ap southeast 1", "AP-SOUTHEAST-1", '["x y"]', "[1"])
+def test_a_malformed_region_list_is_refused(monkeypatch: pytest.MonkeyPatch, text: str) -> None:
+    monkeypatch.setenv("AIRLOCK_ENV", "dev")
+    monkeypatch.setenv("AIRLOCK_TESTWRITER_CLOUD_REGIONS", text)
+    with pytest.raises(ValidationError):
+        _WriterSettings()
