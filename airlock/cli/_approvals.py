@@ -54,6 +54,7 @@ approvals_app = typer.Typer(
 )
 
 _PROPOSAL_ID: Final = re.compile(r"prop_[A-Za-z0-9_-]{8,80}")
+_HASH: Final = re.compile(r"sha256:[0-9a-f]{64}")
 _KINDS: Final = {"ecs.instance": "ECS instance", "rds.instance": "RDS database instance"}
 State = Literal[
     "pending",
@@ -611,6 +612,13 @@ def approve_command(
     Without a terminal, a missing --confirm or --yes is refused with exit 2: it never waits.
     """
     _check_id(proposal_id)
+    if expect_hash is not None and _HASH.fullmatch(expect_hash) is None:
+        typer.echo(
+            f"error: --action-hash {expect_hash[:80]!r} is not an action hash "
+            "(sha256: and 64 lowercase hex, as `show` prints it)",
+            err=True,
+        )
+        raise typer.Exit(ExitCode.USAGE)
     # With --json the description goes to stderr so stdout stays one JSON document.
     err = as_json
     with handle_errors(as_json=as_json):
@@ -619,6 +627,12 @@ def approve_command(
             proposal = _fetch(client, proposal_id)
             action = _signed_action(proposal)
             _echo_lines(_summary(proposal, action), err=err)
+            if expect_hash is not None and expect_hash != proposal.action_hash:
+                raise LocalRefusal(
+                    "E_STALE_VIEW",
+                    f"--action-hash {expect_hash} is not this proposal's action hash "
+                    f"({proposal.action_hash}); nothing was approved",
+                )
             if proposal.state != "pending":
                 raise LocalRefusal(
                     "E_STATE",

@@ -275,7 +275,8 @@ class Checkpoint:
             if seen_hash != row.action_hash:
                 raise Refusal(
                     ErrorCode.E_STALE_VIEW,
-                    "the action changed since you looked at it; reload and review again",
+                    f"the action hash approved ({str(seen_hash)[:80]}) is not this proposal's "
+                    f"({row.action_hash}): nothing was approved; reload it and review again",
                     409,
                 )
             # (2) a dangerous action needs its resource id typed

@@ -116,8 +116,23 @@ def test_approve_of_a_hash_other_than_the_current_one_is_refused_as_stale(served
         other["action_hash"],
     )
     assert result.exit_code == 1
-    assert json.loads(result.stdout)["error"]["code"] == "E_STALE_VIEW"
+    error = json.loads(result.stdout)["error"]
+    assert error["code"] == "E_STALE_VIEW"
+    # It says which hash was given and which is the proposal's, not "the action changed".
+    assert other["action_hash"] in error["message"] and reviewed["action_hash"] in error["message"]
     assert served.proposal(reviewed["id"])["votes"] == []
+
+
+@pytest.mark.parametrize("given", ["abc", "sha256:" + "A" * 64, "sha256:" + "a" * 63, "a" * 64])
+def test_approve_with_a_malformed_action_hash_is_a_usage_error_sent_nowhere(
+    served: Served, given: str
+) -> None:
+    record = served.submit(proposal_id="prop_badhash0001", resource_id="i-t4n0badhash1")
+    served.login("alice")
+    result = served.run("approvals", "approve", record["id"], "--yes", "--action-hash", given)
+    assert result.exit_code == 2, result.output
+    assert "is not an action hash" in result.stderr
+    assert served.proposal(record["id"])["votes"] == []
 
 
 def test_high_risk_approve_without_confirm_in_a_script_refuses_not_hangs(served: Served) -> None:
