@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 if TYPE_CHECKING:
     from airlock.settings import ExecutorSettings
@@ -242,6 +243,13 @@ def _serve(settings: ExecutorSettings, executor: Executor, *, once: bool) -> Non
             http.close()
 
 
+class _HeartbeatSetting(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="AIRLOCK_EXECUTOR_", env_file=".env", extra="ignore", frozen=True
+    )
+    heartbeat_path: Path | None = None
+
+
 @executor_app.command("health")
 def health_command(
     max_age: Annotated[
@@ -250,16 +258,28 @@ def health_command(
     ] = 120.0,
     path: Annotated[
         Path | None,
-        typer.Option("--path", help="Heartbeat file (default AIRLOCK_EXECUTOR_HEARTBEAT_PATH)."),
+        typer.Option(
+            "--path",
+            help="Heartbeat file (default AIRLOCK_EXECUTOR_HEARTBEAT_PATH; `airlock up` "
+            "writes .airlock/executor.heartbeat).",
+        ),
     ] = None,
 ) -> None:
-    """Exit 0 if the daemon's heartbeat is fresher than --max-age, 1 if not (for health checks)."""
+    """Exit 0 if the daemon's heartbeat is fresher than --max-age, 1 if not (for health checks).
+
+    Example: airlock executor health --path .airlock/executor.heartbeat
+    """
     from services.executor import heartbeat_age
 
     if path is None:
-        path = _settings().heartbeat_path
+        # Only the heartbeat path is read (environment or .env, as the executor reads
+        # it): a health check must not need valid cloud keys or database settings.
+        path = _HeartbeatSetting().heartbeat_path
     if path is None:
-        raise _fail("no heartbeat: set AIRLOCK_EXECUTOR_HEARTBEAT_PATH (or pass --path)")
+        raise _fail(
+            "no heartbeat file: pass --path (`airlock up` writes .airlock/executor.heartbeat) "
+            "or set AIRLOCK_EXECUTOR_HEARTBEAT_PATH"
+        )
     age = heartbeat_age(path, time.time())
     if age is None:
         typer.echo(f"unhealthy: no heartbeat at {path}")
