@@ -12,6 +12,7 @@ Nothing here logs or stores a password or a token; audit events name the user on
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import secrets
 from collections.abc import Callable
@@ -29,6 +30,8 @@ from airlock.store import AuditLog
 from ._db import Database
 from .errors import ErrorCode, Refusal
 from .models import ROLES, SERVICE_ROLES, service_tokens, sessions, users
+
+_log = logging.getLogger("airlock.checkpoint.auth")
 
 __all__ = ["Accounts", "Principal", "hash_token", "password_hasher"]
 
@@ -234,8 +237,12 @@ class Accounts:
                 self._lock_if_saturated(conn, username, now, unlocked)
         if row is None:
             self._verify(self._dummy, password)
+            # Not in the audit chain (anyone can send these, and the chain would grow
+            # with them), but an operator must be able to see password spraying.
+            _log.warning("failed login: no such user %r", username[:64])
             raise Refusal(ErrorCode.E_UNAUTHENTICATED, "wrong username or password", 401)
         if not claimed:
+            _log.warning("failed login: %r is locked", username[:64])
             raise Refusal(ErrorCode.E_LOCKED, "too many failed logins; try again later", 423)
         # (2) verify, outside any transaction (it takes ~100 ms by design)
         ok = self._verify(row.password_hash, password) and not row.disabled
@@ -252,6 +259,7 @@ class Accounts:
                 )
             if not ok:
                 # The failure stays counted (from the claim); it may complete the lock.
+                _log.warning("failed login: wrong password for %r", username[:64])
                 if not self._lock_if_saturated(conn, username, now, unlocked):
                     _audit(conn, now, {"type": "checkpoint.login.failed", "user": username})
             else:

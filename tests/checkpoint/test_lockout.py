@@ -139,3 +139,20 @@ def test_attempts_claimed_but_never_settled_lock_instead_of_sticking(world: Worl
     assert _login(world, PASSWORD).status_code == 423
     world.clock.advance(1)
     assert _login(world, PASSWORD).status_code == 201
+
+
+def test_every_failed_login_is_logged_even_where_it_is_not_audited(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A login for a user that does not exist is not put in the audit chain (anyone can
+    send them), which left password spraying invisible to an operator (found in review)."""
+    caplog.set_level("WARNING", logger="airlock.checkpoint.auth")
+    world.client.post("/v1/sessions", json={"username": "mallory\x1b[2K", "password": "x"})
+    for _ in range(THRESHOLD):
+        assert _login(world, "wrong").status_code == 401
+    assert _login(world, PASSWORD).status_code == 423
+    messages = [r.getMessage() for r in caplog.records if r.name == "airlock.checkpoint.auth"]
+    assert messages[0] == "failed login: no such user 'mallory\\x1b[2K'"  # escaped
+    assert messages[1:] == ["failed login: wrong password for 'alice'"] * THRESHOLD + [
+        "failed login: 'alice' is locked"
+    ]
