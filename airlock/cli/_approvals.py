@@ -660,7 +660,14 @@ def approve_command(
                 # A --confirm value is sent as given: the checkpoint is the judge of it.
             elif not yes:
                 if not interactive:
-                    typer.echo("error: no terminal to ask on: pass --yes to approve", err=True)
+                    hint = (
+                        " (--confirm is only for high-risk actions such as a delete)"
+                        if confirm is not None
+                        else ""
+                    )
+                    typer.echo(
+                        f"error: no terminal to ask on: pass --yes to approve{hint}", err=True
+                    )
                     raise typer.Exit(ExitCode.USAGE)
                 if not typer.confirm(f"Approve {proposal.id}?", default=False, err=True):
                     typer.echo("not approved; nothing was sent", err=True)

@@ -8,6 +8,7 @@ commands only read: they never create a database file, repair a row, or write to
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -153,9 +154,17 @@ def export_command(
                         sys.stdout.write(line + "\n")
                     sys.stdout.flush()
                 else:
+                    rows, last = 0, ""
                     with out.open("w", encoding="utf-8", newline="\n") as handle:
                         for line in export(conn):
                             handle.write(line + "\n")
+                            rows, last = rows + 1, line
+                    head = json.loads(last) if last else {}
+                    typer.echo(
+                        f"wrote {_n(rows, 'row')} to {out} (head seq {head.get('seq')} "
+                        f"row_hash {head.get('row_hash')})",
+                        err=True,
+                    )
         finally:
             engine.dispose()
     except BrokenPipeError:
@@ -244,7 +253,6 @@ def reconcile_command(
 
     Exit codes: 0 consistent; 1 findings; 2 an input could not be read.
     """
-    import json
     import sys
 
     from sqlalchemy.exc import SQLAlchemyError

@@ -391,7 +391,15 @@ def receipts_verify_command(
     file: Annotated[Path, typer.Argument(help="A receipt (DSSE envelope JSON).")],
     keys: Annotated[Path, typer.Option("--keys", help="The executor's receipt key set (JSON).")],
 ) -> None:
-    """Verify a receipt's signature and print what it says; exit 1 if it does not verify."""
+    """Verify a receipt's signature and print what it says; exit 1 if it does not verify.
+
+    Example: airlock receipts verify apv_….receipt.json --keys receipt-keys.json
+
+    The audit head it prints is the executor chain's row the receipt vouches for: check it
+    with `airlock audit verify --db EXECUTOR_DB --expect-head SEQ:HASH`.
+    """
+    from datetime import UTC, datetime
+
     from airlock.protocol import KeySet, KeySetError
     from services.executor import InvalidReceipt, verify_receipt
 
@@ -405,8 +413,31 @@ def receipts_verify_command(
     except InvalidReceipt as exc:
         typer.echo(f"FAIL: {exc}")
         raise typer.Exit(1) from None
-    typer.echo(
-        f"OK: {receipt.outcome} approval {receipt.approval_id} action {receipt.action_hash} "
-        f"refusal {receipt.refusal_code} request {receipt.cloud_request_id} at {receipt.at} "
-        f"audit head {receipt.audit_head.seq}:{receipt.audit_head.hash}"
-    )
+    at = datetime.fromtimestamp(receipt.at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    typer.echo(f"OK: {receipt.outcome} approval {receipt.approval_id}")
+    rows = [
+        ("executor", receipt.executor),
+        ("action", receipt.action_hash),
+        (
+            "effect",
+            None
+            if receipt.outcome != "succeeded"
+            else "seen in live state after an unknown answer"
+            if receipt.verified
+            else "the provider accepted the call",
+        ),
+        (
+            "resolution",
+            None
+            if receipt.resolution is None
+            else f"{receipt.resolution.decision} (by {receipt.resolution.by})",
+        ),
+        ("refusal", receipt.refusal_code),
+        ("request", receipt.cloud_request_id),
+        ("at", f"{at} ({receipt.at})"),
+        ("audit head", f"{receipt.audit_head.seq}:{receipt.audit_head.hash}"),
+        ("detail", receipt.detail),
+    ]
+    for name, value in rows:
+        if value:
+            typer.echo(f"  {name:<11}{value}")

@@ -416,7 +416,8 @@ def up_command(
         "it out and the page shows the outcome with its signed receipt. A delete needs\n"
         "alice and bob. From a terminal: airlock login --url "
         f"{stack.checkpoint_url}, then airlock approvals list.\n"
-        "Ctrl-C stops everything."
+        "Admin commands on this state (users, keys, tokens, doctor) need AIRLOCK_ENV=dev in\n"
+        "this directory. Ctrl-C stops everything."
     )
     while not stop.wait(0.5):
         dead = stack.first_dead()

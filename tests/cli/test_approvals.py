@@ -135,6 +135,15 @@ def test_approve_with_a_malformed_action_hash_is_a_usage_error_sent_nowhere(
     assert served.proposal(record["id"])["votes"] == []
 
 
+def test_confirm_on_a_stop_in_a_script_says_it_is_for_high_risk_actions(served: Served) -> None:
+    record = served.submit(proposal_id="prop_confirm0001", resource_id="i-t4n0confirm1")
+    served.login("alice")
+    result = served.run("approvals", "approve", record["id"], "--confirm", "i-t4n0confirm1")
+    assert result.exit_code == 2
+    assert "pass --yes" in result.stderr and "only for high-risk actions" in result.stderr
+    assert served.proposal(record["id"])["votes"] == []
+
+
 def test_high_risk_approve_without_confirm_in_a_script_refuses_not_hangs(served: Served) -> None:
     record = served.submit(
         proposal_id="prop_delete00001", resource_id=DELETE_TARGET, operation="delete"

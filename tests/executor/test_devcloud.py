@@ -217,6 +217,8 @@ def test_cli_keygen_run_bundle_once_and_receipts_verify(
     receipt_file = tmp_path / "receipts" / f"{first.approval_id}.receipt.json"
     verified = runner.invoke(app, ["receipts", "verify", str(receipt_file), "--keys", str(keys)])
     assert verified.exit_code == 0 and "OK: succeeded" in verified.output, verified.output
+    assert "  effect     the provider accepted the call" in verified.output
+    assert " UTC (" in verified.output and "refusal" not in verified.output  # none, not "None"
     # The same bundle again is a replay: exit 1, still one write.
     again = runner.invoke(app, ["executor", "run-bundle", str(bundle_file)])
     assert again.exit_code == 1 and "E_REPLAY" in again.output

@@ -387,7 +387,12 @@ def test_cli_export_writes_json_lines_to_a_file(engine: Engine, db_url: str, tmp
     result = CliRunner().invoke(app, ["audit", "export", "--db", db_url, "--out", str(out)])
     assert result.exit_code == 0, result.output
     with engine.connect() as conn:
-        assert out.read_text().splitlines() == list(export(conn))
+        lines = list(export(conn))
+    assert out.read_text().splitlines() == lines
+    # It says what it wrote (it printed nothing before), on stderr: stdout stays empty.
+    head = json.loads(lines[-1])
+    assert result.stdout == ""
+    assert f"wrote 3 rows to {out} (head seq 2 row_hash {head['row_hash']})" in result.stderr
 
 
 # -- an exported file verifies with no database ---------------------------------------------
