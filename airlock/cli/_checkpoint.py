@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import secrets
 import sys
+import time
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
@@ -114,15 +116,7 @@ def users_add_command(
     """Add a person. The password is prompted for, read from stdin, or generated."""
     from services.checkpoint.errors import Refusal
 
-    if password_stdin:
-        password = sys.stdin.readline().rstrip("\n")
-    elif generate:
-        password = secrets.token_urlsafe(18)
-    elif sys.stdin.isatty():
-        password = typer.prompt("password", hide_input=True, confirmation_prompt=True)
-    else:
-        typer.echo("users add: give --password-stdin or --generate (no terminal)", err=True)
-        raise typer.Exit(2)
+    password = _new_password("users add", password_stdin, generate)
     try:
         _accounts().add_user(username, password, role)
     except Refusal as exc:
@@ -144,11 +138,67 @@ def users_disable_command(username: str) -> None:
     typer.echo(f"disabled {username}")
 
 
+@users_app.command("unlock")
+def users_unlock_command(
+    username: Annotated[str, typer.Argument(help="The person whose lockout to end.")],
+) -> None:
+    """End a login lockout now (audited); it also ends by itself after the lockout time."""
+    from services.checkpoint.errors import Refusal
+
+    try:
+        _accounts().unlock_user(username)
+    except Refusal as exc:
+        raise _refused(exc) from None
+    typer.echo(f"unlocked {username}")
+
+
+@users_app.command("set-password")
+def users_set_password_command(
+    username: Annotated[str, typer.Argument(help="The person whose password to replace.")],
+    password_stdin: Annotated[
+        bool, typer.Option("--password-stdin", help="Read the password from standard input.")
+    ] = False,
+    generate: Annotated[
+        bool, typer.Option("--generate", help="Generate a password and print it once.")
+    ] = False,
+) -> None:
+    """Replace a person's password (audited): their sessions end and a lockout is cleared.
+
+    Example: airlock users set-password alice --generate
+    """
+    from services.checkpoint.errors import Refusal
+
+    password = _new_password("users set-password", password_stdin, generate)
+    try:
+        _accounts().set_password(username, password)
+    except Refusal as exc:
+        raise _refused(exc) from None
+    typer.echo(f"set the password of {username}; their sessions are ended")
+    if generate:
+        typer.echo(f"password: {password}")
+
+
+def _new_password(command: str, password_stdin: bool, generate: bool) -> str:
+    """The password from stdin, generated, or prompted for twice; never waits without a tty."""
+    if password_stdin:
+        return sys.stdin.readline().rstrip("\n")
+    if generate:
+        return secrets.token_urlsafe(18)
+    if sys.stdin.isatty():
+        return str(typer.prompt("password", hide_input=True, confirmation_prompt=True))
+    typer.echo(f"{command}: give --password-stdin or --generate (no terminal)", err=True)
+    raise typer.Exit(2)
+
+
 @users_app.command("list")
 def users_list_command() -> None:
     """List people, their roles and whether they are disabled."""
+    now = int(time.time())
     for user in _accounts().list_users():
         flags = " disabled" if user["disabled"] else ""
+        if user["locked_until"] is not None and user["locked_until"] > now:
+            until = datetime.fromtimestamp(user["locked_until"], UTC).strftime("%H:%M:%S UTC")
+            flags += f" locked until {until} (users unlock)"
         typer.echo(f"{user['username']:24} {user['role']:9}{flags}")
 
 

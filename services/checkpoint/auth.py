@@ -139,6 +139,43 @@ class Accounts:
             )
             _audit(conn, now, {"type": "checkpoint.user.disabled", "user": username})
 
+    def unlock_user(self, username: str) -> None:
+        """End a lockout now and clear the failed-login count (an admin's call, audited)."""
+        now = self._now()
+        with self._engine.begin() as conn:
+            done = conn.execute(
+                users.update()
+                .where(users.c.username == username)
+                .values(failed_logins=0, locked_until=None)
+            ).rowcount
+            if not done:
+                raise Refusal(ErrorCode.E_NOT_FOUND, f"no user {username}", 404)
+            _audit(conn, now, {"type": "checkpoint.user.unlocked", "user": username})
+
+    def set_password(self, username: str, password: str) -> None:
+        """Replace a person's password (an admin's call, audited): their sessions end and
+        any lockout is cleared. A disabled account stays disabled."""
+        if len(password) < _MIN_PASSWORD:
+            raise Refusal(
+                ErrorCode.E_INVALID, f"password must have at least {_MIN_PASSWORD} characters", 422
+            )
+        encoded = self._hasher.hash(password)  # slow by design: outside the transaction
+        now = self._now()
+        with self._engine.begin() as conn:
+            done = conn.execute(
+                users.update()
+                .where(users.c.username == username)
+                .values(password_hash=encoded, failed_logins=0, locked_until=None)
+            ).rowcount
+            if not done:
+                raise Refusal(ErrorCode.E_NOT_FOUND, f"no user {username}", 404)
+            conn.execute(
+                sessions.update()
+                .where(sessions.c.username == username, sessions.c.revoked_at.is_(None))
+                .values(revoked_at=now)
+            )
+            _audit(conn, now, {"type": "checkpoint.user.password_set", "user": username})
+
     def list_users(self) -> list[dict[str, Any]]:
         with self._engine.connect() as conn:
             rows = conn.execute(

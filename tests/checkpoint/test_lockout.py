@@ -156,3 +156,31 @@ def test_every_failed_login_is_logged_even_where_it_is_not_audited(
     assert messages[1:] == ["failed login: wrong password for 'alice'"] * THRESHOLD + [
         "failed login: 'alice' is locked"
     ]
+
+
+def test_an_admin_unlocks_an_account_or_sets_its_password(world: World) -> None:
+    """There was no way back from a lockout but waiting, nor any password reset."""
+    for _ in range(THRESHOLD):
+        assert _login(world, "wrong").status_code == 401
+    assert _login(world, PASSWORD).status_code == 423
+    before = _sessions_of(world, "alice")
+    world.accounts.unlock_user("alice")
+    assert _login(world, PASSWORD).status_code == 201
+    assert _sessions_of(world, "alice") == before + 1
+
+    world.accounts.set_password("alice", "a new and long enough password")
+    with world.checkpoint.engine.connect() as conn:
+        live = conn.execute(
+            sessions.select().where(sessions.c.username == "alice", sessions.c.revoked_at.is_(None))
+        ).all()
+    assert live == []  # her sessions ended with the old password
+    assert _login(world, PASSWORD).status_code == 401
+    assert _login(world, "a new and long enough password").status_code == 201
+    kinds = [e["type"] for e in audit_events(world, "checkpoint.user.unlocked")] + [
+        e["type"] for e in audit_events(world, "checkpoint.user.password_set")
+    ]
+    assert kinds == ["checkpoint.user.unlocked", "checkpoint.user.password_set"]
+    with pytest.raises(Refusal):
+        world.accounts.unlock_user("nobody")
+    with pytest.raises(Refusal):
+        world.accounts.set_password("alice", "short")

@@ -167,6 +167,14 @@ def test_cli_keys_users_and_tokens(tmp_path: Path) -> None:
     assert token.exit_code == 0 and token.stdout.startswith("alt_")
     users = _airlock(tmp_path, "users", "list").stdout
     assert "dora" in users and "approver" in users
+    assert _airlock(tmp_path, "users", "unlock", "dora").exit_code == 0
+    reset = _airlock(
+        tmp_path, "users", "set-password", "dora", "--password-stdin", stdin="another long one!\n"
+    )
+    assert reset.exit_code == 0, reset.output
+    assert "another long one!" not in reset.output
+    assert _airlock(tmp_path, "users", "unlock", "ghost").exit_code == 1
+    assert _airlock(tmp_path, "users", "set-password", "dora").exit_code == 2  # no tty: no wait
     assert _airlock(tmp_path, "users", "disable", "dora").exit_code == 0
     assert "disabled" in _airlock(tmp_path, "users", "list").stdout
 
