@@ -276,7 +276,12 @@ class Accounts:
             self._verify(self._dummy, password)
             # Not in the audit chain (anyone can send these, and the chain would grow
             # with them), but an operator must be able to see password spraying.
-            _log.warning("failed login: no such user %r", username[:64])
+            # A name that cannot be a user may be a password typed in the wrong field:
+            # log only its length then, never the text.
+            if _USERNAME.fullmatch(username):
+                _log.warning("failed login: no such user %r", username)
+            else:
+                _log.warning("failed login: a malformed user name (%d characters)", len(username))
             raise Refusal(ErrorCode.E_UNAUTHENTICATED, "wrong username or password", 401)
         if not claimed:
             _log.warning("failed login: %r is locked", username[:64])

@@ -118,10 +118,12 @@ def precondition_problem(action: ProposedAction, live: LiveState | None) -> str 
                 "the provider reports no last start time: cannot establish that it "
                 "stayed stopped since it was observed"
             )
-        if started > want.observed_at:
+        # ECS gives StartTime to the minute: a start in the observation's own minute may
+        # have come after it, so that minute counts as after (found in review).
+        if started[:16] >= want.observed_at[:16]:
             return (
-                f"started at {started}, after the state this approval rests on was "
-                f"observed ({want.observed_at})"
+                f"started at {started}, not before the minute the state this approval rests "
+                f"on was observed ({want.observed_at})"
             )
     return None
 

@@ -201,8 +201,8 @@ def test_timeout_of_a_delete_is_reissued_with_the_same_client_token(env: Env) ->
 @pytest.mark.parametrize(
     ("started_at", "deleted"),
     [
-        ("2025-11-29T05:59:00Z", True),  # last start before the agent saw it stopped
-        ("2025-11-29T06:00:00Z", True),  # the same instant: not after
+        ("2025-11-29T05:59:00Z", True),  # last start in the minute before the observation
+        ("2025-11-29T06:00:00Z", False),  # the same minute (ECS's precision): maybe after
         ("2025-11-29T06:01:00Z", False),  # started (and stopped again) since
         ("", False),  # the provider does not say: cannot establish it stayed stopped
         ("2025-11-29T06:01Z", False),  # not the adapter's form: unknown, so refused
