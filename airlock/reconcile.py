@@ -21,13 +21,11 @@ Each chain alone proves that its own rows were not edited, removed or reordered
   genesis (an approver renamed, every hash recomputed) or cut shows here, up to the
   last head the executor recorded.
 
-Each chain is checked against the other only as far as the other's export reaches: a
-head recorded after the other chain was exported names a row past its end, and is
-reported as ``…_BEYOND`` like a cut. Export the checkpoint's chain first and the
-executor's last: every receipt head is then checked, and every checkpoint head the
-executor recorded before the checkpoint's export; a head it recorded in between (an
-approval issued or revoked while exporting) is reported, and a second checkpoint export
-taken after the executor's checks it (a cut stays beyond the end of any later export).
+On a live system the chains grow while they are read, and no single read order covers
+both directions, so the checkpoint's chain is read before and after the executor's:
+receipts are checked up to the earlier read, everything else against the later one
+(``reports_until`` of :func:`reconcile`). A head or a receipt that still falls past the
+end of the other read is then a cut, not a race.
 
 The inputs are the JSON lines of ``airlock audit export`` (or the databases themselves),
 so anyone holding copies of both chains can run it. Pure reading: nothing is written.
@@ -123,6 +121,7 @@ class ReconcileReport:
     lapsed: int = 0
     reported: int = 0
     anchored: int = 0  # reports whose receipt head was checked against the executor chain
+    reports_later: int = 0  # reports after the earlier checkpoint read: not checked here
     consumed: int = 0
     writes: int = 0  # approvals committed to a cloud write (``executing``)
     outcomes: dict[str, int] = field(default_factory=dict)
@@ -147,6 +146,7 @@ class ReconcileReport:
                 "lapsed": self.lapsed,
                 "reported": self.reported,
                 "anchored": self.anchored,
+                "reported_later": self.reports_later,
             },
             "executor": {
                 "rows": self.executor_rows,
@@ -306,19 +306,50 @@ def _chain_findings(label: str, chain: str, report: ChainReport, name: str | Non
     return []
 
 
-def reconcile(checkpoint_lines: Iterable[str], executor_lines: Iterable[str]) -> ReconcileReport:
-    """Verify both exports and cross-check them; see the module docstring for the rules."""
+def reconcile(
+    checkpoint_lines: Iterable[str],
+    executor_lines: Iterable[str],
+    *,
+    reports_until: tuple[int, str] | None = None,
+) -> ReconcileReport:
+    """Verify both exports and cross-check them; see the module docstring for the rules.
+
+    On a live system the two reads race, whichever comes first: a checkpoint read before
+    the executor's misses approvals issued meanwhile (and the executor may consume them),
+    one read after it holds receipts for executor rows the executor's read lacks. So the
+    checkpoint's chain is read twice, before and after the executor's, and passed as the
+    later read, with ``reports_until`` the ``(seq, row_hash)`` of the earlier read's
+    head: receipts are then checked only up to that row (each names an executor row
+    committed before it), issues and checkpoint heads against the whole later read. The
+    earlier head must be a row of the later read, or the chain changed in between. None
+    checks every receipt (a system at rest).
+    """
     ex = _Executor()
     report = ReconcileReport()
     # The executor's chain first: the checkpoint rows its heads name are then the only
     # row hashes of the checkpoint's chain that need keeping.
     ex_report, ex_name = _scan(executor_lines, ex.take)
-    cp = _Checkpoint(wanted=frozenset(_head_seqs(ex)))
+    wanted = set(_head_seqs(ex))
+    if reports_until is not None:
+        wanted.add(reports_until[0])
+    cp = _Checkpoint(wanted=frozenset(wanted))
     cp_report, cp_name = _scan(checkpoint_lines, cp.take)
     report.checkpoint_rows = cp_report.rows
     report.executor_rows = ex_report.rows
     report.findings += _chain_findings("checkpoint", CHECKPOINT_CHAIN, cp_report, cp_name)
     report.findings += _chain_findings("executor", EXECUTOR_CHAIN, ex_report, ex_name)
+    if not report.findings and reports_until is not None:
+        seq, digest = reports_until
+        if cp.row_hashes.get(seq) != digest:
+            report.findings.append(
+                Finding(
+                    ReconcileCode.R_CHAIN,
+                    None,
+                    f"the earlier read of the checkpoint's chain ends at row {seq} "
+                    f"({digest}), which the later read does not hold: the chain changed "
+                    "between the two reads",
+                )
+            )
     if report.findings:
         return report  # nothing read from a chain that does not verify can be relied on
 
@@ -380,6 +411,9 @@ def reconcile(checkpoint_lines: Iterable[str], executor_lines: Iterable[str]) ->
 
     # What the checkpoint recorded from receipts, against the executor chain.
     for rep in cp.reports:
+        if reports_until is not None and rep.seq > reports_until[0]:
+            report.reports_later += 1  # recorded after the executor's chain was read
+            continue
         if rep.head is None:
             # Recorded before reports carried the receipt's head: match by approval id.
             done = ex.outcomes.get(rep.approval_id)

@@ -202,6 +202,32 @@ def _lines_from(stack: ExitStack, label: str, db: str | None, file: Path | None)
     return export(conn)
 
 
+def _head_of(db: str) -> tuple[int, str] | None:
+    """The chain's head row as this moment's snapshot shows it (None: an empty chain)."""
+    from airlock.store import AuditLog, make_engine, read_transaction
+
+    engine = make_engine(db, create=False)
+    try:
+        with read_transaction(engine) as conn:
+            head = AuditLog.head(conn)
+    finally:
+        engine.dispose()
+    return head.seq, head.row_hash
+
+
+def _last_row(path: Path) -> tuple[int, str] | None:
+    """The ``(seq, row_hash)`` of an export file's last line (its head when it was taken)."""
+    last = ""
+    with path.open(encoding="utf-8", errors="surrogateescape", newline="\n") as handle:
+        for line in handle:
+            last = line
+    try:
+        record = json.loads(last)
+        return int(record["seq"]), str(record["row_hash"])
+    except (ValueError, KeyError, TypeError):
+        raise _fail(f"--checkpoint-before {path}: not an audit export") from None
+
+
 class _BrokenChain(Exception):
     def __init__(self, label: str, report: ChainReport) -> None:
         super().__init__(f"the {label} chain does not verify: first bad row {report.fault}")
@@ -211,6 +237,7 @@ class _BrokenChain(Exception):
 
 @audit_app.command("reconcile")
 def reconcile_command(
+    *,
     checkpoint_db: Annotated[
         str | None, typer.Option("--checkpoint-db", help="The checkpoint's database URL.")
     ] = None,
@@ -224,6 +251,13 @@ def reconcile_command(
     executor_file: Annotated[
         Path | None,
         typer.Option("--executor-file", help="The executor chain's `audit export`."),
+    ] = None,
+    checkpoint_before: Annotated[
+        Path | None,
+        typer.Option(
+            "--checkpoint-before",
+            help="With --checkpoint-file: the checkpoint's export taken before the executor's.",
+        ),
     ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the report as JSON (for scripts).")
@@ -243,13 +277,15 @@ def reconcile_command(
 
     So a checkpoint chain rewritten or cut is found too (R_CHECKPOINT_HEAD_*).
 
-    Export the checkpoint's chain first and the executor's last, so every receipt is covered.
+    On a live system read the checkpoint's chain before and after the executor's.
 
-    A checkpoint head recorded between the two exports shows as R_CHECKPOINT_HEAD_BEYOND.
+    With --checkpoint-db and --executor-db it does so itself.
 
-    A checkpoint export taken after the executor's checks it: a cut stays beyond its end.
+    With files: export the checkpoint's chain, the executor's, then the checkpoint's again.
 
-    Example: airlock audit reconcile --checkpoint-file cp.jsonl --executor-file ex.jsonl
+    Pass the later checkpoint export as --checkpoint-file, the earlier as --checkpoint-before.
+
+    Example: airlock audit reconcile --checkpoint-db URL --executor-db URL
 
     Exit codes: 0 consistent; 1 findings; 2 an input could not be read.
     """
@@ -267,11 +303,27 @@ def reconcile_command(
     )
     from airlock.store import Error as StoreError
 
+    for label, db, file in (
+        ("checkpoint", checkpoint_db, checkpoint_file),
+        ("executor", executor_db, executor_file),
+    ):
+        if (db is None) == (file is None):
+            raise _fail(f"give exactly one of --{label}-db URL or --{label}-file EXPORT")
+    if checkpoint_before is not None and checkpoint_file is None:
+        raise _fail("--checkpoint-before goes with --checkpoint-file")
     try:
         with ExitStack() as stack:
-            cp = _lines_from(stack, "checkpoint", checkpoint_db, checkpoint_file)
+            # The checkpoint's head before the executor's read, then the executor's chain,
+            # then the checkpoint's: receipts are checked up to the first, everything else
+            # against the last (see airlock.reconcile.reconcile).
+            before: tuple[int, str] | None = None
+            if checkpoint_before is not None:
+                before = _last_row(checkpoint_before)
+            elif checkpoint_db is not None:
+                before = _head_of(checkpoint_db)
             ex = _lines_from(stack, "executor", executor_db, executor_file)
-            report = reconcile(cp, ex)
+            cp = _lines_from(stack, "checkpoint", checkpoint_db, checkpoint_file)
+            report = reconcile(cp, ex, reports_until=before)
     except _BrokenChain as exc:
         report = ReconcileReport(findings=[Finding(ReconcileCode.R_CHAIN, None, str(exc))])
     except (StoreError, SQLAlchemyError, OSError, UnicodeError) as exc:
@@ -292,6 +344,11 @@ def reconcile_command(
         f"issued, {cp_side['revoked']} revoked, {cp_side['lapsed']} lapsed; "
         f"{_n(cp_side['reported'], 'outcome')} recorded, {cp_side['anchored']} checked "
         "against the executor chain by their receipt's head"
+        + (
+            f" ({cp_side['reported_later']} recorded after the executor's chain was read)"
+            if cp_side["reported_later"]
+            else ""
+        )
     )
     outcomes = (
         ", ".join(f"{n} {printable(state)}" for state, n in ex_side["outcomes"].items()) or "none"

@@ -167,6 +167,76 @@ def test_the_executor_records_the_checkpoint_head_of_a_page_with_items_once(
     assert verify_chain(executor.engine).ok
 
 
+def _head_row(lines: list[str]) -> tuple[int, str]:
+    record = json.loads(lines[-1])
+    return record["seq"], record["row_hash"]
+
+
+def test_a_live_system_reconciles_when_the_checkpoint_is_read_before_and_after(
+    world: World, ledger_url: str, tmp_path: Path
+) -> None:
+    """Seen in review: on a live system either read order gave a finding with no fault.
+    Read first, the checkpoint's export lacks the approvals issued and the heads recorded
+    later; read last, it holds receipts for executor rows written after the executor's
+    export. Reading it before and after the executor's, with receipts checked only up to
+    the earlier read, is clean; the two single reads are not."""
+    cloud = InMemoryCloud()
+    executor = _executor(world, ledger_url, cloud)
+    source = _feed_source(world, executor)
+
+    def approve_and_execute(n: int, *, report: bool = True) -> None:
+        rid = f"i-live0000000{n}"
+        cloud.add("ecs.instance", rid, "Running")
+        proposal = world.submit(proposal_id=f"prop_live0000000{n}", resource_id=rid).json()
+        world.approve("alice", proposal["id"], proposal["action_hash"])
+        [delivery] = source.receive(wait_s=0)  # records the page's checkpoint head
+        outcome = executor.execute(delivery.raw, revoked=source.revoked())
+        source.ack(delivery)
+        assert outcome.receipt is not None
+        _report(world, outcome.receipt)
+
+    approve_and_execute(1)  # reported before the first read: its receipt is checked
+    before = _lines(world.url)  # the checkpoint, read first
+    world.submit(proposal_id="prop_live00000009", resource_id="i-live00000009")  # life goes on
+    approve_and_execute(2)  # its page's head is past `before`
+    executor_read = _lines(ledger_url)  # the executor's chain
+    approve_and_execute(3)  # its receipt names a row past `executor_read`
+    after = _lines(world.url)  # the checkpoint, read again
+
+    both = reconcile(after, executor_read, reports_until=_head_row(before))
+    assert both.ok, both.findings
+    assert (both.reported, both.anchored, both.reports_later) == (3, 1, 2)
+    assert both.checkpoint_heads == 2
+    # Read first alone, it lacks approval 2's issue and its page's head.
+    assert [f.code for f in reconcile(before, executor_read).findings] == [
+        ReconcileCode.R_UNISSUED,
+        ReconcileCode.R_CHECKPOINT_HEAD_BEYOND,
+    ]
+    assert [f.code for f in reconcile(after, executor_read).findings] == [
+        ReconcileCode.R_HEAD_BEYOND
+    ]
+    # The earlier read must be a prefix of the later one.
+    forged = reconcile(after, executor_read, reports_until=(_head_row(before)[0], "0" * 64))
+    assert [f.code for f in forged.findings] == [ReconcileCode.R_CHAIN]
+
+    # The command takes the earlier export as --checkpoint-before.
+    files = {}
+    for name, lines in (("before", before), ("after", after), ("executor", executor_read)):
+        files[name] = tmp_path / f"{name}.jsonl"
+        files[name].write_text("".join(line + "\n" for line in lines))
+    result = airlock(
+        "audit", "reconcile", "--checkpoint-file", str(files["after"]),
+        "--checkpoint-before", str(files["before"]), "--executor-file", str(files["executor"]),
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "(2 recorded after the executor's chain was read)" in result.output
+    # With the databases it reads the checkpoint before and after by itself.
+    live = airlock(
+        "audit", "reconcile", "--checkpoint-db", world.url, "--executor-db", ledger_url
+    )  # fmt: skip
+    assert live.exit_code == 0, live.output
+
+
 def test_an_approval_minted_with_the_real_key_but_never_issued_is_found(
     world: World, ledger_url: str
 ) -> None:
