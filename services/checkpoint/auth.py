@@ -67,6 +67,15 @@ class Principal:
     session: str | None = None
 
 
+def _end_sessions(conn: Connection, username: str, now: int) -> None:
+    """Revoke every live session of ``username`` in the caller's transaction."""
+    conn.execute(
+        sessions.update()
+        .where(sessions.c.username == username, sessions.c.revoked_at.is_(None))
+        .values(revoked_at=now)
+    )
+
+
 class Accounts:
     """Users, sessions and service tokens in the checkpoint database."""
 
@@ -132,11 +141,7 @@ class Accounts:
             ).rowcount
             if not done:
                 raise Refusal(ErrorCode.E_NOT_FOUND, f"no user {username}", 404)
-            conn.execute(
-                sessions.update()
-                .where(sessions.c.username == username, sessions.c.revoked_at.is_(None))
-                .values(revoked_at=now)
-            )
+            _end_sessions(conn, username, now)
             _audit(conn, now, {"type": "checkpoint.user.disabled", "user": username})
 
     def unlock_user(self, username: str) -> None:
@@ -169,11 +174,7 @@ class Accounts:
             ).rowcount
             if not done:
                 raise Refusal(ErrorCode.E_NOT_FOUND, f"no user {username}", 404)
-            conn.execute(
-                sessions.update()
-                .where(sessions.c.username == username, sessions.c.revoked_at.is_(None))
-                .values(revoked_at=now)
-            )
+            _end_sessions(conn, username, now)
             _audit(conn, now, {"type": "checkpoint.user.password_set", "user": username})
 
     def list_users(self) -> list[dict[str, Any]]:
