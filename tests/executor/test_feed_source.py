@@ -262,7 +262,17 @@ def test_two_executors_recording_overlapping_revocation_pages_do_not_deadlock(
     def run(name: str, source: CheckpointFeedSource) -> None:
         try:
             if name == "B":
-                b_started.set()
+                # A goes on only once B has read its cursor: read after A's commit, it
+                # would make B's page look out of order and cut it (a CI flake on SQLite,
+                # where nothing else holds A back).
+                read_cursor_of_b = source.cursor
+
+                def cursor() -> int:
+                    value = read_cursor_of_b()
+                    b_started.set()
+                    return value
+
+                source.cursor = cursor  # type: ignore[method-assign]
             assert source.receive(wait_s=0) == ()
         except BaseException as exc:
             errors[name] = exc
