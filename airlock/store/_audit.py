@@ -295,6 +295,10 @@ _HEAD = (
     .limit(1)
 )
 _INSERT = _audit.insert()
+_PG_LOCK = sa.select(sa.func.pg_advisory_xact_lock(_APPEND_LOCK_KEY))
+#: ``Connection.info`` key: the transaction in which this connection last took the
+#: PostgreSQL append lock (an advisory lock is held until that transaction ends).
+_LOCKED_IN = "airlock.audit.locked_in"
 
 
 def _head(conn: Connection) -> AuditEntry:
@@ -357,7 +361,16 @@ class AuditLog:
         if not connection.in_transaction():
             raise AuditError("the audit chain lock needs an open transaction (engine.begin())")
         if is_postgresql(connection):
-            connection.execute(sa.select(sa.func.pg_advisory_xact_lock(_APPEND_LOCK_KEY)))
+            # Taken once per transaction: held until the transaction ends, so asking again
+            # (an append after an explicit lock) would only cost a round trip. A new
+            # transaction is a new object, so ``is`` cannot match a finished one. Taken
+            # inside a savepoint, it is not remembered: rolling the savepoint back may
+            # release it, while one taken outside outlives any savepoint.
+            transaction = connection.get_transaction()
+            if transaction is None or connection.info.get(_LOCKED_IN) is not transaction:
+                connection.execute(_PG_LOCK)
+                if not connection.in_nested_transaction():
+                    connection.info[_LOCKED_IN] = transaction
         elif is_sqlite(connection):
             require_immediate(connection)
         else:

@@ -248,10 +248,21 @@ def insert_refusal(conn: Connection, values: Mapping[str, Any]) -> None:
     conn.execute(sa.insert(refusals).values(**values))
 
 
+@functools.cache
+def _queue_statement(dialect: str) -> sa.Insert:
+    # Built once per dialect, values as parameters (see _consume_statement).
+    if dialect == "postgresql":
+        return postgresql.insert(outbox).on_conflict_do_nothing()
+    if dialect == "sqlite":
+        return sqlite.insert(outbox).on_conflict_do_nothing()
+    raise RuntimeError(f"unsupported dialect {dialect!r}")
+
+
 def queue_receipt(conn: Connection, *, kind: str, approval_id: str, now: int) -> None:
     """Queue a receipt for the outbox, in the transaction that commits the receipt."""
     conn.execute(
-        _insert_ignore(conn, outbox).values(kind=kind, approval_id=approval_id, queued_at=now)
+        _queue_statement(conn.dialect.name),
+        {"kind": kind, "approval_id": approval_id, "queued_at": now},
     )
 
 

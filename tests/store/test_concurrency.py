@@ -146,3 +146,55 @@ def test_writer_killed_holding_the_chain_lock_neither_wedges_nor_forks_it(
     report = verify_chain(engine)
     assert report.ok
     assert report.head_seq == 1
+
+
+def _chain_lock_held(conn: sa.Connection) -> bool:
+    """Does this connection's backend hold the audit chain's advisory lock now?"""
+    return bool(
+        conn.execute(
+            sa.text(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                "AND pid = pg_backend_pid() AND granted"
+            )
+        ).scalar_one()
+    )
+
+
+def test_postgresql_chain_lock_is_taken_once_per_transaction_and_again_in_the_next(
+    pg_url: str,
+) -> None:
+    """The lock is remembered for the transaction that took it, never beyond it: each new
+    transaction takes it again, and one taken inside a rolled-back savepoint is taken
+    again by the next append (the concurrent-appender test races 8 processes on this)."""
+    engine = make_engine(pg_url)
+    upgrade(engine, MIGRATIONS)
+    taken: list[str] = []
+
+    @sa.event.listens_for(engine, "before_cursor_execute")
+    def _count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if "pg_advisory_xact_lock" in statement:
+            taken.append(statement)
+
+    try:
+        for _ in range(2):
+            with engine.begin() as conn:
+                AuditLog.lock(conn)
+                AuditLog.append(conn, {"type": "test.once"}, at=NOW)
+                AuditLog.append(conn, {"type": "test.twice"}, at=NOW)
+                assert _chain_lock_held(conn)
+        assert len(taken) == 2  # once per transaction, not once per call
+
+        taken.clear()
+        with engine.begin() as conn:
+            savepoint = conn.begin_nested()
+            AuditLog.lock(conn)
+            savepoint.rollback()
+            AuditLog.append(conn, {"type": "test.after_savepoint"}, at=NOW)
+            assert _chain_lock_held(conn)
+        assert len(taken) == 2  # the savepoint's lock is not trusted after its rollback
+
+        with engine.connect() as conn:
+            assert not _chain_lock_held(conn)  # released with the transaction
+        assert verify_chain(engine).ok
+    finally:
+        engine.dispose()
