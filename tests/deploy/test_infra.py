@@ -29,13 +29,13 @@ EXECUTOR_READS = READ_ACTIONS - {"cms:DescribeMetricList"}
 
 
 def test_the_adapter_actions_were_found() -> None:
-    assert READ_ACTIONS == {
+    assert {
         "ecs:DescribeInstances",
         "rds:DescribeDBInstances",
         "rds:ListTagResources",
         "cms:DescribeMetricList",
-    }
-    assert WRITES == {"ecs:StopInstance", "ecs:DeleteInstances", "rds:StopDBInstance"}
+    } == READ_ACTIONS
+    assert {"ecs:StopInstance", "ecs:DeleteInstances", "rds:StopDBInstance"} == WRITES
 
 
 def _policy(name: str) -> dict[str, Any]:
