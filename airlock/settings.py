@@ -414,6 +414,13 @@ class ExecutorSettings(CloudSettings):
     retry_max: int = Field(default=30, gt=0)
     #: A file the daemon touches on every turn of its loop (``airlock executor health``).
     heartbeat_path: Path | None = None
+    #: A live tag on one of these keys whose value starts with ``prod_value_prefix``
+    #: (case-insensitive) stops the write (E_PRECONDITION): the agent never proposes a
+    #: production resource, so such a tag was added after the approval's observation.
+    #: Keep equal to the agent's ``AIRLOCK_AGENT_PROD_TAG_KEYS``; ``[]`` turns it off.
+    prod_tag_keys: tuple[str, ...] = ("env", "environment")
+    #: Value prefix of ``prod_tag_keys`` that marks production (case-insensitive).
+    prod_value_prefix: str = "prod"
 
     @model_validator(mode="after")
     def _executor_checks(self) -> ExecutorSettings:

@@ -50,6 +50,7 @@ def _settings() -> ExecutorSettings:
 def _build(settings: ExecutorSettings) -> Executor:
     from airlock.cloud.alibaba import AlibabaConfig, AlibabaReader
     from airlock.cloud.alibaba.writer import AlibabaWriter
+    from airlock.cloud.tags import ProductionTags
     from airlock.protocol import Binding
     from airlock.store import Error as StoreError
     from airlock.store import make_engine
@@ -104,6 +105,7 @@ def _build(settings: ExecutorSettings) -> Executor:
         lease_seconds=settings.lease_seconds,
         failpoints=failpoints,
         sink=sink,
+        production_tags=ProductionTags(settings.prod_tag_keys, settings.prod_value_prefix),
     )
 
 

@@ -147,3 +147,23 @@ def _protect_tag_case(rig: Rig, t: Target) -> Observation:
         "Running",
         lambda iid: rig.devcloud.admin.set_instance(iid, add_tags=[("Airlock:Protect", "true")]),
     )
+
+
+@attack(
+    "precondition_drift_production_tag_added",
+    surface="feed",
+    expect="E_PRECONDITION",
+    does="A stop is proposed; someone tags the instance Environment=Production-EU out of band "
+    "before it is approved (the signed precondition names no production tags; the agent "
+    "would never have proposed it).",
+)
+def _production_tag(rig: Rig, t: Target) -> Observation:
+    return _drift(
+        rig,
+        t,
+        stop_action(t),
+        "Running",
+        lambda iid: rig.devcloud.admin.set_instance(
+            iid, add_tags=[("Environment", "Production-EU")]
+        ),
+    )

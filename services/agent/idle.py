@@ -23,6 +23,8 @@ from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Final, Literal
 
+from airlock.cloud.tags import ProductionTags
+
 __all__ = [
     "DAY",
     "IdlePolicy",
@@ -265,16 +267,14 @@ class IdlePolicy:
     def protection(self, tags: Mapping[str, str]) -> str | None:
         """Why the tags protect the resource, or None. Case-insensitive."""
         protect = {p.casefold() for p in self.protect_tags}
-        prod_keys = {k.casefold() for k in self.prod_tag_keys}
-        prefix = self.prod_value_prefix.casefold()
         for key, value in tags.items():
-            k, v = key.casefold(), value.casefold()
-            if k in protect:
+            if key.casefold() in protect:
                 return f"protected: tag key {key}"
-            if v in protect:
+            if value.casefold() in protect:
                 return f"protected: tag {key}={value}"
-            if k in prod_keys and v.startswith(prefix):
-                return f"production: tag {key}={value}"
+        production = ProductionTags(self.prod_tag_keys, self.prod_value_prefix).match(tags)
+        if production is not None:
+            return f"production: tag {production[0]}={production[1]}"
         return None
 
     def age_verdict(self, created_at: str, now: int) -> Verdict | None:

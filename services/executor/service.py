@@ -43,6 +43,7 @@ from airlock.cloud.ports import (
     LiveState,
     WriteResult,
 )
+from airlock.cloud.tags import ProductionTags
 from airlock.protocol import (
     Binding,
     Envelope,
@@ -89,8 +90,15 @@ def client_token(approval_id: str) -> str:
     return "airlock-" + digest.hexdigest()[:48]
 
 
-def precondition_problem(action: ProposedAction, live: LiveState | None) -> str | None:
-    """(14) Why live state no longer matches the signed precondition, or None if it does."""
+def precondition_problem(
+    action: ProposedAction, live: LiveState | None, production: ProductionTags | None = None
+) -> str | None:
+    """(14) Why live state no longer matches the signed precondition, or None if it does.
+
+    With ``production``, a production tag now on the resource also stops the write: the
+    agent never proposes a production resource, so one there now was added after the
+    state the approval rests on was observed. It only ever refuses more.
+    """
     if live is None:
         return f"{action.resource.type} {action.resource.id} no longer exists"
     if (live.resource_type, live.resource_id) != (action.resource.type, action.resource.id):
@@ -108,6 +116,9 @@ def precondition_problem(action: ProposedAction, live: LiveState | None) -> str 
     )
     if present:
         return f"protected tag(s) now present: {', '.join(present)}"
+    marked = None if production is None else production.match(live.tags)
+    if marked is not None:
+        return f"production tag now present: {marked[0]}={marked[1]}"
     if action.operation == "delete":
         # Stopped now is not "stayed stopped" (DESIGN §2.7): an instance someone started
         # after the agent observed it stopped, and stopped again, may be in use. Deletes
@@ -174,13 +185,17 @@ def _no_longer_valid(
 
 
 def _reissue_blocked(
-    work: Work, live: LiveState | None, now: int, revoked: Container[str]
+    work: Work,
+    live: LiveState | None,
+    now: int,
+    revoked: Container[str],
+    production: ProductionTags | None,
 ) -> str | None:
     """Why an ECS delete may not be re-issued now, or None if it may."""
     late = _no_longer_valid(work, now, revoked)
     if late is not None:
         return late[1]
-    return precondition_problem(work.action, live)
+    return precondition_problem(work.action, live, production)
 
 
 def _at(now: int) -> datetime:
@@ -216,6 +231,7 @@ class Executor:
         lease_seconds: int = DEFAULT_LEASE_SECONDS,
         failpoints: Failpoints | None = None,
         sink: OutcomeSink | None = None,
+        production_tags: ProductionTags | None = ProductionTags(),  # noqa: B008 - frozen
     ) -> None:
         if lease_seconds <= 0:
             raise ValueError("lease_seconds must be positive")
@@ -231,6 +247,7 @@ class Executor:
         self.lease_seconds = lease_seconds
         self._fp = failpoints or Failpoints.inert()
         self._sink = sink
+        self._production = production_tags
 
     @property
     def engine(self) -> Engine:
@@ -399,7 +416,7 @@ class Executor:
             # No write attempted: leave the row claimed; recovery re-checks after the lease.
             _log.warning("live state of %s unreadable: %s", action.resource.id, exc)
             return Outcome(work.approval_id, State.CLAIMED, detail=_clip(f"re-read failed: {exc}"))
-        problem = precondition_problem(action, live)
+        problem = precondition_problem(action, live, self._production)
         if problem is not None:
             return self._finish(
                 work,
@@ -503,7 +520,7 @@ class Executor:
                 detail=_clip(f"effect verified in live state ({reason})"),
             )
         if may_reissue and action.operation == "delete":
-            blocked = _reissue_blocked(work, live, self.clock(), revoked)
+            blocked = _reissue_blocked(work, live, self.clock(), revoked, self._production)
             if blocked is not None:
                 return self._finish(
                     work,

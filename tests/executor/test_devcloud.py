@@ -255,3 +255,20 @@ def test_cli_keygen_run_bundle_once_and_receipts_verify(
     assert missing.exit_code == 2, missing.output
     assert "AIRLOCK_EXECUTOR_RECEIPTS_DIR" in missing.output and "mkdir" in missing.output
     assert _writes(devcloud, third.resource_id) == 0
+    monkeypatch.setenv("AIRLOCK_EXECUTOR_RECEIPTS_DIR", str(tmp_path / "receipts"))
+
+    # A production tag added at the provider after the approval stops the write (the
+    # default keys and prefix); AIRLOCK_EXECUTOR_PROD_TAG_KEYS=[] turns that off.
+    devcloud.admin.set_instance(third.resource_id, add_tags=[("Environment", "Production-EU")])
+    production = runner.invoke(app, ["executor", "run-bundle", str(tmp_path / "third.json")])
+    assert production.exit_code == 1, production.output
+    assert "E_PRECONDITION" in production.output
+    assert "production tag now present: Environment=Production-EU" in production.output
+    assert _writes(devcloud, third.resource_id) == 0
+    fourth = make_test_bundle(4, tag=tag, issued_at=now)
+    devcloud.admin.create_instance(fourth.resource_id, status="Running", tags=[("env", "prod")])
+    (tmp_path / "fourth.json").write_bytes(fourth.raw)
+    monkeypatch.setenv("AIRLOCK_EXECUTOR_PROD_TAG_KEYS", "[]")
+    off = runner.invoke(app, ["executor", "run-bundle", str(tmp_path / "fourth.json")])
+    assert off.exit_code == 0 and f"{fourth.approval_id} succeeded" in off.output, off.output
+    assert _writes(devcloud, fourth.resource_id) == 1

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import sqlalchemy as sa
 
-from airlock.protocol import RefusalCode, canonical_bytes
+from airlock.cloud.ports import LiveState
+from airlock.cloud.tags import ProductionTags
+from airlock.protocol import ProposedAction, RefusalCode, b64decode_strict, canonical_bytes
 from airlock.store import verify_chain
 from services.executor import State, client_token, verify_receipt
 from services.executor.models import ledger, refusals
+from services.executor.service import precondition_problem
 
 from .conftest import Env
 from .support import T0, TTL, make_test_bundle, receipt_keyset
@@ -102,6 +107,8 @@ def test_same_nonce_under_another_approval_id_is_a_replay(env: Env) -> None:
         "protect_tag_added",
         "protect_tag_in_another_case",
         "protect_tag_as_a_value",
+        "production_tag_added",
+        "production_tag_in_another_case",
         "resource_gone",
     ],
 )
@@ -116,6 +123,10 @@ def test_precondition_drift_is_refused_with_zero_writes(env: Env, drift: str) ->
         env.cloud.tag("ecs.instance", b.resource_id, "Airlock:Protect", "true")
     elif drift == "protect_tag_as_a_value":
         env.cloud.tag("ecs.instance", b.resource_id, "owner-note", "AIRLOCK:PROTECT")
+    elif drift == "production_tag_added":
+        env.cloud.tag("ecs.instance", b.resource_id, "env", "prod")
+    elif drift == "production_tag_in_another_case":
+        env.cloud.tag("ecs.instance", b.resource_id, "Environment", "Production-EU")
     else:
         del env.cloud.instances[("ecs.instance", b.resource_id)]
     outcome = env.executor.execute(b.raw)
@@ -253,3 +264,28 @@ def test_unreadable_live_state_leaves_the_row_claimed_for_recovery(env: Env) -> 
     env.clock.advance(env.executor.lease_seconds)
     (recovered,) = env.another_worker("worker-b").recover()
     assert recovered.state is State.SUCCEEDED and env.cloud.writes_for(b.resource_id) == 1
+
+
+@pytest.mark.parametrize(
+    ("production", "tags", "refused"),
+    [
+        (ProductionTags(), {"env": "staging", "team": "prod-infra"}, False),
+        (ProductionTags(), {"ENV": "PROD"}, True),
+        (ProductionTags(("stage",), "live"), {"env": "prod"}, False),
+        (ProductionTags(("stage",), "live"), {"Stage": "Live-1"}, True),
+        (ProductionTags(()), {"env": "prod"}, False),
+        (None, {"env": "prod"}, False),
+    ],
+)
+def test_production_tags_are_read_as_configured(
+    production: ProductionTags | None, tags: dict[str, str], refused: bool
+) -> None:
+    """Only a configured key with a value starting with the prefix, in any case; no keys
+    (``AIRLOCK_EXECUTOR_PROD_TAG_KEYS=[]``) or no policy turns the check off."""
+    b = make_test_bundle(41)
+    action = ProposedAction.from_json_bytes(b64decode_strict(json.loads(b.raw)["action"]))
+    live = LiveState("ecs.instance", b.resource_id, "ap-southeast-1", "Running", tags=tags)
+    problem = precondition_problem(action, live, production)
+    assert (problem is not None) is refused
+    if refused:
+        assert problem is not None and problem.startswith("production tag now present: ")
