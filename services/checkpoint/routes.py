@@ -23,6 +23,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from airlock.asgi import BodyLimit
 from airlock.protocol import ACTION_MAX_BYTES
 
 from .auth import Accounts, Principal
@@ -51,6 +52,9 @@ _PROPOSAL_ID: Final = r"^prop_[A-Za-z0-9_-]{8,80}$"
 _SHORT_ID: Final = r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$"
 #: Room for non-canonical whitespace around a 16 KiB action; refused before parsing.
 _SUBMIT_MAX_BYTES: Final = 4 * ACTION_MAX_BYTES
+#: Every request body, read before the caller is authenticated. The largest one sent in
+#: earnest is an outcome whose receipt payload is at its 64 KiB cap: ~88 KiB in base64.
+_BODY_MAX_BYTES: Final = 128 * 1024
 _MAX_SAFE: Final = 2**53 - 1
 
 router = APIRouter()
@@ -426,8 +430,12 @@ def _error(status: int, code: str, message: str) -> JSONResponse:
 
 
 def install(app: FastAPI) -> None:
-    """Mount the routes and the error mapping on ``app``."""
+    """Mount the routes, the body cap and the error mapping on ``app``."""
     app.include_router(router)
+    # Refused as 413 E_INVALID through ``_http`` below, before a caller is known (FastAPI
+    # parses a body before it authenticates): counted, not audited, like any refusal of
+    # an unauthenticated request.
+    app.add_middleware(BodyLimit, max_bytes=_BODY_MAX_BYTES)
 
     @app.exception_handler(Refusal)
     async def _refusal(request: Request, exc: Refusal) -> JSONResponse:
