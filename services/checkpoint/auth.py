@@ -15,6 +15,7 @@ import hashlib
 import logging
 import re
 import secrets
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -37,6 +38,10 @@ __all__ = ["Accounts", "Principal", "hash_token", "password_hasher"]
 
 _USERNAME: Final = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 _MIN_PASSWORD: Final = 12
+#: Password checks running at once. Each argon2 verify holds 64 MiB and anyone can ask
+#: for one (a login for a user who does not exist verifies too): unbounded, 40 parallel
+#: logins held ~2.4 GB. The rest wait their turn; people sign in a few times a day.
+_CONCURRENT_VERIFIES: Final = 2
 
 Role = Literal["viewer", "approver", "admin", "agent", "executor"]
 
@@ -95,6 +100,7 @@ class Accounts:
         self._threshold = lockout_threshold
         self._lockout = lockout_seconds
         self._hasher = hasher or password_hasher()
+        self._verifying = threading.BoundedSemaphore(_CONCURRENT_VERIFIES)
         # Verified against when the user does not exist, so timing does not tell.
         self._dummy = self._hasher.hash(secrets.token_hex(16))
 
@@ -339,10 +345,11 @@ class Accounts:
         return bool(locked)
 
     def _verify(self, encoded: str, password: str) -> bool:
-        try:
-            return self._hasher.verify(encoded, password)
-        except (VerifyMismatchError, VerificationError, InvalidHashError):
-            return False
+        with self._verifying:
+            try:
+                return self._hasher.verify(encoded, password)
+            except (VerifyMismatchError, VerificationError, InvalidHashError):
+                return False
 
     def logout(self, principal: Principal) -> None:
         if principal.session is None:

@@ -6,6 +6,7 @@ having changed nothing. The approval rules have their own tests (test_api_rules.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from tests.support.asgi import stream_body
@@ -64,3 +65,49 @@ def test_an_oversized_proposal_is_refused_and_records_nothing(sqlite_world: Worl
     assert status == 413 and read <= CAP + 16 * 1024
     listed = world.client.get("/v1/proposals", headers=world.auth("viewer")).json()
     assert listed["items"] == []
+
+
+def test_parallel_sign_ins_never_hash_more_than_two_passwords_at_once(
+    sqlite_world: World,
+) -> None:
+    # Each argon2 verify holds 64 MiB (production parameters) and a login for a user who
+    # does not exist verifies too, so unbounded parallel logins from anyone held memory
+    # without bound (40 at once: ~2.4 GB). The hasher here counts who is inside it; a
+    # third verify running beside two others would complete the barrier.
+    world = sqlite_world
+    real = world.accounts._hasher
+    meet = threading.Barrier(3, timeout=3.0)
+    lock = threading.Lock()
+    inside = [0, 0]  # now, most at once
+
+    class WatchedHasher:
+        def verify(self, encoded: str, password: str) -> bool:
+            with lock:
+                inside[0] += 1
+                inside[1] = max(inside[1], inside[0])
+            try:
+                meet.wait()
+            except threading.BrokenBarrierError:
+                pass  # only two got in: the barrier times out, as it should
+            finally:
+                with lock:
+                    inside[0] -= 1
+            return real.verify(encoded, password)
+
+    world.accounts._hasher = WatchedHasher()  # type: ignore[assignment]
+    statuses: list[int] = []
+
+    def sign_in(username: str, password: str) -> None:
+        body = {"username": username, "password": password}
+        statuses.append(world.client.post("/v1/sessions", json=body).status_code)
+
+    threads = [
+        threading.Thread(target=sign_in, args=(f"nobody-{i}", "wrong password")) for i in range(7)
+    ]
+    threads.append(threading.Thread(target=sign_in, args=("alice", PASSWORD)))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert inside[1] <= 2
+    assert sorted(statuses) == [201] + [401] * 7  # every sign-in was still answered
