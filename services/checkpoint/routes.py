@@ -27,7 +27,7 @@ from airlock.asgi import BodyLimit
 from airlock.protocol import ACTION_MAX_BYTES
 
 from .auth import Accounts, Principal
-from .errors import ConfigError, ErrorCode, Refusal
+from .errors import ConfigError, ErrorCode, Refusal, no_signing_key
 from .schemas import (
     ApproveIn,
     AuditOut,
@@ -176,7 +176,7 @@ def readyz(request: Request) -> dict[str, str]:
             conn.execute(sa.text("SELECT 1"))
         service.keys.signer()
     except ConfigError as exc:
-        raise Refusal(ErrorCode.E_NO_SIGNING_KEY, str(exc), 503) from None
+        raise no_signing_key(exc) from None
     except sa.exc.SQLAlchemyError:
         raise Refusal(ErrorCode.E_INVALID, "database unreachable", 503) from None
     return {"status": "ready"}
@@ -412,7 +412,7 @@ def keys(request: Request) -> JSONResponse:
     try:
         value = _service(request).keys.public_keyset().to_value()
     except ConfigError as exc:
-        raise Refusal(ErrorCode.E_NO_SIGNING_KEY, str(exc), 503) from None
+        raise no_signing_key(exc) from None
     return JSONResponse(value)
 
 

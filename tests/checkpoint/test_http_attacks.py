@@ -9,9 +9,12 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import pytest
+
+from services.checkpoint.keys import KeyDirectory
 from tests.support.asgi import stream_body
 
-from .harness import PASSWORD, World
+from .harness import PASSWORD, World, audit_events
 
 CAP = 128 * 1024  # services/checkpoint/routes.py: _BODY_MAX_BYTES
 
@@ -111,3 +114,29 @@ def test_parallel_sign_ins_never_hash_more_than_two_passwords_at_once(
         t.join(60)
     assert inside[1] <= 2
     assert sorted(statuses) == [201] + [401] * 7  # every sign-in was still answered
+
+
+def test_an_unusable_signing_key_does_not_tell_callers_where_the_keys_live(
+    sqlite_world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    # /readyz and /v1/keys answer anyone; the reason a key is unusable names files and
+    # OS errors of this host. It belongs in the operator's log, not in the answer.
+    world = sqlite_world
+    p = world.submit().json()
+    keys = KeyDirectory(world.keys_dir)
+    keys.revoke(keys.records()[0].kid)  # `airlock keys revoke`: nothing left to sign with
+    secret = str(world.keys_dir)
+
+    ready = world.client.get("/readyz")
+    approve = world.approve("alice", p["id"], p["action_hash"])
+    keys.manifest_path.rename(world.keys_dir / "moved-away.json")
+    public = world.client.get("/v1/keys")
+    for response in (ready, approve, public):
+        assert _error(response) == (503, "E_NO_SIGNING_KEY")
+        assert secret not in response.text and "keyset.json" not in response.text
+    assert secret in caplog.text  # the operator still learns why
+
+    after = world.client.get(f"/v1/proposals/{p['id']}", headers=world.auth("viewer")).json()
+    assert after["state"] == "pending" and after["votes"] == []  # the refused vote left nothing
+    refused = audit_events(world, "checkpoint.refused")
+    assert [(e["code"], e["by"]) for e in refused] == [("E_NO_SIGNING_KEY", "alice")]
