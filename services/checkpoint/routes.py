@@ -429,32 +429,39 @@ def _error(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
 
 
+async def _audit_refused(request: Request, code: ErrorCode) -> None:
+    """Count a refusal, and audit it when the caller was authenticated before it."""
+    request.app.state.metrics.refusals.labels(code.value).inc()
+    principal: Principal | None = getattr(request.state, "principal", None)
+    if principal is None:
+        # Unauthenticated requests are only counted: auditing them would let anyone
+        # write to the chain.
+        return
+    # Every refusal of an authenticated caller leaves an audit record, written in its
+    # own transaction after the refused one rolled back (no other effect). That includes
+    # a request refused as malformed after the caller was known (FastAPI authenticates
+    # before it validates parameters and the parsed body).
+    route = request.scope.get("route")
+    await run_in_threadpool(
+        _service(request).audit_refusal,
+        principal,
+        code.value,
+        request.method,
+        getattr(route, "path", "?"),
+        request.path_params.get("proposal_id"),
+    )
+
+
 def install(app: FastAPI) -> None:
     """Mount the routes, the body cap and the error mapping on ``app``."""
     app.include_router(router)
-    # Refused as 413 E_INVALID through ``_http`` below, before a caller is known (FastAPI
-    # parses a body before it authenticates): counted, not audited, like any refusal of
-    # an unauthenticated request.
+    # Refused as 413 E_INVALID through ``_http`` below; mostly before a caller is known,
+    # as FastAPI reads a body before it authenticates (submit reads its own after).
     app.add_middleware(BodyLimit, max_bytes=_BODY_MAX_BYTES)
 
     @app.exception_handler(Refusal)
     async def _refusal(request: Request, exc: Refusal) -> JSONResponse:
-        request.app.state.metrics.refusals.labels(exc.code.value).inc()
-        principal: Principal | None = getattr(request.state, "principal", None)
-        if principal is not None:
-            # Every refusal of an authenticated caller leaves an audit record, written in
-            # its own transaction after the refused one rolled back (no other effect).
-            # Unauthenticated requests are only counted: auditing them would let anyone
-            # write to the chain.
-            route = request.scope.get("route")
-            await run_in_threadpool(
-                _service(request).audit_refusal,
-                principal,
-                exc.code.value,
-                request.method,
-                getattr(route, "path", "?"),
-                request.path_params.get("proposal_id"),
-            )
+        await _audit_refused(request, exc.code)
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
         response = _error(exc.status, exc.code.value, exc.message)
         if headers:
@@ -468,7 +475,7 @@ def install(app: FastAPI) -> None:
         where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "request"
         # Only the location and pydantic's message: never echo the submitted value.
         message = f"{where}: {first.get('msg', 'invalid')}"
-        request.app.state.metrics.refusals.labels(ErrorCode.E_INVALID.value).inc()
+        await _audit_refused(request, ErrorCode.E_INVALID)
         return _error(422, ErrorCode.E_INVALID.value, message[:300])
 
     @app.exception_handler(StarletteHTTPException)
@@ -478,6 +485,7 @@ def install(app: FastAPI) -> None:
             401: ErrorCode.E_UNAUTHENTICATED,
             403: ErrorCode.E_FORBIDDEN,
         }.get(exc.status_code, ErrorCode.E_INVALID)
+        await _audit_refused(request, code)
         return _error(exc.status_code, code.value, str(exc.detail)[:300])
 
     @app.middleware("http")

@@ -140,3 +140,40 @@ def test_an_unusable_signing_key_does_not_tell_callers_where_the_keys_live(
     assert after["state"] == "pending" and after["votes"] == []  # the refused vote left nothing
     refused = audit_events(world, "checkpoint.refused")
     assert [(e["code"], e["by"]) for e in refused] == [("E_NO_SIGNING_KEY", "alice")]
+
+
+def test_a_malformed_request_of_a_known_caller_is_audited_like_any_refusal(
+    sqlite_world: World,
+) -> None:
+    # A stale hash is audited under the approver's name; a vote with a 3000-character
+    # note, an unknown field, or a feed read out of bounds was refused just the same, by
+    # someone just as known, and left no record at all.
+    world = sqlite_world
+    p = world.submit().json()
+    attempts = [
+        (world.approve("alice", p["id"], p["action_hash"], note="x" * 3000), "alice"),
+        (world.approve("bob", p["id"], p["action_hash"], force=True), "bob"),
+        (world.client.get("/v1/feed?wait=100000", headers=world.auth("agent")), "scanner-1"),
+    ]
+    for response, _ in attempts:
+        assert _error(response) == (422, "E_INVALID")
+    status, _ = stream_body(
+        world.app,
+        "/v1/proposals",
+        total=1024 * 1024,
+        headers=[(b"authorization", f"Bearer {world.tokens['agent']}".encode())],
+    )
+    assert status == 413
+    refused = [
+        (e["code"], e["by"], e["request"]) for e in audit_events(world, "checkpoint.refused")
+    ]
+    assert refused == [
+        ("E_INVALID", "alice", "POST /v1/proposals/{proposal_id}/approve"),
+        ("E_INVALID", "bob", "POST /v1/proposals/{proposal_id}/approve"),
+        ("E_INVALID", "scanner-1", "GET /v1/feed"),
+        ("E_INVALID", "scanner-1", "POST /v1/proposals"),
+    ]
+    assert not audit_events(world, "checkpoint.vote.approve")  # nothing else was recorded
+    # Anonymous requests are still only counted: anyone could grow the chain with them.
+    world.client.post("/v1/proposals/prop_test0000001/approve", json={"action_hash": 1})
+    assert len(audit_events(world, "checkpoint.refused")) == len(refused)
