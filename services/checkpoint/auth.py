@@ -72,6 +72,20 @@ class Principal:
     session: str | None = None
 
 
+def _name_taken(name: str, by: str) -> Refusal:
+    # People and service tokens share one namespace. Every record names its actor by name
+    # alone (``by`` in the audit chain, a vote, ``revoked_by``, ``submitted_by``): a token
+    # named like a person would act in the record as that person (an agent token "alice"
+    # withdrawing an approved proposal reads as alice revoking it). Checked, not
+    # constrained: both names are given by an administrator's command.
+    return Refusal(
+        ErrorCode.E_CONFLICT,
+        f"{name} is the name of {by}; people and service tokens need distinct names, as "
+        "the audit record names each by name alone",
+        409,
+    )
+
+
 def _end_sessions(conn: Connection, username: str, now: int) -> None:
     """Revoke every live session of ``username`` in the caller's transaction."""
     conn.execute(
@@ -126,6 +140,10 @@ class Accounts:
             ).first()
             if exists:
                 raise Refusal(ErrorCode.E_CONFLICT, f"user {username} exists", 409)
+            if conn.execute(
+                sa.select(service_tokens.c.name).where(service_tokens.c.name == username)
+            ).first():
+                raise _name_taken(username, "a service token")
             conn.execute(
                 users.insert().values(
                     username=username,
@@ -209,6 +227,8 @@ class Accounts:
                 sa.select(service_tokens.c.name).where(service_tokens.c.name == name)
             ).first():
                 raise Refusal(ErrorCode.E_CONFLICT, f"a token named {name} exists", 409)
+            if conn.execute(sa.select(users.c.username).where(users.c.username == name)).first():
+                raise _name_taken(name, "a person")
             conn.execute(
                 service_tokens.insert().values(
                     token_hash=hash_token(token), name=name, role=role, created_at=now

@@ -1,4 +1,5 @@
-"""Attacks on the checkpoint's HTTP surface itself, as real requests against the real app.
+"""Attacks on the checkpoint's HTTP surface and the identities behind it, as real
+requests against the real app.
 
 Each test is named after the attack; each refusal is checked for its stable code and for
 having changed nothing. The approval rules have their own tests (test_api_rules.py).
@@ -11,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from services.checkpoint.errors import ErrorCode, Refusal
 from services.checkpoint.keys import KeyDirectory
 from tests.support.asgi import stream_body
 
@@ -177,3 +179,28 @@ def test_a_malformed_request_of_a_known_caller_is_audited_like_any_refusal(
     # Anonymous requests are still only counted: anyone could grow the chain with them.
     world.client.post("/v1/proposals/prop_test0000001/approve", json={"action_hash": 1})
     assert len(audit_events(world, "checkpoint.refused")) == len(refused)
+
+
+def test_a_service_token_named_like_a_person_is_refused(sqlite_world: World) -> None:
+    # The record names every actor by name alone. An agent token created as "alice" could
+    # submit, then withdraw a proposal bob approved: the approval would read "revoked by
+    # alice" in the audit chain and on the page, and alice never acted.
+    world = sqlite_world
+    tokens = world.accounts.list_service_tokens()
+    people = world.accounts.list_users()
+    events = len(audit_events(world, "checkpoint.token.created")) + len(
+        audit_events(world, "checkpoint.user.added")
+    )
+    for attempt in (
+        lambda: world.accounts.create_service_token("alice", "agent"),
+        lambda: world.accounts.create_service_token("admin", "executor"),
+        lambda: world.accounts.add_user("scanner-1", PASSWORD, "approver"),
+    ):
+        with pytest.raises(Refusal) as refused:
+            attempt()
+        assert refused.value.code is ErrorCode.E_CONFLICT
+    assert world.accounts.list_service_tokens() == tokens
+    assert world.accounts.list_users() == people
+    assert events == len(audit_events(world, "checkpoint.token.created")) + len(
+        audit_events(world, "checkpoint.user.added")
+    )
