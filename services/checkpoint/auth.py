@@ -15,6 +15,7 @@ import hashlib
 import logging
 import re
 import secrets
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -37,6 +38,10 @@ __all__ = ["Accounts", "Principal", "hash_token", "password_hasher"]
 
 _USERNAME: Final = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 _MIN_PASSWORD: Final = 12
+#: Password checks running at once. Each argon2 verify holds 64 MiB and anyone can ask
+#: for one (a login for a user who does not exist verifies too): unbounded, 40 parallel
+#: logins held ~2.4 GB. The rest wait their turn; people sign in a few times a day.
+_CONCURRENT_VERIFIES: Final = 2
 
 Role = Literal["viewer", "approver", "admin", "agent", "executor"]
 
@@ -67,6 +72,20 @@ class Principal:
     session: str | None = None
 
 
+def _name_taken(name: str, by: str) -> Refusal:
+    # People and service tokens share one namespace. Every record names its actor by name
+    # alone (``by`` in the audit chain, a vote, ``revoked_by``, ``submitted_by``): a token
+    # named like a person would act in the record as that person (an agent token "alice"
+    # withdrawing an approved proposal reads as alice revoking it). Checked, not
+    # constrained: both names are given by an administrator's command.
+    return Refusal(
+        ErrorCode.E_CONFLICT,
+        f"{name} is the name of {by}; people and service tokens need distinct names, as "
+        "the audit record names each by name alone",
+        409,
+    )
+
+
 def _end_sessions(conn: Connection, username: str, now: int) -> None:
     """Revoke every live session of ``username`` in the caller's transaction."""
     conn.execute(
@@ -95,6 +114,7 @@ class Accounts:
         self._threshold = lockout_threshold
         self._lockout = lockout_seconds
         self._hasher = hasher or password_hasher()
+        self._verifying = threading.BoundedSemaphore(_CONCURRENT_VERIFIES)
         # Verified against when the user does not exist, so timing does not tell.
         self._dummy = self._hasher.hash(secrets.token_hex(16))
 
@@ -120,6 +140,10 @@ class Accounts:
             ).first()
             if exists:
                 raise Refusal(ErrorCode.E_CONFLICT, f"user {username} exists", 409)
+            if conn.execute(
+                sa.select(service_tokens.c.name).where(service_tokens.c.name == username)
+            ).first():
+                raise _name_taken(username, "a service token")
             conn.execute(
                 users.insert().values(
                     username=username,
@@ -203,6 +227,8 @@ class Accounts:
                 sa.select(service_tokens.c.name).where(service_tokens.c.name == name)
             ).first():
                 raise Refusal(ErrorCode.E_CONFLICT, f"a token named {name} exists", 409)
+            if conn.execute(sa.select(users.c.username).where(users.c.username == name)).first():
+                raise _name_taken(name, "a person")
             conn.execute(
                 service_tokens.insert().values(
                     token_hash=hash_token(token), name=name, role=role, created_at=now
@@ -339,10 +365,11 @@ class Accounts:
         return bool(locked)
 
     def _verify(self, encoded: str, password: str) -> bool:
-        try:
-            return self._hasher.verify(encoded, password)
-        except (VerifyMismatchError, VerificationError, InvalidHashError):
-            return False
+        with self._verifying:
+            try:
+                return self._hasher.verify(encoded, password)
+            except (VerifyMismatchError, VerificationError, InvalidHashError):
+                return False
 
     def logout(self, principal: Principal) -> None:
         if principal.session is None:

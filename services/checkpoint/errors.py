@@ -13,8 +13,11 @@ never rename or reuse one. A refusal's message is for people and never holds a s
 from __future__ import annotations
 
 import enum
+import logging
 
-__all__ = ["CheckpointError", "ConfigError", "ErrorCode", "Refusal"]
+__all__ = ["CheckpointError", "ConfigError", "ErrorCode", "Refusal", "no_signing_key"]
+
+_log = logging.getLogger("airlock.checkpoint")
 
 
 class ErrorCode(enum.StrEnum):
@@ -53,3 +56,14 @@ class Refusal(CheckpointError):
 
 class ConfigError(CheckpointError):
     """The checkpoint must not start: the message says which file or setting and why."""
+
+
+def no_signing_key(exc: ConfigError) -> Refusal:
+    """E_NO_SIGNING_KEY for a key ring that cannot sign. Why it cannot (a path, a file
+    mode, an OS error) goes to the log: /readyz and /v1/keys answer anyone."""
+    _log.error("no usable signing key: %s", exc)
+    return Refusal(
+        ErrorCode.E_NO_SIGNING_KEY,
+        "the checkpoint has no usable signing key; its log says why",
+        503,
+    )

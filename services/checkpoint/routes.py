@@ -23,10 +23,11 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from airlock.asgi import BodyLimit
 from airlock.protocol import ACTION_MAX_BYTES
 
 from .auth import Accounts, Principal
-from .errors import ConfigError, ErrorCode, Refusal
+from .errors import ConfigError, ErrorCode, Refusal, no_signing_key
 from .schemas import (
     ApproveIn,
     AuditOut,
@@ -51,6 +52,9 @@ _PROPOSAL_ID: Final = r"^prop_[A-Za-z0-9_-]{8,80}$"
 _SHORT_ID: Final = r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$"
 #: Room for non-canonical whitespace around a 16 KiB action; refused before parsing.
 _SUBMIT_MAX_BYTES: Final = 4 * ACTION_MAX_BYTES
+#: Every request body, read before the caller is authenticated. The largest one sent in
+#: earnest is an outcome whose receipt payload is at its 64 KiB cap: ~88 KiB in base64.
+_BODY_MAX_BYTES: Final = 128 * 1024
 _MAX_SAFE: Final = 2**53 - 1
 
 router = APIRouter()
@@ -172,7 +176,7 @@ def readyz(request: Request) -> dict[str, str]:
             conn.execute(sa.text("SELECT 1"))
         service.keys.signer()
     except ConfigError as exc:
-        raise Refusal(ErrorCode.E_NO_SIGNING_KEY, str(exc), 503) from None
+        raise no_signing_key(exc) from None
     except sa.exc.SQLAlchemyError:
         raise Refusal(ErrorCode.E_INVALID, "database unreachable", 503) from None
     return {"status": "ready"}
@@ -408,7 +412,7 @@ def keys(request: Request) -> JSONResponse:
     try:
         value = _service(request).keys.public_keyset().to_value()
     except ConfigError as exc:
-        raise Refusal(ErrorCode.E_NO_SIGNING_KEY, str(exc), 503) from None
+        raise no_signing_key(exc) from None
     return JSONResponse(value)
 
 
@@ -425,28 +429,39 @@ def _error(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
 
 
+async def _audit_refused(request: Request, code: ErrorCode) -> None:
+    """Count a refusal, and audit it when the caller was authenticated before it."""
+    request.app.state.metrics.refusals.labels(code.value).inc()
+    principal: Principal | None = getattr(request.state, "principal", None)
+    if principal is None:
+        # Unauthenticated requests are only counted: auditing them would let anyone
+        # write to the chain.
+        return
+    # Every refusal of an authenticated caller leaves an audit record, written in its
+    # own transaction after the refused one rolled back (no other effect). That includes
+    # a request refused as malformed after the caller was known (FastAPI authenticates
+    # before it validates parameters and the parsed body).
+    route = request.scope.get("route")
+    await run_in_threadpool(
+        _service(request).audit_refusal,
+        principal,
+        code.value,
+        request.method,
+        getattr(route, "path", "?"),
+        request.path_params.get("proposal_id"),
+    )
+
+
 def install(app: FastAPI) -> None:
-    """Mount the routes and the error mapping on ``app``."""
+    """Mount the routes, the body cap and the error mapping on ``app``."""
     app.include_router(router)
+    # Refused as 413 E_INVALID through ``_http`` below; mostly before a caller is known,
+    # as FastAPI reads a body before it authenticates (submit reads its own after).
+    app.add_middleware(BodyLimit, max_bytes=_BODY_MAX_BYTES)
 
     @app.exception_handler(Refusal)
     async def _refusal(request: Request, exc: Refusal) -> JSONResponse:
-        request.app.state.metrics.refusals.labels(exc.code.value).inc()
-        principal: Principal | None = getattr(request.state, "principal", None)
-        if principal is not None:
-            # Every refusal of an authenticated caller leaves an audit record, written in
-            # its own transaction after the refused one rolled back (no other effect).
-            # Unauthenticated requests are only counted: auditing them would let anyone
-            # write to the chain.
-            route = request.scope.get("route")
-            await run_in_threadpool(
-                _service(request).audit_refusal,
-                principal,
-                exc.code.value,
-                request.method,
-                getattr(route, "path", "?"),
-                request.path_params.get("proposal_id"),
-            )
+        await _audit_refused(request, exc.code)
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
         response = _error(exc.status, exc.code.value, exc.message)
         if headers:
@@ -460,7 +475,7 @@ def install(app: FastAPI) -> None:
         where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "request"
         # Only the location and pydantic's message: never echo the submitted value.
         message = f"{where}: {first.get('msg', 'invalid')}"
-        request.app.state.metrics.refusals.labels(ErrorCode.E_INVALID.value).inc()
+        await _audit_refused(request, ErrorCode.E_INVALID)
         return _error(422, ErrorCode.E_INVALID.value, message[:300])
 
     @app.exception_handler(StarletteHTTPException)
@@ -470,6 +485,7 @@ def install(app: FastAPI) -> None:
             401: ErrorCode.E_UNAUTHENTICATED,
             403: ErrorCode.E_FORBIDDEN,
         }.get(exc.status_code, ErrorCode.E_INVALID)
+        await _audit_refused(request, code)
         return _error(exc.status_code, code.value, str(exc.detail)[:300])
 
     @app.middleware("http")

@@ -47,7 +47,7 @@ from airlock.store import AuditLog, read_transaction, verify_chain
 
 from ._db import Database
 from .auth import Principal
-from .errors import ConfigError, ErrorCode, Refusal
+from .errors import ConfigError, ErrorCode, Refusal, no_signing_key
 from .keys import KeyRing
 from .models import (
     OPEN_STATES,
@@ -352,7 +352,7 @@ class Checkpoint:
         try:
             signer = self.keys.signer()
         except ConfigError as exc:
-            raise Refusal(ErrorCode.E_NO_SIGNING_KEY, str(exc), 503) from None
+            raise no_signing_key(exc) from None
         approval_id = "apv_" + secrets.token_hex(16)
         statement = ApprovalStatement.model_validate(
             {

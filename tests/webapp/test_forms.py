@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.support.asgi import stream_body
+
 from .conftest import Site
 from .fakes import action_value
 
@@ -118,3 +120,39 @@ def test_other_invalid_requests_are_an_html_page_without_the_input(site: Site) -
     assert response.headers["content-type"].startswith("text/html")
     assert probe not in response.text
     assert "Nothing was changed" in response.text
+
+
+CAP = 64 * 1024  # webapp/app.py: _FORM_MAX_BYTES
+
+
+def test_a_huge_multipart_upload_to_sign_in_is_refused_unread(site: Site) -> None:
+    # Starlette spools multipart file parts to disk with no total bound, and the form is
+    # parsed before its CSRF token is looked at: anyone could fill the disk through here.
+    response = site.client.post(
+        "/login",
+        data={"username": "alice", "password": "x", "csrf_token": site.csrf("/login")},
+        files={"upload": ("a.bin", b"x" * (CAP + 1))},
+    )
+    assert response.status_code == 413
+    assert response.headers["x-frame-options"] == "DENY"
+    assert site.fake.sessions == {} and site.fake.calls == []  # nothing reached the checkpoint
+
+
+def test_an_endless_form_body_is_read_no_further_than_the_cap(site: Site) -> None:
+    chunk = 16 * 1024
+    forms = {
+        b"application/x-www-form-urlencoded": b"username=",
+        b"multipart/form-data; boundary=b": b'--b\r\nContent-Disposition: form-data; name="f"; '
+        b'filename="a"\r\n\r\n',
+    }
+    for content_type, prefix in forms.items():
+        status, read = stream_body(
+            site.client.app,
+            "/login",
+            total=8 * 1024 * 1024,
+            chunk=chunk,
+            headers=[(b"content-type", content_type)],
+            prefix=prefix,
+        )
+        assert status == 413, content_type
+        assert read <= CAP + chunk, (content_type, read)

@@ -1,0 +1,206 @@
+"""Attacks on the checkpoint's HTTP surface and the identities behind it, as real
+requests against the real app.
+
+Each test is named after the attack; each refusal is checked for its stable code and for
+having changed nothing. The approval rules have their own tests (test_api_rules.py).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from services.checkpoint.errors import ErrorCode, Refusal
+from services.checkpoint.keys import KeyDirectory
+from tests.support.asgi import stream_body
+
+from .harness import PASSWORD, World, audit_events
+
+CAP = 128 * 1024  # services/checkpoint/routes.py: _BODY_MAX_BYTES
+
+
+def _error(response: Any) -> tuple[int, str]:
+    return response.status_code, str(response.json()["error"]["code"])
+
+
+def test_an_oversized_login_body_is_refused_before_it_is_read(sqlite_world: World) -> None:
+    world = sqlite_world
+    body = b'{"username": "alice", "password": "' + b"x" * CAP + b'"}'
+    response = world.client.post(
+        "/v1/sessions", content=body, headers={"Content-Type": "application/json"}
+    )
+    assert _error(response) == (413, "E_INVALID")
+    # A body under the cap is still read and judged as before.
+    response = world.client.post(
+        "/v1/sessions", json={"username": "alice", "password": "x" * (CAP // 2)}
+    )
+    assert _error(response) == (422, "E_INVALID")
+    ok = world.client.post("/v1/sessions", json={"username": "alice", "password": PASSWORD})
+    assert ok.status_code == 201
+
+
+def test_an_endless_unauthenticated_body_is_read_no_further_than_the_cap(
+    sqlite_world: World,
+) -> None:
+    # No Content-Length: the cap must hold on the bytes actually received. Without it the
+    # app reads all of them (here 8 MiB; an attacker sends more) before refusing anything.
+    chunk = 16 * 1024
+    for path in ("/v1/sessions", "/v1/outcomes", "/v1/proposals/prop_test0000001/approve"):
+        status, read = stream_body(
+            sqlite_world.app,
+            path,
+            total=8 * 1024 * 1024,
+            chunk=chunk,
+            headers=[(b"content-type", b"application/json")],
+        )
+        assert status == 413, path
+        assert read <= CAP + chunk, (path, read)
+
+
+def test_an_oversized_proposal_is_refused_and_records_nothing(sqlite_world: World) -> None:
+    world = sqlite_world
+    status, read = stream_body(
+        world.app,
+        "/v1/proposals",
+        total=4 * 1024 * 1024,
+        headers=[(b"authorization", f"Bearer {world.tokens['agent']}".encode())],
+    )
+    assert status == 413 and read <= CAP + 16 * 1024
+    listed = world.client.get("/v1/proposals", headers=world.auth("viewer")).json()
+    assert listed["items"] == []
+
+
+def test_parallel_sign_ins_never_hash_more_than_two_passwords_at_once(
+    sqlite_world: World,
+) -> None:
+    # Each argon2 verify holds 64 MiB (production parameters) and a login for a user who
+    # does not exist verifies too, so unbounded parallel logins from anyone held memory
+    # without bound (40 at once: ~2.4 GB). The hasher here counts who is inside it; a
+    # third verify running beside two others would complete the barrier.
+    world = sqlite_world
+    real = world.accounts._hasher
+    meet = threading.Barrier(3, timeout=3.0)
+    lock = threading.Lock()
+    inside = [0, 0]  # now, most at once
+
+    class WatchedHasher:
+        def verify(self, encoded: str, password: str) -> bool:
+            with lock:
+                inside[0] += 1
+                inside[1] = max(inside[1], inside[0])
+            try:
+                meet.wait()
+            except threading.BrokenBarrierError:
+                pass  # only two got in: the barrier times out, as it should
+            finally:
+                with lock:
+                    inside[0] -= 1
+            return real.verify(encoded, password)
+
+    world.accounts._hasher = WatchedHasher()  # type: ignore[assignment]
+    statuses: list[int] = []
+
+    def sign_in(username: str, password: str) -> None:
+        body = {"username": username, "password": password}
+        statuses.append(world.client.post("/v1/sessions", json=body).status_code)
+
+    threads = [
+        threading.Thread(target=sign_in, args=(f"nobody-{i}", "wrong password")) for i in range(7)
+    ]
+    threads.append(threading.Thread(target=sign_in, args=("alice", PASSWORD)))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert inside[1] <= 2
+    assert sorted(statuses) == [201] + [401] * 7  # every sign-in was still answered
+
+
+def test_an_unusable_signing_key_does_not_tell_callers_where_the_keys_live(
+    sqlite_world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    # /readyz and /v1/keys answer anyone; the reason a key is unusable names files and
+    # OS errors of this host. It belongs in the operator's log, not in the answer.
+    world = sqlite_world
+    p = world.submit().json()
+    keys = KeyDirectory(world.keys_dir)
+    keys.revoke(keys.records()[0].kid)  # `airlock keys revoke`: nothing left to sign with
+    secret = str(world.keys_dir)
+
+    ready = world.client.get("/readyz")
+    approve = world.approve("alice", p["id"], p["action_hash"])
+    keys.manifest_path.rename(world.keys_dir / "moved-away.json")
+    public = world.client.get("/v1/keys")
+    for response in (ready, approve, public):
+        assert _error(response) == (503, "E_NO_SIGNING_KEY")
+        assert secret not in response.text and "keyset.json" not in response.text
+    assert secret in caplog.text  # the operator still learns why
+
+    after = world.client.get(f"/v1/proposals/{p['id']}", headers=world.auth("viewer")).json()
+    assert after["state"] == "pending" and after["votes"] == []  # the refused vote left nothing
+    refused = audit_events(world, "checkpoint.refused")
+    assert [(e["code"], e["by"]) for e in refused] == [("E_NO_SIGNING_KEY", "alice")]
+
+
+def test_a_malformed_request_of_a_known_caller_is_audited_like_any_refusal(
+    sqlite_world: World,
+) -> None:
+    # A stale hash is audited under the approver's name; a vote with a 3000-character
+    # note, an unknown field, or a feed read out of bounds was refused just the same, by
+    # someone just as known, and left no record at all.
+    world = sqlite_world
+    p = world.submit().json()
+    attempts = [
+        (world.approve("alice", p["id"], p["action_hash"], note="x" * 3000), "alice"),
+        (world.approve("bob", p["id"], p["action_hash"], force=True), "bob"),
+        (world.client.get("/v1/feed?wait=100000", headers=world.auth("agent")), "scanner-1"),
+    ]
+    for response, _ in attempts:
+        assert _error(response) == (422, "E_INVALID")
+    status, _ = stream_body(
+        world.app,
+        "/v1/proposals",
+        total=1024 * 1024,
+        headers=[(b"authorization", f"Bearer {world.tokens['agent']}".encode())],
+    )
+    assert status == 413
+    refused = [
+        (e["code"], e["by"], e["request"]) for e in audit_events(world, "checkpoint.refused")
+    ]
+    assert refused == [
+        ("E_INVALID", "alice", "POST /v1/proposals/{proposal_id}/approve"),
+        ("E_INVALID", "bob", "POST /v1/proposals/{proposal_id}/approve"),
+        ("E_INVALID", "scanner-1", "GET /v1/feed"),
+        ("E_INVALID", "scanner-1", "POST /v1/proposals"),
+    ]
+    assert not audit_events(world, "checkpoint.vote.approve")  # nothing else was recorded
+    # Anonymous requests are still only counted: anyone could grow the chain with them.
+    world.client.post("/v1/proposals/prop_test0000001/approve", json={"action_hash": 1})
+    assert len(audit_events(world, "checkpoint.refused")) == len(refused)
+
+
+def test_a_service_token_named_like_a_person_is_refused(sqlite_world: World) -> None:
+    # The record names every actor by name alone. An agent token created as "alice" could
+    # submit, then withdraw a proposal bob approved: the approval would read "revoked by
+    # alice" in the audit chain and on the page, and alice never acted.
+    world = sqlite_world
+    tokens = world.accounts.list_service_tokens()
+    people = world.accounts.list_users()
+    events = len(audit_events(world, "checkpoint.token.created")) + len(
+        audit_events(world, "checkpoint.user.added")
+    )
+    for attempt in (
+        lambda: world.accounts.create_service_token("alice", "agent"),
+        lambda: world.accounts.create_service_token("admin", "executor"),
+        lambda: world.accounts.add_user("scanner-1", PASSWORD, "approver"),
+    ):
+        with pytest.raises(Refusal) as refused:
+            attempt()
+        assert refused.value.code is ErrorCode.E_CONFLICT
+    assert world.accounts.list_service_tokens() == tokens
+    assert world.accounts.list_users() == people
+    assert events == len(audit_events(world, "checkpoint.token.created")) + len(
+        audit_events(world, "checkpoint.user.added")
+    )
