@@ -229,7 +229,9 @@ def create_app(
             response = await call_next(request)
         except Exception:
             # Caught here, inside this middleware, so even this answer carries the headers.
-            _log.exception("unhandled error on %s %s", request.method, request.url.path)
+            # %r: the path is decoded, and a control character in it (ESC) must not reach
+            # a log reader's terminal raw.
+            _log.exception("unhandled error on %s %r", request.method, request.url.path)
             response = PlainTextResponse("Internal error: nothing was changed.", 500)
         if fresh:
             jar.set_csrf_key(response, request.state.csrf_key)

@@ -144,6 +144,10 @@ def bare_app(lifespan: Any = None) -> FastAPI:
         version=API_VERSION,
         description="Proposals, human approvals and the signed-approval feed (DESIGN §2.6).",
         lifespan=lifespan,
+        # No Swagger UI or ReDoc: they load scripts from a CDN into the checkpoint's
+        # origin. The API is /openapi.json (and services/checkpoint/openapi.json).
+        docs_url=None,
+        redoc_url=None,
     )
     install(app)
     app.openapi = lambda: openapi_schema(app)  # type: ignore[method-assign]

@@ -204,3 +204,11 @@ def test_a_service_token_named_like_a_person_is_refused(sqlite_world: World) -> 
     assert events == len(audit_events(world, "checkpoint.token.created")) + len(
         audit_events(world, "checkpoint.user.added")
     )
+
+
+def test_no_api_docs_page_loads_third_party_scripts(sqlite_world: World) -> None:
+    """Swagger UI and ReDoc pull their scripts from a CDN into the checkpoint's origin;
+    neither is served. The machine-readable API stays at /openapi.json."""
+    for path in ("/docs", "/redoc", "/docs/oauth2-redirect"):
+        assert sqlite_world.client.get(path).status_code == 404, path
+    assert sqlite_world.client.get("/openapi.json").json()["info"]["title"] == "Airlock checkpoint"

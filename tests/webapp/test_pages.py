@@ -7,8 +7,10 @@ for each refusal the checkpoint returns.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -428,6 +430,46 @@ def test_an_unexpected_error_still_carries_the_security_headers(
     assert response.text == "Internal error: nothing was changed."
     assert response.headers["x-frame-options"] == "DENY"
     assert "content-security-policy" in response.headers
+    # The path arrives decoded (uvicorn turns %1b into ESC; Starlette drops only tab, CR
+    # and LF) and is logged quoted, so no terminal escape reaches a log reader raw. The
+    # request goes to the app as uvicorn would hand it over (the test client re-encodes).
+    caplog.clear()
+    cookie = "; ".join(f"{k}={v}" for k, v in site.client.cookies.items())
+    with caplog.at_level("ERROR", logger="airlock.webapp"):
+        status = _raw_get(site.client.app, "/proposals/x\x1b[2J\x1b[31mforged", cookie)
+    assert status == 500
+    [record] = caplog.records
+    assert "\x1b" not in record.getMessage()
+    assert "'/proposals/x\\x1b[2J\\x1b[31mforged'" in record.getMessage()
+
+
+def _raw_get(app: Any, path: str, cookie: str) -> int:
+    """One GET straight into the ASGI app with ``path`` as the server decoded it."""
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"testserver"), (b"cookie", cookie.encode())],
+        "client": ("127.0.0.1", 50000),
+        "server": ("testserver", 80),
+    }
+    status: list[int] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            status.append(message["status"])
+
+    asyncio.run(app(scope, receive, send))
+    return status[0]
 
 
 def test_an_unreachable_checkpoint_is_a_plain_502_page(site: Site) -> None:
