@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from ._help import Typer
+
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
@@ -27,13 +29,15 @@ if TYPE_CHECKING:
 
 __all__ = ["audit_app"]
 
-audit_app = typer.Typer(
+audit_app = Typer(
     name="audit",
     help="Verify, export or cross-check the services' hash-chained audit logs.",
     no_args_is_help=True,
 )
 
-_DB = typer.Option("--db", help="Database URL: sqlite:///PATH or postgresql://USER@HOST/DB.")
+_DB = typer.Option(
+    "--db", metavar="URL", help="Database URL: sqlite:///PATH or postgresql://USER@HOST/DB."
+)
 # Only worth drawing for chains that take a noticeable time to re-hash.
 _PROGRESS_MIN_ROWS = 50_000
 
@@ -56,12 +60,17 @@ def _parse_head(value: str | None) -> tuple[int, str] | None:
 def verify_command(
     db: Annotated[
         str | None,
-        typer.Option("--db", help="Database URL: sqlite:///PATH or postgresql://USER@HOST/DB."),
+        typer.Option(
+            "--db",
+            metavar="URL",
+            help="Database URL: sqlite:///PATH or postgresql://USER@HOST/DB.",
+        ),
     ] = None,
     file: Annotated[
         Path | None,
         typer.Option(
             "--file",
+            metavar="FILE",
             help="A file written by `airlock audit export`, instead of --db "
             "(a line over 1 MiB + 1 KiB is a bad row, not read further).",
         ),
@@ -70,6 +79,7 @@ def verify_command(
         str | None,
         typer.Option(
             "--expect-head",
+            metavar="SEQ:ROW_HASH",
             help="SEQ:ROW_HASH recorded elsewhere (a receipt): detects truncation/rewrite.",
         ),
     ] = None,
@@ -147,7 +157,8 @@ def _verify(engine: Engine, head: tuple[int, str] | None) -> ChainReport:
 def export_command(
     db: Annotated[str, _DB],
     out: Annotated[
-        Path | None, typer.Option("--out", help="Write JSON lines here (default: stdout).")
+        Path | None,
+        typer.Option("--out", metavar="FILE", help="Write JSON lines here (default: stdout)."),
     ] = None,
 ) -> None:
     """Write the chain as JSON lines, genesis first, events verbatim."""
@@ -253,23 +264,30 @@ class _BrokenChain(Exception):
 def reconcile_command(
     *,
     checkpoint_db: Annotated[
-        str | None, typer.Option("--checkpoint-db", help="The checkpoint's database URL.")
+        str | None,
+        typer.Option("--checkpoint-db", metavar="URL", help="The checkpoint's database URL."),
     ] = None,
     checkpoint_file: Annotated[
         Path | None,
-        typer.Option("--checkpoint-file", help="The checkpoint chain's `audit export`."),
+        typer.Option(
+            "--checkpoint-file", metavar="FILE", help="The checkpoint chain's `audit export`."
+        ),
     ] = None,
     executor_db: Annotated[
-        str | None, typer.Option("--executor-db", help="The executor's ledger database URL.")
+        str | None,
+        typer.Option("--executor-db", metavar="URL", help="The executor's ledger database URL."),
     ] = None,
     executor_file: Annotated[
         Path | None,
-        typer.Option("--executor-file", help="The executor chain's `audit export`."),
+        typer.Option(
+            "--executor-file", metavar="FILE", help="The executor chain's `audit export`."
+        ),
     ] = None,
     checkpoint_before: Annotated[
         Path | None,
         typer.Option(
             "--checkpoint-before",
+            metavar="FILE",
             help="With --checkpoint-file: the checkpoint's export taken before the executor's.",
         ),
     ] = None,

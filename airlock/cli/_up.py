@@ -397,11 +397,17 @@ def up_command(
             "Not AIRLOCK_HOME, which is the session directory of `airlock login`.",
         ),
     ] = None,
-    webapp_port: Annotated[int, typer.Option(help="Web app port.")] = 3000,
-    checkpoint_port: Annotated[int, typer.Option(help="Checkpoint API port.")] = 8787,
-    devcloud_port: Annotated[int, typer.Option(help="devcloud port.")] = 8788,
-    instances: Annotated[int, typer.Option(help="Size of the seeded devcloud fleet.")] = 120,
-    agent_interval: Annotated[int, typer.Option(help="Seconds between agent scans.")] = 60,
+    webapp_port: Annotated[int, typer.Option(metavar="PORT", help="Web app port.")] = 3000,
+    checkpoint_port: Annotated[
+        int, typer.Option(metavar="PORT", help="Checkpoint API port.")
+    ] = 8787,
+    devcloud_port: Annotated[int, typer.Option(metavar="PORT", help="devcloud port.")] = 8788,
+    instances: Annotated[
+        int, typer.Option(metavar="N", help="Size of the seeded devcloud fleet.")
+    ] = 120,
+    agent_interval: Annotated[
+        int, typer.Option(metavar="SECONDS", help="Seconds between agent scans.")
+    ] = 60,
     devcloud_admin: Annotated[
         bool,
         typer.Option(
@@ -411,7 +417,7 @@ def up_command(
         ),
     ] = False,
     ready_timeout: Annotated[
-        float, typer.Option(help="Seconds each service may take to start.")
+        float, typer.Option(metavar="SECONDS", help="Seconds each service may take to start.")
     ] = 60.0,
 ) -> None:
     """Run the whole system locally: devcloud, checkpoint, executor, agent, web app.
