@@ -80,7 +80,7 @@ def verify_command(
         typer.Option(
             "--expect-head",
             metavar="SEQ:ROW_HASH",
-            help="SEQ:ROW_HASH recorded elsewhere (a receipt): detects truncation/rewrite.",
+            help="A head recorded elsewhere (a receipt's): detects truncation or rewriting.",
         ),
     ] = None,
 ) -> None:
