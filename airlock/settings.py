@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -24,6 +24,7 @@ _REGION = re.compile(r"[a-z0-9]+(-[a-z0-9]+){0,5}")
 __all__ = [
     "DEVCLOUD_READ_KEY",
     "DEVCLOUD_WRITE_KEY",
+    "DEV_RECEIPT_KEYS_PATH",
     "AgentSettings",
     "CheckpointSettings",
     "CloudSettings",
@@ -55,6 +56,16 @@ def is_dev(settings: ServiceSettings) -> bool:
     return settings.env == "dev"
 
 
+#: Where ``airlock up`` (state in ``.airlock/``) writes the executor's receipt public key
+#: set, and so the checkpoint's receipt key set in dev when none is configured.
+DEV_RECEIPT_KEYS_PATH = Path(".airlock/receipt-keys.json")
+
+
+def _receipt_keys_default(data: dict[str, Any]) -> Path | None:
+    # ``env`` is declared first (in the base class), so it is validated by now.
+    return DEV_RECEIPT_KEYS_PATH if data.get("env") == "dev" else None
+
+
 class CheckpointSettings(ServiceSettings):
     """The checkpoint (``AIRLOCK_CHECKPOINT_*``): its database, keys, policy and windows.
 
@@ -71,10 +82,10 @@ class CheckpointSettings(ServiceSettings):
     keys_dir: Path = Path(".airlock/keys")
     #: Policy TOML; default: the policy shipped with the checkpoint.
     policy_path: Path | None = None
-    #: Required: the executor's receipt public key set (JSON key set, ``executor keygen
-    #: --public``). Every reported outcome must verify against it; unset, the checkpoint
-    #: refuses to start.
-    receipt_keys_path: Path | None = None
+    #: The executor's receipt public key set (JSON key set, ``executor keygen --public``).
+    #: Every reported outcome must verify against it; required outside dev (unset, the
+    #: checkpoint refuses to start). In dev it defaults to the one ``airlock up`` writes.
+    receipt_keys_path: Path | None = Field(default_factory=_receipt_keys_default)
     #: The executor audience written into every statement.
     audience: str = "airlock-executor/dev"
     #: How long a proposal waits for votes, seconds (DESIGN §2.6: 24 h).

@@ -20,6 +20,7 @@ from ._conformance import conformance_command
 from ._devcloud import devcloud_app
 from ._doctor import doctor_command
 from ._executor import executor_app, receipts_app
+from ._help import Typer
 from ._keys import keys_app
 from ._login import login_command, logout_command
 from ._up import up_command
@@ -27,7 +28,7 @@ from ._webapp import webapp_command
 
 __all__ = ["app", "main"]
 
-app = typer.Typer(
+app = Typer(
     name="airlock",
     help="Airlock: human approval, bound byte for byte, between an AI agent and production.",
     no_args_is_help=True,

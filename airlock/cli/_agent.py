@@ -66,7 +66,8 @@ def agent_command(
     once: Annotated[bool, typer.Option("--once", help="Scan once and exit.")] = False,
     loop: Annotated[bool, typer.Option("--loop", help="Scan every --interval seconds.")] = False,
     interval: Annotated[
-        int | None, typer.Option(help="Seconds between scans (default: settings).", min=1)
+        int | None,
+        typer.Option(metavar="SECONDS", help="Seconds between scans (default: settings).", min=1),
     ] = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print what would be proposed; submit nothing.")

@@ -34,11 +34,12 @@ from ._client import (
     LocalRefusal,
     handle_errors,
 )
+from ._help import Typer
 from ._session import load_credentials
 
 __all__ = ["approvals_app"]
 
-approvals_app = typer.Typer(
+approvals_app = Typer(
     name="approvals",
     help=(
         "Review and decide proposals at the checkpoint, as the signed-in person.\n\n"
@@ -481,11 +482,16 @@ def list_command(
     operation: Annotated[
         str | None, typer.Option("--operation", help="Only this operation (stop, delete).")
     ] = None,
-    account: Annotated[str | None, typer.Option("--account", help="Only this account id.")] = None,
+    account: Annotated[
+        str | None, typer.Option("--account", metavar="ACCOUNT_ID", help="Only this account id.")
+    ] = None,
     region: Annotated[str | None, typer.Option("--region", help="Only this region.")] = None,
-    limit: Annotated[int, typer.Option("--limit", min=1, max=200, help="Page size.")] = 50,
+    limit: Annotated[
+        int, typer.Option("--limit", metavar="N", min=1, max=200, help="Page size.")
+    ] = 50,
     before: Annotated[
-        str | None, typer.Option("--before", help="Older than this id (the next page).")
+        str | None,
+        typer.Option("--before", metavar="ID", help="Older than this id (the next page)."),
     ] = None,
     as_json: JsonFlag = False,
 ) -> None:

@@ -4,6 +4,10 @@ Exit codes of ``verify``: 0 the chain verifies from genesis; 1 it does not, and 
 bad row is named on stdout; 2 the database could not be read at all. ``reconcile``: 0 the
 checkpoint's and the executor's chains agree; 1 a finding; 2 an input unreadable. These
 commands only read: they never create a database file, repair a row, or write to a chain.
+
+Export files come from anyone, so they are read a line at a time and no line is read
+past ``EXPORT_LINE_MAX_BYTES`` (an event's cap plus its record): a longer one is the first
+bad row for ``verify`` (exit 1) and an unreadable input for ``reconcile`` (exit 2).
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from ._help import Typer
+
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
@@ -23,13 +29,15 @@ if TYPE_CHECKING:
 
 __all__ = ["audit_app"]
 
-audit_app = typer.Typer(
+audit_app = Typer(
     name="audit",
     help="Verify, export or cross-check the services' hash-chained audit logs.",
     no_args_is_help=True,
 )
 
-_DB = typer.Option("--db", help="Database URL: sqlite:///PATH or postgresql://USER@HOST/DB.")
+_DB = typer.Option(
+    "--db", metavar="URL", help="Database URL: sqlite:///PATH or postgresql://USER@HOST/DB."
+)
 # Only worth drawing for chains that take a noticeable time to re-hash.
 _PROGRESS_MIN_ROWS = 50_000
 
@@ -52,17 +60,27 @@ def _parse_head(value: str | None) -> tuple[int, str] | None:
 def verify_command(
     db: Annotated[
         str | None,
-        typer.Option("--db", help="Database URL: sqlite:///PATH or postgresql://USER@HOST/DB."),
+        typer.Option(
+            "--db",
+            metavar="URL",
+            help="Database URL: sqlite:///PATH or postgresql://USER@HOST/DB.",
+        ),
     ] = None,
     file: Annotated[
         Path | None,
-        typer.Option("--file", help="A file written by `airlock audit export`, instead of --db."),
+        typer.Option(
+            "--file",
+            metavar="FILE",
+            help="A file written by `airlock audit export`, instead of --db "
+            "(a line over 1 MiB + 1 KiB is a bad row, not read further).",
+        ),
     ] = None,
     expect_head: Annotated[
         str | None,
         typer.Option(
             "--expect-head",
-            help="SEQ:ROW_HASH recorded elsewhere (a receipt): detects truncation/rewrite.",
+            metavar="SEQ:ROW_HASH",
+            help="A head recorded elsewhere (a receipt's): detects truncation or rewriting.",
         ),
     ] = None,
 ) -> None:
@@ -70,15 +88,15 @@ def verify_command(
     from sqlalchemy.exc import SQLAlchemyError
 
     from airlock.store import Error as StoreError
-    from airlock.store import make_engine, verify_export
+    from airlock.store import ExportLineTooLong, make_engine, read_export_lines, verify_export
 
     if (db is None) == (file is None):
         raise _fail("give exactly one of --db URL or --file EXPORT")
     head = _parse_head(expect_head)
     try:
         if file is not None:
-            with file.open(encoding="utf-8", errors="surrogateescape", newline="\n") as handle:
-                report = verify_export(handle, expect_head=head)
+            with file.open("rb") as handle:
+                report = verify_export(read_export_lines(handle), expect_head=head)
         else:
             assert db is not None
             engine = make_engine(db, create=False)
@@ -86,6 +104,12 @@ def verify_command(
                 report = _verify(engine, head)
             finally:
                 engine.dispose()
+    except ExportLineTooLong as exc:
+        # The lines before it verified (verify_export reads on only past a good row), so
+        # this is the first bad row, at the seq its line would hold.
+        typer.echo(f"FAIL: first bad row seq {exc.line - 1}: {exc}")
+        typer.echo(f"rows verified before it: {exc.line - 1}")
+        raise typer.Exit(1) from None
     except (StoreError, SQLAlchemyError, OSError) as exc:
         raise _fail(str(exc).splitlines()[0]) from None
     if report.fault is not None:
@@ -133,7 +157,8 @@ def _verify(engine: Engine, head: tuple[int, str] | None) -> ChainReport:
 def export_command(
     db: Annotated[str, _DB],
     out: Annotated[
-        Path | None, typer.Option("--out", help="Write JSON lines here (default: stdout).")
+        Path | None,
+        typer.Option("--out", metavar="FILE", help="Write JSON lines here (default: stdout)."),
     ] = None,
 ) -> None:
     """Write the chain as JSON lines, genesis first, events verbatim."""
@@ -181,15 +206,13 @@ def _n(count: int, noun: str) -> str:
 
 def _lines_from(stack: ExitStack, label: str, db: str | None, file: Path | None) -> Iterator[str]:
     """The export lines of one chain, from a database (read in one snapshot) or a file."""
-    from airlock.store import export, make_engine, read_transaction, verify_chain
+    from airlock.store import export, make_engine, read_export_lines, read_transaction, verify_chain
 
     if (db is None) == (file is None):
         raise _fail(f"give exactly one of --{label}-db URL or --{label}-file EXPORT")
     if file is not None:
-        handle = stack.enter_context(
-            file.open(encoding="utf-8", errors="surrogateescape", newline="\n")
-        )
-        return iter(handle)
+        handle = stack.enter_context(file.open("rb"))
+        return read_export_lines(handle, source=f"--{label}-file {file}")
     assert db is not None
     engine = make_engine(db, create=False)
     stack.callback(engine.dispose)
@@ -217,9 +240,11 @@ def _head_of(db: str) -> tuple[int, str] | None:
 
 def _last_row(path: Path) -> tuple[int, str] | None:
     """The ``(seq, row_hash)`` of an export file's last line (its head when it was taken)."""
+    from airlock.store import read_export_lines
+
     last = ""
-    with path.open(encoding="utf-8", errors="surrogateescape", newline="\n") as handle:
-        for line in handle:
+    with path.open("rb") as handle:
+        for line in read_export_lines(handle, source=f"--checkpoint-before {path}"):
             last = line
     try:
         record = json.loads(last)
@@ -239,23 +264,30 @@ class _BrokenChain(Exception):
 def reconcile_command(
     *,
     checkpoint_db: Annotated[
-        str | None, typer.Option("--checkpoint-db", help="The checkpoint's database URL.")
+        str | None,
+        typer.Option("--checkpoint-db", metavar="URL", help="The checkpoint's database URL."),
     ] = None,
     checkpoint_file: Annotated[
         Path | None,
-        typer.Option("--checkpoint-file", help="The checkpoint chain's `audit export`."),
+        typer.Option(
+            "--checkpoint-file", metavar="FILE", help="The checkpoint chain's `audit export`."
+        ),
     ] = None,
     executor_db: Annotated[
-        str | None, typer.Option("--executor-db", help="The executor's ledger database URL.")
+        str | None,
+        typer.Option("--executor-db", metavar="URL", help="The executor's ledger database URL."),
     ] = None,
     executor_file: Annotated[
         Path | None,
-        typer.Option("--executor-file", help="The executor chain's `audit export`."),
+        typer.Option(
+            "--executor-file", metavar="FILE", help="The executor chain's `audit export`."
+        ),
     ] = None,
     checkpoint_before: Annotated[
         Path | None,
         typer.Option(
             "--checkpoint-before",
+            metavar="FILE",
             help="With --checkpoint-file: the checkpoint's export taken before the executor's.",
         ),
     ] = None,

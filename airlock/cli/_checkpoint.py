@@ -16,16 +16,16 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
+from ._help import Typer
+
 if TYPE_CHECKING:
     from airlock.settings import CheckpointSettings
     from services.checkpoint.auth import Accounts
 
 __all__ = ["checkpoint_command", "tokens_app", "users_app"]
 
-users_app = typer.Typer(name="users", help="People who review proposals.", no_args_is_help=True)
-tokens_app = typer.Typer(
-    name="tokens", help="Service tokens (agent, executor).", no_args_is_help=True
-)
+users_app = Typer(name="users", help="People who review proposals.", no_args_is_help=True)
+tokens_app = Typer(name="tokens", help="Service tokens (agent, executor).", no_args_is_help=True)
 
 
 def _settings() -> CheckpointSettings:
@@ -40,7 +40,9 @@ def _settings() -> CheckpointSettings:
 
 def checkpoint_command(
     *,
-    host: Annotated[str | None, typer.Option(help="Bind address (default 127.0.0.1).")] = None,
+    host: Annotated[
+        str | None, typer.Option(metavar="ADDRESS", help="Bind address (default 127.0.0.1).")
+    ] = None,
     port: Annotated[int | None, typer.Option(help="Port (default 8787).")] = None,
 ) -> None:
     """Serve the checkpoint API (refuses to start on a bad policy, key file or database)."""
@@ -102,7 +104,7 @@ def _refused(exc: Exception) -> typer.Exit:
 
 @users_app.command("add")
 def users_add_command(
-    username: str,
+    username: Annotated[str, typer.Argument(help="The new person's user name.")],
     role: Annotated[
         Literal["viewer", "approver", "admin"], typer.Option(help="viewer, approver or admin")
     ] = "approver",
@@ -127,7 +129,9 @@ def users_add_command(
 
 
 @users_app.command("disable")
-def users_disable_command(username: str) -> None:
+def users_disable_command(
+    username: Annotated[str, typer.Argument(help="The person to disable.")],
+) -> None:
     """Disable a person and end their sessions."""
     from services.checkpoint.errors import Refusal
 
@@ -204,7 +208,7 @@ def users_list_command() -> None:
 
 @tokens_app.command("create")
 def tokens_create_command(
-    name: str,
+    name: Annotated[str, typer.Argument(help="A name for the token (e.g. agent-1).")],
     role: Annotated[Literal["agent", "executor"], typer.Option(help="agent or executor")],
 ) -> None:
     """Create a service token and print it once (only its hash is stored)."""
@@ -218,7 +222,9 @@ def tokens_create_command(
 
 
 @tokens_app.command("revoke")
-def tokens_revoke_command(name: str) -> None:
+def tokens_revoke_command(
+    name: Annotated[str, typer.Argument(help="The token's name (tokens list).")],
+) -> None:
     """Revoke a service token: it is refused from the next request on (audited)."""
     from services.checkpoint.errors import Refusal
 

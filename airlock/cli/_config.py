@@ -79,7 +79,17 @@ def _default(cls: type[BaseSettings], field: str) -> str:
     info = cls.model_fields[field]
     if info.is_required():
         return "(required)"
-    value = info.get_default(call_default_factory=True)
+    if info.default_factory_takes_validated_data:
+        # A default that depends on AIRLOCK_ENV: show both.
+        prod, dev = (
+            _shown_default(field, info.get_default(call_default_factory=True, validated_data=d))
+            for d in ({"env": "prod"}, {"env": "dev"})
+        )
+        return prod if prod == dev else f"{prod} (dev: {dev})"
+    return _shown_default(field, info.get_default(call_default_factory=True))
+
+
+def _shown_default(field: str, value: Any) -> str:
     if isinstance(value, SecretStr):
         return "(secret, unset)" if not value.get_secret_value() else "(dev default)"
     if value is None:

@@ -15,7 +15,9 @@ def conformance_command(
     vectors: Annotated[
         Path | None,
         typer.Option(
-            "--vectors", help="Vector directory (default: eval/vectors of this checkout)."
+            "--vectors",
+            metavar="DIR",
+            help="Vector directory (default: eval/vectors of this checkout).",
         ),
     ] = None,
 ) -> None:

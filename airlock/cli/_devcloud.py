@@ -11,12 +11,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from ._help import Typer
+
 if TYPE_CHECKING:
     from airlock.settings import DevcloudSettings
 
 __all__ = ["devcloud_app"]
 
-devcloud_app = typer.Typer(
+devcloud_app = Typer(
     name="devcloud",
     help="The local Alibaba Cloud double (ECS, RDS, CloudMonitor). Dev and tests only.",
     no_args_is_help=True,
@@ -42,8 +44,12 @@ def _settings(**overrides: Any) -> DevcloudSettings:
 def serve_command(
     *,
     port: Annotated[int | None, typer.Option(help="Port (default 8788).")] = None,
-    host: Annotated[str | None, typer.Option(help="Bind address (default 127.0.0.1).")] = None,
-    db: Annotated[Path | None, typer.Option(help="SQLite file of the fleet.")] = None,
+    host: Annotated[
+        str | None, typer.Option(metavar="ADDRESS", help="Bind address (default 127.0.0.1).")
+    ] = None,
+    db: Annotated[
+        Path | None, typer.Option(metavar="FILE", help="SQLite file of the fleet.")
+    ] = None,
     enable_admin: Annotated[
         bool,
         typer.Option(
@@ -51,7 +57,7 @@ def serve_command(
         ),
     ] = False,
     transition_seconds: Annotated[
-        float | None, typer.Option(help="Seconds an instance stays Stopping.")
+        float | None, typer.Option(metavar="SECONDS", help="Seconds an instance stays Stopping.")
     ] = None,
 ) -> None:
     """Serve the ECS/RDS/CloudMonitor API subset on one port (one worker)."""
@@ -90,16 +96,24 @@ def serve_command(
 @devcloud_app.command("seed")
 def seed_command(
     *,
-    instances: Annotated[int, typer.Option(help="Number of ECS instances.")] = 200,
-    rds: Annotated[int | None, typer.Option(help="Number of RDS instances (default N/10).")] = None,
-    seed: Annotated[int, typer.Option(help="PRNG seed: same seed, same fleet.")] = 1,
+    instances: Annotated[int, typer.Option(metavar="N", help="Number of ECS instances.")] = 200,
+    rds: Annotated[
+        int | None,
+        typer.Option(
+            metavar="N", help="Number of RDS instances (default: a tenth of --instances)."
+        ),
+    ] = None,
+    seed: Annotated[int, typer.Option(metavar="N", help="PRNG seed: same seed, same fleet.")] = 1,
     now: Annotated[
-        int | None, typer.Option(help="Anchor time, Unix seconds (default: now).")
+        int | None,
+        typer.Option(metavar="UNIX_TIME", help="Anchor time, Unix seconds (default: now)."),
     ] = None,
     region: Annotated[
         list[str] | None, typer.Option("--region", help="Region (repeatable).")
     ] = None,
-    db: Annotated[Path | None, typer.Option(help="SQLite file of the fleet.")] = None,
+    db: Annotated[
+        Path | None, typer.Option(metavar="FILE", help="SQLite file of the fleet.")
+    ] = None,
     keep: Annotated[bool, typer.Option("--keep", help="Add to the existing fleet.")] = False,
 ) -> None:
     """Replace the fleet with a deterministic one (idle, busy, bursty, protected, prod, young…)."""

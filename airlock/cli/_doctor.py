@@ -5,7 +5,8 @@ One line per check, ``ok`` / ``warn`` / ``fail``, exit 1 if any check fails:
 - configuration: ``AIRLOCK_ENV``, which services' settings load here, dev defaults in use;
 - key files: the checkpoint's private signing keys and the executor's receipt key are
   mode 0600; the executor's trusted key set and the checkpoint's executor receipt key
-  set exist, parse and are not writable by others;
+  set exist, parse and are not writable by others (with ``AIRLOCK_ENV=dev``, each at its
+  dev default in ``.airlock/`` unless set, where ``airlock up`` puts them);
 - databases: each configured service database answers ``SELECT 1``; its Alembic revision;
 - the checkpoint: ``/healthz`` and ``/readyz``;
 - the clock: local time against the checkpoint's ``Date`` header, within the executor's
@@ -60,7 +61,7 @@ class Service(enum.StrEnum):
 _KEY_MANIFEST: Final = "keyset.json"
 #: Settings whose default is a dev convenience, reported when left unset.
 _DEV_DEFAULTS: Final[dict[Service, tuple[str, ...]]] = {
-    Service.CHECKPOINT: ("database_url", "keys_dir", "audience"),
+    Service.CHECKPOINT: ("database_url", "keys_dir", "receipt_keys_path", "audience"),
     Service.EXECUTOR: ("database_url", "account", "audience", "cloud_access_key_id"),
     Service.AGENT: ("account", "cloud_access_key_id", "checkpoint_url"),
     Service.WEBAPP: ("checkpoint_url",),
@@ -246,16 +247,25 @@ def _trusted_keys(
     report.add("ok", name, f"{path}: {len(keys)} keys, {active} active")
 
 
-def _receipt_keys(report: _Report, path: Path | None) -> None:
+def _receipt_keys(report: _Report, settings: CheckpointSettings) -> None:
     """The executor receipt keys the checkpoint verifies every outcome against."""
+    path = settings.receipt_keys_path
     if path is None:
         report.add(
             "fail",
             "keys.receipts",
-            "AIRLOCK_CHECKPOINT_RECEIPT_KEYS_PATH is not set: the checkpoint refuses to start",
+            "AIRLOCK_CHECKPOINT_RECEIPT_KEYS_PATH is not set: the checkpoint refuses to start; "
+            "set it to the executor's receipt public key set "
+            "(airlock executor keygen --public FILE writes one)",
         )
         return
-    _trusted_keys(report, path, "keys.receipts", "airlock executor keygen --public FILE")
+    made_by = "airlock executor keygen --public FILE"
+    if "receipt_keys_path" not in settings.model_fields_set:
+        made_by = (
+            "the dev default, which airlock up writes here; or set "
+            f"AIRLOCK_CHECKPOINT_RECEIPT_KEYS_PATH to a key set from {made_by}"
+        )
+    _trusted_keys(report, path, "keys.receipts", made_by)
 
 
 def _session_file(report: _Report) -> None:
@@ -421,7 +431,7 @@ def doctor_command(
     loaded = _load_settings(report, set(service or ()))
     if loaded.checkpoint is not None:
         _checkpoint_keys(report, loaded.checkpoint.keys_dir)
-        _receipt_keys(report, loaded.checkpoint.receipt_keys_path)
+        _receipt_keys(report, loaded.checkpoint)
     if loaded.executor is not None:
         _private_file(
             report, "keys.receipt", loaded.executor.receipt_key_path, "airlock executor keygen"

@@ -17,18 +17,20 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from ._help import Typer
+
 if TYPE_CHECKING:
     from airlock.settings import ExecutorSettings
     from services.executor import Executor, Outcome
 
 __all__ = ["executor_app", "receipts_app"]
 
-executor_app = typer.Typer(
+executor_app = Typer(
     name="executor",
     help="The executor: verify, consume once, re-read live state, write, receipt.",
     invoke_without_command=True,
 )
-receipts_app = typer.Typer(name="receipts", help="Check executor receipts.", no_args_is_help=True)
+receipts_app = Typer(name="receipts", help="Check executor receipts.", no_args_is_help=True)
 
 
 def _fail(message: str) -> typer.Exit:
@@ -256,12 +258,15 @@ class _HeartbeatSetting(BaseSettings):
 def health_command(
     max_age: Annotated[
         float,
-        typer.Option("--max-age", help="Seconds since the daemon's last heartbeat.", min=1),
+        typer.Option(
+            "--max-age", metavar="SECONDS", help="Seconds since the daemon's last heartbeat.", min=1
+        ),
     ] = 120.0,
     path: Annotated[
         Path | None,
         typer.Option(
             "--path",
+            metavar="FILE",
             help="Heartbeat file (default AIRLOCK_EXECUTOR_HEARTBEAT_PATH; `airlock up` "
             "writes .airlock/executor.heartbeat).",
         ),
@@ -323,7 +328,9 @@ def run_bundle_command(
 @executor_app.command("resolve")
 def resolve_command(
     approval_id: Annotated[str, typer.Argument(help="The in_doubt approval id.")],
-    by: Annotated[str, typer.Option("--by", help="Who decided (recorded and receipted).")],
+    by: Annotated[
+        str, typer.Option("--by", metavar="NAME", help="Who decided (recorded and receipted).")
+    ],
     happened: Annotated[
         bool,
         typer.Option(
@@ -351,11 +358,16 @@ def resolve_command(
 @executor_app.command("keygen")
 def keygen_command(
     out: Annotated[
-        Path | None, typer.Option("--out", help="Key file (default: the configured path).")
+        Path | None,
+        typer.Option("--out", metavar="FILE", help="Key file (default: the configured path)."),
     ] = None,
     public: Annotated[
         Path | None,
-        typer.Option("--public", help="Also write the public key set JSON for verifiers here."),
+        typer.Option(
+            "--public",
+            metavar="FILE",
+            help="Also write the public key set JSON for verifiers here.",
+        ),
     ] = None,
 ) -> None:
     """Create the executor's Ed25519 receipt key (mode 0600; never overwrites)."""
@@ -391,14 +403,17 @@ def migrate_command() -> None:
 @receipts_app.command("verify")
 def receipts_verify_command(
     file: Annotated[Path, typer.Argument(help="A receipt (DSSE envelope JSON).")],
-    keys: Annotated[Path, typer.Option("--keys", help="The executor's receipt key set (JSON).")],
+    keys: Annotated[
+        Path, typer.Option("--keys", metavar="FILE", help="The executor's receipt key set (JSON).")
+    ],
 ) -> None:
     """Verify a receipt's signature and print what it says; exit 1 if it does not verify.
 
     Example: airlock receipts verify apv_….receipt.json --keys receipt-keys.json
 
-    The audit head it prints is the executor chain's row the receipt vouches for: check it
-    with `airlock audit verify --db EXECUTOR_DB --expect-head SEQ:HASH`.
+    The audit head it prints is the executor chain's row the receipt vouches for.
+
+    Check it with: airlock audit verify --db EXECUTOR_DB --expect-head SEQ:HASH
     """
     from datetime import UTC, datetime
 

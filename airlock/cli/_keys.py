@@ -15,9 +15,11 @@ from typing import Annotated
 
 import typer
 
+from ._help import Typer
+
 __all__ = ["keys_app"]
 
-keys_app = typer.Typer(
+keys_app = Typer(
     name="keys",
     help="The checkpoint's Ed25519 signing keys: generate, rotate, revoke, list, export.",
     no_args_is_help=True,
@@ -27,6 +29,7 @@ KeysDir = Annotated[
     Path,
     typer.Option(
         "--keys-dir",
+        metavar="DIR",
         envvar="AIRLOCK_CHECKPOINT_KEYS_DIR",
         help="The checkpoint's key directory.",
     ),
@@ -66,7 +69,10 @@ def rotate_command(keys_dir: KeysDir = _DEFAULT_DIR) -> None:
 
 
 @keys_app.command("revoke")
-def revoke_command(kid: str, keys_dir: KeysDir = _DEFAULT_DIR) -> None:
+def revoke_command(
+    kid: Annotated[str, typer.Argument(help="The key id to revoke (keys list).")],
+    keys_dir: KeysDir = _DEFAULT_DIR,
+) -> None:
     """Revoke a key: approvals it signed are refused (E_KEY_REVOKED) once executors reload."""
     from services.checkpoint.errors import ConfigError
     from services.checkpoint.keys import KeyDirectory
@@ -109,7 +115,8 @@ def list_command(
 def export_public_command(
     keys_dir: KeysDir = _DEFAULT_DIR,
     out: Annotated[
-        Path | None, typer.Option("--out", help="Write here instead of standard output.")
+        Path | None,
+        typer.Option("--out", metavar="FILE", help="Write here instead of standard output."),
     ] = None,
 ) -> None:
     """Write the public key set ({"keys": [...]}) the executor trusts."""

@@ -85,6 +85,8 @@ def login_command(
 
     The session is kept in $AIRLOCK_HOME/session.json (default ~/.config/airlock/).
 
+    AIRLOCK_HOME names only this session directory; airlock up's state is AIRLOCK_UP_HOME.
+
     Scripts may set AIRLOCK_TOKEN and AIRLOCK_CHECKPOINT_URL instead of logging in.
 
     Example: airlock login --url https://checkpoint.example --username alice

@@ -1,7 +1,9 @@
 """Where a person's checkpoint session lives between commands, and how it is read back.
 
 A login writes ``{url, token, username, expires_at}`` to ``$AIRLOCK_HOME/session.json``
-(default ``$XDG_CONFIG_HOME/airlock/session.json``, else ``~/.config/airlock/``). The file
+(default ``$XDG_CONFIG_HOME/airlock/session.json``, else ``~/.config/airlock/``).
+``AIRLOCK_HOME`` means this directory only (``airlock up``'s state is ``AIRLOCK_UP_HOME``,
+see ``_up.py``). The file
 is created with mode 0600 by ``open(2)`` itself — never written first and narrowed after —
 inside a directory made 0700, then renamed over the previous session. Reading refuses a
 file that anyone but its owner may read or write, a file owned by another user, and a

@@ -10,6 +10,11 @@ signing key directory only reaches the checkpoint (with the receipt *public* key
 verifies outcomes against), the write key and the receipt key only the executor, the
 read key and agent token only the agent, nothing secret the web app.
 Everything runs with ``AIRLOCK_ENV=dev``: this is a demo on a laptop, never production.
+
+The state directory is ``--home``, else ``AIRLOCK_UP_HOME``, else ``.airlock``.
+``AIRLOCK_HOME`` is the CLI's session directory (``airlock login``); it used to set this
+too, and still does, with a warning, where it holds a state ``up`` made, so such a setup
+does not silently start over in ``.airlock``.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
@@ -36,6 +41,9 @@ __all__ = ["up_command"]
 
 DEMO_PEOPLE = (("alice", "approver"), ("bob", "approver"), ("admin", "admin"))
 _STOP_GRACE_SECONDS = 10.0
+DEFAULT_HOME = Path(".airlock")
+#: What `up` writes first into its state directory; a session directory holds none of it.
+_STATE_MARKERS = ("keys", "checkpoint.db", "executor-receipt.pem", "demo-credentials")
 
 
 class UpError(Exception):
@@ -344,34 +352,83 @@ class _Stack:
                     service.proc.wait()
 
 
+def _admin_hint(home: Path) -> str:
+    """Where admin commands find this state: the dev defaults are relative ``.airlock/…``."""
+    head = "Admin commands on this state (users, keys, tokens, doctor) need AIRLOCK_ENV=dev"
+    if home.name != DEFAULT_HOME.name:
+        return (
+            f"{head} and their AIRLOCK_CHECKPOINT_* / AIRLOCK_EXECUTOR_* paths set into\n"
+            f"{home} (the dev defaults name .airlock/)."
+        )
+    where = "this directory" if home.parent == Path.cwd() else str(home.parent)
+    return f"{head} in\n{where}."
+
+
+def state_home(home: Path | None, environ: Mapping[str, str]) -> tuple[Path, str | None]:
+    """The state directory, and a note for the user when AIRLOCK_HOME was read or left.
+
+    ``home`` is ``--home`` (or ``AIRLOCK_UP_HOME``, which typer reads into it).
+    """
+    if home is not None:
+        return home, None
+    legacy = environ.get("AIRLOCK_HOME")
+    if not legacy:
+        return DEFAULT_HOME, None
+    if any((Path(legacy) / marker).exists() for marker in _STATE_MARKERS):
+        return Path(legacy), (
+            f"warning: using the state in AIRLOCK_HOME ({legacy}); AIRLOCK_HOME is the "
+            "session directory of `airlock login` and will stop naming up's state: set "
+            "AIRLOCK_UP_HOME (or pass --home) instead"
+        )
+    return DEFAULT_HOME, (
+        f"note: AIRLOCK_HOME ({legacy}) is the session directory of `airlock login`, not "
+        f"up's state; the state is in {DEFAULT_HOME} (--home or AIRLOCK_UP_HOME to move it)"
+    )
+
+
 def up_command(
     *,
     home: Annotated[
-        Path,
-        typer.Option(envvar="AIRLOCK_HOME", help="State directory (keys, databases, logs)."),
-    ] = Path(".airlock"),
-    webapp_port: Annotated[int, typer.Option(help="Web app port.")] = 3000,
-    checkpoint_port: Annotated[int, typer.Option(help="Checkpoint API port.")] = 8787,
-    devcloud_port: Annotated[int, typer.Option(help="devcloud port.")] = 8788,
-    instances: Annotated[int, typer.Option(help="Size of the seeded devcloud fleet.")] = 120,
-    agent_interval: Annotated[int, typer.Option(help="Seconds between agent scans.")] = 60,
+        Path | None,
+        typer.Option(
+            envvar="AIRLOCK_UP_HOME",
+            metavar="DIR",
+            help="State directory (keys, databases, logs); default .airlock. "
+            "Not AIRLOCK_HOME, which is the session directory of `airlock login`.",
+        ),
+    ] = None,
+    webapp_port: Annotated[int, typer.Option(metavar="PORT", help="Web app port.")] = 3000,
+    checkpoint_port: Annotated[
+        int, typer.Option(metavar="PORT", help="Checkpoint API port.")
+    ] = 8787,
+    devcloud_port: Annotated[int, typer.Option(metavar="PORT", help="devcloud port.")] = 8788,
+    instances: Annotated[
+        int, typer.Option(metavar="N", help="Size of the seeded devcloud fleet.")
+    ] = 120,
+    agent_interval: Annotated[
+        int, typer.Option(metavar="SECONDS", help="Seconds between agent scans.")
+    ] = 60,
     devcloud_admin: Annotated[
         bool,
         typer.Option(
             "--devcloud-admin",
             help="Enable devcloud's test-only admin API (write log, faults); its token is "
-            "saved to .airlock/devcloud-admin-token.",
+            "saved to devcloud-admin-token in the state directory.",
         ),
     ] = False,
     ready_timeout: Annotated[
-        float, typer.Option(help="Seconds each service may take to start.")
+        float, typer.Option(metavar="SECONDS", help="Seconds each service may take to start.")
     ] = 60.0,
 ) -> None:
     """Run the whole system locally: devcloud, checkpoint, executor, agent, web app.
 
-    The first run creates .airlock/ (keys, SQLite databases, a seeded devcloud fleet,
-    and the demo people alice, bob and admin, whose passwords are printed once and saved
-    to .airlock/demo-credentials). Later runs reuse it. Ctrl-C stops everything.
+    The first run creates the state directory (.airlock, or --home DIR, or $AIRLOCK_UP_HOME).
+
+    It holds the keys, the SQLite databases, a seeded devcloud fleet and the logs.
+
+    The demo people alice, bob and admin get passwords, printed once, saved in it 0600.
+
+    Later runs reuse the state. Ctrl-C stops everything.
     """
     ports = {"webapp": webapp_port, "checkpoint": checkpoint_port, "devcloud": devcloud_port}
     taken = [f"{name} ({port})" for name, port in ports.items() if not _port_free(port)]
@@ -383,7 +440,10 @@ def up_command(
         )
         raise typer.Exit(2)
 
-    stack = _Stack(home.resolve(), ports, instances, agent_interval, devcloud_admin)
+    state, note = state_home(home, os.environ)
+    if note is not None:
+        typer.echo(note, err=True)
+    stack = _Stack(state.resolve(), ports, instances, agent_interval, devcloud_admin)
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -416,8 +476,7 @@ def up_command(
         "it out and the page shows the outcome with its signed receipt. A delete needs\n"
         "alice and bob. From a terminal: airlock login --url "
         f"{stack.checkpoint_url}, then airlock approvals list.\n"
-        "Admin commands on this state (users, keys, tokens, doctor) need AIRLOCK_ENV=dev in\n"
-        "this directory. Ctrl-C stops everything."
+        f"{_admin_hint(stack.home)} Ctrl-C stops everything."
     )
     while not stop.wait(0.5):
         dead = stack.first_dead()

@@ -14,10 +14,15 @@ __all__ = ["webapp_command"]
 
 def webapp_command(
     *,
-    host: Annotated[str | None, typer.Option(help="Bind address (default 127.0.0.1).")] = None,
+    host: Annotated[
+        str | None, typer.Option(metavar="ADDRESS", help="Bind address (default 127.0.0.1).")
+    ] = None,
     port: Annotated[int | None, typer.Option(help="Port (default 3000).")] = None,
     checkpoint_url: Annotated[
-        str | None, typer.Option(help="Checkpoint API base URL (AIRLOCK_WEBAPP_CHECKPOINT_URL).")
+        str | None,
+        typer.Option(
+            metavar="URL", help="Checkpoint API base URL (AIRLOCK_WEBAPP_CHECKPOINT_URL)."
+        ),
     ] = None,
 ) -> None:
     """Serve the web app where people review, approve and reject proposals."""

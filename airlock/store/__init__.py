@@ -6,7 +6,7 @@
   serialized across processes (see ``_migrate.py`` for the directory layout).
 - :func:`create_audit_log` (in a migration), :class:`AuditLog` (append in the caller's
   transaction, head), :func:`verify_chain`, :func:`export`, :func:`verify_export` (an export file,
-  no database needed) — DESIGN §3.
+  no database needed, read line by line with a bounded :func:`read_export_lines`) — DESIGN §3.
 
 Typical use in a service::
 
@@ -23,6 +23,7 @@ audit row.
 from ._audit import (
     AUDIT_TABLE,
     EVENT_MAX_BYTES,
+    EXPORT_LINE_MAX_BYTES,
     GENESIS_PREV_HASH,
     GENESIS_TYPE,
     AuditEntry,
@@ -35,17 +36,19 @@ from ._audit import (
     create_audit_log,
     export,
     genesis_event,
+    read_export_lines,
     verify_chain,
     verify_export,
 )
 from ._engine import DEFAULT_BUSY_TIMEOUT_S, is_postgresql, is_sqlite, make_engine, read_transaction
 from ._migrate import alembic_config, run_migrations, upgrade
-from .errors import AuditError, ChainError, ConfigError, Error, MigrationError
+from .errors import AuditError, ChainError, ConfigError, Error, ExportLineTooLong, MigrationError
 
 __all__ = [
     "AUDIT_TABLE",
     "DEFAULT_BUSY_TIMEOUT_S",
     "EVENT_MAX_BYTES",
+    "EXPORT_LINE_MAX_BYTES",
     "GENESIS_PREV_HASH",
     "GENESIS_TYPE",
     "AuditEntry",
@@ -56,6 +59,7 @@ __all__ = [
     "ChainReport",
     "ConfigError",
     "Error",
+    "ExportLineTooLong",
     "FaultKind",
     "MigrationError",
     "alembic_config",
@@ -67,6 +71,7 @@ __all__ = [
     "is_postgresql",
     "is_sqlite",
     "make_engine",
+    "read_export_lines",
     "read_transaction",
     "run_migrations",
     "upgrade",

@@ -45,7 +45,7 @@ from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from contextlib import closing
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import IO, Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
@@ -54,11 +54,12 @@ from sqlalchemy.orm import Session
 from airlock.protocol import Refused, canonical_bytes, loads_strict
 
 from ._engine import is_postgresql, is_sqlite, read_transaction, require_immediate
-from .errors import AuditError, ChainError
+from .errors import AuditError, ChainError, ExportLineTooLong
 
 __all__ = [
     "AUDIT_TABLE",
     "EVENT_MAX_BYTES",
+    "EXPORT_LINE_MAX_BYTES",
     "GENESIS_PREV_HASH",
     "GENESIS_TYPE",
     "AuditEntry",
@@ -71,6 +72,7 @@ __all__ = [
     "create_audit_log",
     "export",
     "genesis_event",
+    "read_export_lines",
     "verify_chain",
     "verify_export",
 ]
@@ -80,6 +82,11 @@ GENESIS_TYPE = "airlock.audit/genesis"
 GENESIS_PREV_HASH = "0" * 64
 #: An event carries at most an action (16 KiB) and a bundle (64 KiB) plus context.
 EVENT_MAX_BYTES = 1024 * 1024
+#: The longest line of an audit export: one event (at most EVENT_MAX_BYTES, refused at
+#: append beyond that) and the record around it (two 64-hex hashes, a seq, the keys: under
+#: 200 bytes). Real lines are far shorter (a demo run's longest is under 600 bytes); a
+#: reader refuses a longer line without reading the rest of it (:func:`read_export_lines`).
+EXPORT_LINE_MAX_BYTES = EVENT_MAX_BYTES + 1024
 _RESERVED_AT = "at"
 
 # pg_advisory_xact_lock takes a signed 64-bit key; derive it so it cannot collide with
@@ -601,7 +608,7 @@ def _export_rows(lines: Iterable[str]) -> Iterator[_LineRow | ChainFault]:
     for index, line in enumerate(lines):
         raw = line.rstrip("\n").encode("utf-8", errors="surrogatepass")
         try:
-            record = loads_strict(raw, max_bytes=EVENT_MAX_BYTES + 1024, nfc=False)
+            record = loads_strict(raw, max_bytes=EXPORT_LINE_MAX_BYTES, nfc=False)
         except Refused as exc:
             yield ChainFault(index, FaultKind.UNPARSABLE_EVENT, f"line {index + 1}: {exc.detail}")
             return
@@ -633,13 +640,44 @@ def _export_rows(lines: Iterable[str]) -> Iterator[_LineRow | ChainFault]:
         )
 
 
+def read_export_lines(
+    handle: IO[bytes], *, max_bytes: int = EXPORT_LINE_MAX_BYTES, source: str | None = None
+) -> Iterator[str]:
+    """The lines of an export file opened in binary mode, one at a time, newline removed.
+
+    Lines end at ``\\n`` only (a ``\\r`` stays, for the verifier to refuse as not
+    canonical), and are decoded as UTF-8 with invalid bytes kept as surrogate escapes,
+    which the strict parser then refuses. A line longer than ``max_bytes`` raises
+    :class:`ExportLineTooLong` naming it (and ``source``, e.g. the file's name) after at
+    most ``max_bytes + 1`` bytes of it were read: an export is something anyone can hand
+    over, and one line of gigabytes, or a file with no newline at all, must not be read
+    into memory whole.
+    """
+    if max_bytes < 1:
+        raise ValueError("max_bytes must be positive")
+    number = 0
+    while True:
+        # One byte over the cap tells a line of exactly max_bytes (plus its newline)
+        # from a longer one.
+        chunk = handle.readline(max_bytes + 1)
+        if not chunk:
+            return
+        number += 1
+        body = chunk[:-1] if chunk.endswith(b"\n") else chunk
+        if len(body) > max_bytes:
+            raise ExportLineTooLong(number, max_bytes, source)
+        yield body.decode("utf-8", errors="surrogateescape")
+
+
 def verify_export(
     lines: Iterable[str], *, expect_head: tuple[int, str] | None = None
 ) -> ChainReport:
     """Verify the JSON lines of :func:`export` with no database: anyone holding a copy can.
 
     Same checks and report as :func:`verify_chain`; in addition every line must be
-    exactly the canonical (JCS) form of its record.
+    exactly the canonical (JCS) form of its record. Read a file through
+    :func:`read_export_lines`, whose :class:`ExportLineTooLong` passes through: the
+    lines before it verified, and it says which line could not be read.
     """
     return _verify_rows(_export_rows(lines), expect_head, None, 1)
 

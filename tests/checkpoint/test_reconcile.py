@@ -636,3 +636,45 @@ def test_control_characters_from_a_crafted_export_are_escaped_on_screen(tmp_path
     assert "\r" not in result.output and "\x1b" not in result.output
     assert "R_UNISSUED a1\\r\\x1b[2K" in result.output
     assert "1 \\x1b[31msucceeded" in result.output
+
+
+@pytest.mark.parametrize("which", ["--checkpoint-file", "--executor-file", "--checkpoint-before"])
+def test_an_over_long_export_line_is_an_unreadable_input_not_read_whole(
+    tmp_path: Path, which: str
+) -> None:
+    """An export is anyone's file: one line of megabytes (no newline at all here) is named
+    with its file and line number and exit 2, and is never held in memory whole."""
+    import gc
+    import tracemalloc
+
+    from airlock.store import EXPORT_LINE_MAX_BYTES
+
+    ex = _chain("executor", [_consumed("a1"), _executing("a1"), _outcome("a1", "succeeded")])
+    cp = _chain("checkpoint", [_issued("a1"), _reported("a1", "succeeded", _head(ex, 3))])
+    files = {"--checkpoint-file": cp, "--executor-file": ex, "--checkpoint-before": cp}
+    paths = {}
+    for option, lines in files.items():
+        paths[option] = tmp_path / f"{option.strip('-')}.jsonl"
+        paths[option].write_text("".join(line + "\n" for line in lines))
+    args = ["audit", "reconcile", *(part for o, p in paths.items() for part in (o, str(p)))]
+    assert airlock(*args).exit_code == 0  # as exported, the chains agree (and all is imported)
+
+    line = 4 * EXPORT_LINE_MAX_BYTES
+    with paths[which].open("ab") as out:
+        out.write(b'{"event":' + b"x" * line)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        result = airlock(*args)
+        peak = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    assert peak < line, f"held {peak} bytes while refusing a {line}-byte line"
+    assert result.exit_code == 2, result.output
+    assert isinstance(result.exception, SystemExit)  # no traceback
+    assert result.output == (
+        f"error: {which} {paths[which]}: line {len(files[which]) + 1} is longer than "
+        f"{EXPORT_LINE_MAX_BYTES} bytes, the most an audit export line can hold; "
+        "not read further\n"
+    )

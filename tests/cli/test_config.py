@@ -91,3 +91,27 @@ def test_config_markdown_masks_a_database_password_in_a_default(
     table = markdown_table()
     assert "Hunter2-db-secret" not in table
     assert "`postgresql+psycopg://airlock:***@db.internal/x`" in table
+
+
+def test_the_receipt_key_set_defaults_to_the_one_up_writes_in_dev_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Outside dev it stays required (unset, the checkpoint refuses to start); in dev it
+    is where `airlock up` writes it, like every other path the checkpoint needs."""
+    from pathlib import Path
+
+    from airlock.cli._config import markdown_table
+    from airlock.settings import CheckpointSettings
+
+    monkeypatch.delenv("AIRLOCK_CHECKPOINT_RECEIPT_KEYS_PATH", raising=False)
+    monkeypatch.setenv("AIRLOCK_CHECKPOINT_DATABASE_URL", "sqlite:///checkpoint.db")
+    monkeypatch.setenv("AIRLOCK_ENV", "prod")
+    assert CheckpointSettings().receipt_keys_path is None
+    monkeypatch.setenv("AIRLOCK_ENV", "dev")
+    assert CheckpointSettings().receipt_keys_path == Path(".airlock/receipt-keys.json")
+    monkeypatch.setenv("AIRLOCK_CHECKPOINT_RECEIPT_KEYS_PATH", "/etc/airlock/receipts.json")
+    assert CheckpointSettings().receipt_keys_path == Path("/etc/airlock/receipts.json")
+    assert (
+        "| `AIRLOCK_CHECKPOINT_RECEIPT_KEYS_PATH` | unset (dev: `.airlock/receipt-keys.json`) |"
+        in markdown_table()
+    )

@@ -102,8 +102,9 @@ def test_doctor_reports_a_trusted_key_set_others_may_write_as_a_failure(
 
 
 def test_doctor_reports_a_missing_or_unset_receipt_key_set_as_a_failure(
-    served: Served, tmp_path: Path
+    served: Served, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.chdir(tmp_path)  # the dev default is relative: no .airlock/ here
     env = _dev_env(served, tmp_path)
     Path(env["AIRLOCK_CHECKPOINT_RECEIPT_KEYS_PATH"]).unlink()
     result = served.run("doctor", env=env)
@@ -111,12 +112,50 @@ def test_doctor_reports_a_missing_or_unset_receipt_key_set_as_a_failure(
     assert any(
         "keys.receipts" in line and "missing" in line for line in _lines(result.stdout, "fail")
     )
+    # Unset in dev: the dev default, which is missing here too; the line says how to fix it.
     del env["AIRLOCK_CHECKPOINT_RECEIPT_KEYS_PATH"]
     unset = served.run("doctor", env=env)
     assert unset.exit_code == 1
-    assert any(
-        "keys.receipts" in line and "not set" in line for line in _lines(unset.stdout, "fail")
+    [failure] = [line for line in _lines(unset.stdout, "fail") if "keys.receipts" in line]
+    assert ".airlock/receipt-keys.json is missing" in failure
+    assert "airlock up" in failure and "AIRLOCK_CHECKPOINT_RECEIPT_KEYS_PATH" in failure
+    # Unset outside dev: required, and the line says so.
+    unset_prod = served.run("doctor", env={**env, "AIRLOCK_ENV": "prod"})
+    assert unset_prod.exit_code == 1
+    [failure] = [line for line in _lines(unset_prod.stdout, "fail") if "keys.receipts" in line]
+    assert "AIRLOCK_CHECKPOINT_RECEIPT_KEYS_PATH is not set" in failure
+    assert "executor keygen --public" in failure
+
+
+def test_doctor_in_the_directory_of_airlock_up_needs_only_airlock_env_dev(
+    served: Served, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`airlock up` tells people that admin commands on its state, doctor among them, need
+    only AIRLOCK_ENV=dev in its directory; the doctor failed there on the receipt key set,
+    which `up` passes the checkpoint explicitly. In dev it is found where `up` writes it."""
+    from airlock.cli._up import _Stack
+
+    stack = _Stack(tmp_path / ".airlock", {"webapp": 1, "checkpoint": 2, "devcloud": 3}, 4, 5)
+    stack.prepare(lambda _line: None)
+    engine = make_engine(stack.executor_env()["AIRLOCK_EXECUTOR_DATABASE_URL"])
+    try:
+        migrate(engine)  # as the executor does when `up` starts it
+    finally:
+        engine.dispose()
+    monkeypatch.chdir(tmp_path)
+    result = served.run(
+        "doctor",
+        "--service",
+        "checkpoint",
+        "--service",
+        "executor",
+        "--url",
+        served.url,
+        env={"AIRLOCK_ENV": "dev"},
     )
+    assert result.exit_code == 0, result.output
+    assert "0 failed, 0 warnings" in result.stdout, result.stdout
+    assert "ok    keys.receipts          .airlock/receipt-keys.json: 1 keys" in result.stdout
 
 
 def test_doctor_fails_on_an_unreachable_database_and_checkpoint(

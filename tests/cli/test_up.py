@@ -267,3 +267,95 @@ def test_up_gives_the_checkpoint_the_executor_receipt_key_set(
     app = build(CheckpointSettings(), sweep_interval=None)
     assert list(app.state.checkpoint.receipt_keys) == [signer.keyid]
     app.state.checkpoint.db.dispose()
+
+
+@pytest.fixture
+def state_seen(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[Path]:
+    """Run `up` only as far as choosing its state directory, recorded here."""
+    from airlock.cli import _up
+
+    seen: list[Path] = []
+
+    def prepare(self: _up._Stack, echo: Callable[[str], None]) -> None:
+        seen.append(self.home)
+        raise _up.UpError("stopped by the test before anything was created")
+
+    monkeypatch.setattr(_up._Stack, "prepare", prepare)
+    monkeypatch.setattr(_up.signal, "signal", lambda *_: None)  # keep pytest's handlers
+    monkeypatch.chdir(tmp_path)
+    return seen
+
+
+def _up_args(*extra: str) -> list[str]:
+    ports = [str(_free_port()) for _ in range(3)]
+    return [
+        "up",
+        *("--webapp-port", ports[0], "--checkpoint-port", ports[1], "--devcloud-port", ports[2]),
+        *extra,
+    ]
+
+
+def test_airlock_home_is_the_session_directory_not_up_s_state(
+    state_seen: list[Path], tmp_path: Path
+) -> None:
+    """AIRLOCK_HOME meant both the login session's directory and up's state: set for the
+    one, it moved the other. It is the session directory; up's is AIRLOCK_UP_HOME."""
+    from .conftest import airlock
+
+    sessions = tmp_path / "sessions"
+    sessions.mkdir(mode=0o700)
+    result = airlock(*_up_args(), env={"AIRLOCK_HOME": str(sessions)})
+    assert result.exit_code == 1, result.output
+    assert state_seen == [(tmp_path / ".airlock").resolve()]
+    assert f"AIRLOCK_HOME ({sessions}) is the session directory" in result.stderr
+    assert list(sessions.iterdir()) == []
+
+    up_home = tmp_path / "demo-state"
+    result = airlock(
+        *_up_args(), env={"AIRLOCK_HOME": str(sessions), "AIRLOCK_UP_HOME": str(up_home)}
+    )
+    assert state_seen[-1] == up_home.resolve()
+    assert "AIRLOCK_HOME" not in result.stderr
+
+    flag = tmp_path / "flag-state"
+    airlock(*_up_args("--home", str(flag)), env={"AIRLOCK_UP_HOME": str(up_home)})
+    assert state_seen[-1] == flag.resolve()
+
+
+def test_a_state_up_made_in_airlock_home_is_still_used_with_a_warning(
+    state_seen: list[Path], tmp_path: Path
+) -> None:
+    """An existing setup that kept up's state in AIRLOCK_HOME must not start over silently
+    (new keys, new passwords) in .airlock."""
+    from .conftest import airlock
+
+    old = tmp_path / "old-state"
+    (old / "keys").mkdir(parents=True)
+    result = airlock(*_up_args(), env={"AIRLOCK_HOME": str(old)})
+    assert state_seen == [old.resolve()]
+    assert "warning: using the state in AIRLOCK_HOME" in result.stderr
+    assert "set AIRLOCK_UP_HOME" in result.stderr
+
+
+def test_help_says_which_variable_is_which() -> None:
+    from .conftest import airlock
+
+    up = airlock("up", "--help").output
+    assert "AIRLOCK_UP_HOME" in up and "env var: AIRLOCK_HOME" not in up
+    login = " ".join(airlock("login", "--help").output.split())
+    assert "$AIRLOCK_HOME/session.json" in login and "AIRLOCK_UP_HOME" in login
+
+
+def test_up_tells_where_admin_commands_find_its_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dev defaults name .airlock/ relative to where a command runs, so `up` names
+    that directory, or says the paths must be set when the state is not called .airlock."""
+    from airlock.cli._up import _admin_hint
+
+    monkeypatch.chdir(tmp_path)
+    assert _admin_hint(tmp_path / ".airlock").endswith("AIRLOCK_ENV=dev in\nthis directory.")
+    assert _admin_hint(tmp_path / "x" / ".airlock").endswith(f"in\n{tmp_path / 'x'}.")
+    elsewhere = _admin_hint(tmp_path / "demo-state")
+    assert "AIRLOCK_CHECKPOINT_* / AIRLOCK_EXECUTOR_* paths" in elsewhere
+    assert str(tmp_path / "demo-state") in elsewhere

@@ -5,9 +5,13 @@ Every test runs on SQLite and on PostgreSQL (the ``db_url`` fixture).
 
 from __future__ import annotations
 
+import gc
 import hashlib
+import io
 import json
+import tracemalloc
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,16 +24,20 @@ from typer.testing import CliRunner
 from airlock.cli import app
 from airlock.protocol import canonical_bytes
 from airlock.store import (
+    EVENT_MAX_BYTES,
+    EXPORT_LINE_MAX_BYTES,
     GENESIS_PREV_HASH,
     AuditError,
     AuditLog,
     ChainError,
     ConfigError,
+    ExportLineTooLong,
     FaultKind,
     chain_hash,
     export,
     genesis_event,
     make_engine,
+    read_export_lines,
     read_transaction,
     upgrade,
     verify_chain,
@@ -477,6 +485,105 @@ def test_cli_verifies_an_exported_file(engine: Engine, db_url: str, tmp_path: An
     bad = runner.invoke(app, ["audit", "verify", "--file", str(out)])
     assert bad.exit_code == 1, bad.output
     assert "first bad row seq 5: hash_mismatch" in bad.output
+
+
+class _CountingStream(io.RawIOBase):
+    """``size`` bytes of one endless line, counting how many of them were read."""
+
+    def __init__(self, size: int) -> None:
+        self.left = size
+        self.read_bytes = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        n = min(len(buffer), self.left)
+        buffer[:n] = b"x" * n
+        self.left -= n
+        self.read_bytes += n
+        return n
+
+
+def test_export_lines_are_read_up_to_the_cap_and_no_further() -> None:
+    """A line of many megabytes, or a file with no newline at all: the reader stops one
+    byte past the cap (plus one buffer), never holding the line."""
+    stream = _CountingStream(8 * 1024 * 1024)
+    lines = read_export_lines(io.BufferedReader(stream), max_bytes=4096, source="huge.jsonl")
+    with pytest.raises(ExportLineTooLong) as caught:
+        next(lines)
+    assert (caught.value.line, caught.value.max_bytes) == (1, 4096)
+    assert str(caught.value).startswith("huge.jsonl: line 1 is longer than 4096 bytes")
+    assert stream.read_bytes <= 4096 + 1 + io.DEFAULT_BUFFER_SIZE
+
+
+def test_export_lines_at_the_cap_pass_and_the_first_longer_one_is_named() -> None:
+    cap = 64
+    data = b"a" * cap + b"\n" + b"b\r\n" + "é".encode() + b"\xff\n" + b"c" * (cap + 1) + b"\nd\n"
+    lines = read_export_lines(io.BytesIO(data), max_bytes=cap)
+    # Only \n ends a line; \r and invalid UTF-8 are kept for the verifier to refuse.
+    assert [next(lines) for _ in range(3)] == ["a" * cap, "b\r", "é\udcff"]
+    with pytest.raises(ExportLineTooLong) as caught:
+        next(lines)
+    assert caught.value.line == 4
+    # The last line may lack its newline, as long as it fits.
+    assert list(read_export_lines(io.BytesIO(b"x\n" + b"y" * cap), max_bytes=cap)) == [
+        "x",
+        "y" * cap,
+    ]
+
+
+def test_the_cap_holds_the_largest_event_an_append_accepts(engine: Engine) -> None:
+    """The cap is a bound on what export writes, not a guess: an event of the largest
+    size append accepts exports to a line within it, and verifies read back."""
+    probe = len(canonical_bytes({"type": "t", "pad": "", "at": "2026-11-29T06:00:05.000000Z"}))
+    pad = "p" * (EVENT_MAX_BYTES - probe)
+    with engine.begin() as conn:
+        AuditLog.append(conn, {"type": "t", "pad": pad}, at=NOW)
+    with engine.connect() as conn:
+        lines = list(export(conn))
+    assert len(lines[-1].encode()) <= EXPORT_LINE_MAX_BYTES
+    data = "".join(line + "\n" for line in lines).encode()
+    assert verify_export(read_export_lines(io.BytesIO(data))).ok
+
+
+def _peak_while(run: Any) -> tuple[Any, int]:
+    """Run ``run()``; its result and the most memory Python held meanwhile above before."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        result = run()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return result, peak - before
+
+
+def test_cli_verify_names_an_over_long_line_without_reading_it_whole(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    engine = make_engine(sqlite_url)
+    try:
+        upgrade(engine, MIGRATIONS)
+        append_events(engine, 3)
+        with engine.connect() as conn:
+            good = "".join(line + "\n" for line in export(conn))
+    finally:
+        engine.dispose()
+    line = 4 * 1024 * 1024  # four times the cap, with no newline: a few MB is enough
+    path = tmp_path / "chain.jsonl"
+    path.write_bytes(good.encode() + b'{"event":' + b"x" * line)
+    runner = CliRunner()
+    assert runner.invoke(app, ["audit", "verify", "--file", str(path)]).exit_code == 1  # warm
+    result, peak = _peak_while(lambda: runner.invoke(app, ["audit", "verify", "--file", str(path)]))
+    assert peak < line, f"held {peak} bytes while refusing a {line}-byte line"
+    assert result.exit_code == 1, result.output
+    assert isinstance(result.exception, SystemExit)  # no traceback
+    assert result.output == (
+        f"FAIL: first bad row seq 4: line 5 is longer than {EXPORT_LINE_MAX_BYTES} bytes, the "
+        "most an audit export line can hold; not read further\nrows verified before it: 4\n"
+    )
 
 
 def test_append_on_a_corrupted_head_is_refused(engine: Engine) -> None:
