@@ -111,8 +111,10 @@ def test_missing_database_url_is_refused_outside_dev(monkeypatch: pytest.MonkeyP
 
 
 def _airlock(tmp_path: Path, *args: str, stdin: str = "") -> Result:
-    # In-process (typer's runner) with the environment a deployment would set.
+    # In-process (typer's runner) with the environment a deployment would set, whatever
+    # the developer's shell says (AIRLOCK_ENV=dev would bring the demo defaults).
     env = {
+        "AIRLOCK_ENV": "prod",
         "AIRLOCK_CHECKPOINT_DATABASE_URL": f"sqlite:///{tmp_path / 'checkpoint.db'}",
         "AIRLOCK_CHECKPOINT_KEYS_DIR": str(tmp_path / "keys"),
     }
