@@ -417,6 +417,12 @@ def create_app(
                 {"next": _safe_next(next), "error": message, "username": username},
                 status=401 if exc.status == 401 else exc.status,
             )
+        # A sign-in over a session this browser still holds replaces it: end that one at
+        # the checkpoint too, or it would stay valid, unheld, until it expired.
+        previous = cookies(request).session(request)
+        if previous is not None and previous != session.token:
+            with contextlib.suppress(CheckpointRefused, CheckpointUnavailable):
+                client.logout(previous)
         response = RedirectResponse(_safe_next(next), 303)
         cookies(request).set_session(response, session.token, session.expires_at - int(now()))
         return response

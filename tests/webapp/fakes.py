@@ -154,13 +154,14 @@ class FakeCheckpoint:
                     ]
                 }
             )
-        user = self.sessions.get(request.headers.get("authorization", "").removeprefix("Bearer "))
+        bearer = request.headers.get("authorization", "").removeprefix("Bearer ")
+        user = self.sessions.get(bearer)
         if user is None:
             return _refuse("E_UNAUTHENTICATED", "missing, unknown or expired token", 401)
         if path == "/v1/me":
             return _ok({"name": user, "kind": "user", "role": ROLES[user]})
         if request.method == "DELETE" and path == "/v1/sessions/current":
-            self.sessions = {t: u for t, u in self.sessions.items() if u != user}
+            del self.sessions[bearer]  # the checkpoint ends the session presented, no other
             return httpx.Response(204)
         if path == "/v1/audit":
             return _ok(

@@ -53,3 +53,30 @@ def test_sign_out_while_the_checkpoint_is_down_still_clears_the_cookie(site: Sit
         follow_redirects=False,
     )
     assert signed_in.status_code == 303
+
+
+def test_signing_in_over_a_session_ends_the_one_it_replaces(site: Site) -> None:
+    site.sign_in("alice")
+    [alice] = site.fake.sessions
+    site.sign_in("bob")  # the same browser, someone else
+    assert list(site.fake.sessions.values()) == ["bob"]
+    [bob] = site.fake.sessions
+    site.sign_in("bob")  # and again
+    assert list(site.fake.sessions.values()) == ["bob"] and alice not in site.fake.sessions
+    assert bob not in site.fake.sessions
+    assert site.client.get("/").status_code == 200
+
+
+def test_a_sign_in_succeeds_when_the_replaced_session_cannot_be_ended(site: Site) -> None:
+    site.sign_in("alice")
+    real = site.fake.handle
+
+    def down(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/sessions/current":
+            raise httpx.ConnectError("refused")
+        return real(request)
+
+    site.fake.handle = down  # type: ignore[method-assign]
+    site.sign_in("bob")
+    assert sorted(site.fake.sessions.values()) == ["alice", "bob"]  # alice's expires on its own
+    assert site.client.get("/").status_code == 200
