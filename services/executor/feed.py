@@ -42,7 +42,7 @@ import logging
 import random
 import re
 import time
-from collections.abc import Callable, Container, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -656,19 +656,25 @@ class OutboxReporter:
         budget = _MAX_BATCHES * self._batch  # POSTs per flush: the feed is not starved
         recorded, in_a_row = 0, 0
 
-        def post(item: PendingReceipt) -> bool | None:
-            """Post one: recorded or not, or None once the flush must end."""
+        def post(items: Iterable[PendingReceipt]) -> bool | None:
+            """Post each in turn while the budget lasts: whether an outcome was recorded,
+            or None once the flush must end."""
             nonlocal budget, recorded, in_a_row
-            budget -= 1
-            ok = self._attempt(item)
-            if ok is None:
-                return None
-            recorded += ok
-            in_a_row = 0 if ok else in_a_row + 1
-            if in_a_row >= _FAILURES_IN_A_ROW:
-                self._pause(f"{in_a_row} receipts in a row not delivered")
-                return None
-            return bool(ok)
+            outcome_recorded = False
+            for item in items:
+                if budget <= 0:
+                    break
+                budget -= 1
+                ok = self._attempt(item)
+                if ok is None:
+                    return None
+                recorded += ok
+                in_a_row = 0 if ok else in_a_row + 1
+                if in_a_row >= _FAILURES_IN_A_ROW:
+                    self._pause(f"{in_a_row} receipts in a row not delivered")
+                    return None
+                outcome_recorded |= bool(ok) and item.kind == "outcome"
+            return outcome_recorded
 
         # One pass through the queue in order: fresh receipts are posted as they come,
         # those backing off are passed over, those due for a retry are posted last. A
@@ -676,6 +682,24 @@ class OutboxReporter:
         # resolutions again (what was seen is not posted twice).
         after: dict[str, tuple[int, str]] = {}
         seen: set[tuple[str, str]] = set()
+
+        def fresh(
+            batch: Sequence[PendingReceipt], retries: list[PendingReceipt]
+        ) -> Iterator[PendingReceipt]:
+            """The batch's receipts not seen in this pass and not backing off, read as
+            they are posted; those due for a retry go to ``retries``."""
+            now = self._mono()
+            for item in batch:
+                after[item.kind] = (item.queued_at, item.approval_id)
+                if item.key in seen:
+                    continue
+                seen.add(item.key)
+                retry = self._retry.get(item.key)
+                if retry is None:
+                    yield item
+                elif retry.due <= now:
+                    retries.append(item)
+
         while True:
             retries: list[PendingReceipt] = []
             while budget > 0:
@@ -683,33 +707,14 @@ class OutboxReporter:
                     batch = pending_receipts(conn, self._batch, after=after)
                 if not batch:
                     break
-                now, outcome_recorded = self._mono(), False
-                for item in batch:
-                    after[item.kind] = (item.queued_at, item.approval_id)
-                    if item.key in seen:
-                        continue
-                    seen.add(item.key)
-                    retry = self._retry.get(item.key)
-                    if retry is not None:
-                        if retry.due <= now:
-                            retries.append(item)
-                        continue
-                    if budget <= 0:
-                        break
-                    done = post(item)
-                    if done is None:
-                        return recorded
-                    outcome_recorded |= done and item.kind == "outcome"
+                outcome_recorded = post(fresh(batch, retries))
+                if outcome_recorded is None:
+                    return recorded
                 if outcome_recorded:
                     after.pop("resolution", None)
-            outcome_recorded = False
-            for item in retries:
-                if budget <= 0:
-                    break
-                done = post(item)
-                if done is None:
-                    return recorded
-                outcome_recorded |= done and item.kind == "outcome"
+            outcome_recorded = post(retries)
+            if outcome_recorded is None:
+                return recorded
             if budget <= 0:
                 self._next = self._mono()  # more than one flush's worth: due again at once
                 return recorded
