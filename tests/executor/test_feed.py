@@ -461,6 +461,16 @@ def test_a_receipt_rejected_for_an_untrusted_key_is_delivered_after_the_key_is_t
         )
         assert event["rejected"] == {"attempt": 1, "http_status": 422, "error_code": "E_RECEIPT"}
         assert verify_chain(world.engine).ok
+        # The receipt delivered late names the executor row it was signed over, as ever.
+        reconcile = world.cli(
+            "audit",
+            "reconcile",
+            "--checkpoint-db",
+            f"sqlite:///{stack.workdir / 'checkpoint.db'}",
+            "--executor-db",
+            stack.ledger_url,
+        )
+        assert reconcile.returncode == 0, reconcile.stdout + reconcile.stderr
 
         # Delivered now: never sent again. An unknown id: refused. Nothing queued either way.
         again = world.cli("executor", "receipts", "resend", approval_id, "--by", "alice")
