@@ -3,12 +3,16 @@
 Wires settings, the ledger engine, the trusted key set, the receipt key and the Alibaba
 adapter into :class:`services.executor.Executor`. Services are imported lazily, inside
 each command, so ``airlock --help`` loads no service and no secret (DESIGN §1).
+``airlock executor receipts list|resend`` need only the ledger database: they show the
+delivery history of the receipts reported to the checkpoint, and queue rejected ones
+to be sent again.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -17,11 +21,14 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from ._approvals import _inert, _when
 from ._help import Typer
 
 if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
     from airlock.settings import ExecutorSettings
-    from services.executor import Executor, Outcome
+    from services.executor import Executor, Outcome, ReceiptHistory
 
 __all__ = ["executor_app", "receipts_app"]
 
@@ -31,6 +38,25 @@ executor_app = Typer(
     invoke_without_command=True,
 )
 receipts_app = Typer(name="receipts", help="Check executor receipts.", no_args_is_help=True)
+_RESEND_EXIT_CODES = (
+    "Exit codes: 0 queued (with --all-rejected, also when nothing is rejected); 1 refused, "
+    "nothing queued (every reason is printed); 2 usage or configuration error."
+)
+executor_receipts_app = Typer(
+    name="receipts",
+    help=(
+        "The receipts this executor reports to the checkpoint: their delivery history, and "
+        "sending again those the checkpoint refused for good, once the cause is fixed.\n\n"
+        "Examples:\n\n"
+        "  airlock executor receipts list                 # every receipt not delivered\n\n"
+        "  airlock executor receipts list apv_...         # one approval's history\n\n"
+        "  airlock executor receipts resend apv_... --by alice --note 'receipt key installed'"
+        "\n\n"
+        "  airlock executor receipts resend --all-rejected --by alice --dry-run"
+    ),
+    no_args_is_help=True,
+)
+executor_app.add_typer(executor_receipts_app)
 
 
 def _fail(message: str) -> typer.Exit:
@@ -458,3 +484,177 @@ def receipts_verify_command(
     for name, value in rows:
         if value:
             typer.echo(f"  {name:<11}{value}")
+
+
+# -- receipts reported to the checkpoint: history and resend ---------------------------------
+
+
+def _ledger_engine() -> Engine:
+    """The ledger database at head: only the database URL of the settings is used."""
+    from airlock.store import Error as StoreError
+    from airlock.store import make_engine
+    from services.executor import migrate
+
+    try:
+        engine = make_engine(_settings().database_url)
+        migrate(engine)
+    except StoreError as exc:
+        raise _fail(str(exc)) from None
+    return engine
+
+
+def _approval_ids(approval_ids: list[str] | None) -> list[str]:
+    from airlock.protocol import APPROVAL_ID_PATTERN
+
+    ids = list(dict.fromkeys(approval_ids or []))
+    malformed = [i for i in ids if not re.fullmatch(APPROVAL_ID_PATTERN, i)]
+    if malformed:
+        raise _fail(f"not an approval id (apv_…): {_inert(malformed[0])[:120]}")
+    return ids
+
+
+def _history_lines(history: ReceiptHistory) -> list[str]:
+    state = {
+        "pending": "not attempted yet (queued)",
+        "delivered": "delivered",
+        "rejected": "rejected (send it again with: airlock executor receipts resend)",
+        "resend_pending": "queued again",
+    }[history.state]
+    lines = [f"{history.approval_id} {history.kind}: {state}"]
+    events: list[tuple[int, int, str]] = []
+    for a in history.attempts:
+        answer = " ".join(str(x) for x in (a.http_status, a.error_code) if x is not None)
+        detail = f"  {_inert(a.detail[:200])}" if a.status == "rejected" and a.detail else ""
+        events.append(
+            (a.attempt, 1, f"  attempt {a.attempt}  {a.status:<9} {answer}  {_when(a.at)}{detail}")
+        )
+    for r in history.resends:
+        note = f"  note: {_inert(r.note)}" if r.note else ""
+        events.append(
+            (
+                r.attempt,
+                0,
+                f"  attempt {r.attempt}  requested by {_inert(r.requested_by)}  "
+                f"{_when(r.requested_at)}{note}",
+            )
+        )
+    return lines + [line for _, _, line in sorted(events)]
+
+
+@executor_receipts_app.command("list")
+def receipts_list_command(
+    approval_ids: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="Approval ids to show (default: every receipt not delivered).",
+            metavar="APPROVAL_ID",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Show receipts' delivery attempts to the checkpoint, and resends asked for.
+
+    With approval ids: each one's receipts (outcome, resolution), delivered or not.
+
+    Without: every receipt not delivered (rejected, queued again, or not attempted yet).
+
+    Exit codes: 0 shown; 1 a named approval has no receipt here; 2 usage error.
+    """
+    from airlock.store import read_transaction
+    from services.executor import receipt_history, without_receipt
+
+    ids = _approval_ids(approval_ids)
+    engine = _ledger_engine()
+    try:
+        with read_transaction(engine) as conn:
+            histories = receipt_history(conn, ids or None)
+            missing = without_receipt(conn, ids)
+    finally:
+        engine.dispose()
+    for history in histories:
+        for line in _history_lines(history):
+            typer.echo(line)
+    if not ids and not histories:
+        typer.echo("every receipt was delivered")
+    for approval_id, why in missing.items():
+        typer.echo(f"{approval_id}: {why}", err=True)
+    if missing:
+        raise typer.Exit(1)
+
+
+@executor_receipts_app.command("resend", epilog=_RESEND_EXIT_CODES)
+def receipts_resend_command(
+    approval_ids: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="Approval ids whose rejected receipts (outcome, resolution) to send again.",
+            metavar="APPROVAL_ID",
+            show_default=False,
+        ),
+    ] = None,
+    all_rejected: Annotated[
+        bool, typer.Option("--all-rejected", help="Send every rejected receipt again instead.")
+    ] = False,
+    by: Annotated[
+        str | None,
+        typer.Option("--by", help="Who asks (recorded and audited); required unless --dry-run."),
+    ] = None,
+    note: Annotated[str, typer.Option("--note", help="Why: what was fixed.")] = "",
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Say what would be queued; change nothing.")
+    ] = False,
+) -> None:
+    """Queue receipts the checkpoint refused for good to be delivered once more.
+
+    For after the cause is fixed (say the checkpoint now trusts the receipt key).
+
+    Only a receipt whose last attempt was rejected is sent again, as the same receipt.
+
+    A delivered receipt never is; nothing in the ledger or in the receipt changes.
+
+    The request is recorded with --by and --note, and in the audit chain.
+
+    All or nothing: one unknown or not-rejected approval id refuses the whole request.
+
+    The running executor delivers it at its next sweep (AIRLOCK_EXECUTOR_RECOVER_EVERY).
+    """
+    from airlock.store import read_transaction
+    from services.executor import ResendRefused, check_requester, plan_resend, request_resend
+
+    ids = _approval_ids(approval_ids)
+    if all_rejected == bool(ids):
+        raise _fail("name the approval ids to send again, or pass --all-rejected (not both)")
+    if by is None and not dry_run:
+        raise _fail("--by NAME is required: who asks for a resend is recorded and audited")
+    try:
+        who = check_requester("-" if by is None else by, note)
+    except ResendRefused as exc:
+        raise _fail(str(exc)) from None
+    engine = _ledger_engine()
+    try:
+        if dry_run:
+            with read_transaction(engine) as conn:
+                plan = plan_resend(conn, ids or None)
+        else:
+            plan = request_resend(engine, ids or None, by=who, note=note, now=int(time.time()))
+    except ResendRefused as exc:
+        for subject, why in exc.problems:
+            typer.echo(f"refused: {subject}: {why}", err=True)
+        typer.echo("nothing queued", err=True)
+        raise typer.Exit(1) from None
+    finally:
+        engine.dispose()
+    if not plan:
+        typer.echo("no rejected receipt: nothing to send again")
+        return
+    verb = "would queue" if dry_run else "queued"
+    for r in plan:
+        typer.echo(
+            f"{verb} the {r.kind} receipt of {r.approval_id} as attempt {r.attempt} "
+            f"(after {r.rejected.describe()})"
+        )
+    if not dry_run:
+        typer.echo(
+            "the executor delivers them at its next sweep; "
+            "see `airlock executor receipts list APPROVAL_ID`"
+        )

@@ -5,7 +5,8 @@ key, and never import the checkpoint or the agent.
 
 Public face: :class:`Executor` (execute, recover, resolve), :func:`migrate`, the bundle
 sources (a directory, a file, the checkpoint feed) and outcome sinks, the outcome outbox
-reporter, the daemon loop (:func:`serve`), the receipt signer and verifier.
+reporter and the operator's resend of rejected receipts (:func:`request_resend`), the
+daemon loop (:func:`serve`), the receipt signer and verifier.
 """
 
 from pathlib import Path
@@ -20,6 +21,7 @@ from .errors import (
     ExecutorError,
     Fenced,
     InvalidReceipt,
+    ResendRefused,
     ResolutionError,
 )
 from .failpoints import FAILPOINTS, FEED_FAILPOINTS, Failpoints
@@ -39,6 +41,15 @@ from .receipts import (
     ReceiptSigner,
     generate_receipt_key,
     verify_receipt,
+)
+from .resend import (
+    ReceiptHistory,
+    Resend,
+    check_requester,
+    plan_resend,
+    receipt_history,
+    request_resend,
+    without_receipt,
 )
 from .service import Executor, client_token
 from .sources import (
@@ -77,22 +88,30 @@ __all__ = [
     "OutcomeSink",
     "Receipt",
     "ReceiptDirectorySink",
+    "ReceiptHistory",
     "ReceiptSigner",
+    "Resend",
+    "ResendRefused",
     "ResolutionError",
     "Revoked",
     "Shutdown",
     "State",
     "TrustedKeysFile",
     "TrustedKeysUnavailable",
+    "check_requester",
     "checkpoint_client",
     "client_token",
     "feed_name",
     "generate_receipt_key",
     "heartbeat_age",
     "migrate",
+    "plan_resend",
     "read_revocations_file",
+    "receipt_history",
+    "request_resend",
     "serve",
     "verify_receipt",
+    "without_receipt",
 ]
 
 MIGRATIONS_DIR: Final = Path(__file__).parent / "migrations"

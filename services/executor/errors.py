@@ -8,6 +8,8 @@ Error hierarchy::
     │                        took the lease over (epoch bumped); this worker must stop
     ├── SimulatedCrash       raised by a test failpoint to abandon work mid-flight
     ├── ResolutionError      a human resolution was refused (row not in_doubt, bad input)
+    ├── ResendRefused        a request to send receipts again was refused as a whole
+    │                        (unknown approval, nothing rejected to send, bad input)
     ├── InvalidReceipt       a receipt does not verify or is not a receipt/v1
     └── CheckpointUnauthorized
                              the checkpoint answered 401/403 to the executor's token: a
@@ -19,12 +21,15 @@ A bundle that is refused is not an error here: it is an outcome (``Outcome`` wit
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 __all__ = [
     "CheckpointUnauthorized",
     "ConfigError",
     "ExecutorError",
     "Fenced",
     "InvalidReceipt",
+    "ResendRefused",
     "ResolutionError",
     "SimulatedCrash",
 ]
@@ -57,6 +62,18 @@ class SimulatedCrash(ExecutorError):
 
 class ResolutionError(ExecutorError):
     """A human resolution of an in_doubt row was refused."""
+
+
+class ResendRefused(ExecutorError):
+    """A request to send rejected receipts again was refused; nothing was queued.
+
+    ``problems`` names each approval id (or option) at fault and why, every one of them:
+    an operator fixes them all at once rather than one per try.
+    """
+
+    def __init__(self, problems: Sequence[tuple[str, str]]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("; ".join(f"{subject}: {why}" for subject, why in self.problems))
 
 
 class InvalidReceipt(ExecutorError):

@@ -25,9 +25,15 @@ each accepted or permanently refused one in the insert-only ``executor_deliverie
 terminal ledger rows are never touched. What is still to post is read from the
 ``executor_outbox`` queue, which the outcome's own transaction fills and the delivery's
 empties, so a flush costs what is pending, not the size of the ledger; at start the
-reporter re-queues anything the ledger and deliveries show undelivered. The checkpoint
-answers a repeated receipt with 200 (same answer), so a crash between the POST and that
-record is harmless.
+reporter re-queues anything the ledger, deliveries and resends show undelivered. The
+checkpoint answers a repeated receipt with 200 (same answer), so a crash between the
+POST and that record is harmless.
+
+Delivery attempts are numbered: a receipt's own is attempt 1, and a rejected receipt is
+posted again only as a later attempt that an operator asked for
+(:mod:`services.executor.resend`, ``executor_resends``). Each attempt is recorded once,
+under its number, and removes only its own queue row, so two executors sharing the
+ledger neither record an attempt twice nor drop a resend queued meanwhile.
 
 Neither class decides whether anything is executed, and neither ever writes to the cloud
 or changes a ledger row. A checkpoint that is down or answers 5xx/429 is retried with a
@@ -42,7 +48,7 @@ import logging
 import random
 import re
 import time
-from collections.abc import Callable, Container, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -70,6 +76,7 @@ from .models import (
     feed_cursor,
     ledger,
     outbox,
+    resends,
     resolutions,
     revocations,
 )
@@ -488,6 +495,7 @@ class PendingReceipt:
     approval_id: str
     receipt: str
     queued_at: int  # with approval_id, its place in the queue
+    attempt: int = 1  # 1, or the attempt a resend request queued
 
     @property
     def key(self) -> tuple[str, str]:
@@ -503,19 +511,34 @@ def _after(position: tuple[int, str] | None) -> sa.ColumnElement[bool]:
     )
 
 
+def _resend_pending(kind: str, approval_id: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
+    """A resend of the receipt was requested and its attempt is not recorded yet."""
+    recorded = deliveries.alias("recorded")
+    return sa.exists().where(
+        resends.c.kind == kind,
+        resends.c.approval_id == approval_id,
+        ~sa.exists().where(
+            recorded.c.kind == resends.c.kind,
+            recorded.c.approval_id == resends.c.approval_id,
+            recorded.c.attempt == resends.c.attempt,
+        ),
+    )
+
+
 def pending_receipts(
     conn: Connection, limit: int, *, after: Mapping[str, tuple[int, str]] | None = None
 ) -> list[PendingReceipt]:
     """Queued receipts, oldest first; a resolution only once the outcome it resolves was
-    delivered (the checkpoint replaces an in_doubt outcome by its resolution, and refuses
-    it the other way round). Reads the outbox queue, never the whole ledger.
+    delivered, and not while that outcome is being sent again (the checkpoint replaces an
+    in_doubt outcome by its resolution, and refuses it the other way round). Reads the
+    outbox queue, never the whole ledger.
 
     ``after`` maps a kind to the (queued_at, approval_id) of the last receipt of that
     kind already seen, to read on past it (one pass through the queue per flush).
     """
     after = after or {}
     outcome_rows = conn.execute(
-        sa.select(ledger.c.approval_id, ledger.c.receipt, outbox.c.queued_at)
+        sa.select(ledger.c.approval_id, ledger.c.receipt, outbox.c.queued_at, outbox.c.attempt)
         .select_from(outbox.join(ledger, ledger.c.approval_id == outbox.c.approval_id))
         .where(
             outbox.c.kind == "outcome",
@@ -527,7 +550,9 @@ def pending_receipts(
         .limit(limit)
     ).all()
     resolution_rows = conn.execute(
-        sa.select(resolutions.c.approval_id, resolutions.c.receipt, outbox.c.queued_at)
+        sa.select(
+            resolutions.c.approval_id, resolutions.c.receipt, outbox.c.queued_at, outbox.c.attempt
+        )
         .select_from(outbox.join(resolutions, resolutions.c.approval_id == outbox.c.approval_id))
         .where(
             outbox.c.kind == "resolution",
@@ -536,28 +561,46 @@ def pending_receipts(
                 deliveries.c.kind == "outcome",
                 deliveries.c.approval_id == resolutions.c.approval_id,
             ),
+            ~_resend_pending("outcome", resolutions.c.approval_id),
         )
         .order_by(outbox.c.queued_at, outbox.c.approval_id)
         .limit(limit)
     ).all()
-    return [PendingReceipt("outcome", a, r, int(q)) for a, r, q in outcome_rows] + [
-        PendingReceipt("resolution", a, r, int(q)) for a, r, q in resolution_rows
+    return [PendingReceipt("outcome", a, r, int(q), int(n)) for a, r, q, n in outcome_rows] + [
+        PendingReceipt("resolution", a, r, int(q), int(n)) for a, r, q, n in resolution_rows
     ]
 
 
 def requeue_undelivered(conn: Connection) -> int:
-    """Queue every receipt the ledger and deliveries show undelivered and the outbox does
-    not hold (a full scan: the reporter runs it once, at start). Returns how many."""
+    """Queue every receipt the ledger and deliveries show undelivered, or whose requested
+    resend has no delivery record yet, and the outbox does not hold (a full scan: the
+    reporter runs it once, at start). Returns how many."""
 
     def undelivered(kind: str, approval_id: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
         return ~sa.exists().where(
             deliveries.c.kind == kind, deliveries.c.approval_id == approval_id
         ) & ~sa.exists().where(outbox.c.kind == kind, outbox.c.approval_id == approval_id)
 
+    # A resend whose attempt is neither recorded nor queued (its queue row lost, say).
+    # Only a receipt's last resend can be: the next needs this one's attempt recorded.
+    recorded = deliveries.alias("recorded")
+    resent = sa.select(
+        resends.c.kind, resends.c.approval_id, resends.c.requested_at, resends.c.attempt
+    ).where(
+        ~sa.exists().where(
+            recorded.c.kind == resends.c.kind,
+            recorded.c.approval_id == resends.c.approval_id,
+            recorded.c.attempt == resends.c.attempt,
+        ),
+        ~sa.exists().where(
+            outbox.c.kind == resends.c.kind, outbox.c.approval_id == resends.c.approval_id
+        ),
+    )
     queued = 0
-    for kind, select in (
+    for what, columns, select in (
         (
             "outcome",
+            ["kind", "approval_id", "queued_at"],
             sa.select(sa.literal("outcome"), ledger.c.approval_id, ledger.c.updated_at).where(
                 ledger.c.state.in_([s.value for s in TERMINAL_STATES]),
                 ledger.c.receipt.is_not(None),
@@ -566,16 +609,23 @@ def requeue_undelivered(conn: Connection) -> int:
         ),
         (
             "resolution",
+            ["kind", "approval_id", "queued_at"],
             sa.select(
                 sa.literal("resolution"), resolutions.c.approval_id, resolutions.c.decided_at
             ).where(undelivered("resolution", resolutions.c.approval_id)),
         ),
+        ("resent", ["kind", "approval_id", "queued_at", "attempt"], resent),
     ):
-        result = conn.execute(
-            _insert_ignore(conn, outbox).from_select(["kind", "approval_id", "queued_at"], select)
+        # RETURNING, not rowcount: psycopg reports -1 for INSERT … ON CONFLICT DO NOTHING.
+        count = len(
+            conn.execute(
+                _insert_ignore(conn, outbox)
+                .from_select(columns, select)
+                .returning(outbox.c.approval_id)
+            ).all()
         )
-        queued += max(result.rowcount, 0)
-        _log.debug("re-queued %d undelivered %s receipts", result.rowcount, kind)
+        queued += count
+        _log.debug("re-queued %d undelivered %s receipts", count, what)
     return queued
 
 
@@ -656,19 +706,25 @@ class OutboxReporter:
         budget = _MAX_BATCHES * self._batch  # POSTs per flush: the feed is not starved
         recorded, in_a_row = 0, 0
 
-        def post(item: PendingReceipt) -> bool | None:
-            """Post one: recorded or not, or None once the flush must end."""
+        def post(items: Iterable[PendingReceipt]) -> bool | None:
+            """Post each in turn while the budget lasts: whether an outcome was recorded,
+            or None once the flush must end."""
             nonlocal budget, recorded, in_a_row
-            budget -= 1
-            ok = self._attempt(item)
-            if ok is None:
-                return None
-            recorded += ok
-            in_a_row = 0 if ok else in_a_row + 1
-            if in_a_row >= _FAILURES_IN_A_ROW:
-                self._pause(f"{in_a_row} receipts in a row not delivered")
-                return None
-            return bool(ok)
+            outcome_recorded = False
+            for item in items:
+                if budget <= 0:
+                    break
+                budget -= 1
+                ok = self._attempt(item)
+                if ok is None:
+                    return None
+                recorded += ok
+                in_a_row = 0 if ok else in_a_row + 1
+                if in_a_row >= _FAILURES_IN_A_ROW:
+                    self._pause(f"{in_a_row} receipts in a row not delivered")
+                    return None
+                outcome_recorded |= bool(ok) and item.kind == "outcome"
+            return outcome_recorded
 
         # One pass through the queue in order: fresh receipts are posted as they come,
         # those backing off are passed over, those due for a retry are posted last. A
@@ -676,6 +732,24 @@ class OutboxReporter:
         # resolutions again (what was seen is not posted twice).
         after: dict[str, tuple[int, str]] = {}
         seen: set[tuple[str, str]] = set()
+
+        def fresh(
+            batch: Sequence[PendingReceipt], retries: list[PendingReceipt]
+        ) -> Iterator[PendingReceipt]:
+            """The batch's receipts not seen in this pass and not backing off, read as
+            they are posted; those due for a retry go to ``retries``."""
+            now = self._mono()
+            for item in batch:
+                after[item.kind] = (item.queued_at, item.approval_id)
+                if item.key in seen:
+                    continue
+                seen.add(item.key)
+                retry = self._retry.get(item.key)
+                if retry is None:
+                    yield item
+                elif retry.due <= now:
+                    retries.append(item)
+
         while True:
             retries: list[PendingReceipt] = []
             while budget > 0:
@@ -683,33 +757,14 @@ class OutboxReporter:
                     batch = pending_receipts(conn, self._batch, after=after)
                 if not batch:
                     break
-                now, outcome_recorded = self._mono(), False
-                for item in batch:
-                    after[item.kind] = (item.queued_at, item.approval_id)
-                    if item.key in seen:
-                        continue
-                    seen.add(item.key)
-                    retry = self._retry.get(item.key)
-                    if retry is not None:
-                        if retry.due <= now:
-                            retries.append(item)
-                        continue
-                    if budget <= 0:
-                        break
-                    done = post(item)
-                    if done is None:
-                        return recorded
-                    outcome_recorded |= done and item.kind == "outcome"
+                outcome_recorded = post(fresh(batch, retries))
+                if outcome_recorded is None:
+                    return recorded
                 if outcome_recorded:
                     after.pop("resolution", None)
-            outcome_recorded = False
-            for item in retries:
-                if budget <= 0:
-                    break
-                done = post(item)
-                if done is None:
-                    return recorded
-                outcome_recorded |= done and item.kind == "outcome"
+            outcome_recorded = post(retries)
+            if outcome_recorded is None:
+                return recorded
             if budget <= 0:
                 self._next = self._mono()  # more than one flush's worth: due again at once
                 return recorded
@@ -778,7 +833,9 @@ class OutboxReporter:
         if status == 200:
             self._fp.hit("after_outcome_post")
             self._record(item, "delivered", status, None, "")
-            _log.info("%s receipt of %s delivered", item.kind, item.approval_id)
+            _log.info(
+                "%s receipt of %s delivered (attempt %d)", item.kind, item.approval_id, item.attempt
+            )
         elif status in _SERVER_NOT_NOW or status < 400:
             # < 400 but not 200 (a redirect, say): the URL is wrong for every receipt.
             raise _Unavailable(f"HTTP {status} {_error_code(response)}")
@@ -787,24 +844,32 @@ class OutboxReporter:
         else:
             # The checkpoint will never take this receipt (unknown approval, a different
             # outcome already recorded, receipt key not trusted…): record why, move on.
+            # Only an operator sends it again, once the cause is fixed (resend.py).
             code = _error_code(response)
             self._record(item, "rejected", status, code, _clip(response.text))
             _log.error(
-                "checkpoint refused the %s receipt of %s for good: HTTP %d %s",
+                "checkpoint refused the %s receipt of %s for good (attempt %d): HTTP %d %s; "
+                "once the cause is fixed: airlock executor receipts resend %s --by NAME",
                 item.kind,
                 item.approval_id,
+                item.attempt,
                 status,
                 code,
+                item.approval_id,
             )
 
     def _record(
         self, item: PendingReceipt, status: str, http: int, code: str | None, detail: str
     ) -> None:
         with self._engine.begin() as conn:
+            # Another executor on this ledger may have recorded this attempt already:
+            # the first record stands. Only this attempt's queue row goes: a resend
+            # queued since (the next attempt) must stay.
             conn.execute(
                 _insert_ignore(conn, deliveries).values(
                     kind=item.kind,
                     approval_id=item.approval_id,
+                    attempt=item.attempt,
                     status=status,
                     http_status=http,
                     error_code=code,
@@ -814,7 +879,9 @@ class OutboxReporter:
             )
             conn.execute(
                 sa.delete(outbox).where(
-                    outbox.c.kind == item.kind, outbox.c.approval_id == item.approval_id
+                    outbox.c.kind == item.kind,
+                    outbox.c.approval_id == item.approval_id,
+                    outbox.c.attempt == item.attempt,
                 )
             )
 
@@ -824,7 +891,7 @@ def _clip(text: str, limit: int = _DETAIL_MAX) -> str:
 
 
 def delivery_records(engine: Engine) -> Iterator[dict[str, Any]]:
-    """Every delivery record, oldest first (for operators and tests)."""
+    """Every delivery record (one per attempt), oldest first (for operators and tests)."""
     with engine.connect() as conn:
         for row in conn.execute(sa.select(deliveries).order_by(deliveries.c.id)).mappings():
             yield dict(row)

@@ -28,7 +28,10 @@ the checkpoint accepted or refused for good — the outcome outbox's memory), an
 migration 0003 ``executor_outbox``: the receipts still to deliver, a work queue; and from
 migration 0004 ``executor_checkpoint_head``: per feed, the checkpoint audit head last
 recorded in the chain (``executor.checkpoint_head``), so an unchanged head is not
-recorded again.
+recorded again. Migration 0005 numbers delivery attempts: ``executor_deliveries`` keeps
+one row per attempt (a rejected one and a later accepted one both stay), the outbox
+says which attempt a queued receipt is, and ``executor_resends`` (insert-only) records
+each operator request to send a rejected receipt again.
 
 Nothing in this module reads a clock or talks to the cloud.
 """
@@ -56,6 +59,7 @@ __all__ = [
     "metadata",
     "outbox",
     "refusals",
+    "resends",
     "resolutions",
     "revocations",
 ]
@@ -173,6 +177,9 @@ revocations = sa.Table(
     sa.Column("received_at", sa.BigInteger, nullable=False),
 )
 
+#: One row per delivery attempt of a receipt that the checkpoint accepted (``delivered``)
+#: or refused for good (``rejected``). Attempt 1 is the receipt's own; a later one
+#: exists only after an operator asked for it (``executor_resends``). Insert-only.
 deliveries = sa.Table(
     "executor_deliveries",
     metadata,
@@ -184,7 +191,24 @@ deliveries = sa.Table(
     sa.Column("error_code", sa.String(64), nullable=True),
     sa.Column("detail", sa.Text, nullable=False),
     sa.Column("at", sa.BigInteger, nullable=False),
-    sa.UniqueConstraint("kind", "approval_id", name="uq_executor_deliveries_receipt"),
+    sa.Column("attempt", sa.Integer, nullable=False, server_default="1"),
+    sa.UniqueConstraint("kind", "approval_id", "attempt", name="uq_executor_deliveries_attempt"),
+)
+
+#: An operator's request to send a rejected receipt again: the attempt it queues is the
+#: last recorded attempt + 1, and until a delivery row of that attempt exists the
+#: receipt is undelivered. UNIQUE per attempt, so a race queues it once. Insert-only.
+resends = sa.Table(
+    "executor_resends",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("kind", sa.String(16), nullable=False),  # outcome | resolution
+    sa.Column("approval_id", sa.String(100), nullable=False),
+    sa.Column("attempt", sa.Integer, nullable=False),  # >= 2
+    sa.Column("requested_by", sa.String(128), nullable=False),
+    sa.Column("requested_at", sa.BigInteger, nullable=False),
+    sa.Column("note", sa.Text, nullable=False),
+    sa.UniqueConstraint("kind", "approval_id", "attempt", name="uq_executor_resends_attempt"),
 )
 
 #: The receipts still to deliver: a row is queued in the transaction that commits the
@@ -198,6 +222,8 @@ outbox = sa.Table(
     sa.Column("kind", sa.String(16), primary_key=True),  # outcome | resolution
     sa.Column("approval_id", sa.String(100), primary_key=True),
     sa.Column("queued_at", sa.BigInteger, nullable=False),
+    # Which delivery attempt this is: 1, or the attempt a resend request queued.
+    sa.Column("attempt", sa.Integer, nullable=False, server_default="1"),
 )
 
 

@@ -11,6 +11,7 @@ of an observable state, never a sleep.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -24,10 +25,17 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from airlock.protocol import canonical_bytes
+from airlock.protocol import KeySet, canonical_bytes
 from airlock.store import make_engine, verify_chain
-from services.executor import FEED_FAILPOINTS, feed_name
-from services.executor.models import deliveries, feed_cursor, ledger, refusals, revocations
+from services.executor import FEED_FAILPOINTS, feed_name, generate_receipt_key
+from services.executor.models import (
+    deliveries,
+    feed_cursor,
+    ledger,
+    refusals,
+    resends,
+    revocations,
+)
 from tests.support.stack import ACCOUNT, PASSWORD, REGION, Stack, running_stack
 
 pytestmark = pytest.mark.slow
@@ -131,7 +139,25 @@ class World:
         return len(self.rows(refusals, refusals.c.approval_id == approval_id))
 
     def delivered(self, approval_id: str) -> list[sa.Row[Any]]:
-        return self.rows(deliveries, deliveries.c.approval_id == approval_id)
+        found = self.rows(deliveries, deliveries.c.approval_id == approval_id)
+        return sorted(found, key=lambda d: (d.kind, d.attempt))
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """``airlock ARGS`` as the executor's operator (its environment, its directory)."""
+        return subprocess.run(
+            [*_CLI, *args],
+            env={**self.stack.executor.env},
+            cwd=self.stack.workdir,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    def audit_events(self, kind: str) -> list[dict[str, Any]]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.text("SELECT event FROM audit_log ORDER BY seq")).scalars()
+            return [e for e in map(json.loads, rows) if e["type"] == kind]
 
     def executed(self, proposal: dict[str, Any], timeout: float = 30.0) -> dict[str, Any]:
         return self.stack.wait_state(proposal["id"], {"executed"}, timeout=timeout)
@@ -359,6 +385,103 @@ def test_crash_between_posting_a_receipt_and_recording_it_posts_it_again_harmles
 def test_every_feed_failpoint_is_covered() -> None:
     covered = {"before_cursor_commit", "after_outcome_post"}
     assert covered == set(FEED_FAILPOINTS)
+
+
+# -- a receipt the checkpoint refused for good, sent again ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    "ledger_db", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_a_receipt_rejected_for_an_untrusted_key_is_delivered_after_the_key_is_trusted_and_resent(
+    tmp_path: Path, request: pytest.FixtureRequest, ledger_db: str
+) -> None:
+    url = request.getfixturevalue("pg_url") if ledger_db == "postgres" else None
+    fast = {"AIRLOCK_EXECUTOR_RECOVER_EVERY": "1"}  # the outbox sweeps its queue each second
+    with _world(tmp_path, ledger_url=url, executor_env=fast) as world:
+        stack = world.stack
+        # The checkpoint trusts another receipt key than the executor's (not installed yet).
+        installed = stack.receipt_keys_path.read_bytes()
+        other = generate_receipt_key(stack.workdir / "another-receipt-key.pem")
+        stack.checkpoint.stop()
+        stack.receipt_keys_path.write_bytes(
+            canonical_bytes(KeySet([other.trusted_key()]).to_value())
+        )
+        stack.checkpoint.start()
+
+        proposal = world.propose(1, "resend")
+        approval_id = world.approve(proposal)["approval"]["approval_id"]
+        rejected = _until("the receipt refused", lambda: world.delivered(approval_id))
+        assert [(d.attempt, d.status, d.http_status, d.error_code) for d in rejected] == [
+            (1, "rejected", 422, "E_RECEIPT")
+        ]
+        assert world.ledger_state(approval_id) == "succeeded"
+        assert stack.agent_view(proposal["id"])["state"] == "approved"  # it never learned
+        [before] = world.rows(ledger, ledger.c.approval_id == approval_id)
+
+        # The operator installs the key at the checkpoint and asks for the receipt again.
+        stack.checkpoint.stop()
+        stack.receipt_keys_path.write_bytes(installed)
+        stack.checkpoint.start()
+        resend = world.cli(
+            "executor",
+            "receipts",
+            "resend",
+            approval_id,
+            "--by",
+            "alice",
+            "--note",
+            "key installed",
+        )
+        assert resend.returncode == 0, resend.stderr
+        assert f"queued the outcome receipt of {approval_id} as attempt 2" in resend.stdout
+
+        record = _assert_executed_once(world, proposal)
+        assert record["outcome"]["late"] is False
+        _until("the second attempt recorded", lambda: world.delivered(approval_id)[1:])
+        assert [(d.attempt, d.status, d.http_status) for d in world.delivered(approval_id)] == [
+            (1, "rejected", 422),
+            (2, "delivered", 200),
+        ]
+        # The ledger and its receipt are as they were; the history shows both attempts.
+        assert world.rows(ledger, ledger.c.approval_id == approval_id) == [before]
+        listed = world.cli("executor", "receipts", "list", approval_id)
+        assert listed.returncode == 0, listed.stderr
+        assert f"{approval_id} outcome: delivered" in listed.stdout
+        assert "attempt 1  rejected  422 E_RECEIPT" in listed.stdout
+        assert "attempt 2  requested by alice" in listed.stdout
+        assert "attempt 2  delivered 200" in listed.stdout
+        # The request is in the audit chain, which verifies.
+        [event] = world.audit_events("executor.receipt_resend_requested")
+        assert (event["approval_id"], event["attempt"], event["by"], event["note"]) == (
+            approval_id,
+            2,
+            "alice",
+            "key installed",
+        )
+        assert event["rejected"] == {"attempt": 1, "http_status": 422, "error_code": "E_RECEIPT"}
+        assert verify_chain(world.engine).ok
+        # The receipt delivered late names the executor row it was signed over, as ever.
+        reconcile = world.cli(
+            "audit",
+            "reconcile",
+            "--checkpoint-db",
+            f"sqlite:///{stack.workdir / 'checkpoint.db'}",
+            "--executor-db",
+            stack.ledger_url,
+        )
+        assert reconcile.returncode == 0, reconcile.stdout + reconcile.stderr
+
+        # Delivered now: never sent again. An unknown id: refused. Nothing queued either way.
+        again = world.cli("executor", "receipts", "resend", approval_id, "--by", "alice")
+        assert again.returncode == 1
+        assert "a delivered receipt is never sent again" in again.stderr
+        assert "nothing queued" in again.stderr
+        unknown = world.cli("executor", "receipts", "resend", "apv_nosuchapproval1", "--by", "a")
+        assert unknown.returncode == 1 and "no ledger row" in unknown.stderr
+        assert [r.attempt for r in world.rows(resends)] == [2]
+        assert len(world.audit_events("executor.receipt_resend_requested")) == 1
+        assert _writes_for(world, proposal) == 1
 
 
 # -- configuration -------------------------------------------------------------------------------

@@ -24,8 +24,9 @@ import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError
 
 from airlock.protocol import RefusalCode, loads_strict
-from airlock.store import AuditLog, is_postgresql, make_engine, verify_chain
+from airlock.store import AuditLog, is_postgresql, make_engine, upgrade, verify_chain
 from services.executor import (
+    MIGRATIONS_DIR,
     Backoff,
     CheckpointFeedSource,
     CheckpointUnauthorized,
@@ -730,9 +731,10 @@ def test_a_resolution_is_queued_and_waits_for_its_outcome(rig: Rig) -> None:
 
 
 def test_the_upgrade_queues_every_receipt_undelivered_at_the_time(env: Env) -> None:
-    # Receipts written before 0003 (simulated: the same rows, the queue table and the
-    # later migrations' tables dropped and the version put back to 0002) are queued by
-    # the upgrade unless already delivered.
+    # Receipts written before 0003 (simulated: the same ledger rows, every table of 0002
+    # and later dropped, the version put back to 0001 and 0002 applied for real, since
+    # 0005 reshapes 0002's deliveries table) are queued by the upgrade unless already
+    # delivered.
     bundles = [make_test_bundle(n, tag="fmig") for n in (1, 2, 3)]
     for b in bundles:
         env.cloud.add("ecs.instance", b.resource_id, "Running")
@@ -741,6 +743,18 @@ def test_the_upgrade_queues_every_receipt_undelivered_at_the_time(env: Env) -> N
     env.executor.execute(bundles[1].raw)  # in_doubt, then resolved: two receipts
     env.executor.resolve(bundles[1].approval_id, happened=False, by="admin", note="n")
     env.executor.execute(bundles[2].raw)
+    with env.engine.begin() as conn:
+        for table in (
+            "executor_resends",  # 0005
+            "executor_checkpoint_head",  # 0004
+            "executor_outbox",  # 0003
+            "executor_deliveries",  # 0002 …
+            "executor_revocations",
+            "executor_feed_cursor",
+        ):
+            conn.execute(sa.text(f"DROP TABLE {table}"))
+        conn.execute(sa.text("UPDATE alembic_version SET version_num = '0001_ledger'"))
+    upgrade(env.engine, MIGRATIONS_DIR, revision="0002_feed")
     with env.engine.begin() as conn:
         conn.execute(
             sa.insert(deliveries).values(
@@ -751,9 +765,6 @@ def test_the_upgrade_queues_every_receipt_undelivered_at_the_time(env: Env) -> N
                 at=1,
             )
         )
-        conn.execute(sa.text("DROP TABLE executor_outbox"))
-        conn.execute(sa.text("DROP TABLE executor_checkpoint_head"))  # 0004
-        conn.execute(sa.text("UPDATE alembic_version SET version_num = '0002_feed'"))
     migrate(env.engine)
     with env.engine.connect() as conn:
         queued = sorted((r.kind, r.approval_id) for r in conn.execute(sa.select(outbox)))

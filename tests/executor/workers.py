@@ -1,8 +1,8 @@
 """Entry points for the executor's multi-process tests (run in child processes).
 
-``race`` runs in a ``multiprocessing`` child; ``python -m tests.executor.workers`` is the
-crash/recovery child, armed through ``AIRLOCK_EXECUTOR_FAILPOINTS`` exactly as an
-operator's environment would be.
+``race`` and ``resend_race`` run in a ``multiprocessing`` child; ``python -m
+tests.executor.workers`` is the crash/recovery child, armed through
+``AIRLOCK_EXECUTOR_FAILPOINTS`` exactly as an operator's environment would be.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from services.executor import Failpoints
+from airlock.store import make_engine
+from services.executor import Failpoints, ResendRefused, request_resend
 
 from .support import FakeClock, cloud_for, make_executor
 
@@ -46,6 +47,24 @@ def race(
         )
     executor.engine.dispose()
     results.put((worker_id, out))
+
+
+def resend_race(
+    *, url: str, approval_id: str, by: str, barrier: Any, results: Any, now: int
+) -> None:
+    """One operator (or executor host) asking to send ``approval_id`` again."""
+    engine = make_engine(url)
+    with engine.connect():
+        pass  # warm the pool: the race is between requests, not connection set-up
+    barrier.wait()
+    try:
+        request_resend(engine, [approval_id], by=by, note="race", now=now)
+    except ResendRefused as exc:
+        results.put(("refused", str(exc)))
+    else:
+        results.put(("queued", by))
+    finally:
+        engine.dispose()
 
 
 def main(argv: list[str]) -> int:

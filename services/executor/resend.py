@@ -1,0 +1,388 @@
+"""Sending a receipt the checkpoint refused for good once more, on an operator's request.
+
+The outbox (:class:`~services.executor.feed.OutboxReporter`) records a receipt the
+checkpoint refuses with a 4xx that is not "not now" as ``rejected`` and never posts it
+again by itself: the refusal is about the receipt (its key not trusted yet, say), so a
+retry would only be refused again. Once an operator has fixed the cause,
+:func:`request_resend` queues a later **delivery attempt** of the same receipt:
+
+- only a receipt whose last recorded attempt was ``rejected``, with no resend of it
+  waiting, is sent again. A receipt the checkpoint accepted (``delivered``) never is;
+  one never attempted or already queued is reported, not queued twice.
+- it is all or nothing: one approval id that is unknown or has nothing rejected to send
+  refuses the whole request (:class:`~services.executor.errors.ResendRefused`), and
+  nothing is queued.
+- it inserts one ``executor_resends`` row per receipt (UNIQUE per attempt: the claim,
+  so two requests or two executors on one ledger cannot queue an attempt twice), the
+  receipt's outbox row for that attempt, and one ``executor.receipt_resend_requested``
+  event in the audit chain naming who asked, why, the receipt and the attempt it
+  follows up — in one transaction, the chain lock taken first, like every writer here.
+
+It never changes a ledger row, a resolution or a receipt: the receipt posted is the
+envelope the outcome committed, byte for byte. Delivery history is only ever added to
+(``executor_deliveries`` holds one row per attempt), so a rejected attempt and the
+accepted one that followed both stay visible (:func:`receipt_history`). Nothing here
+talks to the checkpoint: the running executor delivers what was queued at its next
+sweep, and a restarted one re-queues a resend whose queue row was lost.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Final, Literal
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from airlock.protocol import APPROVAL_ID_PATTERN
+from airlock.store import AuditLog
+
+from .errors import ResendRefused
+from .ledger import _insert_ignore
+from .models import TERMINAL_STATES, deliveries, ledger, outbox, resends, resolutions
+
+__all__ = [
+    "Attempt",
+    "ReceiptHistory",
+    "Resend",
+    "ResendRequest",
+    "check_requester",
+    "plan_resend",
+    "receipt_history",
+    "request_resend",
+    "without_receipt",
+]
+
+Kind = Literal["outcome", "resolution"]
+State = Literal["pending", "delivered", "rejected", "resend_pending"]
+
+_KINDS: Final[tuple[Kind, Kind]] = ("outcome", "resolution")
+_APPROVAL_ID: Final = re.compile(APPROVAL_ID_PATTERN)
+_BY_MAX: Final = 128  # executor_resends.requested_by
+_NOTE_MAX: Final = 2000
+_CHUNK: Final = 500  # approval ids per IN (...): well under every bind-parameter limit
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One recorded delivery attempt of a receipt (a row of ``executor_deliveries``)."""
+
+    attempt: int
+    status: str  # delivered | rejected
+    http_status: int | None
+    error_code: str | None
+    detail: str
+    at: int
+
+    def describe(self) -> str:
+        answer = " ".join(str(x) for x in (self.http_status, self.error_code) if x is not None)
+        return f"attempt {self.attempt} {self.status} ({answer or 'no answer recorded'})"
+
+
+@dataclass(frozen=True, slots=True)
+class ResendRequest:
+    """One operator request to send a receipt again (a row of ``executor_resends``)."""
+
+    attempt: int
+    requested_by: str
+    requested_at: int
+    note: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiptHistory:
+    """One receipt (an approval's outcome or resolution) and every attempt to deliver it."""
+
+    kind: Kind
+    approval_id: str
+    attempts: tuple[Attempt, ...]  # by attempt number
+    resends: tuple[ResendRequest, ...]  # by attempt number
+
+    @property
+    def last(self) -> Attempt | None:
+        return self.attempts[-1] if self.attempts else None
+
+    @property
+    def waiting(self) -> ResendRequest | None:
+        """The resend whose attempt is not recorded yet, if any (only the last can be)."""
+        if self.resends and (self.last is None or self.last.attempt < self.resends[-1].attempt):
+            return self.resends[-1]
+        return None
+
+    @property
+    def state(self) -> State:
+        if self.waiting is not None:
+            return "resend_pending"
+        if self.last is None:
+            return "pending"
+        return "delivered" if self.last.status == "delivered" else "rejected"
+
+
+@dataclass(frozen=True, slots=True)
+class Resend:
+    """A delivery attempt to queue: ``attempt`` follows up the rejected ``rejected``."""
+
+    kind: Kind
+    approval_id: str
+    attempt: int
+    rejected: Attempt
+
+
+def _chunks(ids: Sequence[str]) -> Iterable[Sequence[str]]:
+    for i in range(0, len(ids), _CHUNK):
+        yield ids[i : i + _CHUNK]
+
+
+def _histories(conn: Connection, keys: Sequence[tuple[Kind, str]]) -> list[ReceiptHistory]:
+    """The histories of ``keys`` (kind, approval id), in that order."""
+    attempts: dict[tuple[str, str], list[Attempt]] = {key: [] for key in keys}
+    requests: dict[tuple[str, str], list[ResendRequest]] = {key: [] for key in keys}
+    ids = sorted({approval_id for _, approval_id in keys})
+    for chunk in _chunks(ids):
+        for row in conn.execute(
+            sa.select(deliveries)
+            .where(deliveries.c.approval_id.in_(chunk))
+            .order_by(deliveries.c.attempt, deliveries.c.id)
+        ):
+            found = attempts.get((row.kind, row.approval_id))
+            if found is not None:
+                found.append(
+                    Attempt(
+                        int(row.attempt),
+                        row.status,
+                        row.http_status,
+                        row.error_code,
+                        row.detail,
+                        int(row.at),
+                    )
+                )
+        for row in conn.execute(
+            sa.select(resends).where(resends.c.approval_id.in_(chunk)).order_by(resends.c.attempt)
+        ):
+            wanted = requests.get((row.kind, row.approval_id))
+            if wanted is not None:
+                wanted.append(
+                    ResendRequest(
+                        int(row.attempt), row.requested_by, int(row.requested_at), row.note
+                    )
+                )
+    return [
+        ReceiptHistory(key[0], key[1], tuple(attempts[key]), tuple(requests[key])) for key in keys
+    ]
+
+
+def _receipts_of(
+    conn: Connection, approval_ids: Sequence[str]
+) -> dict[str, tuple[Kind, ...] | str]:
+    """Per approval id: the kinds of receipt it has, or why it has none."""
+    terminal = {s.value for s in TERMINAL_STATES}
+    found: dict[str, tuple[Kind, ...] | str] = {}
+    for chunk in _chunks(approval_ids):
+        rows = conn.execute(
+            sa.select(ledger.c.approval_id, ledger.c.state, ledger.c.receipt).where(
+                ledger.c.approval_id.in_(chunk)
+            )
+        ).all()
+        resolved = set(
+            conn.execute(
+                sa.select(resolutions.c.approval_id).where(resolutions.c.approval_id.in_(chunk))
+            ).scalars()
+        )
+        for approval_id, state, receipt in rows:
+            if state not in terminal or receipt is None:
+                found[approval_id] = f"no receipt yet: its ledger row is {state}"
+            elif approval_id in resolved:
+                found[approval_id] = ("outcome", "resolution")
+            else:
+                found[approval_id] = ("outcome",)
+    unknown = (
+        "unknown here: no ledger row (a bundle refused before it was consumed has no "
+        "receipt to deliver)"
+    )
+    return {approval_id: found.get(approval_id, unknown) for approval_id in approval_ids}
+
+
+def receipt_history(conn: Connection, approval_ids: Sequence[str] | None) -> list[ReceiptHistory]:
+    """The delivery history of every receipt of ``approval_ids``, or, with None, of every
+    receipt not delivered: rejected, waiting for a resend, or not attempted yet.
+
+    An id with no receipt is left out (:func:`plan_resend` says why).
+    """
+    if approval_ids is not None:
+        wanted: list[tuple[Kind, str]] = []
+        for approval_id, kinds in _receipts_of(conn, list(dict.fromkeys(approval_ids))).items():
+            if not isinstance(kinds, str):
+                wanted += [(kind, approval_id) for kind in kinds]
+        return _histories(conn, wanted)
+    candidates = sa.union(
+        sa.select(deliveries.c.kind, deliveries.c.approval_id).where(
+            deliveries.c.status == "rejected"
+        ),
+        sa.select(resends.c.kind, resends.c.approval_id),
+        sa.select(outbox.c.kind, outbox.c.approval_id),
+    ).subquery()
+    keys: list[tuple[Kind, str]] = [
+        ("outcome" if kind == "outcome" else "resolution", approval_id)
+        for kind, approval_id in conn.execute(
+            sa.select(candidates.c.kind, candidates.c.approval_id).order_by(
+                candidates.c.approval_id, candidates.c.kind
+            )
+        )
+    ]
+    return [h for h in _histories(conn, keys) if h.state != "delivered"]
+
+
+def without_receipt(conn: Connection, approval_ids: Sequence[str]) -> dict[str, str]:
+    """Those of ``approval_ids`` that have no receipt here, each with why."""
+    return {
+        approval_id: why
+        for approval_id, why in _receipts_of(conn, list(dict.fromkeys(approval_ids))).items()
+        if isinstance(why, str)
+    }
+
+
+def _why_not(history: ReceiptHistory) -> str:
+    what = f"{history.kind} receipt"
+    waiting, last = history.waiting, history.last
+    if waiting is not None:
+        return (
+            f"{what} is already queued again (attempt {waiting.attempt}, requested by "
+            f"{waiting.requested_by})"
+        )
+    if last is None:
+        return f"{what} is not delivered yet: its first attempt is still queued"
+    if last.status == "delivered":
+        return f"{what} was delivered ({last.describe()}); a delivered receipt is never sent again"
+    raise AssertionError(f"a rejected receipt can be sent again: {history}")
+
+
+def plan_resend(conn: Connection, approval_ids: Sequence[str] | None) -> list[Resend]:
+    """What :func:`request_resend` would queue, read in ``conn``; changes nothing.
+
+    ``approval_ids``: each one's rejected receipts (its outcome, its resolution or both);
+    None: every rejected receipt. Raises :class:`ResendRefused` naming every id that is
+    malformed, unknown or has nothing rejected to send.
+    """
+    if approval_ids is None:
+        return [
+            Resend(h.kind, h.approval_id, h.last.attempt + 1, h.last)
+            for h in receipt_history(conn, None)
+            if h.state == "rejected" and h.last is not None
+        ]
+    ids = list(dict.fromkeys(approval_ids))
+    if not ids:
+        raise ResendRefused([("-", "no approval id given")])
+    problems: list[tuple[str, str]] = [
+        (ascii(i)[:120], "not an approval id (apv_…)") for i in ids if not _APPROVAL_ID.fullmatch(i)
+    ]
+    if problems:
+        raise ResendRefused(problems)
+    kinds = _receipts_of(conn, ids)
+    by_id: dict[str, list[ReceiptHistory]] = {i: [] for i in ids}
+    for history in receipt_history(conn, ids):
+        by_id[history.approval_id].append(history)
+    plan: list[Resend] = []
+    for approval_id in ids:
+        why = kinds[approval_id]
+        if isinstance(why, str):
+            problems.append((approval_id, why))
+            continue
+        rejected = [h for h in by_id[approval_id] if h.state == "rejected"]
+        if not rejected:
+            problems.append(
+                (
+                    approval_id,
+                    "nothing rejected to send: " + "; ".join(map(_why_not, by_id[approval_id])),
+                )
+            )
+            continue
+        plan += [
+            Resend(h.kind, approval_id, h.last.attempt + 1, h.last) for h in rejected if h.last
+        ]
+    if problems:
+        raise ResendRefused(problems)
+    return plan
+
+
+def check_requester(by: str, note: str) -> str:
+    """``by`` stripped, if it and ``note`` can be recorded; else :class:`ResendRefused`
+    naming the option at fault (for a caller to check its input before anything else)."""
+    by = by.strip()
+    problems = []
+    if not by:
+        problems.append(("--by", "a resend names who asked for it"))
+    elif len(by) > _BY_MAX or not by.isprintable():
+        problems.append(("--by", f"at most {_BY_MAX} printable characters"))
+    if len(note) > _NOTE_MAX:
+        problems.append(("--note", f"at most {_NOTE_MAX} characters"))
+    if problems:
+        raise ResendRefused(problems)
+    return by
+
+
+def request_resend(
+    engine: Engine, approval_ids: Sequence[str] | None, *, by: str, note: str, now: int
+) -> list[Resend]:
+    """Queue the next delivery attempt of each rejected receipt of ``approval_ids`` (None:
+    of every rejected receipt), recorded with who asked and audited; return what was
+    queued (empty only when ``approval_ids`` is None and nothing is rejected).
+
+    All or nothing: raises :class:`ResendRefused` (and queues nothing) for a malformed,
+    unknown or not-rejected id, or a receipt another request queued meanwhile.
+    """
+    by = check_requester(by, note)
+    with engine.begin() as conn:
+        # The chain lock before anything is read: two requests are serialized, so the
+        # second sees the first's resends and refuses instead of racing its inserts.
+        AuditLog.lock(conn)
+        plan = plan_resend(conn, approval_ids)
+        for r in plan:
+            claimed = conn.execute(
+                _insert_ignore(conn, resends)
+                .values(
+                    kind=r.kind,
+                    approval_id=r.approval_id,
+                    attempt=r.attempt,
+                    requested_by=by,
+                    requested_at=now,
+                    note=note,
+                )
+                .returning(resends.c.id)
+            ).first()
+            if claimed is None:  # the UNIQUE claim, should the lock ever not serialize us
+                raise ResendRefused(
+                    [(r.approval_id, f"{r.kind} receipt attempt {r.attempt} was queued meanwhile")]
+                )
+            # A queue row left for this receipt can only be of an attempt already
+            # recorded (a resend needs its predecessor recorded): replace it.
+            conn.execute(
+                sa.delete(outbox).where(
+                    outbox.c.kind == r.kind, outbox.c.approval_id == r.approval_id
+                )
+            )
+            conn.execute(
+                sa.insert(outbox).values(
+                    kind=r.kind, approval_id=r.approval_id, queued_at=now, attempt=r.attempt
+                )
+            )
+            AuditLog.append(
+                conn,
+                {
+                    "type": "executor.receipt_resend_requested",
+                    "kind": r.kind,
+                    "approval_id": r.approval_id,
+                    "attempt": r.attempt,
+                    "by": by,
+                    "note": note,
+                    "rejected": {
+                        "attempt": r.rejected.attempt,
+                        "http_status": r.rejected.http_status,
+                        "error_code": r.rejected.error_code,
+                    },
+                },
+                at=datetime.fromtimestamp(now, UTC),
+            )
+    return plan

@@ -1,0 +1,458 @@
+"""Sending rejected receipts again (``request_resend``), on SQLite and PostgreSQL.
+
+The checkpoint is ``FakeCheckpoint`` (tests/executor/test_feed_source.py), scripted per
+receipt; the executor, its ledger, the outbox reporter, the migrations and the database
+triggers are real. ``test_feed.py`` runs the same story against the real checkpoint.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import multiprocessing
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.exc import DBAPIError, IntegrityError
+
+from airlock.store import make_engine, upgrade, verify_chain
+from services.executor import (
+    MIGRATIONS_DIR,
+    OutboxReporter,
+    ResendRefused,
+    State,
+    checkpoint_client,
+    migrate,
+    receipt_history,
+    request_resend,
+)
+from services.executor.feed import pending_receipts, requeue_undelivered
+from services.executor.models import deliveries, ledger, outbox, resends, resolutions
+
+from .conftest import Env
+from .support import FakeClock, InMemoryCloud, make_executor, make_test_bundle
+from .test_feed_source import BASE, FakeCheckpoint, posted_approval_id
+from .workers import resend_race
+
+_CTX = multiprocessing.get_context("fork")
+
+
+@dataclass
+class Rig:
+    env: Env
+    fake: FakeCheckpoint
+    reporter: OutboxReporter
+    mono: list[float]
+
+    def executed(self, n: int, tag: str, *, in_doubt: bool = False) -> str:
+        b = make_test_bundle(n, tag=tag)
+        self.env.cloud.add("ecs.instance", b.resource_id, "Running")
+        if in_doubt:
+            self.env.cloud.next_fault = "timeout_before"
+        outcome = self.env.executor.execute(b.raw)
+        assert outcome.state is (State.IN_DOUBT if in_doubt else State.SUCCEEDED)
+        self.env.clock.advance(1)
+        return b.approval_id
+
+    def rows(self, table: sa.Table, *where: Any) -> list[sa.Row[Any]]:
+        with self.env.engine.connect() as conn:
+            return list(conn.execute(sa.select(table).where(*where)))
+
+    def attempts(self, approval_id: str) -> list[tuple[str, int, str, int | None]]:
+        found = self.rows(deliveries, deliveries.c.approval_id == approval_id)
+        return sorted((d.kind, d.attempt, d.status, d.http_status) for d in found)
+
+    def resend(self, *ids: str, by: str = "alice", note: str = "key installed") -> list[Any]:
+        return request_resend(self.env.engine, list(ids), by=by, note=note, now=self.env.clock())
+
+    def flush_later(self) -> int:
+        self.mono[0] += 3600  # past every backoff and the periodic sweep
+        return self.reporter.flush()
+
+
+def _events(engine: sa.Engine, kind: str) -> list[dict[str, Any]]:
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT event FROM audit_log ORDER BY seq")).scalars()
+        events = [json.loads(row) for row in rows]
+    return [e for e in events if e["type"] == kind]
+
+
+def _reporter(
+    env: Env, handler: Callable[[httpx.Request], httpx.Response], mono: list[float]
+) -> OutboxReporter:
+    client = checkpoint_client(
+        BASE, "executor-token", poll_wait_s=1, transport=httpx.MockTransport(handler)
+    )
+    return OutboxReporter(
+        engine=env.engine, client=client, clock=env.clock, monotonic=lambda: mono[0]
+    )
+
+
+@pytest.fixture
+def rig(env: Env) -> Iterator[Rig]:
+    fake, mono = FakeCheckpoint(), [0.0]
+    yield Rig(env, fake, _reporter(env, fake.handler, mono), mono)
+
+
+def test_a_rejected_receipt_resent_is_delivered_and_both_attempts_stay(rig: Rig) -> None:
+    aid = rig.executed(1, "rsok")
+    [before] = rig.rows(ledger, ledger.c.approval_id == aid)
+    rig.fake.answer_for[aid] = 422  # the checkpoint does not trust the receipt key yet
+    assert rig.reporter.flush() == 1
+    assert rig.attempts(aid) == [("outcome", 1, "rejected", 422)]
+    assert rig.flush_later() == 0  # refused for good: not retried by itself
+    assert len(rig.fake.posted) == 1
+
+    del rig.fake.answer_for[aid]  # the key is trusted now
+    [queued] = rig.resend(aid)
+    assert (queued.kind, queued.attempt, queued.rejected.attempt) == ("outcome", 2, 1)
+    assert rig.flush_later() == 1
+    assert rig.attempts(aid) == [("outcome", 1, "rejected", 422), ("outcome", 2, "delivered", 200)]
+    # The same signed receipt both times, and the ledger row untouched.
+    assert rig.fake.posted[0] == rig.fake.posted[1] == {"receipt": json.loads(before.receipt)}
+    assert rig.rows(ledger, ledger.c.approval_id == aid) == [before]
+    assert rig.rows(outbox) == []
+    [request] = rig.rows(resends)
+    assert (request.approval_id, request.attempt, request.requested_by, request.note) == (
+        aid,
+        2,
+        "alice",
+        "key installed",
+    )
+    [event] = _events(rig.env.engine, "executor.receipt_resend_requested")
+    assert {k: event[k] for k in ("kind", "approval_id", "attempt", "by", "note")} == {
+        "kind": "outcome",
+        "approval_id": aid,
+        "attempt": 2,
+        "by": "alice",
+        "note": "key installed",
+    }
+    assert event["rejected"] == {"attempt": 1, "http_status": 422, "error_code": "E_X"}
+    assert verify_chain(rig.env.engine).ok
+    with rig.env.engine.connect() as conn:
+        [history] = receipt_history(conn, [aid])
+    assert history.state == "delivered"
+    assert [(a.attempt, a.status) for a in history.attempts] == [(1, "rejected"), (2, "delivered")]
+
+
+def test_a_delivered_receipt_is_never_sent_again(rig: Rig) -> None:
+    aid = rig.executed(1, "rsdel")
+    assert rig.reporter.flush() == 1
+    events = len(_events(rig.env.engine, "executor.receipt_resend_requested"))
+    with pytest.raises(ResendRefused) as refused:
+        rig.resend(aid)
+    [(subject, why)] = refused.value.problems
+    assert subject == aid
+    assert "delivered" in why and "never sent again" in why
+    assert rig.rows(resends) == [] and rig.rows(outbox) == []
+    assert len(_events(rig.env.engine, "executor.receipt_resend_requested")) == events
+    assert rig.flush_later() == 0
+    assert len(rig.fake.posted) == 1
+
+
+def test_one_unknown_or_not_rejected_id_refuses_the_whole_request(rig: Rig) -> None:
+    rejected = rig.executed(1, "rsall")
+    delivered = rig.executed(2, "rsall")
+    waiting = rig.executed(3, "rsall")
+    rig.fake.answer_for.update({rejected: 422, waiting: 500})
+    assert rig.reporter.flush() == 2  # rejected, delivered; waiting backs off
+    unknown = "apv_nosuchapproval1"
+    with pytest.raises(ResendRefused) as refused:
+        rig.resend(rejected, unknown, delivered, waiting)
+    problems = dict(refused.value.problems)
+    assert sorted(problems) == sorted([unknown, delivered, waiting])
+    assert "no ledger row" in problems[unknown]
+    assert "never sent again" in problems[delivered]
+    assert "not delivered yet" in problems[waiting]
+    # Nothing queued, nothing recorded, for the good one either.
+    assert rig.rows(resends) == []
+    assert sorted(r.approval_id for r in rig.rows(outbox)) == [waiting]
+    assert _events(rig.env.engine, "executor.receipt_resend_requested") == []
+    with pytest.raises(ResendRefused, match="not an approval id"):
+        rig.resend(rejected, "prop_notanapproval")
+    with pytest.raises(ResendRefused, match="names who asked"):
+        rig.resend(rejected, by="  ")
+    assert rig.rows(resends) == []
+
+
+def test_a_receipt_queued_again_is_not_queued_twice(rig: Rig) -> None:
+    aid = rig.executed(1, "rstwice")
+    rig.fake.answer_for[aid] = 422
+    rig.reporter.flush()
+    rig.resend(aid)
+    with pytest.raises(ResendRefused, match="already queued again"):
+        rig.resend(aid, by="bob")
+    assert [(r.attempt, r.requested_by) for r in rig.rows(resends)] == [(2, "alice")]
+    # Rejected again: a further resend is a third attempt.
+    assert rig.flush_later() == 1
+    rig.resend(aid, by="bob")
+    del rig.fake.answer_for[aid]
+    assert rig.flush_later() == 1
+    assert rig.attempts(aid) == [
+        ("outcome", 1, "rejected", 422),
+        ("outcome", 2, "rejected", 422),
+        ("outcome", 3, "delivered", 200),
+    ]
+    assert [r.attempt for r in rig.rows(resends)] == [2, 3]
+
+
+def test_all_rejected_resends_exactly_the_rejected_receipts(rig: Rig) -> None:
+    ids = [rig.executed(n, "rsevery") for n in (1, 2, 3)]
+    rig.fake.answer_for.update({ids[0]: 422, ids[2]: 404})
+    assert rig.reporter.flush() == 3
+    queued = request_resend(rig.env.engine, None, by="alice", note="", now=rig.env.clock())
+    assert sorted(r.approval_id for r in queued) == sorted([ids[0], ids[2]])
+    rig.fake.answer_for.clear()
+    assert rig.flush_later() == 2
+    assert request_resend(rig.env.engine, None, by="alice", note="", now=rig.env.clock()) == []
+    assert [posted_approval_id(p) for p in rig.fake.posted].count(ids[1]) == 1
+
+
+def test_a_resend_whose_queue_row_was_lost_is_queued_again_at_start(rig: Rig) -> None:
+    aid = rig.executed(1, "rslost")
+    rig.fake.answer_for[aid] = 422
+    rig.reporter.flush()
+    rig.resend(aid)
+    with rig.env.engine.begin() as conn:
+        conn.execute(sa.delete(outbox))  # the queue is not the record
+        assert requeue_undelivered(conn) == 1
+        [row] = conn.execute(sa.select(outbox)).all()
+        assert (row.approval_id, row.attempt) == (aid, 2)
+        conn.execute(sa.delete(outbox))
+    del rig.fake.answer_for[aid]
+    restarted = _reporter(rig.env, rig.fake.handler, rig.mono)
+    assert restarted.flush() == 1
+    assert rig.attempts(aid) == [("outcome", 1, "rejected", 422), ("outcome", 2, "delivered", 200)]
+
+
+def test_a_late_record_of_an_earlier_attempt_keeps_a_resend_queued_meanwhile(rig: Rig) -> None:
+    """Two executors on one ledger post the same receipt; the slower one records its
+    answer after the other's rejection was recorded and a resend queued. Its record of
+    attempt 1 is dropped (the first stands), and it must not take attempt 2's queue row."""
+    aid = rig.executed(1, "rslate")
+    fast_fake, fast_mono = FakeCheckpoint(answer_for={aid: 422}), [0.0]
+    fast = _reporter(rig.env, fast_fake.handler, fast_mono)
+
+    def slow_answer(request: httpx.Request) -> httpx.Response:
+        # While this POST is in flight: the other executor is refused, an operator resends.
+        assert fast.flush() == 1
+        rig.resend(aid)
+        return httpx.Response(422, json={"error": {"code": "E_RECEIPT"}})
+
+    slow = _reporter(rig.env, slow_answer, rig.mono)
+    assert slow.flush() == 1
+    assert rig.attempts(aid) == [("outcome", 1, "rejected", 422)]
+    assert [(r.approval_id, r.attempt) for r in rig.rows(outbox)] == [(aid, 2)]
+    fast_fake.answer_for.clear()
+    fast_mono[0] += 3600
+    assert fast.flush() == 1
+    assert rig.attempts(aid) == [("outcome", 1, "rejected", 422), ("outcome", 2, "delivered", 200)]
+
+
+def test_a_resolution_resent_with_its_outcome_waits_for_it(rig: Rig) -> None:
+    aid = rig.executed(1, "rsres", in_doubt=True)
+    rig.env.executor.resolve(aid, happened=False, by="admin", note="checked")
+    rig.fake.answer_for[aid] = 422
+    assert rig.reporter.flush() == 2  # the outcome, then its resolution: both refused
+    [queued_outcome, queued_resolution] = rig.resend(aid)
+    assert (queued_outcome.kind, queued_resolution.kind) == ("outcome", "resolution")
+    # The outcome's second attempt fails for now: its resolution must not go before it.
+    rig.fake.answer_for[aid] = 500
+    with rig.env.engine.connect() as conn:
+        assert [p.kind for p in pending_receipts(conn, 10)] == ["outcome"]
+    assert rig.flush_later() == 0
+    assert [p["receipt"]["payloadType"] for p in rig.fake.posted[2:]] == [
+        "application/vnd.airlock.receipt.v1+json"
+    ]
+    del rig.fake.answer_for[aid]
+    assert rig.flush_later() == 2
+    posted = [json.loads(base64.b64decode(p["receipt"]["payload"])) for p in rig.fake.posted]
+    assert [p["outcome"] for p in posted[-2:]] == ["in_doubt", "resolved"]
+    assert rig.attempts(aid) == [
+        ("outcome", 1, "rejected", 422),
+        ("outcome", 2, "delivered", 200),
+        ("resolution", 1, "rejected", 422),
+        ("resolution", 2, "delivered", 200),
+    ]
+    assert len(rig.rows(resolutions)) == 1
+
+
+def test_eight_processes_resending_one_receipt_queue_it_once(rig: Rig, migrated_url: str) -> None:
+    aid = rig.executed(1, "rsrace")
+    rig.fake.answer_for[aid] = 422
+    rig.reporter.flush()
+    barrier, results = _CTX.Barrier(8), _CTX.Queue()
+    procs = [
+        _CTX.Process(
+            target=resend_race,
+            kwargs={
+                "url": migrated_url,
+                "approval_id": aid,
+                "by": f"operator-{i}",
+                "barrier": barrier,
+                "results": results,
+                "now": rig.env.clock(),
+            },
+        )
+        for i in range(8)
+    ]
+    for p in procs:
+        p.start()
+    out = [results.get(timeout=120) for _ in procs]  # drain before join
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    assert sorted(o for o, _ in out) == ["queued"] + ["refused"] * 7
+    # Serialized by the chain lock, the others see the resend; the UNIQUE claim backs it.
+    assert all(
+        "already queued again" in why or "queued meanwhile" in why
+        for o, why in out
+        if o == "refused"
+    )
+    [request] = rig.rows(resends)
+    assert request.attempt == 2
+    assert [(r.approval_id, r.attempt) for r in rig.rows(outbox)] == [(aid, 2)]
+    assert len(_events(rig.env.engine, "executor.receipt_resend_requested")) == 1
+    assert verify_chain(rig.env.engine).ok
+
+
+# -- migration 0005 ------------------------------------------------------------------
+
+
+def test_the_upgrade_to_0005_keeps_every_delivery_record_as_attempt_one(
+    db_url: str, tmp_path: Path
+) -> None:
+    engine = make_engine(db_url)
+    try:
+        upgrade(engine, MIGRATIONS_DIR, revision="0004_checkpoint_head")
+        cloud, clock = InMemoryCloud(), FakeClock()
+        executor = make_executor(db_url, cloud, clock, worker_id="w-0004")
+        ids = []
+        for n in (1, 2, 3):
+            b = make_test_bundle(n, tag="rsmig")
+            cloud.add("ecs.instance", b.resource_id, "Running")
+            assert executor.execute(b.raw).state is State.SUCCEEDED
+            ids.append(b.approval_id)
+        executor.engine.dispose()
+        # What a 0004 reporter recorded: one delivered, one rejected; the third queued.
+        with engine.begin() as conn:
+            for aid, status, http in ((ids[0], "delivered", 200), (ids[1], "rejected", 422)):
+                conn.execute(
+                    sa.text(
+                        "INSERT INTO executor_deliveries (kind, approval_id, status, "
+                        "http_status, error_code, detail, at) VALUES ('outcome', :a, :s, :h, "
+                        ":c, :d, 5)"
+                    ),
+                    {"a": aid, "s": status, "h": http, "c": None, "d": status},
+                )
+            conn.execute(sa.delete(outbox).where(outbox.c.approval_id.in_(ids[:2])))
+            old = conn.execute(sa.text("SELECT * FROM executor_deliveries ORDER BY id")).all()
+        migrate(engine)
+        with engine.connect() as conn:
+            new = conn.execute(sa.select(deliveries).order_by(deliveries.c.id)).all()
+            queued = conn.execute(sa.select(outbox)).all()
+        assert [tuple(r) for r in new] == [(*r, 1) for r in old]
+        assert [(q.approval_id, q.attempt) for q in queued] == [(ids[2], 1)]
+        # The old rejected record can be followed up.
+        queued_again = request_resend(engine, [ids[1]], by="alice", note="", now=clock())
+        assert [(r.approval_id, r.attempt) for r in queued_again] == [(ids[1], 2)]
+        # Still insert-only, on the rebuilt (SQLite) or altered (PostgreSQL) table, and
+        # the new one too; one record per attempt.
+        for attack in (
+            sa.update(deliveries).values(status="delivered"),
+            sa.delete(deliveries),
+            sa.update(resends).values(requested_by="mallory"),
+            sa.delete(resends),
+        ):
+            with pytest.raises(DBAPIError), engine.begin() as conn:
+                conn.execute(attack)
+        with pytest.raises(IntegrityError), engine.begin() as conn:
+            conn.execute(
+                sa.insert(deliveries).values(
+                    kind="outcome",
+                    approval_id=ids[0],
+                    attempt=1,
+                    status="delivered",
+                    detail="",
+                    at=6,
+                )
+            )
+        with engine.begin() as conn:  # the resend's own attempt is a record of its own
+            conn.execute(
+                sa.insert(deliveries).values(
+                    kind="outcome",
+                    approval_id=ids[1],
+                    attempt=2,
+                    status="delivered",
+                    detail="",
+                    at=7,
+                )
+            )
+        with engine.connect() as conn:
+            [history] = receipt_history(conn, [ids[1]])
+        assert [(a.attempt, a.status) for a in history.attempts] == [
+            (1, "rejected"),
+            (2, "delivered"),
+        ]
+    finally:
+        engine.dispose()
+
+
+# -- the command line ---------------------------------------------------------------------
+
+
+def test_the_resend_command_says_what_it_did_and_refuses_with_stable_exit_codes(
+    rig: Rig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from airlock.cli import app
+
+    monkeypatch.chdir(tmp_path)  # settings read ./.env; never the developer's
+    env = {"AIRLOCK_ENV": "dev", "AIRLOCK_EXECUTOR_DATABASE_URL": rig.env.url}
+
+    def airlock(*args: str) -> Any:
+        return CliRunner().invoke(app, ["executor", "receipts", *args], env=env)
+
+    aid = rig.executed(1, "rscli")
+    rig.fake.answer_for[aid] = 422
+    rig.reporter.flush()
+    for usage in (
+        ["resend", "--by", "alice"],  # neither ids nor --all-rejected
+        ["resend", aid, "--all-rejected", "--by", "alice"],
+        ["resend", aid],  # no --by
+        ["resend", aid, "--by", " "],
+        ["resend", "prop_notanapproval", "--by", "alice"],
+        ["list", "apv_"],
+    ):
+        result = airlock(*usage)
+        assert result.exit_code == 2, (usage, result.output)
+    unknown = airlock("resend", aid, "apv_nosuchapproval1", "--by", "alice")
+    assert unknown.exit_code == 1
+    assert "refused: apv_nosuchapproval1: unknown here" in unknown.output
+    assert "nothing queued" in unknown.output
+    dry = airlock("resend", "--all-rejected", "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert f"would queue the outcome receipt of {aid} as attempt 2" in dry.output
+    assert rig.rows(resends) == [] and rig.rows(outbox) == []
+
+    done = airlock("resend", aid, "--by", "alice", "--note", "key installed")
+    assert done.exit_code == 0, done.output
+    assert f"queued the outcome receipt of {aid} as attempt 2 (after attempt 1 rejected" in (
+        done.output
+    )
+    listed = airlock("list")
+    assert listed.exit_code == 0, listed.output
+    assert f"{aid} outcome: queued again" in listed.output
+    assert (
+        "attempt 2  requested by alice" in listed.output and "note: key installed" in listed.output
+    )
+    missing = airlock("list", aid, "apv_nosuchapproval1")
+    assert missing.exit_code == 1
+    assert f"{aid} outcome: queued again" in missing.output
+    assert "apv_nosuchapproval1: unknown here" in missing.output
