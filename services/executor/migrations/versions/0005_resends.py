@@ -2,7 +2,7 @@
 
 Revision ID: 0005_resends
 Revises: 0004_checkpoint_head
-Create Date: 2026-12-01
+Create Date: 2026-11-29
 
 Before this revision a receipt had at most one delivery record (UNIQUE(kind,
 approval_id)), so one the checkpoint refused for good (its receipt key not trusted yet,
