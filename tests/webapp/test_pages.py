@@ -7,13 +7,12 @@ for each refusal the checkpoint returns.
 
 from __future__ import annotations
 
-import asyncio
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from tests.support.asgi import raw_get
 from webapp.charts import evidence_charts, human_bytes, series
 from webapp.errors import human_message
 
@@ -436,40 +435,15 @@ def test_an_unexpected_error_still_carries_the_security_headers(
     caplog.clear()
     cookie = "; ".join(f"{k}={v}" for k, v in site.client.cookies.items())
     with caplog.at_level("ERROR", logger="airlock.webapp"):
-        status = _raw_get(site.client.app, "/proposals/x\x1b[2J\x1b[31mforged", cookie)
+        status = raw_get(
+            site.client.app,
+            "/proposals/x\x1b[2J\x1b[31mforged",
+            headers=[(b"cookie", cookie.encode())],
+        )
     assert status == 500
     [record] = caplog.records
     assert "\x1b" not in record.getMessage()
     assert "'/proposals/x\\x1b[2J\\x1b[31mforged'" in record.getMessage()
-
-
-def _raw_get(app: Any, path: str, cookie: str) -> int:
-    """One GET straight into the ASGI app with ``path`` as the server decoded it."""
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"host", b"testserver"), (b"cookie", cookie.encode())],
-        "client": ("127.0.0.1", 50000),
-        "server": ("testserver", 80),
-    }
-    status: list[int] = []
-
-    async def receive() -> dict[str, Any]:
-        return {"type": "http.request", "body": b"", "more_body": False}
-
-    async def send(message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.start":
-            status.append(message["status"])
-
-    asyncio.run(app(scope, receive, send))
-    return status[0]
 
 
 def test_an_unreachable_checkpoint_is_a_plain_502_page(site: Site) -> None:
