@@ -77,7 +77,8 @@ def _name_taken(name: str, by: str) -> Refusal:
     # alone (``by`` in the audit chain, a vote, ``revoked_by``, ``submitted_by``): a token
     # named like a person would act in the record as that person (an agent token "alice"
     # withdrawing an approved proposal reads as alice revoking it). Checked, not
-    # constrained: both names are given by an administrator's command.
+    # constrained: both names are given by an administrator's command, and both commands
+    # take the chain lock before they check, so two of them racing cannot both pass.
     return Refusal(
         ErrorCode.E_CONFLICT,
         f"{name} is the name of {by}; people and service tokens need distinct names, as "
@@ -134,7 +135,12 @@ class Accounts:
                 ErrorCode.E_INVALID, f"password must have at least {_MIN_PASSWORD} characters", 422
             )
         now = self._now()
+        password_hash = self._hasher.hash(password)  # ~100 ms: not under the lock
         with self._engine.begin() as conn:
+            # The chain lock first: the name checks below read two tables, and only
+            # serialized with tokens create (which takes it too) do they hold on
+            # PostgreSQL, where READ COMMITTED let both commands pass and commit.
+            AuditLog.lock(conn)
             exists = conn.execute(
                 sa.select(users.c.username).where(users.c.username == username)
             ).first()
@@ -147,7 +153,7 @@ class Accounts:
             conn.execute(
                 users.insert().values(
                     username=username,
-                    password_hash=self._hasher.hash(password),
+                    password_hash=password_hash,
                     role=role,
                     disabled=False,
                     failed_logins=0,
@@ -223,6 +229,7 @@ class Accounts:
         token = _new_token("alt_")
         now = self._now()
         with self._engine.begin() as conn:
+            AuditLog.lock(conn)  # serialized with add_user: see there
             if conn.execute(
                 sa.select(service_tokens.c.name).where(service_tokens.c.name == name)
             ).first():

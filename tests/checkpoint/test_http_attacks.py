@@ -8,15 +8,18 @@ having changed nothing. The approval rules have their own tests (test_api_rules.
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
+from airlock.store import make_engine
 from services.checkpoint.errors import ErrorCode, Refusal
 from services.checkpoint.keys import KeyDirectory
 from tests.support.asgi import stream_body
 
-from .harness import PASSWORD, World, audit_events
+from .harness import PASSWORD, World, audit_events, make_world
 
 CAP = 128 * 1024  # services/checkpoint/routes.py: _BODY_MAX_BYTES
 
@@ -212,3 +215,72 @@ def test_no_api_docs_page_loads_third_party_scripts(sqlite_world: World) -> None
     for path in ("/docs", "/redoc", "/docs/oauth2-redirect"):
         assert sqlite_world.client.get(path).status_code == 404, path
     assert sqlite_world.client.get("/openapi.json").json()["info"]["title"] == "Airlock checkpoint"
+
+
+@pytest.mark.postgres
+def test_a_person_and_a_token_added_at_once_cannot_share_a_name(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """The shared namespace is a check on two tables, so it holds only if the two admin
+    commands are serialized: under READ COMMITTED, `users add zoe` and `tokens create
+    zoe` racing each other both saw the other table without the name and both committed.
+    Here the token is created while the person's transaction sits between its checks and
+    its insert; at most one of the two may succeed."""
+    world = make_world(pg_url, tmp_path)
+    watcher = make_engine(pg_url)
+    try:
+        accounts = world.accounts
+        person = threading.get_ident()
+        token_done = threading.Event()
+        results: dict[str, str] = {}
+
+        def token_waits_on_a_lock() -> bool:
+            with watcher.connect() as conn:
+                return bool(
+                    conn.execute(
+                        sa.text(
+                            "SELECT count(*) FROM pg_locks WHERE NOT granted AND database = "
+                            "(SELECT oid FROM pg_database WHERE datname = current_database())"
+                        )
+                    ).scalar()
+                )
+
+        def create_token() -> None:
+            try:
+                accounts.create_service_token("zoe", "agent")
+                results["token"] = "created"
+            except Refusal as exc:
+                results["token"] = exc.code.value
+            finally:
+                token_done.set()
+
+        racer = threading.Thread(target=create_token)
+
+        def pause(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+            # The person's insert, after its checks: let the token creation run first, to
+            # its end or until it waits for a lock this transaction holds.
+            if threading.get_ident() == person and statement.startswith("INSERT INTO users"):
+                if not racer.is_alive() and not token_done.is_set():
+                    racer.start()
+                while not token_done.is_set() and not token_waits_on_a_lock():
+                    token_done.wait(0.01)
+
+        engine = world.checkpoint.db.engine
+        sa.event.listen(engine, "before_cursor_execute", pause)
+        try:
+            accounts.add_user("zoe", PASSWORD, "approver")
+            results["person"] = "added"
+        except Refusal as exc:
+            results["person"] = exc.code.value
+        finally:
+            sa.event.remove(engine, "before_cursor_execute", pause)
+        racer.join(timeout=60)
+        assert not racer.is_alive()
+        assert sorted(results.values()) == ["E_CONFLICT", "added"]
+        tokens = [t["name"] for t in accounts.list_service_tokens()]
+        people = [u["username"] for u in accounts.list_users()]
+        assert ("zoe" in tokens) != ("zoe" in people)
+    finally:
+        watcher.dispose()
+        world.client.close()
+        world.checkpoint.db.dispose()
