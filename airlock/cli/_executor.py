@@ -372,8 +372,8 @@ def resolve_command(
     executor = _build(_settings())
     try:
         outcome = executor.resolve(approval_id, happened=happened, by=by, note=note)
-    except ResolutionError as exc:
-        raise _fail(str(exc)) from None
+    except ResolutionError as exc:  # recorded in the audit chain with its code
+        raise _fail(f"{exc.code.value}: {exc}") from None
     finally:
         executor.engine.dispose()
     _show(outcome)
@@ -639,8 +639,8 @@ def receipts_resend_command(
             plan = request_resend(engine, ids or None, by=who, note=note, now=int(time.time()))
     except ResendRefused as exc:
         for subject, why in exc.problems:
-            typer.echo(f"refused: {subject}: {why}", err=True)
-        typer.echo("nothing queued", err=True)
+            typer.echo(f"refused ({exc.code.value}): {subject}: {why}", err=True)
+        typer.echo("nothing queued" + ("" if dry_run else "; the refusal is audited"), err=True)
         raise typer.Exit(1) from None
     finally:
         engine.dispose()

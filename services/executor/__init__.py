@@ -21,6 +21,7 @@ from .errors import (
     ExecutorError,
     Fenced,
     InvalidReceipt,
+    OperatorRefusal,
     ResendRefused,
     ResolutionError,
 )
@@ -83,6 +84,7 @@ __all__ = [
     "Heartbeat",
     "InvalidReceipt",
     "LedgerRevocations",
+    "OperatorRefusal",
     "OutboxReporter",
     "Outcome",
     "OutcomeSink",

@@ -21,6 +21,7 @@ A bundle that is refused is not an error here: it is an outcome (``Outcome`` wit
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
 
 __all__ = [
@@ -29,10 +30,24 @@ __all__ = [
     "ExecutorError",
     "Fenced",
     "InvalidReceipt",
+    "OperatorRefusal",
     "ResendRefused",
     "ResolutionError",
     "SimulatedCrash",
+    "recordable",
 ]
+
+
+class OperatorRefusal(enum.StrEnum):
+    """Why an operator's request (``executor resolve``, ``executor receipts resend``) was
+    refused: stable codes, printed and recorded in the audit chain with the refusal."""
+
+    E_INVALID = "E_INVALID"  # malformed input: no or bad approval id, empty --by, long note
+    E_NOT_FOUND = "E_NOT_FOUND"  # no ledger row (or no receipt) for the approval id
+    E_NOT_IN_DOUBT = "E_NOT_IN_DOUBT"  # a resolution of a row that is not in_doubt
+    E_ALREADY_RESOLVED = "E_ALREADY_RESOLVED"  # the row carries a resolution already
+    E_NOT_REJECTED = "E_NOT_REJECTED"  # a resend of receipts none of which was rejected
+    E_CONFLICT = "E_CONFLICT"  # another request queued the same attempt meanwhile
 
 
 class ExecutorError(Exception):
@@ -60,8 +75,19 @@ class SimulatedCrash(ExecutorError):
         self.point = point
 
 
+def recordable(text: str, limit: int = 120) -> str:
+    """Operator input as a refusal's audit event holds it: printable ASCII as it is, the
+    rest ``ascii()``-escaped, at most ``limit`` characters."""
+    shown = text if text.isascii() and text.isprintable() else ascii(text)[1:-1]
+    return shown if len(shown) <= limit else shown[: limit - 1] + "~"
+
+
 class ResolutionError(ExecutorError):
-    """A human resolution of an in_doubt row was refused."""
+    """A human resolution of an in_doubt row was refused (recorded in the audit chain)."""
+
+    def __init__(self, code: OperatorRefusal, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class ResendRefused(ExecutorError):
@@ -71,7 +97,8 @@ class ResendRefused(ExecutorError):
     an operator fixes them all at once rather than one per try.
     """
 
-    def __init__(self, problems: Sequence[tuple[str, str]]) -> None:
+    def __init__(self, code: OperatorRefusal, problems: Sequence[tuple[str, str]]) -> None:
+        self.code = code
         self.problems = tuple(problems)
         super().__init__("; ".join(f"{subject}: {why}" for subject, why in self.problems))
 

@@ -40,7 +40,7 @@ from sqlalchemy.engine import Connection, Engine
 from airlock.protocol import APPROVAL_ID_PATTERN
 from airlock.store import AuditLog
 
-from .errors import ResendRefused
+from .errors import OperatorRefusal, ResendRefused, recordable
 from .ledger import _insert_ignore
 from .models import TERMINAL_STATES, deliveries, ledger, outbox, resends, resolutions
 
@@ -274,12 +274,12 @@ def plan_resend(conn: Connection, approval_ids: Sequence[str] | None) -> list[Re
         ]
     ids = list(dict.fromkeys(approval_ids))
     if not ids:
-        raise ResendRefused([("-", "no approval id given")])
+        raise ResendRefused(OperatorRefusal.E_INVALID, [("-", "no approval id given")])
     problems: list[tuple[str, str]] = [
-        (ascii(i)[:120], "not an approval id (apv_…)") for i in ids if not _APPROVAL_ID.fullmatch(i)
+        (recordable(i), "not an approval id (apv_…)") for i in ids if not _APPROVAL_ID.fullmatch(i)
     ]
     if problems:
-        raise ResendRefused(problems)
+        raise ResendRefused(OperatorRefusal.E_INVALID, problems)
     kinds = _receipts_of(conn, ids)
     by_id: dict[str, list[ReceiptHistory]] = {i: [] for i in ids}
     for history in receipt_history(conn, ids):
@@ -303,7 +303,7 @@ def plan_resend(conn: Connection, approval_ids: Sequence[str] | None) -> list[Re
             Resend(h.kind, approval_id, h.last.attempt + 1, h.last) for h in rejected if h.last
         ]
     if problems:
-        raise ResendRefused(problems)
+        raise ResendRefused(OperatorRefusal.E_NOT_REJECTED, problems)
     return plan
 
 
@@ -319,7 +319,7 @@ def check_requester(by: str, note: str) -> str:
     if len(note) > _NOTE_MAX:
         problems.append(("--note", f"at most {_NOTE_MAX} characters"))
     if problems:
-        raise ResendRefused(problems)
+        raise ResendRefused(OperatorRefusal.E_INVALID, problems)
     return by
 
 
@@ -331,8 +331,40 @@ def request_resend(
     queued (empty only when ``approval_ids`` is None and nothing is rejected).
 
     All or nothing: raises :class:`ResendRefused` (and queues nothing) for a malformed,
-    unknown or not-rejected id, or a receipt another request queued meanwhile.
+    unknown or not-rejected id, or a receipt another request queued meanwhile. The
+    refusal is recorded in the audit chain (``executor.receipt_resend_refused``, with its
+    code), as every refusal is.
     """
+    try:
+        return _queue(engine, approval_ids, by=by, note=note, now=now)
+    except ResendRefused as exc:
+        with engine.begin() as conn:
+            AuditLog.append(
+                conn,
+                {
+                    "type": "executor.receipt_resend_refused",
+                    "code": exc.code.value,
+                    "approval_ids": None
+                    if approval_ids is None
+                    else [recordable(i) for i in list(approval_ids)[:_RECORDED_IDS]],
+                    "by": recordable(by.strip()),
+                    "problems": [
+                        [recordable(subject), recordable(why, 500)]
+                        for subject, why in exc.problems[:_RECORDED_IDS]
+                    ],
+                },
+                at=datetime.fromtimestamp(now, UTC),
+            )
+        raise
+
+
+#: At most this many approval ids and problems go into a refusal's audit event.
+_RECORDED_IDS: Final = 50
+
+
+def _queue(
+    engine: Engine, approval_ids: Sequence[str] | None, *, by: str, note: str, now: int
+) -> list[Resend]:
     by = check_requester(by, note)
     with engine.begin() as conn:
         # The chain lock before anything is read: two requests are serialized, so the
@@ -354,7 +386,8 @@ def request_resend(
             ).first()
             if claimed is None:  # the UNIQUE claim, should the lock ever not serialize us
                 raise ResendRefused(
-                    [(r.approval_id, f"{r.kind} receipt attempt {r.attempt} was queued meanwhile")]
+                    OperatorRefusal.E_CONFLICT,
+                    [(r.approval_id, f"{r.kind} receipt attempt {r.attempt} was queued meanwhile")],
                 )
             # A queue row left for this receipt can only be of an attempt already
             # recorded (a resend needs its predecessor recorded): replace it.

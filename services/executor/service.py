@@ -57,7 +57,7 @@ from airlock.protocol import (
 from airlock.store import AuditEntry, AuditLog
 
 from . import ledger
-from .errors import Fenced, ResolutionError
+from .errors import Fenced, OperatorRefusal, ResolutionError, recordable
 from .failpoints import Failpoints
 from .keys import TrustedKeysFile
 from .models import LedgerRow, Outcome, State
@@ -816,12 +816,36 @@ class Executor:
         return Work.from_row(row, owner=self.worker_id, epoch=row.lease_epoch + 1)
 
     def resolve(self, approval_id: str, *, happened: bool, by: str, note: str) -> Outcome:
-        """Record a human's audited decision on an ``in_doubt`` row (with a receipt)."""
+        """Record a human's audited decision on an ``in_doubt`` row (with a receipt).
+
+        A refused decision (:class:`ResolutionError`) changes nothing but is recorded in
+        the audit chain too (``executor.resolution_refused``, with its code): an attempt
+        to settle what happened to a write is part of what happened.
+        """
+        try:
+            return self._resolve(approval_id, happened=happened, by=by, note=note)
+        except ResolutionError as exc:
+            with self._engine.begin() as conn:
+                self._audit(
+                    conn,
+                    self.clock(),
+                    {
+                        "type": "executor.resolution_refused",
+                        "code": exc.code.value,
+                        "approval_id": recordable(approval_id),
+                        "decision": "happened" if happened else "did_not_happen",
+                        "by": recordable(by.strip()),
+                        "detail": _clip(str(exc)),
+                    },
+                )
+            raise
+
+    def _resolve(self, approval_id: str, *, happened: bool, by: str, note: str) -> Outcome:
         by = by.strip()
         if not by:
-            raise ResolutionError("a resolution names who decided")
+            raise ResolutionError(OperatorRefusal.E_INVALID, "a resolution names who decided")
         if len(note) > _DETAIL_MAX:
-            raise ResolutionError("the note is too long")
+            raise ResolutionError(OperatorRefusal.E_INVALID, "the note is too long")
         now = self.clock()
         decision: Literal["happened", "did_not_happen"] = (
             "happened" if happened else "did_not_happen"
@@ -830,9 +854,13 @@ class Executor:
             AuditLog.lock(conn)
             row = ledger.get(conn, approval_id)
             if row is None:
-                raise ResolutionError(f"no ledger row for {approval_id}")
+                raise ResolutionError(
+                    OperatorRefusal.E_NOT_FOUND, f"no ledger row for {approval_id}"
+                )
             if row.state is not State.IN_DOUBT:
-                raise ResolutionError(f"{approval_id} is {row.state}, not in_doubt")
+                raise ResolutionError(
+                    OperatorRefusal.E_NOT_IN_DOUBT, f"{approval_id} is {row.state}, not in_doubt"
+                )
             resolution = Resolution(decision=decision, by=by, at=now, note=note)
             head = self._audit(
                 conn,
@@ -867,7 +895,9 @@ class Executor:
                     "receipt": _envelope_text(receipt),
                 },
             ):
-                raise ResolutionError(f"{approval_id} was already resolved")
+                raise ResolutionError(
+                    OperatorRefusal.E_ALREADY_RESOLVED, f"{approval_id} was already resolved"
+                )
             ledger.queue_receipt(conn, kind="resolution", approval_id=approval_id, now=now)
         return self._report(
             Outcome(approval_id, State.IN_DOUBT, detail=f"resolved: {decision}", receipt=receipt)

@@ -3,6 +3,7 @@ human resolution, receipts, and a tamper-evident audit chain."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -16,6 +17,7 @@ from airlock.store import verify_chain
 from services.executor import (
     ConfigError,
     Failpoints,
+    OperatorRefusal,
     ReceiptSigner,
     ResolutionError,
     State,
@@ -195,10 +197,45 @@ def test_only_in_doubt_rows_can_be_resolved(env: Env) -> None:
     b = make_test_bundle(7)
     env.cloud.add("ecs.instance", b.resource_id)
     env.executor.execute(b.raw)
-    with pytest.raises(ResolutionError, match="not in_doubt"):
+    with pytest.raises(ResolutionError, match="not in_doubt") as not_in_doubt:
         env.executor.resolve(b.approval_id, happened=True, by="alice", note="")
-    with pytest.raises(ResolutionError, match="no ledger row"):
+    assert not_in_doubt.value.code is OperatorRefusal.E_NOT_IN_DOUBT
+    with pytest.raises(ResolutionError, match="no ledger row") as unknown:
         env.executor.resolve("apv_doesnotexist", happened=True, by="alice", note="")
+    assert unknown.value.code is OperatorRefusal.E_NOT_FOUND
+    assert _state(env, b.approval_id) == "succeeded"
+
+
+def test_every_refused_resolution_is_audited_with_its_code(env: Env) -> None:
+    b = make_test_bundle(8)
+    env.cloud.add("ecs.instance", b.resource_id)
+    env.cloud.next_fault = "timeout_before"
+    assert env.executor.execute(b.raw).state is State.IN_DOUBT
+    attempts = [
+        ("apv_doesnotexist", True, "alice", "", OperatorRefusal.E_NOT_FOUND),
+        (b.approval_id, True, " ", "", OperatorRefusal.E_INVALID),
+        (b.approval_id, True, "alice", "x" * 3000, OperatorRefusal.E_INVALID),
+    ]
+    for approval_id, happened, by, note, code in attempts:
+        with pytest.raises(ResolutionError) as refused:
+            env.executor.resolve(approval_id, happened=happened, by=by, note=note)
+        assert refused.value.code is code
+    env.executor.resolve(b.approval_id, happened=False, by="alice", note="console: Running")
+    with pytest.raises(ResolutionError) as again:
+        env.executor.resolve(b.approval_id, happened=True, by="m\u202eallory", note="")
+    assert again.value.code is OperatorRefusal.E_ALREADY_RESOLVED
+    events = [json.loads(e) for e in _events(env)]
+    refusals = [e for e in events if e["type"] == "executor.resolution_refused"]
+    assert [(e["code"], e["approval_id"], e["by"]) for e in refusals] == [
+        ("E_NOT_FOUND", "apv_doesnotexist", "alice"),
+        ("E_INVALID", b.approval_id, ""),
+        ("E_INVALID", b.approval_id, "alice"),
+        ("E_ALREADY_RESOLVED", b.approval_id, "m\\u202eallory"),
+    ]
+    assert refusals[-1]["decision"] == "happened"
+    # The decision stands as the one resolution; the refusals changed nothing else.
+    assert [e["by"] for e in events if e["type"] == "executor.resolved"] == ["alice"]
+    assert verify_chain(env.engine).ok
 
 
 def _events(env: Env) -> list[str]:

@@ -23,6 +23,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from airlock.store import make_engine, upgrade, verify_chain
 from services.executor import (
     MIGRATIONS_DIR,
+    OperatorRefusal,
     OutboxReporter,
     ResendRefused,
     State,
@@ -173,11 +174,28 @@ def test_one_unknown_or_not_rejected_id_refuses_the_whole_request(rig: Rig) -> N
     assert rig.rows(resends) == []
     assert sorted(r.approval_id for r in rig.rows(outbox)) == [waiting]
     assert _events(rig.env.engine, "executor.receipt_resend_requested") == []
-    with pytest.raises(ResendRefused, match="not an approval id"):
-        rig.resend(rejected, "prop_notanapproval")
-    with pytest.raises(ResendRefused, match="names who asked"):
+    # The refusal itself is audited, with its stable code and every reason.
+    assert refused.value.code is OperatorRefusal.E_NOT_REJECTED
+    [event] = _events(rig.env.engine, "executor.receipt_resend_refused")
+    assert (event["code"], event["by"]) == ("E_NOT_REJECTED", "alice")
+    assert event["approval_ids"] == [rejected, unknown, delivered, waiting]
+    assert sorted(subject for subject, _ in event["problems"]) == sorted(problems)
+    with pytest.raises(ResendRefused, match="not an approval id") as malformed:
+        rig.resend(rejected, "prop_not\u202eanapproval")
+    assert malformed.value.code is OperatorRefusal.E_INVALID
+    with pytest.raises(ResendRefused, match="names who asked") as nobody:
         rig.resend(rejected, by="  ")
+    assert nobody.value.code is OperatorRefusal.E_INVALID
+    events = _events(rig.env.engine, "executor.receipt_resend_refused")
+    assert [(e["code"], e["by"]) for e in events] == [
+        ("E_NOT_REJECTED", "alice"),
+        ("E_INVALID", "alice"),
+        ("E_INVALID", ""),
+    ]
+    # Operator input reaches the chain printable: the bidi override is escaped.
+    assert events[1]["approval_ids"][1] == "prop_not\\u202eanapproval"
     assert rig.rows(resends) == []
+    assert verify_chain(rig.env.engine).ok
 
 
 def test_a_receipt_queued_again_is_not_queued_twice(rig: Rig) -> None:
@@ -434,8 +452,8 @@ def test_the_resend_command_says_what_it_did_and_refuses_with_stable_exit_codes(
         assert result.exit_code == 2, (usage, result.output)
     unknown = airlock("resend", aid, "apv_nosuchapproval1", "--by", "alice")
     assert unknown.exit_code == 1
-    assert "refused: apv_nosuchapproval1: unknown here" in unknown.output
-    assert "nothing queued" in unknown.output
+    assert "refused (E_NOT_REJECTED): apv_nosuchapproval1: unknown here" in unknown.output
+    assert "nothing queued; the refusal is audited" in unknown.output
     dry = airlock("resend", "--all-rejected", "--dry-run")
     assert dry.exit_code == 0, dry.output
     assert f"would queue the outcome receipt of {aid} as attempt 2" in dry.output
