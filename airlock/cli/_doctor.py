@@ -268,6 +268,28 @@ def _receipt_keys(report: _Report, settings: CheckpointSettings) -> None:
     _trusted_keys(report, path, "keys.receipts", made_by)
 
 
+def _production_tags(report: _Report, agent: AgentSettings, executor: ExecutorSettings) -> None:
+    """The agent never proposes what it reads as production, and the executor refuses a
+    write to what it reads as production: the two must read tags alike."""
+
+    def reading(keys: tuple[str, ...], prefix: str) -> tuple[list[str], str]:
+        return sorted({k.casefold() for k in keys}), prefix.casefold()
+
+    ours = reading(agent.prod_tag_keys, agent.prod_value_prefix)
+    theirs = reading(executor.prod_tag_keys, executor.prod_value_prefix)
+    shown = f"keys {ours[0]}, value prefix {ours[1]!r}"
+    if ours == theirs:
+        report.add("ok", "tags.production", f"agent and executor read alike: {shown}")
+    else:
+        report.add(
+            "warn",
+            "tags.production",
+            f"the agent reads production tags as {shown}, the executor as keys {theirs[0]}, "
+            f"value prefix {theirs[1]!r}: set AIRLOCK_AGENT_PROD_TAG_KEYS/_PROD_VALUE_PREFIX "
+            "and AIRLOCK_EXECUTOR_PROD_TAG_KEYS/_PROD_VALUE_PREFIX alike",
+        )
+
+
 def _session_file(report: _Report) -> None:
     path = session_path()
     try:
@@ -419,7 +441,7 @@ def doctor_command(
         ),
     ] = None,
 ) -> None:
-    """Check configuration, key file modes, databases, the checkpoint and the clock.
+    """Check configuration, key file modes, databases, tag policies, the checkpoint, the clock.
 
     Prints one line per check (ok, warn or fail) and exits 1 if any check fails.
 
@@ -437,6 +459,8 @@ def doctor_command(
             report, "keys.receipt", loaded.executor.receipt_key_path, "airlock executor keygen"
         )
         _trusted_keys(report, loaded.executor.trusted_keys_path)
+    if loaded.agent is not None and loaded.executor is not None:
+        _production_tags(report, loaded.agent, loaded.executor)
     _session_file(report)
     if loaded.checkpoint is not None:
         _database(report, "database.checkpoint", loaded.checkpoint.database_url)

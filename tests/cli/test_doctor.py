@@ -61,6 +61,7 @@ def test_doctor_is_all_green_on_a_complete_dev_setup(served: Served, tmp_path: P
         "keys.receipts",
         "database.checkpoint",
         "database.executor",
+        "tags.production",
         "checkpoint.healthz",
         "checkpoint.readyz",
         "clock",
@@ -178,6 +179,21 @@ def test_doctor_fails_when_an_expected_service_is_not_configured(
     result = airlock("doctor", "--service", "executor", "--url", dead_url())
     assert result.exit_code == 1
     assert any("settings.executor" in line for line in _lines(result.stdout, "fail"))
+
+
+def test_doctor_warns_when_agent_and_executor_read_production_tags_differently(
+    served: Served, tmp_path: Path
+) -> None:
+    env = _dev_env(served, tmp_path)
+    alike = served.run(
+        "doctor", env={**env, "AIRLOCK_EXECUTOR_PROD_TAG_KEYS": '["ENV", "Environment"]'}
+    )
+    assert "ok    tags.production" in alike.stdout, alike.stdout
+    differ = served.run("doctor", env={**env, "AIRLOCK_EXECUTOR_PROD_TAG_KEYS": '["stage"]'})
+    [line] = [line for line in _lines(differ.stdout, "warn") if "tags.production" in line]
+    assert "['env', 'environment']" in line and "['stage']" in line
+    off = served.run("doctor", env={**env, "AIRLOCK_EXECUTOR_PROD_TAG_KEYS": "[]"})
+    assert any("tags.production" in line for line in _lines(off.stdout, "warn"))
 
 
 def test_clock_check_warns_beyond_the_executor_skew() -> None:
