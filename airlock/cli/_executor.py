@@ -413,16 +413,7 @@ def keygen_command(
 @executor_app.command("migrate")
 def migrate_command() -> None:
     """Create or upgrade the ledger database (safe to run from several processes)."""
-    from airlock.store import Error as StoreError
-    from airlock.store import make_engine
-    from services.executor import migrate
-
-    try:
-        engine = make_engine(_settings().database_url)
-        migrate(engine)
-    except StoreError as exc:
-        raise _fail(str(exc)) from None
-    engine.dispose()
+    _ledger_engine().dispose()
     typer.echo("ledger at head")
 
 

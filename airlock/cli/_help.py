@@ -59,28 +59,28 @@ def _plain(param: object) -> None:
             param.metavar = (param.name or "value").upper()
 
 
-class Command(TyperCommand):
+class _PlainParameters:
+    """For a click command class: its parameters, and its --help, name what to type."""
+
+    params: list[Any]
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         for param in self.params:
             _plain(param)
 
     def get_help_option(self, ctx: Any) -> TyperOption | None:
-        option = super().get_help_option(ctx)
+        option: TyperOption | None = super().get_help_option(ctx)  # type: ignore[misc]
         _plain(option)
         return option
 
 
-class Group(TyperGroup):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        for param in self.params:
-            _plain(param)
+class Command(_PlainParameters, TyperCommand):
+    pass
 
-    def get_help_option(self, ctx: Any) -> TyperOption | None:
-        option = super().get_help_option(ctx)
-        _plain(option)
-        return option
+
+class Group(_PlainParameters, TyperGroup):
+    pass
 
 
 class Typer(typer.Typer):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import httpx
 
 from .conftest import Site, csrf_of
@@ -21,9 +23,8 @@ def test_sign_out_ends_the_session_at_the_checkpoint(site: Site) -> None:
     assert site.fake.sessions == {}
 
 
-def test_sign_out_while_the_checkpoint_is_down_still_clears_the_cookie(site: Site) -> None:
-    site.sign_in()
-    token = site.csrf("/")
+def _sign_out_unreachable(site: Site) -> Callable[[httpx.Request], httpx.Response]:
+    """Make the checkpoint unreachable for ending a session; return its real handler."""
     real = site.fake.handle
 
     def down(request: httpx.Request) -> httpx.Response:
@@ -32,6 +33,13 @@ def test_sign_out_while_the_checkpoint_is_down_still_clears_the_cookie(site: Sit
         return real(request)
 
     site.fake.handle = down  # type: ignore[method-assign]
+    return real
+
+
+def test_sign_out_while_the_checkpoint_is_down_still_clears_the_cookie(site: Site) -> None:
+    site.sign_in()
+    token = site.csrf("/")
+    real = _sign_out_unreachable(site)
     response = site.client.post("/logout", data={"csrf_token": token}, follow_redirects=False)
     assert response.status_code == 200
     assert any(
@@ -69,14 +77,7 @@ def test_signing_in_over_a_session_ends_the_one_it_replaces(site: Site) -> None:
 
 def test_a_sign_in_succeeds_when_the_replaced_session_cannot_be_ended(site: Site) -> None:
     site.sign_in("alice")
-    real = site.fake.handle
-
-    def down(request: httpx.Request) -> httpx.Response:
-        if request.url.path == "/v1/sessions/current":
-            raise httpx.ConnectError("refused")
-        return real(request)
-
-    site.fake.handle = down  # type: ignore[method-assign]
+    _sign_out_unreachable(site)
     site.sign_in("bob")
     assert sorted(site.fake.sessions.values()) == ["alice", "bob"]  # alice's expires on its own
     assert site.client.get("/").status_code == 200
