@@ -80,4 +80,14 @@ app.command("doctor")(doctor_command)
 
 
 def main() -> None:
-    app()
+    """The ``airlock`` script: ``app`` with one line, not a traceback, for a database
+    that cannot be reached (down, wrong host, port or credentials), whichever command
+    met it first."""
+    from sqlalchemy.exc import OperationalError
+
+    try:
+        app()
+    except OperationalError as exc:
+        reason = str(exc.orig or exc).strip().splitlines()[0]
+        typer.echo(f"error: the database cannot be reached: {reason}", err=True)
+        raise SystemExit(2) from None

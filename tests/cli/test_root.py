@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,7 +13,7 @@ from typer.testing import CliRunner
 from airlock import __version__
 from airlock.cli import app
 
-from .conftest import airlock
+from .conftest import airlock, dead_url
 
 
 def test_version_prints_the_version_and_exits_0() -> None:
@@ -42,3 +45,43 @@ def test_executor_health_needs_only_the_heartbeat_path(
     missing = airlock("executor", "health", env={"AIRLOCK_ENV": "prod"})
     assert missing.exit_code == 2
     assert "--path" in missing.output and ".airlock/executor.heartbeat" in missing.output
+
+
+@pytest.mark.parametrize(
+    ("variable", "command"),
+    [
+        ("AIRLOCK_CHECKPOINT_DATABASE_URL", ["users", "list"]),
+        ("AIRLOCK_CHECKPOINT_DATABASE_URL", ["tokens", "list"]),
+        ("AIRLOCK_EXECUTOR_DATABASE_URL", ["executor", "migrate"]),
+        ("AIRLOCK_EXECUTOR_DATABASE_URL", ["executor", "receipts", "list"]),
+    ],
+)
+@pytest.mark.parametrize("where", ["postgresql", "sqlite"])
+def test_a_database_that_cannot_be_reached_is_one_line_not_a_traceback(
+    tmp_path: Path, variable: str, command: list[str], where: str
+) -> None:
+    """The installed script (airlock.cli:main), in a process of its own."""
+    port = dead_url().rsplit(":", 1)[1]
+    url = (
+        f"postgresql://airlock@127.0.0.1:{port}/airlock"
+        if where == "postgresql"
+        else f"sqlite:///{tmp_path / 'no-such-dir' / 'x.db'}"
+    )
+    env = {**os.environ, "AIRLOCK_ENV": "dev", variable: url}
+    result = subprocess.run(
+        [sys.executable, "-c", "from airlock.cli import main; main()", *command],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and "╭" not in result.stderr
+    [line] = result.stderr.strip().splitlines()
+    if where == "postgresql":
+        assert line.startswith("error: the database cannot be reached: ")
+        assert "Connection refused" in line
+    else:  # make_engine names a missing directory itself
+        assert "does not exist" in line
