@@ -48,15 +48,15 @@ def test_executor_health_needs_only_the_heartbeat_path(
 
 
 @pytest.mark.parametrize(
-    ("variable", "command"),
+    ("where", "variable", "command"),
     [
-        ("AIRLOCK_CHECKPOINT_DATABASE_URL", ["users", "list"]),
-        ("AIRLOCK_CHECKPOINT_DATABASE_URL", ["tokens", "list"]),
-        ("AIRLOCK_EXECUTOR_DATABASE_URL", ["executor", "migrate"]),
-        ("AIRLOCK_EXECUTOR_DATABASE_URL", ["executor", "receipts", "list"]),
+        ("postgresql", "AIRLOCK_CHECKPOINT_DATABASE_URL", ["users", "list"]),
+        ("postgresql", "AIRLOCK_CHECKPOINT_DATABASE_URL", ["tokens", "list"]),
+        ("postgresql", "AIRLOCK_EXECUTOR_DATABASE_URL", ["executor", "migrate"]),
+        ("postgresql", "AIRLOCK_EXECUTOR_DATABASE_URL", ["executor", "receipts", "list"]),
+        ("sqlite", "AIRLOCK_EXECUTOR_DATABASE_URL", ["executor", "receipts", "list"]),
     ],
 )
-@pytest.mark.parametrize("where", ["postgresql", "sqlite"])
 def test_a_database_that_cannot_be_reached_is_one_line_not_a_traceback(
     tmp_path: Path, variable: str, command: list[str], where: str
 ) -> None:
