@@ -363,7 +363,9 @@ def resolve_command(
             "--happened/--did-not-happen", help="Did the write take effect?", show_default=False
         ),
     ],
-    note: Annotated[str, typer.Option("--note", help="Why (evidence checked).")] = "",
+    note: Annotated[
+        str, typer.Option("--note", metavar="TEXT", help="Why (evidence checked).")
+    ] = "",
 ) -> None:
     """Record a human decision on an in_doubt row (audited, with a signed receipt)."""
     from airlock.protocol import canonical_bytes
@@ -588,9 +590,13 @@ def receipts_resend_command(
     ] = False,
     by: Annotated[
         str | None,
-        typer.Option("--by", help="Who asks (recorded and audited); required unless --dry-run."),
+        typer.Option(
+            "--by",
+            metavar="NAME",
+            help="Who asks (recorded and audited); required unless --dry-run.",
+        ),
     ] = None,
-    note: Annotated[str, typer.Option("--note", help="Why: what was fixed.")] = "",
+    note: Annotated[str, typer.Option("--note", metavar="TEXT", help="Why: what was fixed.")] = "",
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Say what would be queued; change nothing.")
     ] = False,
