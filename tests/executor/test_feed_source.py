@@ -221,7 +221,7 @@ def _wait_for_a_lock_waiter(url: str) -> None:
                 ).scalar_one()
             if waiting:
                 return
-            time.sleep(0.01)
+            time.sleep(0.01)  # a bounded poll: a lock wait has no event to wait on
         raise AssertionError("no session ever waited on a lock")
     finally:
         probe.dispose()
