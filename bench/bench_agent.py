@@ -28,6 +28,8 @@ from typing import Any
 
 import httpx
 
+from tests.support.ports import free_port
+
 GOAL_SECONDS = 60.0
 GOAL_MB = 300.0
 #: A fixed anchor (2025-11-29T07:06:40Z) so every run scans the same fleet and metrics.
@@ -38,14 +40,6 @@ REGION = "ap-southeast-1"
 def _cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _child(args: argparse.Namespace) -> int:
@@ -136,7 +130,7 @@ def _serve(
         store, seed=seed, instances=instances, rds=rds, now=NOW, regions=(REGION,), replace=True
     )
     store.close()
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRLOCK_")}
     env["AIRLOCK_ENV"] = "dev"
     proc = subprocess.Popen(

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import statistics
 import tempfile
 import threading
@@ -26,15 +25,9 @@ import httpx
 import uvicorn
 
 from bench._harness import ops_per_second
+from tests.support.ports import free_port
 
 ACCOUNT = "5123456789012345"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _action(n: int, run: str) -> bytes:
@@ -109,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         user_token = accounts.login("alice", "bench password 1234")[0]
         signer = app.state.checkpoint.keys.signer()
 
-        port = _free_port()
+        port = free_port()
         server = uvicorn.Server(
             uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
         )

@@ -9,12 +9,13 @@ directly or through any chain (the same rule import-linter enforces in ``make li
 from __future__ import annotations
 
 import ast
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import grimp
+
+from tests.support.ports import free_port
 
 _REPO = Path(__file__).resolve().parents[2]
 _WRITER = "airlock.cloud.alibaba.writer"
@@ -64,12 +65,6 @@ print(sorted(m for m in sys.modules if m.startswith(("airlock.cloud", "services.
 """
 
 
-def _dead_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_running_the_agent_never_loads_the_cloud_writer(tmp_path: Path) -> None:
     """``airlock agent`` builds its reader and scans (here against a dead endpoint, so the
     run fails after wiring); the writer module is never loaded into its process, so no
@@ -79,7 +74,7 @@ def test_running_the_agent_never_loads_the_cloud_writer(tmp_path: Path) -> None:
         "PYTHONPATH": str(_REPO),
         "HOME": str(tmp_path),
         "AIRLOCK_ENV": "dev",
-        "AIRLOCK_AGENT_CLOUD_ENDPOINT": f"127.0.0.1:{_dead_port()}",
+        "AIRLOCK_AGENT_CLOUD_ENDPOINT": f"127.0.0.1:{free_port()}",
         "AIRLOCK_AGENT_CLOUD_PROTOCOL": "http",
         "AIRLOCK_AGENT_CLOUD_CONNECT_TIMEOUT_MS": "500",
     }

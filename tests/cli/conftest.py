@@ -23,6 +23,7 @@ from typer.testing import CliRunner, Result
 
 from airlock.cli import app
 from tests.checkpoint.harness import PASSWORD, World, make_world
+from tests.support.ports import free_port
 
 __all__ = ["PASSWORD", "Served", "airlock", "dead_url"]
 
@@ -75,10 +76,7 @@ def airlock(*args: str, stdin: str = "", env: Mapping[str, str] | None = None) -
 
 def dead_url() -> str:
     """A loopback URL where nothing listens (the port was bound, then released)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
+    return f"http://127.0.0.1:{free_port()}"
 
 
 @pytest.fixture

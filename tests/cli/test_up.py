@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -20,16 +19,11 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.ports import free_port
+
 pytestmark = pytest.mark.slow
 
 DEADLINE = 120.0
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _wait(what: str, check: Callable[[], Any], timeout: float = DEADLINE) -> Any:
@@ -136,7 +130,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_up_runs_the_whole_system_and_stops_cleanly(tmp_path: Path) -> None:
-    ports = {name: _free_port() for name in ("webapp", "checkpoint", "devcloud")}
+    ports = {name: free_port() for name in ("webapp", "checkpoint", "devcloud")}
     checkpoint = f"http://127.0.0.1:{ports['checkpoint']}"
     state = tmp_path / ".airlock"
     cli_home = tmp_path / "cli"
@@ -287,7 +281,7 @@ def state_seen(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[Path]:
 
 
 def _up_args(*extra: str) -> list[str]:
-    ports = [str(_free_port()) for _ in range(3)]
+    ports = [str(free_port()) for _ in range(3)]
     return [
         "up",
         *("--webapp-port", ports[0], "--checkpoint-port", ports[1], "--devcloud-port", ports[2]),

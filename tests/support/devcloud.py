@@ -23,7 +23,6 @@ import contextlib
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -38,16 +37,12 @@ from airlock.cloud.alibaba import AlibabaConfig, AlibabaReader
 from airlock.cloud.alibaba.writer import AlibabaWriter
 from airlock.settings import DEVCLOUD_READ_KEY, DEVCLOUD_WRITE_KEY
 
+from .ports import free_port
+
 __all__ = ["DevcloudAdmin", "DevcloudHandle", "free_port", "running_devcloud"]
 
 REGION = "ap-southeast-1"
 _READY_TIMEOUT = 30.0
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

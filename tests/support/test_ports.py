@@ -1,0 +1,31 @@
+"""The ports test servers are told to bind: never the kernel's to give away meanwhile."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from tests.support import ports
+
+
+def test_ports_are_below_the_ephemeral_range_and_never_handed_out_twice() -> None:
+    low, high = (int(n) for n in ports._RANGE_FILE.read_text().split()[:2])
+    handed = [ports.free_port() for _ in range(50)]
+    assert len(set(handed)) == len(handed)
+    assert all(not low <= p <= high for p in handed)
+    # Each can be bound, as the server that is told it will.
+    for port in handed[:5]:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("127.0.0.1", port))
+
+
+def test_a_port_something_listens_on_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as busy:
+        busy.bind(("127.0.0.1", ports.free_port()))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        monkeypatch.setattr(ports, "_handed", set())  # only whether it is bound counts
+        monkeypatch.setattr(ports, "_candidates", lambda: range(taken, taken + 2))
+        assert ports.free_port() == taken + 1
