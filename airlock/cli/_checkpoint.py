@@ -8,6 +8,7 @@ are printed once and stored only as hashes.
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import sys
 import time
@@ -52,24 +53,32 @@ def checkpoint_command(
     from services.checkpoint.app import build
     from services.checkpoint.errors import ConfigError
 
+    from ._serve import ServerAnsweringOnStop
+
     settings = _settings()
     try:
         app = build(settings)
     except (ConfigError, StoreError) as exc:
         typer.echo(f"checkpoint: refusing to start: {exc}", err=True)
         raise typer.Exit(2) from None
-    uvicorn.run(
-        app,
-        host=host or settings.host,
-        port=port or settings.port,
-        log_level="info",
-        access_log=False,  # paths are harmless, but keep one policy: no request logging
-        workers=1,
-        # An open feed long-poll would otherwise hold a stop for up to feed_max_wait
-        # (30 s), past a container's grace period. Cutting it is safe: the feed is
-        # at-least-once and the executor keeps its cursor in its own ledger.
-        timeout_graceful_shutdown=2,
+    server = ServerAnsweringOnStop(
+        uvicorn.Config(
+            app,
+            host=host or settings.host,
+            port=port or settings.port,
+            log_level="info",
+            access_log=False,  # paths are harmless, but keep one policy: no request logging
+            workers=1,
+            # Requests still running this long after a stop began are cut. Open feed
+            # long-polls are not among them: a stop answers them at once.
+            timeout_graceful_shutdown=2,
+        ),
+        on_exit=app.state.feed_signal.close,
     )
+    with contextlib.suppress(KeyboardInterrupt):  # as uvicorn.run: a second Ctrl-C
+        server.run()
+    if not server.started:  # as uvicorn.run: the app did not start (the log says why)
+        raise typer.Exit(3)
 
 
 def _accounts() -> Accounts:

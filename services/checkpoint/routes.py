@@ -73,6 +73,8 @@ class FeedSignal:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.version = 0
+        #: Set once the server is stopping: every reader answers with what it has now.
+        self.closed = False
         self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
 
     def bump(self) -> None:
@@ -83,11 +85,22 @@ class FeedSignal:
             with contextlib.suppress(RuntimeError):  # that reader's loop has closed
                 loop.call_soon_threadsafe(event.set)
 
+    def close(self) -> None:
+        """Wake every reader for good: the server is stopping, and a long-poll left open
+        would hold the stop until the graceful timeout cut it without an answer."""
+        with self._lock:
+            self.closed = True
+            waiters = list(self._waiters)
+        for loop, event in waiters:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(event.set)
+
     async def wait(self, seen: int, timeout: float) -> None:
-        """Return once ``version`` has moved past ``seen``, or after ``timeout`` seconds."""
+        """Return once ``version`` has moved past ``seen``, or after ``timeout`` seconds,
+        or at once when closed."""
         entry = (asyncio.get_running_loop(), asyncio.Event())
         with self._lock:
-            if self.version != seen:
+            if self.version != seen or self.closed:
                 return
             self._waiters.add(entry)
         try:
@@ -357,7 +370,7 @@ async def feed(
     while True:
         seen = signal.version
         page = await run_in_threadpool(service.feed, caller, after, limit)
-        if page.items or page.cursor != after or time.monotonic() >= deadline:
+        if page.items or page.cursor != after or time.monotonic() >= deadline or signal.closed:
             return page
         if await request.is_disconnected():
             return page

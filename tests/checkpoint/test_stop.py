@@ -1,0 +1,101 @@
+"""Stopping the checkpoint answers an executor's open feed long-poll instead of cutting it.
+
+The server runs in a thread of this process on a socket bound first; the stop is asked
+for as a signal would (``handle_exit``), and the long-poll is known to be waiting because
+it is registered on the app's feed signal. No sleeps: each wait is a deadline-bounded poll
+of a condition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+
+from airlock.cli._serve import ServerAnsweringOnStop
+from services.checkpoint.routes import FeedSignal
+from tests.checkpoint.harness import make_world
+
+_DEADLINE = 20.0
+
+
+def _until(what: str, check: Any) -> None:
+    deadline = time.monotonic() + _DEADLINE
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)  # polling a condition under a deadline, not waiting out a race
+
+
+def test_a_stop_answers_an_open_feed_long_poll_at_once(sqlite_url: str, tmp_path: Path) -> None:
+    world = make_world(sqlite_url, tmp_path)
+    world.app.state.feed_max_wait = 600  # the poll could otherwise end by itself in time
+    feed: FeedSignal = world.app.state.feed_signal
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    # A graceful timeout far longer than the test allows: only the early answer passes.
+    config = uvicorn.Config(
+        world.app, log_level="warning", lifespan="on", timeout_graceful_shutdown=60
+    )
+    server = ServerAnsweringOnStop(config, on_exit=feed.close)
+    serving = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    serving.start()
+    _until("the server to start", lambda: server.started)
+
+    answer: dict[str, Any] = {}
+
+    def long_poll() -> None:
+        try:
+            response = httpx.get(
+                f"http://127.0.0.1:{port}/v1/feed",
+                params={"after": 0, "wait": 600},
+                headers=world.auth("executor"),
+                timeout=_DEADLINE,
+            )
+            answer["status"], answer["body"] = response.status_code, response.json()
+        except httpx.HTTPError as exc:
+            answer["error"] = exc
+
+    polling = threading.Thread(target=long_poll, daemon=True)
+    polling.start()
+    _until("the long-poll to wait on the feed signal", lambda: len(feed._waiters) == 1)
+
+    asked = time.monotonic()
+    server.handle_exit(signal.SIGTERM, None)
+    polling.join(_DEADLINE)
+    serving.join(_DEADLINE)
+    assert not polling.is_alive() and not serving.is_alive()
+    assert answer.get("status") == 200, answer
+    assert answer["body"]["items"] == [] and answer["body"]["cursor"] == 0
+    # Answered before the graceful timeout could have cut it (60 s; the deadline is 20 s).
+    assert time.monotonic() - asked < _DEADLINE
+    assert feed.closed
+
+
+def test_a_closed_feed_signal_never_waits_again() -> None:
+    feed = FeedSignal()
+
+    async def scenario() -> float:
+        waiter = asyncio.ensure_future(feed.wait(feed.version, 60))
+        await asyncio.sleep(0)  # let the waiter register
+        assert len(feed._waiters) == 1
+        feed.close()
+        await asyncio.wait_for(waiter, 5)
+        started = time.monotonic()
+        await asyncio.wait_for(feed.wait(feed.version, 60), 5)  # returns at once: closed
+        return time.monotonic() - started
+
+    # On a loop of its own thread: the browser tests keep a loop running in this one.
+    took: list[float] = []
+    runner = threading.Thread(target=lambda: took.append(asyncio.run(scenario())))
+    runner.start()
+    runner.join(_DEADLINE)
+    assert took and took[0] < 5
+    assert not feed._waiters
