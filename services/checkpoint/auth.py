@@ -16,6 +16,7 @@ import logging
 import re
 import secrets
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -42,6 +43,14 @@ _MIN_PASSWORD: Final = 12
 #: for one (a login for a user who does not exist verifies too): unbounded, 40 parallel
 #: logins held ~2.4 GB. The rest wait their turn; people sign in a few times a day.
 _CONCURRENT_VERIFIES: Final = 2
+#: Sign-ins that may wait for one of those checks. Each waits in a thread of the worker
+#: pool that also runs every other request (approvals, the executor's feed): unbounded,
+#: anyone sending a few dozen sign-ins at once would take them all. Past this, a sign-in
+#: is refused at once with E_BUSY and Retry-After, before it counts as an attempt.
+_WAITING_SIGN_INS: Final = 8
+_BUSY_RETRY_AFTER: Final = 2
+#: A flood of refused sign-ins is logged as one line per this many seconds.
+_BUSY_LOG_EVERY: Final = 10.0
 
 Role = Literal["viewer", "approver", "admin", "agent", "executor"]
 
@@ -116,6 +125,11 @@ class Accounts:
         self._lockout = lockout_seconds
         self._hasher = hasher or password_hasher()
         self._verifying = threading.BoundedSemaphore(_CONCURRENT_VERIFIES)
+        self._admission = threading.Lock()
+        #: Sign-ins in progress: verifying, or waiting for a verify slot.
+        self.signing_in = 0
+        self._busy_refused = 0
+        self._busy_logged_at = -_BUSY_LOG_EVERY
         # Verified against when the user does not exist, so timing does not tell.
         self._dummy = self._hasher.hash(secrets.token_hex(16))
 
@@ -278,7 +292,44 @@ class Accounts:
     # -- sign-in ------------------------------------------------------------------
 
     def login(self, username: str, password: str) -> tuple[str, int, str]:
-        """Return ``(token, expires_at, role)`` or refuse (E_UNAUTHENTICATED / E_LOCKED).
+        """Return ``(token, expires_at, role)`` or refuse (E_UNAUTHENTICATED / E_LOCKED /
+        E_BUSY). Past ``_WAITING_SIGN_INS`` waiting, refused before anything is recorded."""
+        self._admit()
+        try:
+            return self._login(username, password)
+        finally:
+            with self._admission:
+                self.signing_in -= 1
+
+    def _admit(self) -> None:
+        with self._admission:
+            if self.signing_in < _CONCURRENT_VERIFIES + _WAITING_SIGN_INS:
+                self.signing_in += 1
+                return
+            self._busy_refused += 1
+            now = time.monotonic()
+            if now - self._busy_logged_at >= _BUSY_LOG_EVERY:
+                refused, self._busy_refused = self._busy_refused, 0
+                self._busy_logged_at = now
+            else:
+                refused = 0
+        if refused:
+            _log.warning(
+                "refused %d sign-in(s) with E_BUSY: %d already in progress (logged at most "
+                "every %.0f s)",
+                refused,
+                _CONCURRENT_VERIFIES + _WAITING_SIGN_INS,
+                _BUSY_LOG_EVERY,
+            )
+        raise Refusal(
+            ErrorCode.E_BUSY,
+            "too many sign-ins at once; try again in a few seconds",
+            503,
+            retry_after=_BUSY_RETRY_AFTER,
+        )
+
+    def _login(self, username: str, password: str) -> tuple[str, int, str]:
+        """Sign in: return ``(token, expires_at, role)`` or refuse.
 
         Claim, then act (STYLE §6): (1) one conditional UPDATE counts the attempt as a
         failure *before* the slow argon2 verify, and only while the account is neither

@@ -38,6 +38,7 @@ class ErrorCode(enum.StrEnum):
     E_EXPIRED = "E_EXPIRED"  # the approval window has passed
     E_RECEIPT = "E_RECEIPT"  # an outcome's receipt does not verify or does not match
     E_NO_SIGNING_KEY = "E_NO_SIGNING_KEY"  # no active signing key (all revoked or retired)
+    E_BUSY = "E_BUSY"  # too many sign-ins waiting already; retry after Retry-After seconds
 
 
 class CheckpointError(Exception):
@@ -47,11 +48,15 @@ class CheckpointError(Exception):
 class Refusal(CheckpointError):
     """A refused request, rendered as ``{"error": {"code": ..., "message": ...}}``."""
 
-    def __init__(self, code: ErrorCode, message: str, status: int) -> None:
+    def __init__(
+        self, code: ErrorCode, message: str, status: int, *, retry_after: int | None = None
+    ) -> None:
         super().__init__(f"{code.value}: {message}")
         self.code = code
         self.message = message
         self.status = status
+        #: Seconds for a ``Retry-After`` header (a refusal for load, not for the request).
+        self.retry_after = retry_after
 
 
 class ConfigError(CheckpointError):

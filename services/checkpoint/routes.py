@@ -475,10 +475,11 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(Refusal)
     async def _refusal(request: Request, exc: Refusal) -> JSONResponse:
         await _audit_refused(request, exc.code)
-        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
         response = _error(exc.status, exc.code.value, exc.message)
-        if headers:
-            response.headers.update(headers)
+        if exc.status == 401:
+            response.headers["WWW-Authenticate"] = "Bearer"
+        if exc.retry_after is not None:
+            response.headers["Retry-After"] = str(exc.retry_after)
         return response
 
     @app.exception_handler(RequestValidationError)

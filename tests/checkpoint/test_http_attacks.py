@@ -7,7 +7,9 @@ having changed nothing. The approval rules have their own tests (test_api_rules.
 
 from __future__ import annotations
 
+import json
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +121,84 @@ def test_parallel_sign_ins_never_hash_more_than_two_passwords_at_once(
         t.join(60)
     assert inside[1] <= 2
     assert sorted(statuses) == [201] + [401] * 7  # every sign-in was still answered
+
+
+def _all_events(world: World) -> list[dict[str, Any]]:
+    with world.checkpoint.engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT event FROM audit_log ORDER BY seq")).scalars()
+        return [json.loads(e) for e in rows]
+
+
+def test_sign_ins_past_those_waiting_are_refused_at_once_and_count_for_nothing(
+    sqlite_world: World,
+) -> None:
+    # Sign-ins waiting for a password check each hold a thread of the pool that runs every
+    # other request too (the executor's feed, approvals): a few dozen at once from anyone
+    # took them all. Two verify and eight wait; the rest are refused with E_BUSY, before
+    # anything is recorded: a refused guess at alice's password does not count toward
+    # her lockout, and leaves no audit event.
+    world = sqlite_world
+    accounts = world.accounts
+    real = accounts._hasher
+    release = threading.Event()
+    lock = threading.Lock()
+    inside = [0]
+
+    class HeldHasher:
+        def verify(self, encoded: str, password: str) -> bool:
+            with lock:
+                inside[0] += 1
+            assert release.wait(30), "the test never released the held verifies"
+            return real.verify(encoded, password)
+
+    accounts._hasher = HeldHasher()  # type: ignore[assignment]
+    events_before = len(_all_events(world))
+    statuses: list[int] = []
+
+    def sign_in(username: str, password: str) -> None:
+        body = {"username": username, "password": password}
+        statuses.append(world.client.post("/v1/sessions", json=body).status_code)
+
+    admitted = [
+        threading.Thread(target=sign_in, args=(f"nobody-{i}", "wrong password")) for i in range(9)
+    ]
+    admitted.append(threading.Thread(target=sign_in, args=("alice", PASSWORD)))
+    for t in admitted:
+        t.start()
+    deadline = time.monotonic() + 30
+    while not (inside[0] == 2 and accounts.signing_in == 10):
+        assert time.monotonic() < deadline, (inside, accounts.signing_in)
+        time.sleep(0.01)  # polling a condition under a deadline, not waiting out a race
+
+    # Now full: each further sign-in is answered at once, whoever it names.
+    for password in ("a wrong guess", PASSWORD):
+        response = world.client.post(
+            "/v1/sessions", json={"username": "alice", "password": password}
+        )
+        assert _error(response) == (503, "E_BUSY")
+        assert response.headers["Retry-After"] == "2"
+    assert accounts.signing_in == 10 and inside[0] == 2
+
+    release.set()
+    for t in admitted:
+        t.join(60)
+    assert sorted(statuses) == [201] + [401] * 9
+    assert accounts.signing_in == 0
+    # The refused guesses counted for nothing: alice's count is clear, no event for them.
+    with world.checkpoint.engine.connect() as conn:
+        failed = conn.execute(
+            sa.text("SELECT failed_logins FROM users WHERE username = 'alice'")
+        ).scalar_one()
+    assert failed == 0
+    kinds = [e["type"] for e in _all_events(world)[events_before:]]
+    assert kinds == ["checkpoint.session.created"]
+    # And once there is room again, alice signs in.
+    assert (
+        world.client.post(
+            "/v1/sessions", json={"username": "alice", "password": PASSWORD}
+        ).status_code
+        == 201
+    )
 
 
 def test_an_unusable_signing_key_does_not_tell_callers_where_the_keys_live(

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from services.checkpoint.errors import ErrorCode
 from tests.support.asgi import raw_get
 from webapp.charts import evidence_charts, human_bytes, series
 from webapp.errors import human_message
@@ -280,21 +281,8 @@ def test_delete_shows_one_of_two_after_the_first_vote_and_a_repeat_is_explained(
 
 
 def test_every_refusal_code_has_its_own_message() -> None:
-    codes = [
-        "E_STALE_VIEW",
-        "E_CONFIRM_REQUIRED",
-        "E_CONFIRM_MISMATCH",
-        "E_SELF_APPROVAL",
-        "E_ALREADY_VOTED",
-        "E_EXPIRED",
-        "E_STATE",
-        "E_FORBIDDEN",
-        "E_UNAUTHENTICATED",
-        "E_LOCKED",
-        "E_NOT_FOUND",
-        "E_INVALID",
-        "E_NO_SIGNING_KEY",
-    ]
+    # Every code the checkpoint can answer with, so a new one cannot go unexplained.
+    codes = [c.value for c in ErrorCode]
     messages = [human_message(c) for c in codes]
     assert len(set(messages)) == len(codes)
     assert all(c not in m for c, m in zip(codes, messages, strict=True))
