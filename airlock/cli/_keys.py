@@ -73,7 +73,10 @@ def revoke_command(
     kid: Annotated[str, typer.Argument(help="The key id to revoke (keys list).")],
     keys_dir: KeysDir = _DEFAULT_DIR,
 ) -> None:
-    """Revoke a key: approvals it signed are refused (E_KEY_REVOKED) once executors reload."""
+    """Revoke a key: executors refuse its approvals (E_KEY_REVOKED) once given the new key set.
+
+    Re-export the public key set (keys export-public) to each executor; it needs no restart.
+    """
     from services.checkpoint.errors import ConfigError
     from services.checkpoint.keys import KeyDirectory
 
