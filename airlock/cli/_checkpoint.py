@@ -46,7 +46,10 @@ def checkpoint_command(
     ] = None,
     port: Annotated[int | None, typer.Option(help="Port (default 8787).")] = None,
 ) -> None:
-    """Serve the checkpoint API (refuses to start on a bad policy, key file or database)."""
+    """Serve the checkpoint API (refuses to start on a bad policy, key file or database).
+
+    It also needs the executor's receipt key set (AIRLOCK_CHECKPOINT_RECEIPT_KEYS_PATH).
+    """
     import uvicorn
 
     from airlock.store import Error as StoreError
