@@ -34,7 +34,16 @@ __all__ = ["executor_app", "receipts_app"]
 
 executor_app = Typer(
     name="executor",
-    help="The executor: verify, consume once, re-read live state, write, receipt.",
+    # Typer's help wins over the callback's docstring, so what a bare `airlock executor`
+    # does is said here.
+    help=(
+        "The executor: verify, consume once, re-read live state, write, receipt.\n\n"
+        "Without a command: recovery at start, then the bundle source (a daemon unless "
+        "--once); SIGTERM/SIGINT stop it after the item in hand.\n\n"
+        "The source is the checkpoint's feed when AIRLOCK_EXECUTOR_CHECKPOINT_URL is set "
+        "(with AIRLOCK_EXECUTOR_CHECKPOINT_TOKEN; outcomes are reported back), otherwise "
+        "the directory AIRLOCK_EXECUTOR_INBOX."
+    ),
     invoke_without_command=True,
 )
 receipts_app = Typer(name="receipts", help="Check executor receipts.", no_args_is_help=True)
