@@ -83,7 +83,7 @@ def login_command(
 ) -> None:
     """Sign in to the checkpoint and keep the session in a private (0600) file.
 
-    The session is kept in $AIRLOCK_HOME/session.json (default ~/.config/airlock/).
+    The session file is $AIRLOCK_HOME/session.json (default ${XDG_CONFIG_HOME:-~/.config}/airlock/).
 
     AIRLOCK_HOME names only this session directory; airlock up's state is AIRLOCK_UP_HOME.
 
