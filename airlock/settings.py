@@ -320,7 +320,7 @@ class AgentSettings(CloudSettings):
     )
     #: Seconds between scans with ``--loop``.
     interval: int = Field(default=3600, gt=0)
-    #: Instances per DescribeInstances page, and per CloudMonitor query.
+    #: Instances per DescribeInstances page; a CloudMonitor query never spans two pages.
     page_size: int = Field(default=100, ge=1, le=100)
     #: Instances per batched CloudMonitor query.
     metric_batch: int = Field(default=100, ge=1, le=100)
