@@ -86,7 +86,8 @@ class CheckpointSettings(ServiceSettings):
     #: Every reported outcome must verify against it; required outside dev (unset, the
     #: checkpoint refuses to start). In dev it defaults to the one ``airlock up`` writes.
     receipt_keys_path: Path | None = Field(default_factory=_receipt_keys_default)
-    #: The executor audience written into every statement.
+    #: The executor audience written into every statement; must equal the executor's
+    #: ``AIRLOCK_EXECUTOR_AUDIENCE``. Required outside dev (the dev default is refused).
     audience: str = "airlock-executor/dev"
     #: How long a proposal waits for votes, seconds (DESIGN §2.6: 24 h).
     approval_window: int = Field(default=24 * 3600, gt=0)
@@ -107,8 +108,14 @@ class CheckpointSettings(ServiceSettings):
 
     @model_validator(mode="after")
     def _no_dev_defaults_in_prod(self) -> CheckpointSettings:
-        if not is_dev(self) and "database_url" not in self.model_fields_set:
+        if is_dev(self):
+            return self
+        if "database_url" not in self.model_fields_set:
             raise ValueError("AIRLOCK_CHECKPOINT_DATABASE_URL must be set outside AIRLOCK_ENV=dev")
+        # Every approval would name the dev executor: a production executor refuses them
+        # all (E_AUDIENCE), which fails closed, but only once people have approved.
+        if self.audience == "airlock-executor/dev":
+            raise ValueError("AIRLOCK_CHECKPOINT_AUDIENCE must be set outside AIRLOCK_ENV=dev")
         return self
 
 
@@ -394,6 +401,7 @@ class ExecutorSettings(CloudSettings):
     #: The executor's own Ed25519 receipt key (PKCS#8 PEM, mode 0600; ``executor keygen``).
     receipt_key_path: Path = Path(".airlock/executor-receipt.pem")
     #: This executor's audience; approvals addressed elsewhere are refused (E_AUDIENCE).
+    #: Required outside dev (the dev default is refused).
     audience: str = "airlock-executor/dev"
     #: The one provider this executor may write to (E_ACCOUNT otherwise).
     provider: Literal["alibaba"] = "alibaba"

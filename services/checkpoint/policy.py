@@ -2,7 +2,8 @@
 
 A policy is a TOML file of rules; the first rule whose match holds decides. Effects:
 
-* ``deny``    — the proposal is refused at submit and recorded as refused;
+* ``deny``    — the proposal is refused at submit (403 ``E_POLICY_DENIED``) and recorded
+  as ``denied``;
 * ``approve`` — ``quorum`` distinct people (not the proposer) must approve, and with
   ``confirm = true`` each must type the resource id;
 * ``auto``    — the policy itself approves. Only where a rule says so explicitly, only for

@@ -1,7 +1,7 @@
 """The executor's trusted approval keys, re-read from their file when it changes.
 
 An operator who revokes or rotates the checkpoint's signing key re-exports the public
-key set (``airlock keys export``) to the file the executor reads. A running executor
+key set (``airlock keys export-public``) to the file the executor reads. A running executor
 must stop trusting a revoked key at its next bundle, not at its next restart, so
 :class:`TrustedKeysFile` looks at the file's identity (inode, size, modification time)
 before every execution and parses it again when any of them changed.

@@ -110,6 +110,18 @@ def test_missing_database_url_is_refused_outside_dev(monkeypatch: pytest.MonkeyP
         CheckpointSettings()
 
 
+def test_the_dev_audience_is_refused_outside_dev(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Approvals addressed to the dev executor would all be refused by a production one
+    # (E_AUDIENCE): the checkpoint refuses to start instead of issuing them.
+    monkeypatch.setenv("AIRLOCK_ENV", "prod")
+    monkeypatch.setenv("AIRLOCK_CHECKPOINT_DATABASE_URL", "sqlite:///checkpoint.db")
+    monkeypatch.delenv("AIRLOCK_CHECKPOINT_AUDIENCE", raising=False)
+    with pytest.raises(ValueError, match="AIRLOCK_CHECKPOINT_AUDIENCE must be set"):
+        CheckpointSettings()
+    monkeypatch.setenv("AIRLOCK_CHECKPOINT_AUDIENCE", "airlock-executor/prod-ap-southeast-1")
+    assert CheckpointSettings().audience == "airlock-executor/prod-ap-southeast-1"
+
+
 def _airlock(tmp_path: Path, *args: str, stdin: str = "") -> Result:
     # In-process (typer's runner) with the environment a deployment would set, whatever
     # the developer's shell says (AIRLOCK_ENV=dev would bring the demo defaults).
@@ -117,6 +129,7 @@ def _airlock(tmp_path: Path, *args: str, stdin: str = "") -> Result:
         "AIRLOCK_ENV": "prod",
         "AIRLOCK_CHECKPOINT_DATABASE_URL": f"sqlite:///{tmp_path / 'checkpoint.db'}",
         "AIRLOCK_CHECKPOINT_KEYS_DIR": str(tmp_path / "keys"),
+        "AIRLOCK_CHECKPOINT_AUDIENCE": "airlock-executor/prod-test",
     }
     return CliRunner().invoke(app, list(args), input=stdin, env=env)
 
@@ -124,10 +137,10 @@ def _airlock(tmp_path: Path, *args: str, stdin: str = "") -> Result:
 def test_cli_checkpoint_refuses_to_start_without_a_receipt_key_set(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import uvicorn
+    from airlock.cli._serve import ServerAnsweringOnStop
 
     served: list[object] = []
-    monkeypatch.setattr(uvicorn, "run", lambda app, **_: served.append(app))
+    monkeypatch.setattr(ServerAnsweringOnStop, "run", lambda self, **_: served.append(self))
     assert _airlock(tmp_path, "keys", "generate").exit_code == 0
     started = _airlock(tmp_path, "checkpoint")
     assert started.exit_code == 2 and served == []

@@ -105,6 +105,7 @@ def test_the_receipt_key_set_defaults_to_the_one_up_writes_in_dev_only(
 
     monkeypatch.delenv("AIRLOCK_CHECKPOINT_RECEIPT_KEYS_PATH", raising=False)
     monkeypatch.setenv("AIRLOCK_CHECKPOINT_DATABASE_URL", "sqlite:///checkpoint.db")
+    monkeypatch.setenv("AIRLOCK_CHECKPOINT_AUDIENCE", "airlock-executor/prod-test")
     monkeypatch.setenv("AIRLOCK_ENV", "prod")
     assert CheckpointSettings().receipt_keys_path is None
     monkeypatch.setenv("AIRLOCK_ENV", "dev")

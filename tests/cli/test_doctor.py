@@ -121,8 +121,9 @@ def test_doctor_reports_a_missing_or_unset_receipt_key_set_as_a_failure(
     assert ".airlock/receipt-keys.json is missing" in failure
     assert "airlock up" in failure and "AIRLOCK_CHECKPOINT_RECEIPT_KEYS_PATH" in failure
     # Unset outside dev: required, and the line says so.
-    unset_prod = served.run("doctor", env={**env, "AIRLOCK_ENV": "prod"})
-    assert unset_prod.exit_code == 1
+    prod = {"AIRLOCK_ENV": "prod", "AIRLOCK_CHECKPOINT_AUDIENCE": "airlock-executor/prod-test"}
+    unset_prod = served.run("doctor", env={**env, **prod})
+    assert unset_prod.exit_code == 1, unset_prod.stdout
     [failure] = [line for line in _lines(unset_prod.stdout, "fail") if "keys.receipts" in line]
     assert "AIRLOCK_CHECKPOINT_RECEIPT_KEYS_PATH is not set" in failure
     assert "executor keygen --public" in failure
