@@ -273,6 +273,12 @@ def _page_head(page: Mapping[str, Any]) -> _Head | None:
     return _Head(seq, digest)
 
 
+def _in_order(item: object, last: int, end: int) -> bool:
+    """Is ``item`` an object whose ``seq`` comes after ``last``, at most the page's cursor?"""
+    seq = item.get("seq") if isinstance(item, dict) else None
+    return isinstance(seq, int) and last < seq <= end
+
+
 class CheckpointFeedSource:
     """Approvals from the checkpoint's long-poll feed, in feed order, at least once."""
 
@@ -365,6 +371,12 @@ class CheckpointFeedSource:
             or page["cursor"] < after
         ):
             raise _Transient("malformed feed page: want {items: [...], cursor >= after}")
+        items = page["items"]
+        if items and not _in_order(items[0], after, page["cursor"]):
+            # Nothing on the page can be taken (a checkpoint that replays old items, a
+            # malformed first item): answered as an empty page, the loop would ask again
+            # at once and get it again, polling in a tight loop (seen in review).
+            raise _Transient(f"feed page's first item is malformed or not after {after}")
         return page
 
     def _accept(self, after: int, page: dict[str, Any]) -> Sequence[Delivery]:
@@ -372,13 +384,12 @@ class CheckpointFeedSource:
         revoked: list[_Revocation] = []
         last, end = after, int(page["cursor"])
         for item in page["items"]:
-            seq = item.get("seq") if isinstance(item, dict) else None
-            if not isinstance(seq, int) or seq <= last or seq > end:
+            if not _in_order(item, last, end):
                 # Out of order or malformed: stop here; the cursor stays before it.
                 _log.error("feed item after %d is malformed or out of order; page cut", last)
                 end = last
                 break
-            last = seq
+            seq = last = item["seq"]
             kind, approval_id = item.get("kind"), item.get("approval_id")
             if kind == "revocation":
                 if isinstance(approval_id, str) and _APPROVAL_ID.fullmatch(approval_id):

@@ -1015,3 +1015,32 @@ def test_a_page_without_a_valid_head_records_none_and_is_handled_as_before(
     assert rig.cursor() == 2
     assert [r.approval_id for r in rig.rows(revocations)] == ["apv_0123456789abcdef"]
     assert _recorded_heads(rig.env) == []
+
+
+# -- what the executor trusts from the checkpoint's answers ------------------------------
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        revocation(2, "apv_0123456789abcdef"),  # replayed: at or before the cursor
+        {"seq": "6", "kind": "revocation", "approval_id": "apv_0123456789abcdef"},
+        revocation(9, "apv_0123456789abcdef"),  # past the page's own cursor
+        "not an item",
+    ],
+)
+def test_a_page_with_nothing_after_the_cursor_is_backed_off_not_polled_in_a_tight_loop(
+    rig: Rig, first: Any
+) -> None:
+    """Seen in review: a page whose first item could not be taken (a checkpoint that
+    replays old items, a malformed item) was cut before it and handled as an empty page,
+    so the daemon asked again at once, got the same page, and spun without a pause."""
+    rig.fake.pages = [{"items": [revocation(5, "apv_fedcba9876543210")], "cursor": 5}]
+    rig.source.receive(wait_s=0)
+    assert rig.cursor() == 5
+    rig.fake.pages = [{"items": [first, revocation(6, "apv_0123456789abcdef")], "cursor": 7}] * 3
+    for _ in range(3):
+        assert rig.source.receive(wait_s=0) == ()
+    assert rig.sleeps == [0.5, 1.0, 2.0]  # one request per backoff, not a tight loop
+    assert rig.cursor() == 5
+    assert [r.approval_id for r in rig.rows(revocations)] == ["apv_fedcba9876543210"]
