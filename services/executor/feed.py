@@ -183,7 +183,9 @@ def _error_code(status: int, body: bytes) -> str:
     """The checkpoint's ``{"error": {"code": …}}``, or ``HTTP <status>``."""
     try:
         code = loads_strict(body, max_bytes=_ANSWER_MAX_BYTES, nfc=False)["error"]["code"]
-        if isinstance(code, str) and code.isascii() and len(code) <= 64:
+        # Printable too: a NUL cannot be stored in PostgreSQL text (the record would fail
+        # on every flush), and an escape sequence must not reach an operator's terminal.
+        if isinstance(code, str) and code.isascii() and code.isprintable() and len(code) <= 64:
             return code
     except (Refused, KeyError, TypeError):
         pass
@@ -877,6 +879,8 @@ class OutboxReporter:
             # Only an operator sends it again, once the cause is fixed (resend.py).
             code = _error_code(status, answer)
             text = answer.decode("utf-8", errors="replace")
+            if not text.isprintable():  # as the code above: no NUL, no escape sequence
+                text = ascii(text)[1:-1]
             self._record(item, "rejected", status, code, _clip(text))
             _log.error(
                 "checkpoint refused the %s receipt of %s for good (attempt %d): HTTP %d %s; "

@@ -1097,3 +1097,23 @@ def test_an_endless_answer_to_a_receipt_is_read_no_further_than_a_cap(
         assert [(r.status, r.http_status) for r in recorded] == [("delivered", 200)]
     else:
         assert recorded == []
+
+
+def test_a_refusal_answer_with_control_characters_is_recorded_escaped(rig: Rig) -> None:
+    """Seen in review: a 4xx answer holding a NUL (in its error code, or in a text body a
+    proxy sent) could not be stored on PostgreSQL, so recording the rejected receipt
+    failed on every flush and the receipts queued behind it were never delivered."""
+    bundles = [make_test_bundle(n, tag="fnul") for n in (1, 2, 3)]
+    for b in bundles:
+        rig.env.cloud.add("ecs.instance", b.resource_id, "Running")
+        rig.executor.execute(b.raw)
+    coded, texted, fine = (b.approval_id for b in bundles)
+    rig.fake.answer_for[coded] = httpx.Response(409, json={"error": {"code": "E_\x00X"}})
+    rig.fake.answer_for[texted] = httpx.Response(400, content=b"bad\x00 \x1b[2Jreceipt")
+    assert rig.reporter.flush() == 3
+    rows = {r.approval_id: r for r in rig.rows(deliveries)}
+    assert (rows[coded].status, rows[coded].error_code) == ("rejected", "HTTP 409")
+    assert (rows[texted].status, rows[texted].error_code) == ("rejected", "HTTP 400")
+    assert rows[texted].detail == "bad\\x00 \\x1b[2Jreceipt"
+    assert all(r.detail.isprintable() for r in rows.values())
+    assert rows[fine].status == "delivered"
