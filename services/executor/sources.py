@@ -21,7 +21,7 @@ import sys
 from collections.abc import Container, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Protocol, runtime_checkable
+from typing import BinaryIO, Final, Protocol, runtime_checkable
 
 from airlock.protocol import BUNDLE_MAX_BYTES
 
@@ -38,6 +38,10 @@ __all__ = [
     "read_capped",
     "read_revocations_file",
 ]
+
+#: Files a directory hands over per call. Each is held in memory (up to the 64 KiB
+#: bundle cap) until executed, so a backlog of thousands is taken a batch at a time.
+DIRECTORY_BATCH: Final = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +114,8 @@ class DirectorySource:
         del wait_s  # a directory has no long-poll; the daemon loop paces itself
         out: list[Delivery] = []
         for path in sorted(self._inbox.glob("*.json")):
+            if len(out) >= DIRECTORY_BATCH:
+                break  # the rest next call: the daemon asks again at once after work
             if path.name.startswith(".") or not path.is_file():
                 continue
             with path.open("rb") as stream:
