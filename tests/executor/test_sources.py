@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import threading
 from pathlib import Path
+
+import pytest
 
 from airlock.protocol import BUNDLE_MAX_BYTES
 from services.executor import State
@@ -43,3 +47,23 @@ def test_once_takes_every_file_the_directory_has_not_just_one_batch(
     assert outcomes[-1].state is State.SUCCEEDED
     assert env.cloud.writes_for(b.resource_id) == 1
     assert list(inbox.glob("*.json")) == []
+
+
+def test_a_fifo_swapped_in_after_the_check_is_skipped_not_waited_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen in review: a FIFO put in place of a bundle between the ``is_file`` check
+    and the open blocked the open, and the daemon with it (a SIGTERM too), until
+    someone wrote to it; the files after it were never taken."""
+    os.mkfifo(tmp_path / "a.json")
+    (tmp_path / "b.json").write_bytes(b"{}")
+    monkeypatch.setattr(Path, "is_file", lambda self: True)  # the check saw a file
+    source = DirectorySource(tmp_path)
+    got: list[list[str]] = []
+    reader = threading.Thread(target=lambda: got.append([d.ref for d in source.receive()]))
+    reader.start()
+    reader.join(timeout=5)
+    if reader.is_alive():  # release the blocked open so the test process can end
+        os.close(os.open(tmp_path / "a.json", os.O_WRONLY))
+        reader.join()
+    assert got == [["b.json"]]
