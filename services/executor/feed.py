@@ -100,6 +100,9 @@ _log = logging.getLogger("airlock.executor.feed")
 PAGE_LIMIT: Final = 20
 _PAGE_MAX_BYTES: Final = PAGE_LIMIT * (2 * BUNDLE_MAX_BYTES) + 64 * 1024
 _DETAIL_MAX: Final = 1000
+#: How much of an answer other than a feed page is read: an error or an outcome's answer
+#: is a small JSON object.
+_ANSWER_MAX_BYTES: Final = 64 * 1024
 _MAX_BATCHES: Final = 20  # per flush, so a large backlog never starves the feed
 _APPROVAL_ID: Final = re.compile(APPROVAL_ID_PATTERN)
 _HEX64: Final = re.compile(r"[0-9a-f]{64}")
@@ -165,21 +168,33 @@ class Backoff:
         return self._failures
 
 
-def _error_code(response: httpx.Response) -> str:
+def _read_at_most(response: httpx.Response, limit: int = _ANSWER_MAX_BYTES) -> bytes:
+    """The first ``limit`` bytes of a streamed answer's body; the rest is never read, so
+    a broken checkpoint or a proxy in front cannot exhaust our memory with one."""
+    body = bytearray()
+    for chunk in response.iter_bytes():
+        body += chunk
+        if len(body) >= limit:
+            break
+    return bytes(body[:limit])
+
+
+def _error_code(status: int, body: bytes) -> str:
     """The checkpoint's ``{"error": {"code": …}}``, or ``HTTP <status>``."""
     try:
-        body = response.json()
-        code = body["error"]["code"]
-        if isinstance(code, str) and code.isascii() and len(code) <= 64:
+        code = loads_strict(body, max_bytes=_ANSWER_MAX_BYTES, nfc=False)["error"]["code"]
+        # Printable too: a NUL cannot be stored in PostgreSQL text (the record would fail
+        # on every flush), and an escape sequence must not reach an operator's terminal.
+        if isinstance(code, str) and code.isascii() and code.isprintable() and len(code) <= 64:
             return code
-    except (ValueError, KeyError, TypeError):
+    except (Refused, KeyError, TypeError):
         pass
-    return f"HTTP {response.status_code}"
+    return f"HTTP {status}"
 
 
-def _check_auth(response: httpx.Response, what: str) -> None:
-    if response.status_code in (401, 403):
-        raise CheckpointUnauthorized(response.status_code, _error_code(response), what)
+def _check_auth(status: int, body: bytes, what: str) -> None:
+    if status in (401, 403):
+        raise CheckpointUnauthorized(status, _error_code(status, body), what)
 
 
 class _Transient(Exception):
@@ -273,6 +288,12 @@ def _page_head(page: Mapping[str, Any]) -> _Head | None:
     return _Head(seq, digest)
 
 
+def _in_order(item: object, last: int, end: int) -> bool:
+    """Is ``item`` an object whose ``seq`` comes after ``last``, at most the page's cursor?"""
+    seq = item.get("seq") if isinstance(item, dict) else None
+    return isinstance(seq, int) and last < seq <= end
+
+
 class CheckpointFeedSource:
     """Approvals from the checkpoint's long-poll feed, in feed order, at least once."""
 
@@ -343,10 +364,11 @@ class CheckpointFeedSource:
         params = {"after": after, "wait": max(0, int(wait_s)), "limit": PAGE_LIMIT}
         try:
             with self._client.stream("GET", "/v1/feed", params=params) as response:
-                if response.status_code != 200:
-                    response.read()  # an error body is small; the page is read capped below
-                    _check_auth(response, "GET /v1/feed")
-                    raise _Transient(f"HTTP {response.status_code} {_error_code(response)}")
+                status = response.status_code
+                if status != 200:
+                    error = _read_at_most(response)  # the page is read capped below
+                    _check_auth(status, error, "GET /v1/feed")
+                    raise _Transient(f"HTTP {status} {_error_code(status, error)}")
                 body = bytearray()
                 for chunk in response.iter_bytes():
                     body += chunk
@@ -365,6 +387,12 @@ class CheckpointFeedSource:
             or page["cursor"] < after
         ):
             raise _Transient("malformed feed page: want {items: [...], cursor >= after}")
+        items = page["items"]
+        if items and not _in_order(items[0], after, page["cursor"]):
+            # Nothing on the page can be taken (a checkpoint that replays old items, a
+            # malformed first item): answered as an empty page, the loop would ask again
+            # at once and get it again, polling in a tight loop (seen in review).
+            raise _Transient(f"feed page's first item is malformed or not after {after}")
         return page
 
     def _accept(self, after: int, page: dict[str, Any]) -> Sequence[Delivery]:
@@ -372,13 +400,12 @@ class CheckpointFeedSource:
         revoked: list[_Revocation] = []
         last, end = after, int(page["cursor"])
         for item in page["items"]:
-            seq = item.get("seq") if isinstance(item, dict) else None
-            if not isinstance(seq, int) or seq <= last or seq > end:
+            if not _in_order(item, last, end):
                 # Out of order or malformed: stop here; the cursor stays before it.
                 _log.error("feed item after %d is malformed or out of order; page cut", last)
                 end = last
                 break
-            last = seq
+            seq = last = item["seq"]
             kind, approval_id = item.get("kind"), item.get("approval_id")
             if kind == "revocation":
                 if isinstance(approval_id, str) and _APPROVAL_ID.fullmatch(approval_id):
@@ -821,15 +848,20 @@ class OutboxReporter:
     def _deliver(self, item: PendingReceipt) -> None:
         body = b'{"receipt":' + item.receipt.encode("utf-8") + b"}"
         try:
-            with self._idle():
-                response = self._client.post(
-                    "/v1/outcomes", content=body, headers={"Content-Type": "application/json"}
-                )
+            with (
+                self._idle(),
+                self._client.stream(
+                    "POST",
+                    "/v1/outcomes",
+                    content=body,
+                    headers={"Content-Type": "application/json"},
+                ) as response,
+            ):
+                status, answer = response.status_code, _read_at_most(response)
         except httpx.HTTPError as exc:
             # No answer: the checkpoint (or the way to it) is down, not this receipt.
             raise _Unavailable(f"{type(exc).__name__}: {exc}") from None
-        _check_auth(response, "POST /v1/outcomes")
-        status = response.status_code
+        _check_auth(status, answer, "POST /v1/outcomes")
         if status == 200:
             self._fp.hit("after_outcome_post")
             self._record(item, "delivered", status, None, "")
@@ -838,15 +870,18 @@ class OutboxReporter:
             )
         elif status in _SERVER_NOT_NOW or status < 400:
             # < 400 but not 200 (a redirect, say): the URL is wrong for every receipt.
-            raise _Unavailable(f"HTTP {status} {_error_code(response)}")
+            raise _Unavailable(f"HTTP {status} {_error_code(status, answer)}")
         elif status in _ITEM_NOT_NOW or status >= 500:
-            raise _Transient(f"HTTP {status} {_error_code(response)}")
+            raise _Transient(f"HTTP {status} {_error_code(status, answer)}")
         else:
             # The checkpoint will never take this receipt (unknown approval, a different
             # outcome already recorded, receipt key not trusted…): record why, move on.
             # Only an operator sends it again, once the cause is fixed (resend.py).
-            code = _error_code(response)
-            self._record(item, "rejected", status, code, _clip(response.text))
+            code = _error_code(status, answer)
+            text = answer.decode("utf-8", errors="replace")
+            if not text.isprintable():  # as the code above: no NUL, no escape sequence
+                text = ascii(text)[1:-1]
+            self._record(item, "rejected", status, code, _clip(text))
             _log.error(
                 "checkpoint refused the %s receipt of %s for good (attempt %d): HTTP %d %s; "
                 "once the cause is fixed: airlock executor receipts resend %s --by NAME",

@@ -118,9 +118,12 @@ def run(
     ``stop`` is set, running recovery again every ``recover_every_s`` seconds."""
     stop = stop or threading.Event()
     outcomes = recover_expired(executor, revoked=source.revoked())
-    outcomes += drain(executor, source)
     if once:
+        # A source hands over a batch at a time (a directory backlog): all it has now.
+        while batch := drain(executor, source):
+            outcomes += batch
         return outcomes
+    outcomes += drain(executor, source)
     last_recovery = executor.clock()
     while not stop.is_set():
         drained = drain(executor, source, wait_s=poll_wait_s)

@@ -16,12 +16,14 @@ harmless (E_REPLAY).
 from __future__ import annotations
 
 import json
+import logging
 import os
+import stat
 import sys
 from collections.abc import Container, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Protocol, runtime_checkable
+from typing import BinaryIO, Final, Protocol, runtime_checkable
 
 from airlock.protocol import BUNDLE_MAX_BYTES
 
@@ -38,6 +40,12 @@ __all__ = [
     "read_capped",
     "read_revocations_file",
 ]
+
+_log = logging.getLogger("airlock.executor")
+
+#: Files a directory hands over per call. Each is held in memory (up to the 64 KiB
+#: bundle cap) until executed, so a backlog of thousands is taken a batch at a time.
+DIRECTORY_BATCH: Final = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,10 +118,13 @@ class DirectorySource:
         del wait_s  # a directory has no long-poll; the daemon loop paces itself
         out: list[Delivery] = []
         for path in sorted(self._inbox.glob("*.json")):
+            if len(out) >= DIRECTORY_BATCH:
+                break  # the rest next call: the daemon asks again at once after work
             if path.name.startswith(".") or not path.is_file():
                 continue
-            with path.open("rb") as stream:
-                out.append(Delivery(path.name, read_capped(stream)))
+            raw = _read_regular_file(path)
+            if raw is not None:
+                out.append(Delivery(path.name, raw))
         return out
 
     def revoked(self) -> Container[str]:
@@ -122,6 +133,24 @@ class DirectorySource:
     def ack(self, delivery: Delivery) -> None:
         self._done.mkdir(exist_ok=True)
         os.replace(self._inbox / delivery.ref, self._done / delivery.ref)
+
+
+def _read_regular_file(path: Path) -> bytes | None:
+    """The file's bytes (capped), or None if it is no longer a regular file or cannot be
+    read: logged and left in place. Opened non-blocking and checked after the open, as
+    a FIFO swapped in after the ``is_file`` check would otherwise block the open, and
+    the daemon with it, until someone writes to it; one unreadable file must not hold
+    up the others either."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        _log.warning("inbox file %s not read: %s", ascii(path.name), exc)
+        return None
+    with os.fdopen(fd, "rb") as stream:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            _log.warning("inbox file %s is not a regular file; skipped", ascii(path.name))
+            return None
+        return read_capped(stream)
 
 
 def read_revocations_file(path: Path | None) -> frozenset[str]:

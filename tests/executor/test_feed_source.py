@@ -70,7 +70,8 @@ BASE = "http://checkpoint.test"
 @dataclass
 class FakeCheckpoint:
     """Scripted answers: each feed request pops ``pages`` (a page, an int status, raw
-    bytes, or an exception to raise); each outcome POST pops ``outcome_status`` (default 200)."""
+    bytes, a whole response, or an exception to raise); each outcome POST pops
+    ``outcome_status`` (default 200)."""
 
     pages: list[Any] = field(default_factory=list)
     outcome_status: list[int] = field(default_factory=list)
@@ -85,6 +86,8 @@ class FakeCheckpoint:
             answer: Any = self.pages.pop(0) if self.pages else {"items": [], "cursor": 0}
             if isinstance(answer, Exception):
                 raise answer
+            if isinstance(answer, httpx.Response):
+                return answer
             if isinstance(answer, int):
                 return httpx.Response(answer, json={"error": {"code": "E_X", "message": "x"}})
             if isinstance(answer, bytes):
@@ -96,6 +99,8 @@ class FakeCheckpoint:
             fixed = self.answer_for.get(posted_approval_id(self.posted[-1]))
             if isinstance(fixed, Exception):
                 raise fixed
+            if isinstance(fixed, httpx.Response):
+                return fixed
             if fixed is not None:
                 status = fixed
             else:
@@ -1015,3 +1020,100 @@ def test_a_page_without_a_valid_head_records_none_and_is_handled_as_before(
     assert rig.cursor() == 2
     assert [r.approval_id for r in rig.rows(revocations)] == ["apv_0123456789abcdef"]
     assert _recorded_heads(rig.env) == []
+
+
+# -- what the executor trusts from the checkpoint's answers ------------------------------
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        revocation(2, "apv_0123456789abcdef"),  # replayed: at or before the cursor
+        {"seq": "6", "kind": "revocation", "approval_id": "apv_0123456789abcdef"},
+        revocation(9, "apv_0123456789abcdef"),  # past the page's own cursor
+        "not an item",
+    ],
+)
+def test_a_page_with_nothing_after_the_cursor_is_backed_off_not_polled_in_a_tight_loop(
+    rig: Rig, first: Any
+) -> None:
+    """Seen in review: a page whose first item could not be taken (a checkpoint that
+    replays old items, a malformed item) was cut before it and handled as an empty page,
+    so the daemon asked again at once, got the same page, and spun without a pause."""
+    rig.fake.pages = [{"items": [revocation(5, "apv_fedcba9876543210")], "cursor": 5}]
+    rig.source.receive(wait_s=0)
+    assert rig.cursor() == 5
+    rig.fake.pages = [{"items": [first, revocation(6, "apv_0123456789abcdef")], "cursor": 7}] * 3
+    for _ in range(3):
+        assert rig.source.receive(wait_s=0) == ()
+    assert rig.sleeps == [0.5, 1.0, 2.0]  # one request per backoff, not a tight loop
+    assert rig.cursor() == 5
+    assert [r.approval_id for r in rig.rows(revocations)] == ["apv_fedcba9876543210"]
+
+
+class EndlessBody:
+    """A response body of ``total`` bytes in 64 KiB chunks that counts what was read."""
+
+    def __init__(self, total: int = 64 << 20, fill: bytes = b" ") -> None:
+        self.total, self.fill, self.consumed = total, fill, 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        while self.consumed < self.total:
+            self.consumed += 1 << 16
+            yield self.fill * (1 << 16)
+
+
+@pytest.mark.parametrize("status", [500, 503, 404])
+def test_an_endless_error_body_on_the_feed_is_read_no_further_than_a_cap(
+    rig: Rig, status: int
+) -> None:
+    """Seen in review: a feed page was read capped, but an error answer was read whole,
+    so a broken checkpoint or a proxy in front could exhaust the executor's memory."""
+    body = EndlessBody()
+    rig.fake.pages = [httpx.Response(status, content=body)]
+    assert rig.source.receive(wait_s=0) == ()
+    assert rig.sleeps == [0.5]
+    assert body.consumed <= 1 << 20
+
+
+@pytest.mark.parametrize("status", [200, 409, 500, 503])
+def test_an_endless_answer_to_a_receipt_is_read_no_further_than_a_cap(
+    rig: Rig, status: int
+) -> None:
+    """Seen in review: the outbox read the checkpoint's whole answer to each POST."""
+    b = make_test_bundle(1, tag=f"fendless{status}")
+    rig.env.cloud.add("ecs.instance", b.resource_id, "Running")
+    rig.executor.execute(b.raw)
+    body = EndlessBody(fill=b"x")
+    rig.fake.answer_for[b.approval_id] = httpx.Response(status, content=body)
+    assert rig.reporter.flush() == (1 if status in (200, 409) else 0)
+    assert body.consumed <= 1 << 20
+    recorded = rig.rows(deliveries)
+    if status == 409:
+        [row] = recorded
+        assert (row.status, row.http_status, row.error_code) == ("rejected", 409, "HTTP 409")
+        assert row.detail == "x" * 999 + "…"
+    elif status == 200:
+        assert [(r.status, r.http_status) for r in recorded] == [("delivered", 200)]
+    else:
+        assert recorded == []
+
+
+def test_a_refusal_answer_with_control_characters_is_recorded_escaped(rig: Rig) -> None:
+    """Seen in review: a 4xx answer holding a NUL (in its error code, or in a text body a
+    proxy sent) could not be stored on PostgreSQL, so recording the rejected receipt
+    failed on every flush and the receipts queued behind it were never delivered."""
+    bundles = [make_test_bundle(n, tag="fnul") for n in (1, 2, 3)]
+    for b in bundles:
+        rig.env.cloud.add("ecs.instance", b.resource_id, "Running")
+        rig.executor.execute(b.raw)
+    coded, texted, fine = (b.approval_id for b in bundles)
+    rig.fake.answer_for[coded] = httpx.Response(409, json={"error": {"code": "E_\x00X"}})
+    rig.fake.answer_for[texted] = httpx.Response(400, content=b"bad\x00 \x1b[2Jreceipt")
+    assert rig.reporter.flush() == 3
+    rows = {r.approval_id: r for r in rig.rows(deliveries)}
+    assert (rows[coded].status, rows[coded].error_code) == ("rejected", "HTTP 409")
+    assert (rows[texted].status, rows[texted].error_code) == ("rejected", "HTTP 400")
+    assert rows[texted].detail == "bad\\x00 \\x1b[2Jreceipt"
+    assert all(r.detail.isprintable() for r in rows.values())
+    assert rows[fine].status == "delivered"
