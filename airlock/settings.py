@@ -447,6 +447,8 @@ class ExecutorSettings(CloudSettings):
             self.cloud_connect_timeout_ms + self.cloud_read_timeout_ms
         ):
             raise ValueError("lease_seconds must exceed twice the cloud call timeouts")
+        if self.checkpoint_url and not self.checkpoint_url.startswith(("http://", "https://")):
+            raise ValueError("AIRLOCK_EXECUTOR_CHECKPOINT_URL must be an http(s) URL")
         if is_dev(self):
             return self
         if "database_url" not in self.model_fields_set:

@@ -103,6 +103,10 @@ _DETAIL_MAX: Final = 1000
 #: How much of an answer other than a feed page is read: an error or an outcome's answer
 #: is a small JSON object.
 _ANSWER_MAX_BYTES: Final = 64 * 1024
+#: A feed page must have arrived whole this long after the long-poll's wait: the read
+#: timeout bounds each chunk only, so a checkpoint (or a proxy) sending a byte now and
+#: then could otherwise hold the executor's one feed request for ever.
+_PAGE_GRACE_S: Final = 15.0
 _MAX_BATCHES: Final = 20  # per flush, so a large backlog never starves the feed
 _APPROVAL_ID: Final = re.compile(APPROVAL_ID_PATTERN)
 _HEX64: Final = re.compile(r"[0-9a-f]{64}")
@@ -125,13 +129,15 @@ def checkpoint_client(
     """An HTTP client for the feed and the outcome API, with explicit timeouts.
 
     The read timeout outlasts the long-poll. ``trust_env=False``: the bearer token is
-    never routed through a proxy picked up from the environment.
+    never routed through a proxy picked up from the environment. TLS certificates are
+    verified (``verify=True``, said explicitly), against the system's trust store.
     """
     return httpx.Client(
         base_url=base_url,
         headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
         timeout=httpx.Timeout(connect=5.0, read=poll_wait_s + 15.0, write=10.0, pool=5.0),
         trust_env=False,
+        verify=True,
         follow_redirects=False,
         transport=transport,
     )
@@ -311,8 +317,10 @@ class CheckpointFeedSource:
         sleep: Callable[[float], None] = time.sleep,
         idle: Idle = _no_idle,
         extra_revoked: Container[str] = frozenset(),
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._engine = engine
+        self._mono = monotonic
         self._client = client
         self._clock = clock
         self._feed = feed or feed_name(str(client.base_url))
@@ -362,6 +370,7 @@ class CheckpointFeedSource:
 
     def _get(self, after: int, wait_s: float) -> dict[str, Any]:
         params = {"after": after, "wait": max(0, int(wait_s)), "limit": PAGE_LIMIT}
+        deadline = self._mono() + max(0, int(wait_s)) + _PAGE_GRACE_S
         try:
             with self._client.stream("GET", "/v1/feed", params=params) as response:
                 status = response.status_code
@@ -374,6 +383,10 @@ class CheckpointFeedSource:
                     body += chunk
                     if len(body) > _PAGE_MAX_BYTES:
                         raise _Transient(f"feed page over {_PAGE_MAX_BYTES} bytes")
+                    if self._mono() > deadline:
+                        raise _Transient(
+                            f"feed page not whole {_PAGE_GRACE_S:.0f} s after its wait"
+                        )
         except httpx.HTTPError as exc:
             raise _Transient(f"{type(exc).__name__}: {exc}") from None
         try:

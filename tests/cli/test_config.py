@@ -116,3 +116,20 @@ def test_the_receipt_key_set_defaults_to_the_one_up_writes_in_dev_only(
         "| `AIRLOCK_CHECKPOINT_RECEIPT_KEYS_PATH` | unset (dev: `.airlock/receipt-keys.json`) |"
         in markdown_table()
     )
+
+
+@pytest.mark.parametrize("url", ["127.0.0.1:8787", "ftp://checkpoint", "file:///etc/passwd"])
+def test_the_executor_refuses_a_checkpoint_url_that_is_not_http(
+    monkeypatch: pytest.MonkeyPatch, url: str
+) -> None:
+    # As the agent and the web app do: the bearer token goes only to an http(s) URL.
+    from airlock.settings import ExecutorSettings
+
+    monkeypatch.setenv("AIRLOCK_ENV", "dev")
+    monkeypatch.setenv("AIRLOCK_EXECUTOR_CHECKPOINT_URL", url)
+    with pytest.raises(ValueError, match="AIRLOCK_EXECUTOR_CHECKPOINT_URL must be an http"):
+        ExecutorSettings()
+    monkeypatch.setenv("AIRLOCK_EXECUTOR_CHECKPOINT_URL", "https://checkpoint.example:8787")
+    assert ExecutorSettings().checkpoint_url == "https://checkpoint.example:8787"
+    monkeypatch.setenv("AIRLOCK_EXECUTOR_CHECKPOINT_URL", "")  # empty: unset, as the CLI reads it
+    assert ExecutorSettings().checkpoint_url == ""

@@ -175,6 +175,7 @@ def rig(env: Env) -> Iterator[Rig]:
         clock=env.clock,
         backoff=Backoff(cap=4.0, rng=one),
         sleep=sleeps.append,
+        monotonic=lambda: mono[0],
     )
     reporter = OutboxReporter(
         engine=env.engine,
@@ -1074,6 +1075,33 @@ def test_an_endless_error_body_on_the_feed_is_read_no_further_than_a_cap(
     assert rig.source.receive(wait_s=0) == ()
     assert rig.sleeps == [0.5]
     assert body.consumed <= 1 << 20
+
+
+class DrippingBody:
+    """A byte at a time, each a second later (on the rig's clock): every chunk inside any
+    read timeout, the whole never arriving."""
+
+    def __init__(self, mono: list[float]) -> None:
+        self.mono = mono
+        self.sent = 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield b'{"items": ['
+        while self.sent < 10_000:
+            self.sent += 1
+            self.mono[0] += 1.0
+            yield b" "
+
+
+def test_a_feed_page_dripped_a_byte_at_a_time_is_given_up_after_a_deadline(rig: Rig) -> None:
+    """Seen in review: the read timeout bounds one chunk, not the page, so a checkpoint or
+    a proxy sending a byte now and then held the executor's feed request for ever."""
+    body = DrippingBody(rig.mono)
+    rig.fake.pages = [httpx.Response(200, content=body)]
+    assert rig.source.receive(wait_s=5) == ()
+    assert rig.sleeps == [0.5]  # backed off like any failed page
+    assert body.sent <= 5 + 15 + 1  # the wait asked for, then the grace
+    assert rig.cursor() == 0
 
 
 @pytest.mark.parametrize("status", [200, 409, 500, 503])
