@@ -107,6 +107,10 @@ _ANSWER_MAX_BYTES: Final = 64 * 1024
 #: timeout bounds each chunk only, so a checkpoint (or a proxy) sending a byte now and
 #: then could otherwise hold the executor's one feed request for ever.
 _PAGE_GRACE_S: Final = 15.0
+#: Least time between two empty answers to a long-poll: a checkpoint (or a proxy) that
+#: ignores ``wait`` and answers at once would otherwise be asked again and again as fast
+#: as the network allows. The checkpoint itself waits at least a second.
+_EMPTY_POLL_MIN_S: Final = 1.0
 _MAX_BATCHES: Final = 20  # per flush, so a large backlog never starves the feed
 _APPROVAL_ID: Final = re.compile(APPROVAL_ID_PATTERN)
 _HEX64: Final = re.compile(r"[0-9a-f]{64}")
@@ -349,6 +353,7 @@ class CheckpointFeedSource:
         On a transient failure, waits out the backoff and returns nothing.
         """
         after = self.cursor()
+        asked = self._mono()
         try:
             with self._idle():
                 page = self._get(after, wait_s)
@@ -366,6 +371,10 @@ class CheckpointFeedSource:
         if self._backoff.failures:
             _log.info("feed reachable again at cursor %d", after)
         self._backoff.reset()
+        early = min(wait_s, _EMPTY_POLL_MIN_S) - (self._mono() - asked)
+        if not page["items"] and page["cursor"] == after and early > 0:
+            with self._idle():
+                self._sleep(early)  # an empty answer before the wait: not asked again yet
         return self._accept(after, page)
 
     def _get(self, after: int, wait_s: float) -> dict[str, Any]:

@@ -1077,6 +1077,26 @@ def test_an_endless_error_body_on_the_feed_is_read_no_further_than_a_cap(
     assert body.consumed <= 1 << 20
 
 
+def test_empty_answers_given_at_once_are_not_asked_for_again_at_once(rig: Rig) -> None:
+    """Seen in review: a checkpoint or a proxy that ignores ``wait`` and answers an empty
+    page at once was asked again as fast as the network allowed."""
+    assert rig.source.receive(wait_s=5) == ()
+    assert rig.sleeps == [1.0]  # no time passed on the rig's clock: the whole second
+    rig.mono[0] += 0.25
+    assert rig.source.receive(wait_s=0) == ()  # asked not to wait: no pause
+    assert rig.sleeps == [1.0]
+
+    class Slow:  # an empty answer that took 0.6 s: paused for the rest of the second
+        def __iter__(self) -> Iterator[bytes]:
+            rig.mono[0] += 0.6
+            yield b'{"items": [], "cursor": 0}'
+
+    rig.fake.pages = [httpx.Response(200, content=Slow())]
+    assert rig.source.receive(wait_s=5) == ()
+    assert rig.sleeps == [1.0, pytest.approx(0.4)]
+    assert [r["wait"] for r in rig.fake.feed_requests] == ["5", "0", "5"]
+
+
 class DrippingBody:
     """A byte at a time, each a second later (on the rig's clock): every chunk inside any
     read timeout, the whole never arriving."""
