@@ -13,7 +13,7 @@ bad row for ``verify`` (exit 1) and an unreadable input for ``reconcile`` (exit 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -406,3 +406,145 @@ def reconcile_command(
     if more:
         typer.echo(f"  … and {more} more (--json lists all)")
     raise typer.Exit(1)
+
+
+def _trace_source(
+    stack: ExitStack, label: str, db: str | None, file: Path | None
+) -> tuple[Callable[[], Iterable[str]], int] | None:
+    """One chain for ``trace``, verified from genesis first: a function giving its export
+    lines afresh (called twice), and its row count; None when neither option was given."""
+    from airlock.store import (
+        export,
+        make_engine,
+        read_export_lines,
+        read_transaction,
+        verify_chain,
+        verify_export,
+    )
+
+    if db is not None and file is not None:
+        raise _fail(f"give at most one of --{label}-db URL or --{label}-file EXPORT")
+    if file is not None:
+        source = f"--{label}-file {file}"
+        with file.open("rb") as handle:
+            report = verify_export(read_export_lines(handle, source=source))
+        if report.fault is not None:
+            raise _BrokenChain(label, report)
+
+        def from_file() -> Iterator[str]:
+            with file.open("rb") as handle:
+                yield from read_export_lines(handle, source=source)
+
+        return from_file, report.rows
+    if db is not None:
+        engine = make_engine(db, create=False)
+        stack.callback(engine.dispose)
+        conn = stack.enter_context(read_transaction(engine))  # one snapshot, both passes
+        report = verify_chain(conn)
+        if report.fault is not None:
+            raise _BrokenChain(label, report)
+        return (lambda: export(conn)), report.rows
+    return None
+
+
+def _shown_value(value: object, limit: int = 160) -> str:
+    from airlock.reconcile import printable
+
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    text = printable(text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@audit_app.command("trace")
+def trace_command(
+    ident: Annotated[
+        str,
+        typer.Argument(metavar="ID", help="A proposal id (prop_…) or an approval id (apv_…)."),
+    ],
+    *,
+    checkpoint_db: Annotated[
+        str | None,
+        typer.Option("--checkpoint-db", metavar="URL", help="The checkpoint's database URL."),
+    ] = None,
+    checkpoint_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--checkpoint-file", metavar="FILE", help="The checkpoint chain's `audit export`."
+        ),
+    ] = None,
+    executor_db: Annotated[
+        str | None,
+        typer.Option("--executor-db", metavar="URL", help="The executor's ledger database URL."),
+    ] = None,
+    executor_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--executor-file", metavar="FILE", help="The executor chain's `audit export`."
+        ),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the events whole, as JSON (for scripts).")
+    ] = False,
+) -> None:
+    """Every event the chains hold about one proposal or approval, in time order.
+
+    Give one chain or both (a database or an export file each). Each chain is verified
+    from genesis first, so every line printed is a row of a chain that verifies.
+
+    A proposal id shows its approvals too, and an approval id its proposal.
+
+    Example: airlock audit trace prop_… --checkpoint-db URL --executor-db URL
+
+    Exit codes: 0 events found; 1 a chain does not verify, or no event names ID;
+    2 an input could not be read.
+    """
+    import sys
+
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from airlock.store import Error as StoreError
+    from airlock.trace import ID_PATTERN, trace
+
+    if not ID_PATTERN.fullmatch(ident):
+        raise _fail("ID is a proposal id (prop_…) or an approval id (apv_…)")
+    try:
+        with ExitStack() as stack:
+            chains: dict[str, Callable[[], Iterable[str]]] = {}
+            rows: dict[str, int] = {}
+            for label, db, file in (
+                ("checkpoint", checkpoint_db, checkpoint_file),
+                ("executor", executor_db, executor_file),
+            ):
+                given = _trace_source(stack, label, db, file)
+                if given is not None:
+                    chains[label], rows[label] = given
+            if not chains:
+                raise _fail("give a chain: --checkpoint-db/--checkpoint-file, --executor-db/…")
+            found = trace(ident, chains)
+    except _BrokenChain as exc:
+        typer.echo(f"FAIL: {exc}; nothing traced")
+        raise typer.Exit(1) from None
+    except (StoreError, SQLAlchemyError, OSError, UnicodeError) as exc:
+        raise _fail(str(exc).splitlines()[0]) from None
+    if as_json:
+        value = {**found.to_value(), "rows": rows}
+        sys.stdout.write(json.dumps(value, indent=2, sort_keys=True) + "\n")
+        raise typer.Exit(0 if found.events else 1)
+    verified = ", ".join(f"{label} {_n(n, 'row')}" for label, n in rows.items())
+    if not found.events:
+        typer.echo(f"no event names {ident} (chains verified from genesis: {verified})")
+        raise typer.Exit(1)
+    typer.echo(
+        f"proposal {', '.join(found.proposals) or '?'}; "
+        f"approval {', '.join(found.approvals) or 'none'}"
+    )
+    width = max(len(f"{e.chain} #{e.seq}") for e in found.events)
+    for e in found.events:
+        details = " ".join(
+            f"{key}={_shown_value(value)}"
+            for key, value in sorted(e.event.items())
+            if key not in ("type", "at", "proposal_id", "approval_id") and value is not None
+        )
+        where = f"{e.chain} #{e.seq}".ljust(width)
+        typer.echo(f"{_shown_value(e.at)}  {where}  {_shown_value(e.event.get('type'))}  {details}")
+    typer.echo(f"{_n(len(found.events), 'event')}; chains verified from genesis: {verified}")
