@@ -111,6 +111,8 @@ _PAGE_GRACE_S: Final = 15.0
 #: ignores ``wait`` and answers at once would otherwise be asked again and again as fast
 #: as the network allows. The checkpoint itself waits at least a second.
 _EMPTY_POLL_MIN_S: Final = 1.0
+#: How long the body of an answer to a receipt may take to arrive once its status has.
+_ANSWER_GRACE_S: Final = 15.0
 _MAX_BATCHES: Final = 20  # per flush, so a large backlog never starves the feed
 _APPROVAL_ID: Final = re.compile(APPROVAL_ID_PATTERN)
 _HEX64: Final = re.compile(r"[0-9a-f]{64}")
@@ -178,13 +180,21 @@ class Backoff:
         return self._failures
 
 
-def _read_at_most(response: httpx.Response, limit: int = _ANSWER_MAX_BYTES) -> bytes:
-    """The first ``limit`` bytes of a streamed answer's body; the rest is never read, so
-    a broken checkpoint or a proxy in front cannot exhaust our memory with one."""
+def _read_at_most(
+    response: httpx.Response,
+    *,
+    until: float,
+    monotonic: Callable[[], float],
+    limit: int = _ANSWER_MAX_BYTES,
+) -> bytes:
+    """The first ``limit`` bytes of a streamed answer's body, or what arrived by ``until``
+    (a ``monotonic`` time); the rest is never read, so a broken checkpoint or a proxy in
+    front can neither exhaust our memory with one nor hold us by dripping it (the read
+    timeout bounds each chunk only). The status decides; this body only explains it."""
     body = bytearray()
     for chunk in response.iter_bytes():
         body += chunk
-        if len(body) >= limit:
+        if len(body) >= limit or monotonic() > until:
             break
     return bytes(body[:limit])
 
@@ -384,7 +394,8 @@ class CheckpointFeedSource:
             with self._client.stream("GET", "/v1/feed", params=params) as response:
                 status = response.status_code
                 if status != 200:
-                    error = _read_at_most(response)  # the page is read capped below
+                    # The page is read capped below; an error under the same deadline.
+                    error = _read_at_most(response, until=deadline, monotonic=self._mono)
                     _check_auth(status, error, "GET /v1/feed")
                     raise _Transient(f"HTTP {status} {_error_code(status, error)}")
                 body = bytearray()
@@ -879,7 +890,9 @@ class OutboxReporter:
                     headers={"Content-Type": "application/json"},
                 ) as response,
             ):
-                status, answer = response.status_code, _read_at_most(response)
+                until = self._mono() + _ANSWER_GRACE_S
+                status = response.status_code
+                answer = _read_at_most(response, until=until, monotonic=self._mono)
         except httpx.HTTPError as exc:
             # No answer: the checkpoint (or the way to it) is down, not this receipt.
             raise _Unavailable(f"{type(exc).__name__}: {exc}") from None

@@ -1165,3 +1165,37 @@ def test_a_refusal_answer_with_control_characters_is_recorded_escaped(rig: Rig) 
     assert rows[texted].detail == "bad\\x00 \\x1b[2Jreceipt"
     assert all(r.detail.isprintable() for r in rows.values())
     assert rows[fine].status == "delivered"
+
+
+@pytest.mark.parametrize("status", [500, 502, 404])
+def test_an_error_answer_dripped_a_byte_at_a_time_is_given_up_after_the_deadline(
+    rig: Rig, status: int
+) -> None:
+    """Seen in review: the page deadline held for a 200 only; an error answer was read to
+    its 64 KiB cap a chunk per read timeout, so a proxy answering 502 and dripping its
+    body held the executor's one feed request for days."""
+    body = DrippingBody(rig.mono)
+    rig.fake.pages = [httpx.Response(status, content=body)]
+    assert rig.source.receive(wait_s=5) == ()
+    assert rig.sleeps == [0.5]  # backed off like any failed page
+    assert body.sent <= 5 + 15 + 1  # the wait asked for, then the grace
+    assert rig.cursor() == 0
+
+
+@pytest.mark.parametrize("status", [200, 409])
+def test_an_answer_to_a_receipt_dripped_a_byte_at_a_time_is_given_up_after_a_deadline(
+    rig: Rig, status: int
+) -> None:
+    """Seen in review: the outbox read the answer to a receipt to its 64 KiB cap a chunk
+    per read timeout, so a dripping answer held every receipt queued behind it."""
+    b = make_test_bundle(1, tag=f"fdrip{status}")
+    rig.env.cloud.add("ecs.instance", b.resource_id, "Running")
+    rig.executor.execute(b.raw)
+    body = DrippingBody(rig.mono)
+    rig.fake.answer_for[b.approval_id] = httpx.Response(status, content=body)
+    assert rig.reporter.flush() == 1  # the status decides; the body is only an explanation
+    assert body.sent <= 15 + 1
+    [row] = rig.rows(deliveries)
+    assert (row.status, row.http_status) == (
+        ("delivered", 200) if status == 200 else ("rejected", 409)
+    )
