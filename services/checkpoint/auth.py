@@ -126,8 +126,7 @@ class Accounts:
         self._hasher = hasher or password_hasher()
         self._verifying = threading.BoundedSemaphore(_CONCURRENT_VERIFIES)
         self._admission = threading.Lock()
-        #: Sign-ins in progress: verifying, or waiting for a verify slot.
-        self.signing_in = 0
+        self._signing_in = 0  # verifying, or waiting for a verify slot
         self._busy_refused = 0
         self._busy_logged_at = -_BUSY_LOG_EVERY
         # Verified against when the user does not exist, so timing does not tell.
@@ -299,12 +298,17 @@ class Accounts:
             return self._login(username, password)
         finally:
             with self._admission:
-                self.signing_in -= 1
+                self._signing_in -= 1
+
+    @property
+    def signing_in(self) -> int:
+        """Sign-ins in progress: verifying a password, or waiting for a slot to."""
+        return self._signing_in
 
     def _admit(self) -> None:
         with self._admission:
-            if self.signing_in < _CONCURRENT_VERIFIES + _WAITING_SIGN_INS:
-                self.signing_in += 1
+            if self._signing_in < _CONCURRENT_VERIFIES + _WAITING_SIGN_INS:
+                self._signing_in += 1
                 return
             self._busy_refused += 1
             now = time.monotonic()

@@ -28,7 +28,7 @@ class ErrorCode(enum.StrEnum):
     E_NOT_FOUND = "E_NOT_FOUND"  # no such proposal / approval / user
     E_CONFLICT = "E_CONFLICT"  # same proposal id, different action hash
     E_DUPLICATE_OPEN = "E_DUPLICATE_OPEN"  # another open proposal for this resource+operation
-    E_POLICY_DENIED = "E_POLICY_DENIED"  # a deny rule matched; recorded as refused
+    E_POLICY_DENIED = "E_POLICY_DENIED"  # a deny rule matched; recorded as denied
     E_STALE_VIEW = "E_STALE_VIEW"  # the approver saw a different action hash
     E_CONFIRM_REQUIRED = "E_CONFIRM_REQUIRED"  # high risk: the typed resource id is missing
     E_CONFIRM_MISMATCH = "E_CONFIRM_MISMATCH"  # high risk: the typed resource id is wrong

@@ -136,7 +136,9 @@ def checkpoint_client(
 
     The read timeout outlasts the long-poll. ``trust_env=False``: the bearer token is
     never routed through a proxy picked up from the environment. TLS certificates are
-    verified (``verify=True``, said explicitly), against the system's trust store.
+    verified (``verify=True``, said explicitly) against certifi's CA bundle, which is
+    httpx's default; the environment's ``SSL_CERT_FILE`` is not read either, so a
+    checkpoint behind a private CA is not reachable over https yet.
     """
     return httpx.Client(
         base_url=base_url,

@@ -111,6 +111,7 @@ class DirectorySource:
             raise FileNotFoundError(f"inbox {inbox} is not a directory")
         self._inbox = inbox
         self._done = inbox / "done"
+        self._warned: set[str] = set()  # names skipped and logged once
         self._revocations = revocations
         self._also = also_revoked
 
@@ -122,7 +123,7 @@ class DirectorySource:
                 break  # the rest next call: the daemon asks again at once after work
             if path.name.startswith(".") or not path.is_file():
                 continue
-            raw = _read_regular_file(path)
+            raw = _read_regular_file(path, self._warned)
             if raw is not None:
                 out.append(Delivery(path.name, raw))
         return out
@@ -135,22 +136,34 @@ class DirectorySource:
         os.replace(self._inbox / delivery.ref, self._done / delivery.ref)
 
 
-def _read_regular_file(path: Path) -> bytes | None:
-    """The file's bytes (capped), or None if it is no longer a regular file or cannot be
-    read: logged and left in place. Opened non-blocking and checked after the open, as
-    a FIFO swapped in after the ``is_file`` check would otherwise block the open, and
-    the daemon with it, until someone writes to it; one unreadable file must not hold
-    up the others either."""
+def _read_regular_file(path: Path, warned: set[str]) -> bytes | None:
+    """The file's bytes (capped), or None if it is not a regular file or cannot be read:
+    logged (once per name) and left in place.
+
+    Opened non-blocking, without following a symlink, and checked after the open: a FIFO
+    swapped in after the ``is_file`` check would otherwise block the open, and the daemon
+    with it, until someone writes to it; a symlink could make the executor open any file
+    or device it may read. One unreadable file must not hold up the others either."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY)
     except OSError as exc:
-        _log.warning("inbox file %s not read: %s", ascii(path.name), exc)
+        _skipped(path, f"not read: {exc.strerror or exc}", warned)
         return None
     with os.fdopen(fd, "rb") as stream:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            _log.warning("inbox file %s is not a regular file; skipped", ascii(path.name))
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                _skipped(path, "not a regular file; skipped", warned)
+                return None
+            return read_capped(stream)
+        except OSError as exc:
+            _skipped(path, f"not read: {exc.strerror or exc}", warned)
             return None
-        return read_capped(stream)
+
+
+def _skipped(path: Path, why: str, warned: set[str]) -> None:
+    if path.name not in warned:  # left in place: seen again at every poll
+        warned.add(path.name)
+        _log.warning("inbox file %s %s (left in place)", ascii(path.name), why)
 
 
 def read_revocations_file(path: Path | None) -> frozenset[str]:

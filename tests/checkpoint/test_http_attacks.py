@@ -163,33 +163,41 @@ def test_sign_ins_past_those_waiting_are_refused_at_once_and_count_for_nothing(
         threading.Thread(target=sign_in, args=(f"nobody-{i}", "wrong password")) for i in range(9)
     ]
     admitted.append(threading.Thread(target=sign_in, args=("alice", PASSWORD)))
+
+    def alice_count() -> int:
+        with world.checkpoint.engine.connect() as conn:
+            count: int = conn.execute(
+                sa.text("SELECT failed_logins FROM users WHERE username = 'alice'")
+            ).scalar_one()
+        return count
+
     for t in admitted:
         t.start()
-    deadline = time.monotonic() + 30
-    while not (inside[0] == 2 and accounts.signing_in == 10):
-        assert time.monotonic() < deadline, (inside, accounts.signing_in)
-        time.sleep(0.01)  # polling a condition under a deadline, not waiting out a race
+    try:
+        # Full: two verifying, eight waiting, alice's own attempt claimed (counted before
+        # its verify, cleared once her right password is verified).
+        deadline = time.monotonic() + 30
+        while not (inside[0] == 2 and accounts.signing_in == 10 and alice_count() == 1):
+            assert time.monotonic() < deadline, (inside, accounts.signing_in)
+            time.sleep(0.01)  # polling a condition under a deadline, not waiting out a race
 
-    # Now full: each further sign-in is answered at once, whoever it names.
-    for password in ("a wrong guess", PASSWORD):
-        response = world.client.post(
-            "/v1/sessions", json={"username": "alice", "password": password}
-        )
-        assert _error(response) == (503, "E_BUSY")
-        assert response.headers["Retry-After"] == "2"
-    assert accounts.signing_in == 10 and inside[0] == 2
-
-    release.set()
-    for t in admitted:
-        t.join(60)
+        # Each further sign-in is answered at once, whoever it names, and not counted.
+        for password in ("a wrong guess", PASSWORD):
+            response = world.client.post(
+                "/v1/sessions", json={"username": "alice", "password": password}
+            )
+            assert _error(response) == (503, "E_BUSY")
+            assert response.headers["Retry-After"] == "2"
+        assert accounts.signing_in == 10 and inside[0] == 2
+        assert alice_count() == 1
+    finally:
+        release.set()
+        for t in admitted:
+            t.join(60)
     assert sorted(statuses) == [201] + [401] * 9
     assert accounts.signing_in == 0
-    # The refused guesses counted for nothing: alice's count is clear, no event for them.
-    with world.checkpoint.engine.connect() as conn:
-        failed = conn.execute(
-            sa.text("SELECT failed_logins FROM users WHERE username = 'alice'")
-        ).scalar_one()
-    assert failed == 0
+    # The refused guesses left nothing: alice's count is clear, no event for them.
+    assert alice_count() == 0
     kinds = [e["type"] for e in _all_events(world)[events_before:]]
     assert kinds == ["checkpoint.session.created"]
     # And once there is room again, alice signs in.

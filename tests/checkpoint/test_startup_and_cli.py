@@ -148,6 +148,26 @@ def test_cli_checkpoint_refuses_to_start_without_a_receipt_key_set(
     assert "AIRLOCK_CHECKPOINT_RECEIPT_KEYS_PATH" in started.stderr
 
 
+def test_cli_checkpoint_answers_open_feed_long_polls_when_asked_to_stop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`airlock checkpoint` serves through the server that, on a stop, first closes the
+    app's feed signal (tests/checkpoint/test_stop.py shows what that does)."""
+    from airlock.cli._serve import ServerAnsweringOnStop
+
+    built: list[ServerAnsweringOnStop] = []
+    monkeypatch.setattr(ServerAnsweringOnStop, "run", lambda self, **_: built.append(self))
+    assert _airlock(tmp_path, "keys", "generate").exit_code == 0
+    monkeypatch.setenv("AIRLOCK_CHECKPOINT_RECEIPT_KEYS_PATH", str(_receipt_keys(tmp_path)))
+    started = _airlock(tmp_path, "checkpoint", "--port", "1")
+    [server] = built
+    # Not started (run is replaced), so the command exits 3 as uvicorn.run would.
+    assert started.exit_code == 3, started.output
+    app = server.config.app
+    assert server._on_exit == app.state.feed_signal.close
+    assert server.config.port == 1
+
+
 def test_cli_keys_users_and_tokens(tmp_path: Path) -> None:
     assert _airlock(tmp_path, "keys", "generate").exit_code == 0
     assert _airlock(tmp_path, "keys", "generate").exit_code == 2

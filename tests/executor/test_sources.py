@@ -67,3 +67,24 @@ def test_a_fifo_swapped_in_after_the_check_is_skipped_not_waited_on(
         os.close(os.open(tmp_path / "a.json", os.O_WRONLY))
         reader.join()
     assert got == [["b.json"]]
+
+
+def test_a_symlink_in_the_inbox_is_not_followed_and_is_logged_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Seen in review: a symlink planted in the inbox made the executor open whatever it
+    named (any file it may read, or a device, whose open alone may act). Regular files
+    only; the link is left in place and logged once, not at every poll."""
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_bytes(b"{}")
+    (inbox / "a.json").symlink_to(elsewhere)
+    (inbox / "b.json").write_bytes(b"{}")
+    source = DirectorySource(inbox)
+    with caplog.at_level("WARNING", logger="airlock.executor"):
+        assert [d.ref for d in source.receive()] == ["b.json"]
+        assert [d.ref for d in source.receive()] == ["b.json"]  # b not acknowledged here
+    assert (inbox / "a.json").is_symlink()  # left in place
+    warnings = [r.getMessage() for r in caplog.records if "a.json" in r.getMessage()]
+    assert len(warnings) == 1 and "left in place" in warnings[0]
