@@ -78,8 +78,8 @@ def _text(value: object) -> str | None:
 
 def trace(asked: str, chains: Mapping[str, Callable[[], Iterable[str]]]) -> Trace:
     """The events of ``chains`` (name → a fresh iterator over its export lines, called
-    twice) that name ``asked`` or an id linked to it, merged by time, then chain, then seq.
-    """
+    twice; ``checkpoint`` and ``executor``) that name ``asked`` or an id linked to it,
+    merged in time order, each chain's events in their own order."""
     if not ID_PATTERN.fullmatch(asked):
         raise ValueError("an id is a proposal id (prop_…) or an approval id (apv_…)")
     # Pass 1: the (proposal, approval) pairs, few (one per issue and per consume).
@@ -99,13 +99,40 @@ def trace(asked: str, chains: Mapping[str, Callable[[], Iterable[str]]]) -> Trac
                 proposals.add(pid)
                 approvals.add(aid)
         grown = len(proposals) + len(approvals) > before
-    # Pass 2: the events naming one of them.
-    events: list[TracedEvent] = []
+    # Pass 2: the events naming one of them, each chain's in its own order.
+    streams: list[list[TracedEvent]] = []
     for name, lines in chains.items():
+        stream = []
         for seq, row_hash, event in _records(lines()):
             pid, aid = _text(event.get("proposal_id")), _text(event.get("approval_id"))
             if pid in proposals or aid in approvals:
-                events.append(TracedEvent(name, seq, row_hash, event))
-    order = {name: i for i, name in enumerate(chains)}
-    events.sort(key=lambda e: (e.at, order[e.chain], e.seq))
-    return Trace(asked, sorted(proposals), sorted(approvals), events)
+                stream.append(TracedEvent(name, seq, row_hash, event))
+        streams.append(stream)
+    return Trace(asked, sorted(proposals), sorted(approvals), _merged(streams))
+
+
+#: Checkpoint events that record what the executor did: within one second (the chains'
+#: resolution), they come after the executor's own events, and the checkpoint's other
+#: events (submitted, voted, issued...) before them.
+_AFTER_THE_EXECUTOR: Final = frozenset(
+    {"checkpoint.outcome.reported", "checkpoint.execution.resolved", "checkpoint.approval.lapsed"}
+)
+
+
+def _phase(e: TracedEvent) -> int:
+    if e.chain != "checkpoint":
+        return 1
+    return 2 if e.event.get("type") in _AFTER_THE_EXECUTOR else 0
+
+
+def _merged(streams: list[list[TracedEvent]]) -> list[TracedEvent]:
+    """One list in time order that keeps each chain's own order (a merge, not a sort)."""
+    heads = [0] * len(streams)
+    out: list[TracedEvent] = []
+    while True:
+        ready = [i for i, s in enumerate(streams) if heads[i] < len(s)]
+        if not ready:
+            return out
+        i = min(ready, key=lambda i: (streams[i][heads[i]].at, _phase(streams[i][heads[i]]), i))
+        out.append(streams[i][heads[i]])
+        heads[i] += 1

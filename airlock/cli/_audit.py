@@ -1,4 +1,5 @@
-"""``airlock audit verify``, ``export`` and ``reconcile``: anyone can check the chains.
+"""``airlock audit verify``, ``export``, ``reconcile`` and ``trace``: anyone can check
+the chains, and read one action's story in them.
 
 Exit codes of ``verify``: 0 the chain verifies from genesis; 1 it does not, and the first
 bad row is named on stdout; 2 the database could not be read at all. ``reconcile``: 0 the
@@ -31,7 +32,7 @@ __all__ = ["audit_app"]
 
 audit_app = Typer(
     name="audit",
-    help="Verify, export or cross-check the services' hash-chained audit logs.",
+    help="Verify, export, cross-check or trace the services' hash-chained audit logs.",
     no_args_is_help=True,
 )
 
@@ -450,7 +451,10 @@ def _trace_source(
 def _shown_value(value: object, limit: int = 160) -> str:
     from airlock.reconcile import printable
 
-    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    if isinstance(value, str) and value and not any(c in value for c in ' ="'):
+        text = value
+    else:  # quoted where a space, '=' or '"' would blur where the value ends
+        text = json.dumps(value, sort_keys=True, ensure_ascii=False)
     text = printable(text)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -488,15 +492,15 @@ def trace_command(
 ) -> None:
     """Every event the chains hold about one proposal or approval, in time order.
 
-    Give one chain or both (a database or an export file each). Each chain is verified
-    from genesis first, so every line printed is a row of a chain that verifies.
+    Give one chain or both, each a database or an export file.
+
+    Each is verified from genesis first: every line printed is a row of a chain that verifies.
 
     A proposal id shows its approvals too, and an approval id its proposal.
 
     Example: airlock audit trace prop_… --checkpoint-db URL --executor-db URL
 
-    Exit codes: 0 events found; 1 a chain does not verify, or no event names ID;
-    2 an input could not be read.
+    Exit codes: 0 events found; 1 a chain does not verify, or no event names ID; 2 bad input.
     """
     import sys
 
