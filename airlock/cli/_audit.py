@@ -39,6 +39,19 @@ audit_app = Typer(
 _DB = typer.Option(
     "--db", metavar="URL", help="Database URL: sqlite:///PATH or postgresql://USER@HOST/DB."
 )
+# The two chains, for reconcile and trace: each a database or an export file.
+_CHECKPOINT_DB = typer.Option(
+    "--checkpoint-db", metavar="URL", help="The checkpoint's database URL."
+)
+_CHECKPOINT_FILE = typer.Option(
+    "--checkpoint-file", metavar="FILE", help="The checkpoint chain's `audit export`."
+)
+_EXECUTOR_DB = typer.Option(
+    "--executor-db", metavar="URL", help="The executor's ledger database URL."
+)
+_EXECUTOR_FILE = typer.Option(
+    "--executor-file", metavar="FILE", help="The executor chain's `audit export`."
+)
 # Only worth drawing for chains that take a noticeable time to re-hash.
 _PROGRESS_MIN_ROWS = 50_000
 
@@ -264,26 +277,10 @@ class _BrokenChain(Exception):
 @audit_app.command("reconcile")
 def reconcile_command(
     *,
-    checkpoint_db: Annotated[
-        str | None,
-        typer.Option("--checkpoint-db", metavar="URL", help="The checkpoint's database URL."),
-    ] = None,
-    checkpoint_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--checkpoint-file", metavar="FILE", help="The checkpoint chain's `audit export`."
-        ),
-    ] = None,
-    executor_db: Annotated[
-        str | None,
-        typer.Option("--executor-db", metavar="URL", help="The executor's ledger database URL."),
-    ] = None,
-    executor_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--executor-file", metavar="FILE", help="The executor chain's `audit export`."
-        ),
-    ] = None,
+    checkpoint_db: Annotated[str | None, _CHECKPOINT_DB] = None,
+    checkpoint_file: Annotated[Path | None, _CHECKPOINT_FILE] = None,
+    executor_db: Annotated[str | None, _EXECUTOR_DB] = None,
+    executor_file: Annotated[Path | None, _EXECUTOR_FILE] = None,
     checkpoint_before: Annotated[
         Path | None,
         typer.Option(
@@ -466,26 +463,10 @@ def trace_command(
         typer.Argument(metavar="ID", help="A proposal id (prop_…) or an approval id (apv_…)."),
     ],
     *,
-    checkpoint_db: Annotated[
-        str | None,
-        typer.Option("--checkpoint-db", metavar="URL", help="The checkpoint's database URL."),
-    ] = None,
-    checkpoint_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--checkpoint-file", metavar="FILE", help="The checkpoint chain's `audit export`."
-        ),
-    ] = None,
-    executor_db: Annotated[
-        str | None,
-        typer.Option("--executor-db", metavar="URL", help="The executor's ledger database URL."),
-    ] = None,
-    executor_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--executor-file", metavar="FILE", help="The executor chain's `audit export`."
-        ),
-    ] = None,
+    checkpoint_db: Annotated[str | None, _CHECKPOINT_DB] = None,
+    checkpoint_file: Annotated[Path | None, _CHECKPOINT_FILE] = None,
+    executor_db: Annotated[str | None, _EXECUTOR_DB] = None,
+    executor_file: Annotated[Path | None, _EXECUTOR_FILE] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the events whole, as JSON (for scripts).")
     ] = False,
