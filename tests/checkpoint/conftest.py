@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from airlock.store import make_engine
+from services.executor import migrate
+
 from .harness import World, make_world
 
 
@@ -28,3 +31,13 @@ def sqlite_world(sqlite_url: str, tmp_path: Path) -> Iterator[World]:
     finally:
         w.client.close()
         w.checkpoint.db.dispose()
+
+
+@pytest.fixture
+def ledger_url(tmp_path: Path) -> str:
+    """An executor ledger (SQLite, migrated) beside the checkpoint under test."""
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    engine = make_engine(url)
+    migrate(engine)
+    engine.dispose()
+    return url

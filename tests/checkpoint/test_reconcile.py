@@ -38,7 +38,7 @@ from airlock.store import (
     verify_chain,
 )
 from services.checkpoint.keys import KeyDirectory
-from services.executor import CheckpointFeedSource, Executor, migrate
+from services.executor import CheckpointFeedSource, Executor
 from tests.cli.conftest import airlock
 from tests.executor.support import InMemoryCloud, receipt_signer
 
@@ -48,15 +48,6 @@ from .harness import AUDIENCE, TestClient, World
 ACCOUNT = "5123456789012345"
 REGION = "ap-southeast-1"
 BINDING = Binding(AUDIENCE, "alibaba", ACCOUNT, REGION)
-
-
-@pytest.fixture
-def ledger_url(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path / 'ledger.db'}"
-    engine = make_engine(url)
-    migrate(engine)
-    engine.dispose()
-    return url
 
 
 def _executor(world: World, ledger_url: str, cloud: InMemoryCloud) -> Executor:

@@ -16,7 +16,6 @@ import sqlalchemy as sa
 
 from airlock.store import export, make_engine, read_transaction
 from airlock.trace import trace
-from services.executor import migrate
 from tests.cli.conftest import airlock
 
 from .harness import World
@@ -25,18 +24,9 @@ from .test_reconcile import _run_three
 WRITTEN, REFUSED, NEVER_CONSUMED = (f"prop_reconcile{n:04d}" for n in range(3))
 
 
-@pytest.fixture
-def ledger(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path / 'ledger.db'}"
-    engine = make_engine(url)
-    migrate(engine)
-    engine.dispose()
-    return url
-
-
-def _trace(world: World, ledger: str, ident: str, *extra: str) -> Any:
+def _trace(world: World, ledger_url: str, ident: str, *extra: str) -> Any:
     result = airlock(
-        "audit", "trace", ident, "--checkpoint-db", world.url, "--executor-db", ledger, *extra
+        "audit", "trace", ident, "--checkpoint-db", world.url, "--executor-db", ledger_url, *extra
     )
     return result
 
@@ -46,10 +36,10 @@ def _types(value: dict[str, Any]) -> list[str]:
 
 
 def test_a_written_proposal_is_told_from_submission_to_its_recorded_receipt(
-    world: World, ledger: str
+    world: World, ledger_url: str
 ) -> None:
-    _run_three(world, ledger)
-    result = _trace(world, ledger, WRITTEN, "--json")
+    _run_three(world, ledger_url)
+    result = _trace(world, ledger_url, WRITTEN, "--json")
     assert result.exit_code == 0, result.output
     value = json.loads(result.stdout)
     # The fixed clock puts every event in the same second: the order is the merge's
@@ -71,11 +61,11 @@ def test_a_written_proposal_is_told_from_submission_to_its_recorded_receipt(
     assert value["rows"]["checkpoint"] > 7 and value["rows"]["executor"] > 3
 
     # The approval id tells the same story, its proposal's votes included.
-    by_approval = json.loads(_trace(world, ledger, approval_id, "--json").stdout)
+    by_approval = json.loads(_trace(world, ledger_url, approval_id, "--json").stdout)
     assert by_approval["events"] == value["events"]
 
     # As text: one line per event, then what was verified.
-    text = _trace(world, ledger, WRITTEN)
+    text = _trace(world, ledger_url, WRITTEN)
     assert text.exit_code == 0, text.output
     lines = text.stdout.splitlines()
     assert lines[0] == f"proposal {WRITTEN}; approval {approval_id}"
@@ -84,10 +74,10 @@ def test_a_written_proposal_is_told_from_submission_to_its_recorded_receipt(
 
 
 def test_a_refused_and_a_never_consumed_approval_end_where_they_ended(
-    world: World, ledger: str
+    world: World, ledger_url: str
 ) -> None:
-    _run_three(world, ledger)
-    refused = json.loads(_trace(world, ledger, REFUSED, "--json").stdout)
+    _run_three(world, ledger_url)
+    refused = json.loads(_trace(world, ledger_url, REFUSED, "--json").stdout)
     assert _types(refused)[-3:] == [
         "executor.consumed",
         "executor.outcome",
@@ -95,7 +85,7 @@ def test_a_refused_and_a_never_consumed_approval_end_where_they_ended(
     ]
     assert refused["events"][-2]["state"] == "refused"
     assert refused["events"][-2]["refusal_code"] == "E_PRECONDITION"
-    never = json.loads(_trace(world, ledger, NEVER_CONSUMED, "--json").stdout)
+    never = json.loads(_trace(world, ledger_url, NEVER_CONSUMED, "--json").stdout)
     assert _types(never) == [
         "checkpoint.proposal.submitted",
         "checkpoint.vote.approve",
@@ -103,11 +93,13 @@ def test_a_refused_and_a_never_consumed_approval_end_where_they_ended(
     ]
 
 
-def test_one_chain_or_export_files_do_as_well(world: World, ledger: str, tmp_path: Path) -> None:
-    _run_three(world, ledger)
-    expected = json.loads(_trace(world, ledger, WRITTEN, "--json").stdout)["events"]
+def test_one_chain_or_export_files_do_as_well(
+    world: World, ledger_url: str, tmp_path: Path
+) -> None:
+    _run_three(world, ledger_url)
+    expected = json.loads(_trace(world, ledger_url, WRITTEN, "--json").stdout)["events"]
     files = {}
-    for label, url in (("checkpoint", world.url), ("executor", ledger)):
+    for label, url in (("checkpoint", world.url), ("executor", ledger_url)):
         engine = make_engine(url, create=False)
         with read_transaction(engine) as conn:
             files[label] = tmp_path / f"{label}.jsonl"
@@ -125,7 +117,7 @@ def test_one_chain_or_export_files_do_as_well(world: World, ledger: str, tmp_pat
     )
     assert from_files.exit_code == 0, from_files.output
     assert json.loads(from_files.stdout)["events"] == expected
-    only_executor = airlock("audit", "trace", WRITTEN, "--executor-db", ledger, "--json")
+    only_executor = airlock("audit", "trace", WRITTEN, "--executor-db", ledger_url, "--json")
     assert only_executor.exit_code == 0, only_executor.output
     assert _types(json.loads(only_executor.stdout)) == [
         "executor.consumed",
@@ -134,29 +126,31 @@ def test_one_chain_or_export_files_do_as_well(world: World, ledger: str, tmp_pat
     ]
 
 
-def test_a_chain_that_does_not_verify_is_not_traced(world: World, ledger: str) -> None:
-    _run_three(world, ledger)
-    engine = make_engine(ledger, create=False)
+def test_a_chain_that_does_not_verify_is_not_traced(world: World, ledger_url: str) -> None:
+    _run_three(world, ledger_url)
+    engine = make_engine(ledger_url, create=False)
     with engine.begin() as conn:  # an attacker with the database file: triggers off
         conn.execute(sa.text("DROP TRIGGER IF EXISTS audit_log_no_update"))
         conn.execute(sa.text("UPDATE audit_log SET event = replace(event, 'succeeded', 'failed')"))
     engine.dispose()
-    result = _trace(world, ledger, WRITTEN)
+    result = _trace(world, ledger_url, WRITTEN)
     assert result.exit_code == 1
     assert "FAIL: the executor chain does not verify" in result.stdout
     assert "nothing traced" in result.stdout
 
 
-def test_unknown_malformed_and_missing_inputs_are_told_apart(world: World, ledger: str) -> None:
-    _run_three(world, ledger)
-    unknown = _trace(world, ledger, "prop_nosuchproposal")
+def test_unknown_malformed_and_missing_inputs_are_told_apart(world: World, ledger_url: str) -> None:
+    _run_three(world, ledger_url)
+    unknown = _trace(world, ledger_url, "prop_nosuchproposal")
     assert unknown.exit_code == 1
     assert unknown.stdout.startswith("no event names prop_nosuchproposal")
-    malformed = _trace(world, ledger, "i-not-an-id")
+    malformed = _trace(world, ledger_url, "i-not-an-id")
     assert malformed.exit_code == 2 and "ID is a proposal id" in malformed.stderr
     neither = airlock("audit", "trace", WRITTEN)
     assert neither.exit_code == 2 and "give a chain" in neither.stderr
-    both = airlock("audit", "trace", WRITTEN, "--executor-db", ledger, "--executor-file", "x.jsonl")
+    both = airlock(
+        "audit", "trace", WRITTEN, "--executor-db", ledger_url, "--executor-file", "x.jsonl"
+    )
     assert both.exit_code == 2 and "at most one of --executor-db" in both.stderr
 
 
