@@ -13,11 +13,12 @@ bad row for ``verify`` (exit 1) and an unreadable input for ``reconcile`` (exit 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, BinaryIO
 
 import typer
 
@@ -406,6 +407,25 @@ def reconcile_command(
     raise typer.Exit(1)
 
 
+class _Digesting:
+    """A binary file whose ``readline`` also hashes every byte it returns."""
+
+    def __init__(self, handle: BinaryIO) -> None:
+        self._handle = handle
+        self._sha256 = hashlib.sha256()
+
+    def readline(self, size: int = -1, /) -> bytes:
+        data = self._handle.readline(size)
+        self._sha256.update(data)
+        return data
+
+    def hexdigest(self) -> str:
+        # The rest too: a verify that stopped early must still name the whole file.
+        for chunk in iter(lambda: self._handle.read(1 << 16), b""):
+            self._sha256.update(chunk)
+        return self._sha256.hexdigest()
+
+
 def _trace_source(
     stack: ExitStack, label: str, db: str | None, file: Path | None
 ) -> tuple[Callable[[], Iterable[str]], int] | None:
@@ -423,15 +443,23 @@ def _trace_source(
     if db is not None and file is not None:
         raise _fail(f"give at most one of --{label}-db URL or --{label}-file EXPORT")
     if file is not None:
+        # Read three times (verified, then trace's two passes): each read is hashed, and a
+        # file that is not the one verified is refused, so every line printed is a row of
+        # the chain that verified, whoever can write the file meanwhile.
         source = f"--{label}-file {file}"
         with file.open("rb") as handle:
-            report = verify_export(read_export_lines(handle, source=source))
+            digesting = _Digesting(handle)
+            report = verify_export(read_export_lines(digesting, source=source))
+            verified = digesting.hexdigest()
         if report.fault is not None:
             raise _BrokenChain(label, report)
 
         def from_file() -> Iterator[str]:
             with file.open("rb") as handle:
-                yield from read_export_lines(handle, source=source)
+                again = _Digesting(handle)
+                yield from read_export_lines(again, source=source)
+                if again.hexdigest() != verified:
+                    raise OSError(f"{source} changed while it was read")
 
         return from_file, report.rows
     if db is not None:

@@ -45,7 +45,7 @@ from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from contextlib import closing
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import IO, Any
+from typing import Any, Protocol
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
@@ -640,8 +640,14 @@ def _export_rows(lines: Iterable[str]) -> Iterator[_LineRow | ChainFault]:
         )
 
 
+class LineReader(Protocol):
+    """What :func:`read_export_lines` reads from: a binary file, or a wrapper of one."""
+
+    def readline(self, size: int = -1, /) -> bytes: ...
+
+
 def read_export_lines(
-    handle: IO[bytes], *, max_bytes: int = EXPORT_LINE_MAX_BYTES, source: str | None = None
+    handle: LineReader, *, max_bytes: int = EXPORT_LINE_MAX_BYTES, source: str | None = None
 ) -> Iterator[str]:
     """The lines of an export file opened in binary mode, one at a time, newline removed.
 

@@ -126,6 +126,33 @@ def test_one_chain_or_export_files_do_as_well(
     ]
 
 
+def test_an_export_file_changed_after_it_verified_is_refused(
+    world: World, ledger_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file is read three times (verified, then two passes): one rewritten between
+    the verify and the passes must not be printed as a chain that verified."""
+    from airlock import trace as traced
+
+    _run_three(world, ledger_url)
+    engine = make_engine(ledger_url, create=False)
+    with read_transaction(engine) as conn:
+        lines = list(export(conn))
+    engine.dispose()
+    path = tmp_path / "executor.jsonl"
+    path.write_text("".join(line + "\n" for line in lines))
+    real = traced.trace
+
+    def swapped_after_the_verify(asked: str, chains: Any) -> Any:
+        path.write_text(path.read_text().replace("succeeded", "failed"))
+        return real(asked, chains)
+
+    monkeypatch.setattr(traced, "trace", swapped_after_the_verify)
+    result = airlock("audit", "trace", WRITTEN, "--executor-file", str(path))
+    assert result.exit_code == 2
+    assert "changed while it was read" in result.stderr
+    assert "succeeded" not in result.stdout and "failed" not in result.stdout
+
+
 def test_a_chain_that_does_not_verify_is_not_traced(world: World, ledger_url: str) -> None:
     _run_three(world, ledger_url)
     engine = make_engine(ledger_url, create=False)
