@@ -114,6 +114,8 @@ _EMPTY_POLL_MIN_S: Final = 1.0
 #: How long the body of an answer to a receipt may take to arrive once its status has.
 _ANSWER_GRACE_S: Final = 15.0
 _MAX_BATCHES: Final = 20  # per flush, so a large backlog never starves the feed
+#: Pages one ``receive`` reads on past pages that hand over no approval (revocations).
+_PAGES_PER_RECEIVE: Final = 20
 _APPROVAL_ID: Final = re.compile(APPROVAL_ID_PATTERN)
 _HEX64: Final = re.compile(r"[0-9a-f]{64}")
 
@@ -360,11 +362,20 @@ class CheckpointFeedSource:
         return self._revoked
 
     def receive(self, *, wait_s: float) -> Sequence[Delivery]:
-        """Long-poll one page; record its revocations; hand over its approvals.
+        """Long-poll a page; record its revocations; hand over its approvals.
 
+        A page that moved the cursor without an approval (revocations only) is followed
+        by the next at once, so ``--once`` does not stop short of approvals behind it.
         On a transient failure, waits out the backoff and returns nothing.
         """
-        after = self.cursor()
+        for _ in range(_PAGES_PER_RECEIVE):
+            after = self.cursor()
+            delivered = self._receive_page(after, wait_s)
+            if delivered or self.cursor() == after:
+                return delivered
+        return ()
+
+    def _receive_page(self, after: int, wait_s: float) -> Sequence[Delivery]:
         asked = self._mono()
         try:
             with self._idle():

@@ -196,13 +196,36 @@ def test_a_revocation_that_arrives_before_its_approval_is_honoured(rig: Rig) -> 
         {"items": [revocation(1, b.approval_id)], "cursor": 1},
         {"items": [approval(2, b.raw, b.approval_id)], "cursor": 2},
     ]
-    assert rig.turn() == []
-    assert rig.cursor() == 1
+    # One turn: the page of the revocation hands over nothing, so the next is read at
+    # once; its approval is refused, the revocation recorded before it.
     [outcome] = rig.turn()
     assert outcome.refusal_code is RefusalCode.E_REVOKED
     assert rig.env.cloud.writes_for(b.resource_id) == 0
     assert rig.cursor() == 2
     assert [r.approval_id for r in rig.rows(revocations)] == [b.approval_id]
+    assert [r["after"] for r in rig.fake.feed_requests] == ["0", "1"]
+
+
+def test_pages_of_revocations_only_do_not_end_a_receive_short_of_the_approvals_behind(
+    rig: Rig,
+) -> None:
+    """Seen in review: ``executor --once`` stopped at the first page that handed over no
+    approval (a page of revocations), leaving the approvals behind it for the next run."""
+    b = make_test_bundle(1, tag="frevonly")
+    rig.env.cloud.add("ecs.instance", b.resource_id, "Running")
+    rig.fake.pages = [
+        {"items": [revocation(1, "apv_someotherone01")], "cursor": 1},
+        {"items": [revocation(2, "apv_someotherone02")], "cursor": 2},
+        {"items": [approval(3, b.raw, b.approval_id)], "cursor": 3},
+    ]
+    [delivery] = rig.source.receive(wait_s=0)
+    assert delivery.raw == b.raw
+    # Nothing new: one page, no pause (asked not to wait), nothing handed over.
+    rig.fake.pages = []
+    rig.source.ack(delivery)
+    assert rig.source.receive(wait_s=0) == ()
+    assert [r["after"] for r in rig.fake.feed_requests] == ["0", "1", "2", "3"]
+    assert rig.sleeps == []
 
 
 def _client(fake: FakeCheckpoint) -> httpx.Client:
