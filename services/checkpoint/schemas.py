@@ -244,6 +244,11 @@ class FeedOut(_Out):
     #: ``airlock audit reconcile``. Added after version 1's first feed: executors must
     #: not require it.
     audit_head: AuditHeadOut
+    #: The feed's last ``seq`` in the same snapshot. Below the ``after`` asked for, it
+    #: tells the executor that this feed went back (the database was restored from a
+    #: backup or reset), so its cursor must follow or new approvals would be skipped.
+    #: Added after version 1's first feed: executors must not require it.
+    feed_head: int
 
 
 class AuditOut(_Out):

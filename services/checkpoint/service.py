@@ -93,6 +93,10 @@ _LATE_STATES: Final = ("lapsed", "revoked", "withdrawn")
 _APPROVER_ROLES: Final = frozenset({"approver", "admin"})
 _READER_ROLES: Final = frozenset({"viewer", "approver", "admin", "agent"})
 _MAX_PAGE: Final = 200
+#: Feed seqs per second of the clock: a feed seq is at least ``now × this`` (see
+#: ``_feed``). Up to a million items a second keep to the clock; more just count on.
+#: In 2026 a seq is about 1.8e15, and stays under JSON's 2**53 for two centuries.
+FEED_SEQ_PER_SECOND: Final = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -590,7 +594,7 @@ class Checkpoint:
 
     def feed(self, principal: Principal, after: int, limit: int = 100) -> FeedOut:
         """Issued, unrevoked, unexpired bundles and every revocation after ``after``, and
-        the audit chain's head as of the same snapshot."""
+        the audit chain's head and the feed's last seq as of the same snapshot."""
         _require(principal, {"executor"}, "read the feed")
         now = self.now()
         # One snapshot for the items and the head: a feed row commits with its audit event
@@ -618,6 +622,7 @@ class Checkpoint:
                 .limit(limit)
             ).all()
             head = AuditLog.head(conn)
+            last = int(conn.execute(sa.select(feed_head.c.seq)).scalar_one())
         items: list[FeedItem] = []
         cursor = after
         for row in rows:
@@ -646,6 +651,7 @@ class Checkpoint:
             items=items,
             cursor=cursor,
             audit_head=AuditHeadOut(seq=head.seq, hash=head.row_hash),
+            feed_head=last,
         )
 
     def feed_head(self) -> int:
@@ -1090,7 +1096,18 @@ class Checkpoint:
     def _feed(self, conn: Connection, kind: str, approval_id: str, now: int) -> None:
         # The UPDATE locks the single counter row until commit: sequence numbers become
         # visible in the order they were taken, so a reader's cursor never skips one.
-        conn.execute(feed_head.update().where(feed_head.c.id == 1).values(seq=feed_head.c.seq + 1))
+        # A seq is also at least the time in microseconds (FEED_SEQ_PER_SECOND): after
+        # the database is restored from a backup, or reset, the counter restarts below
+        # the seqs executors have already read past, and numbers taken from it alone
+        # would be skipped by every executor's cursor without a word. Taken from the
+        # clock they come after anything issued before the restore.
+        after_last = feed_head.c.seq + 1
+        floor = now * FEED_SEQ_PER_SECOND
+        conn.execute(
+            feed_head.update()
+            .where(feed_head.c.id == 1)
+            .values(seq=sa.case((after_last > floor, after_last), else_=floor))
+        )
         seq = conn.execute(sa.select(feed_head.c.seq).where(feed_head.c.id == 1)).scalar_one()
         conn.execute(
             feed_events.insert().values(seq=seq, kind=kind, approval_id=approval_id, at=now)

@@ -19,6 +19,12 @@ chain is then anchored in ours, as ours is in its by the heads our receipts carr
 head (an older checkpoint) records none and is otherwise handled as before: the head is
 evidence, never a condition of executing.
 
+A page also says where the checkpoint's feed ends (``feed_head``). A feed that ends
+before our cursor went back: the checkpoint's database was restored from a backup or
+reset. Its new items still come after the cursor, because the checkpoint takes feed seqs
+from its clock as well as its counter; the source logs a warning, once per such head,
+and moves nothing.
+
 :class:`OutboxReporter` posts the receipts of terminal outcomes (committed with the
 outcome, in the ledger or the resolutions table) to ``POST /v1/outcomes`` and records
 each accepted or permanently refused one in the insert-only ``executor_deliveries``;
@@ -312,6 +318,13 @@ def _page_head(page: Mapping[str, Any]) -> _Head | None:
     return _Head(seq, digest)
 
 
+def _page_feed_head(page: Mapping[str, Any]) -> int | None:
+    """The page's ``feed_head`` if it is a non-negative integer, else None (a checkpoint
+    from before the field sends none)."""
+    head = page.get("feed_head")
+    return head if type(head) is int and head >= 0 else None
+
+
 def _in_order(item: object, last: int, end: int) -> bool:
     """Is ``item`` an object whose ``seq`` comes after ``last``, at most the page's cursor?"""
     seq = item.get("seq") if isinstance(item, dict) else None
@@ -349,6 +362,7 @@ class CheckpointFeedSource:
         self._revoked = LedgerRevocations(engine, extra_revoked)
         # delivery ref -> the cursor that acknowledging it commits
         self._ack_to: dict[str, int] = {}
+        self._behind_warned: int | None = None  # the feed_head last warned about
 
     @property
     def feed(self) -> str:
@@ -394,11 +408,26 @@ class CheckpointFeedSource:
         if self._backoff.failures:
             _log.info("feed reachable again at cursor %d", after)
         self._backoff.reset()
+        self._warn_if_behind(after, _page_feed_head(page))
         early = min(wait_s, _EMPTY_POLL_MIN_S) - (self._mono() - asked)
         if not page["items"] and page["cursor"] == after and early > 0:
             with self._idle():
                 self._sleep(early)  # an empty answer before the wait: not asked again yet
         return self._accept(after, page)
+
+    def _warn_if_behind(self, after: int, head: int | None) -> None:
+        if head is None or head >= after or head == self._behind_warned:
+            return
+        self._behind_warned = head
+        _log.warning(
+            "the checkpoint's feed %s ends at %d, before this executor's cursor %d: was its "
+            "database restored from a backup, or reset? Its new approvals still come after "
+            "the cursor (feed seqs follow its clock). Compare the two audit chains with "
+            "`airlock audit reconcile`.",
+            self._feed,
+            head,
+            after,
+        )
 
     def _get(self, after: int, wait_s: float) -> dict[str, Any]:
         params = {"after": after, "wait": max(0, int(wait_s)), "limit": PAGE_LIMIT}

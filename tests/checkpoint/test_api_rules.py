@@ -14,6 +14,8 @@ import pytest
 
 from airlock.store import verify_chain
 from services.checkpoint.errors import Refusal
+from services.checkpoint.models import feed_head
+from services.checkpoint.service import FEED_SEQ_PER_SECOND
 
 from .harness import SESSION_TTL, World, audit_events
 
@@ -254,6 +256,42 @@ def test_the_feed_carries_the_audit_head_that_covers_its_items(world: World) -> 
     assert page["audit_head"] == {"seq": chain.head_seq, "hash": chain.head_hash}
     [issued] = audit_events(world, "checkpoint.approval.issued")
     assert issued["approval_id"] == page["items"][0]["approval_id"]
+
+
+def test_feed_seqs_follow_the_clock_so_a_restored_database_never_reuses_one(
+    world: World,
+) -> None:
+    """Restored from a backup (or reset), the feed's counter restarts below the seqs
+    executors have read past; seqs taken from it alone would be skipped by every
+    executor's cursor. A seq is at least the time in microseconds, so the next one
+    comes after everything issued before the restore; ``feed_head`` says where the feed
+    ends, whatever ``after`` asked, so an executor can tell the feed went back."""
+    executor = world.auth("executor")
+    assert world.client.get("/v1/feed", headers=executor).json()["feed_head"] == 0
+    p = _pending(world)
+    world.approve("alice", p["id"], p["action_hash"])
+    world.client.post(f"/v1/proposals/{p['id']}/revoke", json={}, headers=world.auth("bob"))
+    page = world.client.get("/v1/feed", headers=executor).json()
+    first = world.clock() * FEED_SEQ_PER_SECOND
+    # The revoked approval (first) is no longer sent; its revocation (first + 1) is:
+    # within one second the seqs count on from the clock's.
+    assert [(item["seq"], item["kind"]) for item in page["items"]] == [(first + 1, "revocation")]
+    assert (page["cursor"], page["feed_head"]) == (first + 1, first + 1)
+    one = world.client.get("/v1/feed", params={"after": 0, "limit": 1}, headers=executor).json()
+    assert (one["items"], one["cursor"], one["feed_head"]) == ([], first, first + 1)
+    ahead = world.client.get("/v1/feed", params={"after": first + 9}, headers=executor).json()
+    assert (ahead["items"], ahead["cursor"], ahead["feed_head"]) == ([], first + 9, first + 1)
+
+    # The database goes back to a backup taken before any of this (its counter at 0);
+    # an executor's cursor is at first + 1. A minute later the next approval comes after it.
+    with world.checkpoint.engine.begin() as conn:
+        conn.execute(feed_head.update().values(seq=0))
+    world.clock.advance(60)
+    q = _pending(world, proposal_id="prop_restored00001", resource_id="i-t4nrestored00001")
+    issued = world.approve("alice", q["id"], q["action_hash"]).json()["approval"]
+    page = world.client.get("/v1/feed", params={"after": first + 1}, headers=executor).json()
+    assert [item["approval_id"] for item in page["items"]] == [issued["approval_id"]]
+    assert page["items"][0]["seq"] == (first // FEED_SEQ_PER_SECOND + 60) * FEED_SEQ_PER_SECOND
 
 
 def test_a_revocation_stays_on_the_feed_after_the_approval_expired(world: World) -> None:

@@ -149,7 +149,8 @@ def test_rotation_keeps_in_flight_approvals_and_revocation_kills_them(world: Wor
 
     first = world.submit(proposal_id="prop_rotate000001", resource_id="i-rotate0001").json()
     world.approve("alice", first["id"], first["action_hash"])
-    old_bundle = canonical_bytes(_pull(world)["items"][0]["bundle"])
+    first_page = _pull(world)
+    old_bundle = canonical_bytes(first_page["items"][0]["bundle"])
 
     directory = KeyDirectory(world.keys_dir)
     old_kid = directory.records()[0].kid
@@ -166,5 +167,5 @@ def test_rotation_keeps_in_flight_approvals_and_revocation_kills_them(world: Wor
     with pytest.raises(Refused) as refused:
         verify_bundle(old_bundle, keys, BINDING, world.clock())
     assert refused.value.code is RefusalCode.E_KEY_REVOKED
-    new_bundle = canonical_bytes(_pull(world, 1)["items"][0]["bundle"])
+    new_bundle = canonical_bytes(_pull(world, first_page["cursor"])["items"][0]["bundle"])
     assert verify_bundle(new_bundle, keys, BINDING, world.clock()).keyid != old_kid

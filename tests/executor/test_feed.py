@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -232,6 +233,49 @@ def test_approval_on_the_feed_is_executed_once_with_a_verified_receipt(
         # SIGTERM while the daemon waits on the long-poll: it stops at once, cleanly.
         assert world.stack.executor.stop(signal.SIGTERM, timeout=4.0) == 0
         assert "stopped" in world.stack.executor.log()
+
+
+def _sqlite_copy(source: Path, target: Path) -> None:
+    """A consistent copy of a live SQLite database (its online backup API)."""
+    with (
+        contextlib.closing(sqlite3.connect(source)) as src,
+        contextlib.closing(sqlite3.connect(target)) as dst,
+    ):
+        src.backup(dst)
+
+
+@pytest.mark.parametrize(
+    "ledger_db", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_a_checkpoint_restored_from_a_backup_does_not_make_the_executor_skip_new_approvals(
+    tmp_path: Path, request: pytest.FixtureRequest, ledger_db: str
+) -> None:
+    """The restored checkpoint's feed counter is back below the executor's cursor; the
+    seq of its next approval still comes after the cursor (seqs follow the clock), so
+    the executor takes it instead of skipping it without a word."""
+    url = request.getfixturevalue("pg_url") if ledger_db == "postgres" else None
+    with _world(tmp_path, ledger_url=url) as world:
+        stack = world.stack
+        database, backup = stack.workdir / "checkpoint.db", tmp_path / "backup.db"
+        _sqlite_copy(database, backup)  # the operator's backup, before any approval
+        for n in (1, 2):
+            proposal = world.propose(n, "bak")
+            world.approve(proposal)
+            _assert_executed_once(world, proposal)
+        cursor = _until("the cursor past both", lambda: world.cursor() >= 2 and world.cursor())
+
+        stack.checkpoint.stop()
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{database}{suffix}").unlink(missing_ok=True)
+        _sqlite_copy(backup, database)
+        stack.checkpoint.start()
+        world._sessions.clear()  # the sessions were opened after the backup
+
+        proposal = world.propose(3, "bak")
+        world.approve(proposal)
+        _assert_executed_once(world, proposal)
+        assert _until("the cursor past it", lambda: world.cursor() > cursor)
+        assert verify_chain(world.engine).ok
 
 
 # -- revocations -----------------------------------------------------------------------------

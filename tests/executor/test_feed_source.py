@@ -1222,3 +1222,33 @@ def test_an_answer_to_a_receipt_dripped_a_byte_at_a_time_is_given_up_after_a_dea
     assert (row.status, row.http_status) == (
         ("delivered", 200) if status == 200 else ("rejected", 409)
     )
+
+
+def test_a_feed_that_ends_before_the_cursor_is_reported_once_and_moves_nothing(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The checkpoint's database went back (restored from a backup, or reset): its pages
+    say so by a ``feed_head`` below the cursor. Its new items still come after the cursor
+    (its seqs follow its clock), so the operator is told, once per such head, and the
+    cursor stays."""
+    b = make_test_bundle(1, tag="fbehind")
+    rig.env.cloud.add("ecs.instance", b.resource_id, "Running")
+    rig.fake.pages = [{"items": [approval(5, b.raw, b.approval_id)], "cursor": 5, "feed_head": 5}]
+    rig.turn()
+    assert rig.cursor() == 5
+    rig.fake.pages = [
+        {"items": [], "cursor": 5},  # a checkpoint from before the field
+        {"items": [], "cursor": 5, "feed_head": "2"},  # malformed: ignored
+        {"items": [], "cursor": 5, "feed_head": True},
+        {"items": [], "cursor": 5, "feed_head": 5},  # not behind
+        {"items": [], "cursor": 5, "feed_head": 2},  # behind: warned
+        {"items": [], "cursor": 5, "feed_head": 2},  # the same head: not again
+        {"items": [], "cursor": 5, "feed_head": 3},  # another: warned
+    ]
+    with caplog.at_level("WARNING", logger="airlock.executor.feed"):
+        for _ in range(7):
+            assert rig.turn() == []
+    warned = [r.getMessage() for r in caplog.records if "restored from a backup" in r.getMessage()]
+    assert [w.split(" ends at ")[1].split(",")[0] for w in warned] == ["2", "3"]
+    assert f"feed {BASE} ends at 2, before this executor's cursor 5" in warned[0]
+    assert rig.cursor() == 5
