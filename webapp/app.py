@@ -37,7 +37,7 @@ from airlock.settings import WebappSettings
 from . import present
 from .charts import evidence_charts, human_bytes, percent
 from .client import CheckpointClient, Me, ProposalView
-from .errors import CheckpointRefused, CheckpointUnavailable, human_message
+from .errors import SIGN_IN_REFUSED, CheckpointRefused, CheckpointUnavailable, human_message
 from .security import (
     CSRF_FIELD,
     SECURITY_HEADERS,
@@ -407,7 +407,7 @@ def create_app(
             session = client.login(username, password)
         except CheckpointRefused as exc:
             message = (
-                "Wrong username or password."
+                SIGN_IN_REFUSED
                 if exc.code in ("E_UNAUTHENTICATED", "E_INVALID")
                 else human_message(exc.code)
             )

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Final
 
 __all__ = [
+    "SIGN_IN_REFUSED",
     "CheckpointRefused",
     "CheckpointUnavailable",
     "WebappError",
@@ -57,8 +58,6 @@ _MESSAGES: Final = {
     "decided it meanwhile. Its current state is shown below.",
     "E_FORBIDDEN": "Your role does not allow this action.",
     "E_UNAUTHENTICATED": "Your session has ended. Please sign in again.",
-    "E_LOCKED": "Too many failed sign-ins: this account is locked for a while. Try again "
-    "later or ask an administrator.",
     "E_NOT_FOUND": "There is no such proposal (it may have been removed, or the link is wrong).",
     "E_INVALID": "The checkpoint could not accept this request as sent (a note may be too "
     "long). Nothing was changed.",
@@ -71,6 +70,15 @@ _MESSAGES: Final = {
     "E_BUSY": "The checkpoint is busy with many sign-ins at once. Wait a few seconds and "
     "sign in again.",
 }
+
+
+#: The sign-in page's answer to a refused sign-in. The checkpoint answers an unknown
+#: name, a wrong password and a locked account alike (so that no one can learn which
+#: names exist); this names the lockout so a locked-out person knows what to do.
+SIGN_IN_REFUSED: Final = (
+    "Wrong username or password, or too many failed sign-ins: the account is then locked "
+    "for a while. Try again later or ask an administrator."
+)
 
 
 def human_message(code: str) -> str:

@@ -208,7 +208,7 @@ def _new_password(command: str, password_stdin: bool, generate: bool) -> str:
 
 @users_app.command("list")
 def users_list_command() -> None:
-    """List people, their roles and whether they are disabled."""
+    """List people, their roles, and whether each is disabled or locked out (until when)."""
     now = int(time.time())
     for user in _accounts().list_users():
         flags = " disabled" if user["disabled"] else ""

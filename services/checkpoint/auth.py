@@ -4,7 +4,10 @@ A token is 32 random bytes (URL-safe base64) handed out once; the database keeps
 its SHA-256, so a copy of the database authenticates nobody. Sessions expire and can be
 revoked (logout). After ``lockout_threshold`` failed logins in a row an account is
 locked for ``lockout_seconds``; each attempt is counted by one conditional UPDATE before
-its password is verified, never read-then-write (see :meth:`Accounts.login`).
+its password is verified, never read-then-write (see :meth:`Accounts.login`). A sign-in
+never tells which user names exist: an unknown name, a wrong password and a locked
+account get the same answer after the same argon2 work; only the log and the audit
+chain say which it was.
 
 Nothing here logs or stores a password or a token; audit events name the user only.
 """
@@ -51,6 +54,15 @@ _WAITING_SIGN_INS: Final = 8
 _BUSY_RETRY_AFTER: Final = 2
 #: A flood of refused sign-ins is logged as one line per this many seconds.
 _BUSY_LOG_EVERY: Final = 10.0
+#: The one answer to a refused sign-in, whatever the cause: an unknown name, a wrong
+#: password, a disabled or a locked account. A distinct answer for a locked account (it
+#: was 423 E_LOCKED) told anyone who sent threshold+1 guesses that the name exists
+#: (OWASP Authentication Cheat Sheet, "Authentication and Error Messages"); the lockout
+#: is named here so that a person locked out still learns why the right password fails.
+_SIGN_IN_REFUSED: Final = (
+    "wrong username or password, or too many failed sign-ins (the account is then locked "
+    "for a while)"
+)
 
 Role = Literal["viewer", "approver", "admin", "agent", "executor"]
 
@@ -94,6 +106,10 @@ def _name_taken(name: str, by: str) -> Refusal:
         "the audit record names each by name alone",
         409,
     )
+
+
+def _refused() -> Refusal:
+    return Refusal(ErrorCode.E_UNAUTHENTICATED, _SIGN_IN_REFUSED, 401)
 
 
 def _end_sessions(conn: Connection, username: str, now: int) -> None:
@@ -291,8 +307,9 @@ class Accounts:
     # -- sign-in ------------------------------------------------------------------
 
     def login(self, username: str, password: str) -> tuple[str, int, str]:
-        """Return ``(token, expires_at, role)`` or refuse (E_UNAUTHENTICATED / E_LOCKED /
-        E_BUSY). Past ``_WAITING_SIGN_INS`` waiting, refused before anything is recorded."""
+        """Return ``(token, expires_at, role)`` or refuse: E_UNAUTHENTICATED, alike for an
+        unknown name, a wrong password and a locked account, or E_BUSY past
+        ``_WAITING_SIGN_INS`` waiting, refused before anything is recorded."""
         self._admit()
         try:
             return self._login(username, password)
@@ -342,6 +359,13 @@ class Accounts:
         (3) a right password clears the count only while the account is still unlocked.
         A guess that was verified after another one locked the account is answered as a
         wrong password, right or not: the answer never tells which.
+
+        An unknown name and an attempt that could not claim (a locked account) verify the
+        password against a dummy hash through the same slot-limited :meth:`_verify`, and
+        every refusal is the same 401: neither the answer nor the argon2 time tells them
+        from a wrong password (the database work still differs by the audit record a
+        wrong password commits; SECURITY.md, Honest limits). The dummy verify is not a
+        guess at the account's password, so the threshold still bounds those.
         """
         now = self._now()
         unlocked = sa.or_(users.c.locked_until.is_(None), users.c.locked_until <= now)
@@ -361,8 +385,10 @@ class Accounts:
                 # Locked, or the threshold's worth of attempts is in flight or was never
                 # settled (a crash mid-verify): lock now, so the count cannot stay stuck.
                 self._lock_if_saturated(conn, username, now, unlocked)
-        if row is None:
+        if row is None or not claimed:
+            # The same argon2 work as a wrong password, so its time does not tell either.
             self._verify(self._dummy, password)
+        if row is None:
             # Not in the audit chain (anyone can send these, and the chain would grow
             # with them), but an operator must be able to see password spraying.
             # A name that cannot be a user may be a password typed in the wrong field:
@@ -371,10 +397,12 @@ class Accounts:
                 _log.warning("failed login: no such user %r", username)
             else:
                 _log.warning("failed login: a malformed user name (%d characters)", len(username))
-            raise Refusal(ErrorCode.E_UNAUTHENTICATED, "wrong username or password", 401)
+            raise _refused()
         if not claimed:
+            # Answered like a wrong password; the operator sees the lock here, in the
+            # audit chain (checkpoint.user.locked) and in ``airlock users list``.
             _log.warning("failed login: %r is locked", username[:64])
-            raise Refusal(ErrorCode.E_LOCKED, "too many failed logins; try again later", 423)
+            raise _refused()
         # (2) verify, outside any transaction (it takes ~100 ms by design)
         ok = self._verify(row.password_hash, password) and not row.disabled
         with self._engine.begin() as conn:
@@ -407,7 +435,7 @@ class Accounts:
                 _audit(conn, now, {"type": "checkpoint.session.created", "user": username})
         # Refused only after the commit: a rolled-back count would never lock anyone.
         if not ok:
-            raise Refusal(ErrorCode.E_UNAUTHENTICATED, "wrong username or password", 401)
+            raise _refused()
         return token, expires, str(row.role)
 
     def _lock_if_saturated(

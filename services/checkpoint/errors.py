@@ -8,6 +8,10 @@ Error hierarchy::
 
 Codes are part of the API contract (the web app and the CLI map them to messages):
 never rename or reuse one. A refusal's message is for people and never holds a secret.
+
+Retired, never to be reused: ``E_LOCKED`` (423, a locked account's sign-in). It told
+anyone that a user name exists; a locked account is now refused like a wrong password
+(``E_UNAUTHENTICATED``, see ``auth.py``).
 """
 
 from __future__ import annotations
@@ -21,9 +25,9 @@ _log = logging.getLogger("airlock.checkpoint")
 
 
 class ErrorCode(enum.StrEnum):
-    E_UNAUTHENTICATED = "E_UNAUTHENTICATED"  # no, unknown, expired or revoked credential
+    # no, unknown, expired or revoked credential; any refused sign-in, a locked account too
+    E_UNAUTHENTICATED = "E_UNAUTHENTICATED"
     E_FORBIDDEN = "E_FORBIDDEN"  # authenticated, but the role may not do this
-    E_LOCKED = "E_LOCKED"  # too many failed logins; the account is locked for a while
     E_INVALID = "E_INVALID"  # the request body or action is not valid
     E_NOT_FOUND = "E_NOT_FOUND"  # no such proposal / approval / user
     E_CONFLICT = "E_CONFLICT"  # same proposal id, different action hash

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import threading
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import sqlalchemy as sa
 from argon2 import PasswordHasher, Type
@@ -17,6 +18,7 @@ from services.checkpoint._db import Database
 from services.checkpoint.app import DEFAULT_POLICY, MIGRATIONS, create_app
 from services.checkpoint.auth import Accounts
 from services.checkpoint.keys import KeyDirectory, KeyRing
+from services.checkpoint.models import users
 from services.checkpoint.policy import Policy, load_policy
 from services.checkpoint.service import Checkpoint, CheckpointConfig
 from services.executor import Receipt, ReceiptSigner
@@ -48,9 +50,26 @@ class Clock:
         self.t += seconds
 
 
-def cheap_hasher() -> PasswordHasher:
-    # Tests only: the production parameters cost ~100 ms per hash.
-    return PasswordHasher(time_cost=1, memory_cost=8, parallelism=1, type=Type.ID)
+class CountingHasher(PasswordHasher):
+    """Test double of the password hasher: cheap parameters (the production ones cost
+    ~100 ms per hash), and a record of the stored hash each verify checked a password
+    against (never the password), so a test can count real argon2 verifies of one
+    user's hash apart from the dummy verifies of refused sign-ins."""
+
+    def __init__(self) -> None:
+        super().__init__(time_cost=1, memory_cost=8, parallelism=1, type=Type.ID)
+        self._record = threading.Lock()
+        self.verified: list[str] = []
+
+    # ``hash`` shadows the builtin: the parameter names are PasswordHasher.verify's.
+    def verify(self, hash: str | bytes, password: str | bytes) -> Literal[True]:
+        with self._record:
+            self.verified.append(hash if isinstance(hash, str) else hash.decode())
+        return super().verify(hash, password)
+
+    def verifies_of(self, encoded: str) -> int:
+        with self._record:
+            return self.verified.count(encoded)
 
 
 @dataclass
@@ -60,9 +79,19 @@ class World:
     clock: Clock
     checkpoint: Checkpoint
     accounts: Accounts
+    hasher: CountingHasher
     app: FastAPI
     client: TestClient
     tokens: dict[str, str] = field(default_factory=dict)
+
+    def password_hash(self, username: str) -> str:
+        """The argon2 hash stored for ``username``, to count its verifies."""
+        with self.checkpoint.engine.connect() as conn:
+            return str(
+                conn.execute(
+                    sa.select(users.c.password_hash).where(users.c.username == username)
+                ).scalar_one()
+            )
 
     def auth(self, who: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.tokens[who]}"}
@@ -101,16 +130,17 @@ def make_world(
         now=clock,
         receipt_keys=receipt_keyset() if trust_receipts else None,
     )
+    hasher = CountingHasher()
     accounts = Accounts(
         db,
         clock,
         session_ttl=SESSION_TTL,
         lockout_threshold=3,
         lockout_seconds=600,
-        hasher=cheap_hasher(),
+        hasher=hasher,
     )
     app = create_app(checkpoint, accounts, feed_max_wait=5)
-    world = World(url, keys_dir, clock, checkpoint, accounts, app, TestClient(app))
+    world = World(url, keys_dir, clock, checkpoint, accounts, hasher, app, TestClient(app))
     for name in APPROVERS:
         accounts.add_user(name, PASSWORD, "approver")
     accounts.add_user("admin", PASSWORD, "admin")

@@ -396,11 +396,21 @@ def test_repeated_failed_logins_lock_the_account(world: World) -> None:
     for _ in range(3):
         r = world.client.post("/v1/sessions", json={"username": "bob", "password": "wrong" * 3})
         assert r.status_code == 401
+    assert [e["user"] for e in audit_events(world, "checkpoint.user.locked")] == ["bob"]
+    # Locked, the right password is refused, and answered as for a name that does not
+    # exist: a distinct answer (it was 423 E_LOCKED) told anyone which names exist.
+    unknown = world.client.post("/v1/sessions", json={"username": "nobody", "password": "x" * 12})
     r = world.client.post(
         "/v1/sessions", json={"username": "bob", "password": "correct horse battery staple"}
     )
-    assert (r.status_code, _code(r)) == (423, "E_LOCKED")
-    world.clock.advance(600)
+    assert (r.status_code, _code(r)) == (401, "E_UNAUTHENTICATED")
+    assert r.json() == unknown.json()
+    world.clock.advance(599)
+    r = world.client.post(
+        "/v1/sessions", json={"username": "bob", "password": "correct horse battery staple"}
+    )
+    assert r.status_code == 401
+    world.clock.advance(1)
     r = world.client.post(
         "/v1/sessions", json={"username": "bob", "password": "correct horse battery staple"}
     )

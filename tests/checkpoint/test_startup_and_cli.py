@@ -4,19 +4,26 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import time
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from click.testing import Result
 from typer.testing import CliRunner
 
 from airlock.cli import app
 from airlock.protocol import canonical_bytes
 from airlock.settings import CheckpointSettings
+from services.checkpoint._db import Database
 from services.checkpoint.app import build
-from services.checkpoint.errors import ConfigError
+from services.checkpoint.auth import Accounts
+from services.checkpoint.errors import ConfigError, ErrorCode, Refusal
 from services.checkpoint.keys import KeyDirectory
 from tests.executor.support import receipt_keyset
+
+from .harness import CountingHasher
 
 
 def _receipt_keys(tmp_path: Path) -> Path:
@@ -212,6 +219,50 @@ def test_cli_keys_users_and_tokens(tmp_path: Path) -> None:
     assert _airlock(tmp_path, "users", "set-password", "dora").exit_code == 2  # no tty: no wait
     assert _airlock(tmp_path, "users", "disable", "dora").exit_code == 0
     assert "disabled" in _airlock(tmp_path, "users", "list").stdout
+
+
+def test_cli_users_list_shows_a_locked_account_and_unlock_ends_the_lockout(
+    tmp_path: Path,
+) -> None:
+    # A sign-in never tells anyone that an account is locked (it is answered like a wrong
+    # password), so the operator's commands must: `users list`, then `users unlock`.
+    added = _airlock(tmp_path, "users", "add", "dora", "--password-stdin", stdin="long enough pw\n")
+    assert added.exit_code == 0, added.output
+    db = Database(f"sqlite:///{tmp_path / 'checkpoint.db'}")
+    try:
+        accounts = Accounts(
+            db,
+            lambda: int(time.time()),
+            session_ttl=3600,
+            lockout_threshold=1,
+            lockout_seconds=3600,
+            hasher=CountingHasher(),  # for its cheap dummy hash
+        )
+        with pytest.raises(Refusal) as refused:
+            accounts.login("dora", "not her password")
+        assert refused.value.code == ErrorCode.E_UNAUTHENTICATED
+        listed = _airlock(tmp_path, "users", "list").stdout
+        assert re.search(
+            r"^dora +approver +locked until \d\d:\d\d:\d\d UTC \(users unlock\)$",
+            listed,
+            re.MULTILINE,
+        ), listed
+        assert _airlock(tmp_path, "users", "unlock", "dora").stdout == "unlocked dora\n"
+        assert "locked" not in _airlock(tmp_path, "users", "list").stdout
+        assert accounts.login("dora", "long enough pw")[2] == "approver"
+        with db.engine.connect() as conn:
+            kinds = [
+                json.loads(e)["type"]
+                for e in conn.execute(sa.text("SELECT event FROM audit_log ORDER BY seq")).scalars()
+            ]
+    finally:
+        db.dispose()
+    assert kinds[-4:] == [
+        "checkpoint.user.added",
+        "checkpoint.user.locked",
+        "checkpoint.user.unlocked",
+        "checkpoint.session.created",
+    ]
 
 
 def test_cli_tokens_list_and_revoke(tmp_path: Path) -> None:

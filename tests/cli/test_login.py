@@ -88,6 +88,28 @@ def test_wrong_password_is_refused_with_exit_1(served: Served) -> None:
     assert not (served.home / "session.json").exists()
 
 
+def test_login_to_a_locked_account_is_refused_like_a_wrong_password(served: Served) -> None:
+    # The checkpoint never says which (a distinct 423 E_LOCKED told anyone that a name
+    # exists); its one message for a refused sign-in names the lockout; the CLI shows it.
+    def login(username: str, password: str) -> Any:
+        return served.run(
+            "login", "--url", served.url, "-u", username, "--password-stdin", stdin=password + "\n"
+        )
+
+    for _ in range(3):  # the harness locks after 3 failures
+        assert login("alice", "wrong").exit_code == 1
+    locked = login("alice", PASSWORD)
+    unknown = login("nobody", PASSWORD)
+    assert (locked.exit_code, unknown.exit_code) == (1, 1)
+    assert locked.stderr == unknown.stderr
+    assert locked.stderr.startswith(
+        "refused: E_UNAUTHENTICATED: wrong username or password, or too many failed sign-ins"
+    )
+    assert "locked for a while" in locked.stderr
+    assert "run `airlock login`" not in locked.stderr  # no session hint: this was the login
+    assert not (served.home / "session.json").exists()
+
+
 def test_login_without_terminal_or_stdin_flag_is_a_usage_error(served: Served) -> None:
     result = served.run("login", "--url", served.url, "-u", "alice")
     assert result.exit_code == 2

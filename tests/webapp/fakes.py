@@ -145,7 +145,12 @@ class FakeCheckpoint:
                     },
                     201,
                 )
-            return _refuse("E_UNAUTHENTICATED", "wrong username or password", 401)
+            return _refuse(
+                "E_UNAUTHENTICATED",
+                "wrong username or password, or too many failed sign-ins (the account is "
+                "then locked for a while)",
+                401,
+            )
         if request.method == "GET" and path == "/v1/keys":
             return _ok(
                 {

@@ -15,7 +15,7 @@ import pytest
 from services.checkpoint.errors import ErrorCode
 from tests.support.asgi import raw_get
 from webapp.charts import evidence_charts, human_bytes, series
-from webapp.errors import human_message
+from webapp.errors import SIGN_IN_REFUSED, human_message
 
 from .conftest import Site, csrf_of, make_site
 from .fakes import action_value
@@ -337,12 +337,16 @@ def test_pages_need_a_session_and_never_redirect_off_site(site: Site) -> None:
 
 
 def test_wrong_password_is_a_plain_message(site: Site) -> None:
+    # The checkpoint answers an unknown name, a wrong password and a locked account
+    # alike (E_UNAUTHENTICATED), so the one message must also tell a locked-out person why.
     token = site.csrf("/login")
     response = site.client.post(
         "/login", data={"username": "alice", "password": "nope", "csrf_token": token}
     )
     assert response.status_code == 401
-    assert "Wrong username or password." in response.text
+    assert SIGN_IN_REFUSED.startswith("Wrong username or password")
+    assert "locked" in SIGN_IN_REFUSED and "administrator" in SIGN_IN_REFUSED
+    assert SIGN_IN_REFUSED in response.text
     assert "set-cookie" not in response.headers or "airlock_session=" not in str(
         response.headers.get_list("set-cookie")
     )
