@@ -18,6 +18,8 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from airlock.tls import CAFileError, ca_file_context
+
 #: The kernel's region id form (airlock.protocol RegionId).
 _REGION = re.compile(r"[a-z0-9]+(-[a-z0-9]+){0,5}")
 
@@ -54,6 +56,29 @@ class ServiceSettings(BaseSettings):
 
 def is_dev(settings: ServiceSettings) -> bool:
     return settings.env == "dev"
+
+
+def _readable_ca_file(cls: type[ServiceSettings], value: Path | None) -> Path | None:
+    """A ``checkpoint_ca_file`` validator: the file must load as a CA bundle now, so a
+    bad one stops the start naming the variable and the path, instead of failing (or,
+    worse, being passed over) at the first call to the checkpoint."""
+    if value is None:
+        return None
+    try:
+        ca_file_context(value)
+    except CAFileError as exc:
+        name = f"{cls.model_config.get('env_prefix', '')}CHECKPOINT_CA_FILE"
+        raise ValueError(f"{name}={exc.path}: {exc.reason}") from None
+    return value
+
+
+def _ca_file_needs_https(settings: ServiceSettings, url: str | None, ca_file: Path | None) -> None:
+    # An http URL would never use the CA file: whoever set one expects TLS, so say so.
+    if ca_file is not None and not (url or "").startswith("https://"):
+        prefix = settings.model_config.get("env_prefix", "")
+        raise ValueError(
+            f"{prefix}CHECKPOINT_CA_FILE is set but {prefix}CHECKPOINT_URL is not an https URL"
+        )
 
 
 #: Where ``airlock up`` (state in ``.airlock/``) writes the executor's receipt public key
@@ -267,6 +292,9 @@ class WebappSettings(ServiceSettings):
 
     #: Base URL of the checkpoint API (the part before ``/v1``).
     checkpoint_url: str = "http://127.0.0.1:8787"
+    #: PEM bundle of the CA(s) that issued the checkpoint's TLS certificate; set, exactly
+    #: these are trusted instead of certifi's. ``SSL_CERT_FILE`` is not read.
+    checkpoint_ca_file: Path | None = None
     #: Seconds to wait for the checkpoint on each request.
     checkpoint_timeout: float = Field(default=10.0, gt=0)
     #: Address the web app listens on.
@@ -285,7 +313,10 @@ class WebappSettings(ServiceSettings):
             raise ValueError("AIRLOCK_WEBAPP_CHECKPOINT_URL must be set outside AIRLOCK_ENV=dev")
         if not self.checkpoint_url.startswith(("http://", "https://")):
             raise ValueError("AIRLOCK_WEBAPP_CHECKPOINT_URL must be an http(s) URL")
+        _ca_file_needs_https(self, self.checkpoint_url, self.checkpoint_ca_file)
         return self
+
+    _check_ca_file = field_validator("checkpoint_ca_file")(_readable_ca_file)
 
     def cookies_secure(self) -> bool:
         return (not is_dev(self)) if self.secure_cookies is None else self.secure_cookies
@@ -311,6 +342,9 @@ class AgentSettings(CloudSettings):
     checkpoint_url: str = "http://127.0.0.1:8787"
     #: The agent's service token (``role=agent``); needed to read back and to submit.
     checkpoint_token: SecretStr = SecretStr("")
+    #: PEM bundle of the CA(s) that issued the checkpoint's TLS certificate; set, exactly
+    #: these are trusted. Unset: certifi's bundle, or ``SSL_CERT_FILE`` if set.
+    checkpoint_ca_file: Path | None = None
     #: Seconds to wait for the checkpoint on each request.
     checkpoint_timeout: float = Field(default=10.0, gt=0)
     #: Attempts per checkpoint request while it is down (bounded exponential backoff).
@@ -366,12 +400,15 @@ class AgentSettings(CloudSettings):
             raise ValueError("net_quiet_min_days cannot exceed window_days")
         if not self.checkpoint_url.startswith(("http://", "https://")):
             raise ValueError("AIRLOCK_AGENT_CHECKPOINT_URL must be an http(s) URL")
+        _ca_file_needs_https(self, self.checkpoint_url, self.checkpoint_ca_file)
         if not is_dev(self):
             if not self.account:
                 raise ValueError("AIRLOCK_AGENT_ACCOUNT must be set outside AIRLOCK_ENV=dev")
             if "checkpoint_url" not in self.model_fields_set:
                 raise ValueError("AIRLOCK_AGENT_CHECKPOINT_URL must be set outside AIRLOCK_ENV=dev")
         return self
+
+    _check_ca_file = field_validator("checkpoint_ca_file")(_readable_ca_file)
 
     def account_or_default(self) -> str:
         """The configured account; devcloud's account only in dev when none is set."""
@@ -429,6 +466,9 @@ class ExecutorSettings(CloudSettings):
     checkpoint_url: str | None = None
     #: The executor's service token at the checkpoint (``tokens create --role executor``).
     checkpoint_token: SecretStr = SecretStr("")
+    #: PEM bundle of the CA(s) that issued the checkpoint's TLS certificate; set, exactly
+    #: these are trusted instead of certifi's. ``SSL_CERT_FILE`` is not read.
+    checkpoint_ca_file: Path | None = None
     #: Longest wait between retries when the checkpoint is down, seconds.
     retry_max: int = Field(default=30, gt=0)
     #: A file the daemon touches on every turn of its loop (``airlock executor health``).
@@ -449,6 +489,7 @@ class ExecutorSettings(CloudSettings):
             raise ValueError("lease_seconds must exceed twice the cloud call timeouts")
         if self.checkpoint_url and not self.checkpoint_url.startswith(("http://", "https://")):
             raise ValueError("AIRLOCK_EXECUTOR_CHECKPOINT_URL must be an http(s) URL")
+        _ca_file_needs_https(self, self.checkpoint_url, self.checkpoint_ca_file)
         if is_dev(self):
             return self
         if "database_url" not in self.model_fields_set:
@@ -458,6 +499,8 @@ class ExecutorSettings(CloudSettings):
         if self.audience == "airlock-executor/dev":
             raise ValueError("AIRLOCK_EXECUTOR_AUDIENCE must be set outside AIRLOCK_ENV=dev")
         return self
+
+    _check_ca_file = field_validator("checkpoint_ca_file")(_readable_ca_file)
 
     def account_or_default(self) -> str:
         """The bound account; devcloud's in dev when none is set."""

@@ -33,6 +33,7 @@ from starlette.datastructures import FormData
 
 from airlock.asgi import BodyLimit
 from airlock.settings import WebappSettings
+from airlock.tls import checkpoint_verify
 
 from . import present
 from .charts import evidence_charts, human_bytes, percent
@@ -170,7 +171,10 @@ def create_app(
     """The ASGI app. ``transport`` (an httpx transport) lets tests stand in a fake checkpoint."""
     settings = settings or WebappSettings()
     client = CheckpointClient(
-        settings.checkpoint_url, timeout=settings.checkpoint_timeout, transport=transport
+        settings.checkpoint_url,
+        timeout=settings.checkpoint_timeout,
+        verify=checkpoint_verify(settings.checkpoint_ca_file),
+        transport=transport,
     )
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(_HERE / "templates"),

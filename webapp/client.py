@@ -8,6 +8,7 @@ ignored so a newer checkpoint does not break the page; missing ones are an error
 
 from __future__ import annotations
 
+import ssl
 from typing import Any, Final, Literal, TypeVar
 
 import httpx
@@ -170,8 +171,14 @@ class CheckpointClient:
         base_url: str,
         *,
         timeout: float = 10.0,
+        verify: ssl.SSLContext | Literal[True] = True,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
+        """``verify``: ``True`` trusts certifi's CA bundle; a checkpoint behind a private
+        CA needs the context of its CA file (``AIRLOCK_WEBAPP_CHECKPOINT_CA_FILE``,
+        :func:`airlock.tls.checkpoint_verify`). Verification cannot be turned off."""
+        if verify is not True and not isinstance(verify, ssl.SSLContext):
+            raise TypeError("verify must be True or an ssl.SSLContext; verification stays on")
         self._http = httpx.Client(
             base_url=base_url.rstrip("/"),
             timeout=timeout,
@@ -179,8 +186,10 @@ class CheckpointClient:
             headers={"User-Agent": _USER_AGENT, "Accept": "application/json"},
             # A redirect from the checkpoint would carry the bearer token elsewhere.
             follow_redirects=False,
-            # No ambient proxy or .netrc credentials on a call that carries a session.
+            # No ambient proxy or .netrc credentials on a call that carries a session,
+            # and no SSL_CERT_FILE: what is trusted is ``verify``, nothing else.
             trust_env=False,
+            verify=verify,
         )
 
     def close(self) -> None:

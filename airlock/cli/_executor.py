@@ -42,7 +42,11 @@ executor_app = Typer(
         "--once); SIGTERM/SIGINT stop it after the item in hand.\n\n"
         "The source is the checkpoint's feed when AIRLOCK_EXECUTOR_CHECKPOINT_URL is set "
         "(with AIRLOCK_EXECUTOR_CHECKPOINT_TOKEN; outcomes are reported back), otherwise "
-        "the directory AIRLOCK_EXECUTOR_INBOX."
+        "the directory AIRLOCK_EXECUTOR_INBOX.\n\n"
+        "Over https the checkpoint's certificate and host name are verified against "
+        "certifi's CA bundle, or against exactly the PEM file "
+        "AIRLOCK_EXECUTOR_CHECKPOINT_CA_FILE when it is set (for a private CA); "
+        "SSL_CERT_FILE is not read."
     ),
     invoke_without_command=True,
 )
@@ -173,8 +177,10 @@ def executor_command(
 
     The source is the checkpoint's feed when AIRLOCK_EXECUTOR_CHECKPOINT_URL is set (with
     AIRLOCK_EXECUTOR_CHECKPOINT_TOKEN, an executor service token; outcomes are reported
-    back), otherwise the directory AIRLOCK_EXECUTOR_INBOX. SIGTERM/SIGINT stop it after
-    the item in hand.
+    back), otherwise the directory AIRLOCK_EXECUTOR_INBOX. Over https the checkpoint's
+    certificate is verified against certifi's CA bundle, or against exactly
+    AIRLOCK_EXECUTOR_CHECKPOINT_CA_FILE when set (SSL_CERT_FILE is not read).
+    SIGTERM/SIGINT stop it after the item in hand.
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -200,6 +206,7 @@ def executor_command(
 
 
 def _serve(settings: ExecutorSettings, executor: Executor, *, once: bool) -> None:
+    from airlock.tls import CAFileError, checkpoint_verify
     from services.executor import (
         Backoff,
         BundleSource,
@@ -223,10 +230,15 @@ def _serve(settings: ExecutorSettings, executor: Executor, *, once: bool) -> Non
     source: BundleSource
     http = None
     if settings.checkpoint_url:
+        try:
+            verify = checkpoint_verify(settings.checkpoint_ca_file)
+        except CAFileError as exc:  # the settings read it; changed since
+            raise _fail(f"AIRLOCK_EXECUTOR_CHECKPOINT_CA_FILE={exc}") from None
         http = checkpoint_client(
             settings.checkpoint_url,
             settings.checkpoint_token.get_secret_value(),
             poll_wait_s=settings.poll_wait,
+            verify=verify,
         )
         source = CheckpointFeedSource(
             engine=executor.engine,

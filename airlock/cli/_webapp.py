@@ -21,7 +21,11 @@ def webapp_command(
     checkpoint_url: Annotated[
         str | None,
         typer.Option(
-            metavar="URL", help="Checkpoint API base URL (AIRLOCK_WEBAPP_CHECKPOINT_URL)."
+            metavar="URL",
+            help="Checkpoint API base URL (AIRLOCK_WEBAPP_CHECKPOINT_URL). Over https its "
+            "certificate is verified against certifi's CA bundle, or against exactly the PEM "
+            "file AIRLOCK_WEBAPP_CHECKPOINT_CA_FILE when set (a private CA); SSL_CERT_FILE "
+            "is not read.",
         ),
     ] = None,
 ) -> None:
@@ -29,6 +33,7 @@ def webapp_command(
     import uvicorn
 
     from airlock.settings import WebappSettings
+    from airlock.tls import CAFileError
     from webapp.app import create_app
 
     changes = {
@@ -43,8 +48,13 @@ def webapp_command(
         raise typer.Exit(2) from None
     # proxy_headers stays off: X-Forwarded-Proto from an untrusted client must not make
     # the app believe it is on HTTPS. Behind a TLS proxy, set AIRLOCK_WEBAPP_SECURE_COOKIES.
+    try:
+        app = create_app(base)
+    except CAFileError as exc:  # the settings read it; changed since
+        typer.echo(f"webapp: AIRLOCK_WEBAPP_CHECKPOINT_CA_FILE={exc}", err=True)
+        raise typer.Exit(2) from None
     uvicorn.run(
-        create_app(base),
+        app,
         host=base.host,
         port=base.port,
         log_level="warning",

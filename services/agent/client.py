@@ -13,6 +13,7 @@ This module never logs the token, and never sends anything but the agent's own a
 
 from __future__ import annotations
 
+import ssl
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -121,6 +122,7 @@ class HttpCheckpointClient:
         *,
         http: httpx.Client | None = None,
         timeout: float = 10.0,
+        verify: ssl.SSLContext | Literal[True] = True,
         attempts: int = 6,
         backoff_initial: float = 0.5,
         backoff_max: float = 30.0,
@@ -130,7 +132,11 @@ class HttpCheckpointClient:
             raise ValueError("the agent's checkpoint token is required")
         if attempts < 1:
             raise ValueError("at least one attempt")
-        self._http = http or httpx.Client(base_url=base_url, timeout=timeout)
+        if verify is not True and not isinstance(verify, ssl.SSLContext):
+            raise TypeError("verify must be True or an ssl.SSLContext; verification stays on")
+        # ``verify=True`` with httpx's default trust_env: certifi's bundle, or the file
+        # SSL_CERT_FILE names; a context (AIRLOCK_AGENT_CHECKPOINT_CA_FILE) is used alone.
+        self._http = http or httpx.Client(base_url=base_url, timeout=timeout, verify=verify)
         self._owns_http = http is None
         self._headers = {"Authorization": f"Bearer {token}"}
         self._attempts = attempts

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from airlock.cloud.ports import CloudReader
+from airlock.tls import checkpoint_verify
 
 from .client import CheckpointClient, HttpCheckpointClient
 from .discovery import Discovery, Observation
@@ -284,6 +285,7 @@ def build_agent(
                 settings.checkpoint_url,
                 token,
                 timeout=settings.checkpoint_timeout,
+                verify=checkpoint_verify(settings.checkpoint_ca_file),
                 attempts=settings.checkpoint_attempts,
                 backoff_initial=settings.backoff_initial,
                 backoff_max=settings.backoff_max,

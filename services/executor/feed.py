@@ -53,12 +53,13 @@ from __future__ import annotations
 import logging
 import random
 import re
+import ssl
 import time
 from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, Literal
 
 import httpx
 import sqlalchemy as sa
@@ -138,22 +139,31 @@ def feed_name(base_url: str) -> str:
 
 
 def checkpoint_client(
-    base_url: str, token: str, *, poll_wait_s: float, transport: httpx.BaseTransport | None = None
+    base_url: str,
+    token: str,
+    *,
+    poll_wait_s: float,
+    verify: ssl.SSLContext | Literal[True] = True,
+    transport: httpx.BaseTransport | None = None,
 ) -> httpx.Client:
     """An HTTP client for the feed and the outcome API, with explicit timeouts.
 
     The read timeout outlasts the long-poll. ``trust_env=False``: the bearer token is
-    never routed through a proxy picked up from the environment. TLS certificates are
-    verified (``verify=True``, said explicitly) against certifi's CA bundle, which is
-    httpx's default; the environment's ``SSL_CERT_FILE`` is not read either, so a
-    checkpoint behind a private CA is not reachable over https yet.
+    never routed through a proxy picked up from the environment, and ``SSL_CERT_FILE`` is
+    not read either. TLS certificates and host names are always verified: against
+    certifi's CA bundle (``verify=True``, httpx's default, said explicitly), or, for a
+    checkpoint behind a private CA, against exactly the CA file the executor names
+    (``AIRLOCK_EXECUTOR_CHECKPOINT_CA_FILE``, as :func:`airlock.tls.checkpoint_verify`'s
+    context). There is no way to pass ``False``.
     """
+    if verify is not True and not isinstance(verify, ssl.SSLContext):
+        raise TypeError("verify must be True or an ssl.SSLContext; verification stays on")
     return httpx.Client(
         base_url=base_url,
         headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
         timeout=httpx.Timeout(connect=5.0, read=poll_wait_s + 15.0, write=10.0, pool=5.0),
         trust_env=False,
-        verify=True,
+        verify=verify,
         follow_redirects=False,
         transport=transport,
     )
