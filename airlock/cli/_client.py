@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import enum
 import json
+import ssl
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -106,13 +107,23 @@ def _refusal(response: httpx.Response) -> CheckpointRefused | None:
 class CheckpointClient:
     """A small synchronous client over ``/v1``; one per command invocation."""
 
-    def __init__(self, url: str, token: str | None = None) -> None:
+    def __init__(
+        self, url: str, token: str | None = None, *, verify: ssl.SSLContext | bool = True
+    ) -> None:
+        """``verify``: httpx's default (certifi, or ``SSL_CERT_FILE`` if set), or one CA
+        file's context (:func:`airlock.tls.checkpoint_verify`); never False."""
+        if verify is False:
+            raise ValueError("TLS verification of the checkpoint cannot be turned off")
         self.url = url
         headers = {"User-Agent": _USER_AGENT, "Accept": "application/json"}
         if token is not None:
             headers["Authorization"] = f"Bearer {token}"
         self._http = httpx.Client(
-            base_url=url, headers=headers, timeout=_TIMEOUT, follow_redirects=False
+            base_url=url,
+            headers=headers,
+            timeout=_TIMEOUT,
+            follow_redirects=False,
+            verify=verify,
         )
 
     @classmethod

@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Annotated, Final, Literal
 
 import typer
 
+from airlock.tls import checkpoint_verify
+
 from ._client import CheckpointClient, CheckpointRefused, CheckpointUnavailable
 from ._session import SessionError, check_url, read_session, session_path
 
@@ -364,26 +366,31 @@ def clock_check(local: float, server_date: str | None, skew: int) -> tuple[Statu
     return "ok", f"within {skew}s of the checkpoint ({offset:+.0f}s)"
 
 
-def _checkpoint_url(option: str | None, loaded: _Loaded) -> str | None:
+def _checkpoint_url(option: str | None, loaded: _Loaded) -> tuple[str | None, Path | None]:
+    """The checkpoint URL to check, and the CA file to trust for it: the CA file of the
+    service whose URL it is (``AIRLOCK_<SERVICE>_CHECKPOINT_CA_FILE``), so doctor reaches
+    the checkpoint as that service does; None for a URL from ``--url``, the environment
+    or the session, which the CLI reaches as it always does (``SSL_CERT_FILE``)."""
     try:
         session = read_session(session_path())
     except SessionError:
         session = None
-    candidates: list[str | None] = [
-        option,
-        os.environ.get("AIRLOCK_CHECKPOINT_URL"),
-        session.url if session else None,
-        loaded.webapp.checkpoint_url if loaded.webapp else None,
-        loaded.agent.checkpoint_url if loaded.agent else None,
-        loaded.executor.checkpoint_url if loaded.executor else None,
+    candidates: list[tuple[str | None, Path | None]] = [
+        (option, None),
+        (os.environ.get("AIRLOCK_CHECKPOINT_URL"), None),
+        (session.url if session else None, None),
     ]
+    services = [s for s in (loaded.webapp, loaded.agent, loaded.executor) if s is not None]
+    # A URL a service was configured with before one it has by default (dev's loopback).
+    services.sort(key=lambda s: "checkpoint_url" not in s.model_fields_set)
+    candidates += [(s.checkpoint_url, s.checkpoint_ca_file) for s in services]
     if loaded.checkpoint is not None:
         host = loaded.checkpoint.host
         # A bind-all address is reached over loopback from this host.
         if host in ("0.0.0.0", "::"):  # noqa: S104 - compared, not bound
             host = "127.0.0.1"
-        candidates.append(f"http://{host}:{loaded.checkpoint.port}")
-    return next((c for c in candidates if c), None)
+        candidates.append((f"http://{host}:{loaded.checkpoint.port}", None))
+    return next(((url, ca) for url, ca in candidates if url), (None, None))
 
 
 def _checkpoint(
@@ -391,6 +398,7 @@ def _checkpoint(
     url: str | None,
     skew: int,
     now: Callable[[], float],
+    ca_file: Path | None = None,
 ) -> None:
     if url is None:
         report.add("warn", "checkpoint", "no checkpoint URL configured here (--url to check one)")
@@ -400,7 +408,7 @@ def _checkpoint(
     except SessionError as exc:
         report.add("fail", "checkpoint", str(exc))
         return
-    with CheckpointClient(base) as client:
+    with CheckpointClient(base, verify=checkpoint_verify(ca_file)) as client:
         try:
             before = now()
             response = client.raw("GET", "/healthz")
@@ -429,7 +437,11 @@ def doctor_command(
     *,
     url: Annotated[
         str | None,
-        typer.Option("--url", help="Checkpoint to check (default: from the environment/session)."),
+        typer.Option(
+            "--url",
+            help="Checkpoint to check (default: AIRLOCK_CHECKPOINT_URL, the session, else a "
+            "service's configured URL, checked with that service's CHECKPOINT_CA_FILE).",
+        ),
     ] = None,
     service: Annotated[
         list[Service] | None,
@@ -467,7 +479,8 @@ def doctor_command(
     if loaded.executor is not None:
         _database(report, "database.executor", loaded.executor.database_url)
     skew = loaded.executor.skew if loaded.executor is not None else _DEFAULT_SKEW
-    _checkpoint(report, _checkpoint_url(url, loaded), skew, time.time)
+    checkpoint_url, ca_file = _checkpoint_url(url, loaded)
+    _checkpoint(report, checkpoint_url, skew, time.time, ca_file)
     typer.echo(f"{report.failed} failed, {report.warned} warnings, {len(report.checks)} checks")
     if report.failed:
         raise typer.Exit(1)

@@ -13,6 +13,7 @@ from airlock.store import make_engine
 from services.checkpoint.keys import KeyDirectory
 from services.executor import generate_receipt_key, migrate
 from tests.executor.support import receipt_keyset
+from tests.support.tls import make_ca, serving_tls
 
 from .conftest import Served, airlock, dead_url
 
@@ -207,3 +208,27 @@ def test_clock_check_warns_beyond_the_executor_skew() -> None:
     assert status == "warn" and "-45s" in detail
     assert clock_check(at, None, 30)[0] == "warn"
     assert clock_check(at, "yesterday", 30)[0] == "warn"
+
+
+def test_doctor_reaches_a_private_ca_checkpoint_with_the_ca_file_of_the_service_it_checks(
+    served: Served, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The checkpoint URL doctor checks is a service's: it trusts what that service
+    trusts (its ``CHECKPOINT_CA_FILE``), not only certifi's bundle."""
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    ca = make_ca(tmp_path / "pki", "private-ca")
+    env = _dev_env(served, tmp_path)
+    del env["AIRLOCK_WEBAPP_CHECKPOINT_URL"]  # the executor's URL is the one checked
+    with serving_tls(served.world.app, ca.issue("checkpoint")) as url:
+        env["AIRLOCK_EXECUTOR_CHECKPOINT_URL"] = url
+        trusted = served.run(
+            "doctor", env={**env, "AIRLOCK_EXECUTOR_CHECKPOINT_CA_FILE": str(ca.ca_file)}
+        )
+        untrusted = served.run("doctor", env=env)
+    assert trusted.exit_code == 0, trusted.stdout
+    ok = [" ".join(line.split()) for line in _lines(trusted.stdout, "ok")]
+    assert f"ok checkpoint.healthz {url} is up" in ok, trusted.stdout
+    assert "ok checkpoint.readyz database and signing key ready" in ok
+    [failed] = [line for line in _lines(untrusted.stdout, "fail") if "checkpoint.healthz" in line]
+    assert "CERTIFICATE_VERIFY_FAILED" in failed, failed
