@@ -11,7 +11,6 @@ cloud reader is an in-memory double that is never asked anything.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -20,18 +19,11 @@ from pydantic import ValidationError
 from airlock.settings import AgentSettings
 from services.agent.errors import CheckpointUnavailable
 from services.agent.service import Agent, build_agent
-from tests.checkpoint.harness import World, make_world
 from tests.executor.support import InMemoryCloud
-from tests.support.tls import TestCA, make_ca, serving_tls
+from tests.support import tls
+from tests.support.tls import TlsCheckpoint, make_ca
 
 ACCOUNT = "5123456789012345"
-
-
-@dataclass
-class TlsCheckpoint:
-    world: World
-    url: str
-    ca: TestCA
 
 
 @pytest.fixture
@@ -40,14 +32,8 @@ def tls_checkpoint(
 ) -> Iterator[TlsCheckpoint]:
     monkeypatch.delenv("SSL_CERT_FILE", raising=False)
     monkeypatch.delenv("SSL_CERT_DIR", raising=False)
-    ca = make_ca(tmp_path / "pki", "private-ca")
-    world = make_world(sqlite_url, tmp_path)
-    try:
-        with serving_tls(world.app, ca.issue("checkpoint")) as url:
-            yield TlsCheckpoint(world, url, ca)
-    finally:
-        world.client.close()
-        world.checkpoint.db.dispose()
+    with tls.tls_checkpoint(sqlite_url, tmp_path) as cp:
+        yield cp
 
 
 def _agent(cp: TlsCheckpoint, ca_file: Path | None) -> Agent:

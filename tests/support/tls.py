@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 from cryptography import x509
@@ -30,7 +30,10 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from tests.support.ports import free_port
 
-__all__ = ["ServerCert", "TestCA", "make_ca", "serving_tls"]
+if TYPE_CHECKING:
+    from tests.checkpoint.harness import World
+
+__all__ = ["ServerCert", "TestCA", "TlsCheckpoint", "make_ca", "serving_tls", "tls_checkpoint"]
 
 _START_DEADLINE_S = 10.0
 _STOP_DEADLINE_S = 10.0
@@ -184,3 +187,28 @@ def serving_tls(app: Any, server_cert: ServerCert) -> Iterator[str]:
         thread.join(_STOP_DEADLINE_S)
         sock.close()
         assert not thread.is_alive(), "TLS server did not stop"
+
+
+@dataclass(frozen=True)
+class TlsCheckpoint:
+    """The real checkpoint (tests/checkpoint/harness.py) served over https at ``url``
+    with a certificate that ``ca`` issued for 127.0.0.1."""
+
+    world: World
+    url: str
+    ca: TestCA
+
+
+@contextmanager
+def tls_checkpoint(database_url: str, directory: Path) -> Iterator[TlsCheckpoint]:
+    """A checkpoint on ``database_url`` behind a fresh private CA, for one block."""
+    from tests.checkpoint.harness import make_world
+
+    ca = make_ca(directory / "pki", "private-ca")
+    world = make_world(database_url, directory)
+    try:
+        with serving_tls(world.app, ca.issue("checkpoint")) as url:
+            yield TlsCheckpoint(world, url, ca)
+    finally:
+        world.client.close()
+        world.checkpoint.db.dispose()

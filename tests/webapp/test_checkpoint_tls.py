@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -19,8 +18,9 @@ import uvicorn
 from pydantic import ValidationError
 
 from airlock.settings import WebappSettings
-from tests.checkpoint.harness import PASSWORD, World, make_world
-from tests.support.tls import TestCA, make_ca, serving_tls
+from tests.checkpoint.harness import PASSWORD
+from tests.support import tls
+from tests.support.tls import TlsCheckpoint, make_ca
 from webapp import create_app
 from webapp.client import CheckpointClient
 
@@ -31,23 +31,10 @@ with warnings.catch_warnings():
     from starlette.testclient import TestClient
 
 
-@dataclass
-class TlsCheckpoint:
-    world: World
-    url: str
-    ca: TestCA
-
-
 @pytest.fixture
 def tls_checkpoint(sqlite_url: str, tmp_path: Path) -> Iterator[TlsCheckpoint]:
-    ca = make_ca(tmp_path / "pki", "private-ca")
-    world = make_world(sqlite_url, tmp_path)
-    try:
-        with serving_tls(world.app, ca.issue("checkpoint")) as url:
-            yield TlsCheckpoint(world, url, ca)
-    finally:
-        world.client.close()
-        world.checkpoint.db.dispose()
+    with tls.tls_checkpoint(sqlite_url, tmp_path) as cp:
+        yield cp
 
 
 def _sign_in(settings: WebappSettings) -> tuple[int, str]:
