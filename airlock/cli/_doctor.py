@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Annotated, Final, Literal
 
 import typer
 
-from airlock.tls import checkpoint_verify
+from airlock.tls import CAFileError, checkpoint_verify
 
 from ._client import CheckpointClient, CheckpointRefused, CheckpointUnavailable
 from ._session import SessionError, check_url, read_session, session_path
@@ -408,7 +408,12 @@ def _checkpoint(
     except SessionError as exc:
         report.add("fail", "checkpoint", str(exc))
         return
-    with CheckpointClient(base, verify=checkpoint_verify(ca_file)) as client:
+    try:
+        verify = checkpoint_verify(ca_file)
+    except CAFileError as exc:  # the settings read it; it changed since
+        report.add("fail", "checkpoint.tls", f"CA file {exc}")
+        return
+    with CheckpointClient(base, verify=verify) as client:
         try:
             before = now()
             response = client.raw("GET", "/healthz")

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from airlock.cloud.ports import CloudReader
-from airlock.tls import checkpoint_verify
+from airlock.tls import CAFileError, checkpoint_verify
 
 from .client import CheckpointClient, HttpCheckpointClient
 from .discovery import Discovery, Observation
@@ -281,11 +281,15 @@ def build_agent(
     if client is None:
         token = settings.checkpoint_token.get_secret_value()
         if token:
+            try:
+                verify = checkpoint_verify(settings.checkpoint_ca_file)
+            except CAFileError as exc:  # the settings read it; it changed since
+                raise ConfigError(f"AIRLOCK_AGENT_CHECKPOINT_CA_FILE={exc}") from None
             client = HttpCheckpointClient(
                 settings.checkpoint_url,
                 token,
                 timeout=settings.checkpoint_timeout,
-                verify=checkpoint_verify(settings.checkpoint_ca_file),
+                verify=verify,
                 attempts=settings.checkpoint_attempts,
                 backoff_initial=settings.backoff_initial,
                 backoff_max=settings.backoff_max,

@@ -19,6 +19,7 @@ a password or key material.
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -78,6 +79,8 @@ from .schemas import (
 
 __all__ = ["RECEIPT_PAYLOAD_TYPE", "Checkpoint", "CheckpointConfig"]
 
+_log = logging.getLogger("airlock.checkpoint")
+
 #: The executor's receipt envelope type (DESIGN §2.4 step 16; services/executor/receipts).
 RECEIPT_PAYLOAD_TYPE: Final = "application/vnd.airlock.receipt.v1+json"
 _RECEIPT_MAX_BYTES: Final = 64 * 1024
@@ -97,6 +100,10 @@ _MAX_PAGE: Final = 200
 #: ``_feed``). Up to a million items a second keep to the clock; more just count on.
 #: In 2026 a seq is about 1.8e15, and stays under JSON's 2**53 for two centuries.
 FEED_SEQ_PER_SECOND: Final = 1_000_000
+#: The largest feed seq: JSON's largest exact integer (the feed's ``after`` takes no more).
+_FEED_SEQ_MAX: Final = 2**53 - 1
+#: How far past this clock an executor's cursor may raise the feed counter, seconds.
+_FEED_AHEAD_MAX_S: Final = 24 * 3600
 
 
 @dataclass(frozen=True, slots=True)
@@ -647,12 +654,59 @@ class Checkpoint:
                         seq=row.seq, kind="approval", approval_id=row.approval_id, bundle=bundle
                     )
                 )
+        if last < after:
+            self._follow_cursor(principal, last, after, now)
         return FeedOut(
             items=items,
             cursor=cursor,
             audit_head=AuditHeadOut(seq=head.seq, hash=head.row_hash),
             feed_head=last,
         )
+
+    def _follow_cursor(self, principal: Principal, last: int, after: int, now: int) -> None:
+        """An executor has read past the end of this feed: the database went back
+        (restored from a backup, or reset). Raise the counter to its cursor, so the next
+        seq comes after it even when this clock is behind the one that issued the seqs it
+        read; the feed's clock floor alone covers only a clock that is not. Audited.
+        Bounded by a day ahead of this clock (and JSON's 2**53), so an executor token
+        cannot push the feed out of reach."""
+        bound = min((now + _FEED_AHEAD_MAX_S) * FEED_SEQ_PER_SECOND, _FEED_SEQ_MAX)
+        if after > bound:
+            _log.warning(
+                "the feed ends at %d and %s has read up to %d, more than a day past this "
+                "clock: the counter is not raised to it",
+                last,
+                principal.name,
+                after,
+            )
+            return
+        with self.engine.begin() as conn:
+            AuditLog.lock(conn)  # the chain lock before the counter's row, as issuing does
+            raised = conn.execute(
+                feed_head.update()
+                .where(feed_head.c.id == 1, feed_head.c.seq < after)
+                .values(seq=after)
+            ).rowcount
+            if raised:
+                self._audit(
+                    conn,
+                    now,
+                    "checkpoint.feed.raised",
+                    by=principal.name,
+                    feed_head=last,
+                    to=after,
+                    reason="an executor has read past the end of the feed",
+                )
+        if raised:
+            _log.warning(
+                "the feed ended at %d but %s has read up to %d: this database went back "
+                "(restored from a backup, or reset); the feed counter is raised to %d so "
+                "that new approvals come after it",
+                last,
+                principal.name,
+                after,
+                after,
+            )
 
     def feed_head(self) -> int:
         with self.engine.connect() as conn:
@@ -1109,6 +1163,8 @@ class Checkpoint:
             .values(seq=sa.case((after_last > floor, after_last), else_=floor))
         )
         seq = conn.execute(sa.select(feed_head.c.seq).where(feed_head.c.id == 1)).scalar_one()
+        if seq > _FEED_SEQ_MAX:  # past JSON's exact integers: no executor could ask after it
+            raise RuntimeError(f"feed seq {seq} is past 2**53 - 1; nothing is issued")
         conn.execute(
             feed_events.insert().values(seq=seq, kind=kind, approval_id=approval_id, at=now)
         )

@@ -21,9 +21,9 @@ evidence, never a condition of executing.
 
 A page also says where the checkpoint's feed ends (``feed_head``). A feed that ends
 before our cursor went back: the checkpoint's database was restored from a backup or
-reset. Its new items still come after the cursor, because the checkpoint takes feed seqs
-from its clock as well as its counter; the source logs a warning, once per such head,
-and moves nothing.
+reset. Its new items still come after the cursor: the checkpoint takes a feed seq from
+its clock as well as its counter, and raises the counter to a cursor it is asked with
+that is past it. The source logs a warning, once per such head, and moves nothing.
 
 :class:`OutboxReporter` posts the receipts of terminal outcomes (committed with the
 outcome, in the ledger or the resolutions table) to ``POST /v1/outcomes`` and records
@@ -430,12 +430,15 @@ class CheckpointFeedSource:
             return
         self._behind_warned = head
         _log.warning(
-            "the checkpoint's feed %s ends at %d, before this executor's cursor %d: was its "
-            "database restored from a backup, or reset? Its new approvals still come after "
-            "the cursor (feed seqs follow its clock). Compare the two audit chains with "
+            "the checkpoint's feed %s ends at %d, before this executor's cursor %d: its "
+            "database was restored from a backup, or reset. It raises its feed to the cursor "
+            "when asked, so approvals it issues from now on come after it; any it issued "
+            "since the restore with a seq at or below %d (only possible with its clock "
+            "behind the old one's) are not delivered. Compare the two audit chains with "
             "`airlock audit reconcile`.",
             self._feed,
             head,
+            after,
             after,
         )
 

@@ -17,7 +17,7 @@ import pytest
 from pydantic import ValidationError
 
 from airlock.settings import AgentSettings
-from services.agent.errors import CheckpointUnavailable
+from services.agent.errors import CheckpointUnavailable, ConfigError
 from services.agent.service import Agent, build_agent
 from tests.executor.support import InMemoryCloud
 from tests.support import tls
@@ -98,3 +98,20 @@ def test_a_bad_ca_file_is_a_settings_error_naming_the_variable_and_the_path(
         )
     message = caught.value.errors()[0]["msg"]
     assert f"AIRLOCK_AGENT_CHECKPOINT_CA_FILE={path}: not a PEM CA bundle" in message
+
+
+def test_a_ca_file_gone_after_the_settings_read_it_is_a_clear_config_error(
+    tls_checkpoint: TlsCheckpoint, tmp_path: Path
+) -> None:
+    ca_file = tmp_path / "ca-copy.pem"
+    ca_file.write_bytes(tls_checkpoint.ca.ca_file.read_bytes())
+    settings = AgentSettings(
+        AIRLOCK_ENV="dev",  # type: ignore[call-arg]  # the alias of ``env``
+        account=ACCOUNT,
+        checkpoint_url=tls_checkpoint.url,
+        checkpoint_token=tls_checkpoint.world.tokens["agent"],
+        checkpoint_ca_file=ca_file,
+    )
+    ca_file.unlink()
+    with pytest.raises(ConfigError, match=r"AIRLOCK_AGENT_CHECKPOINT_CA_FILE=.*cannot be read"):
+        build_agent(settings, reader=InMemoryCloud(), sleep=lambda _: None)

@@ -294,6 +294,37 @@ def test_feed_seqs_follow_the_clock_so_a_restored_database_never_reuses_one(
     assert page["items"][0]["seq"] == (first // FEED_SEQ_PER_SECOND + 60) * FEED_SEQ_PER_SECOND
 
 
+def test_an_executor_cursor_past_the_feed_raises_it_even_with_the_clock_behind(
+    world: World,
+) -> None:
+    """Restored onto a host whose clock is behind the old one's, the clock floor alone
+    would put the next seq below the seqs executors have read. An executor asking past
+    the end of the feed raises the counter to its cursor (audited), so the next approval
+    comes after it anyway; a cursor more than a day past the clock raises nothing."""
+    executor = world.auth("executor")
+    cursor = (world.clock() + 3600) * FEED_SEQ_PER_SECOND + 7  # read on a clock an hour ahead
+    page = world.client.get("/v1/feed", params={"after": cursor}, headers=executor).json()
+    assert (page["items"], page["cursor"], page["feed_head"]) == ([], cursor, 0)
+    again = world.client.get("/v1/feed", params={"after": cursor}, headers=executor).json()
+    assert again["feed_head"] == cursor  # raised once
+    [raised] = audit_events(world, "checkpoint.feed.raised")
+    assert (raised["by"], raised["feed_head"], raised["to"]) == ("executor-1", 0, cursor)
+
+    p = _pending(world)
+    issued = world.approve("alice", p["id"], p["action_hash"]).json()["approval"]
+    page = world.client.get("/v1/feed", params={"after": cursor}, headers=executor).json()
+    assert [(i["seq"], i["approval_id"]) for i in page["items"]] == [
+        (cursor + 1, issued["approval_id"])
+    ]
+
+    too_far = (world.clock() + 2 * 24 * 3600) * FEED_SEQ_PER_SECOND
+    world.client.get("/v1/feed", params={"after": too_far}, headers=executor)
+    assert len(audit_events(world, "checkpoint.feed.raised")) == 1
+    last = world.client.get("/v1/feed", params={"after": 0}, headers=executor).json()
+    assert last["feed_head"] == cursor + 1
+    assert verify_chain(world.checkpoint.engine).ok
+
+
 def test_a_revocation_stays_on_the_feed_after_the_approval_expired(world: World) -> None:
     """By the checkpoint's clock the approval has expired; an executor whose clock runs
     behind may not think so, and must still learn of the revocation."""

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
 
-from airlock.cli._doctor import clock_check
+from airlock.cli._doctor import _checkpoint, _Report, clock_check
 from airlock.store import make_engine
 from services.checkpoint.keys import KeyDirectory
 from services.executor import generate_receipt_key, migrate
@@ -232,3 +233,13 @@ def test_doctor_reaches_a_private_ca_checkpoint_with_the_ca_file_of_the_service_
     assert "ok checkpoint.readyz database and signing key ready" in ok
     [failed] = [line for line in _lines(untrusted.stdout, "fail") if "checkpoint.healthz" in line]
     assert "CERTIFICATE_VERIFY_FAILED" in failed, failed
+
+
+def test_doctor_reports_a_ca_file_that_cannot_be_read_any_more_as_a_failure(
+    tmp_path: Path,
+) -> None:
+    report = _Report()
+    _checkpoint(report, "https://127.0.0.1:1", 30, time.time, tmp_path / "gone.pem")
+    [check] = report.checks
+    assert (check.status, check.name) == ("fail", "checkpoint.tls")
+    assert "gone.pem: cannot be read" in check.detail
