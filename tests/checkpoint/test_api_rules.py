@@ -325,6 +325,19 @@ def test_an_executor_cursor_past_the_feed_raises_it_even_with_the_clock_behind(
     assert verify_chain(world.checkpoint.engine).ok
 
 
+def test_nothing_is_issued_with_a_feed_seq_past_json_exact_integers(world: World) -> None:
+    """No executor could ask for an item past 2**53 - 1 (the feed's ``after`` stops
+    there): an approval that would take such a seq is not issued at all."""
+    with world.checkpoint.engine.begin() as conn:
+        conn.execute(feed_head.update().values(seq=2**53 - 1))
+    p = _pending(world)
+    with pytest.raises(RuntimeError, match="past 2"):
+        world.approve("alice", p["id"], p["action_hash"])
+    shown = world.client.get(f"/v1/proposals/{p['id']}", headers=world.auth("viewer")).json()
+    assert (shown["state"], shown["approval"]) == ("pending", None)
+    assert audit_events(world, "checkpoint.approval.issued") == []
+
+
 def test_a_revocation_stays_on_the_feed_after_the_approval_expired(world: World) -> None:
     """By the checkpoint's clock the approval has expired; an executor whose clock runs
     behind may not think so, and must still learn of the revocation."""
