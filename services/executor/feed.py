@@ -42,7 +42,9 @@ under its number, and removes only its own queue row, so two executors sharing t
 ledger neither record an attempt twice nor drop a resend queued meanwhile.
 
 Neither class decides whether anything is executed, and neither ever writes to the cloud
-or changes a ledger row. A checkpoint that is down or answers 5xx/429 is retried with a
+or changes a ledger row. Each exchange with the checkpoint has a deadline from its start,
+connect, status line and headers included (``_PAGE_GRACE_S``, ``_ANSWER_DEADLINE_S``). A
+checkpoint that is down, misses a deadline or answers 5xx/429 is retried with a
 capped exponential backoff; 401/403 raises :class:`CheckpointUnauthorized`. A receipt the
 checkpoint fails alone (a 500 for it, the others accepted) backs off alone: receipts go
 in queue order, but none waits behind another except a resolution behind its outcome.
@@ -74,6 +76,7 @@ from airlock.protocol import (
 )
 from airlock.store import AuditLog, read_transaction
 
+from ._deadline import deadline_passed, deadline_transport, within
 from .errors import CheckpointUnauthorized
 from .failpoints import Failpoints
 from .models import (
@@ -110,16 +113,23 @@ _DETAIL_MAX: Final = 1000
 #: How much of an answer other than a feed page is read: an error or an outcome's answer
 #: is a small JSON object.
 _ANSWER_MAX_BYTES: Final = 64 * 1024
-#: A feed page must have arrived whole this long after the long-poll's wait: the read
-#: timeout bounds each chunk only, so a checkpoint (or a proxy) sending a byte now and
-#: then could otherwise hold the executor's one feed request for ever.
+#: Deadlines on a whole exchange with the checkpoint — connect, TLS handshake, request,
+#: status line, headers and body — counted from its start. httpx's timeouts bound one
+#: socket operation each, so a checkpoint (or a proxy) sending a byte now and then could
+#: otherwise hold the executor's one feed request, or a receipt's POST, for ever. Each is
+#: kept on the wire (:mod:`._deadline`: every socket operation gets at most what is left)
+#: and between the chunks of the body on the source's own clock. An exchange whose status
+#: line and headers (and, for a feed page, whole body) are not in by then fails as a
+#: checkpoint that is down does: backed off, nothing recorded.
+#: A feed request's: the long-poll's wait, then this long.
 _PAGE_GRACE_S: Final = 15.0
+#: A receipt POST's. The status decides; the body only explains it, and the part of it
+#: that arrived in time is used if the deadline passes between two of its chunks.
+_ANSWER_DEADLINE_S: Final = 15.0
 #: Least time between two empty answers to a long-poll: a checkpoint (or a proxy) that
 #: ignores ``wait`` and answers at once would otherwise be asked again and again as fast
 #: as the network allows. The checkpoint itself waits at least a second.
 _EMPTY_POLL_MIN_S: Final = 1.0
-#: How long the body of an answer to a receipt may take to arrive once its status has.
-_ANSWER_GRACE_S: Final = 15.0
 _MAX_BATCHES: Final = 20  # per flush, so a large backlog never starves the feed
 #: Pages one ``receive`` reads on past pages that hand over no approval (revocations).
 _PAGES_PER_RECEIVE: Final = 20
@@ -148,24 +158,29 @@ def checkpoint_client(
 ) -> httpx.Client:
     """An HTTP client for the feed and the outcome API, with explicit timeouts.
 
-    The read timeout outlasts the long-poll. ``trust_env=False``: the bearer token is
-    never routed through a proxy picked up from the environment, and ``SSL_CERT_FILE`` is
-    not read either. TLS certificates and host names are always verified: against
-    certifi's CA bundle (``verify=True``, httpx's default, said explicitly), or, for a
-    checkpoint behind a private CA, against exactly the CA file the executor names
-    (``AIRLOCK_EXECUTOR_CHECKPOINT_CA_FILE``, as :func:`airlock.tls.checkpoint_verify`'s
-    context). There is no way to pass ``False``.
+    The read timeout outlasts the long-poll. Each socket operation is also cut to what is
+    left of the deadline of the exchange under way (:func:`._deadline.within`, which the
+    feed source and the outbox open around each request), so a checkpoint that sends its
+    status line and headers, or anything else, a byte at a time holds no request past it.
+    ``transport`` (for tests) replaces all of that, ``verify`` included.
+
+    ``trust_env=False``: the bearer token is never routed through a proxy picked up from
+    the environment, and ``SSL_CERT_FILE`` is not read either. TLS certificates and host
+    names are always verified: against certifi's CA bundle (``verify=True``, httpx's
+    default, said explicitly), or, for a checkpoint behind a private CA, against exactly
+    the CA file the executor names (``AIRLOCK_EXECUTOR_CHECKPOINT_CA_FILE``, as
+    :func:`airlock.tls.checkpoint_verify`'s context). There is no way to pass ``False``.
     """
     if verify is not True and not isinstance(verify, ssl.SSLContext):
         raise TypeError("verify must be True or an ssl.SSLContext; verification stays on")
     return httpx.Client(
         base_url=base_url,
         headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
-        timeout=httpx.Timeout(connect=5.0, read=poll_wait_s + 15.0, write=10.0, pool=5.0),
+        timeout=httpx.Timeout(connect=5.0, read=poll_wait_s + _PAGE_GRACE_S, write=10.0, pool=5.0),
         trust_env=False,
-        verify=verify,
+        verify=verify,  # unused beside a transport: ours below is built with it
         follow_redirects=False,
-        transport=transport,
+        transport=deadline_transport(verify) if transport is None else transport,
     )
 
 
@@ -207,15 +222,20 @@ def _read_at_most(
     monotonic: Callable[[], float],
     limit: int = _ANSWER_MAX_BYTES,
 ) -> bytes:
-    """The first ``limit`` bytes of a streamed answer's body, or what arrived by ``until``
-    (a ``monotonic`` time); the rest is never read, so a broken checkpoint or a proxy in
-    front can neither exhaust our memory with one nor hold us by dripping it (the read
-    timeout bounds each chunk only). The status decides; this body only explains it."""
+    """The first ``limit`` bytes of a streamed answer's body, or what arrived by its
+    deadline: ``until`` (a ``monotonic`` time) or the exchange's on the wire, whichever
+    notices first. The rest is never read, so a broken checkpoint or a proxy in front can
+    neither exhaust our memory with one nor hold us by dripping it. The status decides;
+    this body only explains it."""
     body = bytearray()
-    for chunk in response.iter_bytes():
-        body += chunk
-        if len(body) >= limit or monotonic() > until:
-            break
+    try:
+        for chunk in response.iter_bytes():
+            body += chunk
+            if len(body) >= limit or monotonic() > until:
+                break
+    except httpx.ReadTimeout:
+        if not deadline_passed():  # a read timeout of its own: the answer never came
+            raise
     return bytes(body[:limit])
 
 
@@ -443,10 +463,14 @@ class CheckpointFeedSource:
         )
 
     def _get(self, after: int, wait_s: float) -> dict[str, Any]:
-        params = {"after": after, "wait": max(0, int(wait_s)), "limit": PAGE_LIMIT}
-        deadline = self._mono() + max(0, int(wait_s)) + _PAGE_GRACE_S
+        wait = max(0, int(wait_s))
+        params = {"after": after, "wait": wait, "limit": PAGE_LIMIT}
+        deadline = self._mono() + wait + _PAGE_GRACE_S
         try:
-            with self._client.stream("GET", "/v1/feed", params=params) as response:
+            with (
+                within(wait + _PAGE_GRACE_S),
+                self._client.stream("GET", "/v1/feed", params=params) as response,
+            ):
                 status = response.status_code
                 if status != 200:
                     # The page is read capped below; an error under the same deadline.
@@ -935,9 +959,11 @@ class OutboxReporter:
 
     def _deliver(self, item: PendingReceipt) -> None:
         body = b'{"receipt":' + item.receipt.encode("utf-8") + b"}"
+        until = self._mono() + _ANSWER_DEADLINE_S
         try:
             with (
                 self._idle(),
+                within(_ANSWER_DEADLINE_S),
                 self._client.stream(
                     "POST",
                     "/v1/outcomes",
@@ -945,7 +971,6 @@ class OutboxReporter:
                     headers={"Content-Type": "application/json"},
                 ) as response,
             ):
-                until = self._mono() + _ANSWER_GRACE_S
                 status = response.status_code
                 answer = _read_at_most(response, until=until, monotonic=self._mono)
         except httpx.HTTPError as exc:

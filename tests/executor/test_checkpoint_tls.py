@@ -7,12 +7,15 @@ through :func:`checkpoint_client` as the daemon builds it: trusting certifi alon
 cannot verify the certificate (a transient failure: nothing recorded, the cursor stays),
 trusting exactly the CA file of ``AIRLOCK_EXECUTOR_CHECKPOINT_CA_FILE`` it gets the page,
 and a CA file of another CA, or a certificate of the right CA for another host, fails.
+The client's connections go through the executor's deadline backend (a checkpoint that
+drips its headers over TLS is given up on time) and verification is the same through it.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,8 +30,10 @@ from airlock.protocol import canonical_bytes
 from airlock.store import make_engine
 from airlock.tls import CAFileError, checkpoint_verify
 from services.executor import Backoff, CheckpointFeedSource, checkpoint_client, migrate
+from services.executor import feed as feed_module
 from services.executor.models import checkpoint_head, ledger, refusals, revocations
 from tests.checkpoint.harness import World, make_world
+from tests.support.dripping import Answer, ok_json, serving_drips
 from tests.support.tls import TestCA, make_ca, serving_tls
 
 from .support import keyset
@@ -144,6 +149,50 @@ def test_a_certificate_of_the_private_ca_for_another_host_is_refused(
         world.client.close()
         world.checkpoint.db.dispose()
     assert "CERTIFICATE_VERIFY_FAILED" in caplog.text and "IP address mismatch" in caplog.text
+    _nothing_recorded(ledger_engine)
+
+
+def test_a_checkpoint_dripping_its_headers_over_tls_is_given_up_at_the_deadline_verified_as_ever(
+    ca: TestCA,
+    ledger_engine: Engine,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The deadline's network backend wraps the TLS stream too, and changes nothing in
+    what is trusted: another CA's context is still refused before any request is sent."""
+    monkeypatch.setattr(feed_module, "_PAGE_GRACE_S", 0.5)
+    dripped = Answer(dripped=b"HTTP/1.1 200 OK\r\nX-Drip: .....", byte_every_s=0.2)  # 6 s
+    answers = [dripped, ok_json(b'{"items": [], "cursor": 0}')]
+    other = make_ca(tmp_path / "other-pki", "other-ca")
+    with serving_drips(answers, tls=ca.issue("dripping")) as server:
+        for trusted in (other, ca):
+            sleeps: list[float] = []
+            with checkpoint_client(
+                server.url, "t", poll_wait_s=1, verify=checkpoint_verify(trusted.ca_file)
+            ) as client:
+                source = CheckpointFeedSource(
+                    engine=ledger_engine,
+                    client=client,
+                    clock=lambda: int(time.time()),
+                    backoff=Backoff(rng=lambda: 1.0),
+                    sleep=sleeps.append,
+                    monotonic=lambda: 0.0,  # the body deadline on this clock never passes
+                )
+                started = time.monotonic()
+                assert source.receive(wait_s=0) == ()
+                took = time.monotonic() - started
+                assert sleeps == [0.5]
+                if trusted is other:
+                    assert "CERTIFICATE_VERIFY_FAILED" in caplog.text
+                    assert server.requests == []  # the token never went out
+                    continue
+                assert 0.5 <= took < 0.5 + 1.5  # the grace: the wait asked for was 0
+                assert source.receive(wait_s=0) == ()  # answered in time, same client
+                assert sleeps == [0.5]  # no failure this time
+        # The server takes connections in turn: it saw the first one fail before the others.
+        assert server.handshakes_failed == 1
+        assert len(server.requests) == 2
     _nothing_recorded(ledger_engine)
 
 

@@ -4,7 +4,9 @@
 ``httpx.MockTransport`` with whatever the test scripts (pages, failures, status codes),
 so orderings the real checkpoint rarely produces — a revocation before its approval,
 the same bundle twice, a 503 storm — are exact and fast. The executor, its ledger and
-the database triggers are real; the cloud is the in-memory double.
+the database triggers are real; the cloud is the in-memory double. What only a socket
+shows (a status line and headers sent a byte at a time) is served by a fake checkpoint on
+a real loopback socket (tests/support/dripping.py), in the last tests here.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ from services.executor.models import (
     revocations,
 )
 from services.executor.sources import Delivery
+from tests.support.dripping import Answer, ok_json, serving_drips
 
 from .conftest import Env
 from .support import LEASE, StopAfterFailures, make_test_bundle
@@ -1252,3 +1255,134 @@ def test_a_feed_that_ends_before_the_cursor_is_reported_once_and_moves_nothing(
     assert [w.split(" ends at ")[1].split(",")[0] for w in warned] == ["2", "3"]
     assert f"feed {BASE} ends at 2, before this executor's cursor 5" in warned[0]
     assert rig.cursor() == 5
+
+
+# -- a checkpoint that drips the head of its answer, on a real socket ---------------------
+
+#: A status line and a header that never end: a byte every ``_DRIP_EVERY_S``, well inside
+#: any read timeout below, so only a deadline on the whole exchange gives up on them. The
+#: server sends these 30 bytes (6 s) and closes: without the deadline a test here fails
+#: by the time it took, and still ends by itself.
+_DRIPPED_HEAD = b"HTTP/1.1 200 OK\r\nX-Drip: ....."
+_DRIP_EVERY_S = 0.2
+#: Time allowed past a deadline for the give-up itself (a loaded CI runner).
+_SLACK_S = 1.5
+
+
+def test_a_checkpoint_dripping_the_head_of_a_feed_page_is_given_up_at_the_deadline(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """httpx's read timeout bounds each read only, and the page's deadline started with
+    its body: a checkpoint or a proxy sending the status line and headers a byte at a time
+    held the executor's one feed request for as long as it liked."""
+    monkeypatch.setattr(feed_module, "_PAGE_GRACE_S", 0.5)
+    assert _DRIP_EVERY_S < 1 + 0.5  # the client's read timeout: the long-poll, then grace
+    revoked = "apv_dripped000001"
+    page = {"items": [revocation(1, revoked)], "cursor": 1}
+    answers = [
+        Answer(dripped=_DRIPPED_HEAD, byte_every_s=_DRIP_EVERY_S),
+        ok_json(json.dumps(page).encode()),
+        ok_json(b'{"items": [], "cursor": 1}'),
+    ]
+    sleeps: list[float] = []
+    with (
+        serving_drips(answers) as server,
+        checkpoint_client(server.url, "executor-token", poll_wait_s=1) as client,
+    ):
+        source = CheckpointFeedSource(
+            engine=env.engine,
+            client=client,
+            clock=env.clock,
+            backoff=Backoff(rng=lambda: 1.0),
+            sleep=sleeps.append,
+            monotonic=lambda: 0.0,  # the source's own body deadline never passes here
+        )
+        started = time.monotonic()
+        assert source.receive(wait_s=1) == ()
+        took = time.monotonic() - started
+        assert 1 + 0.5 <= took < 1 + 0.5 + _SLACK_S  # the wait asked for, then the grace
+        assert sleeps == [0.5]  # backed off like any failed page
+        assert source.cursor() == 0
+        with env.engine.connect() as conn:
+            assert conn.execute(sa.select(revocations)).all() == []
+        # A page answered in time over the same client is taken as before.
+        assert source.receive(wait_s=0) == ()
+        assert source.cursor() == 1
+        with env.engine.connect() as conn:
+            assert list(conn.execute(sa.select(revocations.c.approval_id)).scalars()) == [revoked]
+        assert sleeps == [0.5]
+        assert [r.split(b"?")[0] for r in server.requests] == [b"GET /v1/feed"] * 3
+
+
+def test_a_checkpoint_dripping_the_head_of_its_answer_to_a_receipt_is_given_up_at_the_deadline(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As for the feed: the receipt's deadline started once the status had arrived, so a
+    dripped status line held the outbox, and every receipt queued behind, for ever."""
+    monkeypatch.setattr(feed_module, "_ANSWER_DEADLINE_S", 1.0)
+    b = make_test_bundle(1, tag="fdriphead")
+    env.cloud.add("ecs.instance", b.resource_id, "Running")
+    env.executor.execute(b.raw)
+    mono = [0.0]
+    answers = [Answer(dripped=_DRIPPED_HEAD, byte_every_s=_DRIP_EVERY_S), ok_json(b"{}")]
+    with (
+        serving_drips(answers) as server,
+        checkpoint_client(server.url, "executor-token", poll_wait_s=1) as client,
+    ):
+        reporter = OutboxReporter(
+            engine=env.engine,
+            client=client,
+            clock=env.clock,
+            backoff=Backoff(rng=lambda: 1.0),
+            monotonic=lambda: mono[0],  # the body deadline on this clock never passes
+        )
+        started = time.monotonic()
+        assert reporter.flush() == 0
+        took = time.monotonic() - started
+        assert 1.0 <= took < 1.0 + _SLACK_S
+        with env.engine.connect() as conn:
+            assert conn.execute(sa.select(deliveries)).all() == []
+            queued = conn.execute(sa.select(outbox.c.kind, outbox.c.approval_id)).all()
+        assert [tuple(row) for row in queued] == [("outcome", b.approval_id)]
+        assert not reporter.due()  # the checkpoint's shared backoff, as when it is down
+        mono[0] += 0.5
+        assert reporter.flush() == 1  # answered in time over the same client
+        with env.engine.connect() as conn:
+            [row] = conn.execute(sa.select(deliveries)).all()
+            assert conn.execute(sa.select(outbox)).all() == []
+        assert (row.approval_id, row.status, row.http_status) == (b.approval_id, "delivered", 200)
+        assert server.requests == [b"POST /v1/outcomes HTTP/1.1"] * 2
+
+
+def test_an_answer_to_a_receipt_whose_body_drips_past_the_deadline_is_decided_by_its_status(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The deadline cuts a dripped body on the wire as it does between chunks: what
+    arrived explains the status, which decides (here: refused for good, recorded), and
+    the flush goes on rather than pausing every receipt as for a checkpoint that is down."""
+    monkeypatch.setattr(feed_module, "_ANSWER_DEADLINE_S", 1.0)
+    b = make_test_bundle(1, tag="fdripbody")
+    env.cloud.add("ecs.instance", b.resource_id, "Running")
+    env.executor.execute(b.raw)
+    body = b'{"error": {"code": "E_STATE", "message": "a different outcome is recorded"}}'
+    head = b"HTTP/1.1 409 Conflict\r\nContent-Length: %d\r\n\r\n" % len(body)
+    answers = [Answer(at_once=head, dripped=body, byte_every_s=_DRIP_EVERY_S)]
+    with (
+        serving_drips(answers) as server,
+        checkpoint_client(server.url, "executor-token", poll_wait_s=1) as client,
+    ):
+        reporter = OutboxReporter(
+            engine=env.engine,
+            client=client,
+            clock=env.clock,
+            monotonic=lambda: 0.0,  # the body deadline on this clock never passes
+        )
+        started = time.monotonic()
+        assert reporter.flush() == 1
+        took = time.monotonic() - started
+    assert 1.0 <= took < 1.0 + _SLACK_S
+    with env.engine.connect() as conn:
+        [row] = conn.execute(sa.select(deliveries)).all()
+    assert (row.status, row.http_status, row.error_code) == ("rejected", 409, "HTTP 409")
+    assert row.detail and body.startswith(row.detail.encode())  # what arrived in time
+    assert len(row.detail) < len(body)
