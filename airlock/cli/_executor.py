@@ -249,6 +249,7 @@ def _serve(settings: ExecutorSettings, executor: Executor, *, once: bool) -> Non
             idle=shutdown.idle,
             sleep=shutdown.sleep,
             extra_revoked=_file_revocations(settings),
+            ledger_hold_s=settings.max_ttl + settings.skew,
         )
         reporter = OutboxReporter(
             engine=executor.engine,

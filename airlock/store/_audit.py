@@ -388,6 +388,15 @@ class AuditLog:
         """The last row of the chain as this transaction sees it."""
         return _head(_connection(conn))
 
+    @staticmethod
+    def row_hash_at(conn: Connection | Session, seq: int) -> str | None:
+        """The ``row_hash`` of row ``seq`` as this transaction sees it; None if there is
+        no such row. Does this chain hold a head recorded elsewhere? Only if this equals
+        the recorded hash (rows never change, so a different one means another chain)."""
+        found = _connection(conn).execute(sa.select(_audit.c.row_hash).where(_audit.c.seq == seq))
+        value = found.scalar()
+        return None if value is None else str(value)
+
 
 # ---------------------------------------------------------------------------------------
 # Verifying and exporting.

@@ -28,6 +28,7 @@ __all__ = [
     "PROPOSAL_STATES",
     "REJECT_REASONS",
     "approvals",
+    "executor_head",
     "feed_events",
     "feed_head",
     "metadata",
@@ -227,6 +228,20 @@ feed_head = sa.Table(
     metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
     sa.Column("seq", sa.BigInteger, nullable=False),
+    sa.CheckConstraint("id = 1", name="single_row"),
+)
+
+#: The executor's audit chain head named by the receipt accepted last, and that receipt's
+#: time (migration 0003): one row, NULLs until the first receipt. The feed hands it back
+#: to executors, so one whose chain lacks it knows its ledger went back.
+executor_head = sa.Table(
+    "executor_head",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("seq", sa.BigInteger, nullable=True),
+    sa.Column("hash", sa.String(100), nullable=True),
+    sa.Column("at", sa.BigInteger, nullable=True),
+    sa.Column("recorded_at", sa.BigInteger, nullable=True),
     sa.CheckConstraint("id = 1", name="single_row"),
 )
 

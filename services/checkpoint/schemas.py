@@ -235,6 +235,15 @@ class AuditHeadOut(_Out):
     hash: str
 
 
+class ExecutorHeadOut(_Out):
+    """The executor's audit chain head named by the receipt the checkpoint accepted last,
+    and that receipt's time (``at``, the executor's clock)."""
+
+    seq: int
+    hash: str
+    at: int
+
+
 class FeedOut(_Out):
     items: list[FeedItem]
     cursor: int
@@ -249,6 +258,11 @@ class FeedOut(_Out):
     #: backup or reset), so its cursor must follow or new approvals would be skipped.
     #: Added after version 1's first feed: executors must not require it.
     feed_head: int
+    #: The executor's chain head named by the receipt accepted last (none before the
+    #: first): an executor whose own chain does not hold it has a ledger that went back
+    #: (restored from a backup, or replaced) and may have forgotten approvals it used.
+    #: Added after version 1's first feed: executors must not require it.
+    executor_head: ExecutorHeadOut | None = None
 
 
 class AuditOut(_Out):

@@ -53,6 +53,7 @@ from .keys import KeyRing
 from .models import (
     OPEN_STATES,
     approvals,
+    executor_head,
     feed_events,
     feed_head,
     outcomes,
@@ -67,6 +68,7 @@ from .schemas import (
     ApprovalOut,
     AuditHeadOut,
     AuditOut,
+    ExecutorHeadOut,
     FeedItem,
     FeedOut,
     OutcomeOut,
@@ -630,6 +632,7 @@ class Checkpoint:
             ).all()
             head = AuditLog.head(conn)
             last = int(conn.execute(sa.select(feed_head.c.seq)).scalar_one())
+            executor = conn.execute(sa.select(executor_head)).first()
         items: list[FeedItem] = []
         cursor = after
         for row in rows:
@@ -661,6 +664,9 @@ class Checkpoint:
             cursor=cursor,
             audit_head=AuditHeadOut(seq=head.seq, hash=head.row_hash),
             feed_head=last,
+            executor_head=None
+            if executor is None or executor.seq is None
+            else ExecutorHeadOut(seq=executor.seq, hash=executor.hash, at=executor.at),
         )
 
     def _follow_cursor(self, principal: Principal, last: int, after: int, now: int) -> None:
@@ -775,6 +781,13 @@ class Checkpoint:
                         approval_id=approval_id, proposal_id=row.id, late=late, **values
                     )
                 )
+            executor = _receipt_head(payload)
+            if executor is not None and type(payload.get("at")) is int and payload["at"] >= 0:
+                conn.execute(
+                    executor_head.update()
+                    .where(executor_head.c.id == 1)
+                    .values(**executor, at=payload["at"], recorded_at=now)
+                )
             self._audit(
                 conn,
                 now,
@@ -790,7 +803,7 @@ class Checkpoint:
                 target_held_by=held_by,
                 # The executor's chain head the receipt names: kept in this chain so a
                 # later `airlock audit reconcile` can hold the executor's chain to it.
-                executor_head=_receipt_head(payload),
+                executor_head=executor,
             )
             return self._view(
                 conn, conn.execute(sa.select(proposals).where(proposals.c.id == row.id)).one()

@@ -25,6 +25,13 @@ reset. Its new items still come after the cursor: the checkpoint takes a feed se
 its clock as well as its counter, and raises the counter to a cursor it is asked with
 that is past it. The source logs a warning, once per such head, and moves nothing.
 
+A page also names *our* chain's head as the receipt the checkpoint accepted last named it
+(``executor_head``). A chain that does not hold it belongs to a ledger that went back
+(restored from a backup, or replaced) and may have forgotten approvals it used; the
+source then hands over nothing for ``ledger_hold_s`` (the approval lifetime plus the
+clock skew), so that every approval the lost rows could have used has expired first,
+and records ``executor.ledger_behind`` in our chain.
+
 :class:`OutboxReporter` posts the receipts of terminal outcomes (committed with the
 outcome, in the ledger or the resolutions table) to ``POST /v1/outcomes`` and records
 each accepted or permanently refused one in the insert-only ``executor_deliveries``;
@@ -133,6 +140,13 @@ _EMPTY_POLL_MIN_S: Final = 1.0
 _MAX_BATCHES: Final = 20  # per flush, so a large backlog never starves the feed
 #: Pages one ``receive`` reads on past pages that hand over no approval (revocations).
 _PAGES_PER_RECEIVE: Final = 20
+#: How long the feed is held when this ledger lacks the head the checkpoint recorded
+#: from its receipts: the executor's default approval lifetime and clock skew
+#: (``AIRLOCK_EXECUTOR_MAX_TTL`` + ``AIRLOCK_EXECUTOR_SKEW``); the CLI passes the settings.
+DEFAULT_LEDGER_HOLD_S: Final = 15 * 60 + 30
+#: While held, how often the feed is asked again (and the hold logged at most this often).
+_HOLD_POLL_S: Final = 5.0
+_HOLD_LOG_EVERY_S: Final = 60.0
 _APPROVAL_ID: Final = re.compile(APPROVAL_ID_PATTERN)
 _HEX64: Final = re.compile(r"[0-9a-f]{64}")
 
@@ -348,6 +362,20 @@ def _page_head(page: Mapping[str, Any]) -> _Head | None:
     return _Head(seq, digest)
 
 
+def _page_executor_head(page: Mapping[str, Any]) -> _Head | None:
+    """The page's ``executor_head`` (our chain's head as the checkpoint's last receipt
+    named it) if it has the shape, else None (none yet, or an older checkpoint)."""
+    head = page.get("executor_head")
+    if not isinstance(head, dict):
+        return None
+    seq, digest = head.get("seq"), head.get("hash")
+    if type(seq) is not int or seq < 0 or not isinstance(digest, str):
+        return None
+    if not _HEX64.fullmatch(digest):
+        return None
+    return _Head(seq, digest)
+
+
 def _page_feed_head(page: Mapping[str, Any]) -> int | None:
     """The page's ``feed_head`` if it is a non-negative integer, else None (a checkpoint
     from before the field sends none)."""
@@ -379,9 +407,16 @@ class CheckpointFeedSource:
         idle: Idle = _no_idle,
         extra_revoked: Container[str] = frozenset(),
         monotonic: Callable[[], float] = time.monotonic,
+        ledger_hold_s: int = DEFAULT_LEDGER_HOLD_S,
     ) -> None:
+        if ledger_hold_s < 0:
+            raise ValueError("ledger_hold_s must not be negative")
         self._engine = engine
         self._mono = monotonic
+        self._hold_s = ledger_hold_s
+        # Since when (our clock) our chain has lacked the checkpoint's executor head.
+        self._behind_since: int | None = None
+        self._hold_logged_at: float | None = None
         self._client = client
         self._clock = clock
         self._feed = feed or feed_name(str(client.base_url))
@@ -439,11 +474,80 @@ class CheckpointFeedSource:
             _log.info("feed reachable again at cursor %d", after)
         self._backoff.reset()
         self._warn_if_behind(after, _page_feed_head(page))
+        if page["items"] and self._holding(_page_executor_head(page)):
+            with self._idle():
+                self._sleep(_HOLD_POLL_S)
+            return ()
         early = min(wait_s, _EMPTY_POLL_MIN_S) - (self._mono() - asked)
         if not page["items"] and page["cursor"] == after and early > 0:
             with self._idle():
                 self._sleep(early)  # an empty answer before the wait: not asked again yet
         return self._accept(after, page)
+
+    def _holding(self, head: _Head | None) -> bool:
+        """Must this page wait, because our ledger may have forgotten approvals it used?
+
+        ``head`` is our chain's head as the receipt the checkpoint accepted last named it.
+        Our chain holds it unless the ledger went back (restored from a backup, or
+        replaced): then approvals consumed since that backup are forgotten, and one of
+        them presented again would pass every check up to the live re-read. Nothing is
+        taken from the feed until ``ledger_hold_s`` (the approval lifetime plus the
+        clock skew) has passed since that was seen, when every approval the forgotten
+        rows could have used has expired. Recorded in the chain once per such head.
+        """
+        if head is None:
+            return False
+        with read_transaction(self._engine) as conn:
+            ours = AuditLog.row_hash_at(conn, head.seq) == head.hash
+        if ours:
+            if self._behind_since is not None:
+                _log.warning("this ledger holds the checkpoint's record of it again")
+            self._behind_since = None
+            return False
+        now = self._clock()
+        if self._behind_since is None:
+            self._behind_since = now
+            self._record_behind(head, now)
+        until = self._behind_since + self._hold_s
+        if now >= until:
+            return False
+        mono = self._mono()
+        if self._hold_logged_at is None or mono - self._hold_logged_at >= _HOLD_LOG_EVERY_S:
+            self._hold_logged_at = mono
+            _log.error(
+                "holding the feed for %d s more: this ledger lacks its own audit head %d "
+                "that the checkpoint's last receipt names",
+                until - now,
+                head.seq,
+            )
+        return True
+
+    def _record_behind(self, head: _Head, now: int) -> None:
+        with self._engine.begin() as conn:
+            AuditLog.lock(conn)
+            own = AuditLog.head(conn)
+            AuditLog.append(
+                conn,
+                {
+                    "type": "executor.ledger_behind",
+                    "feed": self._feed,
+                    "checkpoint_records": {"seq": head.seq, "hash": head.hash},
+                    "own_head": {"seq": own.seq, "hash": own.row_hash},
+                    "hold_until": now + self._hold_s,
+                },
+                at=_at(now),
+            )
+        _log.error(
+            "this ledger does not hold audit row %d (%s) that the checkpoint's last "
+            "receipt from this executor names (own head: %d): the ledger was restored from "
+            "a backup, or replaced, and may have forgotten approvals it used. Nothing is "
+            "taken from the feed for %d s (the approval lifetime and clock skew), until "
+            "every such approval has expired.",
+            head.seq,
+            head.hash[:16],
+            own.seq,
+            self._hold_s,
+        )
 
     def _warn_if_behind(self, after: int, head: int | None) -> None:
         if head is None or head >= after or head == self._behind_warned:

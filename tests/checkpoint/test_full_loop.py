@@ -7,6 +7,8 @@ signed receipt lands on the proposal as a verified outcome.
 
 from __future__ import annotations
 
+import base64
+import json
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +101,39 @@ def test_submit_approve_feed_execute_and_verified_receipt(
     assert again.status_code == 200
     assert _pull(world, page["cursor"])["items"] == []
     assert verify_chain(world.checkpoint.engine).ok
+
+
+def test_the_feed_hands_back_the_executor_head_of_the_receipt_accepted_last(
+    trusting_world: World, tmp_path: Path
+) -> None:
+    """An executor whose chain lacks it knows its ledger went back; a receipt that is
+    refused, or repeated, leaves it where it was."""
+    world = trusting_world
+    assert _pull(world)["executor_head"] is None
+    keys = KeySet.from_value(world.client.get("/v1/keys").json())
+    cloud = InMemoryCloud()
+    executor = _executor(world, tmp_path, cloud, keys)
+    heads = []
+    for n in (1, 2):
+        rid = f"i-t4nhead{n:04d}"
+        proposal = world.submit(proposal_id=f"prop_head{n:08d}", resource_id=rid).json()
+        world.approve("alice", proposal["id"], proposal["action_hash"])
+        cloud.add("ecs.instance", rid, "Running")
+        item = next(i for i in _pull(world)["items"] if i["kind"] == "approval")
+        outcome = executor.execute(canonical_bytes(item["bundle"]))
+        assert outcome.receipt is not None
+        posted = world.client.post(
+            "/v1/outcomes",
+            json={"receipt": outcome.receipt.to_value()},
+            headers=world.auth("executor"),
+        )
+        assert posted.status_code == 200, posted.text
+        payload = json.loads(base64.b64decode(outcome.receipt.to_value()["payload"]))
+        heads.append({**payload["audit_head"], "at": payload["at"]})
+        assert _pull(world)["executor_head"] == heads[-1]
+    assert heads[0]["seq"] < heads[1]["seq"]
+    chain = verify_chain(executor.engine)
+    assert (chain.head_seq, chain.head_hash) == (heads[1]["seq"], heads[1]["hash"])
 
 
 def test_outcome_reported_late_lands_on_a_lapsed_proposal(

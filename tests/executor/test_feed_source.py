@@ -65,7 +65,14 @@ from services.executor.sources import Delivery
 from tests.support.dripping import Answer, ok_json, serving_drips
 
 from .conftest import Env
-from .support import LEASE, StopAfterFailures, make_test_bundle
+from .support import (
+    LEASE,
+    FakeClock,
+    InMemoryCloud,
+    StopAfterFailures,
+    make_executor,
+    make_test_bundle,
+)
 
 BASE = "http://checkpoint.test"
 
@@ -1386,3 +1393,118 @@ def test_an_answer_to_a_receipt_whose_body_drips_past_the_deadline_is_decided_by
     assert (row.status, row.http_status, row.error_code) == ("rejected", 409, "HTTP 409")
     assert row.detail and body.startswith(row.detail.encode())  # what arrived in time
     assert len(row.detail) < len(body)
+
+
+# -- a ledger that went back (restored from a backup, or replaced) -------------------------
+
+
+def _receipt_head(outcome: Outcome) -> dict[str, Any]:
+    """Our chain's head as the outcome's receipt names it (what the checkpoint keeps)."""
+    assert outcome.receipt is not None
+    payload = json.loads(base64.b64decode(outcome.receipt.to_value()["payload"]))
+    head = payload["audit_head"]
+    return {"seq": head["seq"], "hash": head["hash"], "at": payload["at"]}
+
+
+def test_a_head_this_ledger_holds_takes_the_page_as_ever(rig: Rig) -> None:
+    first, second = (make_test_bundle(n, tag="fheadok") for n in (1, 2))
+    for b in (first, second):
+        rig.env.cloud.add("ecs.instance", b.resource_id, "Running")
+    rig.fake.pages = [{"items": [approval(1, first.raw, first.approval_id)], "cursor": 1}]
+    [done] = rig.turn()
+    rig.fake.pages = [
+        {
+            "items": [approval(2, second.raw, second.approval_id)],
+            "cursor": 2,
+            "executor_head": _receipt_head(done),
+        }
+    ]
+    assert [o.state for o in rig.turn()] == [State.SUCCEEDED]
+    with rig.env.engine.connect() as conn:
+        events = [
+            json.loads(e)["type"]
+            for e in conn.execute(sa.text("SELECT event FROM audit_log")).scalars()
+        ]
+    assert "executor.ledger_behind" not in events
+
+
+def test_a_ledger_lacking_the_checkpoint_s_record_of_it_holds_the_feed_until_it_is_safe(
+    rig: Rig,
+) -> None:
+    """The checkpoint's last receipt names a head this chain does not hold: the ledger
+    went back and may have forgotten approvals it used, so nothing is taken from the
+    feed until every approval it could have used has expired; then as ever."""
+    # Issued while the feed is held: an approval the lost rows cannot have used.
+    b = make_test_bundle(1, tag="fbehindl", issued_at=rig.env.clock() + 900)
+    rig.env.cloud.add("ecs.instance", b.resource_id, "Running")
+    foreign = {"seq": 9_999, "hash": "ab" * 32, "at": rig.env.clock()}
+    page = {"items": [approval(1, b.raw, b.approval_id)], "cursor": 1, "executor_head": foreign}
+    rig.fake.pages = [page, page]
+    assert rig.turn() == []
+    rig.env.clock.advance(feed_module.DEFAULT_LEDGER_HOLD_S - 1)
+    assert rig.turn() == []
+    assert rig.env.cloud.writes_for(b.resource_id) == 0
+    assert rig.cursor() == 0
+    assert rig.sleeps == [feed_module._HOLD_POLL_S] * 2
+    with rig.env.engine.connect() as conn:
+        events = [
+            json.loads(e) for e in conn.execute(sa.text("SELECT event FROM audit_log")).scalars()
+        ]
+    [behind] = [e for e in events if e["type"] == "executor.ledger_behind"]  # once
+    assert behind["checkpoint_records"] == {"seq": 9_999, "hash": "ab" * 32}
+    assert behind["hold_until"] == rig.env.clock() + 1
+
+    rig.env.clock.advance(1)  # the hold is over
+    rig.fake.pages = [page]
+    assert [o.state for o in rig.turn()] == [State.SUCCEEDED]
+    assert rig.cursor() == 1
+    assert verify_chain(rig.env.engine).ok
+
+
+def test_a_ledger_restored_from_a_backup_does_not_write_an_approval_it_forgot_twice(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """Z is executed and reported (the checkpoint keeps the head its receipt names); A is
+    executed but its receipt never reaches the checkpoint, which hands A out again. The
+    ledger is restored from a backup taken before both, and A's instance was started
+    again meanwhile: without the hold, A would be written a second time."""
+    engine = make_engine(sqlite_url)
+    migrate(engine)
+    engine.dispose()
+    database = Path(sqlite_url.removeprefix("sqlite:///"))
+    backup = tmp_path / "ledger-backup.db"
+    backup.write_bytes(database.read_bytes())
+    cloud, clock = InMemoryCloud(), FakeClock()
+    z, a = make_test_bundle(1, tag="frestz"), make_test_bundle(2, tag="fresta")
+    for b in (z, a):
+        cloud.add("ecs.instance", b.resource_id, "Running")
+    before = make_executor(sqlite_url, cloud, clock)
+    reported = _receipt_head(before.execute(z.raw))
+    assert before.execute(a.raw).state is State.SUCCEEDED
+    before.engine.dispose()
+
+    database.write_bytes(backup.read_bytes())  # the restore
+    cloud.set_status("ecs.instance", a.resource_id, "Running")  # started again by someone
+    fake = FakeCheckpoint(
+        pages=[
+            {"items": [approval(7, a.raw, a.approval_id)], "cursor": 7, "executor_head": reported}
+        ]
+        * 3
+    )
+    after = make_executor(sqlite_url, cloud, clock)
+    client = checkpoint_client(
+        BASE, "t", poll_wait_s=1, transport=httpx.MockTransport(fake.handler)
+    )
+    source = CheckpointFeedSource(
+        engine=after.engine, client=client, clock=clock, sleep=lambda _: None, ledger_hold_s=930
+    )
+    try:
+        assert source.receive(wait_s=0) == ()  # held
+        clock.advance(930)  # every approval the lost rows could have used has expired
+        [delivery] = source.receive(wait_s=0)
+        outcome = after.execute(delivery.raw, revoked=source.revoked())
+        assert outcome.refusal_code is RefusalCode.E_EXPIRED
+        assert cloud.writes_for(a.resource_id) == 1
+    finally:
+        client.close()
+        after.engine.dispose()
