@@ -236,8 +236,8 @@ class AuditHeadOut(_Out):
 
 
 class ExecutorHeadOut(_Out):
-    """The executor's audit chain head named by the receipt the checkpoint accepted last,
-    and that receipt's time (``at``, the executor's clock)."""
+    """The latest executor audit chain head a receipt brought the checkpoint (by the
+    receipt's time, then seq), and that receipt's time (``at``, the executor's clock)."""
 
     seq: int
     hash: str
@@ -258,9 +258,10 @@ class FeedOut(_Out):
     #: backup or reset), so its cursor must follow or new approvals would be skipped.
     #: Added after version 1's first feed: executors must not require it.
     feed_head: int
-    #: The executor's chain head named by the receipt accepted last (none before the
-    #: first): an executor whose own chain does not hold it has a ledger that went back
-    #: (restored from a backup, or replaced) and may have forgotten approvals it used.
+    #: The latest executor chain head a receipt named (by receipt time, then seq; none
+    #: before the first): an executor whose own chain does not hold it has a ledger that
+    #: went back (restored from a backup, or replaced) and may have forgotten approvals
+    #: it used.
     #: Added after version 1's first feed: executors must not require it.
     executor_head: ExecutorHeadOut | None = None
 

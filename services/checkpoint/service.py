@@ -782,12 +782,6 @@ class Checkpoint:
                     )
                 )
             executor = _receipt_head(payload)
-            if executor is not None and type(payload.get("at")) is int and payload["at"] >= 0:
-                conn.execute(
-                    executor_head.update()
-                    .where(executor_head.c.id == 1)
-                    .values(**executor, at=payload["at"], recorded_at=now)
-                )
             self._audit(
                 conn,
                 now,
@@ -805,6 +799,22 @@ class Checkpoint:
                 # later `airlock audit reconcile` can hold the executor's chain to it.
                 executor_head=executor,
             )
+            at = payload.get("at")
+            if executor is not None and type(at) is int and 0 <= at <= _FEED_SEQ_MAX:
+                # After the audit append (the chain lock before this row, as everywhere),
+                # and only forward, by (receipt time, chain seq): receipts are accepted
+                # out of order (one backs off alone, a resend comes late), and a head
+                # that went back would hide a ledger restored to between the two.
+                newer = sa.or_(
+                    executor_head.c.at.is_(None),
+                    executor_head.c.at < at,
+                    sa.and_(executor_head.c.at == at, executor_head.c.seq < executor["seq"]),
+                )
+                conn.execute(
+                    executor_head.update()
+                    .where(executor_head.c.id == 1, newer)
+                    .values(**executor, at=at, recorded_at=now)
+                )
             return self._view(
                 conn, conn.execute(sa.select(proposals).where(proposals.c.id == row.id)).one()
             )

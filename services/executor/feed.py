@@ -28,9 +28,10 @@ that is past it. The source logs a warning, once per such head, and moves nothin
 A page also names *our* chain's head as the receipt the checkpoint accepted last named it
 (``executor_head``). A chain that does not hold it belongs to a ledger that went back
 (restored from a backup, or replaced) and may have forgotten approvals it used; the
-source then hands over nothing for ``ledger_hold_s`` (the approval lifetime plus the
-clock skew), so that every approval the lost rows could have used has expired first,
-and records ``executor.ledger_behind`` in our chain.
+source then records a hold (``executor_ledger_holds``, ``executor.ledger_behind``) and
+hands over no approval for ``ledger_hold_s`` (the approval lifetime plus the clock
+skew), so that every approval the lost rows could have used has expired first. A hold
+survives restarts and ends by time only; revocations are still recorded meanwhile.
 
 :class:`OutboxReporter` posts the receipts of terminal outcomes (committed with the
 outcome, in the ledger or the resolutions table) to ``POST /v1/outcomes`` and records
@@ -92,6 +93,7 @@ from .models import (
     deliveries,
     feed_cursor,
     ledger,
+    ledger_holds,
     outbox,
     resends,
     resolutions,
@@ -362,18 +364,32 @@ def _page_head(page: Mapping[str, Any]) -> _Head | None:
     return _Head(seq, digest)
 
 
-def _page_executor_head(page: Mapping[str, Any]) -> _Head | None:
-    """The page's ``executor_head`` (our chain's head as the checkpoint's last receipt
-    named it) if it has the shape, else None (none yet, or an older checkpoint)."""
+@dataclass(frozen=True, slots=True)
+class _ExecutorHead:
+    """Our chain's head as the receipt the checkpoint accepted last named it, and that
+    receipt's time (``executor_head`` on a feed page)."""
+
+    seq: int
+    hash: str
+    at: int | None
+
+
+def _page_executor_head(page: Mapping[str, Any]) -> _ExecutorHead | None:
+    """The page's ``executor_head`` if it has the shape, else None (none yet, or an
+    older checkpoint; the field is the checkpoint's claim, unsigned like the page)."""
     head = page.get("executor_head")
     if not isinstance(head, dict):
         return None
-    seq, digest = head.get("seq"), head.get("hash")
+    seq, digest, at = head.get("seq"), head.get("hash"), head.get("at")
     if type(seq) is not int or seq < 0 or not isinstance(digest, str):
         return None
     if not _HEX64.fullmatch(digest):
         return None
-    return _Head(seq, digest)
+    return _ExecutorHead(seq, digest, at if type(at) is int and at >= 0 else None)
+
+
+def _has_approval(page: Mapping[str, Any]) -> bool:
+    return any(isinstance(i, dict) and i.get("kind") == "approval" for i in page["items"])
 
 
 def _page_feed_head(page: Mapping[str, Any]) -> int | None:
@@ -414,8 +430,6 @@ class CheckpointFeedSource:
         self._engine = engine
         self._mono = monotonic
         self._hold_s = ledger_hold_s
-        # Since when (our clock) our chain has lacked the checkpoint's executor head.
-        self._behind_since: int | None = None
         self._hold_logged_at: float | None = None
         self._client = client
         self._clock = clock
@@ -474,7 +488,8 @@ class CheckpointFeedSource:
             _log.info("feed reachable again at cursor %d", after)
         self._backoff.reset()
         self._warn_if_behind(after, _page_feed_head(page))
-        if page["items"] and self._holding(_page_executor_head(page)):
+        if _has_approval(page) and self._holding(_page_executor_head(page)):
+            self._accept(after, page, hold=True)  # its revocations still count
             with self._idle():
                 self._sleep(_HOLD_POLL_S)
             return ()
@@ -484,69 +499,85 @@ class CheckpointFeedSource:
                 self._sleep(early)  # an empty answer before the wait: not asked again yet
         return self._accept(after, page)
 
-    def _holding(self, head: _Head | None) -> bool:
-        """Must this page wait, because our ledger may have forgotten approvals it used?
+    def _holding(self, head: _ExecutorHead | None) -> bool:
+        """Must this page's approvals wait, because this ledger may have forgotten
+        approvals it used?
 
-        ``head`` is our chain's head as the receipt the checkpoint accepted last named it.
-        Our chain holds it unless the ledger went back (restored from a backup, or
+        ``head`` is our chain's head as the receipt the checkpoint accepted last named
+        it. Our chain holds it unless the ledger went back (restored from a backup, or
         replaced): then approvals consumed since that backup are forgotten, and one of
-        them presented again would pass every check up to the live re-read. Nothing is
-        taken from the feed until ``ledger_hold_s`` (the approval lifetime plus the
-        clock skew) has passed since that was seen, when every approval the forgotten
-        rows could have used has expired. Recorded in the chain once per such head.
+        them presented again would pass every check up to the live re-read. A hold is
+        recorded in the ledger (``executor_ledger_holds``, and ``executor.ledger_behind``
+        in the chain) once per such head, from now (or the receipt's time, if later)
+        for ``ledger_hold_s`` (the approval lifetime plus the clock skew), after which
+        every approval the lost rows could have used has expired. A hold survives
+        restarts and is never shortened: a head of ours named later (a receipt the
+        restored ledger sent since) does not end it.
         """
-        if head is None:
-            return False
-        with read_transaction(self._engine) as conn:
-            ours = AuditLog.row_hash_at(conn, head.seq) == head.hash
-        if ours:
-            if self._behind_since is not None:
-                _log.warning("this ledger holds the checkpoint's record of it again")
-            self._behind_since = None
-            return False
         now = self._clock()
-        if self._behind_since is None:
-            self._behind_since = now
-            self._record_behind(head, now)
-        until = self._behind_since + self._hold_s
-        if now >= until:
+        if head is not None:
+            with read_transaction(self._engine) as conn:
+                ours = AuditLog.row_hash_at(conn, head.seq) == head.hash
+            if not ours:
+                self._hold_for(head, now)
+        with read_transaction(self._engine) as conn:
+            until = conn.execute(sa.select(sa.func.max(ledger_holds.c.until))).scalar()
+        if until is None or now >= until:
             return False
         mono = self._mono()
         if self._hold_logged_at is None or mono - self._hold_logged_at >= _HOLD_LOG_EVERY_S:
             self._hold_logged_at = mono
             _log.error(
-                "holding the feed for %d s more: this ledger lacks its own audit head %d "
-                "that the checkpoint's last receipt names",
+                "holding the feed's approvals for %d s more: this ledger may have forgotten "
+                "approvals it used (see executor.ledger_behind in its audit chain)",
                 until - now,
-                head.seq,
             )
         return True
 
-    def _record_behind(self, head: _Head, now: int) -> None:
+    def _hold_for(self, head: _ExecutorHead, now: int) -> None:
+        """Record a hold for ``head`` unless one exists (UNIQUE per feed and head)."""
+        # Not before the receipt's time: on a host whose clock is behind the old one's,
+        # approvals used just before the backup expire later than ``now`` suggests. At
+        # most one hold length later, so a wrong ``at`` cannot hold the feed for ever.
+        since = now if head.at is None else min(max(now, head.at), now + self._hold_s)
         with self._engine.begin() as conn:
-            AuditLog.lock(conn)
+            AuditLog.lock(conn)  # the chain lock before the row, as everywhere
+            inserted = conn.execute(
+                _insert_ignore(conn, ledger_holds)
+                .values(
+                    feed=self._feed,
+                    head_seq=head.seq,
+                    head_hash=head.hash,
+                    since=since,
+                    until=since + self._hold_s,
+                )
+                .returning(ledger_holds.c.id)
+            ).first()
+            if inserted is None:
+                return
             own = AuditLog.head(conn)
             AuditLog.append(
                 conn,
                 {
                     "type": "executor.ledger_behind",
                     "feed": self._feed,
-                    "checkpoint_records": {"seq": head.seq, "hash": head.hash},
+                    "checkpoint_records": {"seq": head.seq, "hash": head.hash, "at": head.at},
                     "own_head": {"seq": own.seq, "hash": own.row_hash},
-                    "hold_until": now + self._hold_s,
+                    "hold_until": since + self._hold_s,
                 },
                 at=_at(now),
             )
         _log.error(
             "this ledger does not hold audit row %d (%s) that the checkpoint's last "
             "receipt from this executor names (own head: %d): the ledger was restored from "
-            "a backup, or replaced, and may have forgotten approvals it used. Nothing is "
-            "taken from the feed for %d s (the approval lifetime and clock skew), until "
-            "every such approval has expired.",
+            "a backup, or replaced, and may have forgotten approvals it used. No approval "
+            "is taken from the feed until %d (%d s: the approval lifetime and clock skew), "
+            "when every such approval has expired.",
             head.seq,
             head.hash[:16],
             own.seq,
-            self._hold_s,
+            since + self._hold_s,
+            since + self._hold_s - now,
         )
 
     def _warn_if_behind(self, after: int, head: int | None) -> None:
@@ -611,7 +642,11 @@ class CheckpointFeedSource:
             raise _Transient(f"feed page's first item is malformed or not after {after}")
         return page
 
-    def _accept(self, after: int, page: dict[str, Any]) -> Sequence[Delivery]:
+    def _accept(
+        self, after: int, page: dict[str, Any], *, hold: bool = False
+    ) -> Sequence[Delivery]:
+        """Record the page's revocations (and the checkpoint's head) and hand over its
+        approvals; with ``hold``, hand over none and leave the cursor before them."""
         approvals: list[tuple[int, bytes]] = []
         revoked: list[_Revocation] = []
         last, end = after, int(page["cursor"])
@@ -662,6 +697,8 @@ class CheckpointFeedSource:
                 self._record_revocation(conn, r, now)
             if not approvals:
                 advance_cursor(conn, self._feed, end, now)
+                return ()
+            if hold:
                 return ()
         out: list[Delivery] = []
         for i, (seq, raw) in enumerate(approvals):

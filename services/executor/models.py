@@ -31,7 +31,9 @@ recorded in the chain (``executor.checkpoint_head``), so an unchanged head is no
 recorded again. Migration 0005 numbers delivery attempts: ``executor_deliveries`` keeps
 one row per attempt (a rejected one and a later accepted one both stay), the outbox
 says which attempt a queued receipt is, and ``executor_resends`` (insert-only) records
-each operator request to send a rejected receipt again.
+each operator request to send a rejected receipt again. Migration 0006 adds
+``executor_ledger_holds`` (insert-only): the feed held while this ledger lacks the audit
+head the checkpoint's last receipt named.
 
 Nothing in this module reads a clock or talks to the cloud.
 """
@@ -56,6 +58,7 @@ __all__ = [
     "deliveries",
     "feed_cursor",
     "ledger",
+    "ledger_holds",
     "metadata",
     "outbox",
     "refusals",
@@ -154,6 +157,21 @@ feed_cursor = sa.Table(
     sa.Column("feed", sa.String(300), primary_key=True),
     sa.Column("seq", sa.BigInteger, nullable=False),
     sa.Column("updated_at", sa.BigInteger, nullable=False),
+)
+
+#: Holds of the feed (migration 0006): per executor audit head that the checkpoint's
+#: last receipt named and this chain lacks, nothing is taken from the feed from
+#: ``since`` until ``until``. UNIQUE per (feed, head); insert-only; ends by time only.
+ledger_holds = sa.Table(
+    "executor_ledger_holds",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("feed", sa.String(300), nullable=False),
+    sa.Column("head_seq", sa.BigInteger, nullable=False),
+    sa.Column("head_hash", sa.String(64), nullable=False),
+    sa.Column("since", sa.BigInteger, nullable=False),
+    sa.Column("until", sa.BigInteger, nullable=False),
+    sa.UniqueConstraint("feed", "head_seq", "head_hash", name="uq_executor_ledger_holds_head"),
 )
 
 #: Per feed, the checkpoint chain head the last ``executor.checkpoint_head`` event

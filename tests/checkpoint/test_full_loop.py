@@ -103,35 +103,47 @@ def test_submit_approve_feed_execute_and_verified_receipt(
     assert verify_chain(world.checkpoint.engine).ok
 
 
-def test_the_feed_hands_back_the_executor_head_of_the_receipt_accepted_last(
+def test_the_feed_hands_back_the_latest_executor_head_the_receipts_named(
     trusting_world: World, tmp_path: Path
 ) -> None:
-    """An executor whose chain lacks it knows its ledger went back; a receipt that is
-    refused, or repeated, leaves it where it was."""
+    """An executor whose chain lacks it knows its ledger went back. Receipts are
+    accepted out of order (one backs off alone, a resend comes late): an older one
+    accepted later, or one posted again, never moves it back."""
     world = trusting_world
     assert _pull(world)["executor_head"] is None
     keys = KeySet.from_value(world.client.get("/v1/keys").json())
     cloud = InMemoryCloud()
     executor = _executor(world, tmp_path, cloud, keys)
-    heads = []
+    receipts, heads = [], []
     for n in (1, 2):
         rid = f"i-t4nhead{n:04d}"
         proposal = world.submit(proposal_id=f"prop_head{n:08d}", resource_id=rid).json()
-        world.approve("alice", proposal["id"], proposal["action_hash"])
+        approved = world.approve("alice", proposal["id"], proposal["action_hash"]).json()
         cloud.add("ecs.instance", rid, "Running")
-        item = next(i for i in _pull(world)["items"] if i["kind"] == "approval")
+        [item] = [
+            i
+            for i in _pull(world)["items"]
+            if i["approval_id"] == approved["approval"]["approval_id"]
+        ]
         outcome = executor.execute(canonical_bytes(item["bundle"]))
-        assert outcome.receipt is not None
+        assert outcome.receipt is not None and outcome.state is not None
+        receipts.append(outcome.receipt.to_value())
+        payload = json.loads(base64.b64decode(receipts[-1]["payload"]))
+        heads.append({**payload["audit_head"], "at": payload["at"]})
+        world.clock.advance(1)
+    assert heads[0]["seq"] < heads[1]["seq"]
+
+    def post(receipt: dict[str, Any]) -> None:
         posted = world.client.post(
-            "/v1/outcomes",
-            json={"receipt": outcome.receipt.to_value()},
-            headers=world.auth("executor"),
+            "/v1/outcomes", json={"receipt": receipt}, headers=world.auth("executor")
         )
         assert posted.status_code == 200, posted.text
-        payload = json.loads(base64.b64decode(outcome.receipt.to_value()["payload"]))
-        heads.append({**payload["audit_head"], "at": payload["at"]})
-        assert _pull(world)["executor_head"] == heads[-1]
-    assert heads[0]["seq"] < heads[1]["seq"]
+
+    post(receipts[1])
+    assert _pull(world)["executor_head"] == heads[1]
+    post(receipts[0])  # the older one, accepted later
+    post(receipts[1])  # the same one again
+    assert _pull(world)["executor_head"] == heads[1]
     chain = verify_chain(executor.engine)
     assert (chain.head_seq, chain.head_hash) == (heads[1]["seq"], heads[1]["hash"])
 

@@ -57,6 +57,7 @@ from services.executor.models import (
     deliveries,
     feed_cursor,
     ledger,
+    ledger_holds,
     outbox,
     refusals,
     revocations,
@@ -784,6 +785,7 @@ def test_the_upgrade_queues_every_receipt_undelivered_at_the_time(env: Env) -> N
     env.executor.execute(bundles[2].raw)
     with env.engine.begin() as conn:
         for table in (
+            "executor_ledger_holds",  # 0006
             "executor_resends",  # 0005
             "executor_checkpoint_head",  # 0004
             "executor_outbox",  # 0003
@@ -1420,45 +1422,82 @@ def test_a_head_this_ledger_holds_takes_the_page_as_ever(rig: Rig) -> None:
         }
     ]
     assert [o.state for o in rig.turn()] == [State.SUCCEEDED]
-    with rig.env.engine.connect() as conn:
-        events = [
-            json.loads(e)["type"]
-            for e in conn.execute(sa.text("SELECT event FROM audit_log")).scalars()
-        ]
-    assert "executor.ledger_behind" not in events
+    assert _audit_events(rig.env, "executor.ledger_behind") == []
+
+
+def _audit_events(env: Env, kind: str) -> list[dict[str, Any]]:
+    with env.engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT event FROM audit_log ORDER BY seq")).scalars()
+        return [e for e in map(json.loads, rows) if e["type"] == kind]
 
 
 def test_a_ledger_lacking_the_checkpoint_s_record_of_it_holds_the_feed_until_it_is_safe(
     rig: Rig,
 ) -> None:
     """The checkpoint's last receipt names a head this chain does not hold: the ledger
-    went back and may have forgotten approvals it used, so nothing is taken from the
-    feed until every approval it could have used has expired; then as ever."""
+    went back and may have forgotten approvals it used, so no approval is taken from the
+    feed until every approval it could have used has expired. The hold is recorded
+    once, is not ended by a head of ours named later (a receipt the restored ledger sent
+    since), outlives a restart, and lets revocations through."""
     # Issued while the feed is held: an approval the lost rows cannot have used.
     b = make_test_bundle(1, tag="fbehindl", issued_at=rig.env.clock() + 900)
-    rig.env.cloud.add("ecs.instance", b.resource_id, "Running")
+    mine = make_test_bundle(2, tag="fbehindm")
+    for bundle in (b, mine):
+        rig.env.cloud.add("ecs.instance", bundle.resource_id, "Running")
     foreign = {"seq": 9_999, "hash": "ab" * 32, "at": rig.env.clock()}
-    page = {"items": [approval(1, b.raw, b.approval_id)], "cursor": 1, "executor_head": foreign}
-    rig.fake.pages = [page, page]
-    assert rig.turn() == []
-    rig.env.clock.advance(feed_module.DEFAULT_LEDGER_HOLD_S - 1)
+    page = {"items": [approval(3, b.raw, b.approval_id)], "cursor": 3, "executor_head": foreign}
+    revoked = "apv_revokedwhileheld01"
+    rig.fake.pages = [{**page, "items": [revocation(2, revoked), *page["items"]]}]
     assert rig.turn() == []
     assert rig.env.cloud.writes_for(b.resource_id) == 0
-    assert rig.cursor() == 0
-    assert rig.sleeps == [feed_module._HOLD_POLL_S] * 2
-    with rig.env.engine.connect() as conn:
-        events = [
-            json.loads(e) for e in conn.execute(sa.text("SELECT event FROM audit_log")).scalars()
-        ]
-    [behind] = [e for e in events if e["type"] == "executor.ledger_behind"]  # once
-    assert behind["checkpoint_records"] == {"seq": 9_999, "hash": "ab" * 32}
+    assert rig.cursor() == 0  # the approval is still ahead
+    assert [r.approval_id for r in rig.rows(revocations)] == [revoked]  # but this counts
+
+    # A receipt of this (restored) ledger accepted since: its head is ours. The hold
+    # stays: it ends by time only.
+    ours = rig.executor.execute(mine.raw)
+    assert ours.state is State.SUCCEEDED
+    rig.env.clock.advance(feed_module.DEFAULT_LEDGER_HOLD_S - 1)
+    rig.fake.pages = [{**page, "executor_head": _receipt_head(ours)}]
+    assert rig.turn() == []
+    # Restarted: a new source on the same ledger holds as well, and records no new hold.
+    restarted = CheckpointFeedSource(
+        engine=rig.env.engine,
+        client=rig.source._client,
+        clock=rig.env.clock,
+        sleep=rig.sleeps.append,
+        monotonic=lambda: 0.0,
+    )
+    rig.fake.pages = [page]
+    assert restarted.receive(wait_s=0) == ()
+    assert rig.env.cloud.writes_for(b.resource_id) == 0
+    assert rig.sleeps == [feed_module._HOLD_POLL_S] * 3
+    [behind] = _audit_events(rig.env, "executor.ledger_behind")  # once
+    assert behind["checkpoint_records"] == foreign
     assert behind["hold_until"] == rig.env.clock() + 1
 
     rig.env.clock.advance(1)  # the hold is over
     rig.fake.pages = [page]
     assert [o.state for o in rig.turn()] == [State.SUCCEEDED]
-    assert rig.cursor() == 1
+    assert rig.cursor() == 3
+    with pytest.raises(DBAPIError), rig.env.engine.begin() as conn:
+        conn.execute(sa.delete(ledger_holds))  # insert-only: a hold cannot be lifted early
     assert verify_chain(rig.env.engine).ok
+
+
+def test_a_hold_starts_no_earlier_than_the_receipt_it_comes_from(rig: Rig) -> None:
+    """On a host whose clock is behind the old one's, approvals used just before the
+    backup expire later than this clock suggests: the hold counts from the receipt's
+    time, if later (and at most one hold length later)."""
+    b = make_test_bundle(1, tag="fbehindat", issued_at=rig.env.clock() + 1000)
+    rig.env.cloud.add("ecs.instance", b.resource_id, "Running")
+    ahead = {"seq": 9_999, "hash": "cd" * 32, "at": rig.env.clock() + 100}
+    rig.fake.pages = [
+        {"items": [approval(1, b.raw, b.approval_id)], "cursor": 1, "executor_head": ahead}
+    ]
+    assert rig.turn() == []
+    [behind] = _audit_events(rig.env, "executor.ledger_behind")
+    assert behind["hold_until"] == rig.env.clock() + 100 + feed_module.DEFAULT_LEDGER_HOLD_S
 
 
 def test_a_ledger_restored_from_a_backup_does_not_write_an_approval_it_forgot_twice(

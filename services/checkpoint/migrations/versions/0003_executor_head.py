@@ -1,11 +1,12 @@
-"""executor_head: the executor's audit chain head named by the receipt accepted last.
+"""executor_head: the latest executor audit chain head a receipt named.
 
 Revision ID: 0003
 Revises: 0002
 Create Date: 2026-11-30 02:00:00
 
 One row, always there (no head yet: NULLs). Every accepted receipt names the executor's
-chain head after its outcome; the feed hands the last one back to executors, and an
+chain head after its outcome; the row keeps the latest (by the receipt's time, then seq,
+so a receipt accepted late never moves it back) and the feed hands it to executors; an
 executor whose own chain does not hold it has a ledger that went back (restored from a
 backup, or replaced) and has forgotten approvals it used. The audit chain keeps every
 head (``checkpoint.outcome.reported``); this row only makes the last one cheap to read.
