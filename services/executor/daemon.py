@@ -31,6 +31,7 @@ from types import FrameType
 from .errors import CheckpointUnauthorized
 from .feed import Backoff, OutboxReporter
 from .models import Outcome
+from .recover import check_ledger, ledger_checked
 from .service import Executor
 from .sources import BundleSource
 
@@ -137,10 +138,15 @@ def _drain(
 
 
 def _recover(executor: Executor, source: BundleSource) -> int:
-    outcomes = executor.recover(revoked=source.revoked())
+    outcomes = executor.recover(revoked=source.revoked(), continue_claimed=ledger_checked(source))
     for outcome in outcomes:
         _show(outcome, "recovered")
     return len(outcomes)
+
+
+def _check(source: BundleSource) -> int:
+    check_ledger(source)
+    return 0
 
 
 def _step(what: str, step: Callable[[], int]) -> int | None:
@@ -180,6 +186,8 @@ def serve(
         # Recovery at start, retried like the loop below: a database blip or a restart
         # of the checkpoint at this moment must not end the process. Receipts are
         # delivered on every attempt, whether or not recovery got through.
+        # First, whether this ledger went back (a hold recorded before any recovery).
+        _step("checking the ledger against the checkpoint", lambda: _check(source))
         while True:
             recovered = _step("recovery at start", lambda: _recover(executor, source))
             if reporter is not None:

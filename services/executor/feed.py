@@ -431,6 +431,9 @@ class CheckpointFeedSource:
         self._mono = monotonic
         self._hold_s = ledger_hold_s
         self._hold_logged_at: float | None = None
+        #: The feed has answered in this process, so the ledger was checked against the
+        #: head it names (see :meth:`check_ledger`): recovery may continue claimed rows.
+        self.ledger_checked = False
         self._client = client
         self._clock = clock
         self._feed = feed or feed_name(str(client.base_url))
@@ -488,7 +491,11 @@ class CheckpointFeedSource:
             _log.info("feed reachable again at cursor %d", after)
         self._backoff.reset()
         self._warn_if_behind(after, _page_feed_head(page))
-        if _has_approval(page) and self._holding(_page_executor_head(page)):
+        head = _page_executor_head(page)
+        if not self.ledger_checked:
+            self._hold_if_foreign(head, self._clock())
+            self.ledger_checked = True
+        if _has_approval(page) and self._holding(head):
             self._accept(after, page, hold=True)  # its revocations still count
             with self._idle():
                 self._sleep(_HOLD_POLL_S)
@@ -498,6 +505,28 @@ class CheckpointFeedSource:
             with self._idle():
                 self._sleep(early)  # an empty answer before the wait: not asked again yet
         return self._accept(after, page)
+
+    def check_ledger(self) -> None:
+        """Ask the feed once (no wait, nothing taken) and record a hold if the head it
+        names from the checkpoint's receipts is not in this chain. Run before the first
+        recovery pass; a feed that cannot be read now is logged, not raised (the pages
+        read later check again)."""
+        try:
+            page = self._get(self.cursor(), 0)
+        except _Transient as exc:
+            _log.warning("the ledger could not be checked against the feed now: %s", exc)
+            return
+        self._hold_if_foreign(_page_executor_head(page), self._clock())
+        self.ledger_checked = True
+
+    def _hold_if_foreign(self, head: _ExecutorHead | None, now: int) -> None:
+        """Record a hold for ``head`` if this chain does not hold it."""
+        if head is None:
+            return
+        with read_transaction(self._engine) as conn:
+            ours = AuditLog.row_hash_at(conn, head.seq) == head.hash
+        if not ours:
+            self._hold_for(head, now)
 
     def _holding(self, head: _ExecutorHead | None) -> bool:
         """Must this page's approvals wait, because this ledger may have forgotten
@@ -515,11 +544,7 @@ class CheckpointFeedSource:
         restored ledger sent since) does not end it.
         """
         now = self._clock()
-        if head is not None:
-            with read_transaction(self._engine) as conn:
-                ours = AuditLog.row_hash_at(conn, head.seq) == head.hash
-            if not ours:
-                self._hold_for(head, now)
+        self._hold_if_foreign(head, now)
         with read_transaction(self._engine) as conn:
             until = conn.execute(sa.select(sa.func.max(ledger_holds.c.until))).scalar()
         if until is None or now >= until:

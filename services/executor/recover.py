@@ -15,7 +15,10 @@ verify-first:
   a human to resolve.
 
 A row that fails on a database error or no longer parses is logged and left for the
-next pass; the rest of the pass goes on.
+next pass; the rest of the pass goes on. ``claimed`` rows are also left while a ledger
+hold is in force (``executor_ledger_holds``: the ledger may have gone back, and the one
+it was restored over may have written them) and, with a source that checks the ledger
+against the checkpoint, until that check has been made (:func:`check_ledger`).
 
 It never blind-retries a write. The loop runs recovery at start and then periodically,
 and drains a :class:`~services.executor.sources.BundleSource` in between.
@@ -28,29 +31,52 @@ import threading
 from collections.abc import Container
 from typing import TYPE_CHECKING
 
+import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError
 
 from . import ledger
 from .errors import Fenced
-from .models import Outcome, State
+from .models import Outcome, State, ledger_holds
 from .sources import BundleSource
 
 if TYPE_CHECKING:
     from .service import Executor
 
-__all__ = ["drain", "recover_expired", "run"]
+__all__ = ["check_ledger", "drain", "ledger_checked", "recover_expired", "run"]
 
 _log = logging.getLogger("airlock.executor")
 
 
 def recover_expired(
-    executor: Executor, *, revoked: Container[str] = frozenset(), limit: int = 100
+    executor: Executor,
+    *,
+    revoked: Container[str] = frozenset(),
+    limit: int = 100,
+    continue_claimed: bool = True,
 ) -> list[Outcome]:
-    """One recovery pass over at most ``limit`` expired rows."""
+    """One recovery pass over at most ``limit`` expired rows. With ``continue_claimed``
+    false (the ledger could not be checked against the checkpoint yet), and while a
+    ledger hold is in force, ``claimed`` rows are left for a later pass."""
     executor.trusted_keys()  # unreadable keys stop the pass before any take-over
     now = executor.clock()
     with executor.engine.begin() as conn:
         rows = ledger.expired(conn, now, limit)
+        held_until = conn.execute(sa.select(sa.func.max(ledger_holds.c.until))).scalar()
+    if not continue_claimed or (held_until is not None and now < held_until):
+        # The ledger may have gone back (executor_ledger_holds): a `claimed` row in it may
+        # be one the ledger it was restored over went on to write. It waits, untouched,
+        # until every approval such rows could hold has expired; re-verified then, it is
+        # refused. `executing` rows are only probed (a delete re-issued with its token).
+        held = [r for r in rows if r.state is State.CLAIMED]
+        if held:
+            _log.warning(
+                "%d claimed row(s) left for a later pass: %s",
+                len(held),
+                "the ledger is not checked against the checkpoint yet"
+                if not continue_claimed
+                else f"this ledger may have gone back (a hold is in force until {held_until})",
+            )
+        rows = [r for r in rows if r.state is not State.CLAIMED]
     outcomes: list[Outcome] = []
     for row in rows:
         try:
@@ -87,6 +113,21 @@ def recover_expired(
     return outcomes
 
 
+def check_ledger(source: BundleSource) -> None:
+    """Before the first recovery pass: if the source can tell whether this ledger went
+    back (the checkpoint feed can), let it record a hold first, so that recovery does
+    not continue a `claimed` row that a restored-over ledger already wrote."""
+    check = getattr(source, "check_ledger", None)
+    if check is not None:
+        check()
+
+
+def ledger_checked(source: BundleSource) -> bool:
+    """May recovery continue ``claimed`` rows? Not until a source that can check the
+    ledger against the checkpoint has read the feed once (a source that cannot: yes)."""
+    return bool(getattr(source, "ledger_checked", True))
+
+
 def drain(executor: Executor, source: BundleSource, *, wait_s: float = 0.0) -> list[Outcome]:
     """Execute every bundle the source has now; acknowledge each once it is recorded."""
     outcomes: list[Outcome] = []
@@ -117,7 +158,10 @@ def run(
     """Recovery at start, then drain; with ``once``, stop there. Otherwise loop until
     ``stop`` is set, running recovery again every ``recover_every_s`` seconds."""
     stop = stop or threading.Event()
-    outcomes = recover_expired(executor, revoked=source.revoked())
+    check_ledger(source)
+    outcomes = recover_expired(
+        executor, revoked=source.revoked(), continue_claimed=ledger_checked(source)
+    )
     if once:
         # A source hands over a batch at a time (a directory backlog): all it has now.
         while batch := drain(executor, source):
@@ -131,6 +175,8 @@ def run(
             # A source without long-poll returns at once; pace the loop here.
             stop.wait(poll_wait_s)
         if executor.clock() - last_recovery >= recover_every_s:
-            recover_expired(executor, revoked=source.revoked())
+            recover_expired(
+                executor, revoked=source.revoked(), continue_claimed=ledger_checked(source)
+            )
             last_recovery = executor.clock()
     return outcomes

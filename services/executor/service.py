@@ -784,11 +784,19 @@ class Executor:
 
     # -- recovery and human resolution ---------------------------------------------------
 
-    def recover(self, *, revoked: Container[str] = frozenset(), limit: int = 100) -> list[Outcome]:
+    def recover(
+        self,
+        *,
+        revoked: Container[str] = frozenset(),
+        limit: int = 100,
+        continue_claimed: bool = True,
+    ) -> list[Outcome]:
         """Take over expired leases and finish their rows verify-first (DESIGN §2.5)."""
         from .recover import recover_expired  # noqa: PLC0415 - recover builds on this module
 
-        outcomes: list[Outcome] = recover_expired(self, revoked=revoked, limit=limit)
+        outcomes: list[Outcome] = recover_expired(
+            self, revoked=revoked, limit=limit, continue_claimed=continue_claimed
+        )
         return outcomes
 
     def take_over(self, row: LedgerRow) -> Work | None:

@@ -62,6 +62,7 @@ from services.executor.models import (
     refusals,
     revocations,
 )
+from services.executor.recover import ledger_checked, run
 from services.executor.sources import Delivery
 from tests.support.dripping import Answer, ok_json, serving_drips
 
@@ -1547,3 +1548,97 @@ def test_a_ledger_restored_from_a_backup_does_not_write_an_approval_it_forgot_tw
     finally:
         client.close()
         after.engine.dispose()
+
+
+@pytest.mark.parametrize("mode", ["once", "daemon"])
+def test_a_claimed_row_in_a_restored_ledger_is_not_continued_a_second_time(
+    sqlite_url: str, tmp_path: Path, mode: str
+) -> None:
+    """The backup holds A `claimed` (consumed, not yet written); the ledger it is
+    restored over went on to write A and report it. Recovery at start would continue A
+    again: the feed is checked first, the hold recorded, and recovery leaves A until it
+    has expired, when it is refused."""
+    engine = make_engine(sqlite_url)
+    migrate(engine)
+    engine.dispose()
+    database = Path(sqlite_url.removeprefix("sqlite:///"))
+    cloud, clock = InMemoryCloud(), FakeClock()
+    a = make_test_bundle(1, tag="fclaimed")
+    cloud.add("ecs.instance", a.resource_id, "Running")
+    crashing = make_executor(sqlite_url, cloud, clock, failpoints=_crash_at("after_consume"))
+    with pytest.raises(SimulatedCrash):
+        crashing.execute(a.raw)
+    crashing.engine.dispose()
+    backup = tmp_path / "ledger-backup.db"
+    backup.write_bytes(database.read_bytes())  # A is claimed in the backup
+
+    clock.advance(LEASE + 1)
+    old = make_executor(sqlite_url, cloud, clock)
+    [written] = old.recover()  # the old ledger went on and wrote A
+    assert written.state is State.SUCCEEDED and cloud.writes_for(a.resource_id) == 1
+    reported = _receipt_head(written)
+    old.engine.dispose()
+
+    database.write_bytes(backup.read_bytes())  # the restore
+    cloud.set_status("ecs.instance", a.resource_id, "Running")  # started again by someone
+    page = {"items": [], "cursor": 0, "executor_head": reported}
+    fake = FakeCheckpoint(pages=[page, page])
+    shutdown = Shutdown()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if len(fake.feed_requests) == 1:
+            shutdown.request()  # the daemon's first turn, after recovery at start
+        return fake.handler(request)
+
+    restored = make_executor(sqlite_url, cloud, clock)
+    client = checkpoint_client(BASE, "t", poll_wait_s=1, transport=httpx.MockTransport(handler))
+    source = CheckpointFeedSource(
+        engine=restored.engine, client=client, clock=clock, sleep=lambda _: None
+    )
+    try:
+        if mode == "once":
+            assert run(restored, source, once=True) == []
+        else:
+            serve(restored, source, shutdown=shutdown, poll_wait_s=0)
+        assert fake.feed_requests  # checked before recovery; held: A left alone
+        assert cloud.writes_for(a.resource_id) == 1
+        with restored.engine.connect() as conn:
+            assert conn.execute(sa.select(ledger.c.state)).scalars().all() == ["claimed"]
+        clock.advance(feed_module.DEFAULT_LEDGER_HOLD_S)
+        [late] = restored.recover()
+        assert (late.state, late.refusal_code) == (State.REFUSED, RefusalCode.E_EXPIRED)
+        assert cloud.writes_for(a.resource_id) == 1
+    finally:
+        client.close()
+        restored.engine.dispose()
+
+
+def test_claimed_rows_wait_until_the_ledger_could_be_checked_against_the_checkpoint(
+    env: Env,
+) -> None:
+    """With the checkpoint down as the executor starts, whether the ledger went back is
+    unknown: recovery leaves `claimed` rows until the feed has answered once."""
+    a = make_test_bundle(1, tag="funchecked")
+    env.cloud.add("ecs.instance", a.resource_id, "Running")
+    crashing = env.another_worker("crashing", failpoints=_crash_at("after_consume"))
+    with pytest.raises(SimulatedCrash):
+        crashing.execute(a.raw)
+    env.clock.advance(LEASE + 1)
+    fake = FakeCheckpoint(pages=[503, 503, {"items": [], "cursor": 0}])
+    client = checkpoint_client(
+        BASE, "t", poll_wait_s=1, transport=httpx.MockTransport(fake.handler)
+    )
+    source = CheckpointFeedSource(
+        engine=env.engine, client=client, clock=env.clock, sleep=lambda _: None
+    )
+    try:
+        assert run(env.executor, source, once=True) == []  # the check and the page: 503
+        assert not source.ledger_checked
+        assert env.cloud.writes_for(a.resource_id) == 0
+        assert source.receive(wait_s=0) == ()  # the feed answers: checked
+        assert source.ledger_checked
+        [done] = env.executor.recover(continue_claimed=ledger_checked(source))
+        assert done.state is State.SUCCEEDED
+        assert env.cloud.writes_for(a.resource_id) == 1
+    finally:
+        client.close()
