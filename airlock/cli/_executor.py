@@ -349,8 +349,14 @@ def health_command(
 def run_bundle_command(
     file: Annotated[str, typer.Argument(help="The bundle file, or - for stdin.")],
 ) -> None:
-    """Execute one bundle; exit 0 if it succeeded, 1 if refused/failed/in doubt."""
+    """Execute one bundle; exit 0 if it succeeded, 1 if refused/failed/in doubt.
+
+    Exit 2 if it was not run: the file cannot be read, or a ledger hold is in force.
+
+    A hold means this ledger may have forgotten approvals it used: none is consumed yet.
+    """
     from services.executor import FileSource, LedgerRevocations, State
+    from services.executor.errors import LedgerHeld
     from services.executor.recover import drain
 
     settings = _settings()
@@ -360,7 +366,7 @@ def run_bundle_command(
         revoked = LedgerRevocations(executor.engine, _file_revocations(settings))
         try:
             outcomes = drain(executor, FileSource(file, revoked))
-        except OSError as exc:
+        except (OSError, LedgerHeld) as exc:
             raise _fail(str(exc)) from None
         for outcome in outcomes:
             _show(outcome)

@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
-from .errors import CheckpointUnauthorized
+from .errors import CheckpointUnauthorized, LedgerHeld
 from .feed import Backoff, OutboxReporter
 from .models import Outcome
 from .recover import check_ledger, ledger_checked
@@ -128,7 +128,11 @@ def _drain(
     for delivery in source.receive(wait_s=wait_s):
         if shutdown.requested:
             break  # not acknowledged: delivered again after the restart
-        outcome = executor.execute(delivery.raw, revoked=source.revoked())
+        try:
+            outcome = executor.execute(delivery.raw, revoked=source.revoked())
+        except LedgerHeld as exc:
+            _log.warning("%s: %s; left where it is", delivery.ref, exc)
+            break  # not acknowledged: delivered again once the hold is over
         source.ack(delivery)
         _show(outcome, delivery.ref)
         if on_outcome is not None:

@@ -11,6 +11,8 @@ Error hierarchy::
     ├── ResendRefused        a request to send receipts again was refused as a whole
     │                        (unknown approval, nothing rejected to send, bad input)
     ├── InvalidReceipt       a receipt does not verify or is not a receipt/v1
+    ├── LedgerHeld           a ledger hold is in force (the ledger may have gone back):
+    │                        nothing is consumed or recorded; present the bundle later
     └── CheckpointUnauthorized
                              the checkpoint answered 401/403 to the executor's token: a
                              misconfiguration that retrying cannot fix, so the daemon stops
@@ -30,6 +32,7 @@ __all__ = [
     "ExecutorError",
     "Fenced",
     "InvalidReceipt",
+    "LedgerHeld",
     "OperatorRefusal",
     "ResendRefused",
     "ResolutionError",
@@ -105,6 +108,20 @@ class ResendRefused(ExecutorError):
 
 class InvalidReceipt(ExecutorError):
     """A receipt's envelope, signature or payload is not valid."""
+
+
+class LedgerHeld(ExecutorError):
+    """A ledger hold is in force until ``until`` (``executor_ledger_holds``): this ledger
+    may have gone back and forgotten approvals it used, so none is consumed before then.
+    Not a refusal: nothing is recorded, and the same bundle may be presented later."""
+
+    def __init__(self, until: int) -> None:
+        super().__init__(
+            f"a ledger hold is in force until {until} (this ledger may have forgotten "
+            "approvals it used; see executor.ledger_behind in its audit chain): nothing "
+            "is consumed before then"
+        )
+        self.until = until
 
 
 class CheckpointUnauthorized(ExecutorError):

@@ -35,7 +35,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError
 
 from . import ledger
-from .errors import Fenced
+from .errors import Fenced, LedgerHeld
 from .models import Outcome, State, ledger_holds
 from .sources import BundleSource
 
@@ -164,8 +164,11 @@ def run(
     )
     if once:
         # A source hands over a batch at a time (a directory backlog): all it has now.
-        while batch := drain(executor, source):
-            outcomes += batch
+        try:
+            while batch := drain(executor, source):
+                outcomes += batch
+        except LedgerHeld as exc:  # what is left stays with the source, unacknowledged
+            _log.warning("%s", exc)
         return outcomes
     outcomes += drain(executor, source)
     last_recovery = executor.clock()

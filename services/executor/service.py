@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from airlock.cloud.ports import (
@@ -57,10 +58,10 @@ from airlock.protocol import (
 from airlock.store import AuditEntry, AuditLog
 
 from . import ledger
-from .errors import Fenced, OperatorRefusal, ResolutionError, recordable
+from .errors import Fenced, LedgerHeld, OperatorRefusal, ResolutionError, recordable
 from .failpoints import Failpoints
 from .keys import TrustedKeysFile
-from .models import LedgerRow, Outcome, State
+from .models import LedgerRow, Outcome, State, ledger_holds
 from .receipts import RECEIPT_TYPE, AuditHead, Receipt, ReceiptSigner, Resolution
 from .sources import OutcomeSink
 
@@ -318,6 +319,11 @@ class Executor:
         # (13) consume: one INSERT; nonce, approval_id and action_hash are each UNIQUE.
         with self._engine.begin() as conn:
             AuditLog.lock(conn)  # the chain lock before any row lock (no lock cycles)
+            # Under the chain lock, which a hold is recorded under too: no consume slips
+            # in beside a hold's recording. Raised, it rolls back: nothing is recorded.
+            held_until = conn.execute(sa.select(sa.func.max(ledger_holds.c.until))).scalar()
+            if held_until is not None and now < held_until:
+                raise LedgerHeld(int(held_until))
             consumed = ledger.consume(
                 conn,
                 {

@@ -272,3 +272,28 @@ def test_cli_keygen_run_bundle_once_and_receipts_verify(
     off = runner.invoke(app, ["executor", "run-bundle", str(tmp_path / "fourth.json")])
     assert off.exit_code == 0 and f"{fourth.approval_id} succeeded" in off.output, off.output
     assert _writes(devcloud, fourth.resource_id) == 1
+
+    # A ledger hold in force (this ledger may have forgotten approvals it used): the
+    # bundle is not run, nothing is recorded, exit 2 with the reason.
+    import sqlalchemy as sa
+
+    from airlock.store import make_engine
+    from services.executor.models import ledger, ledger_holds
+
+    fifth = make_test_bundle(5, tag=tag, issued_at=now)
+    devcloud.admin.create_instance(fifth.resource_id, status="Running")
+    (tmp_path / "fifth.json").write_bytes(fifth.raw)
+    engine = make_engine(migrated_url)
+    try:
+        with engine.begin() as conn:
+            hold = {"feed": "http://cp", "head_seq": 1, "head_hash": "ab" * 32}
+            conn.execute(sa.insert(ledger_holds).values(**hold, since=now, until=now + 3600))
+        held = runner.invoke(app, ["executor", "run-bundle", str(tmp_path / "fifth.json")])
+        assert held.exit_code == 2, held.output
+        assert "a ledger hold is in force" in held.output
+        assert _writes(devcloud, fifth.resource_id) == 0
+        with engine.connect() as conn:
+            used = conn.execute(sa.select(ledger.c.approval_id)).scalars().all()
+        assert fifth.approval_id not in used
+    finally:
+        engine.dispose()

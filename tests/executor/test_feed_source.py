@@ -46,7 +46,7 @@ from services.executor import (
     serve,
 )
 from services.executor import feed as feed_module
-from services.executor.errors import SimulatedCrash
+from services.executor.errors import LedgerHeld, SimulatedCrash
 from services.executor.feed import (
     advance_cursor,
     pending_receipts,
@@ -1447,6 +1447,8 @@ def test_a_ledger_lacking_the_checkpoint_s_record_of_it_holds_the_feed_until_it_
         rig.env.cloud.add("ecs.instance", bundle.resource_id, "Running")
     foreign = {"seq": 9_999, "hash": "ab" * 32, "at": rig.env.clock()}
     page = {"items": [approval(3, b.raw, b.approval_id)], "cursor": 3, "executor_head": foreign}
+    ours = rig.executor.execute(mine.raw)  # its receipt reaches the checkpoint later
+    assert ours.state is State.SUCCEEDED
     revoked = "apv_revokedwhileheld01"
     rig.fake.pages = [{**page, "items": [revocation(2, revoked), *page["items"]]}]
     assert rig.turn() == []
@@ -1456,8 +1458,6 @@ def test_a_ledger_lacking_the_checkpoint_s_record_of_it_holds_the_feed_until_it_
 
     # A receipt of this (restored) ledger accepted since: its head is ours. The hold
     # stays: it ends by time only.
-    ours = rig.executor.execute(mine.raw)
-    assert ours.state is State.SUCCEEDED
     rig.env.clock.advance(feed_module.DEFAULT_LEDGER_HOLD_S - 1)
     rig.fake.pages = [{**page, "executor_head": _receipt_head(ours)}]
     assert rig.turn() == []
@@ -1642,3 +1642,39 @@ def test_claimed_rows_wait_until_the_ledger_could_be_checked_against_the_checkpo
         assert env.cloud.writes_for(a.resource_id) == 1
     finally:
         client.close()
+
+
+def test_a_hold_stops_every_source_before_anything_is_consumed(env: Env, tmp_path: Path) -> None:
+    """The feed holds its own approvals; a bundle from an inbox or ``run-bundle`` meets
+    the hold at the consume itself: nothing is recorded, the file stays in the inbox,
+    and the same bundle runs once the hold is over."""
+    b = make_test_bundle(1, tag="fheldall")
+    env.cloud.add("ecs.instance", b.resource_id, "Running")
+    with env.engine.begin() as conn:
+        conn.execute(
+            sa.insert(ledger_holds).values(
+                feed=BASE,
+                head_seq=1,
+                head_hash="ab" * 32,
+                since=env.clock(),
+                until=env.clock() + 100,
+            )
+        )
+    with pytest.raises(LedgerHeld):
+        env.executor.execute(b.raw)
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    (inbox / "b.json").write_bytes(b.raw)
+    source = DirectorySource(inbox, also_revoked=LedgerRevocations(env.engine))
+    assert run(env.executor, source, once=True) == []
+    assert [p.name for p in inbox.glob("*.json")] == ["b.json"]  # not acknowledged
+    assert env.cloud.writes_for(b.resource_id) == 0
+    with env.engine.connect() as conn:
+        assert conn.execute(sa.select(ledger)).all() == []
+        assert conn.execute(sa.select(refusals)).all() == []
+
+    env.clock.advance(120)  # the hold is over
+    [outcome] = run(env.executor, source, once=True)
+    assert outcome.state is State.SUCCEEDED
+    assert list(inbox.glob("*.json")) == []  # acknowledged (moved to done/)
+    assert verify_chain(env.engine).ok

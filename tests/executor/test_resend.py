@@ -33,7 +33,14 @@ from services.executor import (
     request_resend,
 )
 from services.executor.feed import pending_receipts, requeue_undelivered
-from services.executor.models import deliveries, ledger, outbox, resends, resolutions
+from services.executor.models import (
+    deliveries,
+    ledger,
+    ledger_holds,
+    outbox,
+    resends,
+    resolutions,
+)
 
 from .conftest import Env
 from .support import FakeClock, InMemoryCloud, make_executor, make_test_bundle
@@ -350,6 +357,8 @@ def test_the_upgrade_to_0005_keeps_every_delivery_record_as_attempt_one(
         upgrade(engine, MIGRATIONS_DIR, revision="0004_checkpoint_head")
         cloud, clock = InMemoryCloud(), FakeClock()
         executor = make_executor(db_url, cloud, clock, worker_id="w-0004")
+        with engine.begin() as conn:
+            ledger_holds.create(conn)  # today's execute reads it (0006); dropped below
         ids = []
         for n in (1, 2, 3):
             b = make_test_bundle(n, tag="rsmig")
@@ -357,6 +366,8 @@ def test_the_upgrade_to_0005_keeps_every_delivery_record_as_attempt_one(
             assert executor.execute(b.raw).state is State.SUCCEEDED
             ids.append(b.approval_id)
         executor.engine.dispose()
+        with engine.begin() as conn:
+            ledger_holds.drop(conn)
         # What a 0004 reporter recorded: one delivered, one rejected; the third queued.
         with engine.begin() as conn:
             for aid, status, http in ((ids[0], "delivered", 200), (ids[1], "rejected", 422)):
