@@ -36,8 +36,8 @@ def tls_checkpoint(
         yield cp
 
 
-def _agent(cp: TlsCheckpoint, ca_file: Path | None) -> Agent:
-    settings = AgentSettings(
+def _settings(cp: TlsCheckpoint, ca_file: Path | None) -> AgentSettings:
+    return AgentSettings(
         AIRLOCK_ENV="dev",  # type: ignore[call-arg]  # the alias of ``env``
         account=ACCOUNT,
         checkpoint_url=cp.url,
@@ -45,7 +45,14 @@ def _agent(cp: TlsCheckpoint, ca_file: Path | None) -> Agent:
         checkpoint_ca_file=ca_file,
         checkpoint_attempts=1,
     )
+
+
+def _build(settings: AgentSettings) -> Agent:
     return build_agent(settings, reader=InMemoryCloud(), sleep=lambda _: None)
+
+
+def _agent(cp: TlsCheckpoint, ca_file: Path | None) -> Agent:
+    return _build(_settings(cp, ca_file))
 
 
 def _reads_the_checkpoint(agent: Agent) -> bool:
@@ -105,13 +112,7 @@ def test_a_ca_file_gone_after_the_settings_read_it_is_a_clear_config_error(
 ) -> None:
     ca_file = tmp_path / "ca-copy.pem"
     ca_file.write_bytes(tls_checkpoint.ca.ca_file.read_bytes())
-    settings = AgentSettings(
-        AIRLOCK_ENV="dev",  # type: ignore[call-arg]  # the alias of ``env``
-        account=ACCOUNT,
-        checkpoint_url=tls_checkpoint.url,
-        checkpoint_token=tls_checkpoint.world.tokens["agent"],
-        checkpoint_ca_file=ca_file,
-    )
+    settings = _settings(tls_checkpoint, ca_file)
     ca_file.unlink()
     with pytest.raises(ConfigError, match=r"AIRLOCK_AGENT_CHECKPOINT_CA_FILE=.*cannot be read"):
-        build_agent(settings, reader=InMemoryCloud(), sleep=lambda _: None)
+        _build(settings)
