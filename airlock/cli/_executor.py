@@ -575,7 +575,8 @@ def receipts_list_command(
 ) -> None:
     """Show receipts' delivery attempts to the checkpoint, and resends asked for.
 
-    With approval ids: each one's receipts (outcome, resolution), delivered or not.
+    With approval ids: each one's receipts (outcome, resolution, and the refusal of it
+    before it was consumed, which the checkpoint shows as a note), delivered or not.
 
     Without: every receipt not delivered (rejected, queued again, or not attempted yet).
 
@@ -608,7 +609,8 @@ def receipts_resend_command(
     approval_ids: Annotated[
         list[str] | None,
         typer.Argument(
-            help="Approval ids whose rejected receipts (outcome, resolution) to send again.",
+            help="Approval ids whose rejected receipts (outcome, resolution, refusal) to send "
+            "again.",
             metavar="APPROVAL_ID",
             show_default=False,
         ),

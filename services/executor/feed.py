@@ -87,6 +87,7 @@ from airlock.store import AuditLog, read_transaction
 from ._deadline import deadline_passed, deadline_transport, within
 from .errors import CheckpointUnauthorized
 from .failpoints import Failpoints
+from .ledger import reportable_refusal
 from .models import (
     TERMINAL_STATES,
     checkpoint_head,
@@ -95,6 +96,7 @@ from .models import (
     ledger,
     ledger_holds,
     outbox,
+    refusals,
     resends,
     resolutions,
     revocations,
@@ -796,7 +798,7 @@ class CheckpointFeedSource:
 
 @dataclass(frozen=True, slots=True)
 class PendingReceipt:
-    kind: str  # outcome | resolution
+    kind: str  # outcome | resolution | refusal
     approval_id: str
     receipt: str
     queued_at: int  # with approval_id, its place in the queue
@@ -871,9 +873,20 @@ def pending_receipts(
         .order_by(outbox.c.queued_at, outbox.c.approval_id)
         .limit(limit)
     ).all()
-    return [PendingReceipt("outcome", a, r, int(q), int(n)) for a, r, q, n in outcome_rows] + [
-        PendingReceipt("resolution", a, r, int(q), int(n)) for a, r, q, n in resolution_rows
-    ]
+    refusal_rows = conn.execute(
+        sa.select(refusals.c.approval_id, refusals.c.receipt, outbox.c.queued_at, outbox.c.attempt)
+        .select_from(
+            outbox.join(refusals, refusals.c.id == reportable_refusal(outbox.c.approval_id))
+        )
+        .where(outbox.c.kind == "refusal", _after(after.get("refusal")))
+        .order_by(outbox.c.queued_at, outbox.c.approval_id)
+        .limit(limit)
+    ).all()
+    return (
+        [PendingReceipt("outcome", a, r, int(q), int(n)) for a, r, q, n in outcome_rows]
+        + [PendingReceipt("resolution", a, r, int(q), int(n)) for a, r, q, n in resolution_rows]
+        + [PendingReceipt("refusal", a, r, int(q), int(n)) for a, r, q, n in refusal_rows]
+    )
 
 
 def requeue_undelivered(conn: Connection) -> int:
@@ -918,6 +931,14 @@ def requeue_undelivered(conn: Connection) -> int:
             sa.select(
                 sa.literal("resolution"), resolutions.c.approval_id, resolutions.c.decided_at
             ).where(undelivered("resolution", resolutions.c.approval_id)),
+        ),
+        (
+            "refusal",
+            ["kind", "approval_id", "queued_at"],
+            sa.select(sa.literal("refusal"), refusals.c.approval_id, refusals.c.at).where(
+                refusals.c.id == reportable_refusal(refusals.c.approval_id),
+                undelivered("refusal", refusals.c.approval_id),
+            ),
         ),
         ("resent", ["kind", "approval_id", "queued_at", "attempt"], resent),
     ):
@@ -1126,13 +1147,16 @@ class OutboxReporter:
     def _deliver(self, item: PendingReceipt) -> None:
         body = b'{"receipt":' + item.receipt.encode("utf-8") + b"}"
         until = self._mono() + _ANSWER_DEADLINE_S
+        # A refusal before the consume is a note on the proposal, never its outcome: the
+        # checkpoint takes it at its own endpoint, which changes no proposal's state.
+        path = "/v1/refusals" if item.kind == "refusal" else "/v1/outcomes"
         try:
             with (
                 self._idle(),
                 within(_ANSWER_DEADLINE_S),
                 self._client.stream(
                     "POST",
-                    "/v1/outcomes",
+                    path,
                     content=body,
                     headers={"Content-Type": "application/json"},
                 ) as response,
@@ -1142,7 +1166,7 @@ class OutboxReporter:
         except httpx.HTTPError as exc:
             # No answer: the checkpoint (or the way to it) is down, not this receipt.
             raise _Unavailable(f"{type(exc).__name__}: {exc}") from None
-        _check_auth(status, answer, "POST /v1/outcomes")
+        _check_auth(status, answer, f"POST {path}")
         if status == 200:
             self._fp.hit("after_outcome_post")
             self._record(item, "delivered", status, None, "")

@@ -37,9 +37,11 @@ __all__ = [
     "consume",
     "expired",
     "get",
+    "has_reportable_refusal",
     "insert_refusal",
     "insert_resolution",
     "queue_receipt",
+    "reportable_refusal",
     "take_over",
     "transition",
 ]
@@ -246,6 +248,30 @@ def take_over(
 
 def insert_refusal(conn: Connection, values: Mapping[str, Any]) -> None:
     conn.execute(sa.insert(refusals).values(**values))
+
+
+def reportable_refusal(approval_id: sa.ColumnElement[str]) -> sa.ScalarSelect[int]:
+    """The id of the refusal of ``approval_id`` the checkpoint is told of: the first one
+    recorded before the approval was consumed, whose statement authenticated (so it
+    names the approval), that is not a replay (a replay's ledger row reports its own
+    outcome). NULL when there is none."""
+    first = refusals.alias("first_refusal")  # never correlated with an outer refusals
+    return (
+        sa.select(sa.func.min(first.c.id))
+        .where(first.c.approval_id == approval_id, first.c.code != "E_REPLAY")
+        .correlate_except(first)
+        .scalar_subquery()
+    )
+
+
+def has_reportable_refusal(conn: Connection, approval_id: str) -> bool:
+    """Is a refusal of ``approval_id`` already recorded that the checkpoint is told of?"""
+    found = conn.execute(
+        sa.select(refusals.c.id)
+        .where(refusals.c.approval_id == approval_id, refusals.c.code != "E_REPLAY")
+        .limit(1)
+    ).first()
+    return found is not None
 
 
 @functools.cache

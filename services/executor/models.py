@@ -202,7 +202,7 @@ deliveries = sa.Table(
     "executor_deliveries",
     metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("kind", sa.String(16), nullable=False),  # outcome | resolution
+    sa.Column("kind", sa.String(16), nullable=False),  # outcome | resolution | refusal
     sa.Column("approval_id", sa.String(100), nullable=False),
     sa.Column("status", sa.String(16), nullable=False),  # delivered | rejected
     sa.Column("http_status", sa.Integer, nullable=True),
@@ -220,7 +220,7 @@ resends = sa.Table(
     "executor_resends",
     metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("kind", sa.String(16), nullable=False),  # outcome | resolution
+    sa.Column("kind", sa.String(16), nullable=False),  # outcome | resolution | refusal
     sa.Column("approval_id", sa.String(100), nullable=False),
     sa.Column("attempt", sa.Integer, nullable=False),  # >= 2
     sa.Column("requested_by", sa.String(128), nullable=False),
@@ -237,7 +237,7 @@ resends = sa.Table(
 outbox = sa.Table(
     "executor_outbox",
     metadata,
-    sa.Column("kind", sa.String(16), primary_key=True),  # outcome | resolution
+    sa.Column("kind", sa.String(16), primary_key=True),  # outcome | resolution | refusal
     sa.Column("approval_id", sa.String(100), primary_key=True),
     sa.Column("queued_at", sa.BigInteger, nullable=False),
     # Which delivery attempt this is: 1, or the attempt a resend request queued.

@@ -42,7 +42,15 @@ from airlock.store import AuditLog
 
 from .errors import OperatorRefusal, ResendRefused, recordable
 from .ledger import _insert_ignore
-from .models import TERMINAL_STATES, deliveries, ledger, outbox, resends, resolutions
+from .models import (
+    TERMINAL_STATES,
+    deliveries,
+    ledger,
+    outbox,
+    refusals,
+    resends,
+    resolutions,
+)
 
 __all__ = [
     "Attempt",
@@ -56,10 +64,12 @@ __all__ = [
     "without_receipt",
 ]
 
-Kind = Literal["outcome", "resolution"]
+#: An approval's receipts: its outcome (and a person's resolution of it) from the ledger,
+#: and the first refusal of it before it was consumed (from the refusals table).
+Kind = Literal["outcome", "resolution", "refusal"]
 State = Literal["pending", "delivered", "rejected", "resend_pending"]
 
-_KINDS: Final[tuple[Kind, Kind]] = ("outcome", "resolution")
+_KINDS: Final[tuple[Kind, ...]] = ("outcome", "resolution", "refusal")
 _APPROVAL_ID: Final = re.compile(APPROVAL_ID_PATTERN)
 _BY_MAX: Final = 128  # executor_resends.requested_by
 _NOTE_MAX: Final = 2000
@@ -174,13 +184,28 @@ def _histories(conn: Connection, keys: Sequence[tuple[Kind, str]]) -> list[Recei
     ]
 
 
+def _kind(kind: str) -> Kind:
+    for known in _KINDS:
+        if kind == known:
+            return known
+    raise ValueError(f"unknown receipt kind {kind!r} in the delivery tables")
+
+
 def _receipts_of(
     conn: Connection, approval_ids: Sequence[str]
 ) -> dict[str, tuple[Kind, ...] | str]:
     """Per approval id: the kinds of receipt it has, or why it has none."""
     terminal = {s.value for s in TERMINAL_STATES}
     found: dict[str, tuple[Kind, ...] | str] = {}
+    refused: set[str] = set()
     for chunk in _chunks(approval_ids):
+        refused.update(
+            conn.execute(
+                sa.select(refusals.c.approval_id)
+                .where(refusals.c.approval_id.in_(chunk), refusals.c.code != "E_REPLAY")
+                .distinct()
+            ).scalars()
+        )
         rows = conn.execute(
             sa.select(ledger.c.approval_id, ledger.c.state, ledger.c.receipt).where(
                 ledger.c.approval_id.in_(chunk)
@@ -199,10 +224,17 @@ def _receipts_of(
             else:
                 found[approval_id] = ("outcome",)
     unknown = (
-        "unknown here: no ledger row (a bundle refused before it was consumed has no "
-        "receipt to deliver)"
+        "unknown here: no ledger row, and no refusal of it before it was consumed (a "
+        "bundle refused as a replay, or before its signature verified, has no receipt "
+        "to deliver)"
     )
-    return {approval_id: found.get(approval_id, unknown) for approval_id in approval_ids}
+    out: dict[str, tuple[Kind, ...] | str] = {}
+    for approval_id in approval_ids:
+        kinds = found.get(approval_id, unknown)
+        if approval_id in refused:
+            kinds = (*kinds, "refusal") if isinstance(kinds, tuple) else ("refusal",)
+        out[approval_id] = kinds
+    return out
 
 
 def receipt_history(conn: Connection, approval_ids: Sequence[str] | None) -> list[ReceiptHistory]:
@@ -225,7 +257,7 @@ def receipt_history(conn: Connection, approval_ids: Sequence[str] | None) -> lis
         sa.select(outbox.c.kind, outbox.c.approval_id),
     ).subquery()
     keys: list[tuple[Kind, str]] = [
-        ("outcome" if kind == "outcome" else "resolution", approval_id)
+        (_kind(kind), approval_id)
         for kind, approval_id in conn.execute(
             sa.select(candidates.c.kind, candidates.c.approval_id).order_by(
                 candidates.c.approval_id, candidates.c.kind

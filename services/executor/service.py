@@ -692,6 +692,15 @@ class Executor:
             code=code,
             detail=detail,
         )
+        # The checkpoint hears of an approval refused before it was used (DESIGN §2.6: it
+        # would show approved, then lapsed, with no reason): the first such refusal of an
+        # authenticated approval is queued for the outbox in this transaction. A replay
+        # is not: the ledger row it collided with reports that approval's own outcome.
+        report = (
+            approval_id is not None
+            and code is not RefusalCode.E_REPLAY
+            and not ledger.has_reportable_refusal(conn, approval_id)
+        )
         ledger.insert_refusal(
             conn,
             {
@@ -704,6 +713,8 @@ class Executor:
                 "receipt": _envelope_text(receipt),
             },
         )
+        if report and approval_id is not None:
+            ledger.queue_receipt(conn, kind="refusal", approval_id=approval_id, now=now)
         return receipt
 
     def _finish(
