@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from airlock.cli._doctor import _checkpoint, _Report, clock_check
+from airlock.protocol import KeySet
 from airlock.store import make_engine
 from services.checkpoint.keys import KeyDirectory
 from services.executor import generate_receipt_key, migrate
-from tests.executor.support import receipt_keyset
 from tests.support.tls import make_ca, serving_tls
 
 from .conftest import Served, airlock, dead_url
@@ -28,11 +28,11 @@ def _dev_env(served: Served, tmp_path: Path) -> dict[str, str]:
     finally:
         engine.dispose()
     receipt = tmp_path / "executor-receipt.pem"
-    generate_receipt_key(receipt)
+    signer = generate_receipt_key(receipt)
     trusted = tmp_path / "trusted-keys.json"
     trusted.write_text(json.dumps(KeyDirectory(served.world.keys_dir).public_keyset().to_value()))
     receipts = tmp_path / "receipt-keys.json"
-    receipts.write_text(json.dumps(receipt_keyset().to_value()))
+    receipts.write_text(json.dumps(KeySet([signer.trusted_key()]).to_value()))
     return {
         "AIRLOCK_ENV": "dev",
         "AIRLOCK_CHECKPOINT_DATABASE_URL": served.world.url,
