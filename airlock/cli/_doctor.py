@@ -8,6 +8,14 @@ One line per check, ``ok`` / ``warn`` / ``fail``, exit 1 if any check fails:
   set exist, parse and are not writable by others (with ``AIRLOCK_ENV=dev``, each at its
   dev default in ``.airlock/`` unless set, where ``airlock up`` puts them);
 - databases: each configured service database answers ``SELECT 1``; its Alembic revision;
+- each side of a trust or binding against the other, where this host has both (a
+  mismatch passes each side alone, then refuses every approval once people approved it):
+  the executor's trusted key set holds the checkpoint's active key from ``GET /v1/keys``
+  (E_UNKNOWN_KEY) and no key the checkpoint revoked (a warning); the checkpoint's
+  executor receipt key set holds the executor's receipt key (E_RECEIPT); the checkpoint's
+  audience is the executor's (E_AUDIENCE); the agent's account and regions are the
+  executor's binding (E_ACCOUNT). The audience is compared only when both settings load
+  here: the checkpoint does not publish it;
 - the checkpoint: ``/healthz`` and ``/readyz``;
 - the clock: local time against the checkpoint's ``Date`` header, within the executor's
   tolerated skew.
@@ -15,6 +23,7 @@ One line per check, ``ok`` / ``warn`` / ``fail``, exit 1 if any check fails:
 The doctor only reads: it never creates a database, a directory or a key, never changes a
 mode, and never prints a secret (database URLs are shown without their password). It uses
 the kernel (settings, storage) and talks to the checkpoint over HTTP; it imports no service.
+It reads the executor's receipt private key only to derive its key id.
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ from ._client import CheckpointClient, CheckpointRefused, CheckpointUnavailable
 from ._session import SessionError, check_url, read_session, session_path
 
 if TYPE_CHECKING:
+    from airlock.protocol import KeySet, TrustedKey
     from airlock.settings import (
         AgentSettings,
         CheckpointSettings,
@@ -46,7 +56,7 @@ if TYPE_CHECKING:
         WebappSettings,
     )
 
-__all__ = ["clock_check", "doctor_command"]
+__all__ = ["approval_trust", "clock_check", "doctor_command", "receipt_trust"]
 
 Status = Literal["ok", "warn", "fail"]
 
@@ -227,8 +237,9 @@ def _trusted_keys(
     path: Path,
     name: str = "keys.trusted",
     made_by: str = "airlock keys export-public",
-) -> None:
-    """A public key set a service trusts: present, parseable, writable only by its owner."""
+) -> KeySet | None:
+    """A public key set a service trusts: present, parseable, writable only by its owner.
+    The key set when it is, for the checks that compare it with its other side."""
     from airlock.protocol import Error as ProtocolError
     from airlock.protocol import KeySet, KeyStatus, loads_strict
 
@@ -236,20 +247,21 @@ def _trusted_keys(
         keyset = KeySet.from_value(loads_strict(path.read_bytes(), max_bytes=1 << 20))
     except FileNotFoundError:
         report.add("fail", name, f"{path} is missing ({made_by})")
-        return
+        return None
     except (OSError, ProtocolError, ValueError) as exc:
         report.add("fail", name, f"{path} is unreadable or malformed: {exc}")
-        return
+        return None
     if _mode(path) & 0o022:
         # Whoever may write this file may make the service trust their own key.
         report.add("fail", name, f"{path} is writable by group or others")
-        return
+        return None
     keys = [keyset[kid] for kid in keyset]
     active = sum(1 for k in keys if k.status is KeyStatus.ACTIVE)
     report.add("ok", name, f"{path}: {len(keys)} keys, {active} active")
+    return keyset
 
 
-def _receipt_keys(report: _Report, settings: CheckpointSettings) -> None:
+def _receipt_keys(report: _Report, settings: CheckpointSettings) -> KeySet | None:
     """The executor receipt keys the checkpoint verifies every outcome against."""
     path = settings.receipt_keys_path
     if path is None:
@@ -260,14 +272,14 @@ def _receipt_keys(report: _Report, settings: CheckpointSettings) -> None:
             "set it to the executor's receipt public key set "
             "(airlock executor keygen --public FILE writes one)",
         )
-        return
+        return None
     made_by = "airlock executor keygen --public FILE"
     if "receipt_keys_path" not in settings.model_fields_set:
         made_by = (
             "the dev default, which airlock up writes here; or set "
             f"AIRLOCK_CHECKPOINT_RECEIPT_KEYS_PATH to a key set from {made_by}"
         )
-    _trusted_keys(report, path, "keys.receipts", made_by)
+    return _trusted_keys(report, path, "keys.receipts", made_by)
 
 
 def _production_tags(report: _Report, agent: AgentSettings, executor: ExecutorSettings) -> None:
@@ -290,6 +302,170 @@ def _production_tags(report: _Report, agent: AgentSettings, executor: ExecutorSe
             f"value prefix {theirs[1]!r}: set AIRLOCK_AGENT_PROD_TAG_KEYS/_PROD_VALUE_PREFIX "
             "and AIRLOCK_EXECUTOR_PROD_TAG_KEYS/_PROD_VALUE_PREFIX alike",
         )
+
+
+# -- the two sides of each trust and binding ------------------------------------------
+#
+# Each of these mismatches passes every check of each side alone and then refuses every
+# approval (or receipt) at its other side, once people have approved it.
+
+
+def _unusable(key: TrustedKey, now: int) -> str | None:
+    """Why a verifier refuses this key's signatures (E_KEY_REVOKED), if it does; as
+    airlock.protocol's verify_envelope decides (revoked, or past its ``not_after``)."""
+    from airlock.protocol import KeyStatus
+
+    if key.status is KeyStatus.REVOKED:
+        return "revoked"
+    if key.not_after is not None and now > key.not_after:
+        return f"past its not_after ({key.not_after})"
+    return None
+
+
+def approval_trust(
+    published: KeySet, trusted: KeySet, path: Path, now: int
+) -> list[tuple[Status, str]]:
+    """The key set the checkpoint publishes (``GET /v1/keys``) against the one the
+    executor trusts (its file at ``path``), pure: a (status, detail) per finding."""
+    from airlock.protocol import KeyStatus
+
+    fix = f"at the checkpoint run airlock keys export-public --out FILE and install FILE as {path}"
+    found: list[tuple[Status, str]] = []
+    active = [kid for kid, key in published.items() if key.status is KeyStatus.ACTIVE]
+    if not active:
+        found.append(("fail", "the checkpoint publishes no active key: it signs nothing"))
+    for kid in active:
+        ours = trusted.get(kid)
+        if ours is None:
+            found.append(
+                (
+                    "fail",
+                    f"the executor does not trust {kid}, the checkpoint's active key: "
+                    f"every approval is refused E_UNKNOWN_KEY; {fix}",
+                )
+            )
+        elif (why := _unusable(ours, now)) is not None:
+            found.append(
+                (
+                    "fail",
+                    f"the executor's key set has {kid}, the checkpoint's active key, {why}: "
+                    f"every approval is refused E_KEY_REVOKED; {fix}",
+                )
+            )
+        else:
+            found.append(("ok", f"the executor trusts {kid}, the checkpoint's active key"))
+    # A retired key still verifies approvals in flight (KeyStatus.RETIRED): trusting one is
+    # what `export-public` writes. A revoked one is revoked only where the file says so.
+    for kid, key in published.items():
+        ours = trusted.get(kid)
+        if key.status is KeyStatus.REVOKED and ours is not None and _unusable(ours, now) is None:
+            found.append(
+                (
+                    "warn",
+                    f"the executor still trusts {kid}, which the checkpoint revoked: its own "
+                    f"key set decides, and accepts approvals signed with it; {fix}",
+                )
+            )
+    return found
+
+
+def receipt_trust(receipt_keys: KeySet, path: Path, kid: str, now: int) -> tuple[Status, str]:
+    """The executor's receipt key id against the checkpoint's receipt key set (the file at
+    ``path``), pure."""
+    fix = (
+        "install there the public key set written with the executor's key "
+        "(airlock executor keygen --public FILE)"
+    )
+    key = receipt_keys.get(kid)
+    if key is None:
+        found = f"lacks the executor's receipt key {kid}"
+    elif (why := _unusable(key, now)) is not None:
+        found = f"has the executor's receipt key {kid} {why}"
+    else:
+        return "ok", f"the checkpoint's receipt key set trusts the executor's receipt key {kid}"
+    return (
+        "fail",
+        f"the checkpoint's receipt key set {path} {found}: every outcome the executor "
+        f"reports is refused E_RECEIPT; {fix}",
+    )
+
+
+def _receipt_key_id(report: _Report, path: Path) -> str | None:
+    """The key id of the executor's receipt key: the public half, derived here. Never the
+    key itself, nor a loader's message about its bytes, goes to the output."""
+    from cryptography.exceptions import UnsupportedAlgorithm
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import (
+        Encoding,
+        PublicFormat,
+        load_pem_private_key,
+    )
+
+    from airlock.protocol import key_id
+
+    try:
+        key = load_pem_private_key(path.read_bytes(), password=None)
+    except FileNotFoundError:
+        return None  # keys.receipt says so
+    except (OSError, ValueError, TypeError, UnsupportedAlgorithm):
+        report.add("fail", "trust.receipts", f"{path} is not a key the executor can load")
+        return None
+    if not isinstance(key, Ed25519PrivateKey):
+        report.add("fail", "trust.receipts", f"{path} is not an Ed25519 key")
+        return None
+    return key_id(key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw))
+
+
+def _receipt_trust(
+    report: _Report, receipt_keys: KeySet, path: Path, executor: ExecutorSettings
+) -> None:
+    kid = _receipt_key_id(report, executor.receipt_key_path)
+    if kid is not None:
+        status, detail = receipt_trust(receipt_keys, path, kid, int(time.time()))
+        report.add(status, "trust.receipts", detail)
+
+
+def _audience(report: _Report, checkpoint: CheckpointSettings, executor: ExecutorSettings) -> None:
+    """The checkpoint writes its audience into every statement (DESIGN §2.4 (6))."""
+    if checkpoint.audience == executor.audience:
+        report.add("ok", "binding.audience", f"checkpoint and executor: {executor.audience!r}")
+        return
+    report.add(
+        "fail",
+        "binding.audience",
+        f"the checkpoint signs for audience {checkpoint.audience!r}, the executor is "
+        f"{executor.audience!r}: every approval is refused E_AUDIENCE; set "
+        "AIRLOCK_CHECKPOINT_AUDIENCE and AIRLOCK_EXECUTOR_AUDIENCE alike",
+    )
+
+
+def _account_binding(report: _Report, agent: AgentSettings, executor: ExecutorSettings) -> None:
+    """The statement's account and region are the action's, which the agent writes; the
+    executor refuses any other than its binding (DESIGN §2.4 (7)). The checkpoint has no
+    binding of its own to compare."""
+    proposed, bound = agent.account_or_default(), executor.account_or_default()
+    if proposed == bound:
+        report.add("ok", "binding.account", f"agent and executor: {bound!r}")
+    else:
+        report.add(
+            "fail",
+            "binding.account",
+            f"the agent proposes for account {proposed!r}, the executor is bound to {bound!r}: "
+            "every approval is refused E_ACCOUNT; set AIRLOCK_AGENT_ACCOUNT and "
+            "AIRLOCK_EXECUTOR_ACCOUNT alike",
+        )
+    regions, region = list(agent.cloud_regions), executor.region
+    others = [r for r in regions if r != region]
+    if not others:
+        report.add("ok", "binding.region", f"agent and executor: {region!r}")
+        return
+    report.add(
+        "warn" if region in regions else "fail",
+        "binding.region",
+        f"the agent proposes in regions {regions}, the executor is bound to {region!r}: "
+        f"approvals in {others} are refused E_ACCOUNT; set AIRLOCK_AGENT_CLOUD_REGIONS "
+        "to the executor's AIRLOCK_EXECUTOR_REGION",
+    )
 
 
 def _session_file(report: _Report) -> None:
@@ -399,7 +575,11 @@ def _checkpoint(
     skew: int,
     now: Callable[[], float],
     ca_file: Path | None = None,
+    *,
+    trusted: tuple[Path, KeySet] | None = None,
 ) -> None:
+    """``trusted``: the executor's trusted key file and its key set, when this host has
+    one that parses, to compare with the key set the checkpoint publishes."""
     if url is None:
         report.add("warn", "checkpoint", "no checkpoint URL configured here (--url to check one)")
         return
@@ -434,8 +614,34 @@ def _checkpoint(
             report.add("fail", "checkpoint.readyz", f"{exc.code}: {exc.message}")
         except CheckpointUnavailable as exc:
             report.add("fail", "checkpoint.readyz", str(exc))
+        if trusted is not None:
+            _approval_trust(report, client, base, trusted, int(now()))
     status, detail = clock_check((before + after) / 2, response.headers.get("date"), skew)
     report.add(status, "clock", detail)
+
+
+def _approval_trust(
+    report: _Report, client: CheckpointClient, base: str, trusted: tuple[Path, KeySet], now: int
+) -> None:
+    path, keyset = trusted
+    from airlock.protocol import Error as ProtocolError
+    from airlock.protocol import KeySet
+
+    try:
+        response = client.raw("GET", "/v1/keys")
+    except CheckpointUnavailable as exc:
+        report.add("fail", "trust.approvals", str(exc))
+        return
+    if response.status_code != 200:
+        report.add("fail", "trust.approvals", f"{base}/v1/keys answered {response.status_code}")
+        return
+    try:
+        published = KeySet.from_json_bytes(response.content)
+    except ProtocolError as exc:
+        report.add("fail", "trust.approvals", f"{base}/v1/keys is not a key set: {exc}")
+        return
+    for status, detail in approval_trust(published, keyset, path, now):
+        report.add(status, "trust.approvals", detail)
 
 
 def doctor_command(
@@ -458,9 +664,17 @@ def doctor_command(
         ),
     ] = None,
 ) -> None:
-    """Check configuration, key file modes, databases, tag policies, the checkpoint, the clock.
+    """Check configuration, key files, databases, tag policies, the checkpoint, the clock.
 
     Prints one line per check (ok, warn or fail) and exits 1 if any check fails.
+
+    Where this host has both sides, that they match (else every approval fails, once approved):
+
+    the executor trusts the checkpoint's active key (GET /v1/keys) and no key it revoked;
+
+    the checkpoint trusts the executor's receipt key; their audiences are equal;
+
+    the agent proposes for the executor's account and region.
 
     A service whose settings do not load here is a warning, unless named with --service.
 
@@ -468,15 +682,23 @@ def doctor_command(
     """
     report = _Report()
     loaded = _load_settings(report, set(service or ()))
+    receipt_keys = trusted = None
     if loaded.checkpoint is not None:
         _checkpoint_keys(report, loaded.checkpoint.keys_dir)
-        _receipt_keys(report, loaded.checkpoint)
+        receipt_keys = _receipt_keys(report, loaded.checkpoint)
     if loaded.executor is not None:
         _private_file(
             report, "keys.receipt", loaded.executor.receipt_key_path, "airlock executor keygen"
         )
-        _trusted_keys(report, loaded.executor.trusted_keys_path)
+        trusted = _trusted_keys(report, loaded.executor.trusted_keys_path)
+    if loaded.checkpoint is not None and loaded.executor is not None:
+        if receipt_keys is not None and loaded.checkpoint.receipt_keys_path is not None:
+            _receipt_trust(
+                report, receipt_keys, loaded.checkpoint.receipt_keys_path, loaded.executor
+            )
+        _audience(report, loaded.checkpoint, loaded.executor)
     if loaded.agent is not None and loaded.executor is not None:
+        _account_binding(report, loaded.agent, loaded.executor)
         _production_tags(report, loaded.agent, loaded.executor)
     _session_file(report)
     if loaded.checkpoint is not None:
@@ -485,7 +707,10 @@ def doctor_command(
         _database(report, "database.executor", loaded.executor.database_url)
     skew = loaded.executor.skew if loaded.executor is not None else _DEFAULT_SKEW
     checkpoint_url, ca_file = _checkpoint_url(url, loaded)
-    _checkpoint(report, checkpoint_url, skew, time.time, ca_file)
+    executor_trust = None
+    if loaded.executor is not None and trusted is not None:
+        executor_trust = (loaded.executor.trusted_keys_path, trusted)
+    _checkpoint(report, checkpoint_url, skew, time.time, ca_file, trusted=executor_trust)
     typer.echo(f"{report.failed} failed, {report.warned} warnings, {len(report.checks)} checks")
     if report.failed:
         raise typer.Exit(1)

@@ -1,4 +1,5 @@
-"""airlock doctor: all green on a complete dev setup; a loose key mode is a failure."""
+"""airlock doctor: all green on a complete dev setup; a loose key mode is a failure; so is
+a checkpoint and an executor that do not trust or address each other."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ import time
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from airlock.cli._doctor import _checkpoint, _Report, clock_check
+from airlock.cli._doctor import _checkpoint, _Report, approval_trust, clock_check
+from airlock.protocol import KeySet, KeyStatus, TrustedKey
 from airlock.store import make_engine
-from services.checkpoint.keys import KeyDirectory
+from services.checkpoint.keys import KeyDirectory, KeyRing
 from services.executor import generate_receipt_key, migrate
-from tests.executor.support import receipt_keyset
 from tests.support.tls import make_ca, serving_tls
 
 from .conftest import Served, airlock, dead_url
@@ -28,11 +30,11 @@ def _dev_env(served: Served, tmp_path: Path) -> dict[str, str]:
     finally:
         engine.dispose()
     receipt = tmp_path / "executor-receipt.pem"
-    generate_receipt_key(receipt)
+    signer = generate_receipt_key(receipt)
     trusted = tmp_path / "trusted-keys.json"
     trusted.write_text(json.dumps(KeyDirectory(served.world.keys_dir).public_keyset().to_value()))
     receipts = tmp_path / "receipt-keys.json"
-    receipts.write_text(json.dumps(receipt_keyset().to_value()))
+    receipts.write_text(json.dumps(KeySet([signer.trusted_key()]).to_value()))
     return {
         "AIRLOCK_ENV": "dev",
         "AIRLOCK_CHECKPOINT_DATABASE_URL": served.world.url,
@@ -64,8 +66,13 @@ def test_doctor_is_all_green_on_a_complete_dev_setup(served: Served, tmp_path: P
         "database.checkpoint",
         "database.executor",
         "tags.production",
+        "trust.receipts",
+        "binding.audience",
+        "binding.account",
+        "binding.region",
         "checkpoint.healthz",
         "checkpoint.readyz",
+        "trust.approvals",
         "clock",
     ):
         assert f"ok    {name}" in ok, result.stdout
@@ -141,6 +148,8 @@ def test_doctor_in_the_directory_of_airlock_up_needs_only_airlock_env_dev(
 
     stack = _Stack(tmp_path / ".airlock", {"webapp": 1, "checkpoint": 2, "devcloud": 3}, 4, 5)
     stack.prepare(lambda _line: None)
+    # The checkpoint `up` starts signs with the keys `up` generated in .airlock/keys.
+    monkeypatch.setattr(served.world.checkpoint, "keys", KeyRing(KeyDirectory(stack.home / "keys")))
     engine = make_engine(stack.executor_env()["AIRLOCK_EXECUTOR_DATABASE_URL"])
     try:
         migrate(engine)  # as the executor does when `up` starts it
@@ -160,6 +169,8 @@ def test_doctor_in_the_directory_of_airlock_up_needs_only_airlock_env_dev(
     assert result.exit_code == 0, result.output
     assert "0 failed, 0 warnings" in result.stdout, result.stdout
     assert "ok    keys.receipts          .airlock/receipt-keys.json: 1 keys" in result.stdout
+    for name in ("trust.receipts", "binding.audience", "trust.approvals"):
+        assert f"ok    {name}" in result.stdout, result.stdout
 
 
 def test_doctor_fails_on_an_unreachable_database_and_checkpoint(
@@ -243,3 +254,184 @@ def test_doctor_reports_a_ca_file_that_cannot_be_read_any_more_as_a_failure(
     [check] = report.checks
     assert (check.status, check.name) == ("fail", "checkpoint.tls")
     assert "gone.pem: cannot be read" in check.detail
+
+
+# -- each side's settings pass alone and every approval (or receipt) still fails ---------
+
+
+def _named(stdout: str, status: str, name: str) -> list[str]:
+    return [line for line in _lines(stdout, status) if line.split()[1] == name]
+
+
+def _export_trusted(served: Served, env: dict[str, str]) -> None:
+    """What `airlock keys export-public --out` writes, into the executor's trusted file."""
+    keyset = KeyDirectory(served.world.keys_dir).public_keyset()
+    Path(env["AIRLOCK_EXECUTOR_TRUSTED_KEYS_PATH"]).write_text(json.dumps(keyset.to_value()))
+
+
+def test_doctor_fails_when_the_executor_does_not_trust_the_key_the_checkpoint_rotated_to(
+    served: Served, tmp_path: Path
+) -> None:
+    env = _dev_env(served, tmp_path)
+    new = KeyDirectory(served.world.keys_dir).rotate(served.world.clock())
+    stale = served.run("doctor", env=env)
+    assert stale.exit_code == 1, stale.stdout
+    [failure] = _named(stale.stdout, "fail", "trust.approvals")
+    assert f"the executor does not trust {new.kid}, the checkpoint's active key" in failure
+    assert "E_UNKNOWN_KEY" in failure
+    assert "airlock keys export-public --out FILE" in failure
+    assert env["AIRLOCK_EXECUTOR_TRUSTED_KEYS_PATH"] in failure
+    _export_trusted(served, env)  # the old key is retired: still trusted, no warning
+    fixed = served.run("doctor", env=env)
+    assert fixed.exit_code == 0, fixed.stdout
+    assert _named(fixed.stdout, "warn", "trust.approvals") == []
+    [ok] = _named(fixed.stdout, "ok", "trust.approvals")
+    assert new.kid in ok
+
+
+def test_doctor_warns_when_the_executor_still_trusts_a_key_the_checkpoint_revoked(
+    served: Served, tmp_path: Path
+) -> None:
+    env = _dev_env(served, tmp_path)
+    keys = KeyDirectory(served.world.keys_dir)
+    [old] = keys.records()
+    keys.rotate(served.world.clock())
+    _export_trusted(served, env)
+    keys.revoke(old.kid)  # and not re-exported
+    result = served.run("doctor", env=env)
+    assert result.exit_code == 0, result.stdout
+    [warning] = _named(result.stdout, "warn", "trust.approvals")
+    assert f"the executor still trusts {old.kid}, which the checkpoint revoked" in warning
+    assert "airlock keys export-public" in warning
+    _export_trusted(served, env)
+    fixed = served.run("doctor", env=env)
+    assert _named(fixed.stdout, "warn", "trust.approvals") == [], fixed.stdout
+
+
+def test_doctor_fails_when_the_executor_marks_the_checkpoints_active_key_revoked(
+    served: Served, tmp_path: Path
+) -> None:
+    env = _dev_env(served, tmp_path)
+    path = Path(env["AIRLOCK_EXECUTOR_TRUSTED_KEYS_PATH"])
+    value = json.loads(path.read_text())
+    value["keys"][0]["status"] = "revoked"
+    path.write_text(json.dumps(value))
+    result = served.run("doctor", env=env)
+    assert result.exit_code == 1
+    [failure] = _named(result.stdout, "fail", "trust.approvals")
+    assert "revoked: every approval is refused E_KEY_REVOKED" in failure
+
+
+def test_approval_trust_reads_revocation_and_not_after_as_the_verifier_does() -> None:
+    def key(status: KeyStatus, not_after: int | None = None) -> TrustedKey:
+        raw = Ed25519PrivateKey.generate().public_key().public_bytes_raw()
+        return TrustedKey.from_raw(raw, status, not_after)
+
+    def trusting(*keys: TrustedKey) -> KeySet:
+        return KeySet(list(keys))
+
+    active, retired, revoked = key(KeyStatus.ACTIVE), key(KeyStatus.RETIRED), key(KeyStatus.REVOKED)
+    published = trusting(active, retired, revoked)
+    path = Path("trusted-keys.json")
+
+    def statuses(trusted: KeySet, now: int = 1000) -> list[str]:
+        return [status for status, _ in approval_trust(published, trusted, path, now)]
+
+    assert statuses(trusting(active, retired)) == ["ok"]
+    # The executor's copy of the active key, retired there: it still verifies.
+    assert statuses(trusting(TrustedKey.from_raw(active.raw, KeyStatus.RETIRED))) == ["ok"]
+    past = trusting(TrustedKey.from_raw(active.raw, KeyStatus.ACTIVE, 999))
+    assert statuses(past) == ["fail"]
+    assert "past its not_after (999)" in approval_trust(published, past, path, 1000)[0][1]
+    assert statuses(past, now=999) == ["ok"]  # refused only after not_after
+    still = trusting(active, TrustedKey.from_raw(revoked.raw, KeyStatus.ACTIVE))
+    assert statuses(still) == ["ok", "warn"]
+    assert statuses(trusting(active, revoked)) == ["ok"]
+    assert statuses(trusting(retired)) == ["fail"]
+    assert [s for s, _ in approval_trust(trusting(retired), trusting(retired), path, 0)] == ["fail"]
+
+
+def test_doctor_fails_when_checkpoint_and_executor_audiences_differ(
+    served: Served, tmp_path: Path
+) -> None:
+    env = {**_dev_env(served, tmp_path), "AIRLOCK_EXECUTOR_AUDIENCE": "airlock-executor/prod-1"}
+    result = served.run("doctor", env=env)
+    assert result.exit_code == 1
+    [failure] = _named(result.stdout, "fail", "binding.audience")
+    assert "'airlock-executor/dev'" in failure and "'airlock-executor/prod-1'" in failure
+    assert "E_AUDIENCE" in failure
+    alike = served.run(
+        "doctor", env={**env, "AIRLOCK_CHECKPOINT_AUDIENCE": "airlock-executor/prod-1"}
+    )
+    assert alike.exit_code == 0, alike.stdout
+    [ok] = _named(alike.stdout, "ok", "binding.audience")
+    assert "'airlock-executor/prod-1'" in ok
+
+
+def test_doctor_fails_when_the_agent_proposes_for_an_account_or_region_the_executor_refuses(
+    served: Served, tmp_path: Path
+) -> None:
+    env = _dev_env(served, tmp_path)
+    account = served.run("doctor", env={**env, "AIRLOCK_EXECUTOR_ACCOUNT": "1111222233334444"})
+    assert account.exit_code == 1
+    [failure] = _named(account.stdout, "fail", "binding.account")
+    assert "'5123456789012345'" in failure and "'1111222233334444'" in failure
+    assert "E_ACCOUNT" in failure
+    region = served.run("doctor", env={**env, "AIRLOCK_EXECUTOR_REGION": "cn-hangzhou"})
+    assert region.exit_code == 1
+    [failure] = _named(region.stdout, "fail", "binding.region")
+    assert "['ap-southeast-1']" in failure and "'cn-hangzhou'" in failure
+    assert "E_ACCOUNT" in failure
+    # Some regions the executor writes, some not: those approvals are refused.
+    some = served.run(
+        "doctor", env={**env, "AIRLOCK_AGENT_CLOUD_REGIONS": "ap-southeast-1,cn-hangzhou"}
+    )
+    assert some.exit_code == 0, some.stdout
+    [warning] = _named(some.stdout, "warn", "binding.region")
+    assert "approvals in ['cn-hangzhou'] are refused E_ACCOUNT" in warning
+
+
+def test_doctor_fails_when_the_checkpoint_does_not_trust_the_executors_receipt_key(
+    served: Served, tmp_path: Path
+) -> None:
+    env = _dev_env(served, tmp_path)
+    path = Path(env["AIRLOCK_CHECKPOINT_RECEIPT_KEYS_PATH"])
+    [ours] = json.loads(path.read_text())["keys"]
+    other = Ed25519PrivateKey.generate().public_key().public_bytes_raw()
+    path.write_text(json.dumps(KeySet([TrustedKey.from_raw(other)]).to_value()))
+    result = served.run("doctor", env=env)
+    assert result.exit_code == 1
+    [failure] = _named(result.stdout, "fail", "trust.receipts")
+    assert f"lacks the executor's receipt key {ours['kid']}" in failure
+    assert "E_RECEIPT" in failure and "executor keygen --public" in failure
+    path.write_text(json.dumps({"keys": [{**ours, "status": "revoked"}]}))
+    revoked = served.run("doctor", env=env)
+    assert revoked.exit_code == 1
+    [failure] = _named(revoked.stdout, "fail", "trust.receipts")
+    assert f"has the executor's receipt key {ours['kid']} revoked" in failure
+    assert "BEGIN" not in revoked.stdout  # the private key is read, never shown
+
+
+def test_doctor_skips_the_comparisons_whose_other_side_is_not_configured_here(
+    served: Served, tmp_path: Path
+) -> None:
+    env = _dev_env(served, tmp_path)
+    compared = ("trust.approvals", "trust.receipts", "binding.audience", "binding.account")
+    # No executor here: nothing to compare the checkpoint's keys or audience with.
+    no_executor = served.run("doctor", env={**env, "AIRLOCK_EXECUTOR_LEASE_SECONDS": "1"})
+    assert no_executor.exit_code == 0, no_executor.stdout
+    for name in compared:
+        assert f" {name} " not in no_executor.stdout, no_executor.stdout
+    # No checkpoint settings here: the executor's trust is still compared over HTTP.
+    no_checkpoint = served.run("doctor", env={**env, "AIRLOCK_CHECKPOINT_PORT": "0"})
+    assert no_checkpoint.exit_code == 0, no_checkpoint.stdout
+    assert " trust.receipts " not in no_checkpoint.stdout
+    assert " binding.audience " not in no_checkpoint.stdout
+    assert _named(no_checkpoint.stdout, "ok", "trust.approvals"), no_checkpoint.stdout
+    # No trusted key file, or no checkpoint answering: those already fail; no second line.
+    Path(env["AIRLOCK_EXECUTOR_TRUSTED_KEYS_PATH"]).unlink()
+    missing = served.run("doctor", env=env)
+    assert " trust.approvals " not in missing.stdout
+    _export_trusted(served, env)
+    dead = served.run("doctor", "--url", dead_url(), env=env)
+    assert " trust.approvals " not in dead.stdout
