@@ -3,7 +3,9 @@
 httpx's timeouts bound one socket operation each: a checkpoint, or a proxy in front of it,
 that sends the status line and the headers a byte per (read timeout − ε) holds the
 request for as long as it likes, and a deadline checked between chunks of the body starts
-too late to help. This module bounds the exchange where the bytes are read.
+too late to help. This module bounds the exchange where the bytes are read. It is shared
+by every client of the checkpoint (the executor's feed and outbox), so it imports no
+service, no web app and no storage: only httpx and httpcore.
 
 :class:`DeadlineBackend` wraps httpcore's sync network backend. While a :func:`within`
 block is open (a context variable: each thread has its own), every connect, TLS
