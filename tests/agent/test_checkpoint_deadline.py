@@ -12,6 +12,7 @@ transport error. The checkpoint (or the proxy) here is a fake on a real loopback
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +22,7 @@ from services.agent.errors import CheckpointUnavailable
 from services.agent.service import build_agent
 from tests.executor.support import InMemoryCloud
 from tests.support.dripping import Answer, ok_json, serving_drips
+from tests.support.tls import make_ca
 
 ACCOUNT = "5123456789012345"
 #: A status line and a header that never end: a byte every ``_DRIP_EVERY_S``, well inside
@@ -50,12 +52,13 @@ def _no_proxy_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-def _settings(url: str, attempts: int) -> AgentSettings:
+def _settings(url: str, attempts: int, ca_file: Path | None = None) -> AgentSettings:
     return AgentSettings(
         AIRLOCK_ENV="dev",  # the alias of ``env``
         account=ACCOUNT,
         checkpoint_url=url,
         checkpoint_token="agent-token",
+        checkpoint_ca_file=ca_file,
         checkpoint_timeout=_TIMEOUT_S,
         checkpoint_attempts=attempts,
         backoff_initial=0.5,
@@ -112,3 +115,36 @@ def test_a_proxy_from_the_environment_dripping_its_answer_is_given_up_at_the_dea
     assert [r.split(b"?")[0] for r in proxy.requests] == [
         b"GET http://checkpoint.invalid/v1/proposals"
     ] * 2
+
+
+def test_a_checkpoint_dripping_its_answer_over_tls_is_given_up_at_the_deadline_verified_as_ever(
+    tmp_path: Path,
+) -> None:
+    """The deadline wraps the TLS stream too and changes nothing in what is trusted: a
+    certificate of another CA is refused before the token goes out."""
+    ca, other = make_ca(tmp_path / "pki", "ca"), make_ca(tmp_path / "other-pki", "other-ca")
+    with serving_drips([_DRIPPED, _EMPTY_PAGE], tls=ca.issue("dripping")) as server:
+        for trusted in (other, ca):
+            agent = build_agent(
+                _settings(server.url, attempts=1, ca_file=trusted.ca_file),
+                reader=InMemoryCloud(),
+                sleep=lambda _: None,
+            )
+            client = agent.client
+            assert isinstance(client, HttpCheckpointClient)
+            try:
+                started = time.monotonic()
+                with pytest.raises(CheckpointUnavailable) as caught:
+                    list(client.proposals(account=ACCOUNT, state="pending"))
+                took = time.monotonic() - started
+                if trusted is other:
+                    assert "CERTIFICATE_VERIFY_FAILED" in str(caught.value)
+                    assert server.requests == []  # the token never went out
+                    continue
+                assert "ReadTimeout" in str(caught.value)
+                assert _TIMEOUT_S <= took < _TIMEOUT_S + _SLACK_S
+                assert list(client.proposals(account=ACCOUNT, state="pending")) == []
+            finally:
+                client.close()
+        assert server.handshakes_failed == 1
+    assert [r.split(b"?")[0] for r in server.requests] == [b"GET /v1/proposals"] * 2
