@@ -14,6 +14,8 @@ from typing import Any, Final, Literal, TypeVar
 import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from airlock.httpdeadline import with_deadlines, within
+
 from .errors import CheckpointRefused, CheckpointUnavailable
 
 __all__ = [
@@ -174,11 +176,17 @@ class CheckpointClient:
         verify: ssl.SSLContext | Literal[True] = True,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        """``verify``: ``True`` trusts certifi's CA bundle; a checkpoint behind a private
+        """``timeout`` bounds each socket operation and also each whole call (connect,
+        TLS handshake, request, status line, headers, body: :mod:`airlock.httpdeadline`),
+        so a checkpoint or a proxy sending its answer a byte at a time holds a page, and
+        the thread serving it, no longer than a checkpoint that does not answer.
+
+        ``verify``: ``True`` trusts certifi's CA bundle; a checkpoint behind a private
         CA needs the context of its CA file (``AIRLOCK_WEBAPP_CHECKPOINT_CA_FILE``,
         :func:`airlock.tls.checkpoint_verify`). Verification cannot be turned off."""
         if verify is not True and not isinstance(verify, ssl.SSLContext):
             raise TypeError("verify must be True or an ssl.SSLContext; verification stays on")
+        self._deadline_s = timeout
         self._http = httpx.Client(
             base_url=base_url.rstrip("/"),
             timeout=timeout,
@@ -191,6 +199,8 @@ class CheckpointClient:
             trust_env=False,
             verify=verify,
         )
+        if transport is None:  # a test's transport has no sockets to bound
+            with_deadlines(self._http)
 
     def close(self) -> None:
         self._http.close()
@@ -262,7 +272,10 @@ class CheckpointClient:
     ) -> Any:
         headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
         try:
-            response = self._http.request(method, path, headers=headers, json=json, params=params)
+            with within(self._deadline_s):
+                response = self._http.request(
+                    method, path, headers=headers, json=json, params=params
+                )
         except httpx.HTTPError as exc:
             raise CheckpointUnavailable(
                 f"the checkpoint did not answer ({type(exc).__name__})"

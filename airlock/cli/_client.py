@@ -34,6 +34,8 @@ from typing import Any, Final
 import httpx
 import typer
 
+from airlock.httpdeadline import with_deadlines, within
+
 from ._session import Credentials, SessionError
 
 __all__ = [
@@ -48,7 +50,12 @@ __all__ = [
 ]
 
 _USER_AGENT: Final = "airlock-cli/1"
-_TIMEOUT: Final = httpx.Timeout(15.0, connect=5.0)
+#: Each call, whole (connect, TLS handshake, request, status line, headers, body), gets at
+#: most this long (:mod:`airlock.httpdeadline`): httpx's timeouts bound one socket
+#: operation each, so a checkpoint or a proxy dripping its answer would otherwise hold the
+#: command for as long as it liked. Past it the checkpoint is unavailable (exit 3).
+_DEADLINE_S: Final = 15.0
+_TIMEOUT: Final = httpx.Timeout(_DEADLINE_S, connect=5.0)
 
 
 class ExitCode(enum.IntEnum):
@@ -125,6 +132,9 @@ class CheckpointClient:
             follow_redirects=False,
             verify=verify,
         )
+        # httpx's own pools (with SSL_CERT_FILE and the proxies from the environment, as
+        # before), their sockets bounded by the deadline ``raw`` opens.
+        with_deadlines(self._http)
 
     @classmethod
     def signed_in(cls, credentials: Credentials) -> CheckpointClient:
@@ -139,7 +149,8 @@ class CheckpointClient:
     def raw(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """The response whatever its status; transport failures are unavailability."""
         try:
-            return self._http.request(method, path, **kwargs)
+            with within(_DEADLINE_S):
+                return self._http.request(method, path, **kwargs)
         except httpx.InvalidURL as exc:
             raise SessionError(f"invalid checkpoint URL {self.url!r}: {exc}") from None
         except httpx.TransportError as exc:

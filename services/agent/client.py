@@ -21,6 +21,7 @@ from typing import Any, Final, Literal, Protocol
 
 import httpx
 
+from airlock.httpdeadline import with_deadlines, within
 from airlock.protocol import ProposedAction
 
 from .errors import CheckpointRefused, CheckpointUnavailable
@@ -136,8 +137,17 @@ class HttpCheckpointClient:
             raise TypeError("verify must be True or an ssl.SSLContext; verification stays on")
         # ``verify=True`` with httpx's default trust_env: certifi's bundle, or the file
         # SSL_CERT_FILE names; a context (AIRLOCK_AGENT_CHECKPOINT_CA_FILE) is used alone.
-        self._http = http or httpx.Client(base_url=base_url, timeout=timeout, verify=verify)
+        # The pools httpx builds, proxies from the environment included, are kept; only
+        # the sockets under them are bounded by each attempt's deadline (``within``).
+        self._http = http or with_deadlines(
+            httpx.Client(base_url=base_url, timeout=timeout, verify=verify)
+        )
         self._owns_http = http is None
+        #: Each attempt, whole (connect to the answer's last byte), gets at most this long:
+        #: httpx's timeout bounds one socket operation only, so a checkpoint or a proxy
+        #: dripping its answer would otherwise hold the agent's run for as long as it liked.
+        #: An attempt past it is a transport error like any other, retried with backoff.
+        self._deadline_s = timeout
         self._headers = {"Authorization": f"Bearer {token}"}
         self._attempts = attempts
         self._backoff_initial = backoff_initial
@@ -167,7 +177,8 @@ class HttpCheckpointClient:
         for attempt in range(1, self._attempts + 1):
             self.requests += 1
             try:
-                response = self._http.request(method, path, headers=headers, **kwargs)
+                with within(self._deadline_s):
+                    response = self._http.request(method, path, headers=headers, **kwargs)
             except httpx.TransportError as exc:
                 last = f"{type(exc).__name__}: {exc}"
             else:

@@ -75,6 +75,7 @@ import httpx
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from airlock.httpdeadline import deadline_passed, deadline_transport, within
 from airlock.protocol import (
     APPROVAL_ID_PATTERN,
     BUNDLE_MAX_BYTES,
@@ -84,7 +85,6 @@ from airlock.protocol import (
 )
 from airlock.store import AuditLog, read_transaction
 
-from ._deadline import deadline_passed, deadline_transport, within
 from .errors import CheckpointUnauthorized
 from .failpoints import Failpoints
 from .ledger import reportable_refusal
@@ -128,10 +128,10 @@ _ANSWER_MAX_BYTES: Final = 64 * 1024
 #: status line, headers and body — counted from its start. httpx's timeouts bound one
 #: socket operation each, so a checkpoint (or a proxy) sending a byte now and then could
 #: otherwise hold the executor's one feed request, or a receipt's POST, for ever. Each is
-#: kept on the wire (:mod:`._deadline`: every socket operation gets at most what is left)
-#: and between the chunks of the body on the source's own clock. An exchange whose status
-#: line and headers (and, for a feed page, whole body) are not in by then fails as a
-#: checkpoint that is down does: backed off, nothing recorded.
+#: kept on the wire (:mod:`airlock.httpdeadline`: every socket operation gets at most
+#: what is left) and between the chunks of the body on the source's own clock. An
+#: exchange whose status line and headers (and, for a feed page, whole body) are not in
+#: by then fails as a checkpoint that is down does: backed off, nothing recorded.
 #: A feed request's: the long-poll's wait, then this long.
 _PAGE_GRACE_S: Final = 15.0
 #: A receipt POST's. The status decides; the body only explains it, and the part of it
@@ -177,9 +177,10 @@ def checkpoint_client(
     """An HTTP client for the feed and the outcome API, with explicit timeouts.
 
     The read timeout outlasts the long-poll. Each socket operation is also cut to what is
-    left of the deadline of the exchange under way (:func:`._deadline.within`, which the
-    feed source and the outbox open around each request), so a checkpoint that sends its
-    status line and headers, or anything else, a byte at a time holds no request past it.
+    left of the deadline of the exchange under way (:func:`airlock.httpdeadline.within`,
+    which the feed source and the outbox open around each request), so a checkpoint that
+    sends its status line and headers, or anything else, a byte at a time holds no
+    request past it.
     ``transport`` (for tests) replaces all of that, ``verify`` included.
 
     ``trust_env=False``: the bearer token is never routed through a proxy picked up from

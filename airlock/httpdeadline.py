@@ -3,7 +3,10 @@
 httpx's timeouts bound one socket operation each: a checkpoint, or a proxy in front of it,
 that sends the status line and the headers a byte per (read timeout − ε) holds the
 request for as long as it likes, and a deadline checked between chunks of the body starts
-too late to help. This module bounds the exchange where the bytes are read.
+too late to help. This module bounds the exchange where the bytes are read. It is shared
+by every client of the checkpoint (the executor's feed and outbox, the web app, the
+agent, the CLI's commands for people), so it imports no service, no web app and no
+storage: only httpx and httpcore.
 
 :class:`DeadlineBackend` wraps httpcore's sync network backend. While a :func:`within`
 block is open (a context variable: each thread has its own), every connect, TLS
@@ -13,7 +16,9 @@ raises as ``httpx.ConnectTimeout``, ``ReadTimeout`` or ``WriteTimeout``. Outside
 block nothing changes. A blocked read wakes by its own socket timeout, in its own thread:
 nothing here closes a socket from elsewhere.
 
-:func:`deadline_transport` is httpx's ``HTTPTransport`` over such a backend, and
+:func:`deadline_transport` is httpx's ``HTTPTransport`` over such a backend (for a client
+that trusts nothing from the environment); :func:`with_deadlines` puts such a backend
+under the pools of a client httpx has built, its proxies from the environment included;
 :func:`deadline_passed` tells a timeout of the deadline from one of a single read.
 
 This module must never weaken TLS: the SSL context is made by httpx from what the caller
@@ -32,7 +37,7 @@ from typing import Final, Literal
 import httpcore
 import httpx
 
-__all__ = ["DeadlineBackend", "deadline_passed", "deadline_transport", "within"]
+__all__ = ["DeadlineBackend", "deadline_passed", "deadline_transport", "with_deadlines", "within"]
 
 #: The monotonic time by which the exchange under way in this context must be over.
 _deadline: ContextVar[float | None] = ContextVar("airlock_checkpoint_deadline", default=None)
@@ -174,3 +179,33 @@ def deadline_transport(verify: ssl.SSLContext | Literal[True]) -> httpx.HTTPTran
         network_backend=DeadlineBackend(),
     )
     return transport
+
+
+def with_deadlines(client: httpx.Client) -> httpx.Client:
+    """``client`` itself, every connection it makes (to the server, or to a proxy httpx
+    mounted from ``HTTPS_PROXY`` and friends) now made through a :class:`DeadlineBackend`.
+
+    For a client that keeps httpx's ``trust_env``: a transport of our own, as
+    :func:`deadline_transport` makes, would drop the proxies httpx mounts from the
+    environment. So the pools httpx built are kept, each with its SSL context, proxy and
+    limits untouched, and only the network backend under them is wrapped. A client built
+    around another transport (a test's), or one that has connected already, is refused:
+    checked, not assumed, like the pool :func:`deadline_transport` replaces.
+    """
+    pools: list[httpcore.ConnectionPool] = []
+    for transport in (client._transport, *client._mounts.values()):
+        if transport is None:  # a NO_PROXY pattern: the client's own transport serves it
+            continue
+        if type(transport) is not httpx.HTTPTransport:
+            raise RuntimeError(f"the client holds a {type(transport)!r}, not httpx's transport")
+        pool = transport._pool
+        # HTTPProxy and SOCKSProxy are ConnectionPools too: each makes its connections,
+        # the proxy's included, through its ``_network_backend``.
+        if not isinstance(pool, httpcore.ConnectionPool):
+            raise RuntimeError(f"httpx's transport holds a {type(pool)!r}, not a pool")
+        if type(pool._network_backend) is not httpcore.SyncBackend or pool.connections:
+            raise RuntimeError("the client's pool is not a fresh one over httpcore's backend")
+        pools.append(pool)
+    for pool in pools:
+        pool._network_backend = DeadlineBackend(pool._network_backend)
+    return client
