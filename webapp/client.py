@@ -20,6 +20,7 @@ __all__ = [
     "ApprovalView",
     "AuditView",
     "CheckpointClient",
+    "ExecutorRefusalView",
     "KeyView",
     "Me",
     "OutcomeView",
@@ -112,6 +113,18 @@ class OutcomeView(_View):
     resolution_note: str | None
 
 
+class ExecutorRefusalView(_View):
+    """An executor refused the approval before using it (its signed receipt says so).
+    A note: the proposal's state is the checkpoint's, unchanged by it."""
+
+    approval_id: str
+    refusal_code: str
+    detail: str  # the executor's text: shown escaped like every other value
+    executor: str
+    at: int
+    reported_at: int
+
+
 class ProposalView(_View):
     id: str
     state: str
@@ -137,6 +150,8 @@ class ProposalView(_View):
     approval: ApprovalView | None
     rejection: RejectionView | None
     outcome: OutcomeView | None
+    #: Oldest first. Absent from a checkpoint older than ``POST /v1/refusals``.
+    executor_refusals: list[ExecutorRefusalView] = []
 
 
 class ProposalPage(_View):
