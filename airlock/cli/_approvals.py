@@ -432,12 +432,12 @@ def _details(p: _Proposal) -> list[str]:
                 f"resolved   {o.resolution} by {_inert(o.resolved_by or '?')} at "
                 f"{_when(o.resolved_at)}: {_inert(o.resolution_note or '')}"
             )
-    for r in p.executor_refusals:
+    for note in p.executor_refusals:
         # A note from the executor's signed receipt; the state above is unchanged by it.
-        detail = f": {_inert(r.detail)}" if r.detail else ""
+        detail = f": {_inert(note.detail)}" if note.detail else ""
         lines.append(
-            f"refused    before use by executor {_inert(r.executor)} at {_when(r.at)}: "
-            f"{_inert(r.refusal_code)}{detail} (reported {_when(r.reported_at)}; "
+            f"refused    before use by executor {_inert(note.executor)} at {_when(note.at)}: "
+            f"{_inert(note.refusal_code)}{detail} (reported {_when(note.reported_at)}; "
             "the state is unchanged)"
         )
     return lines
