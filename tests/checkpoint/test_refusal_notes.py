@@ -9,6 +9,8 @@ builds them (``harness.signed_receipt``), on SQLite and PostgreSQL.
 
 from __future__ import annotations
 
+import multiprocessing
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,11 +19,13 @@ import pytest
 import sqlalchemy as sa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from airlock.store import verify_chain
 from services.checkpoint.models import refusal_notes
 from services.checkpoint.service import REFUSAL_NOTES_MAX
 from services.executor import ReceiptSigner
 
 from .harness import AUDIENCE, START, World, audit_events, make_world, signed_receipt
+from .race_worker import report_refusals
 
 STAGING = "airlock-executor/staging"
 
@@ -297,3 +301,48 @@ def test_the_notes_cannot_be_changed_or_deleted(world: World) -> None:
         ):
             conn.execute(sa.text(statement))
     assert [row.refusal_code for row in _stored(world)] == ["E_AUDIENCE"]
+
+
+RACERS = 8
+ROUNDS_EACH = 3
+
+
+def test_executors_racing_to_report_keep_one_note_per_receipt_and_no_more_than_the_cap(
+    world: World,
+) -> None:
+    """Eight processes post one shared receipt at the same instant, then three receipts of
+    their own each round: the shared one is one note, and of the 24 others only as many
+    as the cap leaves room for are kept, whatever the interleaving."""
+    proposal, approval_id = _approved(world)
+    shared = _refusal(approval_id)
+    work = [
+        [shared]
+        + [_refusal(approval_id, at=START + 100 + n * ROUNDS_EACH + k) for k in range(ROUNDS_EACH)]
+        for n in range(RACERS)
+    ]
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(RACERS)
+    results = ctx.Queue()
+    procs = [
+        ctx.Process(
+            target=report_refusals,
+            args=(world.url, str(world.keys_dir), world.clock(), mine, barrier, results),
+        )
+        for mine in work
+    ]
+    for proc in procs:
+        proc.start()
+    answers = [results.get(timeout=180) for _ in procs]
+    for proc in procs:
+        proc.join(timeout=60)
+        assert proc.exitcode == 0
+    assert all(mine[0] == "ok" for mine in answers)  # the shared receipt: one answer for all
+    later = Counter(code for mine in answers for code in mine[1:])
+    assert later == {
+        "ok": REFUSAL_NOTES_MAX - 1,
+        "E_STATE": RACERS * ROUNDS_EACH - REFUSAL_NOTES_MAX + 1,
+    }
+    assert len(_stored(world)) == REFUSAL_NOTES_MAX
+    assert len(audit_events(world, "checkpoint.executor_refusal")) == REFUSAL_NOTES_MAX
+    assert _show(world, proposal["id"])["state"] == "approved"
+    assert verify_chain(world.checkpoint.engine).ok
