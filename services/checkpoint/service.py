@@ -1,4 +1,5 @@
-"""The checkpoint's decisions: submit, vote, sign, reject, revoke, withdraw, resolve, feed.
+"""The checkpoint's decisions: submit, vote, sign, reject, revoke, withdraw, resolve, feed,
+and what executors report back (outcomes; refusals before use, kept as notes).
 
 Every state change, the envelope it may issue, its feed entry and its audit event are one
 database transaction. Concurrency is the database's job:
