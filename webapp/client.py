@@ -22,6 +22,7 @@ __all__ = [
     "ApprovalView",
     "AuditView",
     "CheckpointClient",
+    "ExecutorRefusalView",
     "KeyView",
     "Me",
     "OutcomeView",
@@ -114,6 +115,18 @@ class OutcomeView(_View):
     resolution_note: str | None
 
 
+class ExecutorRefusalView(_View):
+    """An executor refused the approval before using it (its signed receipt says so).
+    A note: the proposal's state is the checkpoint's, unchanged by it."""
+
+    approval_id: str
+    refusal_code: str
+    detail: str  # the executor's text: shown escaped like every other value
+    executor: str
+    at: int
+    reported_at: int
+
+
 class ProposalView(_View):
     id: str
     state: str
@@ -139,6 +152,8 @@ class ProposalView(_View):
     approval: ApprovalView | None
     rejection: RejectionView | None
     outcome: OutcomeView | None
+    #: Oldest first. Absent from a checkpoint older than ``POST /v1/refusals``.
+    executor_refusals: list[ExecutorRefusalView] = []
 
 
 class ProposalPage(_View):

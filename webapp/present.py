@@ -26,6 +26,7 @@ __all__ = [
     "instance_name",
     "plain_action",
     "plain_precondition",
+    "refusal_explanation",
     "signed_action_problem",
     "tags",
     "timestamp",
@@ -206,6 +207,26 @@ def signed_action_problem(p: ProposalView) -> str | None:
     if not same:
         return "the details shown are not the signed action text"
     return None
+
+
+_REFUSAL_EXPLANATIONS: Final = {
+    "E_AUDIENCE": "The executor is configured for another audience than the one this "
+    "checkpoint signs for: check the executor's and the checkpoint's audience settings.",
+    "E_ACCOUNT": "The executor is bound to another provider, account or region than "
+    "this action's: check which account the executor is configured for.",
+    "E_NOT_YET_VALID": "The approval was not valid yet by the executor's clock: the "
+    "executor's and the checkpoint's clocks disagree.",
+    "E_EXPIRED": "The approval had expired by the executor's clock: the executor took "
+    "it up too late (it was down or behind), or the clocks disagree.",
+}
+_REFUSAL_GENERIC: Final = (
+    "The executor would not use this approval; the code and its detail say why."
+)
+
+
+def refusal_explanation(code: str) -> str:
+    """A short explanation for people of why an executor refused an approval before use."""
+    return _REFUSAL_EXPLANATIONS.get(code, _REFUSAL_GENERIC)
 
 
 def votes_label(p: ProposalView) -> str:

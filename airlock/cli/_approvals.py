@@ -127,6 +127,15 @@ class _Outcome(_View):
     resolution_note: str | None
 
 
+class _ExecutorRefusal(_View):
+    approval_id: str
+    refusal_code: str
+    detail: str
+    executor: str
+    at: int
+    reported_at: int
+
+
 class _Proposal(_View):
     id: str
     state: str
@@ -148,6 +157,8 @@ class _Proposal(_View):
     approval: _Approval | None
     rejection: _Rejection | None
     outcome: _Outcome | None
+    # Absent from a checkpoint older than POST /v1/refusals.
+    executor_refusals: list[_ExecutorRefusal] = []
 
 
 class _Page(_View):
@@ -421,6 +432,14 @@ def _details(p: _Proposal) -> list[str]:
                 f"resolved   {o.resolution} by {_inert(o.resolved_by or '?')} at "
                 f"{_when(o.resolved_at)}: {_inert(o.resolution_note or '')}"
             )
+    for note in p.executor_refusals:
+        # A note from the executor's signed receipt; the state above is unchanged by it.
+        detail = f": {_inert(note.detail)}" if note.detail else ""
+        lines.append(
+            f"refused    before use by executor {_inert(note.executor)} at {_when(note.at)}: "
+            f"{_inert(note.refusal_code)}{detail} (reported {_when(note.reported_at)}; "
+            "the state is unchanged)"
+        )
     return lines
 
 
@@ -569,7 +588,7 @@ def show_command(
     proposal_id: Annotated[str, typer.Argument(metavar="ID", help="The proposal id (prop_…).")],
     as_json: JsonFlag = False,
 ) -> None:
-    """Show a proposal: the canonical action and its hash as signed, evidence, votes, rule."""
+    """Show a proposal: signed action and hash, evidence, votes, outcome, executor refusals."""
     _check_id(proposal_id)
     with handle_errors(as_json=as_json):
         with CheckpointClient.signed_in(load_credentials()) as client:

@@ -8,6 +8,8 @@ concurrency are the database's to enforce, never check-then-act:
 * one vote per person per proposal: UNIQUE (proposal_id, voter);
 * at most one approval per proposal, each nonce once: UNIQUE proposal_id, UNIQUE nonce;
 * one outcome per approval: UNIQUE approval_id;
+* an executor's refusal receipt is one note, however often it is posted: UNIQUE
+  receipt_sha256 (migration 0004; the table is insert-only);
 * the feed's sequence is commit-ordered: it is taken from a single counter row that the
   issuing transaction locks, so a reader never skips a row committed later with a lower
   number.
@@ -34,6 +36,7 @@ __all__ = [
     "metadata",
     "outcomes",
     "proposals",
+    "refusal_notes",
     "rejections",
     "service_tokens",
     "sessions",
@@ -179,6 +182,26 @@ outcomes = sa.Table(
     sa.Column("resolved_by", sa.String(64), nullable=True),
     sa.Column("resolved_at", sa.BigInteger, nullable=True),
     sa.Column("resolution_note", sa.Text, nullable=True),
+)
+
+#: An executor's signed receipt that it refused an approval before consuming it (verify
+#: steps 1-12): a note shown with the proposal, never a state change (migration 0004,
+#: insert-only). ``proposal_id`` has no foreign key: see the migration for the deadlock
+#: one would bring. ``at`` is the receipt's (the executor's clock), ``reported_at`` ours.
+refusal_notes = sa.Table(
+    "refusal_notes",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("approval_id", sa.ForeignKey("approvals.approval_id"), nullable=False, index=True),
+    sa.Column("proposal_id", sa.String(96), nullable=False, index=True),
+    sa.Column("refusal_code", sa.String(32), nullable=False),
+    sa.Column("detail", sa.Text, nullable=False),  # printable, clipped (service.py)
+    sa.Column("executor", sa.String(256), nullable=False),  # the receipt's audience
+    sa.Column("at", sa.BigInteger, nullable=False),
+    sa.Column("reported_at", sa.BigInteger, nullable=False),
+    sa.Column("receipt", sa.Text, nullable=False),  # JSON of the executor's DSSE receipt
+    sa.Column("receipt_keyid", sa.String(64), nullable=False),
+    sa.Column("receipt_sha256", sa.String(64), nullable=False, unique=True),  # of the payload
 )
 
 users = sa.Table(

@@ -39,6 +39,7 @@ from .schemas import (
     OutcomeIn,
     ProposalList,
     ProposalOut,
+    RefusalIn,
     RejectIn,
     ResolveIn,
     RevokeIn,
@@ -383,6 +384,13 @@ async def feed(
 def report_outcome(request: Request, caller: Caller, body: OutcomeIn) -> ProposalOut:
     """The executor reports an outcome with its signed receipt (executor token)."""
     return _service(request).report_outcome(caller, body.receipt)
+
+
+@router.post("/v1/refusals", tags=["executor"])
+def report_refusal(request: Request, caller: Caller, body: RefusalIn) -> ProposalOut:
+    """The executor reports, with its signed receipt, that it refused an approval before
+    using it (executor token). A note on the proposal: its state does not change."""
+    return _service(request).report_refusal(caller, body.receipt)
 
 
 @router.get(

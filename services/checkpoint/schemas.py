@@ -17,6 +17,7 @@ __all__ = [
     "AuditOut",
     "ErrorBody",
     "ErrorDetail",
+    "ExecutorRefusalOut",
     "FeedItem",
     "FeedOut",
     "LoginIn",
@@ -27,6 +28,7 @@ __all__ = [
     "PolicyOut",
     "ProposalList",
     "ProposalOut",
+    "RefusalIn",
     "RejectIn",
     "RejectionOut",
     "ResolveIn",
@@ -115,6 +117,12 @@ class OutcomeIn(_In):
     receipt: dict[str, Any]
 
 
+class RefusalIn(_In):
+    #: The executor's DSSE receipt of a refusal before consuming (verify steps 1-12):
+    #: outcome ``refused``, its approval id and refusal code read from the signed payload.
+    receipt: dict[str, Any]
+
+
 class LoginIn(_In):
     username: Annotated[Text, Field(min_length=1, max_length=64)]
     password: Annotated[Text, Field(min_length=1, max_length=1024)]
@@ -186,6 +194,22 @@ class OutcomeOut(_Out):
     resolution_note: str | None
 
 
+class ExecutorRefusalOut(_Out):
+    """An executor's signed word that it refused the approval before using it. A note:
+    the proposal's state is unchanged (another executor may still run the approval)."""
+
+    approval_id: str
+    refusal_code: str
+    #: The executor's text, with anything not printable escaped, at most 2000 characters.
+    detail: str
+    #: The executor's audience as its receipt names it (may differ from the checkpoint's:
+    #: a misconfigured executor is what ``E_AUDIENCE`` reports).
+    executor: str
+    #: When the executor refused (its clock), and when the checkpoint recorded it (ours).
+    at: int
+    reported_at: int
+
+
 class ProposalOut(_Out):
     id: str
     state: ProposalState
@@ -212,6 +236,8 @@ class ProposalOut(_Out):
     approval: ApprovalOut | None
     rejection: RejectionOut | None
     outcome: OutcomeOut | None
+    #: Refusals before use that executors reported (``POST /v1/refusals``), oldest first.
+    executor_refusals: list[ExecutorRefusalOut]
 
 
 class ProposalList(_Out):

@@ -1,4 +1,5 @@
-"""The checkpoint's decisions: submit, vote, sign, reject, revoke, withdraw, resolve, feed.
+"""The checkpoint's decisions: submit, vote, sign, reject, revoke, withdraw, resolve, feed,
+and what executors report back (outcomes; refusals before use, kept as notes).
 
 Every state change, the envelope it may issue, its feed entry and its audit event are one
 database transaction. Concurrency is the database's job:
@@ -18,8 +19,10 @@ a password or key material.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import re
 import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -58,6 +61,7 @@ from .models import (
     feed_head,
     outcomes,
     proposals,
+    refusal_notes,
     rejections,
     signing_keys,
     users,
@@ -69,6 +73,7 @@ from .schemas import (
     AuditHeadOut,
     AuditOut,
     ExecutorHeadOut,
+    ExecutorRefusalOut,
     FeedItem,
     FeedOut,
     OutcomeOut,
@@ -79,7 +84,7 @@ from .schemas import (
     VoteOut,
 )
 
-__all__ = ["RECEIPT_PAYLOAD_TYPE", "Checkpoint", "CheckpointConfig"]
+__all__ = ["RECEIPT_PAYLOAD_TYPE", "REFUSAL_NOTES_MAX", "Checkpoint", "CheckpointConfig"]
 
 _log = logging.getLogger("airlock.checkpoint")
 
@@ -93,6 +98,16 @@ _OUTCOME_STATE: Final = {
     "refused": "refused",
     "in_doubt": "in_doubt",
 }
+#: Refusal notes kept per approval (``report_refusal``): enough for every executor
+#: sharing a ledger to say why, a bound on what one executor token can pile up.
+REFUSAL_NOTES_MAX: Final = 20
+#: Codes a refusal note never carries: the executor had consumed the approval (a replay:
+#: its ledger holds it already; a failed precondition comes after the consume), so its
+#: ledger's outcome is what counts, reported through /v1/outcomes.
+_CONSUMED_CODES: Final = frozenset({"E_REPLAY", "E_PRECONDITION"})
+_REFUSAL_CODE: Final = re.compile(r"E_[A-Z0-9_]{1,30}")
+_EXECUTOR_MAX: Final = 256
+_DETAIL_MAX: Final = 2000
 #: Closed states an outcome may still land on (DESIGN §2.6: the ledger is the truth).
 _LATE_STATES: Final = ("lapsed", "revoked", "withdrawn")
 _APPROVER_ROLES: Final = frozenset({"approver", "admin"})
@@ -819,6 +834,97 @@ class Checkpoint:
                 conn, conn.execute(sa.select(proposals).where(proposals.c.id == row.id)).one()
             )
 
+    def report_refusal(self, principal: Principal, receipt: Mapping[str, Any]) -> ProposalOut:
+        """Record an executor's signed refusal of an approval it did not consume.
+
+        A note on the proposal, never a state change: one executor refusing (another
+        audience, a clock behind) does not mean another sharing the ledger will not run
+        the approval, so the proposal still lapses or gets its outcome as ever. The same
+        receipt posted again is the same note (the executor retries a lost answer).
+        """
+        _require(principal, {"executor"}, "report executor refusals")
+        now = self.now()
+        payload, keyid, signed = self._verified_receipt(receipt, now)
+        note = _refusal_note(payload)
+        digest = hashlib.sha256(signed).hexdigest()
+        receipt_text = json.dumps(dict(receipt), sort_keys=True)
+        try:
+            with self.engine.begin() as conn:
+                # The chain lock first: every note is written under it, so the count
+                # below and the insert are one step. No proposal row is locked here (a
+                # vote holds its row, then waits for this lock): no deadlock between them.
+                AuditLog.lock(conn)
+                row = self._approved_proposal(conn, note.approval_id)
+                # Null for a refusal before the action was hashed (verify steps 1-8).
+                if note.action_hash is not None and note.action_hash != row.action_hash:
+                    raise Refusal(ErrorCode.E_RECEIPT, "receipt names another action hash", 422)
+                known = conn.execute(
+                    sa.select(refusal_notes.c.id).where(refusal_notes.c.receipt_sha256 == digest)
+                ).first()
+                if known is not None:
+                    return self._view(conn, row)  # the executor retried: same answer
+                count = conn.execute(
+                    sa.select(sa.func.count())
+                    .select_from(refusal_notes)
+                    .where(refusal_notes.c.approval_id == note.approval_id)
+                ).scalar_one()
+                if count >= REFUSAL_NOTES_MAX:
+                    raise Refusal(
+                        ErrorCode.E_STATE,
+                        f"{REFUSAL_NOTES_MAX} executor refusals are recorded for this "
+                        "approval already; no more are kept",
+                        409,
+                    )
+                conn.execute(
+                    refusal_notes.insert().values(
+                        approval_id=note.approval_id,
+                        proposal_id=row.id,
+                        refusal_code=note.refusal_code,
+                        detail=note.detail,
+                        executor=note.executor,
+                        at=note.at,
+                        reported_at=now,
+                        receipt=receipt_text,
+                        receipt_keyid=keyid,
+                        receipt_sha256=digest,
+                    )
+                )
+                self._audit(
+                    conn,
+                    now,
+                    "checkpoint.executor_refusal",
+                    proposal_id=row.id,
+                    approval_id=note.approval_id,
+                    refusal_code=note.refusal_code,
+                    executor=note.executor,
+                    refused_at=note.at,  # the executor's clock ("at" is this event's own)
+                    receipt_sha256=digest,
+                    # Kept in the chain as the outcome path keeps it; the executor_head
+                    # row (what the feed hands back) moves with outcomes only.
+                    executor_head=_receipt_head(payload),
+                )
+                return self._view(conn, row)
+        except IntegrityError:
+            # Not reachable under the chain lock; the UNIQUE digest is the judge if it is.
+            with self.engine.connect() as conn:
+                known = conn.execute(
+                    sa.select(refusal_notes.c.id).where(refusal_notes.c.receipt_sha256 == digest)
+                ).first()
+                if known is None:
+                    raise
+                return self._view(conn, self._approved_proposal(conn, note.approval_id))
+
+    def _approved_proposal(self, conn: Connection, approval_id: str) -> Row[Any]:
+        """The proposal an issued approval is for (read, not locked), or 404."""
+        approval = conn.execute(
+            sa.select(approvals.c.proposal_id).where(approvals.c.approval_id == approval_id)
+        ).first()
+        if approval is None:
+            raise Refusal(ErrorCode.E_NOT_FOUND, "no such approval", 404)
+        return conn.execute(
+            sa.select(proposals).where(proposals.c.id == approval.proposal_id)
+        ).one()
+
     def _land_state(
         self, conn: Connection, row: Row[Any], target: str, approval_id: str, now: int
     ) -> tuple[str, str | None]:
@@ -890,8 +996,9 @@ class Checkpoint:
             .values(state=state, updated_at=now)
         )
 
-    def _check_receipt(self, receipt: Mapping[str, Any], now: int) -> tuple[dict[str, Any], str]:
-        """The verified receipt payload and the key id that signed it, or refuse."""
+    def _verified_receipt(self, receipt: Mapping[str, Any], now: int) -> tuple[Any, str, bytes]:
+        """The parsed payload of a receipt signed by a trusted executor receipt key, the
+        key id, and the payload bytes as signed; its shape is the caller's to check."""
         # Fail closed: without the executor's receipt key set nothing can be verified, and
         # an unverified receipt would let any executor-token holder close a proposal (and
         # block the revocation of its still-valid approval). build() refuses to start
@@ -900,7 +1007,7 @@ class Checkpoint:
             raise Refusal(
                 ErrorCode.E_RECEIPT,
                 "no receipt key set is configured (AIRLOCK_CHECKPOINT_RECEIPT_KEYS_PATH); "
-                "outcomes cannot be verified",
+                "receipts cannot be verified",
                 422,
             )
         try:
@@ -909,6 +1016,11 @@ class Checkpoint:
             payload = loads_strict(envelope.payload, max_bytes=_RECEIPT_MAX_BYTES)
         except Refused as exc:
             raise Refusal(ErrorCode.E_RECEIPT, f"{exc.code.value}: {exc.detail}", 422) from None
+        return payload, keyid, envelope.payload
+
+    def _check_receipt(self, receipt: Mapping[str, Any], now: int) -> tuple[dict[str, Any], str]:
+        """The verified receipt payload and the key id that signed it, or refuse."""
+        payload, keyid, _ = self._verified_receipt(receipt, now)
         if (
             not isinstance(payload, dict)
             or payload.get("type") != "airlock.receipt/v1"
@@ -1073,6 +1185,11 @@ class Checkpoint:
             sa.select(rejections).where(rejections.c.proposal_id == row.id)
         ).first()
         outcome = conn.execute(sa.select(outcomes).where(outcomes.c.proposal_id == row.id)).first()
+        notes = conn.execute(
+            sa.select(refusal_notes)
+            .where(refusal_notes.c.proposal_id == row.id)
+            .order_by(refusal_notes.c.id)
+        ).all()
         action_bytes = bytes(row.action)
         return ProposalOut(
             id=row.id,
@@ -1141,6 +1258,17 @@ class Checkpoint:
                 resolved_at=outcome.resolved_at,
                 resolution_note=outcome.resolution_note,
             ),
+            executor_refusals=[
+                ExecutorRefusalOut(
+                    approval_id=n.approval_id,
+                    refusal_code=n.refusal_code,
+                    detail=n.detail,
+                    executor=n.executor,
+                    at=n.at,
+                    reported_at=n.reported_at,
+                )
+                for n in notes
+            ],
         )
 
     # -- helpers ---------------------------------------------------------------------
@@ -1209,6 +1337,63 @@ def _receipt_head(payload: Mapping[str, Any]) -> dict[str, Any] | None:
     ):
         return {"seq": head["seq"], "hash": head["hash"]}
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class _RefusalNote:
+    """What a refusal receipt says, checked: exists only for a receipt fit to be a note."""
+
+    approval_id: str
+    action_hash: str | None
+    refusal_code: str
+    detail: str
+    executor: str
+    at: int
+
+
+def _refusal_note(payload: Any) -> _RefusalNote:
+    """The note a verified receipt payload makes, or refuse it (E_RECEIPT)."""
+
+    def refuse(why: str) -> Refusal:
+        return Refusal(ErrorCode.E_RECEIPT, f"not a refusal receipt: {why}", 422)
+
+    if not isinstance(payload, dict) or payload.get("type") != "airlock.receipt/v1":
+        raise refuse("the payload must be an airlock.receipt/v1")
+    if payload.get("outcome") != "refused":
+        raise refuse("its outcome must be 'refused' (other outcomes go to /v1/outcomes)")
+    code = payload.get("refusal_code")
+    if not isinstance(code, str) or _REFUSAL_CODE.fullmatch(code) is None:
+        raise refuse("refusal_code must be a refusal code (E_…, at most 32 characters)")
+    if code in _CONSUMED_CODES:
+        raise refuse(f"{code} comes after the approval was consumed: report it to /v1/outcomes")
+    approval_id = payload.get("approval_id")
+    if not isinstance(approval_id, str):
+        raise refuse("approval_id must name the approval (its signature verified)")
+    digest = payload.get("action_hash")
+    if not isinstance(digest, str | None):
+        raise refuse("action_hash must be a hash or null")
+    executor = payload.get("executor")
+    # Not held to this checkpoint's audience, unlike an outcome: an executor configured
+    # for another audience is what E_AUDIENCE reports, and the note changes nothing.
+    if not isinstance(executor, str) or not 1 <= len(executor) <= _EXECUTOR_MAX:
+        raise refuse(f"executor must name the executor (1 to {_EXECUTOR_MAX} characters)")
+    if not executor.isprintable():
+        raise refuse("executor must be printable text")
+    at = payload.get("at")
+    if type(at) is not int or not 0 <= at <= _FEED_SEQ_MAX:
+        raise refuse("at must be the time of the refusal (Unix seconds)")
+    detail = payload.get("detail", "")
+    if not isinstance(detail, str):
+        raise refuse("detail must be text")
+    return _RefusalNote(approval_id, digest, code, _shown(detail), executor, at)
+
+
+def _shown(text: str) -> str:
+    """Executor text as stored and shown: every character that is not printable (NUL,
+    an escape sequence, a bidi override) escaped, clipped to ``_DETAIL_MAX``."""
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+    return text if len(text) <= _DETAIL_MAX else text[: _DETAIL_MAX - 1] + "…"
 
 
 def _deny_message(decision: Decision) -> str:

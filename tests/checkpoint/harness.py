@@ -153,8 +153,8 @@ def make_world(
 
 
 def signed_receipt(
-    approval_id: str,
-    action_hash: str,
+    approval_id: str | None,
+    action_hash: str | None,
     outcome: str,
     *,
     executor: str = AUDIENCE,
@@ -162,6 +162,7 @@ def signed_receipt(
     refusal_code: str | None = None,
     resolution: dict[str, Any] | None = None,
     at: int = START,
+    detail: str = "",
 ) -> dict[str, Any]:
     """A receipt as the executor writes it (services/executor/receipts), as JSON."""
     receipt = Receipt.model_validate(
@@ -177,7 +178,7 @@ def signed_receipt(
             "resolution": resolution,
             "at": at,
             "audit_head": {"seq": 1, "hash": "sha256:" + "0" * 64},
-            "detail": "",
+            "detail": detail,
         }
     )
     value: dict[str, Any] = (signer or receipt_signer()).sign(receipt).to_value()

@@ -1,4 +1,5 @@
-"""A child process that votes through the service layer with its own database connections.
+"""Child processes that vote, or report executor refusals, through the service layer with
+their own database connections.
 
 Imported by name in spawned processes (multiprocessing "spawn"), so nothing here may
 depend on the parent's state except the arguments.
@@ -16,6 +17,7 @@ from services.checkpoint.errors import Refusal
 from services.checkpoint.keys import KeyDirectory, KeyRing
 from services.checkpoint.policy import load_policy
 from services.checkpoint.service import Checkpoint, CheckpointConfig
+from tests.executor.support import receipt_keyset
 
 
 def vote_all(  # noqa: PLR0917 - multiprocessing passes args positionally
@@ -45,5 +47,36 @@ def vote_all(  # noqa: PLR0917 - multiprocessing passes args positionally
             outcome.append((proposal_id, voter, f"ok:{record.state}"))
         except Refusal as exc:
             outcome.append((proposal_id, voter, exc.code.value))
+    db.dispose()
+    results.put(outcome)
+
+
+def report_refusals(  # noqa: PLR0917 - multiprocessing passes args positionally
+    url: str,
+    keys_dir: str,
+    now: int,
+    receipts: list[dict[str, Any]],
+    barrier: Any,
+    results: Any,
+) -> None:
+    """For each receipt: wait for the others, then report it as an executor refusal."""
+    db = Database(url)
+    checkpoint = Checkpoint(
+        db,
+        load_policy(DEFAULT_POLICY),
+        KeyRing(KeyDirectory(Path(keys_dir))),
+        CheckpointConfig(audience="airlock-executor/test"),
+        now=lambda: now,
+        receipt_keys=receipt_keyset(),
+    )
+    me = Principal("executor-1", "service", "executor")
+    outcome: list[str] = []
+    for receipt in receipts:
+        barrier.wait(timeout=60)
+        try:
+            checkpoint.report_refusal(me, receipt)
+            outcome.append("ok")
+        except Refusal as exc:
+            outcome.append(exc.code.value)
     db.dispose()
     results.put(outcome)

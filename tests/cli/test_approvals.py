@@ -15,6 +15,7 @@ import pytest
 
 from airlock.cli._approvals import _inert, _Proposal, _signed_action
 from airlock.cli._client import CheckpointUnavailable
+from tests.checkpoint.harness import START, signed_receipt
 
 from .conftest import Served
 
@@ -78,6 +79,35 @@ def test_show_counts_only_the_votes_the_checkpoint_counts(served: Served) -> Non
     assert result.exit_code == 0, result.output
     assert "votes      0 of 2" in result.stdout
     assert "(does not count)" in result.stdout
+
+
+def test_show_prints_an_executor_refusal_before_use_inert(served: Served) -> None:
+    record = served.submit(proposal_id="prop_refused0001")
+    approved = served.world.approve("alice", record["id"], record["action_hash"]).json()
+    approval_id = approved["approval"]["approval_id"]
+    receipt = signed_receipt(
+        approval_id,
+        None,
+        "refused",
+        executor="airlock-executor/staging",
+        refusal_code="E_AUDIENCE",
+        detail="approval is for another executor\x1b[2J",
+        at=START + 5,
+    )
+    posted = served.world.client.post(
+        "/v1/refusals", json={"receipt": receipt}, headers=served.world.auth("executor")
+    )
+    assert posted.status_code == 200, posted.text
+    served.login("bob")
+    result = served.run("approvals", "show", record["id"])
+    assert result.exit_code == 0, result.output
+    line = next(x for x in result.stdout.splitlines() if x.startswith("refused "))
+    assert "before use by executor airlock-executor/staging" in line
+    assert "E_AUDIENCE: approval is for another executor\\x1b[2J" in line
+    assert "\x1b" not in result.stdout  # the escape sequence never reaches the terminal
+    assert f"proposal   {record['id']}  (approved)" in result.stdout
+    shown = json.loads(served.run("approvals", "show", record["id"], "--json").stdout)
+    assert [r["refusal_code"] for r in shown["executor_refusals"]] == ["E_AUDIENCE"]
 
 
 def test_show_of_unknown_or_malformed_id(served: Served) -> None:

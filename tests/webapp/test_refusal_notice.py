@@ -1,0 +1,140 @@
+"""The proposal page says when an executor refused the approval before using it.
+
+Against the real checkpoint (tests/checkpoint/harness.py: real database, fixed clock):
+the executor's signed refusal receipt is posted to ``POST /v1/refusals`` as the
+executor does, and the web app, reaching that checkpoint through its own API client,
+shows each one as a notice with a plain explanation. Everything in it is the executor's
+text and is shown escaped.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from airlock.settings import WebappSettings
+from tests.checkpoint.harness import PASSWORD, START, World, make_world, signed_receipt
+from webapp import create_app
+
+from .conftest import csrf_of
+
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient`")
+    from starlette.testclient import TestClient
+
+
+class _ToCheckpoint(httpx.BaseTransport):
+    """The web app's calls, handed to the real checkpoint app in this process."""
+
+    def __init__(self, checkpoint: TestClient) -> None:
+        self._checkpoint = checkpoint
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        headers = {k: v for k, v in request.headers.items() if k not in ("host", "content-length")}
+        answer = self._checkpoint.request(
+            request.method,
+            request.url.raw_path.decode("ascii"),
+            headers=headers,
+            content=request.read(),
+        )
+        return httpx.Response(answer.status_code, headers=answer.headers, content=answer.content)
+
+
+@dataclass
+class Stack:
+    world: World
+    web: TestClient
+
+    def sign_in(self, username: str) -> None:
+        page = self.web.get("/login")
+        response = self.web.post(
+            "/login",
+            data={"username": username, "password": PASSWORD, "csrf_token": csrf_of(page.text)},
+            follow_redirects=False,
+        )
+        assert response.status_code == 303, response.text
+
+
+@pytest.fixture
+def stack(sqlite_url: str, tmp_path: Path) -> Iterator[Stack]:
+    world = make_world(sqlite_url, tmp_path)
+    settings = WebappSettings(checkpoint_url="http://checkpoint.invalid", secure_cookies=False)
+    app = create_app(settings, transport=_ToCheckpoint(world.client), now=world.clock)
+    try:
+        with TestClient(app) as web:
+            yield Stack(world, web)
+    finally:
+        world.client.close()
+        world.checkpoint.db.dispose()
+
+
+def _approved(world: World) -> tuple[str, str]:
+    proposal = world.submit().json()
+    record = world.approve("alice", proposal["id"], proposal["action_hash"]).json()
+    assert record["state"] == "approved", record
+    return proposal["id"], record["approval"]["approval_id"]
+
+
+def _refuse(world: World, approval_id: str, code: str, **kwargs: Any) -> None:
+    receipt = signed_receipt(approval_id, None, "refused", refusal_code=code, **kwargs)
+    response = world.client.post(
+        "/v1/refusals", json={"receipt": receipt}, headers=world.auth("executor")
+    )
+    assert response.status_code == 200, response.text
+
+
+def test_an_executor_refusal_is_shown_as_a_notice_with_its_text_escaped(stack: Stack) -> None:
+    world = stack.world
+    proposal_id, approval_id = _approved(world)
+    _refuse(
+        world,
+        approval_id,
+        "E_AUDIENCE",
+        executor="<b>airlock-executor/staging</b>",
+        detail="<script>alert(1)</script> audience \u202eevil",
+        at=START + 5,
+    )
+    stack.sign_in("bob")
+    html = stack.web.get(f"/proposals/{proposal_id}").text
+    assert 'id="executor-refusal-1"' in html and 'data-code="E_AUDIENCE"' in html
+    assert "The executor refused this approval before using it" in html
+    assert "configured for another audience" in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; audience \\u202eevil" in html
+    assert "<script>alert" not in html and "\u202e" not in html
+    assert "&lt;b&gt;airlock-executor/staging&lt;/b&gt;" in html and "<b>airlock" not in html
+    assert "2025-11-29 07:06:45 UTC" in html  # the executor's time of refusal
+    # A note: the state the page shows is still the checkpoint's.
+    assert 'data-state="approved"' in html and 'id="revoke-form"' in html
+
+
+@pytest.mark.parametrize(
+    ("code", "explained"),
+    [
+        ("E_AUDIENCE", "configured for another audience"),
+        ("E_ACCOUNT", "bound to another provider, account or region"),
+        ("E_NOT_YET_VALID", "clocks disagree"),
+        ("E_EXPIRED", "took it up too late"),
+        ("E_REVOKED", "the code and its detail say why"),
+    ],
+)
+def test_each_refusal_code_is_explained_in_plain_words(
+    stack: Stack, code: str, explained: str
+) -> None:
+    proposal_id, approval_id = _approved(stack.world)
+    _refuse(stack.world, approval_id, code, detail="")
+    stack.sign_in("viewer")
+    html = stack.web.get(f"/proposals/{proposal_id}").text
+    assert f'data-code="{code}"' in html and explained in html
+
+
+def test_a_proposal_no_executor_refused_shows_no_notice(stack: Stack) -> None:
+    proposal_id, _ = _approved(stack.world)
+    stack.sign_in("bob")
+    html = stack.web.get(f"/proposals/{proposal_id}").text
+    assert "executor-refusal" not in html
