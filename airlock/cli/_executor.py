@@ -575,8 +575,7 @@ def receipts_list_command(
 ) -> None:
     """Show receipts' delivery attempts to the checkpoint, and resends asked for.
 
-    With approval ids: each one's receipts (outcome, resolution, and the refusal of it
-    before it was consumed, which the checkpoint shows as a note), delivered or not.
+    With approval ids: each one's receipts (outcome, resolution, refusal), delivered or not.
 
     Without: every receipt not delivered (rejected, queued again, or not attempted yet).
 
