@@ -12,12 +12,20 @@ import json
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from airlock.protocol import Binding, KeySet, canonical_bytes, verify_bundle
 from airlock.store import make_engine, verify_chain
-from services.executor import Executor, ReceiptSigner, migrate
+from services.executor import (
+    CheckpointFeedSource,
+    Executor,
+    OutboxReporter,
+    ReceiptSigner,
+    migrate,
+)
+from services.executor.feed import checkpoint_client
 from tests.executor.support import InMemoryCloud, receipt_keyset, receipt_signer
 
 from .harness import AUDIENCE, World
@@ -216,3 +224,81 @@ def test_rotation_keeps_in_flight_approvals_and_revocation_kills_them(world: Wor
     assert refused.value.code is RefusalCode.E_KEY_REVOKED
     new_bundle = canonical_bytes(_pull(world, first_page["cursor"])["items"][0]["bundle"])
     assert verify_bundle(new_bundle, keys, BINDING, world.clock()).keyid != old_kid
+
+
+def _bridge(world: World) -> httpx.MockTransport:
+    """The executor's own HTTP client, answered by the checkpoint app in this process."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        headers = {
+            k: v for k, v in request.headers.items() if k in ("authorization", "content-type")
+        }
+        answer = world.client.request(
+            request.method, request.url.raw_path.decode(), content=request.content, headers=headers
+        )
+        return httpx.Response(
+            answer.status_code,
+            content=answer.content,
+            headers={"content-type": answer.headers.get("content-type", "application/json")},
+        )
+
+    return httpx.MockTransport(handler)
+
+
+def test_an_approval_an_executor_of_another_audience_refuses_shows_why_on_the_proposal(
+    trusting_world: World, tmp_path: Path
+) -> None:
+    """The real feed source, executor and outbox against the real checkpoint: the refusal
+    before the consume reaches the proposal as a note, its state untouched, nothing
+    written; the executor's receipt of it is recorded delivered."""
+    world = trusting_world
+    proposal = world.submit(resource_id=RESOURCE).json()
+    approved = world.approve("alice", proposal["id"], proposal["action_hash"]).json()
+    approval_id = approved["approval"]["approval_id"]
+    keys = KeySet.from_value(world.client.get("/v1/keys").json())
+    cloud = InMemoryCloud()
+    cloud.add("ecs.instance", RESOURCE, "Running")
+    engine = make_engine(f"sqlite:///{tmp_path / 'ledger.db'}")
+    migrate(engine)
+    elsewhere = Binding(
+        "airlock-executor/another-region", BINDING.provider, BINDING.account, BINDING.region
+    )
+    executor = Executor(
+        engine=engine,
+        keys=keys,
+        binding=elsewhere,
+        reader=cloud,
+        writer=cloud,
+        signer=receipt_signer(),
+        clock=world.clock,
+    )
+    client = checkpoint_client(
+        "http://checkpoint.test",
+        world.tokens["executor"],
+        poll_wait_s=1,
+        transport=_bridge(world),
+    )
+    try:
+        source = CheckpointFeedSource(engine=engine, client=client, clock=world.clock)
+        [delivery] = source.receive(wait_s=0)
+        outcome = executor.execute(delivery.raw, revoked=source.revoked())
+        source.ack(delivery)
+        assert (outcome.approval_id, outcome.refusal_code) == (approval_id, "E_AUDIENCE")
+        reporter = OutboxReporter(engine=engine, client=client, clock=world.clock)
+        assert reporter.flush() == 1
+        assert reporter.flush() == 0  # delivered once
+    finally:
+        client.close()
+        engine.dispose()
+
+    shown = world.client.get(f"/v1/proposals/{proposal['id']}", headers=world.auth("viewer")).json()
+    assert shown["state"] == "approved"  # a note, not an outcome: it may still run elsewhere
+    assert shown["outcome"] is None
+    [note] = shown["executor_refusals"]
+    assert (note["approval_id"], note["refusal_code"], note["executor"]) == (
+        approval_id,
+        "E_AUDIENCE",
+        "airlock-executor/another-region",
+    )
+    assert cloud.writes_for(RESOURCE) == 0
+    assert verify_chain(world.checkpoint.engine).ok
