@@ -218,6 +218,9 @@ _REFUSAL_EXPLANATIONS: Final = {
     "executor's and the checkpoint's clocks disagree.",
     "E_EXPIRED": "The approval had expired by the executor's clock: the executor took "
     "it up too late (it was down or behind), or the clocks disagree.",
+    "E_TTL": "The approval lives longer than the executor allows: the checkpoint's "
+    "execution window is over the executor's maximum lifetime (AIRLOCK_EXECUTOR_MAX_TTL).",
+    "E_REVOKED": "The approval was revoked before the executor took it up.",
 }
 _REFUSAL_GENERIC: Final = (
     "The executor would not use this approval; the code and its detail say why."

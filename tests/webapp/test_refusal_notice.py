@@ -120,7 +120,9 @@ def test_an_executor_refusal_is_shown_as_a_notice_with_its_text_escaped(stack: S
         ("E_ACCOUNT", "bound to another provider, account or region"),
         ("E_NOT_YET_VALID", "clocks disagree"),
         ("E_EXPIRED", "took it up too late"),
-        ("E_REVOKED", "the code and its detail say why"),
+        ("E_TTL", "over the executor&#39;s maximum lifetime"),
+        ("E_REVOKED", "revoked before the executor took it up"),
+        ("E_SOMETHING_NEW", "the code and its detail say why"),
     ],
 )
 def test_each_refusal_code_is_explained_in_plain_words(
