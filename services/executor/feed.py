@@ -893,7 +893,12 @@ def pending_receipts(
 def requeue_undelivered(conn: Connection) -> int:
     """Queue every receipt the ledger and deliveries show undelivered, or whose requested
     resend has no delivery record yet, and the outbox does not hold (a full scan: the
-    reporter runs it once, at start). Returns how many."""
+    reporter runs it once, at start). Returns how many.
+
+    Not a refusal's first attempt: whether a refusal is reported is decided when it is
+    recorded, by whether the ledger had consumed its approval then (see
+    :func:`~services.executor.ledger.refusal_to_report`), and only its queue row says so;
+    the refusals recorded before executor migration 0007 are not reported."""
 
     def undelivered(kind: str, approval_id: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
         return ~sa.exists().where(
@@ -932,14 +937,6 @@ def requeue_undelivered(conn: Connection) -> int:
             sa.select(
                 sa.literal("resolution"), resolutions.c.approval_id, resolutions.c.decided_at
             ).where(undelivered("resolution", resolutions.c.approval_id)),
-        ),
-        (
-            "refusal",
-            ["kind", "approval_id", "queued_at"],
-            sa.select(sa.literal("refusal"), refusals.c.approval_id, refusals.c.at).where(
-                refusals.c.id == reportable_refusal(refusals.c.approval_id),
-                undelivered("refusal", refusals.c.approval_id),
-            ),
         ),
         ("resent", ["kind", "approval_id", "queued_at", "attempt"], resent),
     ):

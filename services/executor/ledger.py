@@ -37,10 +37,10 @@ __all__ = [
     "consume",
     "expired",
     "get",
-    "has_reportable_refusal",
     "insert_refusal",
     "insert_resolution",
     "queue_receipt",
+    "refusal_to_report",
     "reportable_refusal",
     "take_over",
     "transition",
@@ -251,10 +251,9 @@ def insert_refusal(conn: Connection, values: Mapping[str, Any]) -> None:
 
 
 def reportable_refusal(approval_id: sa.ColumnElement[str]) -> sa.ScalarSelect[int]:
-    """The id of the refusal of ``approval_id`` the checkpoint is told of: the first one
-    recorded before the approval was consumed, whose statement authenticated (so it
-    names the approval), that is not a replay (a replay's ledger row reports its own
-    outcome). NULL when there is none."""
+    """The id of the refusal of ``approval_id`` whose receipt the outbox delivers: its
+    first that is not a replay. Only an approval whose refusal was queued (see
+    :func:`refusal_to_report`) has one to deliver; that refusal is this one."""
     first = refusals.alias("first_refusal")  # never correlated with an outer refusals
     return (
         sa.select(sa.func.min(first.c.id))
@@ -264,14 +263,27 @@ def reportable_refusal(approval_id: sa.ColumnElement[str]) -> sa.ScalarSelect[in
     )
 
 
-def has_reportable_refusal(conn: Connection, approval_id: str) -> bool:
-    """Is a refusal of ``approval_id`` already recorded that the checkpoint is told of?"""
+def refusal_to_report(conn: Connection, approval_id: str) -> bool:
+    """Is a refusal of ``approval_id`` made now, before it is recorded, the one the
+    checkpoint is told of? Only if this ledger never consumed the approval and no
+    refusal of it (but a replay) is recorded yet. Run under the chain lock, as every
+    refusal is recorded and every consume made, so neither can change meanwhile.
+
+    An approval consumed here (and perhaps written) is refused ``E_EXPIRED`` rather than
+    ``E_REPLAY`` when it is presented again after it expired, since steps 6–8 come before
+    the consume (13), as a feed redelivers it after a crash or a ledger hold: that says
+    nothing about the approval not being used, and is never reported."""
+    consumed = conn.execute(
+        sa.select(ledger.c.approval_id).where(ledger.c.approval_id == approval_id)
+    ).first()
+    if consumed is not None:
+        return False
     found = conn.execute(
         sa.select(refusals.c.id)
         .where(refusals.c.approval_id == approval_id, refusals.c.code != "E_REPLAY")
         .limit(1)
     ).first()
-    return found is not None
+    return found is None
 
 
 @functools.cache

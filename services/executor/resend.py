@@ -42,15 +42,7 @@ from airlock.store import AuditLog
 
 from .errors import OperatorRefusal, ResendRefused, recordable
 from .ledger import _insert_ignore
-from .models import (
-    TERMINAL_STATES,
-    deliveries,
-    ledger,
-    outbox,
-    refusals,
-    resends,
-    resolutions,
-)
+from .models import TERMINAL_STATES, deliveries, ledger, outbox, resends, resolutions
 
 __all__ = [
     "Attempt",
@@ -199,13 +191,17 @@ def _receipts_of(
     found: dict[str, tuple[Kind, ...] | str] = {}
     refused: set[str] = set()
     for chunk in _chunks(approval_ids):
-        refused.update(
-            conn.execute(
-                sa.select(refusals.c.approval_id)
-                .where(refusals.c.approval_id.in_(chunk), refusals.c.code != "E_REPLAY")
-                .distinct()
-            ).scalars()
-        )
+        # A refusal has a receipt to deliver only if it was queued when it was recorded
+        # (ledger.refusal_to_report): its queue row, or the delivery record that replaced
+        # it, says so. Other refusals of the approval are the ledger's record only.
+        for table in (outbox, deliveries):
+            refused.update(
+                conn.execute(
+                    sa.select(table.c.approval_id)
+                    .where(table.c.kind == "refusal", table.c.approval_id.in_(chunk))
+                    .distinct()
+                ).scalars()
+            )
         rows = conn.execute(
             sa.select(ledger.c.approval_id, ledger.c.state, ledger.c.receipt).where(
                 ledger.c.approval_id.in_(chunk)
@@ -224,9 +220,9 @@ def _receipts_of(
             else:
                 found[approval_id] = ("outcome",)
     unknown = (
-        "unknown here: no ledger row, and no refusal of it before it was consumed (a "
-        "bundle refused as a replay, or before its signature verified, has no receipt "
-        "to deliver)"
+        "unknown here: no ledger row, and no refusal of it reported (only the first "
+        "refusal of an approval never consumed here is, and not a replay, nor a bundle "
+        "whose signature did not verify)"
     )
     out: dict[str, tuple[Kind, ...] | str] = {}
     for approval_id in approval_ids:

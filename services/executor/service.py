@@ -694,12 +694,14 @@ class Executor:
         )
         # The checkpoint hears of an approval refused before it was used (DESIGN §2.6: it
         # would show approved, then lapsed, with no reason): the first such refusal of an
-        # authenticated approval is queued for the outbox in this transaction. A replay
-        # is not: the ledger row it collided with reports that approval's own outcome.
+        # authenticated approval this ledger never consumed is queued for the outbox in
+        # this transaction. A replay is not (its ledger row reports its own outcome), nor
+        # an approval consumed here and presented again once expired (E_EXPIRED, not
+        # E_REPLAY: steps 6–8 come first), which may well have been written.
         report = (
             approval_id is not None
             and code is not RefusalCode.E_REPLAY
-            and not ledger.has_reportable_refusal(conn, approval_id)
+            and ledger.refusal_to_report(conn, approval_id)
         )
         ledger.insert_refusal(
             conn,

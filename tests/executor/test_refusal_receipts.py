@@ -163,16 +163,41 @@ def test_a_bundle_whose_signature_fails_is_not_reported(rig: Rig) -> None:
     assert rig.fake.posted == []
 
 
-def test_an_unreported_refusal_is_queued_again_when_the_reporter_starts(rig: Rig) -> None:
-    """A refusal recorded before the upgrade, or whose queue row was lost, goes out once."""
-    b = _elsewhere(1, "rfreq")
+def test_an_approval_used_here_and_presented_again_once_expired_is_not_reported(
+    rig: Rig,
+) -> None:
+    """Expiry is checked before the consume, so an approval this ledger consumed (and
+    wrote) is refused E_EXPIRED, not E_REPLAY, when a feed redelivers it after a crash or
+    a ledger hold: reported, the proposal would say it went unused (found in review)."""
+    b = make_test_bundle(1, tag="rfexp")
+    rig.env.cloud.add("ecs.instance", b.resource_id, "Running")
+    assert rig.env.executor.execute(b.raw).state is State.SUCCEEDED
+    rig.env.clock.advance(1000)  # past its expiry
+    assert rig.env.executor.execute(b.raw).refusal_code is RefusalCode.E_EXPIRED
+    assert [q.kind for q in rig.rows(outbox)] == ["outcome"]
+    assert rig.reporter().flush() == 1
+    assert [p for p, _ in rig.fake.posted] == ["/v1/outcomes"]
+    assert rig.reporter().flush() == 0  # a new reporter's start-up scan finds none either
+    assert [p for p, _ in rig.fake.posted] == ["/v1/outcomes"]
+    with rig.env.engine.connect() as conn:
+        assert [(h.kind, h.state) for h in receipt_history(conn, [b.approval_id])] == [
+            ("outcome", "delivered")
+        ]
+    assert rig.env.cloud.writes_for(b.resource_id) == 1
+
+
+def test_a_refusal_recorded_before_the_upgrade_is_not_reported(rig: Rig) -> None:
+    """Before migration 0007 nothing recorded whether the ledger had consumed the
+    approval when it was refused, so such a refusal is the ledger's record only: the
+    start-up scan queues no refusal that was not queued when it was made."""
+    b = _elsewhere(1, "rfold")
     rig.env.executor.execute(b.raw)
     with rig.env.engine.begin() as conn:
-        conn.execute(sa.delete(outbox))
-    assert rig.reporter().flush() == 1  # a new reporter re-queues at its first flush
-    assert [p["approval_id"] for p in rig.fake.payloads("/v1/refusals")] == [b.approval_id]
-    assert rig.reporter().flush() == 0  # delivered: never queued again
-    assert len(rig.fake.posted) == 1
+        conn.execute(sa.delete(outbox))  # what a ledger from before 0007 holds
+    assert rig.reporter().flush() == 0
+    assert rig.fake.posted == []
+    with rig.env.engine.connect() as conn:
+        assert receipt_history(conn, [b.approval_id]) == []
 
 
 def test_a_refusal_receipt_the_checkpoint_rejected_can_be_sent_again(rig: Rig) -> None:

@@ -8,14 +8,16 @@ An approval refused before the consume (another audience or account, not yet val
 expired...) is recorded in ``executor_refusals`` with a signed receipt, but nothing
 reached the checkpoint: the proposal showed approved, then lapsed, with no reason. Now
 the first such refusal of an approval whose statement authenticated (so it names the
-approval; a replay excluded) is a third kind of receipt, ``refusal``, delivered by the
-outbox to ``POST /v1/refusals``, where it is a note on the proposal, never its state.
+approval) and which this ledger never consumed (so neither a replay nor an approval used
+here and presented again once expired) is a third kind of receipt, ``refusal``, queued
+when it is recorded and delivered by the outbox to ``POST /v1/refusals``, where it is a
+note on the proposal, never its state.
 
 The kind is widened in the three tables that name it: ``executor_outbox``,
 ``executor_deliveries`` and ``executor_resends`` (``kind IN ('outcome','resolution',
-'refusal')``). Nothing else changes and no row is touched. The reporter queues, at its
-next start, the refusals already recorded and never delivered, as it does for every
-kind (``requeue_undelivered``): the checkpoint hears of those once too.
+'refusal')``). Nothing else changes and no row is touched. The refusals recorded before
+this revision are not reported: whether the ledger had consumed the approval when each
+was made is not recorded, and a note must never say an approval went unused that was.
 
 On SQLite a CHECK constraint cannot be changed in place, so each table is rebuilt
 (SQLite's documented procedure, lang_altertable.html §7: new table, copy every row with
