@@ -255,4 +255,7 @@ def duration(seconds: int) -> str:
 def timestamp(unix: int | None) -> str:
     if unix is None:
         return "—"
-    return datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    try:
+        return datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (ValueError, OverflowError, OSError):  # out of datetime's range: say it raw
+        return f"{unix} (Unix seconds)"

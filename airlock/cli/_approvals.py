@@ -219,7 +219,10 @@ def _inert(text: str) -> str:
 def _when(unix: int | None) -> str:
     if unix is None:
         return "-"
-    return datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    try:
+        return datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (ValueError, OverflowError, OSError):  # out of datetime's range: say it raw
+        return f"{unix} (Unix seconds)"
 
 
 def _bp(value: object) -> str:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import re
 import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ from airlock.protocol import (
     Envelope,
     KeySet,
     ProposedAction,
+    RefusalCode,
     Refused,
     action_hash,
     b64encode,
@@ -104,8 +104,23 @@ REFUSAL_NOTES_MAX: Final = 20
 #: Codes a refusal note never carries: the executor had consumed the approval (a replay:
 #: its ledger holds it already; a failed precondition comes after the consume), so its
 #: ledger's outcome is what counts, reported through /v1/outcomes.
-_CONSUMED_CODES: Final = frozenset({"E_REPLAY", "E_PRECONDITION"})
-_REFUSAL_CODE: Final = re.compile(r"E_[A-Z0-9_]{1,30}")
+#: The refusals an executor reports before the consume (the kernel's verify steps 6–8
+#: and 12, which name the authenticated approval): the only codes a note may carry, so
+#: nothing else (a signature refusal, a code made up) is ever shown on a proposal.
+_NOTE_CODES: Final = frozenset(
+    c.value
+    for c in (
+        RefusalCode.E_AUDIENCE,
+        RefusalCode.E_ACCOUNT,
+        RefusalCode.E_NOT_YET_VALID,
+        RefusalCode.E_EXPIRED,
+        RefusalCode.E_TTL,
+        RefusalCode.E_REVOKED,
+    )
+)
+#: The last second ``datetime`` can show (9999-12-31T23:59:59Z): a note's time past it
+#: would make every page that shows the note fail.
+_AT_MAX: Final = 253402300799
 _EXECUTOR_MAX: Final = 256
 _DETAIL_MAX: Final = 2000
 #: Closed states an outcome may still land on (DESIGN §2.6: the ledger is the truth).
@@ -1186,7 +1201,14 @@ class Checkpoint:
         ).first()
         outcome = conn.execute(sa.select(outcomes).where(outcomes.c.proposal_id == row.id)).first()
         notes = conn.execute(
-            sa.select(refusal_notes)
+            sa.select(  # what is shown; not the receipts, read on every list page
+                refusal_notes.c.approval_id,
+                refusal_notes.c.refusal_code,
+                refusal_notes.c.detail,
+                refusal_notes.c.executor,
+                refusal_notes.c.at,
+                refusal_notes.c.reported_at,
+            )
             .where(refusal_notes.c.proposal_id == row.id)
             .order_by(refusal_notes.c.id)
         ).all()
@@ -1362,10 +1384,11 @@ def _refusal_note(payload: Any) -> _RefusalNote:
     if payload.get("outcome") != "refused":
         raise refuse("its outcome must be 'refused' (other outcomes go to /v1/outcomes)")
     code = payload.get("refusal_code")
-    if not isinstance(code, str) or _REFUSAL_CODE.fullmatch(code) is None:
-        raise refuse("refusal_code must be a refusal code (E_…, at most 32 characters)")
-    if code in _CONSUMED_CODES:
-        raise refuse(f"{code} comes after the approval was consumed: report it to /v1/outcomes")
+    if not isinstance(code, str) or code not in _NOTE_CODES:
+        raise refuse(
+            "refusal_code must be one an executor reports before the consume: "
+            + ", ".join(sorted(_NOTE_CODES))
+        )
     approval_id = payload.get("approval_id")
     if not isinstance(approval_id, str):
         raise refuse("approval_id must name the approval (its signature verified)")
@@ -1380,8 +1403,8 @@ def _refusal_note(payload: Any) -> _RefusalNote:
     if not executor.isprintable():
         raise refuse("executor must be printable text")
     at = payload.get("at")
-    if type(at) is not int or not 0 <= at <= _FEED_SEQ_MAX:
-        raise refuse("at must be the time of the refusal (Unix seconds)")
+    if type(at) is not int or not 0 <= at <= _AT_MAX:
+        raise refuse("at must be the time of the refusal (Unix seconds, before the year 10000)")
     detail = payload.get("detail", "")
     if not isinstance(detail, str):
         raise refuse("detail must be text")
@@ -1391,9 +1414,15 @@ def _refusal_note(payload: Any) -> _RefusalNote:
 def _shown(text: str) -> str:
     """Executor text as stored and shown: every character that is not printable (NUL,
     an escape sequence, a bidi override) escaped, clipped to ``_DETAIL_MAX``."""
-    if not text.isprintable():
-        text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
-    return text if len(text) <= _DETAIL_MAX else text[: _DETAIL_MAX - 1] + "…"
+    out: list[str] = []
+    size = 0
+    for c in text:
+        shown = c if c.isprintable() else c.encode("unicode_escape").decode()
+        if size + len(shown) > _DETAIL_MAX - 1:  # whole escapes only, then the ellipsis
+            return "".join(out) + "…"
+        out.append(shown)
+        size += len(shown)
+    return "".join(out)
 
 
 def _deny_message(decision: Decision) -> str:

@@ -202,6 +202,12 @@ BAD_RECEIPTS: dict[str, dict[str, Any]] = {
     "refusal-code-not-a-code": {"code": "audience\x1b[2J"},
     "replay": {"code": "E_REPLAY"},
     "precondition-after-consume": {"code": "E_PRECONDITION"},
+    # About the bytes presented, not the approval: the executor never reports them, and
+    # no other code (a made-up one) may reach a proposal's page either (found in review).
+    "signature": {"code": "E_SIGNATURE"},
+    "made-up-code": {"code": "E_SEE_ATTACHED_LINK"},
+    # datetime cannot show it: every page with the note would fail (found in review).
+    "time-past-the-year-9999": {"at": 253402300800},
     "no-approval-id": {"approval_id": None},
     "another-action-hash": {"action_hash": "other"},
     "unprintable-executor": {"executor": "staging\x1b[2J"},
@@ -214,7 +220,7 @@ def test_a_receipt_that_is_not_a_refusal_before_use_is_refused_and_records_nothi
 ) -> None:
     proposal, approval_id = _approved(world)
     kwargs: dict[str, Any] = {"code": bad.get("code", "E_AUDIENCE")}
-    for key in ("outcome", "executor"):
+    for key in ("outcome", "executor", "at"):
         if key in bad:
             kwargs[key] = bad[key]
     if bad.get("action_hash") == "other":
@@ -227,10 +233,20 @@ def test_a_receipt_that_is_not_a_refusal_before_use_is_refused_and_records_nothi
     assert [e["code"] for e in audit_events(world, "checkpoint.refused")] == ["E_RECEIPT"]
 
 
-def test_a_replay_is_sent_to_the_outcomes_route(world: World) -> None:
+def test_a_code_other_than_a_refusal_before_use_is_refused_naming_those_taken(
+    world: World,
+) -> None:
     _, approval_id = _approved(world)
     message = _refused(_post(world, _refusal(approval_id, "E_REPLAY")), 422, "E_RECEIPT")
-    assert "/v1/outcomes" in message
+    for code in ("E_ACCOUNT", "E_AUDIENCE", "E_EXPIRED", "E_NOT_YET_VALID", "E_REVOKED", "E_TTL"):
+        assert code in message
+
+
+def test_the_last_second_a_page_can_show_is_taken(world: World) -> None:
+    proposal, approval_id = _approved(world)
+    assert _post(world, _refusal(approval_id, at=253402300799)).status_code == 200
+    [note] = _show(world, proposal["id"])["executor_refusals"]
+    assert note["at"] == 253402300799
 
 
 @pytest.mark.parametrize("who", ["agent", "alice", "admin", "viewer"])
@@ -286,6 +302,15 @@ def test_executor_text_is_stored_printable_and_clipped(world: World) -> None:
     assert note["detail"].startswith("\\x00\\x1b[31mred\\u202eevil\\r\\n")
     assert note["detail"].isprintable()
     assert len(note["detail"]) == 2000 and note["detail"].endswith("…")
+
+
+def test_clipping_never_cuts_an_escape_in_half(world: World) -> None:
+    proposal, approval_id = _approved(world)
+    # Escapes of 6 characters from the 1997th on: a clip at 1999 would leave "\u20".
+    hostile = "x" * 1996 + "\u202e" * 4
+    assert _post(world, _refusal(approval_id, detail=hostile)).status_code == 200
+    (note,) = _show(world, proposal["id"])["executor_refusals"]
+    assert note["detail"] == "x" * 1996 + "…"
 
 
 def test_the_notes_cannot_be_changed_or_deleted(world: World) -> None:

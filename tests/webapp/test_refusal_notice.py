@@ -20,7 +20,7 @@ import pytest
 
 from airlock.settings import WebappSettings
 from tests.checkpoint.harness import PASSWORD, START, World, make_world, signed_receipt
-from webapp import create_app
+from webapp import create_app, present
 
 from .conftest import csrf_of
 
@@ -122,7 +122,6 @@ def test_an_executor_refusal_is_shown_as_a_notice_with_its_text_escaped(stack: S
         ("E_EXPIRED", "took it up too late"),
         ("E_TTL", "over the executor&#39;s maximum lifetime"),
         ("E_REVOKED", "revoked before the executor took it up"),
-        ("E_SOMETHING_NEW", "the code and its detail say why"),
     ],
 )
 def test_each_refusal_code_is_explained_in_plain_words(
@@ -140,3 +139,11 @@ def test_a_proposal_no_executor_refused_shows_no_notice(stack: Stack) -> None:
     stack.sign_in("bob")
     html = stack.web.get(f"/proposals/{proposal_id}").text
     assert "executor-refusal" not in html
+
+
+@pytest.mark.parametrize("unix", [253402300800, 2**53 - 1, -(2**53)])
+def test_a_time_out_of_the_calendar_is_shown_raw_not_a_failed_page(unix: int) -> None:
+    """Times come from other services (a receipt's, an executor's clock): one datetime
+    cannot show must not take the page that shows it away (found in review)."""
+    assert present.timestamp(unix) == f"{unix} (Unix seconds)"
+    assert present.timestamp(0) == "1970-01-01 00:00:00 UTC"
