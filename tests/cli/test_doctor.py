@@ -77,6 +77,8 @@ def test_doctor_is_all_green_on_a_complete_dev_setup(served: Served, tmp_path: P
     ):
         assert f"ok    {name}" in ok, result.stdout
     assert "alembic revision" in ok
+    # The receipt and signing keys are read (for their ids and modes), never shown.
+    assert "PRIVATE KEY" not in result.output and "BEGIN" not in result.output
 
 
 def test_doctor_reports_a_world_readable_signing_key_as_a_failure(
