@@ -118,7 +118,7 @@ def test_a_rejected_receipt_resent_is_delivered_and_both_attempts_stay(rig: Rig)
 
     del rig.fake.answer_for[aid]  # the key is trusted now
     [queued] = rig.resend(aid)
-    assert (queued.kind, queued.attempt, queued.rejected.attempt) == ("outcome", 2, 1)
+    assert (queued.kind, queued.attempt, queued.follows.attempt) == ("outcome", 2, 1)
     assert rig.flush_later() == 1
     assert rig.attempts(aid) == [("outcome", 1, "rejected", 422), ("outcome", 2, "delivered", 200)]
     # The same signed receipt both times, and the ledger row untouched.
