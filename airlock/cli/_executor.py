@@ -4,8 +4,8 @@ Wires settings, the ledger engine, the trusted key set, the receipt key and the 
 adapter into :class:`services.executor.Executor`. Services are imported lazily, inside
 each command, so ``airlock --help`` loads no service and no secret (DESIGN §1).
 ``airlock executor receipts list|resend`` need only the ledger database: they show the
-delivery history of the receipts reported to the checkpoint, and queue rejected ones
-to be sent again.
+delivery history of the receipts reported to the checkpoint, queue rejected ones to be
+sent again, and, for a checkpoint restored from a backup, delivered ones.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import os
 import re
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -52,20 +53,24 @@ executor_app = Typer(
 )
 receipts_app = Typer(name="receipts", help="Check executor receipts.", no_args_is_help=True)
 _RESEND_EXIT_CODES = (
-    "Exit codes: 0 queued (with --all-rejected, also when nothing is rejected); 1 refused, "
-    "nothing queued (every reason is printed); 2 usage or configuration error."
+    "Exit codes: 0 queued (with --all-rejected or --delivered-since, also when nothing "
+    "matches); 1 refused, nothing queued (every reason is printed); 2 usage or "
+    "configuration error."
 )
 executor_receipts_app = Typer(
     name="receipts",
     help=(
-        "The receipts this executor reports to the checkpoint: their delivery history, and "
-        "sending again those the checkpoint refused for good, once the cause is fixed.\n\n"
+        "The receipts this executor reports to the checkpoint: their delivery history, "
+        "sending again those the checkpoint refused for good once the cause is fixed, and "
+        "those it accepted once it was restored from a backup.\n\n"
         "Examples:\n\n"
         "  airlock executor receipts list                 # every receipt not delivered\n\n"
         "  airlock executor receipts list apv_...         # one approval's history\n\n"
         "  airlock executor receipts resend apv_... --by alice --note 'receipt key installed'"
         "\n\n"
-        "  airlock executor receipts resend --all-rejected --by alice --dry-run"
+        "  airlock executor receipts resend --all-rejected --by alice --dry-run\n\n"
+        "  airlock executor receipts resend --delivered-since 2026-11-29T06:00:00Z --by alice "
+        "--note 'checkpoint restored from the 06:00 backup'"
     ),
     no_args_is_help=True,
 )
@@ -534,6 +539,32 @@ def _approval_ids(approval_ids: list[str] | None) -> list[str]:
     return ids
 
 
+#: --delivered-since: RFC 3339 UTC with Z (a fraction of a second is dropped, which moves
+#: the bound earlier: more is sent again, never less), or integer Unix seconds.
+_RFC3339_UTC = re.compile(
+    r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.[0-9]{1,9})?Z"
+)
+_UNIX_SECONDS = re.compile(r"[0-9]{1,11}")
+
+
+def _since(text: str) -> int:
+    """``--delivered-since`` as Unix seconds; anything else is a usage error (exit 2)."""
+    if _UNIX_SECONDS.fullmatch(text):
+        return int(text)
+    match = _RFC3339_UTC.fullmatch(text)
+    if match:
+        try:
+            year, month, day, hour, minute, second = map(int, match.groups())
+            at = datetime(year, month, day, hour, minute, second, tzinfo=UTC)
+            return int(at.timestamp())
+        except ValueError:
+            pass  # not a day of the calendar, or hour 24, second 60
+    raise _fail(
+        "--delivered-since takes an RFC 3339 UTC time (2026-11-29T06:00:00Z) or integer "
+        f"Unix seconds, not {_inert(text)[:60]!r}"
+    )
+
+
 def _history_lines(history: ReceiptHistory) -> list[str]:
     state = {
         "pending": "not attempted yet (queued)",
@@ -551,11 +582,14 @@ def _history_lines(history: ReceiptHistory) -> list[str]:
         )
     for r in history.resends:
         note = f"  note: {_inert(r.note)}" if r.note else ""
+        follows = history.follows(r)
+        # After a delivered attempt: a redelivery, for a checkpoint restored from a backup.
+        again = "redelivery " if follows is not None and follows.status == "delivered" else ""
         events.append(
             (
                 r.attempt,
                 0,
-                f"  attempt {r.attempt}  requested by {_inert(r.requested_by)}  "
+                f"  attempt {r.attempt}  {again}requested by {_inert(r.requested_by)}  "
                 f"{_when(r.requested_at)}{note}",
             )
         )
@@ -609,14 +643,33 @@ def receipts_resend_command(
         list[str] | None,
         typer.Argument(
             help="Approval ids whose rejected receipts (outcome, resolution, refusal) to send "
-            "again.",
+            "again, or delivered ones: see the flag below.",
             metavar="APPROVAL_ID",
             show_default=False,
         ),
     ] = None,
+    *,
     all_rejected: Annotated[
         bool, typer.Option("--all-rejected", help="Send every rejected receipt again instead.")
     ] = False,
+    delivered: Annotated[
+        bool,
+        typer.Option(
+            "--delivered",
+            help="Send the named approvals' delivered receipts again instead (a checkpoint "
+            "restored from a backup).",
+        ),
+    ] = False,
+    delivered_since: Annotated[
+        str | None,
+        typer.Option(
+            "--delivered-since",
+            metavar="TIME",
+            help="Send again every receipt last delivered at or after TIME (RFC 3339 UTC "
+            "…Z, or Unix seconds), for a checkpoint restored from a backup taken then.",
+            show_default=False,
+        ),
+    ] = None,
     by: Annotated[
         str | None,
         typer.Option(
@@ -625,42 +678,72 @@ def receipts_resend_command(
             help="Who asks (recorded and audited); required unless --dry-run.",
         ),
     ] = None,
-    note: Annotated[str, typer.Option("--note", metavar="TEXT", help="Why: what was fixed.")] = "",
+    note: Annotated[
+        str, typer.Option("--note", metavar="TEXT", help="Why: what was fixed or restored.")
+    ] = "",
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Say what would be queued; change nothing.")
     ] = False,
 ) -> None:
-    """Queue receipts the checkpoint refused for good to be delivered once more.
+    """Queue receipts to be delivered to the checkpoint once more, as the same receipt.
+
+    Approval ids, or --all-rejected: receipts the checkpoint refused for good.
 
     For after the cause is fixed (say the checkpoint now trusts the receipt key).
 
-    Only a receipt whose last attempt was rejected is sent again, as the same receipt.
+    --delivered-since TIME, or approval ids with --delivered: receipts it accepted.
 
-    A delivered receipt never is; nothing in the ledger or in the receipt changes.
+    For a checkpoint restored from a backup (taken at TIME): it lost those outcomes.
+
+    Nothing else sends a delivered receipt again; the ledger and receipts never change.
+
+    A resolution goes only after its outcome's new attempt is recorded.
 
     The request is recorded with --by and --note, and in the audit chain.
 
-    All or nothing: one unknown or not-rejected approval id refuses the whole request.
+    All or nothing: one unknown id, or one with nothing of that kind, refuses it all.
 
     The running executor delivers it at its next sweep (AIRLOCK_EXECUTOR_RECOVER_EVERY).
     """
     from airlock.store import read_transaction
-    from services.executor import ResendRefused, check_requester, plan_resend, request_resend
+    from services.executor import (
+        ResendRefused,
+        check_requester,
+        plan_redelivery,
+        plan_resend,
+        request_redelivery,
+        request_resend,
+    )
 
     ids = _approval_ids(approval_ids)
-    if all_rejected == bool(ids):
-        raise _fail("name the approval ids to send again, or pass --all-rejected (not both)")
+    since = None if delivered_since is None else _since(delivered_since)
+    if sum((all_rejected, bool(ids), since is not None)) != 1:
+        raise _fail(
+            "name the approval ids to send again, or pass --all-rejected or "
+            "--delivered-since TIME (one of them)"
+        )
+    if delivered and not ids:
+        raise _fail("--delivered goes with approval ids; for a time, --delivered-since TIME")
     if by is None and not dry_run:
         raise _fail("--by NAME is required: who asks for a resend is recorded and audited")
     try:
         who = check_requester("-" if by is None else by, note)
     except ResendRefused as exc:
         raise _fail(str(exc)) from None
+    redelivery = delivered or since is not None
     engine = _ledger_engine()
     try:
         if dry_run:
             with read_transaction(engine) as conn:
-                plan = plan_resend(conn, ids or None)
+                plan = (
+                    plan_redelivery(conn, ids or None, since=since)
+                    if redelivery
+                    else plan_resend(conn, ids or None)
+                )
+        elif redelivery:
+            plan = request_redelivery(
+                engine, ids or None, since=since, by=who, note=note, now=int(time.time())
+            )
         else:
             plan = request_resend(engine, ids or None, by=who, note=note, now=int(time.time()))
     except ResendRefused as exc:
@@ -671,13 +754,22 @@ def receipts_resend_command(
     finally:
         engine.dispose()
     if not plan:
-        typer.echo("no rejected receipt: nothing to send again")
+        typer.echo(
+            "no rejected receipt: nothing to send again"
+            if since is None
+            else f"no receipt delivered since {_when(since)}: nothing to send again"
+        )
         return
     verb = "would queue" if dry_run else "queued"
     for r in plan:
         typer.echo(
             f"{verb} the {r.kind} receipt of {r.approval_id} as attempt {r.attempt} "
-            f"(after {r.rejected.describe()})"
+            f"(after {r.follows.describe()})"
+        )
+    if redelivery:
+        typer.echo(
+            "a receipt the checkpoint still has is answered as before; one for an approval "
+            "it lost is refused and recorded rejected"
         )
     if not dry_run:
         typer.echo(

@@ -5,7 +5,8 @@ key, and never import the checkpoint or the agent.
 
 Public face: :class:`Executor` (execute, recover, resolve), :func:`migrate`, the bundle
 sources (a directory, a file, the checkpoint feed) and outcome sinks, the outcome outbox
-reporter and the operator's resend of rejected receipts (:func:`request_resend`), the
+reporter, the operator's resend of rejected receipts (:func:`request_resend`) and
+redelivery of delivered ones after a checkpoint restore (:func:`request_redelivery`), the
 daemon loop (:func:`serve`), the receipt signer and verifier.
 """
 
@@ -47,8 +48,10 @@ from .resend import (
     ReceiptHistory,
     Resend,
     check_requester,
+    plan_redelivery,
     plan_resend,
     receipt_history,
+    request_redelivery,
     request_resend,
     without_receipt,
 )
@@ -107,9 +110,11 @@ __all__ = [
     "generate_receipt_key",
     "heartbeat_age",
     "migrate",
+    "plan_redelivery",
     "plan_resend",
     "read_revocations_file",
     "receipt_history",
+    "request_redelivery",
     "request_resend",
     "serve",
     "verify_receipt",

@@ -50,6 +50,7 @@ class OperatorRefusal(enum.StrEnum):
     E_NOT_IN_DOUBT = "E_NOT_IN_DOUBT"  # a resolution of a row that is not in_doubt
     E_ALREADY_RESOLVED = "E_ALREADY_RESOLVED"  # the row carries a resolution already
     E_NOT_REJECTED = "E_NOT_REJECTED"  # a resend of receipts none of which was rejected
+    E_NOT_DELIVERED = "E_NOT_DELIVERED"  # a redelivery of receipts none of which was delivered
     E_CONFLICT = "E_CONFLICT"  # another request queued the same attempt meanwhile
 
 
@@ -94,7 +95,8 @@ class ResolutionError(ExecutorError):
 
 
 class ResendRefused(ExecutorError):
-    """A request to send rejected receipts again was refused; nothing was queued.
+    """A request to send receipts again (rejected ones, or delivered ones after a
+    checkpoint restore) was refused; nothing was queued.
 
     ``problems`` names each approval id (or option) at fault and why, every one of them:
     an operator fixes them all at once rather than one per try.

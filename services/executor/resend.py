@@ -18,6 +18,17 @@ retry would only be refused again. Once an operator has fixed the cause,
   event in the audit chain naming who asked, why, the receipt and the attempt it
   follows up — in one transaction, the chain lock taken first, like every writer here.
 
+A receipt the checkpoint accepted is sent again only by :func:`request_redelivery`, an
+operator's explicit request for a checkpoint restored from a backup (it lost outcomes
+whose receipts were delivered before the restore): receipts whose last attempt was
+``delivered`` at or after a time, or those of named approval ids. It is the same
+request otherwise (all or nothing, UNIQUE per attempt, the chain lock first), recorded
+in ``executor_resends`` as any resend and audited as
+``executor.receipt_redelivery_requested`` (refused: ``executor.receipt_redelivery_refused``),
+so a redelivery is never mistaken for a resend of a rejected receipt. The checkpoint
+answers a receipt it still has with 200, the same answer; one for an approval it lost
+is refused (404) and recorded ``rejected``, visible like any other.
+
 It never changes a ledger row, a resolution or a receipt: the receipt posted is the
 envelope the outcome committed, byte for byte. Delivery history is only ever added to
 (``executor_deliveries`` holds one row per attempt), so a rejected attempt and the
@@ -29,7 +40,7 @@ sweep, and a restarted one re-queues a resend whose queue row was lost.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final, Literal
@@ -50,8 +61,10 @@ __all__ = [
     "Resend",
     "ResendRequest",
     "check_requester",
+    "plan_redelivery",
     "plan_resend",
     "receipt_history",
+    "request_redelivery",
     "request_resend",
     "without_receipt",
 ]
@@ -114,6 +127,10 @@ class ReceiptHistory:
             return self.resends[-1]
         return None
 
+    def follows(self, request: ResendRequest) -> Attempt | None:
+        """The recorded attempt ``request`` followed up (the one before it)."""
+        return next((a for a in self.attempts if a.attempt == request.attempt - 1), None)
+
     @property
     def state(self) -> State:
         if self.waiting is not None:
@@ -125,12 +142,17 @@ class ReceiptHistory:
 
 @dataclass(frozen=True, slots=True)
 class Resend:
-    """A delivery attempt to queue: ``attempt`` follows up the rejected ``rejected``."""
+    """A delivery attempt to queue: ``attempt`` follows up ``follows``, the receipt's last
+    recorded attempt: ``rejected`` (a resend) or ``delivered`` (a redelivery)."""
 
     kind: Kind
     approval_id: str
     attempt: int
-    rejected: Attempt
+    follows: Attempt
+
+    @property
+    def redelivery(self) -> bool:
+        return self.follows.status == "delivered"
 
 
 def _chunks(ids: Sequence[str]) -> Iterable[Sequence[str]]:
@@ -283,8 +305,31 @@ def _why_not(history: ReceiptHistory) -> str:
     if last is None:
         return f"{what} is not delivered yet: its first attempt is still queued"
     if last.status == "delivered":
-        return f"{what} was delivered ({last.describe()}); a delivered receipt is never sent again"
+        return (
+            f"{what} was delivered ({last.describe()}); a delivered receipt is never sent "
+            "again but by a redelivery, for a checkpoint restored from a backup"
+        )
     raise AssertionError(f"a rejected receipt can be sent again: {history}")
+
+
+def _named(
+    conn: Connection, approval_ids: Sequence[str]
+) -> tuple[list[str], dict[str, tuple[Kind, ...] | str], dict[str, list[ReceiptHistory]]]:
+    """``approval_ids`` once each, with their kinds of receipt (or why none) and their
+    receipts' histories; :class:`ResendRefused` for none or a malformed one."""
+    ids = list(dict.fromkeys(approval_ids))
+    if not ids:
+        raise ResendRefused(OperatorRefusal.E_INVALID, [("-", "no approval id given")])
+    malformed = [
+        (recordable(i), "not an approval id (apv_…)") for i in ids if not _APPROVAL_ID.fullmatch(i)
+    ]
+    if malformed:
+        raise ResendRefused(OperatorRefusal.E_INVALID, malformed)
+    kinds = _receipts_of(conn, ids)
+    by_id: dict[str, list[ReceiptHistory]] = {i: [] for i in ids}
+    for history in receipt_history(conn, ids):
+        by_id[history.approval_id].append(history)
+    return ids, kinds, by_id
 
 
 def plan_resend(conn: Connection, approval_ids: Sequence[str] | None) -> list[Resend]:
@@ -300,18 +345,8 @@ def plan_resend(conn: Connection, approval_ids: Sequence[str] | None) -> list[Re
             for h in receipt_history(conn, None)
             if h.state == "rejected" and h.last is not None
         ]
-    ids = list(dict.fromkeys(approval_ids))
-    if not ids:
-        raise ResendRefused(OperatorRefusal.E_INVALID, [("-", "no approval id given")])
-    problems: list[tuple[str, str]] = [
-        (recordable(i), "not an approval id (apv_…)") for i in ids if not _APPROVAL_ID.fullmatch(i)
-    ]
-    if problems:
-        raise ResendRefused(OperatorRefusal.E_INVALID, problems)
-    kinds = _receipts_of(conn, ids)
-    by_id: dict[str, list[ReceiptHistory]] = {i: [] for i in ids}
-    for history in receipt_history(conn, ids):
-        by_id[history.approval_id].append(history)
+    ids, kinds, by_id = _named(conn, approval_ids)
+    problems: list[tuple[str, str]] = []
     plan: list[Resend] = []
     for approval_id in ids:
         why = kinds[approval_id]
@@ -351,6 +386,81 @@ def check_requester(by: str, note: str) -> str:
     return by
 
 
+def _why_not_delivered(history: ReceiptHistory) -> str:
+    what = f"{history.kind} receipt"
+    waiting, last = history.waiting, history.last
+    if waiting is not None:
+        return (
+            f"{what} is already queued again (attempt {waiting.attempt}, requested by "
+            f"{waiting.requested_by})"
+        )
+    if last is None:
+        return f"{what} is not delivered yet: its first attempt is still queued"
+    if last.status == "rejected":
+        return f"{what} was rejected ({last.describe()}): that is a resend, not a redelivery"
+    raise AssertionError(f"a delivered receipt can be delivered again: {history}")
+
+
+def _order(key: tuple[Kind, str]) -> tuple[str, int]:
+    return (key[1], _KINDS.index(key[0]))
+
+
+def plan_redelivery(
+    conn: Connection, approval_ids: Sequence[str] | None, *, since: int | None = None
+) -> list[Resend]:
+    """What :func:`request_redelivery` would queue, read in ``conn``; changes nothing.
+
+    Exactly one of ``approval_ids`` (each one's delivered receipts) and ``since`` (every
+    receipt whose last recorded attempt was delivered at or after this Unix time, by the
+    delivery records' clock: the executor's). Raises :class:`ResendRefused` naming every
+    id that is malformed, unknown or has nothing delivered to send again.
+    """
+    if (approval_ids is None) == (since is None):
+        raise ValueError("a redelivery names approval ids or a time, exactly one of them")
+    if since is not None:
+        keys = sorted(
+            {
+                (_kind(kind), approval_id)
+                for kind, approval_id in conn.execute(
+                    sa.select(deliveries.c.kind, deliveries.c.approval_id).where(
+                        deliveries.c.status == "delivered", deliveries.c.at >= since
+                    )
+                )
+            },
+            key=_order,
+        )
+        return [
+            Resend(h.kind, h.approval_id, h.last.attempt + 1, h.last)
+            for h in _histories(conn, keys)
+            if h.state == "delivered" and h.last is not None and h.last.at >= since
+        ]
+    assert approval_ids is not None  # for mypy: checked above
+    ids, kinds, by_id = _named(conn, approval_ids)
+    problems: list[tuple[str, str]] = []
+    plan: list[Resend] = []
+    for approval_id in ids:
+        why = kinds[approval_id]
+        if isinstance(why, str):
+            problems.append((approval_id, why))
+            continue
+        delivered = [h for h in by_id[approval_id] if h.state == "delivered"]
+        if not delivered:
+            problems.append(
+                (
+                    approval_id,
+                    "nothing delivered to send again: "
+                    + "; ".join(map(_why_not_delivered, by_id[approval_id])),
+                )
+            )
+            continue
+        plan += [
+            Resend(h.kind, approval_id, h.last.attempt + 1, h.last) for h in delivered if h.last
+        ]
+    if problems:
+        raise ResendRefused(OperatorRefusal.E_NOT_DELIVERED, problems)
+    return plan
+
+
 def request_resend(
     engine: Engine, approval_ids: Sequence[str] | None, *, by: str, note: str, now: int
 ) -> list[Resend]:
@@ -363,18 +473,82 @@ def request_resend(
     refusal is recorded in the audit chain (``executor.receipt_resend_refused``, with its
     code), as every refusal is.
     """
+    return _request(
+        engine,
+        lambda conn: plan_resend(conn, approval_ids),
+        approval_ids,
+        {},
+        "executor.receipt_resend",
+        by=by,
+        note=note,
+        now=now,
+    )
+
+
+def request_redelivery(
+    engine: Engine,
+    approval_ids: Sequence[str] | None,
+    *,
+    since: int | None = None,
+    by: str,
+    note: str,
+    now: int,
+) -> list[Resend]:
+    """Queue the next delivery attempt of receipts the checkpoint **accepted**, for a
+    checkpoint restored from a backup: each delivered receipt of ``approval_ids``, or
+    (``since``) every receipt whose last attempt was delivered at or after that Unix
+    time. Recorded with who asked and audited (``executor.receipt_redelivery_requested``,
+    one per receipt); returns what was queued (empty only with ``since``, when nothing
+    was delivered since).
+
+    All or nothing, as :func:`request_resend`: a malformed, unknown or not-delivered id,
+    or a receipt another request queued meanwhile, refuses the whole request
+    (:class:`ResendRefused`, audited as ``executor.receipt_redelivery_refused``). A
+    resolution queued with its outcome is posted only once the outcome's new attempt is
+    recorded (:func:`~services.executor.feed.pending_receipts`).
+    """
+    return _request(
+        engine,
+        lambda conn: plan_redelivery(conn, approval_ids, since=since),
+        approval_ids,
+        {"delivered_since": since},
+        "executor.receipt_redelivery",
+        by=by,
+        note=note,
+        now=now,
+    )
+
+
+#: At most this many approval ids and problems go into a refusal's audit event.
+_RECORDED_IDS: Final = 50
+
+
+def _request(
+    engine: Engine,
+    plan: Callable[[Connection], list[Resend]],
+    approval_ids: Sequence[str] | None,
+    extra: dict[str, int | None],
+    event: str,
+    *,
+    by: str,
+    note: str,
+    now: int,
+) -> list[Resend]:
+    """Queue ``plan``'s attempts, audited as ``<event>_requested``; a refusal is audited
+    as ``<event>_refused`` and raised."""
     try:
-        return _queue(engine, approval_ids, by=by, note=note, now=now)
+        return _queue(engine, plan, extra, event, by=by, note=note, now=now)
     except ResendRefused as exc:
         with engine.begin() as conn:
             AuditLog.append(
                 conn,
                 {
-                    "type": "executor.receipt_resend_refused",
+                    "type": f"{event}_refused",
                     "code": exc.code.value,
                     "approval_ids": None
                     if approval_ids is None
                     else [recordable(i) for i in list(approval_ids)[:_RECORDED_IDS]],
+                    **extra,
                     "by": recordable(by.strip()),
                     "problems": [
                         [recordable(subject), recordable(why, 500)]
@@ -386,19 +560,22 @@ def request_resend(
         raise
 
 
-#: At most this many approval ids and problems go into a refusal's audit event.
-_RECORDED_IDS: Final = 50
-
-
 def _queue(
-    engine: Engine, approval_ids: Sequence[str] | None, *, by: str, note: str, now: int
+    engine: Engine,
+    plan_of: Callable[[Connection], list[Resend]],
+    extra: dict[str, int | None],
+    event: str,
+    *,
+    by: str,
+    note: str,
+    now: int,
 ) -> list[Resend]:
     by = check_requester(by, note)
     with engine.begin() as conn:
         # The chain lock before anything is read: two requests are serialized, so the
         # second sees the first's resends and refuses instead of racing its inserts.
         AuditLog.lock(conn)
-        plan = plan_resend(conn, approval_ids)
+        plan = plan_of(conn)
         for r in plan:
             claimed = conn.execute(
                 _insert_ignore(conn, resends)
@@ -429,20 +606,26 @@ def _queue(
                     kind=r.kind, approval_id=r.approval_id, queued_at=now, attempt=r.attempt
                 )
             )
+            # The attempt followed up: rejected for a resend, delivered for a redelivery.
+            follows: dict[str, int | str | None] = {
+                "attempt": r.follows.attempt,
+                "http_status": r.follows.http_status,
+            }
+            if r.redelivery:
+                follows["at"] = r.follows.at
+            else:
+                follows["error_code"] = r.follows.error_code
             AuditLog.append(
                 conn,
                 {
-                    "type": "executor.receipt_resend_requested",
+                    "type": f"{event}_requested",
                     "kind": r.kind,
                     "approval_id": r.approval_id,
                     "attempt": r.attempt,
                     "by": by,
                     "note": note,
-                    "rejected": {
-                        "attempt": r.rejected.attempt,
-                        "http_status": r.rejected.http_status,
-                        "error_code": r.rejected.error_code,
-                    },
+                    **extra,
+                    "delivered" if r.redelivery else "rejected": follows,
                 },
                 at=datetime.fromtimestamp(now, UTC),
             )

@@ -9,23 +9,30 @@ from __future__ import annotations
 
 import base64
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from airlock.protocol import Binding, KeySet, canonical_bytes, verify_bundle
-from airlock.store import make_engine, verify_chain
+from airlock.reconcile import ReconcileReport, reconcile
+from airlock.store import export, make_engine, read_transaction, verify_chain
 from services.executor import (
     CheckpointFeedSource,
     Executor,
     OutboxReporter,
     ReceiptSigner,
+    State,
     migrate,
+    receipt_history,
+    request_redelivery,
 )
-from services.executor.feed import checkpoint_client
+from services.executor.feed import checkpoint_client, delivery_records
+from services.executor.models import ledger
 from tests.executor.support import InMemoryCloud, receipt_keyset, receipt_signer
 
 from .harness import AUDIENCE, World
@@ -302,3 +309,176 @@ def test_an_approval_an_executor_of_another_audience_refuses_shows_why_on_the_pr
     )
     assert cloud.writes_for(RESOURCE) == 0
     assert verify_chain(world.checkpoint.engine).ok
+
+
+def _sqlite_path(world: World) -> Path:
+    assert world.url.startswith("sqlite:///")
+    return Path(world.url.removeprefix("sqlite:///"))
+
+
+def _copy_checkpoint_db(world: World, frm: Path, to: Path) -> None:
+    """A file copy of a SQLite database, as an operator's backup or restore is: every
+    connection closed first, so the WAL is in the file and nothing holds it open."""
+    world.checkpoint.db.dispose()
+    assert not Path(f"{frm}-wal").exists()  # the last connection closed checkpointed it
+    for suffix in ("-wal", "-shm"):
+        Path(f"{to}{suffix}").unlink(missing_ok=True)
+    shutil.copyfile(frm, to)
+
+
+def _reconcile(world: World, executor: Executor) -> ReconcileReport:
+    """What ``airlock audit reconcile`` says of the two chains as they are now."""
+    with read_transaction(world.checkpoint.engine) as conn:
+        checkpoint_lines = list(export(conn))
+    with read_transaction(executor.engine) as conn:
+        executor_lines = list(export(conn))
+    return reconcile(checkpoint_lines, executor_lines)
+
+
+def test_a_checkpoint_restored_from_a_backup_learns_its_lost_outcomes_from_a_redelivery(
+    sqlite_world: World, tmp_path: Path
+) -> None:
+    """The checkpoint's database is restored from a file copy taken before outcomes it
+    then learned; the executor's ledger still knows them. A redelivery of what was
+    delivered since gives each back, and the restored checkpoint answers each receipt
+    as it can: approved → executed; lapsed meanwhile → executed, late; already known →
+    the same answer; an in_doubt it has → resolved by the resolution after it; an
+    approval issued after the backup → 404, recorded rejected and listed."""
+    world = sqlite_world
+    keys = KeySet.from_value(world.client.get("/v1/keys").json())
+    cloud = InMemoryCloud()
+    executor = _executor(world, tmp_path, cloud, keys)
+    client = checkpoint_client(
+        "http://checkpoint.test", world.tokens["executor"], poll_wait_s=1, transport=_bridge(world)
+    )
+    reporter = OutboxReporter(engine=executor.engine, client=client, clock=world.clock)
+
+    def approve(name: str) -> dict[str, Any]:
+        rid = f"i-t4nlost{name}0001"
+        proposal = world.submit(proposal_id=f"prop_lost{name}000001", resource_id=rid).json()
+        issued = world.approve("alice", proposal["id"], proposal["action_hash"]).json()
+        cloud.add("ecs.instance", rid, "Running")
+        return {"id": proposal["id"], "resource": rid, "aid": issued["approval"]["approval_id"]}
+
+    def execute(p: dict[str, Any], *, in_doubt: bool = False) -> str:
+        [item] = [i for i in _pull(world)["items"] if i["approval_id"] == p["aid"]]
+        if in_doubt:
+            cloud.next_fault = "timeout_before"
+        outcome = executor.execute(canonical_bytes(item["bundle"]))
+        assert outcome.state is (State.IN_DOUBT if in_doubt else State.SUCCEEDED)
+        return str(item["approval_id"])
+
+    def state(p: dict[str, Any]) -> Any:
+        shown = world.client.get(f"/v1/proposals/{p['id']}", headers=world.auth("viewer"))
+        return shown.json() if shown.status_code == 200 else shown.status_code
+
+    try:
+        since = world.clock()
+        known = approve("known")  # delivered before the backup: the restored one has it
+        known_aid = execute(known)
+        doubt = approve("doubt")  # in_doubt delivered before, its resolution after
+        doubt_aid = execute(doubt, in_doubt=True)
+        assert reporter.flush() == 2
+        world.clock.advance(10)
+        lapsing = approve("lapsing")  # approved before the backup, executed after
+        world.clock.advance(590)
+        approved = approve("approved")  # the same, its window still open at the restore
+        world.clock.advance(5)
+        backup = tmp_path / "checkpoint-backup.db"
+        _copy_checkpoint_db(world, _sqlite_path(world), backup)
+
+        lapsing_aid = execute(lapsing)
+        approved_aid = execute(approved)
+        executor.resolve(doubt_aid, happened=False, by="admin", note="checked: still running")
+        lost = approve("lost")  # issued after the backup: the restored one never saw it
+        lost_aid = execute(lost)
+        assert reporter.flush() == 4
+        assert [state(p)["state"] for p in (known, doubt, lapsing, approved, lost)] == [
+            "executed",
+            "failed",
+            "executed",
+            "executed",
+            "executed",
+        ]
+        with executor.engine.connect() as conn:
+            ledger_before = conn.execute(sa.select(ledger).order_by(ledger.c.approval_id)).all()
+
+        _copy_checkpoint_db(world, backup, _sqlite_path(world))  # the restore
+        assert [state(p) for p in (lapsing, approved, lost)] == [
+            state(lapsing),
+            state(approved),
+            404,
+        ]
+        assert state(lapsing)["state"] == state(approved)["state"] == "approved"
+        assert state(doubt)["state"] == "in_doubt"
+        world.clock.advance(400)  # lapsing's execution window has passed, approved's not
+        assert world.checkpoint.sweep()["lapsed"] == 1
+        assert state(lapsing)["state"] == "lapsed"
+        # Finished at the executor, never reported here: lapsing, approved and lost.
+        assert _reconcile(world, executor).not_reported == 3
+
+        queued = request_redelivery(
+            executor.engine,
+            None,
+            since=since,
+            by="alice",
+            note="checkpoint restored from its backup",
+            now=world.clock(),
+        )
+        assert sorted((r.approval_id, r.kind) for r in queued) == sorted(
+            [
+                (known_aid, "outcome"),
+                (doubt_aid, "outcome"),
+                (doubt_aid, "resolution"),
+                (lapsing_aid, "outcome"),
+                (approved_aid, "outcome"),
+                (lost_aid, "outcome"),
+            ]
+        )
+        assert reporter.flush() == 6
+        assert reporter.flush() == 0  # each once
+
+        shown = {name: state(p) for name, p in (("known", known), ("doubt", doubt))}
+        shown.update({"lapsing": state(lapsing), "approved": state(approved)})
+        assert {k: (v["state"], v["outcome"]["late"]) for k, v in shown.items()} == {
+            "known": ("executed", False),  # the same receipt again: the same answer
+            "doubt": ("failed", False),  # the in_doubt it had, then its resolution
+            "lapsing": ("executed", True),  # lapsed at the restored checkpoint: late
+            "approved": ("executed", False),
+        }
+        assert state(lost) == 404
+        delivered = {
+            (d["approval_id"], d["kind"], d["attempt"]): (d["status"], d["http_status"])
+            for d in delivery_records(executor.engine)
+        }
+        for aid in (known_aid, lapsing_aid, approved_aid):
+            assert delivered[(aid, "outcome", 2)] == ("delivered", 200)
+        assert delivered[(doubt_aid, "outcome", 2)] == ("delivered", 200)
+        assert delivered[(doubt_aid, "resolution", 2)] == ("delivered", 200)
+        assert delivered[(lost_aid, "outcome", 2)] == ("rejected", 404)
+        # What the restored checkpoint cannot take stays visible, with why.
+        with executor.engine.connect() as conn:
+            [left] = receipt_history(conn, None)
+            ledger_after = conn.execute(sa.select(ledger).order_by(ledger.c.approval_id)).all()
+        assert (left.approval_id, left.kind, left.state) == (lost_aid, "outcome", "rejected")
+        assert left.last is not None and left.last.error_code == "E_NOT_FOUND"
+        # Nothing in the ledger changed and nothing was written twice.
+        assert ledger_after == ledger_before
+        for p in (known, doubt, lapsing, approved, lost):
+            assert cloud.writes_for(p["resource"]) == (0 if p is doubt else 1)
+        assert _reconcile(world, executor).not_reported == 1  # lost, which it never issued
+        # Sent again once more, the in_doubt outcome meets the resolution that replaced
+        # it (409, recorded rejected: visible); the resolution after it is the same answer.
+        request_redelivery(executor.engine, [doubt_aid], by="alice", note="", now=world.clock())
+        assert reporter.flush() == 2
+        assert [
+            (d["kind"], d["attempt"], d["status"], d["http_status"])
+            for d in delivery_records(executor.engine)
+            if d["approval_id"] == doubt_aid and d["attempt"] == 3
+        ] == [("outcome", 3, "rejected", 409), ("resolution", 3, "delivered", 200)]
+        assert state(doubt)["state"] == "failed"
+        assert verify_chain(world.checkpoint.engine).ok
+        assert verify_chain(executor.engine).ok
+    finally:
+        client.close()
+        executor.engine.dispose()

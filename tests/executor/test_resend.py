@@ -29,7 +29,9 @@ from services.executor import (
     State,
     checkpoint_client,
     migrate,
+    plan_redelivery,
     receipt_history,
+    request_redelivery,
     request_resend,
 )
 from services.executor.feed import pending_receipts, requeue_undelivered
@@ -45,7 +47,7 @@ from services.executor.models import (
 from .conftest import Env
 from .support import FakeClock, InMemoryCloud, make_executor, make_test_bundle
 from .test_feed_source import BASE, FakeCheckpoint, posted_approval_id
-from .workers import resend_race
+from .workers import redelivery_race, resend_race
 
 _CTX = multiprocessing.get_context("fork")
 
@@ -118,7 +120,7 @@ def test_a_rejected_receipt_resent_is_delivered_and_both_attempts_stay(rig: Rig)
 
     del rig.fake.answer_for[aid]  # the key is trusted now
     [queued] = rig.resend(aid)
-    assert (queued.kind, queued.attempt, queued.rejected.attempt) == ("outcome", 2, 1)
+    assert (queued.kind, queued.attempt, queued.follows.attempt) == ("outcome", 2, 1)
     assert rig.flush_later() == 1
     assert rig.attempts(aid) == [("outcome", 1, "rejected", 422), ("outcome", 2, "delivered", 200)]
     # The same signed receipt both times, and the ledger row untouched.
@@ -346,6 +348,263 @@ def test_eight_processes_resending_one_receipt_queue_it_once(rig: Rig, migrated_
     assert verify_chain(rig.env.engine).ok
 
 
+# -- delivered receipts sent again, for a checkpoint restored from a backup ---------------
+
+
+def _redeliver(
+    rig: Rig,
+    ids: list[str] | None = None,
+    *,
+    since: int | None = None,
+    by: str = "alice",
+    note: str = "checkpoint restored",
+) -> list[Any]:
+    return request_redelivery(
+        rig.env.engine, ids, since=since, by=by, note=note, now=rig.env.clock()
+    )
+
+
+def _delivered_at(rig: Rig, approval_id: str, kind: str = "outcome") -> int:
+    return max(
+        d.at
+        for d in rig.rows(deliveries, deliveries.c.approval_id == approval_id)
+        if d.kind == kind and d.status == "delivered"
+    )
+
+
+def test_a_delivered_receipt_is_sent_again_only_when_a_redelivery_is_asked_for(rig: Rig) -> None:
+    aid = rig.executed(1, "rdok")
+    [before] = rig.rows(ledger, ledger.c.approval_id == aid)
+    assert rig.reporter.flush() == 1
+    delivered_at = _delivered_at(rig, aid)
+    with pytest.raises(ResendRefused, match="never sent again"):
+        rig.resend(aid)  # a resend is for rejected receipts only
+    rig.env.clock.advance(60)
+
+    [queued] = _redeliver(rig, [aid])
+    assert (queued.kind, queued.attempt, queued.redelivery) == ("outcome", 2, True)
+    assert (queued.follows.attempt, queued.follows.status) == (1, "delivered")
+    with pytest.raises(ResendRefused, match="already queued again") as twice:
+        _redeliver(rig, [aid], by="bob")
+    assert twice.value.code is OperatorRefusal.E_NOT_DELIVERED
+    assert rig.flush_later() == 1
+    assert rig.attempts(aid) == [("outcome", 1, "delivered", 200), ("outcome", 2, "delivered", 200)]
+    # The same signed receipt both times, and the ledger row untouched.
+    assert rig.fake.posted[0] == rig.fake.posted[1] == {"receipt": json.loads(before.receipt)}
+    assert rig.rows(ledger, ledger.c.approval_id == aid) == [before]
+    assert rig.rows(outbox) == []
+    [request] = rig.rows(resends)
+    assert (request.approval_id, request.attempt, request.requested_by, request.note) == (
+        aid,
+        2,
+        "alice",
+        "checkpoint restored",
+    )
+    # Audited as a redelivery, never as a resend of a rejected receipt.
+    assert _events(rig.env.engine, "executor.receipt_resend_requested") == []
+    [event] = _events(rig.env.engine, "executor.receipt_redelivery_requested")
+    assert {k: event[k] for k in ("kind", "approval_id", "attempt", "by", "note")} == {
+        "kind": "outcome",
+        "approval_id": aid,
+        "attempt": 2,
+        "by": "alice",
+        "note": "checkpoint restored",
+    }
+    assert event["delivered_since"] is None
+    assert event["delivered"] == {"attempt": 1, "http_status": 200, "at": delivered_at}
+    assert verify_chain(rig.env.engine).ok
+    with rig.env.engine.connect() as conn:
+        [history] = receipt_history(conn, [aid])
+    assert history.state == "delivered"
+    [asked] = history.resends
+    follows = history.follows(asked)
+    assert follows is not None and follows.status == "delivered"
+    assert rig.flush_later() == 0  # delivered again once, not again and again
+    assert len(rig.fake.posted) == 2
+
+
+def test_delivered_since_queues_exactly_the_receipts_last_delivered_at_or_after_it(
+    rig: Rig,
+) -> None:
+    early = rig.executed(1, "rdsince")
+    assert rig.reporter.flush() == 1
+    rig.env.clock.advance(100)
+    boundary = rig.executed(2, "rdsince")
+    assert rig.reporter.flush() == 1
+    since = _delivered_at(rig, boundary)
+    assert _delivered_at(rig, early) < since
+    rig.env.clock.advance(100)
+    late, rejected, waiting = (rig.executed(n, "rdsince") for n in (3, 4, 5))
+    rig.fake.answer_for.update({rejected: 404, waiting: 500})
+    assert rig.reporter.flush() == 2  # late delivered, rejected refused; waiting backs off
+
+    with rig.env.engine.connect() as conn:  # what --dry-run shows; changes nothing
+        planned = plan_redelivery(conn, None, since=since)
+    assert sorted(r.approval_id for r in planned) == sorted([boundary, late])
+    assert rig.rows(resends) == []
+    queued = _redeliver(rig, since=since)
+    assert [(r.approval_id, r.attempt) for r in queued] == [(r.approval_id, 2) for r in planned]
+    events = _events(rig.env.engine, "executor.receipt_redelivery_requested")
+    assert sorted(e["approval_id"] for e in events) == sorted([boundary, late])
+    assert {e["delivered_since"] for e in events} == {since}
+    # Queued already: not selected again. Nothing delivered since: nothing, no event.
+    assert _redeliver(rig, since=since) == []
+    assert _redeliver(rig, since=rig.env.clock() + 1000) == []
+    assert len(_events(rig.env.engine, "executor.receipt_redelivery_requested")) == 2
+    assert _events(rig.env.engine, "executor.receipt_redelivery_refused") == []
+
+    rig.fake.answer_for.clear()
+    assert rig.flush_later() == 3  # boundary and late again, waiting's first attempt
+    posted = [posted_approval_id(p) for p in rig.fake.posted]
+    assert (posted.count(early), posted.count(boundary), posted.count(late)) == (1, 2, 2)
+    assert posted.count(rejected) == 1  # a rejected receipt is a resend's business
+    assert rig.attempts(waiting) == [("outcome", 1, "delivered", 200)]
+
+
+def test_a_redelivered_resolution_waits_for_its_outcome_s_new_attempt(rig: Rig) -> None:
+    aid = rig.executed(1, "rdres", in_doubt=True)
+    assert rig.reporter.flush() == 1  # the in_doubt outcome
+    rig.env.clock.advance(60)
+    rig.env.executor.resolve(aid, happened=False, by="admin", note="checked")
+    assert rig.reporter.flush() == 1  # then its resolution
+    resolution_at = _delivered_at(rig, aid, "resolution")
+    assert _delivered_at(rig, aid) < resolution_at
+    # A bound between the two deliveries selects the resolution alone; its outcome was
+    # delivered before, so it goes at once.
+    rig.env.clock.advance(60)
+    [alone] = _redeliver(rig, since=resolution_at)
+    assert (alone.kind, alone.attempt) == ("resolution", 2)
+    with rig.env.engine.connect() as conn:
+        assert [p.kind for p in pending_receipts(conn, 10)] == ["resolution"]
+    assert rig.flush_later() == 1
+
+    [queued_outcome, queued_resolution] = _redeliver(rig, [aid])
+    assert [(q.kind, q.attempt) for q in (queued_outcome, queued_resolution)] == [
+        ("outcome", 2),
+        ("resolution", 3),
+    ]
+    # The outcome's new attempt fails for now: its resolution must not go before it (the
+    # checkpoint replaces an in_doubt outcome by its resolution, not the other way round).
+    rig.fake.answer_for[aid] = 500
+    with rig.env.engine.connect() as conn:
+        assert [p.kind for p in pending_receipts(conn, 10)] == ["outcome"]
+    assert rig.flush_later() == 0
+    assert len(rig.fake.posted) == 4
+    del rig.fake.answer_for[aid]
+    assert rig.flush_later() == 2
+    posted = [json.loads(base64.b64decode(p["receipt"]["payload"])) for p in rig.fake.posted]
+    assert [p["outcome"] for p in posted] == [
+        "in_doubt",
+        "resolved",
+        "resolved",
+        "in_doubt",  # answered 500
+        "in_doubt",
+        "resolved",
+    ]
+    assert rig.attempts(aid) == [
+        ("outcome", 1, "delivered", 200),
+        ("outcome", 2, "delivered", 200),
+        ("resolution", 1, "delivered", 200),
+        ("resolution", 2, "delivered", 200),
+        ("resolution", 3, "delivered", 200),
+    ]
+    assert len(rig.rows(resolutions)) == 1
+
+
+def test_one_unknown_or_undelivered_id_refuses_the_whole_redelivery(rig: Rig) -> None:
+    delivered = rig.executed(1, "rdall")
+    rejected = rig.executed(2, "rdall")
+    waiting = rig.executed(3, "rdall")
+    rig.fake.answer_for.update({rejected: 422, waiting: 500})
+    assert rig.reporter.flush() == 2
+    unknown = "apv_nosuchapproval1"
+    with pytest.raises(ResendRefused) as refused:
+        _redeliver(rig, [delivered, rejected, unknown, waiting])
+    assert refused.value.code is OperatorRefusal.E_NOT_DELIVERED
+    problems = dict(refused.value.problems)
+    assert sorted(problems) == sorted([rejected, unknown, waiting])
+    assert "that is a resend, not a redelivery" in problems[rejected]
+    assert "no ledger row" in problems[unknown]
+    assert "not delivered yet" in problems[waiting]
+    # Nothing queued, nothing recorded, for the delivered one either.
+    assert rig.rows(resends) == []
+    assert sorted(r.approval_id for r in rig.rows(outbox)) == [waiting]
+    assert _events(rig.env.engine, "executor.receipt_redelivery_requested") == []
+    [event] = _events(rig.env.engine, "executor.receipt_redelivery_refused")
+    assert (event["code"], event["by"], event["delivered_since"]) == (
+        "E_NOT_DELIVERED",
+        "alice",
+        None,
+    )
+    assert event["approval_ids"] == [delivered, rejected, unknown, waiting]
+    assert sorted(subject for subject, _ in event["problems"]) == sorted(problems)
+    assert _events(rig.env.engine, "executor.receipt_resend_refused") == []
+    with pytest.raises(ResendRefused, match="not an approval id") as malformed:
+        _redeliver(rig, [delivered, "prop_notanapproval"])
+    assert malformed.value.code is OperatorRefusal.E_INVALID
+    with pytest.raises(ResendRefused, match="names who asked") as nobody:
+        _redeliver(rig, since=0, by=" ")
+    assert nobody.value.code is OperatorRefusal.E_INVALID
+    assert [e["code"] for e in _events(rig.env.engine, "executor.receipt_redelivery_refused")] == [
+        "E_NOT_DELIVERED",
+        "E_INVALID",
+        "E_INVALID",
+    ]
+    with pytest.raises(ValueError, match="exactly one"):
+        _redeliver(rig)  # neither ids nor a time
+    with pytest.raises(ValueError, match="exactly one"):
+        _redeliver(rig, [delivered], since=0)
+    assert rig.rows(resends) == []
+    assert verify_chain(rig.env.engine).ok
+
+
+def test_eight_processes_redelivering_one_receipt_queue_it_once(
+    rig: Rig, migrated_url: str
+) -> None:
+    """Four name the approval, four ask for everything delivered since a time: one
+    request queues the attempt; the others see it queued (named: refused; by time:
+    nothing left to send)."""
+    aid = rig.executed(1, "rdrace")
+    assert rig.reporter.flush() == 1
+    since = _delivered_at(rig, aid)
+    barrier, results = _CTX.Barrier(8), _CTX.Queue()
+    procs = [
+        _CTX.Process(
+            target=redelivery_race,
+            kwargs={
+                "url": migrated_url,
+                "approval_id": aid,
+                "since": since if i % 2 else None,
+                "by": f"operator-{i}",
+                "barrier": barrier,
+                "results": results,
+                "now": rig.env.clock(),
+            },
+        )
+        for i in range(8)
+    ]
+    for p in procs:
+        p.start()
+    out = [results.get(timeout=120) for _ in procs]  # drain before join
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    assert [o for o, _, _ in out].count("queued") == 1
+    for outcome, by, why in out:
+        named = int(by.rsplit("-", 1)[1]) % 2 == 0
+        if outcome == "refused":
+            assert named and ("already queued again" in why or "queued meanwhile" in why), why
+        elif outcome == "nothing":
+            assert not named
+    [request] = rig.rows(resends)
+    assert request.attempt == 2
+    assert [(r.approval_id, r.attempt) for r in rig.rows(outbox)] == [(aid, 2)]
+    assert len(_events(rig.env.engine, "executor.receipt_redelivery_requested")) == 1
+    assert verify_chain(rig.env.engine).ok
+    assert rig.flush_later() == 1
+    assert rig.attempts(aid) == [("outcome", 1, "delivered", 200), ("outcome", 2, "delivered", 200)]
+
+
 # -- migration 0005 ------------------------------------------------------------------
 
 
@@ -485,3 +744,82 @@ def test_the_resend_command_says_what_it_did_and_refuses_with_stable_exit_codes(
     assert missing.exit_code == 1
     assert f"{aid} outcome: queued again" in missing.output
     assert "apv_nosuchapproval1: unknown here" in missing.output
+
+
+def test_the_redelivery_command_takes_a_time_or_named_ids_and_says_what_it_did(
+    rig: Rig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from datetime import UTC, datetime
+
+    from typer.testing import CliRunner
+
+    from airlock.cli import app
+
+    monkeypatch.chdir(tmp_path)  # settings read ./.env; never the developer's
+    env = {"AIRLOCK_ENV": "dev", "AIRLOCK_EXECUTOR_DATABASE_URL": rig.env.url}
+
+    def airlock(*args: str) -> Any:
+        return CliRunner().invoke(app, ["executor", "receipts", *args], env=env)
+
+    aid = rig.executed(1, "rdcli")
+    assert rig.reporter.flush() == 1
+    at = _delivered_at(rig, aid)
+    rfc3339 = datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for usage in (
+        ["resend", "--delivered-since", "yesterday", "--by", "alice"],
+        ["resend", "--delivered-since", rfc3339.replace("Z", "+00:00"), "--by", "alice"],
+        ["resend", "--delivered-since", rfc3339.replace("T", " "), "--by", "alice"],
+        ["resend", "--delivered-since", rfc3339.lower(), "--by", "alice"],
+        ["resend", "--delivered-since", "2026-02-30T06:00:00Z", "--by", "alice"],
+        ["resend", "--delivered-since", "2026-11-29T24:00:00Z", "--by", "alice"],
+        ["resend", "--delivered-since", "-5", "--by", "alice"],
+        ["resend", "--delivered-since", "\uff11\uff12\uff13", "--by", "alice"],  # fullwidth 123
+        ["resend", "--delivered-since", f"{at}.5", "--by", "alice"],
+        ["resend", aid, "--delivered-since", str(at), "--by", "alice"],
+        ["resend", "--all-rejected", "--delivered-since", str(at), "--by", "alice"],
+        ["resend", "--delivered", "--by", "alice"],  # --delivered names ids
+        ["resend", "--delivered", "--all-rejected", "--by", "alice"],
+        ["resend", "--delivered-since", str(at)],  # no --by
+    ):
+        result = airlock(*usage)
+        assert result.exit_code == 2, (usage, result.output)
+    bad = airlock("resend", "--delivered-since", "yesterday", "--by", "alice")
+    assert "RFC 3339 UTC time" in bad.output and "integer Unix seconds" in bad.output
+    assert rig.rows(resends) == []
+    assert _events(rig.env.engine, "executor.receipt_redelivery_refused") == []
+
+    for since in (rfc3339, rfc3339.replace("Z", ".999Z"), str(at)):
+        dry = airlock("resend", "--delivered-since", since, "--dry-run")
+        assert dry.exit_code == 0, dry.output
+        assert (
+            f"would queue the outcome receipt of {aid} as attempt 2 (after attempt 1 "
+            "delivered (200))" in dry.output
+        )
+    later = airlock("resend", "--delivered-since", str(at + 1), "--by", "alice")
+    assert later.exit_code == 0, later.output
+    assert "no receipt delivered since" in later.output
+    plain = airlock("resend", aid, "--by", "alice")  # without --delivered: a resend
+    assert plain.exit_code == 1
+    assert "a delivered receipt is never sent again" in plain.output
+    assert rig.rows(resends) == [] and rig.rows(outbox) == []
+
+    done = airlock("resend", aid, "--delivered", "--by", "alice", "--note", "restored at 06:00")
+    assert done.exit_code == 0, done.output
+    assert f"queued the outcome receipt of {aid} as attempt 2 (after attempt 1 delivered" in (
+        done.output
+    )
+    again = airlock("resend", aid, "--delivered", "--by", "bob")
+    assert again.exit_code == 1
+    assert "refused (E_NOT_DELIVERED)" in again.output and "already queued again" in again.output
+    listed = airlock("list")
+    assert listed.exit_code == 0, listed.output
+    assert f"{aid} outcome: queued again" in listed.output
+    assert "attempt 2  redelivery requested by alice" in listed.output
+    assert "note: restored at 06:00" in listed.output
+    assert rig.flush_later() == 1
+    shown = airlock("list", aid)
+    assert shown.exit_code == 0, shown.output
+    assert f"{aid} outcome: delivered" in shown.output
+    assert "attempt 1  delivered 200" in shown.output
+    assert "attempt 2  delivered 200" in shown.output
+    assert "every receipt was delivered" in airlock("list").output

@@ -1,6 +1,6 @@
 """Entry points for the executor's multi-process tests (run in child processes).
 
-``race`` and ``resend_race`` run in a ``multiprocessing`` child; ``python -m
+``race``, ``resend_race`` and ``redelivery_race`` run in a ``multiprocessing`` child; ``python -m
 tests.executor.workers`` is the crash/recovery child, armed through
 ``AIRLOCK_EXECUTOR_FAILPOINTS`` exactly as an operator's environment would be.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from airlock.store import make_engine
-from services.executor import Failpoints, ResendRefused, request_resend
+from services.executor import Failpoints, ResendRefused, request_redelivery, request_resend
 
 from .support import FakeClock, cloud_for, make_executor
 
@@ -63,6 +63,39 @@ def resend_race(
         results.put(("refused", str(exc)))
     else:
         results.put(("queued", by))
+    finally:
+        engine.dispose()
+
+
+def redelivery_race(
+    *,
+    url: str,
+    approval_id: str,
+    since: int | None,
+    by: str,
+    barrier: Any,
+    results: Any,
+    now: int,
+) -> None:
+    """One operator (or executor host) asking to send a delivered receipt again: by its
+    approval id (``since`` None) or as every receipt delivered since a time."""
+    engine = make_engine(url)
+    with engine.connect():
+        pass  # warm the pool: the race is between requests, not connection set-up
+    barrier.wait()
+    try:
+        queued = request_redelivery(
+            engine,
+            None if since is not None else [approval_id],
+            since=since,
+            by=by,
+            note="race",
+            now=now,
+        )
+    except ResendRefused as exc:
+        results.put(("refused", by, str(exc)))
+    else:
+        results.put(("queued" if queued else "nothing", by, ""))
     finally:
         engine.dispose()
 
