@@ -779,6 +779,11 @@ class Checkpoint:
             if previous is not None:
                 if previous.receipt == receipt_text:
                     return self._view(conn, row)  # the executor retried: same answer
+                if previous.outcome == "resolved" and outcome == "in_doubt":
+                    # The in_doubt its resolution replaced here, sent again (a redelivery
+                    # after a restore, or a resend): known, so the same answer as a
+                    # retry. Nothing changes; the resolution stands.
+                    return self._view(conn, row)
                 # Only the executor's resolution of an unresolved in_doubt replaces an
                 # outcome; the proposal is in_doubt, or kept closed because the target
                 # was held when the in_doubt landed (see _land_state).

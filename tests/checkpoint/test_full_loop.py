@@ -468,14 +468,14 @@ def test_a_checkpoint_restored_from_a_backup_learns_its_lost_outcomes_from_a_red
             assert cloud.writes_for(p["resource"]) == (0 if p is doubt else 1)
         assert _reconcile(world, executor).not_reported == 1  # lost, which it never issued
         # Sent again once more, the in_doubt outcome meets the resolution that replaced
-        # it (409, recorded rejected: visible); the resolution after it is the same answer.
+        # it: known there, the same answer as a retry, as the resolution after it.
         request_redelivery(executor.engine, [doubt_aid], by="alice", note="", now=world.clock())
         assert reporter.flush() == 2
         assert [
             (d["kind"], d["attempt"], d["status"], d["http_status"])
             for d in delivery_records(executor.engine)
             if d["approval_id"] == doubt_aid and d["attempt"] == 3
-        ] == [("outcome", 3, "rejected", 409), ("resolution", 3, "delivered", 200)]
+        ] == [("outcome", 3, "delivered", 200), ("resolution", 3, "delivered", 200)]
         assert state(doubt)["state"] == "failed"
         assert verify_chain(world.checkpoint.engine).ok
         assert verify_chain(executor.engine).ok

@@ -286,3 +286,28 @@ def test_target_taken_between_the_check_and_the_update_still_lands(
     assert response.json()["state"] == "revoked"
     assert response.json()["outcome"]["target_held_by"] == newer["id"]
     assert _show(world, newer["id"])["state"] == "approved"
+
+
+def test_an_in_doubt_its_resolution_replaced_sent_again_is_the_same_answer(
+    world: World,
+) -> None:
+    """A redelivery after a restore (or a resend) sends the in_doubt outcome again
+    after its resolution landed: known here, answered as a retry, nothing changes."""
+    proposal, approval_id = _approved(world)
+    in_doubt = signed_receipt(approval_id, proposal["action_hash"], "in_doubt")
+    assert _report(world, in_doubt).status_code == 200
+    resolution = {"decision": "happened", "by": "ops", "at": START, "note": "checked"}
+    resolved = signed_receipt(
+        approval_id, proposal["action_hash"], "resolved", resolution=resolution, at=START + 1
+    )
+    assert _report(world, resolved).json()["state"] == "executed"
+    reported = len(audit_events(world, "checkpoint.outcome.reported"))
+
+    again = _report(world, in_doubt)
+    assert again.status_code == 200, again.text
+    assert again.json()["state"] == "executed"
+    assert again.json()["outcome"]["outcome"] == "resolved"
+    assert len(audit_events(world, "checkpoint.outcome.reported")) == reported
+    # An outcome that is not the one replaced is still refused.
+    failed = signed_receipt(approval_id, proposal["action_hash"], "failed")
+    assert _report(world, failed).status_code == 409
