@@ -547,22 +547,27 @@ _RFC3339_UTC = re.compile(
 _UNIX_SECONDS = re.compile(r"[0-9]{1,11}")
 
 
-def _since(text: str) -> int:
-    """``--delivered-since`` as Unix seconds; anything else is a usage error (exit 2)."""
+def _since(text: str, now: int) -> int:
+    """``--delivered-since`` as Unix seconds; anything else, or a time still to come
+    (a mistyped year would send nothing and say so quietly), is a usage error (exit 2)."""
+    since: int | None = None
     if _UNIX_SECONDS.fullmatch(text):
-        return int(text)
-    match = _RFC3339_UTC.fullmatch(text)
-    if match:
+        since = int(text)
+    elif match := _RFC3339_UTC.fullmatch(text):
         try:
             year, month, day, hour, minute, second = map(int, match.groups())
             at = datetime(year, month, day, hour, minute, second, tzinfo=UTC)
-            return int(at.timestamp())
+            since = int(at.timestamp())
         except ValueError:
             pass  # not a day of the calendar, or hour 24, second 60
-    raise _fail(
-        "--delivered-since takes an RFC 3339 UTC time (2026-11-29T06:00:00Z) or integer "
-        f"Unix seconds, not {_inert(text)[:60]!r}"
-    )
+    if since is None:
+        raise _fail(
+            "--delivered-since takes an RFC 3339 UTC time (2026-11-29T06:00:00Z) or integer "
+            f"Unix seconds, not {_inert(text)[:60]!r}"
+        )
+    if since > now:
+        raise _fail(f"--delivered-since {_when(since)} is in the future by this host's clock")
+    return since
 
 
 def _history_lines(history: ReceiptHistory) -> list[str]:
@@ -666,7 +671,8 @@ def receipts_resend_command(
             "--delivered-since",
             metavar="TIME",
             help="Send again every receipt last delivered at or after TIME (RFC 3339 UTC "
-            "…Z, or Unix seconds), for a checkpoint restored from a backup taken then.",
+            "…Z, or Unix seconds), for a checkpoint restored from a backup: a TIME a few "
+            "minutes before the backup, by this executor's clock.",
             show_default=False,
         ),
     ] = None,
@@ -693,7 +699,7 @@ def receipts_resend_command(
 
     --delivered-since TIME, or approval ids with --delivered: receipts it accepted.
 
-    For a checkpoint restored from a backup (taken at TIME): it lost those outcomes.
+    For a checkpoint restored from a backup: pick TIME a few minutes before it was taken.
 
     Nothing else sends a delivered receipt again; the ledger and receipts never change.
 
@@ -716,7 +722,7 @@ def receipts_resend_command(
     )
 
     ids = _approval_ids(approval_ids)
-    since = None if delivered_since is None else _since(delivered_since)
+    since = None if delivered_since is None else _since(delivered_since, int(time.time()))
     if sum((all_rejected, bool(ids), since is not None)) != 1:
         raise _fail(
             "name the approval ids to send again, or pass --all-rejected or "
@@ -761,6 +767,8 @@ def receipts_resend_command(
         )
         return
     verb = "would queue" if dry_run else "queued"
+    if since is not None:
+        typer.echo(f"receipts last delivered at or after {_when(since)}, by this host's clock:")
     for r in plan:
         typer.echo(
             f"{verb} the {r.kind} receipt of {r.approval_id} as attempt {r.attempt} "

@@ -779,11 +779,6 @@ class Checkpoint:
             if previous is not None:
                 if previous.receipt == receipt_text:
                     return self._view(conn, row)  # the executor retried: same answer
-                if previous.outcome == "resolved" and outcome == "in_doubt":
-                    # The in_doubt its resolution replaced here, sent again (a redelivery
-                    # after a restore, or a resend): known, so the same answer as a
-                    # retry. Nothing changes; the resolution stands.
-                    return self._view(conn, row)
                 # Only the executor's resolution of an unresolved in_doubt replaces an
                 # outcome; the proposal is in_doubt, or kept closed because the target
                 # was held when the in_doubt landed (see _land_state).
@@ -1419,15 +1414,17 @@ def _refusal_note(payload: Any) -> _RefusalNote:
 def _shown(text: str) -> str:
     """Executor text as stored and shown: every character that is not printable (NUL,
     an escape sequence, a bidi override) escaped, clipped to ``_DETAIL_MAX``."""
+    pieces = [c if c.isprintable() else c.encode("unicode_escape").decode() for c in text]
+    if sum(map(len, pieces)) <= _DETAIL_MAX:
+        return "".join(pieces)
     out: list[str] = []
     size = 0
-    for c in text:
-        shown = c if c.isprintable() else c.encode("unicode_escape").decode()
+    for shown in pieces:
         if size + len(shown) > _DETAIL_MAX - 1:  # whole escapes only, then the ellipsis
-            return "".join(out) + "…"
+            break
         out.append(shown)
         size += len(shown)
-    return "".join(out)
+    return "".join(out) + "…"
 
 
 def _deny_message(decision: Decision) -> str:

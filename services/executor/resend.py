@@ -405,6 +405,38 @@ def _order(key: tuple[Kind, str]) -> tuple[str, int]:
     return (key[1], _KINDS.index(key[0]))
 
 
+def _settled(
+    conn: Connection, delivered: Sequence[ReceiptHistory], chosen: Sequence[ReceiptHistory]
+) -> list[ReceiptHistory]:
+    """``chosen`` without the outcomes a resolution settled, each replaced by that
+    resolution when it was delivered (``delivered`` holds every delivered receipt a
+    redelivery may pick from).
+
+    The resolution says what became of the write; the in_doubt it settled, sent again to
+    a restored checkpoint first, would land there as an open in_doubt on a proposal that
+    has moved on (a lapsed one takes its target back, withdrawing a newer pending
+    proposal) before the resolution closed it again (found in review). The checkpoint
+    takes a resolution alone: it lands on a proposal with no outcome, or over its
+    in_doubt.
+    """
+    ids = sorted({h.approval_id for h in chosen if h.kind == "outcome"})
+    resolved: set[str] = set()
+    for chunk in _chunks(ids):
+        resolved.update(
+            conn.execute(
+                sa.select(resolutions.c.approval_id).where(resolutions.c.approval_id.in_(chunk))
+            ).scalars()
+        )
+    picked = {(h.kind, h.approval_id): h for h in chosen}
+    for h in chosen:
+        if h.kind == "outcome" and h.approval_id in resolved:
+            del picked[(h.kind, h.approval_id)]
+            for d in delivered:
+                if (d.kind, d.approval_id) == ("resolution", h.approval_id):
+                    picked[(d.kind, d.approval_id)] = d
+    return list(picked.values())
+
+
 def plan_redelivery(
     conn: Connection, approval_ids: Sequence[str] | None, *, since: int | None = None
 ) -> list[Resend]:
@@ -429,11 +461,16 @@ def plan_redelivery(
             },
             key=_order,
         )
-        return [
+        # With each outcome its resolution, whenever that was delivered: it may go instead.
+        settling: list[tuple[Kind, str]] = [("resolution", a) for k, a in keys if k == "outcome"]
+        found = [h for h in _histories(conn, [*keys, *settling]) if h.state == "delivered"]
+        recent = [h for h in found if h.last is not None and h.last.at >= since]
+        queued = [
             Resend(h.kind, h.approval_id, h.last.attempt + 1, h.last)
-            for h in _histories(conn, keys)
-            if h.state == "delivered" and h.last is not None and h.last.at >= since
+            for h in _settled(conn, found, recent)
+            if h.last is not None
         ]
+        return sorted(queued, key=lambda r: _order((r.kind, r.approval_id)))
     assert approval_ids is not None  # for mypy: checked above
     ids, kinds, by_id = _named(conn, approval_ids)
     problems: list[tuple[str, str]] = []
@@ -443,13 +480,21 @@ def plan_redelivery(
         if isinstance(why, str):
             problems.append((approval_id, why))
             continue
-        delivered = [h for h in by_id[approval_id] if h.state == "delivered"]
+        everything = [h for h in by_id[approval_id] if h.state == "delivered"]
+        delivered = _settled(conn, everything, everything)
         if not delivered:
             problems.append(
                 (
                     approval_id,
                     "nothing delivered to send again: "
-                    + "; ".join(map(_why_not_delivered, by_id[approval_id])),
+                    + "; ".join(
+                        [_why_not_delivered(h) for h in by_id[approval_id] if h not in everything]
+                        + (
+                            ["its outcome was settled by its resolution, which goes instead"]
+                            if everything
+                            else []
+                        )
+                    ),
                 )
             )
             continue

@@ -342,8 +342,9 @@ def test_a_checkpoint_restored_from_a_backup_learns_its_lost_outcomes_from_a_red
     then learned; the executor's ledger still knows them. A redelivery of what was
     delivered since gives each back, and the restored checkpoint answers each receipt
     as it can: approved → executed; lapsed meanwhile → executed, late; already known →
-    the same answer; an in_doubt it has → resolved by the resolution after it; an
-    approval issued after the backup → 404, recorded rejected and listed."""
+    the same answer; an in_doubt it has → resolved by its resolution, which is sent
+    alone (the in_doubt it settled is not sent again); an approval issued after the
+    backup → 404, recorded rejected and listed."""
     world = sqlite_world
     keys = KeySet.from_value(world.client.get("/v1/keys").json())
     cloud = InMemoryCloud()
@@ -404,11 +405,7 @@ def test_a_checkpoint_restored_from_a_backup_learns_its_lost_outcomes_from_a_red
             ledger_before = conn.execute(sa.select(ledger).order_by(ledger.c.approval_id)).all()
 
         _copy_checkpoint_db(world, backup, _sqlite_path(world))  # the restore
-        assert [state(p) for p in (lapsing, approved, lost)] == [
-            state(lapsing),
-            state(approved),
-            404,
-        ]
+        assert state(lost) == 404
         assert state(lapsing)["state"] == state(approved)["state"] == "approved"
         assert state(doubt)["state"] == "in_doubt"
         world.clock.advance(400)  # lapsing's execution window has passed, approved's not
@@ -428,21 +425,20 @@ def test_a_checkpoint_restored_from_a_backup_learns_its_lost_outcomes_from_a_red
         assert sorted((r.approval_id, r.kind) for r in queued) == sorted(
             [
                 (known_aid, "outcome"),
-                (doubt_aid, "outcome"),
                 (doubt_aid, "resolution"),
                 (lapsing_aid, "outcome"),
                 (approved_aid, "outcome"),
                 (lost_aid, "outcome"),
             ]
         )
-        assert reporter.flush() == 6
+        assert reporter.flush() == 5
         assert reporter.flush() == 0  # each once
 
         shown = {name: state(p) for name, p in (("known", known), ("doubt", doubt))}
         shown.update({"lapsing": state(lapsing), "approved": state(approved)})
         assert {k: (v["state"], v["outcome"]["late"]) for k, v in shown.items()} == {
             "known": ("executed", False),  # the same receipt again: the same answer
-            "doubt": ("failed", False),  # the in_doubt it had, then its resolution
+            "doubt": ("failed", False),  # the in_doubt it had, replaced by its resolution
             "lapsing": ("executed", True),  # lapsed at the restored checkpoint: late
             "approved": ("executed", False),
         }
@@ -453,7 +449,6 @@ def test_a_checkpoint_restored_from_a_backup_learns_its_lost_outcomes_from_a_red
         }
         for aid in (known_aid, lapsing_aid, approved_aid):
             assert delivered[(aid, "outcome", 2)] == ("delivered", 200)
-        assert delivered[(doubt_aid, "outcome", 2)] == ("delivered", 200)
         assert delivered[(doubt_aid, "resolution", 2)] == ("delivered", 200)
         assert delivered[(lost_aid, "outcome", 2)] == ("rejected", 404)
         # What the restored checkpoint cannot take stays visible, with why.
@@ -467,15 +462,16 @@ def test_a_checkpoint_restored_from_a_backup_learns_its_lost_outcomes_from_a_red
         for p in (known, doubt, lapsing, approved, lost):
             assert cloud.writes_for(p["resource"]) == (0 if p is doubt else 1)
         assert _reconcile(world, executor).not_reported == 1  # lost, which it never issued
-        # Sent again once more, the in_doubt outcome meets the resolution that replaced
-        # it: known there, the same answer as a retry, as the resolution after it.
+        # Named once more, the settled in_doubt goes as its resolution alone: the same
+        # receipt the checkpoint holds now, the same answer.
         request_redelivery(executor.engine, [doubt_aid], by="alice", note="", now=world.clock())
-        assert reporter.flush() == 2
+        assert reporter.flush() == 1
         assert [
             (d["kind"], d["attempt"], d["status"], d["http_status"])
             for d in delivery_records(executor.engine)
             if d["approval_id"] == doubt_aid and d["attempt"] == 3
-        ] == [("outcome", 3, "delivered", 200), ("resolution", 3, "delivered", 200)]
+        ] == [("resolution", 3, "delivered", 200)]
+        assert (doubt_aid, "outcome", 2) not in delivered
         assert state(doubt)["state"] == "failed"
         assert verify_chain(world.checkpoint.engine).ok
         assert verify_chain(executor.engine).ok

@@ -313,6 +313,13 @@ def test_clipping_never_cuts_an_escape_in_half(world: World) -> None:
     assert note["detail"] == "x" * 1996 + "…"
 
 
+def test_a_detail_that_fits_exactly_is_kept_whole(world: World) -> None:
+    proposal, approval_id = _approved(world)
+    assert _post(world, _refusal(approval_id, detail="y" * 2000)).status_code == 200
+    (note,) = _show(world, proposal["id"])["executor_refusals"]
+    assert note["detail"] == "y" * 2000
+
+
 def test_the_notes_cannot_be_changed_or_deleted(world: World) -> None:
     _, approval_id = _approved(world)
     assert _post(world, _refusal(approval_id)).status_code == 200

@@ -461,54 +461,59 @@ def test_delivered_since_queues_exactly_the_receipts_last_delivered_at_or_after_
     assert rig.attempts(waiting) == [("outcome", 1, "delivered", 200)]
 
 
-def test_a_redelivered_resolution_waits_for_its_outcome_s_new_attempt(rig: Rig) -> None:
+def test_a_settled_in_doubt_is_redelivered_as_its_resolution_alone(rig: Rig) -> None:
+    """Sent again first, the in_doubt would land at a restored checkpoint as an open
+    in_doubt on a proposal that moved on (a lapsed one takes its target back and
+    withdraws a newer pending proposal) before its resolution closed it (found in
+    review): the resolution, which says what became of the write, goes alone."""
     aid = rig.executed(1, "rdres", in_doubt=True)
     assert rig.reporter.flush() == 1  # the in_doubt outcome
     rig.env.clock.advance(60)
     rig.env.executor.resolve(aid, happened=False, by="admin", note="checked")
     assert rig.reporter.flush() == 1  # then its resolution
+    outcome_at = _delivered_at(rig, aid)
     resolution_at = _delivered_at(rig, aid, "resolution")
-    assert _delivered_at(rig, aid) < resolution_at
-    # A bound between the two deliveries selects the resolution alone; its outcome was
-    # delivered before, so it goes at once.
+    assert outcome_at < resolution_at
     rig.env.clock.advance(60)
-    [alone] = _redeliver(rig, since=resolution_at)
+    # By a time that selects both, by one that selects the resolution only, and (below)
+    # by name: the resolution alone each time.
+    with rig.env.engine.connect() as conn:
+        for since in (outcome_at, resolution_at):
+            plan = plan_redelivery(conn, None, since=since)
+            assert [(r.kind, r.approval_id) for r in plan] == [("resolution", aid)]
+        assert plan_redelivery(conn, None, since=resolution_at + 1) == []
+    [alone] = _redeliver(rig, since=outcome_at)
     assert (alone.kind, alone.attempt) == ("resolution", 2)
     with rig.env.engine.connect() as conn:
         assert [p.kind for p in pending_receipts(conn, 10)] == ["resolution"]
     assert rig.flush_later() == 1
 
-    [queued_outcome, queued_resolution] = _redeliver(rig, [aid])
-    assert [(q.kind, q.attempt) for q in (queued_outcome, queued_resolution)] == [
-        ("outcome", 2),
-        ("resolution", 3),
-    ]
-    # The outcome's new attempt fails for now: its resolution must not go before it (the
-    # checkpoint replaces an in_doubt outcome by its resolution, not the other way round).
-    rig.fake.answer_for[aid] = 500
-    with rig.env.engine.connect() as conn:
-        assert [p.kind for p in pending_receipts(conn, 10)] == ["outcome"]
-    assert rig.flush_later() == 0
-    assert len(rig.fake.posted) == 4
-    del rig.fake.answer_for[aid]
-    assert rig.flush_later() == 2
+    [named] = _redeliver(rig, [aid])
+    assert (named.kind, named.attempt) == ("resolution", 3)
+    assert rig.flush_later() == 1
     posted = [json.loads(base64.b64decode(p["receipt"]["payload"])) for p in rig.fake.posted]
-    assert [p["outcome"] for p in posted] == [
-        "in_doubt",
-        "resolved",
-        "resolved",
-        "in_doubt",  # answered 500
-        "in_doubt",
-        "resolved",
-    ]
+    assert [p["outcome"] for p in posted] == ["in_doubt", "resolved", "resolved", "resolved"]
     assert rig.attempts(aid) == [
         ("outcome", 1, "delivered", 200),
-        ("outcome", 2, "delivered", 200),
         ("resolution", 1, "delivered", 200),
         ("resolution", 2, "delivered", 200),
         ("resolution", 3, "delivered", 200),
     ]
     assert len(rig.rows(resolutions)) == 1
+
+
+def test_a_settled_outcome_named_alone_says_its_resolution_goes_instead(rig: Rig) -> None:
+    aid = rig.executed(1, "rdset", in_doubt=True)
+    assert rig.reporter.flush() == 1
+    rig.env.executor.resolve(aid, happened=True, by="admin", note="console shows it")
+    rig.fake.answer_for[aid] = 422  # the resolution is refused for now
+    assert rig.reporter.flush() == 1
+    with pytest.raises(ResendRefused) as refused:
+        _redeliver(rig, [aid])
+    assert refused.value.code is OperatorRefusal.E_NOT_DELIVERED
+    [(subject, why)] = refused.value.problems
+    assert subject == aid and "settled by its resolution" in why
+    assert rig.rows(resends) == []
 
 
 def test_one_unknown_or_undelivered_id_refuses_the_whole_redelivery(rig: Rig) -> None:
@@ -775,6 +780,9 @@ def test_the_redelivery_command_takes_a_time_or_named_ids_and_says_what_it_did(
         ["resend", "--delivered-since", "-5", "--by", "alice"],
         ["resend", "--delivered-since", "\uff11\uff12\uff13", "--by", "alice"],  # fullwidth 123
         ["resend", "--delivered-since", f"{at}.5", "--by", "alice"],
+        # A time still to come (a mistyped year) would quietly send nothing (review).
+        ["resend", "--delivered-since", "2999-01-01T00:00:00Z", "--by", "alice"],
+        ["resend", "--delivered-since", "99999999999", "--by", "alice", "--dry-run"],
         ["resend", aid, "--delivered-since", str(at), "--by", "alice"],
         ["resend", "--all-rejected", "--delivered-since", str(at), "--by", "alice"],
         ["resend", "--delivered", "--by", "alice"],  # --delivered names ids
@@ -785,12 +793,15 @@ def test_the_redelivery_command_takes_a_time_or_named_ids_and_says_what_it_did(
         assert result.exit_code == 2, (usage, result.output)
     bad = airlock("resend", "--delivered-since", "yesterday", "--by", "alice")
     assert "RFC 3339 UTC time" in bad.output and "integer Unix seconds" in bad.output
+    ahead = airlock("resend", "--delivered-since", "2999-01-01T00:00:00Z", "--by", "alice")
+    assert "2999-01-01 00:00:00 UTC is in the future" in ahead.output
     assert rig.rows(resends) == []
     assert _events(rig.env.engine, "executor.receipt_redelivery_refused") == []
 
     for since in (rfc3339, rfc3339.replace("Z", ".999Z"), str(at)):
         dry = airlock("resend", "--delivered-since", since, "--dry-run")
         assert dry.exit_code == 0, dry.output
+        assert f"at or after {datetime.fromtimestamp(at, UTC):%Y-%m-%d %H:%M:%S} UTC" in dry.output
         assert (
             f"would queue the outcome receipt of {aid} as attempt 2 (after attempt 1 "
             "delivered (200))" in dry.output
