@@ -101,9 +101,6 @@ _OUTCOME_STATE: Final = {
 #: Refusal notes kept per approval (``report_refusal``): enough for every executor
 #: sharing a ledger to say why, a bound on what one executor token can pile up.
 REFUSAL_NOTES_MAX: Final = 20
-#: Codes a refusal note never carries: the executor had consumed the approval (a replay:
-#: its ledger holds it already; a failed precondition comes after the consume), so its
-#: ledger's outcome is what counts, reported through /v1/outcomes.
 #: The refusals an executor reports before the consume (the kernel's verify steps 6–8
 #: and 12, which name the authenticated approval): the only codes a note may carry, so
 #: nothing else (a signature refusal, a code made up) is ever shown on a proposal.
