@@ -14,6 +14,11 @@ Each chain alone proves that its own rows were not edited, removed or reordered
   executor's chain head, so a rewritten or cut executor chain shows here up to the last
   outcome the checkpoint recorded; and that row records the same outcome for the same
   approval (``R_OUTCOME_MISMATCH``);
+* the same for every refusal receipt the checkpoint kept as a note
+  (``checkpoint.executor_refusal``: an approval an executor refused before consuming
+  it): its head names an ``executor.refused`` row the executor chain still holds, with
+  the same hash, approval and code. So the executor's chain is anchored up to the last
+  refusal noted too, not only the last outcome;
 * every checkpoint chain head the executor recorded (``executor.checkpoint_head``, taken
   from the feed pages that delivered approvals and revocations) names a row the
   checkpoint chain still holds, with the same hash (``R_CHECKPOINT_HEAD_MISMATCH``,
@@ -62,6 +67,7 @@ _ISSUED: Final = "checkpoint.approval.issued"
 _REVOKED: Final = "checkpoint.approval.revoked"
 _LAPSED: Final = "checkpoint.approval.lapsed"
 _REPORTED: Final = "checkpoint.outcome.reported"
+_REFUSAL_NOTE: Final = "checkpoint.executor_refusal"
 # Executor events read here.
 _CONSUMED: Final = "executor.consumed"
 _EXECUTING: Final = "executor.executing"
@@ -122,6 +128,9 @@ class ReconcileReport:
     reported: int = 0
     anchored: int = 0  # reports whose receipt head was checked against the executor chain
     reports_later: int = 0  # reports after the earlier checkpoint read: not checked here
+    refusals: int = 0  # refusal receipts kept as notes (checkpoint.executor_refusal)
+    refusals_anchored: int = 0  # of those, checked against the executor chain by their head
+    refusals_later: int = 0  # noted after the earlier checkpoint read: not checked here
     consumed: int = 0
     writes: int = 0  # approvals committed to a cloud write (``executing``)
     outcomes: dict[str, int] = field(default_factory=dict)
@@ -147,6 +156,9 @@ class ReconcileReport:
                 "reported": self.reported,
                 "anchored": self.anchored,
                 "reported_later": self.reports_later,
+                "refusals": self.refusals,
+                "refusals_anchored": self.refusals_anchored,
+                "refusals_later": self.refusals_later,
             },
             "executor": {
                 "rows": self.executor_rows,
@@ -178,6 +190,14 @@ class _Report:
 
 
 @dataclass(frozen=True, slots=True)
+class _RefusalNote:
+    seq: int
+    approval_id: str
+    refusal_code: object
+    head: object
+
+
+@dataclass(frozen=True, slots=True)
 class _ReceiptRow:
     row_hash: str
     event: dict[str, Any]
@@ -197,6 +217,7 @@ class _Checkpoint:
     revoked: set[str] = field(default_factory=set)
     lapsed: set[str] = field(default_factory=set)
     reports: list[_Report] = field(default_factory=list)
+    refusals: list[_RefusalNote] = field(default_factory=list)
     row_hashes: dict[int, str] = field(default_factory=dict)
     last_seq: int = -1
 
@@ -221,6 +242,10 @@ class _Checkpoint:
             self.lapsed.add(aid)
         elif kind == _REPORTED:
             self.reports.append(_Report(seq, aid, event.get("outcome"), event.get("executor_head")))
+        elif kind == _REFUSAL_NOTE:
+            self.refusals.append(
+                _RefusalNote(seq, aid, event.get("refusal_code"), event.get("executor_head"))
+            )
 
 
 @dataclass
@@ -433,6 +458,14 @@ def reconcile(
             continue
         findings.extend(_check_anchored(rep, ex))
         report.anchored += 1
+    # The refusal receipts kept as notes, the same way: each head is a row of the
+    # executor's chain like an outcome receipt's.
+    for note in cp.refusals:
+        if reports_until is not None and note.seq > reports_until[0]:
+            report.refusals_later += 1
+            continue
+        findings.extend(_check_refusal_note(note, ex))
+        report.refusals_anchored += 1
 
     # What the executor recorded of the checkpoint's chain, against that chain.
     for head in ex.checkpoint_heads:
@@ -443,6 +476,7 @@ def reconcile(
     report.revoked = len(cp.revoked)
     report.lapsed = len(cp.lapsed)
     report.reported = len(cp.reports)
+    report.refusals = len(cp.refusals)
     report.consumed = len(ex.consumed)
     report.writes = len(ex.writes)
     report.outcomes = dict(Counter(str(e.get("state")) for e in ex.outcomes.values()))
@@ -453,43 +487,48 @@ def reconcile(
     return report
 
 
-def _check_anchored(rep: _Report, ex: _Executor) -> list[Finding]:
-    head = rep.head
+def _receipt_row(
+    approval_id: str, where: int, head: object, ex: _Executor
+) -> Finding | tuple[int, _ReceiptRow]:
+    """The executor row a receipt head recorded at checkpoint seq ``where`` names, or
+    the finding that it names none the executor chain holds."""
     if (
         not isinstance(head, dict)
         or not isinstance(head.get("seq"), int)
         or isinstance(head.get("seq"), bool)
         or not isinstance(head.get("hash"), str)
     ):
-        return [
-            Finding(
-                ReconcileCode.R_HEAD_MISMATCH,
-                rep.approval_id,
-                f"checkpoint seq {rep.seq} records a malformed executor head {head!r}",
-            )
-        ]
+        return Finding(
+            ReconcileCode.R_HEAD_MISMATCH,
+            approval_id,
+            f"checkpoint seq {where} records a malformed executor head {head!r}",
+        )
     seq: int = head["seq"]
     digest: str = head["hash"]
     if seq > ex.last_seq:
-        return [
-            Finding(
-                ReconcileCode.R_HEAD_BEYOND,
-                rep.approval_id,
-                f"the checkpoint holds a receipt naming executor row {seq}, but the executor "
-                f"chain ends at row {ex.last_seq}: it was cut, or this export is older than "
-                "the checkpoint's (export the executor's chain last)",
-            )
-        ]
+        return Finding(
+            ReconcileCode.R_HEAD_BEYOND,
+            approval_id,
+            f"the checkpoint holds a receipt naming executor row {seq}, but the executor "
+            f"chain ends at row {ex.last_seq}: it was cut, or this export is older than "
+            "the checkpoint's (export the executor's chain last)",
+        )
     row = ex.receipt_rows.get(seq)
     if row is None or row.row_hash != digest:
-        return [
-            Finding(
-                ReconcileCode.R_HEAD_MISMATCH,
-                rep.approval_id,
-                f"the receipt names executor row {seq} with hash {digest}, which the executor "
-                "chain holds differently: it was rewritten",
-            )
-        ]
+        return Finding(
+            ReconcileCode.R_HEAD_MISMATCH,
+            approval_id,
+            f"the receipt names executor row {seq} with hash {digest}, which the executor "
+            "chain holds differently: it was rewritten",
+        )
+    return seq, row
+
+
+def _check_anchored(rep: _Report, ex: _Executor) -> list[Finding]:
+    found = _receipt_row(rep.approval_id, rep.seq, rep.head, ex)
+    if isinstance(found, Finding):
+        return [found]
+    seq, row = found
     event = row.event
     kind = event.get("type")
     if kind == _OUTCOME:
@@ -505,6 +544,38 @@ def _check_anchored(rep: _Report, ex: _Executor) -> list[Finding]:
                 rep.approval_id,
                 f"the checkpoint recorded {rep.outcome!r}; executor row {seq} records "
                 f"{said!r} for {event.get('approval_id')!r}",
+            )
+        ]
+    return []
+
+
+def _check_refusal_note(note: _RefusalNote, ex: _Executor) -> list[Finding]:
+    # Unlike an outcome report, a note has no form without the head (the event carried it
+    # from the first): a missing one is the malformed head it reads as, not an old row.
+    found = _receipt_row(note.approval_id, note.seq, note.head, ex)
+    if isinstance(found, Finding):
+        return [found]
+    seq, row = found
+    event = row.event
+    # A refusal before the consume is an executor.refused row; an executor.outcome whose
+    # state is refused came after one (E_PRECONDITION), which no note is for.
+    if (
+        event.get("type") != _REFUSED
+        or event.get("approval_id") != note.approval_id
+        or event.get("code") != note.refusal_code
+    ):
+        said = (
+            f"a refusal {event.get('code')!r}"
+            if event.get("type") == _REFUSED
+            else f"{event.get('type')!r}"
+        )
+        return [
+            Finding(
+                ReconcileCode.R_OUTCOME_MISMATCH,
+                note.approval_id,
+                f"the checkpoint noted the executor's refusal {note.refusal_code!r} "
+                f"(checkpoint seq {note.seq}); executor row {seq} records {said} for "
+                f"{event.get('approval_id')!r}",
             )
         ]
     return []

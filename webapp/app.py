@@ -486,7 +486,10 @@ def create_app(
         return pending + rest
 
     def rows_signature(items: list[ProposalView]) -> str:
-        text = "|".join(f"{p.id}:{p.state}:{len(p.votes)}" for p in items)
+        # A refusal note changes no state: counted here, so the poll shows its badge.
+        text = "|".join(
+            f"{p.id}:{p.state}:{len(p.votes)}:{len(p.executor_refusals)}" for p in items
+        )
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     @app.get("/", response_class=HTMLResponse)

@@ -15,7 +15,7 @@ from markupsafe import Markup
 
 from airlock.protocol import ProposedAction, Refused, action_hash, canonical_bytes
 
-from .client import ProposalView
+from .client import ExecutorRefusalView, ProposalView
 
 __all__ = [
     "OPEN_STATES",
@@ -24,6 +24,7 @@ __all__ = [
     "duration",
     "hash_matches",
     "instance_name",
+    "latest_refusal",
     "plain_action",
     "plain_precondition",
     "refusal_explanation",
@@ -225,6 +226,12 @@ _REFUSAL_EXPLANATIONS: Final = {
 _REFUSAL_GENERIC: Final = (
     "The executor would not use this approval; the code and its detail say why."
 )
+
+
+def latest_refusal(p: ProposalView) -> ExecutorRefusalView | None:
+    """The executor refusal note reported last (the checkpoint lists them oldest first),
+    for the lists' badge; None when no executor refused the approval."""
+    return p.executor_refusals[-1] if p.executor_refusals else None
 
 
 def refusal_explanation(code: str) -> str:

@@ -304,6 +304,8 @@ def reconcile_command(
 
     Each receipt recorded here names an executor row with that hash and outcome (R_HEAD_*).
 
+    So does each refusal an executor reported before the consume (a note on the proposal).
+
     Each checkpoint head the executor recorded names a checkpoint row with that hash.
 
     So a checkpoint chain rewritten or cut is found too (R_CHECKPOINT_HEAD_*).
@@ -378,6 +380,13 @@ def reconcile_command(
         + (
             f" ({cp_side['reported_later']} recorded after the executor's chain was read)"
             if cp_side["reported_later"]
+            else ""
+        )
+        + f"; {_n(cp_side['refusals'], 'executor refusal')} noted, "
+        f"{cp_side['refusals_anchored']} checked the same way"
+        + (
+            f" ({cp_side['refusals_later']} noted after the executor's chain was read)"
+            if cp_side["refusals_later"]
             else ""
         )
     )

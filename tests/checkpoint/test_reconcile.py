@@ -362,6 +362,102 @@ def test_a_cut_checkpoint_chain_is_found_by_the_heads_the_executor_holds(
     assert f"ends at row {last_head - 1}" in report.findings[0].detail
 
 
+def _refuse_the_third(world: World, ledger_url: str) -> str:
+    """After :func:`_run_three`: the approval never consumed, presented again once it
+    expired, is refused before the consume (E_EXPIRED), and its signed refusal receipt
+    is kept at the checkpoint as a note. Its approval id."""
+    executor, _ = _run_three(world, ledger_url)
+    source = _feed_source(world, executor)
+    [delivery] = source.receive(wait_s=0)  # not acknowledged: delivered again
+    world.clock.advance(901)  # past the execution window
+    outcome = executor.execute(delivery.raw, revoked=source.revoked())
+    assert outcome.refusal_code == "E_EXPIRED" and outcome.receipt is not None
+    response = world.client.post(
+        "/v1/refusals", json={"receipt": outcome.receipt.to_value()}, headers=world.auth("executor")
+    )
+    assert response.status_code == 200, response.text
+    assert [n["refusal_code"] for n in response.json()["executor_refusals"]] == ["E_EXPIRED"]
+    assert outcome.approval_id is not None
+    return outcome.approval_id
+
+
+def _refused_row(lines: list[str]) -> int:
+    [at] = [i for i, line in enumerate(lines) if '"type":"executor.refused"' in line]
+    return at
+
+
+def test_a_refusal_note_of_the_real_services_is_checked_against_the_executor_chain(
+    world: World, ledger_url: str
+) -> None:
+    _refuse_the_third(world, ledger_url)
+
+    report = reconcile(_lines(world.url), _lines(ledger_url))
+
+    assert report.ok, report.findings
+    assert (report.refusals, report.refusals_anchored, report.refusals_later) == (1, 1, 0)
+    assert (report.reported, report.anchored) == (2, 2)  # the outcomes as before
+    assert report.to_value()["checkpoint"]["refusals_anchored"] == 1
+
+
+def test_a_cut_executor_chain_is_found_by_the_refusal_notes_the_checkpoint_holds(
+    world: World, ledger_url: str
+) -> None:
+    """The refusal came after the last reported outcome: an executor chain cut between
+    the two still holds every row an outcome receipt named. Only the refusal note's head
+    shows the cut."""
+    refused = _refuse_the_third(world, ledger_url)
+    lines = _lines(ledger_url)
+
+    report = reconcile(_lines(world.url), lines[: _refused_row(lines)])
+
+    assert [(f.code, f.approval_id) for f in report.findings] == [
+        (ReconcileCode.R_HEAD_BEYOND, refused)
+    ]
+
+
+def test_a_rewritten_refusal_in_the_executor_chain_is_found_by_the_note(
+    world: World, ledger_url: str
+) -> None:
+    """Rewrite the refusal's code and re-hash the rows after it: the chain verifies on its
+    own and every outcome receipt's head still matches, the note's does not."""
+    refused = _refuse_the_third(world, ledger_url)
+    records = [json.loads(line) for line in _lines(ledger_url)]
+    records[_refused_row(_lines(ledger_url))]["event"]["code"] = "E_AUDIENCE"
+
+    report = reconcile(_lines(world.url), _rechain(records))
+
+    assert report.executor_rows == len(records)  # it verifies on its own
+    assert [(f.code, f.approval_id) for f in report.findings] == [
+        (ReconcileCode.R_HEAD_MISMATCH, refused)
+    ]
+
+
+def test_the_command_fails_on_an_executor_chain_cut_below_a_refusal_note(
+    world: World, ledger_url: str, tmp_path: Path
+) -> None:
+    refused = _refuse_the_third(world, ledger_url)
+    lines = _lines(ledger_url)
+    cp, ex, cut = (tmp_path / f"{n}.jsonl" for n in ("cp", "ex", "cut"))
+    cp.write_text("".join(line + "\n" for line in _lines(world.url)))
+    ex.write_text("".join(line + "\n" for line in lines))
+    cut.write_text("".join(line + "\n" for line in lines[: _refused_row(lines)]))
+
+    whole = airlock("audit", "reconcile", "--checkpoint-file", str(cp), "--executor-file", str(ex))
+    assert whole.exit_code == 0, whole.output
+    assert "1 executor refusal noted, 1 checked the same way" in whole.output
+
+    result = airlock(
+        "audit", "reconcile", "--checkpoint-file", str(cp), "--executor-file", str(cut)
+    )
+    assert result.exit_code == 1, result.output
+    assert f"R_HEAD_BEYOND {refused}" in result.output
+    as_json = airlock(
+        "audit", "reconcile", "--checkpoint-file", str(cp), "--executor-file", str(cut), "--json"
+    )
+    assert as_json.exit_code == 1
+    assert [f["code"] for f in json.loads(as_json.output)["findings"]] == ["R_HEAD_BEYOND"]
+
+
 def _approval_id(world: World, proposal_id: str) -> str:
     body = world.client.get(f"/v1/proposals/{proposal_id}", headers=world.auth("alice")).json()
     return str(body["approval"]["approval_id"])
@@ -514,6 +610,73 @@ def test_a_malformed_head_is_a_head_mismatch() -> None:
     ex = _chain("executor", [_consumed("a1"), _outcome("a1", "refused")])
     cp = _chain("checkpoint", [_issued("a1"), _reported("a1", "refused", {"seq": "2"})])
     assert _codes(reconcile(cp, ex)) == [("R_HEAD_MISMATCH", "a1")]
+
+
+def _executor_refused(aid: str, code: str = "E_AUDIENCE") -> dict[str, Any]:
+    return {"type": "executor.refused", "approval_id": aid, "code": code}
+
+
+def _noted(aid: str, code: str, head: Any) -> dict[str, Any]:
+    return {
+        "type": "checkpoint.executor_refusal",
+        "approval_id": aid,
+        "refusal_code": code,
+        "executor_head": head,
+    }
+
+
+def test_a_refusal_note_on_another_code_approval_or_row_kind_is_an_outcome_mismatch() -> None:
+    ex = _chain(
+        "executor",
+        [
+            _executor_refused("a1", "E_AUDIENCE"),
+            _consumed("a2"),
+            _outcome("a2", "refused"),  # refused after the consume (E_PRECONDITION)
+        ],
+    )
+    cp = _chain(
+        "checkpoint",
+        [
+            _issued("a1"),
+            _issued("a2"),
+            _noted("a1", "E_AUDIENCE", _head(ex, 1)),  # agrees
+            _noted("a1", "E_EXPIRED", _head(ex, 1)),  # another code
+            _noted("a3", "E_AUDIENCE", _head(ex, 1)),  # another approval's refusal
+            _noted("a2", "E_AUDIENCE", _head(ex, 3)),  # an outcome row, not a refusal
+        ],
+    )
+    report = reconcile(cp, ex)
+    assert report.refusals_anchored == 4
+    assert _codes(report) == [
+        ("R_OUTCOME_MISMATCH", "a1"),
+        ("R_OUTCOME_MISMATCH", "a3"),
+        ("R_OUTCOME_MISMATCH", "a2"),
+    ]
+    assert (
+        "'E_EXPIRED'" in report.findings[0].detail and "'E_AUDIENCE'" in report.findings[0].detail
+    )
+
+
+def test_a_refusal_note_without_a_head_is_a_head_mismatch_not_an_old_row() -> None:
+    """Notes carried the receipt's head from the first: no legacy form to match by id."""
+    ex = _chain("executor", [_executor_refused("a1")])
+    cp = _chain("checkpoint", [_issued("a1"), _noted("a1", "E_AUDIENCE", None)])
+    assert _codes(reconcile(cp, ex)) == [("R_HEAD_MISMATCH", "a1")]
+
+
+def test_a_refusal_noted_after_the_earlier_checkpoint_read_is_not_checked() -> None:
+    ex = _chain("executor", [_executor_refused("a1")])
+    head = _head(ex, 1)
+    before = _chain("checkpoint", [_issued("a1")])
+    after = _chain(
+        "checkpoint",
+        [_issued("a1"), _noted("a1", "E_AUDIENCE", {"seq": 2, "hash": head["hash"]})],
+    )
+    report = reconcile(after, ex, reports_until=_head_row(before))
+    assert report.ok, report.findings
+    assert (report.refusals, report.refusals_anchored, report.refusals_later) == (1, 0, 1)
+    # Read at rest, the same note names a row past the executor chain's end.
+    assert _codes(reconcile(after, ex)) == [("R_HEAD_BEYOND", "a1")]
 
 
 def _checkpoint_head(seq: Any, digest: Any, feed: str = "http://cp") -> dict[str, Any]:

@@ -11,12 +11,16 @@ from __future__ import annotations
 import copy
 import os
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
+from services.executor import ReceiptSigner
+from services.executor.receipts import Receipt
 from tests.support.stack import ACCOUNT, PASSWORD, REGION, Stack, running_stack
 
 pytestmark = pytest.mark.browser
@@ -260,6 +264,61 @@ def test_a_delete_needs_two_people_and_the_typed_id(
     expect(page.locator("#state")).to_have_attribute("data-state", "executed")
     expect(page.locator("#receipt")).to_have_attribute("data-verified", "yes")
     assert len(stack.devcloud.admin.writes(resource_id=rid)) == 1
+
+
+def test_an_executor_refusal_reported_while_the_queue_is_open_shows_in_its_row(
+    stack: Stack, people: dict[str, Person]
+) -> None:
+    """Another executor refused the approval this stack's executor then ran (a note, not
+    a state): the open queue picks the note up on its next poll, without a reload and
+    with the focus on the row, as a badge whose text names the code."""
+    rid = "i-t4ne2erefuse1"
+    stack.devcloud.admin.create_instance(rid, status="Running", name="batch-worker-9")
+    proposal = stack.submit(_action("prop_e2erefuse001", rid, "stop"))
+    page = people["alice"].open(proposal["id"])
+    page.click("#approve-button")
+    expect(page.locator("#done")).to_contain_text("Your approval was recorded")
+    stack.wait_state(proposal["id"], {"executed", "refused", "failed", "in_doubt"})
+    approval_id = stack.agent_view(proposal["id"])["approval"]["approval_id"]
+
+    page.goto("/")
+    row = page.locator(f'tr[data-proposal="{proposal["id"]}"]')
+    expect(row).to_contain_text("executed")
+    expect(row.locator(".executor-refused")).to_have_count(0)
+    # A keyboard user on the row: app.js swaps the rows under the focus only when their
+    # signature changed, and only then says so.
+    row.get_by_role("link", name=rid).focus()
+    receipt = Receipt.model_validate(
+        {
+            "type": "airlock.receipt/v1",
+            "executor": "airlock-executor/another-region",
+            "approval_id": approval_id,
+            "action_hash": None,
+            "outcome": "refused",
+            "verified": False,
+            "refusal_code": "E_AUDIENCE",
+            "cloud_request_id": None,
+            "resolution": None,
+            "at": int(time.time()),
+            "audit_head": {"seq": 1, "hash": "0" * 64},
+            "detail": "approval is for another audience",
+        }
+    )
+    signed = ReceiptSigner.from_file(stack.workdir / "receipt-key.pem")
+    response = httpx.post(
+        f"{stack.checkpoint_url}/v1/refusals",
+        json={"receipt": signed.sign(receipt).to_value()},
+        headers=stack.auth("executor"),
+        trust_env=False,
+    )
+    assert response.status_code == 200, response.text
+
+    badge = row.get_by_text("executor refused (E_AUDIENCE)")
+    expect(badge).to_be_visible()  # the poll swapped the rows in
+    expect(page.locator("#queue-status")).to_have_text("The queue was updated.")
+    expect(badge).to_have_attribute("data-code", "E_AUDIENCE")
+    expect(row).to_contain_text("executed")  # the state is still the state
+    page.screenshot(path=str(SCREENSHOTS / "queue-refusal.png"), full_page=True)
 
 
 def test_reject_with_a_reason_code_is_what_the_agent_reads_back(
