@@ -226,7 +226,7 @@ def _serve(settings: ExecutorSettings, executor: Executor, *, once: bool) -> Non
         checkpoint_client,
         serve,
     )
-    from services.executor.recover import run
+    from services.executor.recover import ledger_checked, run
 
     shutdown = Shutdown()
     failpoints = Failpoints.from_env(os.environ)  # validated by _build already
@@ -280,7 +280,14 @@ def _serve(settings: ExecutorSettings, executor: Executor, *, once: bool) -> Non
             for outcome in run(executor, source, once=True):
                 _show(outcome)
             if reporter is not None:
-                reporter.flush()
+                if ledger_checked(source):
+                    reporter.flush()
+                else:  # as the daemon: no receipt before the ledger is checked (serve)
+                    typer.echo(
+                        "receipts not delivered: the checkpoint's feed did not answer, so "
+                        "this ledger could not be checked against it yet",
+                        err=True,
+                    )
             return
         shutdown.install()
         serve(

@@ -3,8 +3,10 @@
 :func:`serve` runs recovery at start and every ``recover_every_s`` seconds, takes bundles
 from a :class:`~services.executor.sources.BundleSource` (the checkpoint feed long-polls;
 a directory is polled), executes each, acknowledges it once recorded, and lets the
-:class:`~services.executor.feed.OutboxReporter` deliver receipts. It touches a heartbeat
-file on every turn, so a health check can tell a live loop from a wedged one. Each step
+:class:`~services.executor.feed.OutboxReporter` deliver receipts — with the feed as the
+source, only once it has answered, so the ledger was checked against it first. It
+touches a heartbeat file on every turn, so a health check can tell a live loop from a
+wedged one. Each step
 of a turn (the source, recovery, receipt delivery) has its own fault handling: a fault
 that persists in one, such as a feed item that cannot be stored or a missing
 trusted-keys file, must not stop the others.
@@ -186,15 +188,27 @@ def serve(
     beat = heartbeat or Heartbeat(None)
     errors = error_backoff or Backoff()
     long_poll = bool(getattr(source, "long_poll", False))
+    told = False
+
+    def may_deliver() -> bool:
+        nonlocal told
+        if ledger_checked(source):
+            return True
+        if not told:
+            _log.info("receipts wait until the checkpoint's feed has answered once")
+            told = True
+        return False
+
     try:
         # Recovery at start, retried like the loop below: a database blip or a restart
         # of the checkpoint at this moment must not end the process. Receipts are
-        # delivered on every attempt, whether or not recovery got through.
+        # delivered on every attempt, whether or not recovery got through, once the
+        # feed has answered (see below).
         # First, whether this ledger went back (a hold recorded before any recovery).
         _step("checking the ledger against the checkpoint", lambda: _check(source))
         while True:
             recovered = _step("recovery at start", lambda: _recover(executor, source))
-            if reporter is not None:
+            if reporter is not None and may_deliver():
                 _step("receipt delivery at start", reporter.flush)
             if recovered is not None:
                 break
@@ -220,7 +234,11 @@ def serve(
                 else:
                     done += recovered
                     next_recovery = monotonic() + recover_every_s
-            if reporter is not None and (done or reporter.due()):
+            # No receipt before the feed has answered once (the ledger checked against the
+            # head it names): a restored ledger's first receipts, of what its recovery
+            # settled, would move the checkpoint's record of our head onto the restored
+            # chain, and the check would then find nothing to hold (found in review).
+            if reporter is not None and (done or reporter.due()) and may_deliver():
                 failed = _step("receipt delivery", reporter.flush) is None or failed
             if failed:
                 delay = errors.failure()

@@ -381,13 +381,16 @@ def test_crash_before_the_cursor_moved_and_a_down_checkpoint_lose_no_outcome(
     assert world.cursor() == 0
     assert world.delivered(approval_id) == []
 
-    # The checkpoint goes down; the executor comes back and keeps going without it.
+    # The checkpoint goes down; the executor comes back and keeps going without it. No
+    # receipt goes out before the feed has answered (the ledger is checked against it).
     stack.checkpoint.stop()
     stack.executor.start()
     _until(
         "the executor backing off",
         lambda: (
-            "feed unavailable" in stack.executor.log() and "not delivered" in stack.executor.log()
+            "feed unavailable" in stack.executor.log()
+            and "receipts wait until the checkpoint's feed has answered once"
+            in stack.executor.log()
         ),
     )
     assert stack.executor.running

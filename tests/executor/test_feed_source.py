@@ -1644,6 +1644,51 @@ def test_claimed_rows_wait_until_the_ledger_could_be_checked_against_the_checkpo
         client.close()
 
 
+def test_no_receipt_goes_out_before_the_feed_has_answered_once(env: Env) -> None:
+    """A restored ledger's first receipts (what its recovery settled) would move the
+    checkpoint's record of this executor's head onto the restored chain; the feed would
+    then name a head this chain holds and no hold would be recorded, so an approval the
+    lost ledger used could be written again. With the feed down as the executor starts,
+    nothing is posted until the feed has answered and the ledger is checked (review)."""
+    b = make_test_bundle(1, tag="fgate")
+    env.cloud.add("ecs.instance", b.resource_id, "Running")
+    assert env.executor.execute(b.raw).state is State.SUCCEEDED  # its receipt is queued
+    shutdown = Shutdown()
+    asked: list[str] = []
+    feed = [503, 503, 503, {"items": [], "cursor": 0}]
+
+    def checkpoint(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url.path)
+        if request.url.path == "/v1/feed":
+            answer = feed.pop(0) if feed else {"items": [], "cursor": 0}
+            if isinstance(answer, int):
+                return httpx.Response(answer, json={"error": {"code": "E_UNAVAILABLE"}})
+            after = int(request.url.params["after"])
+            return httpx.Response(200, json={**answer, "cursor": after})
+        shutdown.request()  # the receipt: the test is over
+        return httpx.Response(200, json={})
+
+    client = checkpoint_client(BASE, "t", poll_wait_s=0, transport=httpx.MockTransport(checkpoint))
+    source = CheckpointFeedSource(
+        engine=env.engine, client=client, clock=env.clock, sleep=lambda _: None
+    )
+    reporter = OutboxReporter(engine=env.engine, client=client, clock=env.clock)
+    try:
+        serve(
+            env.executor,
+            source,
+            shutdown=shutdown,
+            reporter=reporter,
+            poll_wait_s=0,
+            error_backoff=StopAfterFailures(shutdown, 20),
+        )
+    finally:
+        client.close()
+    assert "/v1/outcomes" in asked, asked
+    before = asked[: asked.index("/v1/outcomes")]
+    assert before == ["/v1/feed"] * 4  # three unanswered, then the one that checked
+
+
 def test_a_hold_stops_every_source_before_anything_is_consumed(env: Env, tmp_path: Path) -> None:
     """The feed holds its own approvals; a bundle from an inbox or ``run-bundle`` meets
     the hold at the consume itself: nothing is recorded, the file stays in the inbox,
