@@ -294,7 +294,9 @@ def without_receipt(conn: Connection, approval_ids: Sequence[str]) -> dict[str, 
     }
 
 
-def _why_not(history: ReceiptHistory) -> str:
+def _why_not(history: ReceiptHistory, *, sending: State = "rejected") -> str:
+    """Why a receipt is not one to send again: a resend takes ``rejected`` receipts, a
+    redelivery ``delivered`` ones (``sending``)."""
     what = f"{history.kind} receipt"
     waiting, last = history.waiting, history.last
     if waiting is not None:
@@ -304,12 +306,14 @@ def _why_not(history: ReceiptHistory) -> str:
         )
     if last is None:
         return f"{what} is not delivered yet: its first attempt is still queued"
-    if last.status == "delivered":
+    if last.status == "delivered" and sending == "rejected":
         return (
             f"{what} was delivered ({last.describe()}); a delivered receipt is never sent "
             "again but by a redelivery, for a checkpoint restored from a backup"
         )
-    raise AssertionError(f"a rejected receipt can be sent again: {history}")
+    if last.status == "rejected" and sending == "delivered":
+        return f"{what} was rejected ({last.describe()}): that is a resend, not a redelivery"
+    raise AssertionError(f"a {last.status} receipt can be sent again: {history}")
 
 
 def _named(
@@ -384,21 +388,6 @@ def check_requester(by: str, note: str) -> str:
     if problems:
         raise ResendRefused(OperatorRefusal.E_INVALID, problems)
     return by
-
-
-def _why_not_delivered(history: ReceiptHistory) -> str:
-    what = f"{history.kind} receipt"
-    waiting, last = history.waiting, history.last
-    if waiting is not None:
-        return (
-            f"{what} is already queued again (attempt {waiting.attempt}, requested by "
-            f"{waiting.requested_by})"
-        )
-    if last is None:
-        return f"{what} is not delivered yet: its first attempt is still queued"
-    if last.status == "rejected":
-        return f"{what} was rejected ({last.describe()}): that is a resend, not a redelivery"
-    raise AssertionError(f"a delivered receipt can be delivered again: {history}")
 
 
 def _order(key: tuple[Kind, str]) -> tuple[str, int]:
@@ -488,7 +477,11 @@ def plan_redelivery(
                     approval_id,
                     "nothing delivered to send again: "
                     + "; ".join(
-                        [_why_not_delivered(h) for h in by_id[approval_id] if h not in everything]
+                        [
+                            _why_not(h, sending="delivered")
+                            for h in by_id[approval_id]
+                            if h not in everything
+                        ]
                         + (
                             ["its outcome was settled by its resolution, which goes instead"]
                             if everything
