@@ -699,9 +699,9 @@ def test_the_upgrade_to_0005_keeps_every_delivery_record_as_attempt_one(
 # -- the command line ---------------------------------------------------------------------
 
 
-def test_the_resend_command_says_what_it_did_and_refuses_with_stable_exit_codes(
-    rig: Rig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def receipts_cli(rig: Rig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
+    """``airlock executor receipts ARGS…`` on the rig's ledger."""
     from typer.testing import CliRunner
 
     from airlock.cli import app
@@ -712,6 +712,13 @@ def test_the_resend_command_says_what_it_did_and_refuses_with_stable_exit_codes(
     def airlock(*args: str) -> Any:
         return CliRunner().invoke(app, ["executor", "receipts", *args], env=env)
 
+    return airlock
+
+
+def test_the_resend_command_says_what_it_did_and_refuses_with_stable_exit_codes(
+    rig: Rig, receipts_cli: Callable[..., Any]
+) -> None:
+    airlock = receipts_cli
     aid = rig.executed(1, "rscli")
     rig.fake.answer_for[aid] = 422
     rig.reporter.flush()
@@ -752,20 +759,11 @@ def test_the_resend_command_says_what_it_did_and_refuses_with_stable_exit_codes(
 
 
 def test_the_redelivery_command_takes_a_time_or_named_ids_and_says_what_it_did(
-    rig: Rig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    rig: Rig, receipts_cli: Callable[..., Any]
 ) -> None:
     from datetime import UTC, datetime
 
-    from typer.testing import CliRunner
-
-    from airlock.cli import app
-
-    monkeypatch.chdir(tmp_path)  # settings read ./.env; never the developer's
-    env = {"AIRLOCK_ENV": "dev", "AIRLOCK_EXECUTOR_DATABASE_URL": rig.env.url}
-
-    def airlock(*args: str) -> Any:
-        return CliRunner().invoke(app, ["executor", "receipts", *args], env=env)
-
+    airlock = receipts_cli
     aid = rig.executed(1, "rdcli")
     assert rig.reporter.flush() == 1
     at = _delivered_at(rig, aid)
