@@ -24,6 +24,18 @@ def world(db_url: str, tmp_path: Path) -> Iterator[World]:
 
 
 @pytest.fixture
+def untrusting_world(db_url: str, tmp_path: Path) -> Iterator[World]:
+    """A checkpoint built without any receipt key set (build() refuses this; the service
+    must still fail closed)."""
+    w = make_world(db_url, tmp_path, trust_receipts=False)
+    try:
+        yield w
+    finally:
+        w.client.close()
+        w.checkpoint.db.dispose()
+
+
+@pytest.fixture
 def sqlite_world(sqlite_url: str, tmp_path: Path) -> Iterator[World]:
     w = make_world(sqlite_url, tmp_path)
     try:

@@ -112,6 +112,14 @@ class World:
         )
 
 
+def approved(world: World, **kwargs: Any) -> tuple[dict[str, Any], str]:
+    """A proposal submitted and approved by alice: (the proposal, its approval id)."""
+    proposal = world.submit(**kwargs).json()
+    record = world.approve("alice", proposal["id"], proposal["action_hash"]).json()
+    assert record["state"] == "approved", record
+    return proposal, record["approval"]["approval_id"]
+
+
 def make_world(
     url: str, tmp_path: Path, policy: Policy | None = None, *, trust_receipts: bool = True
 ) -> World:

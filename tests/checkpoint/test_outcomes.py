@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,26 +18,7 @@ from services.checkpoint.models import outcomes
 from services.checkpoint.service import RECEIPT_PAYLOAD_TYPE, Checkpoint
 from tests.executor.support import RECEIPT_SEED, receipt_signer
 
-from .harness import START, World, audit_events, make_world, signed_receipt
-
-
-@pytest.fixture
-def untrusting_world(db_url: str, tmp_path: Path) -> Iterator[World]:
-    """A checkpoint built without any receipt key set (build() refuses this; the service
-    must still fail closed)."""
-    w = make_world(db_url, tmp_path, trust_receipts=False)
-    try:
-        yield w
-    finally:
-        w.client.close()
-        w.checkpoint.db.dispose()
-
-
-def _approved(world: World, **kwargs: Any) -> tuple[dict[str, Any], str]:
-    proposal = world.submit(**kwargs).json()
-    record = world.approve("alice", proposal["id"], proposal["action_hash"]).json()
-    assert record["state"] == "approved", record
-    return proposal, record["approval"]["approval_id"]
+from .harness import START, World, approved, audit_events, signed_receipt
 
 
 def _unsigned(approval_id: str, action_hash: str, outcome: str) -> dict[str, Any]:
@@ -76,7 +55,7 @@ def _stored_outcomes(world: World) -> int:
 @pytest.mark.parametrize("how", ["unsigned", "signed by the real executor key"])
 def test_receipt_without_a_receipt_key_set_is_refused(untrusting_world: World, how: str) -> None:
     world = untrusting_world
-    proposal, approval_id = _approved(world)
+    proposal, approval_id = approved(world)
     receipt = (
         _unsigned(approval_id, proposal["action_hash"], "refused")
         if how == "unsigned"
@@ -94,7 +73,7 @@ def test_receipt_without_a_receipt_key_set_is_refused(untrusting_world: World, h
 
 
 def test_forged_receipt_is_refused_and_the_target_stays_taken(world: World) -> None:
-    proposal, approval_id = _approved(world)
+    proposal, approval_id = approved(world)
     response = _report(world, _unsigned(approval_id, proposal["action_hash"], "refused"))
     assert response.status_code == 422
     assert response.json()["error"]["code"] == "E_RECEIPT"
@@ -105,7 +84,7 @@ def test_forged_receipt_is_refused_and_the_target_stays_taken(world: World) -> N
 
 
 def test_verified_receipt_lands_with_its_key_id(world: World) -> None:
-    proposal, approval_id = _approved(world)
+    proposal, approval_id = approved(world)
     response = _report(world, signed_receipt(approval_id, proposal["action_hash"], "succeeded"))
     assert response.status_code == 200, response.text
     outcome = response.json()["outcome"]
@@ -114,7 +93,7 @@ def test_verified_receipt_lands_with_its_key_id(world: World) -> None:
 
 
 def test_receipt_from_another_executor_audience_is_refused(world: World) -> None:
-    proposal, approval_id = _approved(world)
+    proposal, approval_id = approved(world)
     receipt = signed_receipt(
         approval_id,
         proposal["action_hash"],
@@ -134,7 +113,7 @@ def test_receipt_from_another_executor_audience_is_refused(world: World) -> None
 
 
 def test_receipt_naming_no_executor_is_refused(world: World) -> None:
-    proposal, approval_id = _approved(world)
+    proposal, approval_id = approved(world)
     payload = canonical_bytes(
         {
             "type": "airlock.receipt/v1",
@@ -155,8 +134,8 @@ def test_receipt_naming_no_executor_is_refused(world: World) -> None:
 
 
 def test_receipt_for_one_approval_naming_another_action_is_refused(world: World) -> None:
-    first, first_approval = _approved(world)
-    second, _ = _approved(world, proposal_id="prop_test0000002", resource_id="i-t4n0other00")
+    first, first_approval = approved(world)
+    second, _ = approved(world, proposal_id="prop_test0000002", resource_id="i-t4n0other00")
     response = _report(world, signed_receipt(first_approval, second["action_hash"], "succeeded"))
     assert response.status_code == 422
     assert response.json()["error"]["code"] == "E_RECEIPT"
@@ -195,7 +174,7 @@ def _show(world: World, proposal_id: str) -> dict[str, Any]:
 def test_late_in_doubt_lands_and_withdraws_the_newer_pending_proposal(
     world: World, how: str
 ) -> None:
-    old, approval_id = _approved(world)
+    old, approval_id = approved(world)
     _close(world, old["id"], how)
     newer = world.submit(proposal_id="prop_test0000002")
     assert newer.status_code == 201 and newer.json()["state"] == "pending"
@@ -226,9 +205,9 @@ def test_late_in_doubt_lands_and_withdraws_the_newer_pending_proposal(
 def test_late_in_doubt_never_touches_a_newer_approved_proposal(
     world: World, resolved_by: str
 ) -> None:
-    old, approval_id = _approved(world)
+    old, approval_id = approved(world)
     _close(world, old["id"], "revoked")
-    newer, newer_approval = _approved(world, proposal_id="prop_test0000002")
+    newer, newer_approval = approved(world, proposal_id="prop_test0000002")
 
     response = _report(world, signed_receipt(approval_id, old["action_hash"], "in_doubt"))
 
@@ -269,9 +248,9 @@ def test_target_taken_between_the_check_and_the_update_still_lands(
 ) -> None:
     """A proposal submitted concurrently (after the holder lookup) trips the open-target
     index inside the outcome's transaction: the outcome still lands, by rule (3)."""
-    old, approval_id = _approved(world)
+    old, approval_id = approved(world)
     _close(world, old["id"], "revoked")
-    newer, _ = _approved(world, proposal_id="prop_test0000002")
+    newer, _ = approved(world, proposal_id="prop_test0000002")
     real = Checkpoint._slot_holder
     calls: list[str] = []
 
@@ -293,7 +272,7 @@ def test_an_in_doubt_after_its_resolution_is_refused_and_stays_visible(world: Wo
     approval is a conflict to see (a second ledger on this audience, a ledger restored
     with the row still executing), never a silent 200; the executor's redelivery sends a
     settled in_doubt's resolution alone, so it never meets this (found in review)."""
-    proposal, approval_id = _approved(world)
+    proposal, approval_id = approved(world)
     in_doubt = signed_receipt(approval_id, proposal["action_hash"], "in_doubt")
     assert _report(world, in_doubt).status_code == 200
     resolution = {"decision": "happened", "by": "ops", "at": START, "note": "checked"}

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import multiprocessing
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,27 +22,10 @@ from services.checkpoint.models import refusal_notes
 from services.checkpoint.service import REFUSAL_NOTES_MAX
 from services.executor import ReceiptSigner
 
-from .harness import AUDIENCE, START, World, audit_events, make_world, signed_receipt
+from .harness import AUDIENCE, START, World, approved, audit_events, signed_receipt
 from .race_worker import report_refusals
 
 STAGING = "airlock-executor/staging"
-
-
-@pytest.fixture
-def untrusting_world(db_url: str, tmp_path: Path) -> Iterator[World]:
-    w = make_world(db_url, tmp_path, trust_receipts=False)
-    try:
-        yield w
-    finally:
-        w.client.close()
-        w.checkpoint.db.dispose()
-
-
-def _approved(world: World, **kwargs: Any) -> tuple[dict[str, Any], str]:
-    proposal = world.submit(**kwargs).json()
-    record = world.approve("alice", proposal["id"], proposal["action_hash"]).json()
-    assert record["state"] == "approved", record
-    return proposal, record["approval"]["approval_id"]
 
 
 def _refusal(
@@ -97,7 +78,7 @@ def _refused(response: Any, status: int, code: str) -> str:
 def test_a_refusal_before_use_is_shown_as_a_note_and_the_state_is_unchanged(
     world: World,
 ) -> None:
-    proposal, approval_id = _approved(world)
+    proposal, approval_id = approved(world)
     world.clock.advance(7)
     response = _post(world, _refusal(approval_id))
     assert response.status_code == 200, response.text
@@ -129,7 +110,7 @@ def test_a_refusal_before_use_is_shown_as_a_note_and_the_state_is_unchanged(
 
 
 def test_a_noted_approval_still_lapses_unused(world: World) -> None:
-    proposal, approval_id = _approved(world)
+    proposal, approval_id = approved(world)
     assert (
         _post(world, _refusal(approval_id, "E_NOT_YET_VALID", executor=AUDIENCE)).status_code == 200
     )
@@ -141,7 +122,7 @@ def test_a_noted_approval_still_lapses_unused(world: World) -> None:
 
 
 def test_a_noted_approval_still_gets_the_outcome_another_executor_reports(world: World) -> None:
-    proposal, approval_id = _approved(world)
+    proposal, approval_id = approved(world)
     assert _post(world, _refusal(approval_id, "E_EXPIRED", executor=AUDIENCE)).status_code == 200
     outcome = world.client.post(
         "/v1/outcomes",
@@ -154,7 +135,7 @@ def test_a_noted_approval_still_gets_the_outcome_another_executor_reports(world:
 
 
 def test_the_same_receipt_posted_again_is_one_note(world: World) -> None:
-    _, approval_id = _approved(world)
+    _, approval_id = approved(world)
     receipt = _refusal(approval_id)
     first = _post(world, receipt)
     world.clock.advance(30)  # the executor retries after a lost answer
@@ -168,7 +149,7 @@ def test_the_same_receipt_posted_again_is_one_note(world: World) -> None:
 def test_another_refusal_of_the_same_approval_is_a_second_note_oldest_first(
     world: World,
 ) -> None:
-    _, approval_id = _approved(world)
+    _, approval_id = approved(world)
     assert _post(world, _refusal(approval_id)).status_code == 200
     world.clock.advance(60)
     later = _post(world, _refusal(approval_id, "E_ACCOUNT", executor=AUDIENCE, at=START + 60))
@@ -182,14 +163,14 @@ def test_another_refusal_of_the_same_approval_is_a_second_note_oldest_first(
 
 
 def test_a_receipt_naming_the_approval_s_own_action_hash_is_taken(world: World) -> None:
-    proposal, approval_id = _approved(world)
+    proposal, approval_id = approved(world)
     receipt = _refusal(approval_id, "E_REVOKED", action_hash=proposal["action_hash"])
     assert _post(world, receipt).status_code == 200
     assert len(_stored(world)) == 1
 
 
 def _other_hash(world: World) -> str:
-    other, _ = _approved(world, proposal_id="prop_test0000002", resource_id="i-t4n0other00")
+    other, _ = approved(world, proposal_id="prop_test0000002", resource_id="i-t4n0other00")
     digest: str = other["action_hash"]
     return digest
 
@@ -218,7 +199,7 @@ BAD_RECEIPTS: dict[str, dict[str, Any]] = {
 def test_a_receipt_that_is_not_a_refusal_before_use_is_refused_and_records_nothing(
     world: World, bad: dict[str, Any]
 ) -> None:
-    proposal, approval_id = _approved(world)
+    proposal, approval_id = approved(world)
     kwargs: dict[str, Any] = {"code": bad.get("code", "E_AUDIENCE")}
     for key in ("outcome", "executor", "at"):
         if key in bad:
@@ -236,14 +217,14 @@ def test_a_receipt_that_is_not_a_refusal_before_use_is_refused_and_records_nothi
 def test_a_code_other_than_a_refusal_before_use_is_refused_naming_those_taken(
     world: World,
 ) -> None:
-    _, approval_id = _approved(world)
+    _, approval_id = approved(world)
     message = _refused(_post(world, _refusal(approval_id, "E_REPLAY")), 422, "E_RECEIPT")
     for code in ("E_ACCOUNT", "E_AUDIENCE", "E_EXPIRED", "E_NOT_YET_VALID", "E_REVOKED", "E_TTL"):
         assert code in message
 
 
 def test_the_last_second_a_page_can_show_is_taken(world: World) -> None:
-    proposal, approval_id = _approved(world)
+    proposal, approval_id = approved(world)
     assert _post(world, _refusal(approval_id, at=253402300799)).status_code == 200
     [note] = _show(world, proposal["id"])["executor_refusals"]
     assert note["at"] == 253402300799
@@ -251,7 +232,7 @@ def test_the_last_second_a_page_can_show_is_taken(world: World) -> None:
 
 @pytest.mark.parametrize("who", ["agent", "alice", "admin", "viewer"])
 def test_only_the_executor_token_may_report_a_refusal(world: World, who: str) -> None:
-    _, approval_id = _approved(world)
+    _, approval_id = approved(world)
     _refused(_post(world, _refusal(approval_id), who=who), 403, "E_FORBIDDEN")
     unauthenticated = world.client.post("/v1/refusals", json={"receipt": _refusal(approval_id)})
     _refused(unauthenticated, 401, "E_UNAUTHENTICATED")
@@ -259,13 +240,13 @@ def test_only_the_executor_token_may_report_a_refusal(world: World, who: str) ->
 
 
 def test_a_refusal_of_an_unknown_approval_is_not_found(world: World) -> None:
-    _approved(world)
+    approved(world)
     _refused(_post(world, _refusal("apv_" + "0" * 32)), 404, "E_NOT_FOUND")
     assert _stored(world) == []
 
 
 def test_a_refusal_signed_by_an_untrusted_key_is_refused(world: World) -> None:
-    _, approval_id = _approved(world)
+    _, approval_id = approved(world)
     forger = ReceiptSigner(Ed25519PrivateKey.generate())
     _refused(_post(world, _refusal(approval_id, signer=forger)), 422, "E_RECEIPT")
     tampered = _refusal(approval_id)
@@ -276,13 +257,13 @@ def test_a_refusal_signed_by_an_untrusted_key_is_refused(world: World) -> None:
 
 def test_a_refusal_without_a_receipt_key_set_is_refused(untrusting_world: World) -> None:
     world = untrusting_world
-    _, approval_id = _approved(world)
+    _, approval_id = approved(world)
     _refused(_post(world, _refusal(approval_id)), 422, "E_RECEIPT")
     assert _stored(world) == []
 
 
 def test_refusals_past_the_cap_are_refused_and_those_kept_stay(world: World) -> None:
-    proposal, approval_id = _approved(world)
+    proposal, approval_id = approved(world)
     receipts = [_refusal(approval_id, at=START + i) for i in range(REFUSAL_NOTES_MAX + 1)]
     for receipt in receipts[:-1]:
         assert _post(world, receipt).status_code == 200
@@ -295,7 +276,7 @@ def test_refusals_past_the_cap_are_refused_and_those_kept_stay(world: World) -> 
 
 
 def test_executor_text_is_stored_printable_and_clipped(world: World) -> None:
-    proposal, approval_id = _approved(world)
+    proposal, approval_id = approved(world)
     hostile = "\x00\x1b[31mred\u202eevil\r\n" + "x" * 1980
     assert _post(world, _refusal(approval_id, detail=hostile)).status_code == 200
     (note,) = _show(world, proposal["id"])["executor_refusals"]
@@ -305,7 +286,7 @@ def test_executor_text_is_stored_printable_and_clipped(world: World) -> None:
 
 
 def test_clipping_never_cuts_an_escape_in_half(world: World) -> None:
-    proposal, approval_id = _approved(world)
+    proposal, approval_id = approved(world)
     # Escapes of 6 characters from the 1997th on: a clip at 1999 would leave "\u20".
     hostile = "x" * 1996 + "\u202e" * 4
     assert _post(world, _refusal(approval_id, detail=hostile)).status_code == 200
@@ -314,14 +295,14 @@ def test_clipping_never_cuts_an_escape_in_half(world: World) -> None:
 
 
 def test_a_detail_that_fits_exactly_is_kept_whole(world: World) -> None:
-    proposal, approval_id = _approved(world)
+    proposal, approval_id = approved(world)
     assert _post(world, _refusal(approval_id, detail="y" * 2000)).status_code == 200
     (note,) = _show(world, proposal["id"])["executor_refusals"]
     assert note["detail"] == "y" * 2000
 
 
 def test_the_notes_cannot_be_changed_or_deleted(world: World) -> None:
-    _, approval_id = _approved(world)
+    _, approval_id = approved(world)
     assert _post(world, _refusal(approval_id)).status_code == 200
     for statement in (
         "UPDATE refusal_notes SET refusal_code = 'E_EXPIRED'",
@@ -345,7 +326,7 @@ def test_executors_racing_to_report_keep_one_note_per_receipt_and_no_more_than_t
     """Eight processes post one shared receipt at the same instant, then three receipts of
     their own each round: the shared one is one note, and of the 24 others only as many
     as the cap leaves room for are kept, whatever the interleaving."""
-    proposal, approval_id = _approved(world)
+    proposal, approval_id = approved(world)
     shared = _refusal(approval_id)
     work = [
         [shared]
