@@ -349,6 +349,29 @@ def plan_resend(conn: Connection, approval_ids: Sequence[str] | None) -> list[Re
             for h in receipt_history(conn, None)
             if h.state == "rejected" and h.last is not None
         ]
+
+    def rejected(histories: list[ReceiptHistory]) -> tuple[list[ReceiptHistory], Why]:
+        return (
+            [h for h in histories if h.state == "rejected"],
+            lambda: "nothing rejected to send: " + "; ".join(map(_why_not, histories)),
+        )
+
+    return _plan_named(conn, approval_ids, rejected, OperatorRefusal.E_NOT_REJECTED)
+
+
+#: Why a named approval has nothing to send, worked out only when it has not.
+Why = Callable[[], str]
+
+
+def _plan_named(
+    conn: Connection,
+    approval_ids: Sequence[str],
+    pick: Callable[[list[ReceiptHistory]], tuple[list[ReceiptHistory], Why]],
+    code: OperatorRefusal,
+) -> list[Resend]:
+    """The next attempt of each receipt ``pick`` takes from each named approval's
+    histories; all or nothing: any id with none (``pick`` says why, asked only then: a
+    history of a receipt it takes has no "why not") refuses with ``code``."""
     ids, kinds, by_id = _named(conn, approval_ids)
     problems: list[tuple[str, str]] = []
     plan: list[Resend] = []
@@ -357,20 +380,13 @@ def plan_resend(conn: Connection, approval_ids: Sequence[str] | None) -> list[Re
         if isinstance(why, str):
             problems.append((approval_id, why))
             continue
-        rejected = [h for h in by_id[approval_id] if h.state == "rejected"]
-        if not rejected:
-            problems.append(
-                (
-                    approval_id,
-                    "nothing rejected to send: " + "; ".join(map(_why_not, by_id[approval_id])),
-                )
-            )
+        taken, why_none = pick(by_id[approval_id])
+        if not taken:
+            problems.append((approval_id, why_none()))
             continue
-        plan += [
-            Resend(h.kind, approval_id, h.last.attempt + 1, h.last) for h in rejected if h.last
-        ]
+        plan += [Resend(h.kind, approval_id, h.last.attempt + 1, h.last) for h in taken if h.last]
     if problems:
-        raise ResendRefused(OperatorRefusal.E_NOT_REJECTED, problems)
+        raise ResendRefused(code, problems)
     return plan
 
 
@@ -461,42 +477,19 @@ def plan_redelivery(
         ]
         return sorted(queued, key=lambda r: _order((r.kind, r.approval_id)))
     assert approval_ids is not None  # for mypy: checked above
-    ids, kinds, by_id = _named(conn, approval_ids)
-    problems: list[tuple[str, str]] = []
-    plan: list[Resend] = []
-    for approval_id in ids:
-        why = kinds[approval_id]
-        if isinstance(why, str):
-            problems.append((approval_id, why))
-            continue
-        everything = [h for h in by_id[approval_id] if h.state == "delivered"]
-        delivered = _settled(conn, everything, everything)
-        if not delivered:
-            problems.append(
-                (
-                    approval_id,
-                    "nothing delivered to send again: "
-                    + "; ".join(
-                        [
-                            _why_not(h, sending="delivered")
-                            for h in by_id[approval_id]
-                            if h not in everything
-                        ]
-                        + (
-                            ["its outcome was settled by its resolution, which goes instead"]
-                            if everything
-                            else []
-                        )
-                    ),
-                )
-            )
-            continue
-        plan += [
-            Resend(h.kind, approval_id, h.last.attempt + 1, h.last) for h in delivered if h.last
-        ]
-    if problems:
-        raise ResendRefused(OperatorRefusal.E_NOT_DELIVERED, problems)
-    return plan
+
+    def delivered(histories: list[ReceiptHistory]) -> tuple[list[ReceiptHistory], Why]:
+        everything = [h for h in histories if h.state == "delivered"]
+
+        def why() -> str:
+            reasons = [_why_not(h, sending="delivered") for h in histories if h not in everything]
+            if everything:
+                reasons.append("its outcome was settled by its resolution, which goes instead")
+            return "nothing delivered to send again: " + "; ".join(reasons)
+
+        return _settled(conn, everything, everything), why
+
+    return _plan_named(conn, approval_ids, delivered, OperatorRefusal.E_NOT_DELIVERED)
 
 
 def request_resend(
