@@ -272,6 +272,7 @@ def _serve(settings: ExecutorSettings, executor: Executor, *, once: bool) -> Non
                 settings.inbox,
                 settings.revocations_path,
                 also_revoked=LedgerRevocations(executor.engine),
+                sleep=None if once else shutdown.sleep,
             )
         except OSError as exc:
             raise _fail(str(exc)) from None

@@ -2,7 +2,8 @@
 
 :func:`serve` runs recovery at start and every ``recover_every_s`` seconds, takes bundles
 from a :class:`~services.executor.sources.BundleSource` (the checkpoint feed long-polls;
-a directory is polled), executes each, acknowledges it once recorded, and lets the
+a directory is looked at every 0.1 s while it waits), executes each, acknowledges it
+once recorded, and lets the
 :class:`~services.executor.feed.OutboxReporter` deliver receipts — with the feed as the
 source, only once it has answered, so the ledger was checked against it first. It
 touches a heartbeat file on every turn, so a health check can tell a live loop from a

@@ -20,7 +20,8 @@ import logging
 import os
 import stat
 import sys
-from collections.abc import Container, Sequence
+import time
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Final, Protocol, runtime_checkable
@@ -46,6 +47,10 @@ _log = logging.getLogger("airlock.executor")
 #: Files a directory hands over per call. Each is held in memory (up to the 64 KiB
 #: bundle cap) until executed, so a backlog of thousands is taken a batch at a time.
 DIRECTORY_BATCH: Final = 20
+
+#: How often a waiting inbox is looked at again: a bundle renamed in is taken within
+#: this, instead of after the daemon's whole poll wait.
+INBOX_SCAN_S: Final = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,13 +104,21 @@ class DirectorySource:
     its outcome is committed. Writers must create files atomically (write elsewhere,
     then rename in); names starting with ``.`` are ignored. ``revocations``, if given,
     is a text file of revoked approval ids, one per line, re-read on every call;
-    ``also_revoked`` adds another set (the ledger's recorded revocations)."""
+    ``also_revoked`` adds another set (the ledger's recorded revocations).
+
+    With ``sleep`` (the daemon's interruptible :meth:`Shutdown.sleep`), an empty inbox
+    is looked at again every :data:`INBOX_SCAN_S` for up to ``wait_s``, so a bundle is
+    taken as soon as it is renamed in; without it, :meth:`receive` answers at once.
+    """
 
     def __init__(
         self,
         inbox: Path,
         revocations: Path | None = None,
         also_revoked: Container[str] = frozenset(),
+        *,
+        sleep: Callable[[float], None] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         if not inbox.is_dir():
             raise FileNotFoundError(f"inbox {inbox} is not a directory")
@@ -114,9 +127,25 @@ class DirectorySource:
         self._warned: set[str] = set()  # names skipped and logged once
         self._revocations = revocations
         self._also = also_revoked
+        self._sleep = sleep
+        self._mono = monotonic
+        #: The daemon paces a source that does not wait itself (daemon.serve).
+        self.long_poll = sleep is not None
 
     def receive(self, *, wait_s: float = 0.0) -> Sequence[Delivery]:
-        del wait_s  # a directory has no long-poll; the daemon loop paces itself
+        out = self._scan()
+        if out or self._sleep is None or wait_s <= 0:
+            return out
+        deadline = self._mono() + wait_s
+        while not out:
+            left = deadline - self._mono()
+            if left <= 0:
+                break
+            self._sleep(min(INBOX_SCAN_S, left))
+            out = self._scan()
+        return out
+
+    def _scan(self) -> list[Delivery]:
         out: list[Delivery] = []
         for path in sorted(self._inbox.glob("*.json")):
             if len(out) >= DIRECTORY_BATCH:

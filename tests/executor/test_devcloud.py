@@ -297,3 +297,80 @@ def test_cli_keygen_run_bundle_once_and_receipts_verify(
         assert fifth.approval_id not in used
     finally:
         engine.dispose()
+
+
+def test_the_inbox_daemon_takes_a_bundle_without_waiting_out_its_poll_and_stops_on_sigterm(
+    devcloud: Any, tmp_path: Path
+) -> None:
+    """Seen in the attack suite: the daemon slept its whole poll wait between looks at an
+    empty inbox. With a 60 s wait and no recovery pass due, a bundle dropped in must be
+    taken long before that, and a SIGTERM in the wait must end the process at once."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from airlock.protocol import canonical_bytes
+
+    from .support import ACCOUNT, AUDIENCE, keyset
+
+    cli = str(Path(sys.executable).with_name("airlock"))
+    trusted = tmp_path / "trusted.json"
+    trusted.write_bytes(canonical_bytes(keyset().to_value()))
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    env = {
+        **os.environ,
+        "AIRLOCK_ENV": "dev",
+        # The source is the same whatever the ledger: SQLite is enough here.
+        "AIRLOCK_EXECUTOR_DATABASE_URL": f"sqlite:///{tmp_path / 'ledger.db'}",
+        "AIRLOCK_EXECUTOR_TRUSTED_KEYS_PATH": str(trusted),
+        "AIRLOCK_EXECUTOR_RECEIPT_KEY_PATH": str(tmp_path / "receipt.pem"),
+        "AIRLOCK_EXECUTOR_AUDIENCE": AUDIENCE,
+        "AIRLOCK_EXECUTOR_ACCOUNT": ACCOUNT,
+        "AIRLOCK_EXECUTOR_INBOX": str(inbox),
+        "AIRLOCK_EXECUTOR_POLL_WAIT": "60",
+        "AIRLOCK_EXECUTOR_RECOVER_EVERY": "600",
+        **devcloud.env("EXECUTOR", write=True),
+    }
+    keygen = subprocess.run(
+        [cli, "executor", "keygen"],
+        check=False,
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert keygen.returncode == 0, keygen.stderr
+    log = tmp_path / "executor.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [cli, "executor"],
+            env=env,
+            cwd=tmp_path,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while b" serving" not in log.read_bytes():  # polling its log under a deadline
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        b = make_test_bundle(1, tag="dcinbox", issued_at=int(time.time()))
+        devcloud.admin.create_instance(b.resource_id, status="Running")
+        (inbox / ".b.json.tmp").write_bytes(b.raw)
+        os.replace(inbox / ".b.json.tmp", inbox / "b.json")
+        deadline = time.monotonic() + 20  # a third of the poll wait
+        while not (inbox / "done" / "b.json").exists():
+            assert time.monotonic() < deadline, "not taken within 20 s:\n" + log.read_text()
+            time.sleep(0.05)
+        assert _writes(devcloud, b.resource_id) == 1
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "stopped (signal 15)" in log.read_text()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from airlock.protocol import BUNDLE_MAX_BYTES
 from services.executor import State
 from services.executor.recover import run
-from services.executor.sources import DIRECTORY_BATCH, DirectorySource
+from services.executor.sources import DIRECTORY_BATCH, INBOX_SCAN_S, DirectorySource
 
 from .conftest import Env
 from .support import make_test_bundle
@@ -88,3 +89,56 @@ def test_a_symlink_in_the_inbox_is_not_followed_and_is_logged_once(
     assert (inbox / "a.json").is_symlink()  # left in place
     warnings = [r.getMessage() for r in caplog.records if "a.json" in r.getMessage()]
     assert len(warnings) == 1 and "left in place" in warnings[0]
+
+
+class _FakeTime:
+    """A clock that moves only when slept on; ``on_sleep`` runs at each sleep."""
+
+    def __init__(self, on_sleep: Callable[[int], None] | None = None) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+        self.on_sleep = on_sleep
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+        if self.on_sleep is not None:
+            self.on_sleep(len(self.sleeps))
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_a_waiting_inbox_takes_a_bundle_renamed_in_during_the_wait_at_the_next_scan(
+    tmp_path: Path,
+) -> None:
+    """Seen in the attack suite: the daemon slept its whole poll wait between looks at
+    an empty inbox, so a bundle dropped in waited up to that long (5 s by default)."""
+
+    def drop(n: int) -> None:
+        if n == 3:  # renamed in during the third scan interval
+            (tmp_path / "a.json").write_bytes(b"{}")
+
+    fake = _FakeTime(drop)
+    source = DirectorySource(tmp_path, sleep=fake.sleep, monotonic=fake.monotonic)
+    assert source.long_poll  # the daemon then adds no pause of its own
+    assert [d.ref for d in source.receive(wait_s=5.0)] == ["a.json"]
+    assert fake.sleeps == [INBOX_SCAN_S] * 3
+
+
+def test_a_waiting_inbox_that_stays_empty_answers_at_the_end_of_the_wait(
+    tmp_path: Path,
+) -> None:
+    fake = _FakeTime()
+    source = DirectorySource(tmp_path, sleep=fake.sleep, monotonic=fake.monotonic)
+    assert source.receive(wait_s=0.35) == []
+    assert fake.now == pytest.approx(0.35)
+    assert all(s <= INBOX_SCAN_S for s in fake.sleeps)
+
+
+def test_an_inbox_without_a_sleep_answers_at_once_and_leaves_pacing_to_the_daemon(
+    tmp_path: Path,
+) -> None:
+    source = DirectorySource(tmp_path)
+    assert not source.long_poll
+    assert source.receive(wait_s=5.0) == []
