@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from ._approvals import _inert, _when
+from ._approvals import _when
 from ._help import Typer
+from ._text import inert
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -542,7 +543,7 @@ def _approval_ids(approval_ids: list[str] | None) -> list[str]:
     ids = list(dict.fromkeys(approval_ids or []))
     malformed = [i for i in ids if not re.fullmatch(APPROVAL_ID_PATTERN, i)]
     if malformed:
-        raise _fail(f"not an approval id (apv_…): {_inert(malformed[0])[:120]}")
+        raise _fail(f"not an approval id (apv_…): {inert(malformed[0])[:120]}")
     return ids
 
 
@@ -570,7 +571,7 @@ def _since(text: str, now: int) -> int:
     if since is None:
         raise _fail(
             "--delivered-since takes an RFC 3339 UTC time (2026-11-29T06:00:00Z) or integer "
-            f"Unix seconds, not {_inert(text)[:60]!r}"
+            f"Unix seconds, not {inert(text)[:60]!r}"
         )
     if since > now:
         raise _fail(f"--delivered-since {_when(since)} is in the future by this host's clock")
@@ -588,12 +589,12 @@ def _history_lines(history: ReceiptHistory) -> list[str]:
     events: list[tuple[int, int, str]] = []
     for a in history.attempts:
         answer = " ".join(str(x) for x in (a.http_status, a.error_code) if x is not None)
-        detail = f"  {_inert(a.detail[:200])}" if a.status == "rejected" and a.detail else ""
+        detail = f"  {inert(a.detail[:200])}" if a.status == "rejected" and a.detail else ""
         events.append(
             (a.attempt, 1, f"  attempt {a.attempt}  {a.status:<9} {answer}  {_when(a.at)}{detail}")
         )
     for r in history.resends:
-        note = f"  note: {_inert(r.note)}" if r.note else ""
+        note = f"  note: {inert(r.note)}" if r.note else ""
         follows = history.follows(r)
         # After a delivered attempt: a redelivery, for a checkpoint restored from a backup.
         again = "redelivery " if follows is not None and follows.status == "delivered" else ""
@@ -601,7 +602,7 @@ def _history_lines(history: ReceiptHistory) -> list[str]:
             (
                 r.attempt,
                 0,
-                f"  attempt {r.attempt}  {again}requested by {_inert(r.requested_by)}  "
+                f"  attempt {r.attempt}  {again}requested by {inert(r.requested_by)}  "
                 f"{_when(r.requested_at)}{note}",
             )
         )
