@@ -24,7 +24,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ._approvals import _when
 from ._help import Typer
-from ._text import inert
+from ._text import InertLogFormatter, inert, say
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -79,7 +79,7 @@ executor_app.add_typer(executor_receipts_app)
 
 
 def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
+    say(f"error: {message}", err=True)  # often a file's, a database's or a checkpoint's text
     return typer.Exit(2)
 
 
@@ -159,7 +159,8 @@ def _build(settings: ExecutorSettings) -> Executor:
 def _show(outcome: Outcome) -> None:
     state = "refused" if outcome.state is None else outcome.state.value
     code = "" if outcome.refusal_code is None else f" {outcome.refusal_code.value}"
-    typer.echo(f"{outcome.approval_id or '-'} {state}{code} {outcome.detail}".rstrip())
+    # The detail can quote the cloud provider's answer (a failed write, a re-read).
+    say(f"{outcome.approval_id or '-'} {state}{code} {outcome.detail}".rstrip())
 
 
 def _file_revocations(settings: ExecutorSettings) -> frozenset[str]:
@@ -190,7 +191,11 @@ def executor_command(
     """
     if ctx.invoked_subcommand is not None:
         return
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    # The daemon logs each outcome, whose detail can quote the cloud, and the cloud's
+    # errors: escaped (airlock.cli._text).
+    log = logging.StreamHandler()
+    log.setFormatter(InertLogFormatter("%(asctime)s %(name)s %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[log])
     settings = _settings()
     if settings.checkpoint_url and settings.inbox is not None:
         raise _fail(
@@ -488,10 +493,11 @@ def receipts_verify_command(
     try:
         receipt = verify_receipt(data.strip(), keyset, int(time.time()))
     except InvalidReceipt as exc:
-        typer.echo(f"FAIL: {exc}")
+        say(f"FAIL: {exc}")
         raise typer.Exit(1) from None
     at = datetime.fromtimestamp(receipt.at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    typer.echo(f"OK: {receipt.outcome} approval {receipt.approval_id}")
+    # A receipt file comes from anyone, and a signed one quotes the cloud (detail).
+    say(f"OK: {receipt.outcome} approval {receipt.approval_id}")
     rows = [
         ("executor", receipt.executor),
         ("action", receipt.action_hash),
@@ -517,7 +523,7 @@ def receipts_verify_command(
     ]
     for name, value in rows:
         if value:
-            typer.echo(f"  {name:<11}{value}")
+            say(f"  {name:<11}{value}")
 
 
 # -- receipts reported to the checkpoint: history and resend ---------------------------------
@@ -641,11 +647,11 @@ def receipts_list_command(
         engine.dispose()
     for history in histories:
         for line in _history_lines(history):
-            typer.echo(line)
+            say(line)
     if not ids and not histories:
         typer.echo("every receipt was delivered")
     for approval_id, why in missing.items():
-        typer.echo(f"{approval_id}: {why}", err=True)
+        say(f"{approval_id}: {why}", err=True)
     if missing:
         raise typer.Exit(1)
 
@@ -762,7 +768,7 @@ def receipts_resend_command(
             plan = request_resend(engine, ids or None, by=who, note=note, now=int(time.time()))
     except ResendRefused as exc:
         for subject, why in exc.problems:
-            typer.echo(f"refused ({exc.code.value}): {subject}: {why}", err=True)
+            say(f"refused ({exc.code.value}): {subject}: {why}", err=True)
         typer.echo("nothing queued" + ("" if dry_run else "; the refusal is audited"), err=True)
         raise typer.Exit(1) from None
     finally:
@@ -778,7 +784,7 @@ def receipts_resend_command(
     if since is not None:
         typer.echo(f"receipts last delivered at or after {_when(since)}, by this host's clock:")
     for r in plan:
-        typer.echo(
+        say(
             f"{verb} the {r.kind} receipt of {r.approval_id} as attempt {r.attempt} "
             f"(after {r.follows.describe()})"
         )

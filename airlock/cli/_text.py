@@ -16,11 +16,12 @@ escapes are JSON's own, above U+FFFF a UTF-16 surrogate pair (JSON has no ``\\U`
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import typer
 
-__all__ = ["inert", "inert_json", "inert_json_line", "say"]
+__all__ = ["InertLogFormatter", "inert", "inert_json", "inert_json_line", "say"]
 
 
 def _escaped(ch: str, *, utf16: bool) -> str:
@@ -67,3 +68,18 @@ def inert_json_line(line: str) -> str:
 def say(text: str, *, err: bool = False) -> None:
     """``typer.echo`` of one line that may hold outside text, escaped (:func:`inert`)."""
     typer.echo(inert(text), err=err)
+
+
+class InertLogFormatter(logging.Formatter):
+    """Log lines with what a logged message carries from outside escaped (:func:`inert`).
+
+    A daemon logs the checkpoint's and the cloud's answers; a line break in one would
+    forge a log line too, so the message is escaped whole, and a traceback (whose lines
+    quote an exception's message) line by line.
+    """
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return inert(super().formatMessage(record))
+
+    def formatException(self, ei: Any) -> str:
+        return "\n".join(inert(line) for line in super().formatException(ei).split("\n"))
