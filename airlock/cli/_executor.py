@@ -591,6 +591,8 @@ def _history_lines(history: ReceiptHistory) -> list[str]:
         "rejected": "rejected (send it again with: airlock executor receipts resend)",
         "resend_pending": "queued again",
     }[history.state]
+    if history.approval_unknown:
+        state = "rejected: the checkpoint has no such approval (404); a resend to it cannot help"
     lines = [f"{history.approval_id} {history.kind}: {state}"]
     events: list[tuple[int, int, str]] = []
     for a in history.attempts:
@@ -615,6 +617,32 @@ def _history_lines(history: ReceiptHistory) -> list[str]:
     return lines + [line for _, _, line in sorted(events)]
 
 
+def _approval_unknown_lines(histories: list[ReceiptHistory]) -> list[str]:
+    """What a 404 means, said once under the receipts that got one, and what can help
+    (services/executor/feed.py APPROVAL_UNKNOWN; the checkpoint's receipt routes)."""
+    lines = [
+        "A 404 means the checkpoint verified the receipt and has no such approval; it answers",
+        "that receipt so every time it is sent. Either:",
+        "  - AIRLOCK_EXECUTOR_CHECKPOINT_URL names another checkpoint than the one that issued",
+        "    the approval (any that trusts this executor's receipt key and signs for its audience,",
+        "    AIRLOCK_EXECUTOR_AUDIENCE, answers 404 for an approval it did not issue): point the",
+        "    executor at the one that issued it, restart it, then resend;",
+        "  - or the checkpoint was restored from a backup taken before the approval was issued:",
+        "    it will never know that approval, and sending its receipts again cannot change it.",
+    ]
+    if any(h.kind == "refusal" for h in histories):
+        lines.append(
+            "  (A refusal receipt also gets 404 from a checkpoint older than POST /v1/refusals: "
+            "upgrade it, then resend.)"
+        )
+    return [
+        *lines,
+        "Such a receipt stays in this ledger, the source of truth: `airlock executor",
+        "receipts list APPROVAL_ID` shows it, and `airlock audit reconcile` counts the",
+        "approval among those finished here and not recorded at the checkpoint.",
+    ]
+
+
 @executor_receipts_app.command("list")
 def receipts_list_command(
     approval_ids: Annotated[
@@ -632,6 +660,8 @@ def receipts_list_command(
 
     Without: every receipt not delivered (rejected, queued again, or not attempted yet).
 
+    For a receipt rejected with 404 (no such approval at the checkpoint) it says what can help.
+
     Exit codes: 0 shown; 1 a named approval has no receipt here; 2 usage error.
     """
     from airlock.store import read_transaction
@@ -648,6 +678,10 @@ def receipts_list_command(
     for history in histories:
         for line in _history_lines(history):
             say(line)
+    unknown = [h for h in histories if h.approval_unknown]
+    if unknown:
+        for line in _approval_unknown_lines(unknown):
+            typer.echo(line)
     if not ids and not histories:
         typer.echo("every receipt was delivered")
     for approval_id, why in missing.items():
