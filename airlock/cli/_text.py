@@ -7,7 +7,8 @@ isolate (U+202E, U+2066…), another format character or a line separator (U+202
 redraw the screen, reorder what a person reads (``dorp-db`` shown as ``prod-db``) or
 hide part of it. So every character for which ``str.isprintable`` is False is written as
 a ``\\uXXXX`` escape, and printable text, non-ASCII included (é, 中文, emoji), is left as
-it is to be read. Nothing here is read as markup either.
+it is to be read. Nothing here is read as markup either. (``airlock audit`` escapes its
+text with :func:`airlock.reconcile.printable`, as the reconcile findings it prints do.)
 
 JSON output stays JSON with the same value (``json.loads`` of it is unchanged): the
 escapes are JSON's own, above U+FFFF a UTF-16 surrogate pair (JSON has no ``\\U``).
