@@ -69,7 +69,7 @@ def inert(value: Any) -> Any:
     """Every string the pages print, with control, format (bidi) and separator characters
     shown as ``\\uXXXX`` — an agent's text must not reorder what an approver reads (a
     right-to-left override can make ``dorp-db`` read ``prod-db``). Line breaks and tabs
-    stay. The CLI shows text the same way (``airlock.cli._approvals._inert``)."""
+    stay. The CLI shows text the same way (``airlock.cli._text.inert``)."""
     if not isinstance(value, str) or value.isprintable():
         return value
     shown = "".join(

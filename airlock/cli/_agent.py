@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from ._text import inert, say
+
 if TYPE_CHECKING:
     from services.agent.service import RunReport
 
@@ -26,8 +28,15 @@ _COLUMNS = ("ACTION", "OPERATION", "REGION", "RESOURCE", "PROPOSAL", "RESULT", "
 
 
 def _table(report: RunReport) -> str:
+    # Ids and regions are the cloud's, details quote the cloud and the checkpoint: escaped
+    # before the widths are measured, so the columns line up on what is printed.
     rows = [
-        (r.kind, r.operation, r.region, r.resource_id, r.proposal_id, r.result, r.detail)
+        tuple(
+            map(
+                inert,
+                (r.kind, r.operation, r.region, r.resource_id, r.proposal_id, r.result, r.detail),
+            )
+        )
         for r in report.rows
     ]
     widths = [
@@ -98,7 +107,7 @@ def agent_command(
             settings, reader=AlibabaReader(config), reader_factory=lambda: AlibabaReader(config)
         )
     except ValueError as exc:  # pydantic's ValidationError is a ValueError
-        typer.echo(f"agent: {exc}", err=True)
+        say(f"agent: {exc}", err=True)
         raise typer.Exit(2) from None
     if agent.client is None and not dry_run:
         typer.echo("agent: AIRLOCK_AGENT_CHECKPOINT_TOKEN is required to submit", err=True)
@@ -115,7 +124,7 @@ def agent_command(
         try:
             report = agent.run_once(dry_run=dry_run, on_progress=_progress)
         except AgentError as exc:
-            typer.echo(f"agent: run incomplete: {exc}", err=True)
+            say(f"agent: run incomplete: {exc}", err=True)
             raise typer.Exit(1) from None
         show(report)
         return
@@ -132,5 +141,5 @@ def agent_command(
         stop=stop,
         dry_run=dry_run,
         on_report=show,
-        on_error=lambda exc: typer.echo(f"agent: run incomplete: {exc}", err=True),
+        on_error=lambda exc: say(f"agent: run incomplete: {exc}", err=True),
     )

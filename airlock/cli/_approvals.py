@@ -8,13 +8,13 @@ those very bytes, and sends back that hash — so the checkpoint refuses the vot
 (``E_STALE_VIEW``) unless it is for exactly that action. A high-risk action also needs its
 resource id typed (or ``--confirm`` from a script), which the checkpoint enforces too.
 
-Everything the agent or the cloud supplied (reasons, names, tags) is printed as inert text:
-control and invisible characters are shown escaped, and nothing is read as markup.
+Everything the agent, the cloud or the checkpoint supplied (reasons, names, tags, states,
+notes) is printed as inert text, ``--json`` too: control and invisible characters are
+shown escaped (:mod:`airlock.cli._text`), and nothing is read as markup.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from collections.abc import Mapping
@@ -36,6 +36,7 @@ from ._client import (
 )
 from ._help import Typer
 from ._session import load_credentials
+from ._text import inert, inert_json, say
 
 __all__ = ["approvals_app"]
 
@@ -204,18 +205,6 @@ def _signed_action(p: _Proposal) -> ProposedAction:
 # -- text for people -------------------------------------------------------------------
 
 
-def _inert(text: str) -> str:
-    """``text`` with every control, format (bidi) or separator character escaped."""
-    return "".join(
-        ch
-        if ch == " " or ch.isprintable()
-        else f"\\u{ord(ch):04x}"
-        if ord(ch) <= 0xFFFF
-        else f"\\U{ord(ch):08x}"
-        for ch in text
-    )
-
-
 def _when(unix: int | None) -> str:
     if unix is None:
         return "-"
@@ -228,7 +217,7 @@ def _when(unix: int | None) -> str:
 def _bp(value: object) -> str:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return f"{value // 100}.{value % 100:02d} %"
-    return _inert(str(value))
+    return inert(str(value))
 
 
 def _bytes(value: object) -> str:
@@ -237,13 +226,13 @@ def _bytes(value: object) -> str:
             if value >= size:
                 return f"{value / size:.1f} {unit}"
         return f"{value} B"
-    return _inert(str(value))
+    return inert(str(value))
 
 
 def _days(seconds: object) -> str:
     if isinstance(seconds, int) and not isinstance(seconds, bool):
         return f"{seconds // 86400} d {seconds % 86400 // 3600} h"
-    return _inert(str(seconds))
+    return inert(str(seconds))
 
 
 def _plain(action: ProposedAction) -> str:
@@ -268,7 +257,7 @@ def _plain(action: ProposedAction) -> str:
 
 def _precondition(action: ProposedAction) -> str:
     pre = action.precondition
-    tags = ", ".join(_inert(t) for t in pre.absent_tags) or "none"
+    tags = ", ".join(inert(t) for t in pre.absent_tags) or "none"
     return (
         f"only if, when re-read just before acting, its status is still {pre.status} and it "
         f"carries none of the tags [{tags}] (observed {pre.observed_at})"
@@ -307,7 +296,7 @@ def _evidence(evidence: Mapping[str, Any]) -> list[str]:
     e = evidence
 
     def text(key: str) -> str:
-        return _inert(str(e.get(key, "?")))
+        return inert(str(e.get(key, "?")))
 
     if "policy" in e or "window_days" in e:
         window = f"{text('policy')} over {text('window_days')} days"
@@ -341,13 +330,13 @@ def _evidence(evidence: Mapping[str, Any]) -> list[str]:
         )
     about = []
     if isinstance(e.get("name"), str) and e["name"]:
-        about.append(f"name {_inert(e['name'])!s}")
+        about.append(f"name {inert(e['name'])!s}")
     if isinstance(e.get("instance_type"), str):
-        about.append(f"type {_inert(e['instance_type'])}")
+        about.append(f"type {inert(e['instance_type'])}")
     tags = e.get("tags")
     if isinstance(tags, Mapping) and tags:
         about.append(
-            "tags " + ", ".join(f"{_inert(str(k))}={_inert(str(v))}" for k, v in tags.items())
+            "tags " + ", ".join(f"{inert(str(k))}={inert(str(v))}" for k, v in tags.items())
         )
     if about:
         lines.append("; ".join(about))
@@ -355,9 +344,9 @@ def _evidence(evidence: Mapping[str, Any]) -> list[str]:
         if key in _EVIDENCE_SHOWN:
             continue
         if isinstance(value, list | dict):
-            lines.append(f"{_inert(key)}: ({len(value)} values; see the action)")
+            lines.append(f"{inert(key)}: ({len(value)} values; see the action)")
         else:
-            lines.append(f"{_inert(key)}: {_inert(str(value))}")
+            lines.append(f"{inert(key)}: {inert(str(value))}")
     return lines
 
 
@@ -367,8 +356,10 @@ def _votes(p: _Proposal) -> str:
 
 
 def _echo_lines(lines: list[str], *, err: bool = False) -> None:
+    # Escaped again as a whole: a field of the answer formatted without ``inert`` (a
+    # state, a code, an id) cannot reach the terminal raw either.
     for line in lines:
-        typer.echo(line, err=err)
+        say(line, err=err)
 
 
 def _summary(p: _Proposal, action: ProposedAction) -> list[str]:
@@ -377,8 +368,8 @@ def _summary(p: _Proposal, action: ProposedAction) -> list[str]:
         f"proposal   {p.id}  ({p.state})",
         f"action     {_plain(action)}",
         f"           {_precondition(action)}",
-        f"reason     {_inert(action.reason)}",
-        f"proposed   by {_inert(action.proposed_by)} at {action.created_at}",
+        f"reason     {inert(action.reason)}",
+        f"proposed   by {inert(action.proposed_by)} at {action.created_at}",
     ]
     evidence = _evidence(action.evidence)
     if evidence:
@@ -386,11 +377,11 @@ def _summary(p: _Proposal, action: ProposedAction) -> list[str]:
         lines.extend(f"           {line}" for line in evidence[1:])
     confirm = ", typed resource id required" if p.policy.confirm else ""
     lines.append(
-        f"policy     rule {_inert(p.policy.rule)} ({p.policy.effect}, quorum "
+        f"policy     rule {inert(p.policy.rule)} ({p.policy.effect}, quorum "
         f"{p.policy.quorum}{confirm}); risk {p.risk}; policy hash {p.policy.hash}"
     )
     voters = ", ".join(
-        f"{_inert(v.voter)} at {_when(v.at)}" + ("" if v.counts else " (does not count)")
+        f"{inert(v.voter)} at {_when(v.at)}" + ("" if v.counts else " (does not count)")
         for v in p.votes
     )
     lines.append(f"votes      {_votes(p)}" + (f" ({voters})" if voters else ""))
@@ -403,14 +394,14 @@ def _summary(p: _Proposal, action: ProposedAction) -> list[str]:
 def _details(p: _Proposal) -> list[str]:
     lines = []
     if p.deny_reason:
-        lines.append(f"denied     {_inert(p.deny_reason)}")
+        lines.append(f"denied     {inert(p.deny_reason)}")
     for v in p.votes:
         if v.note:
-            lines.append(f"note       {_inert(v.voter)}: {_inert(v.note)}")
+            lines.append(f"note       {inert(v.voter)}: {inert(v.note)}")
     if p.approval is not None:
         a = p.approval
         revoked = (
-            f"; revoked by {_inert(a.revoked_by or '?')} at {_when(a.revoked_at)}"
+            f"; revoked by {inert(a.revoked_by or '?')} at {_when(a.revoked_at)}"
             if a.revoked_at
             else ""
         )
@@ -421,8 +412,8 @@ def _details(p: _Proposal) -> list[str]:
     if p.rejection is not None:
         r = p.rejection
         lines.append(
-            f"rejected   {r.reason_code} by {_inert(r.by)} at {_when(r.at)}"
-            + (f": {_inert(r.note)}" if r.note else "")
+            f"rejected   {r.reason_code} by {inert(r.by)} at {_when(r.at)}"
+            + (f": {inert(r.note)}" if r.note else "")
         )
     if p.outcome is not None:
         o = p.outcome
@@ -432,22 +423,22 @@ def _details(p: _Proposal) -> list[str]:
         lines.append(f"outcome    {o.outcome}{code}, {receipt}{late}, at {_when(o.reported_at)}")
         if o.resolution:
             lines.append(
-                f"resolved   {o.resolution} by {_inert(o.resolved_by or '?')} at "
-                f"{_when(o.resolved_at)}: {_inert(o.resolution_note or '')}"
+                f"resolved   {o.resolution} by {inert(o.resolved_by or '?')} at "
+                f"{_when(o.resolved_at)}: {inert(o.resolution_note or '')}"
             )
     for note in p.executor_refusals:
         # A note from the executor's signed receipt; the state above is unchanged by it.
-        detail = f": {_inert(note.detail)}" if note.detail else ""
+        detail = f": {inert(note.detail)}" if note.detail else ""
         lines.append(
-            f"refused    before use by executor {_inert(note.executor)} at {_when(note.at)}: "
-            f"{_inert(note.refusal_code)}{detail} (reported {_when(note.reported_at)}; "
+            f"refused    before use by executor {inert(note.executor)} at {_when(note.at)}: "
+            f"{inert(note.refusal_code)}{detail} (reported {_when(note.reported_at)}; "
             "the state is unchanged)"
         )
     return lines
 
 
 def _canonical_text(p: _Proposal) -> list[str]:
-    shown = _inert(p.action_jcs)
+    shown = inert(p.action_jcs)
     lines = ["canonical action (RFC 8785), exactly as hashed and signed:", shown]
     if shown != p.action_jcs:
         lines.append(
@@ -478,7 +469,7 @@ def _fetch(client: CheckpointClient, proposal_id: str) -> _Proposal:
 
 
 def _print_json(body: Any) -> None:
-    typer.echo(json.dumps(body, indent=2, ensure_ascii=False))
+    typer.echo(inert_json(body))
 
 
 def _decide(proposal_id: str, verb: str, payload: dict[str, Any]) -> tuple[Any, _Proposal]:
@@ -542,7 +533,7 @@ def list_command(
         return
     _table(page)
     if page.next_before:
-        typer.echo(f"more: airlock approvals list --before {page.next_before}")
+        say(f"more: airlock approvals list --before {page.next_before}")
 
 
 def _table(page: _Page) -> None:
@@ -569,7 +560,7 @@ def _table(page: _Page) -> None:
     for p in page.items:
         table.add_row(
             *(
-                Text(_inert(cell))
+                Text(inert(cell))
                 for cell in (
                     p.id,
                     p.state,
@@ -710,12 +701,12 @@ def approve_command(
         _print_json(body)
         return
     if result.approval is not None and result.state == "approved":
-        typer.echo(
+        say(
             f"approved {result.id}: quorum reached ({_votes(result)}); signed approval "
             f"{result.approval.approval_id} valid until {_when(result.approval.expires_at)}"
         )
     else:
-        typer.echo(
+        say(
             f"vote recorded on {result.id}: {_votes(result)}; "
             f"waiting for {result.votes_needed} more (state {result.state})"
         )
@@ -743,7 +734,7 @@ def reject_command(
     if as_json:
         _print_json(body)
         return
-    typer.echo(f"rejected {result.id} ({reason}); state {result.state}")
+    say(f"rejected {result.id} ({reason}); state {result.state}")
 
 
 @approvals_app.command("revoke")
@@ -761,7 +752,7 @@ def revoke_command(
         _print_json(body)
         return
     approval = result.approval.approval_id if result.approval else "-"
-    typer.echo(f"revoked approval {approval} of {result.id}; state {result.state}")
+    say(f"revoked approval {approval} of {result.id}; state {result.state}")
 
 
 @approvals_app.command("resolve")
@@ -793,4 +784,4 @@ def resolve_command(
     if as_json:
         _print_json(body)
         return
-    typer.echo(f"resolved {result.id}: {decision}; state {result.state}")
+    say(f"resolved {result.id}: {decision}; state {result.state}")

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Annotated, BinaryIO
 import typer
 
 from ._help import Typer
+from ._text import inert_json, inert_json_line
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -58,7 +59,9 @@ _PROGRESS_MIN_ROWS = 50_000
 
 
 def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
+    from airlock.reconcile import printable
+
+    typer.echo(f"error: {printable(message)}", err=True)  # often a file's or a database's
     return typer.Exit(2)
 
 
@@ -102,6 +105,7 @@ def verify_command(
     """Re-derive every row hash from genesis; exit 1 naming the first bad row."""
     from sqlalchemy.exc import SQLAlchemyError
 
+    from airlock.reconcile import printable
     from airlock.store import Error as StoreError
     from airlock.store import ExportLineTooLong, make_engine, read_export_lines, verify_export
 
@@ -122,13 +126,14 @@ def verify_command(
     except ExportLineTooLong as exc:
         # The lines before it verified (verify_export reads on only past a good row), so
         # this is the first bad row, at the seq its line would hold.
-        typer.echo(f"FAIL: first bad row seq {exc.line - 1}: {exc}")
+        typer.echo(f"FAIL: first bad row seq {exc.line - 1}: {printable(str(exc))}")
         typer.echo(f"rows verified before it: {exc.line - 1}")
         raise typer.Exit(1) from None
     except (StoreError, SQLAlchemyError, OSError) as exc:
         raise _fail(str(exc).splitlines()[0]) from None
     if report.fault is not None:
-        typer.echo(f"FAIL: first bad row {report.fault}")
+        # A bad row is anyone's text: an export file, or a database edited behind the chain.
+        typer.echo(f"FAIL: first bad row {printable(str(report.fault))}")
         typer.echo(f"rows verified before it: {report.rows}")
         raise typer.Exit(1)
     typer.echo(
@@ -176,12 +181,18 @@ def export_command(
         typer.Option("--out", metavar="FILE", help="Write JSON lines here (default: stdout)."),
     ] = None,
 ) -> None:
-    """Write the chain as JSON lines, genesis first, events verbatim."""
+    """Write the chain as JSON lines, genesis first, events verbatim.
+
+    On a terminal what is not printable is shown as JSON escapes: the same values, other bytes.
+
+    So for `airlock audit verify --file`, write to --out or to a pipe.
+    """
     import os
     import sys
 
     from sqlalchemy.exc import SQLAlchemyError
 
+    from airlock.reconcile import printable
     from airlock.store import Error as StoreError
     from airlock.store import export, make_engine, read_transaction
 
@@ -190,8 +201,11 @@ def export_command(
         try:
             with read_transaction(engine) as conn:
                 if out is None:
+                    # A terminal is a person, who must not get an event's text raw;
+                    # a file or a pipe gets the bytes that were hashed.
+                    person = sys.stdout.isatty()
                     for line in export(conn):
-                        sys.stdout.write(line + "\n")
+                        sys.stdout.write((inert_json_line(line) if person else line) + "\n")
                     sys.stdout.flush()
                 else:
                     rows, last = 0, ""
@@ -201,8 +215,10 @@ def export_command(
                             rows, last = rows + 1, line
                     head = json.loads(last) if last else {}
                     typer.echo(
-                        f"wrote {_n(rows, 'row')} to {out} (head seq {head.get('seq')} "
-                        f"row_hash {head.get('row_hash')})",
+                        printable(
+                            f"wrote {_n(rows, 'row')} to {out} (head seq {head.get('seq')} "
+                            f"row_hash {head.get('row_hash')})"
+                        ),
                         err=True,
                     )
         finally:
@@ -362,7 +378,7 @@ def reconcile_command(
     except (StoreError, SQLAlchemyError, OSError, UnicodeError) as exc:
         raise _fail(str(exc).splitlines()[0]) from None
     if as_json:
-        sys.stdout.write(json.dumps(report.to_value(), indent=2, sort_keys=True) + "\n")
+        sys.stdout.write(inert_json(report.to_value(), sort_keys=True) + "\n")
         raise typer.Exit(0 if report.ok else 1)
     if any(f.code is ReconcileCode.R_CHAIN for f in report.findings):
         # Nothing is counted from a chain that does not verify: say so, not zeros.
@@ -524,6 +540,7 @@ def trace_command(
 
     from sqlalchemy.exc import SQLAlchemyError
 
+    from airlock.reconcile import printable
     from airlock.store import Error as StoreError
     from airlock.trace import ID_PATTERN, trace
 
@@ -544,21 +561,22 @@ def trace_command(
                 raise _fail("give a chain: --checkpoint-db/--checkpoint-file, --executor-db/…")
             found = trace(ident, chains)
     except _BrokenChain as exc:
-        typer.echo(f"FAIL: {exc}; nothing traced")
+        typer.echo(f"FAIL: {printable(str(exc))}; nothing traced")
         raise typer.Exit(1) from None
     except (StoreError, SQLAlchemyError, OSError, UnicodeError) as exc:
         raise _fail(str(exc).splitlines()[0]) from None
     if as_json:
         value = {**found.to_value(), "rows": rows}
-        sys.stdout.write(json.dumps(value, indent=2, sort_keys=True) + "\n")
+        sys.stdout.write(inert_json(value, sort_keys=True) + "\n")
         raise typer.Exit(0 if found.events else 1)
     verified = ", ".join(f"{label} {_n(n, 'row')}" for label, n in rows.items())
     if not found.events:
         typer.echo(f"no event names {ident} (chains verified from genesis: {verified})")
         raise typer.Exit(1)
+    # Ids linked to the one asked for are the chains' text, not checked against a pattern.
     typer.echo(
-        f"proposal {', '.join(found.proposals) or '?'}; "
-        f"approval {', '.join(found.approvals) or 'none'}"
+        f"proposal {printable(', '.join(found.proposals)) or '?'}; "
+        f"approval {printable(', '.join(found.approvals)) or 'none'}"
     )
     width = max(len(f"{e.chain} #{e.seq}") for e in found.events)
     for e in found.events:

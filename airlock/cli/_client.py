@@ -18,13 +18,13 @@ Error hierarchy::
     ├── CheckpointRefused     a 4xx with the API's {"error": {"code", "message"}}
     └── CheckpointUnavailable transport error, 5xx, or a response that is not the API
 
-Nothing here prints or logs a token.
+Nothing here prints or logs a token, and what it prints of an answer is escaped
+(:mod:`airlock.cli._text`): a checkpoint's text never reaches the terminal raw.
 """
 
 from __future__ import annotations
 
 import enum
-import json
 import ssl
 import sys
 from collections.abc import Iterator
@@ -37,6 +37,7 @@ import typer
 from airlock.httpdeadline import with_deadlines, within
 
 from ._session import Credentials, SessionError
+from ._text import inert_json, say
 
 __all__ = [
     "EXIT_CODES_HELP",
@@ -186,7 +187,8 @@ class CheckpointClient:
 
 
 def _say(message: str) -> None:
-    typer.echo(message, err=True)
+    # A refusal's code and message, and many errors, are the checkpoint's own text.
+    say(message, err=True)
 
 
 @contextmanager
@@ -207,9 +209,8 @@ def handle_errors(*, as_json: bool = False, hint_login: bool = True) -> Iterator
         if hint_login and exc.code == "E_UNAUTHENTICATED":
             _say("your session has ended or was revoked: run `airlock login`")
         if as_json:
-            sys.stdout.write(
-                json.dumps({"error": {"code": exc.code, "message": exc.message}}) + "\n"
-            )
+            error = {"error": {"code": exc.code, "message": exc.message}}
+            sys.stdout.write(inert_json(error, indent=None) + "\n")
         raise typer.Exit(ExitCode.REFUSED) from None
     except CheckpointUnavailable as exc:
         _say(f"error: {exc}")

@@ -20,6 +20,8 @@ from pydantic_settings import BaseSettings
 
 from airlock import settings as _settings
 
+from ._text import say
+
 __all__ = ["config_command", "markdown_table"]
 
 SERVICES: dict[str, type[BaseSettings]] = {
@@ -150,9 +152,10 @@ def config_command(
         except ValidationError as exc:
             failed = True
             for error in exc.errors():
-                typer.echo(f"  invalid: {error['msg']}")
+                say(f"  invalid: {error['msg']}")
             continue
         for field in cls.model_fields:
-            typer.echo(f"  {_env_name(cls, field):<44} {_shown(field, getattr(loaded, field))}")
+            # Values are the environment's and ./.env's, a file anyone may have written.
+            say(f"  {_env_name(cls, field):<44} {_shown(field, getattr(loaded, field))}")
     if failed:
         raise typer.Exit(1)

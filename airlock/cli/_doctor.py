@@ -44,6 +44,7 @@ from airlock.tls import CAFileError, checkpoint_verify
 
 from ._client import CheckpointClient, CheckpointRefused, CheckpointUnavailable
 from ._session import SessionError, check_url, read_session, session_path
+from ._text import say
 
 if TYPE_CHECKING:
     from airlock.protocol import KeySet, TrustedKey
@@ -96,7 +97,8 @@ class _Report:
     def add(self, status: Status, name: str, detail: str) -> None:
         check = Check(status, name, detail)
         self.checks.append(check)
-        typer.echo(f"{check.status:<5} {check.name:<22} {check.detail}")
+        # A detail can quote the checkpoint's answers, a key file's or a database's text.
+        say(f"{check.status:<5} {check.name:<22} {check.detail}")
 
     @property
     def failed(self) -> int:

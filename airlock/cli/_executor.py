@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from ._approvals import _inert, _when
+from ._approvals import _when
 from ._help import Typer
+from ._text import InertLogFormatter, inert, say
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -78,7 +79,7 @@ executor_app.add_typer(executor_receipts_app)
 
 
 def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
+    say(f"error: {message}", err=True)  # often a file's, a database's or a checkpoint's text
     return typer.Exit(2)
 
 
@@ -158,7 +159,8 @@ def _build(settings: ExecutorSettings) -> Executor:
 def _show(outcome: Outcome) -> None:
     state = "refused" if outcome.state is None else outcome.state.value
     code = "" if outcome.refusal_code is None else f" {outcome.refusal_code.value}"
-    typer.echo(f"{outcome.approval_id or '-'} {state}{code} {outcome.detail}".rstrip())
+    # The detail can quote the cloud provider's answer (a failed write, a re-read).
+    say(f"{outcome.approval_id or '-'} {state}{code} {outcome.detail}".rstrip())
 
 
 def _file_revocations(settings: ExecutorSettings) -> frozenset[str]:
@@ -189,7 +191,11 @@ def executor_command(
     """
     if ctx.invoked_subcommand is not None:
         return
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    # The daemon logs each outcome, whose detail can quote the cloud, and the cloud's
+    # errors: escaped (airlock.cli._text).
+    log = logging.StreamHandler()
+    log.setFormatter(InertLogFormatter("%(asctime)s %(name)s %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[log])
     settings = _settings()
     if settings.checkpoint_url and settings.inbox is not None:
         raise _fail(
@@ -488,10 +494,11 @@ def receipts_verify_command(
     try:
         receipt = verify_receipt(data.strip(), keyset, int(time.time()))
     except InvalidReceipt as exc:
-        typer.echo(f"FAIL: {exc}")
+        say(f"FAIL: {exc}")
         raise typer.Exit(1) from None
     at = datetime.fromtimestamp(receipt.at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    typer.echo(f"OK: {receipt.outcome} approval {receipt.approval_id}")
+    # A receipt file comes from anyone, and a signed one quotes the cloud (detail).
+    say(f"OK: {receipt.outcome} approval {receipt.approval_id}")
     rows = [
         ("executor", receipt.executor),
         ("action", receipt.action_hash),
@@ -517,7 +524,7 @@ def receipts_verify_command(
     ]
     for name, value in rows:
         if value:
-            typer.echo(f"  {name:<11}{value}")
+            say(f"  {name:<11}{value}")
 
 
 # -- receipts reported to the checkpoint: history and resend ---------------------------------
@@ -543,7 +550,7 @@ def _approval_ids(approval_ids: list[str] | None) -> list[str]:
     ids = list(dict.fromkeys(approval_ids or []))
     malformed = [i for i in ids if not re.fullmatch(APPROVAL_ID_PATTERN, i)]
     if malformed:
-        raise _fail(f"not an approval id (apv_…): {_inert(malformed[0])[:120]}")
+        raise _fail(f"not an approval id (apv_…): {inert(malformed[0])[:120]}")
     return ids
 
 
@@ -571,7 +578,7 @@ def _since(text: str, now: int) -> int:
     if since is None:
         raise _fail(
             "--delivered-since takes an RFC 3339 UTC time (2026-11-29T06:00:00Z) or integer "
-            f"Unix seconds, not {_inert(text)[:60]!r}"
+            f"Unix seconds, not {inert(text)[:60]!r}"
         )
     if since > now:
         raise _fail(f"--delivered-since {_when(since)} is in the future by this host's clock")
@@ -585,16 +592,18 @@ def _history_lines(history: ReceiptHistory) -> list[str]:
         "rejected": "rejected (send it again with: airlock executor receipts resend)",
         "resend_pending": "queued again",
     }[history.state]
+    if history.approval_unknown:
+        state = "rejected: the checkpoint has no such approval (404); a resend to it cannot help"
     lines = [f"{history.approval_id} {history.kind}: {state}"]
     events: list[tuple[int, int, str]] = []
     for a in history.attempts:
         answer = " ".join(str(x) for x in (a.http_status, a.error_code) if x is not None)
-        detail = f"  {_inert(a.detail[:200])}" if a.status == "rejected" and a.detail else ""
+        detail = f"  {inert(a.detail[:200])}" if a.status == "rejected" and a.detail else ""
         events.append(
             (a.attempt, 1, f"  attempt {a.attempt}  {a.status:<9} {answer}  {_when(a.at)}{detail}")
         )
     for r in history.resends:
-        note = f"  note: {_inert(r.note)}" if r.note else ""
+        note = f"  note: {inert(r.note)}" if r.note else ""
         follows = history.follows(r)
         # After a delivered attempt: a redelivery, for a checkpoint restored from a backup.
         again = "redelivery " if follows is not None and follows.status == "delivered" else ""
@@ -602,11 +611,37 @@ def _history_lines(history: ReceiptHistory) -> list[str]:
             (
                 r.attempt,
                 0,
-                f"  attempt {r.attempt}  {again}requested by {_inert(r.requested_by)}  "
+                f"  attempt {r.attempt}  {again}requested by {inert(r.requested_by)}  "
                 f"{_when(r.requested_at)}{note}",
             )
         )
     return lines + [line for _, _, line in sorted(events)]
+
+
+def _approval_unknown_lines(histories: list[ReceiptHistory]) -> list[str]:
+    """What a 404 means, said once under the receipts that got one, and what can help
+    (services/executor/feed.py APPROVAL_UNKNOWN; the checkpoint's receipt routes)."""
+    lines = [
+        "A 404 means the checkpoint verified the receipt and has no such approval; it answers",
+        "that receipt so every time it is sent. Either:",
+        "  - AIRLOCK_EXECUTOR_CHECKPOINT_URL names another checkpoint than the one that issued",
+        "    the approval (any that trusts this executor's receipt key and signs for its audience,",
+        "    AIRLOCK_EXECUTOR_AUDIENCE, answers 404 for an approval it did not issue): point the",
+        "    executor at the one that issued it, restart it, then resend;",
+        "  - or the checkpoint was restored from a backup taken before the approval was issued:",
+        "    it will never know that approval, and sending its receipts again cannot change it.",
+    ]
+    if any(h.kind == "refusal" for h in histories):
+        lines.append(
+            "  (A refusal receipt also gets 404 from a checkpoint older than POST /v1/refusals: "
+            "upgrade it, then resend.)"
+        )
+    return [
+        *lines,
+        "Such a receipt stays in this ledger, the source of truth: `airlock executor",
+        "receipts list APPROVAL_ID` shows it, and `airlock audit reconcile` counts the",
+        "approval among those finished here and not recorded at the checkpoint.",
+    ]
 
 
 @executor_receipts_app.command("list")
@@ -626,6 +661,8 @@ def receipts_list_command(
 
     Without: every receipt not delivered (rejected, queued again, or not attempted yet).
 
+    For a receipt rejected with 404 (no such approval at the checkpoint) it says what can help.
+
     Exit codes: 0 shown; 1 a named approval has no receipt here; 2 usage error.
     """
     from airlock.store import read_transaction
@@ -641,11 +678,15 @@ def receipts_list_command(
         engine.dispose()
     for history in histories:
         for line in _history_lines(history):
+            say(line)
+    unknown = [h for h in histories if h.approval_unknown]
+    if unknown:
+        for line in _approval_unknown_lines(unknown):
             typer.echo(line)
     if not ids and not histories:
         typer.echo("every receipt was delivered")
     for approval_id, why in missing.items():
-        typer.echo(f"{approval_id}: {why}", err=True)
+        say(f"{approval_id}: {why}", err=True)
     if missing:
         raise typer.Exit(1)
 
@@ -762,7 +803,7 @@ def receipts_resend_command(
             plan = request_resend(engine, ids or None, by=who, note=note, now=int(time.time()))
     except ResendRefused as exc:
         for subject, why in exc.problems:
-            typer.echo(f"refused ({exc.code.value}): {subject}: {why}", err=True)
+            say(f"refused ({exc.code.value}): {subject}: {why}", err=True)
         typer.echo("nothing queued" + ("" if dry_run else "; the refusal is audited"), err=True)
         raise typer.Exit(1) from None
     finally:
@@ -778,7 +819,7 @@ def receipts_resend_command(
     if since is not None:
         typer.echo(f"receipts last delivered at or after {_when(since)}, by this host's clock:")
     for r in plan:
-        typer.echo(
+        say(
             f"{verb} the {r.kind} receipt of {r.approval_id} as attempt {r.attempt} "
             f"(after {r.follows.describe()})"
         )

@@ -34,6 +34,7 @@ from ._session import (
     session_path,
     write_session,
 )
+from ._text import say
 
 __all__ = ["login_command", "logout_command"]
 
@@ -141,7 +142,8 @@ def login_command(
             )
         except SessionError as exc:
             raise SessionError(f"{exc}; {_end_unheld(base, out)}") from None
-    typer.echo(
+    # The name and role are the checkpoint's answer (and the name is kept in the file).
+    say(
         f"logged in to {base} as {out.username} ({out.role}) until {_when(out.expires_at)}; "
         f"session in {path}"
     )
@@ -171,7 +173,7 @@ def logout_command(
         session = read_session(path)
     except SessionError as exc:
         if not forget:
-            typer.echo(f"error: {exc}", err=True)
+            say(f"error: {exc}", err=True)
             raise typer.Exit(ExitCode.USAGE) from None
         delete_session(path)
         typer.echo(f"deleted {path} without telling the checkpoint")
@@ -185,12 +187,12 @@ def logout_command(
         ended = "session ended at the checkpoint"
     except CheckpointRefused as exc:
         if exc.code != "E_UNAUTHENTICATED":
-            typer.echo(f"refused: {exc.code}: {exc.message}", err=True)
+            say(f"refused: {exc.code}: {exc.message}", err=True)
             raise typer.Exit(ExitCode.REFUSED) from None
         ended = "the session had already ended"
     except CheckpointUnavailable as exc:
         if not forget:
-            typer.echo(f"error: {exc}", err=True)
+            say(f"error: {exc}", err=True)
             typer.echo(
                 "the session file is kept so you can log out later; --forget deletes it anyway",
                 err=True,
@@ -198,4 +200,4 @@ def logout_command(
             raise typer.Exit(ExitCode.UNAVAILABLE) from None
         ended = "the checkpoint could not be told; the token stays valid until it expires"
     delete_session(path)
-    typer.echo(f"logged out {session.username} ({ended})")
+    say(f"logged out {session.username} ({ended})")

@@ -37,6 +37,8 @@ from typing import Annotated
 import httpx
 import typer
 
+from ._text import inert
+
 __all__ = ["up_command"]
 
 DEMO_PEOPLE = (("alice", "approver"), ("bob", "approver"), ("admin", "admin"))
@@ -181,7 +183,8 @@ class _Stack:
             check=False,
         )
         if result.returncode != 0:
-            raise UpError(f"`airlock {' '.join(args[:2])}` failed:\n{result.stderr.strip()}")
+            stderr = "\n".join(map(inert, result.stderr.strip().splitlines()))
+            raise UpError(f"`airlock {' '.join(args[:2])}` failed:\n{stderr}")
         return result.stdout
 
     def prepare(self, echo: Callable[[str], None]) -> None:
@@ -332,7 +335,8 @@ class _Stack:
             text = service.log.read_text(errors="replace").splitlines()
         except OSError:
             return "(no log)"
-        return "\n".join(f"    {line}" for line in text[-lines:])
+        # A service's log quotes the cloud's and the checkpoint's answers: escaped.
+        return "\n".join(f"    {inert(line)}" for line in text[-lines:])
 
     def first_dead(self) -> _Service | None:
         for service in self.services:

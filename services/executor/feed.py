@@ -959,6 +959,12 @@ _SERVER_NOT_NOW: Final = frozenset({429, 502, 503, 504})
 #: These may be about this one receipt (a 500 from the checkpoint's handler, a request
 #: timeout, too early): the receipt waits out its own backoff, the others go on.
 _ITEM_NOT_NOW: Final = frozenset({408, 425})
+#: The checkpoint's answer to a receipt for an approval it does not hold: it verified the
+#: receipt, then found no such approval (``E_NOT_FOUND``, services/checkpoint/service.py),
+#: and answers that receipt so every time it is sent. Its URL names another checkpoint
+#: than the one that issued the approval, or it was restored from a backup taken before.
+#: (A checkpoint older than ``POST /v1/refusals`` answers a refusal receipt 404 too.)
+APPROVAL_UNKNOWN: Final = 404
 #: Receipt failures in a row, within one flush, that pause every delivery as one
 #: failure of the server would (a checkpoint whose database is down answers 500 to all).
 _FAILURES_IN_A_ROW: Final = 3
@@ -1185,6 +1191,19 @@ class OutboxReporter:
             if not text.isprintable():  # as the code above: no NUL, no escape sequence
                 text = ascii(text)[1:-1]
             self._record(item, "rejected", status, code, _clip(text))
+            if status == APPROVAL_UNKNOWN:
+                _log.error(
+                    "checkpoint refused the %s receipt of %s for good (attempt %d): HTTP %d "
+                    "%s, it has no such approval, so sending it there again cannot help; "
+                    "why and what can: airlock executor receipts list %s",
+                    item.kind,
+                    item.approval_id,
+                    item.attempt,
+                    status,
+                    code,
+                    item.approval_id,
+                )
+                return
             _log.error(
                 "checkpoint refused the %s receipt of %s for good (attempt %d): HTTP %d %s; "
                 "once the cause is fixed: airlock executor receipts resend %s --by NAME",

@@ -52,6 +52,7 @@ from airlock.protocol import APPROVAL_ID_PATTERN
 from airlock.store import AuditLog
 
 from .errors import OperatorRefusal, ResendRefused, recordable
+from .feed import APPROVAL_UNKNOWN
 from .ledger import _insert_ignore
 from .models import TERMINAL_STATES, deliveries, ledger, outbox, resends, resolutions
 
@@ -138,6 +139,16 @@ class ReceiptHistory:
         if self.last is None:
             return "pending"
         return "delivered" if self.last.status == "delivered" else "rejected"
+
+    @property
+    def approval_unknown(self) -> bool:
+        """Rejected by a checkpoint that has no such approval (feed.APPROVAL_UNKNOWN): sent
+        to that checkpoint again, the receipt gets the same answer."""
+        return (
+            self.state == "rejected"
+            and self.last is not None
+            and self.last.http_status == APPROVAL_UNKNOWN
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -336,7 +336,7 @@ def _reconcile(world: World, executor: Executor) -> ReconcileReport:
 
 
 def test_a_checkpoint_restored_from_a_backup_learns_its_lost_outcomes_from_a_redelivery(
-    sqlite_world: World, tmp_path: Path
+    sqlite_world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The checkpoint's database is restored from a file copy taken before outcomes it
     then learned; the executor's ledger still knows them. A redelivery of what was
@@ -457,6 +457,23 @@ def test_a_checkpoint_restored_from_a_backup_learns_its_lost_outcomes_from_a_red
             ledger_after = conn.execute(sa.select(ledger).order_by(ledger.c.approval_id)).all()
         assert (left.approval_id, left.kind, left.state) == (lost_aid, "outcome", "rejected")
         assert left.last is not None and left.last.error_code == "E_NOT_FOUND"
+        # And the operator is told why a resend would be answered the same, not to resend.
+        from typer.testing import CliRunner
+
+        from airlock.cli import app
+
+        monkeypatch.chdir(tmp_path)  # settings read ./.env; never the developer's
+        ledger_url = f"sqlite:///{tmp_path / 'ledger.db'}"
+        listed = CliRunner().invoke(
+            app,
+            ["executor", "receipts", "list"],
+            env={"AIRLOCK_ENV": "dev", "AIRLOCK_EXECUTOR_DATABASE_URL": ledger_url},
+        )
+        assert listed.exit_code == 0, listed.output
+        assert f"{lost_aid} outcome: rejected: the checkpoint has no such approval (404)" in (
+            listed.output
+        )
+        assert "restored from a backup taken before the approval was issued" in listed.output
         # Nothing in the ledger changed and nothing was written twice.
         assert ledger_after == ledger_before
         for p in (known, doubt, lapsing, approved, lost):

@@ -9,7 +9,11 @@ only what a test passes is set, so nothing from the developer's shell leaks in.
 
 from __future__ import annotations
 
+import os
+import select
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -25,7 +29,9 @@ from airlock.cli import app
 from tests.checkpoint.harness import PASSWORD, World, make_world
 from tests.support.ports import free_port
 
-__all__ = ["PASSWORD", "Served", "airlock", "dead_url"]
+__all__ = ["PASSWORD", "Served", "airlock", "dead_url", "in_terminal"]
+
+_REPO = Path(__file__).resolve().parents[2]
 
 _AIRLOCK_VARS = (
     "AIRLOCK_TOKEN",
@@ -72,6 +78,54 @@ def airlock(*args: str, stdin: str = "", env: Mapping[str, str] | None = None) -
     clean: dict[str, str | None] = dict.fromkeys(_AIRLOCK_VARS)
     clean.update(env or {})
     return CliRunner().invoke(app, list(args), input=stdin, env=clean)
+
+
+def in_terminal(home: Path, args: list[str], typed: str = "") -> tuple[int, str]:
+    """Run ``airlock ARGS`` as a process on a pty with ``typed`` already waiting on its
+    input, ``home`` its home and working directory: its exit code and what it wrote
+    (with the terminal's CR LF line ends)."""
+    home.mkdir(parents=True, exist_ok=True)
+    master, slave = os.openpty()
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": str(_REPO),
+        "HOME": str(home),
+        "AIRLOCK_HOME": str(home),
+        "TERM": "dumb",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "airlock.cli", *args],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=env,
+        cwd=home,
+        start_new_session=True,
+    )
+    os.close(slave)
+    os.write(master, typed.encode() + b"\n")  # the line discipline holds it for the prompt
+    output = bytearray()
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.5)
+            if ready:
+                try:
+                    chunk = os.read(master, 4096)
+                except OSError:  # EIO: the child closed the terminal
+                    break
+                if not chunk:
+                    break
+                output += chunk
+            elif proc.poll() is not None:
+                break
+        code = proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    return code, output.decode(errors="replace")
 
 
 def dead_url() -> str:

@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from airlock.cli._approvals import _inert, _Proposal, _signed_action
+from airlock.cli._approvals import _Proposal, _signed_action
 from airlock.cli._client import CheckpointUnavailable
+from airlock.cli._text import inert
 from tests.checkpoint.harness import START, signed_receipt
 
 from .conftest import Served
@@ -315,7 +316,7 @@ def test_an_answer_whose_text_does_not_hash_to_its_hash_is_not_trusted(served: S
 
 def test_hostile_text_is_printed_inert() -> None:
     hostile = "ok\x1b[2J\u202egnp.exe\nline[bold]x[/bold]"
-    shown = _inert(hostile)
+    shown = inert(hostile)
     assert "\x1b" not in shown and "\u202e" not in shown and "\n" not in shown
     assert "\\u001b" in shown and "\\u202e" in shown and "[bold]" in shown
 

@@ -1203,6 +1203,30 @@ def test_a_refusal_answer_with_control_characters_is_recorded_escaped(rig: Rig) 
     assert rows[fine].status == "delivered"
 
 
+def test_a_receipt_for_an_approval_the_checkpoint_does_not_hold_is_not_logged_as_one_to_resend(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 404: that checkpoint has no such approval and answers every resend the same."""
+    bundles = [make_test_bundle(n, tag="f404") for n in (1, 2)]
+    for b in bundles:
+        rig.env.cloud.add("ecs.instance", b.resource_id, "Running")
+        rig.executor.execute(b.raw)
+    unknown, untrusted = (b.approval_id for b in bundles)
+    rig.fake.answer_for.update({unknown: 404, untrusted: 422})
+    with caplog.at_level("ERROR", logger="airlock.executor.feed"):
+        assert rig.reporter.flush() == 2
+    logged = {
+        aid: [r.getMessage() for r in caplog.records if aid in r.getMessage()]
+        for aid in (unknown, untrusted)
+    }
+    [gone] = logged[unknown]
+    assert "it has no such approval, so sending it there again cannot help" in gone
+    assert f"why and what can: airlock executor receipts list {unknown}" in gone
+    assert "receipts resend" not in gone
+    [refused] = logged[untrusted]
+    assert f"once the cause is fixed: airlock executor receipts resend {untrusted}" in refused
+
+
 @pytest.mark.parametrize("status", [500, 502, 404])
 def test_an_error_answer_dripped_a_byte_at_a_time_is_given_up_after_the_deadline(
     rig: Rig, status: int

@@ -758,6 +758,46 @@ def test_the_resend_command_says_what_it_did_and_refuses_with_stable_exit_codes(
     assert "apv_nosuchapproval1: unknown here" in missing.output
 
 
+def test_a_receipt_for_an_approval_the_checkpoint_does_not_hold_is_not_listed_as_one_to_resend(
+    rig: Rig, receipts_cli: Callable[..., Any]
+) -> None:
+    """A 404 (a checkpoint restored from a backup, or another checkpoint than the one that
+    issued the approval) is answered again to every resend: the list says what can help."""
+    airlock = receipts_cli
+    unknown, other = rig.executed(1, "rs404a"), rig.executed(2, "rs404b")
+    untrusted = rig.executed(3, "rs422")
+    rig.fake.answer_for.update({unknown: 404, other: 404, untrusted: 422})
+    assert rig.reporter.flush() == 3
+    listed = airlock("list")
+    assert listed.exit_code == 0, listed.output
+    for aid in (unknown, other):
+        assert (
+            f"{aid} outcome: rejected: the checkpoint has no such approval (404); a resend to "
+            "it cannot help" in listed.output
+        )
+        assert f"{aid} outcome: rejected (send it again" not in listed.output
+    assert (
+        f"{untrusted} outcome: rejected (send it again with: airlock executor receipts resend)"
+        in listed.output
+    )
+    # Said once, under the receipts: check the URL (and the audience), or the approval was
+    # issued after the backup the checkpoint was restored from; the ledger keeps it.
+    assert listed.output.count("A 404 means the checkpoint verified the receipt") == 1
+    why = listed.output.split("A 404 means", 1)[1]
+    for fact in (
+        "AIRLOCK_EXECUTOR_CHECKPOINT_URL names another checkpoint",
+        "AIRLOCK_EXECUTOR_AUDIENCE",
+        "restored from a backup taken before the approval was issued",
+        "this ledger, the source of truth",
+        "receipts list APPROVAL_ID",
+        "airlock audit reconcile",
+    ):
+        assert fact in " ".join(why.split()), fact
+    assert "POST /v1/refusals" not in why  # only for refusal receipts
+    assert "A 404 means" in airlock("list", unknown).output
+    assert "A 404 means" not in airlock("list", untrusted).output
+
+
 def test_the_redelivery_command_takes_a_time_or_named_ids_and_says_what_it_did(
     rig: Rig, receipts_cli: Callable[..., Any]
 ) -> None:
