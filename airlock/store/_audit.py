@@ -53,6 +53,7 @@ from sqlalchemy.orm import Session
 
 from airlock.protocol import Refused, canonical_bytes, loads_strict
 
+from ._chain import SQLITE_CHAIN_HASH, chain_hash
 from ._engine import is_postgresql, is_sqlite, read_transaction, require_immediate
 from .errors import AuditError, ChainError, ExportLineTooLong
 
@@ -104,13 +105,6 @@ _audit = sa.Table(
     sa.Column("prev_hash", sa.String(64), nullable=False),
     sa.Column("row_hash", sa.String(64), nullable=False),
 )
-
-
-def chain_hash(prev_hash: str, event_bytes: bytes) -> str:
-    """``hex(SHA-256(raw(prev_hash) ‖ event_bytes))``; ``prev_hash`` is 64 lowercase hex."""
-    if len(prev_hash) != 64 or prev_hash != prev_hash.lower():
-        raise ValueError("prev_hash must be 64 lowercase hex characters")
-    return hashlib.sha256(bytes.fromhex(prev_hash) + event_bytes).hexdigest()
 
 
 def genesis_event(chain: str) -> dict[str, str]:
@@ -301,7 +295,43 @@ _HEAD = (
     .order_by(_audit.c.seq.desc())
     .limit(1)
 )
-_INSERT = _audit.insert()
+
+# An append is one statement (one round trip): read the head, extend it, return the new
+# row. The head is read in the INSERT's own snapshot, which is taken after the chain lock
+# (PostgreSQL, READ COMMITTED) or inside BEGIN IMMEDIATE (SQLite), as a SELECT of its own
+# would be; the trigger then checks the row against the head once more. row_hash is
+# SHA-256(raw(prev) ‖ event bytes), computed by the database over the very bytes passed
+# in (PostgreSQL's built-in sha256, 11+; on SQLite _chain.sqlite_chain_hash) and checked
+# against chain_hash on the returned row. The WHERE refuses a head whose row_hash is not
+# 64 lowercase hex: nothing is inserted, and append reads the head to say why. The LIMIT
+# is inside the subquery, so the WHERE judges the head only, never an older row.
+_APPEND_SQL = """
+INSERT INTO audit_log (seq, event, prev_hash, row_hash)
+SELECT chain_head.seq + 1, :event, chain_head.row_hash, {row_hash}
+FROM (SELECT seq, row_hash FROM audit_log ORDER BY seq DESC LIMIT 1) AS chain_head
+WHERE {well_formed}
+RETURNING seq, prev_hash, row_hash
+"""
+
+
+def _append_statement(row_hash: str, well_formed: str) -> sa.TextClause:
+    return sa.text(_APPEND_SQL.format(row_hash=row_hash, well_formed=well_formed)).bindparams(
+        sa.bindparam("event", type_=sa.Text),
+        sa.bindparam("event_bytes", type_=sa.LargeBinary),
+    )
+
+
+_APPEND = {
+    "postgresql": _append_statement(
+        "encode(sha256(decode(chain_head.row_hash, 'hex') || :event_bytes), 'hex')",
+        "chain_head.row_hash ~ '^[0-9a-f]{64}$'",
+    ),
+    "sqlite": _append_statement(
+        f"{SQLITE_CHAIN_HASH}(chain_head.row_hash, :event_bytes)",
+        "typeof(chain_head.row_hash) = 'text' AND length(chain_head.row_hash) = 64 "
+        "AND chain_head.row_hash NOT GLOB '*[^0-9a-f]*'",
+    ),
+}
 _PG_LOCK = sa.select(sa.func.pg_advisory_xact_lock(_APPEND_LOCK_KEY))
 #: ``Connection.info`` key: the transaction in which this connection last took the
 #: PostgreSQL append lock (an advisory lock is held until that transaction ends).
@@ -334,24 +364,22 @@ class AuditLog:
         # Serialize appenders before reading the head: under READ COMMITTED the next
         # statement's snapshot then sees the previous appender's committed row.
         AuditLog.lock(connection)
-        head = _head(connection)
-        if not _is_hex64(head.row_hash):
-            raise ChainError(f"audit head seq {head.seq} has a malformed row_hash: verify it")
+        text = data.decode("utf-8")
+        row = connection.execute(
+            _APPEND[connection.dialect.name], {"event": text, "event_bytes": data}
+        ).one_or_none()
+        if row is None:
+            head = _head(connection)  # raises for a chain with no genesis row
+            if not _is_hex64(head.row_hash):
+                raise ChainError(f"audit head seq {head.seq} has a malformed row_hash: verify it")
+            raise ChainError(f"audit append did not extend head seq {head.seq}")
         entry = AuditEntry(
-            seq=head.seq + 1,
-            event_text=data.decode("utf-8"),
-            prev_hash=head.row_hash,
-            row_hash=chain_hash(head.row_hash, data),
+            seq=row.seq, event_text=text, prev_hash=row.prev_hash, row_hash=row.row_hash
         )
-        connection.execute(
-            _INSERT,
-            {
-                "seq": entry.seq,
-                "event": entry.event_text,
-                "prev_hash": entry.prev_hash,
-                "row_hash": entry.row_hash,
-            },
-        )
+        # The database computed the hash; the chain is defined by chain_hash. On a
+        # difference the caller's transaction rolls back, as after any failed append.
+        if entry.row_hash != chain_hash(entry.prev_hash, data):
+            raise ChainError(f"audit append of seq {entry.seq} computed a different row_hash")
         return entry
 
     @staticmethod

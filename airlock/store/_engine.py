@@ -8,7 +8,8 @@ read first then fail with ``SQLITE_BUSY`` on the upgrade, *without* waiting for 
 timeout. Taking the write lock at ``BEGIN`` makes concurrent writers queue instead. This
 is SQLAlchemy's documented recipe ("Serializable isolation / Savepoints / Transactional
 DDL"): ``isolation_level = None`` at connect so pysqlite never emits its own ``BEGIN``,
-and our own ``BEGIN`` from the engine's ``begin`` event.
+and our own ``BEGIN`` from the engine's ``begin`` event. Each connection also gets the
+audit chain's hash as a SQL function (``_chain.py``).
 
 PostgreSQL (several hosts): psycopg 3, ``READ COMMITTED``, ``synchronous_commit=on``,
 pre-ping. Both set explicitly even where they are the defaults (STYLE 7).
@@ -31,6 +32,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError
 
+from ._chain import SQLITE_CHAIN_HASH, sqlite_chain_hash
 from .errors import ConfigError
 
 __all__ = [
@@ -131,6 +133,10 @@ def _sqlite_engine(url: URL, *, create: bool, busy_timeout_s: float, echo: bool)
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
         dbapi_connection.isolation_level = None
+        # The audit append computes its row_hash in its INSERT (see _audit.py).
+        dbapi_connection.create_function(
+            SQLITE_CHAIN_HASH, 2, sqlite_chain_hash, deterministic=True
+        )
         cursor = dbapi_connection.cursor()
         try:
             mode = _enter_wal(cursor, busy_timeout_s)

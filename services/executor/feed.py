@@ -87,7 +87,7 @@ from airlock.store import AuditLog, read_transaction
 
 from .errors import CheckpointUnauthorized
 from .failpoints import Failpoints
-from .ledger import reportable_refusal
+from .ledger import held_until, reportable_refusal
 from .models import (
     TERMINAL_STATES,
     checkpoint_head,
@@ -549,7 +549,7 @@ class CheckpointFeedSource:
         now = self._clock()
         self._hold_if_foreign(head, now)
         with read_transaction(self._engine) as conn:
-            until = conn.execute(sa.select(sa.func.max(ledger_holds.c.until))).scalar()
+            until = held_until(conn)
         if until is None or now >= until:
             return False
         mono = self._mono()

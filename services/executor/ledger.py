@@ -27,6 +27,7 @@ from .models import (
     LedgerRow,
     State,
     ledger,
+    ledger_holds,
     outbox,
     refusals,
     resolutions,
@@ -37,6 +38,7 @@ __all__ = [
     "consume",
     "expired",
     "get",
+    "held_until",
     "insert_refusal",
     "insert_resolution",
     "queue_receipt",
@@ -64,23 +66,51 @@ def _insert_ignore(conn: Connection, table: sa.Table) -> Any:
     raise RuntimeError(f"unsupported dialect {conn.dialect.name!r}")
 
 
+#: The parameter of the consume statement that is not a column: the time a hold is
+#: judged at (``consume``'s ``now``).
+_HOLD_NOW: Final = "consume_hold_now"
+
+
 @functools.cache
 def _consume_statement(dialect: str) -> sa.Insert:
     # One statement per dialect with the row as parameters: SQLAlchemy then reuses its
     # compiled form instead of building and caching a statement per consumed approval.
+    # INSERT … SELECT rather than VALUES, so that the row comes with the hold check: no
+    # row while a hold is in force, in the same statement (one round trip, not two).
     if dialect not in ("postgresql", "sqlite"):
         raise RuntimeError(f"unsupported dialect {dialect!r}")
+    held = sa.exists().where(ledger_holds.c.until > sa.bindparam(_HOLD_NOW, type_=sa.BigInteger))
+    row = sa.select(*(sa.bindparam(c.name, type_=c.type) for c in ledger.c)).where(~held)
     insert = postgresql.insert(ledger) if dialect == "postgresql" else sqlite.insert(ledger)
-    return insert.on_conflict_do_nothing().returning(ledger.c.approval_id)
+    return (
+        insert.from_select(list(ledger.c), row)
+        .on_conflict_do_nothing()
+        .returning(ledger.c.approval_id)
+    )
 
 
-def consume(conn: Connection, row: Mapping[str, Any]) -> bool:
-    """(13) Insert the ledger row in state ``claimed``; False if any UNIQUE key is taken."""
+def consume(conn: Connection, row: Mapping[str, Any], *, now: int) -> bool:
+    """(13) Insert the ledger row in state ``claimed``, unless a ledger hold is in force
+    at ``now``; False if nothing was inserted: a UNIQUE key is taken, or a hold is in
+    force (ask :func:`held_until` which, under the same chain lock, before acting)."""
     if row["state"] != State.CLAIMED:
         raise ValueError("a ledger row is born claimed")
+    if set(row) != {c.name for c in ledger.c}:
+        raise ValueError("a ledger row names every column")
     # RETURNING, not rowcount: psycopg reports -1 for INSERT … ON CONFLICT DO NOTHING.
-    inserted = conn.execute(_consume_statement(conn.dialect.name), dict(row)).first()
+    inserted = conn.execute(_consume_statement(conn.dialect.name), {**row, _HOLD_NOW: now}).first()
     return inserted is not None
+
+
+# Built once, values as parameters (see _consume_statement).
+_HELD_UNTIL: Final = sa.select(sa.func.max(ledger_holds.c.until))
+
+
+def held_until(conn: Connection) -> int | None:
+    """The end of the latest ledger hold recorded (``executor_ledger_holds``), or None.
+    A hold is in force while ``now`` is before it."""
+    until = conn.execute(_HELD_UNTIL).scalar()
+    return None if until is None else int(until)
 
 
 def get(conn: Connection, approval_id: str) -> LedgerRow | None:

@@ -31,12 +31,11 @@ import threading
 from collections.abc import Container
 from typing import TYPE_CHECKING
 
-import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError
 
 from . import ledger
 from .errors import Fenced, LedgerHeld
-from .models import Outcome, State, ledger_holds
+from .models import Outcome, State
 from .sources import BundleSource
 
 if TYPE_CHECKING:
@@ -61,7 +60,7 @@ def recover_expired(
     now = executor.clock()
     with executor.engine.begin() as conn:
         rows = ledger.expired(conn, now, limit)
-        held_until = conn.execute(sa.select(sa.func.max(ledger_holds.c.until))).scalar()
+        held_until = ledger.held_until(conn)
     if not continue_claimed or (held_until is not None and now < held_until):
         # The ledger may have gone back (executor_ledger_holds): a `claimed` row in it may
         # be one the ledger it was restored over went on to write. It waits, untouched,

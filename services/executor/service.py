@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from airlock.cloud.ports import (
@@ -61,7 +60,7 @@ from . import ledger
 from .errors import Fenced, LedgerHeld, OperatorRefusal, ResolutionError, recordable
 from .failpoints import Failpoints
 from .keys import TrustedKeysFile
-from .models import LedgerRow, Outcome, State, ledger_holds
+from .models import LedgerRow, Outcome, State
 from .receipts import RECEIPT_TYPE, AuditHead, Receipt, ReceiptSigner, Resolution
 from .sources import OutcomeSink
 
@@ -320,10 +319,8 @@ class Executor:
         with self._engine.begin() as conn:
             AuditLog.lock(conn)  # the chain lock before any row lock (no lock cycles)
             # Under the chain lock, which a hold is recorded under too: no consume slips
-            # in beside a hold's recording. Raised, it rolls back: nothing is recorded.
-            held_until = conn.execute(sa.select(sa.func.max(ledger_holds.c.until))).scalar()
-            if held_until is not None and now < held_until:
-                raise LedgerHeld(int(held_until))
+            # in beside a hold's recording. The INSERT inserts nothing while a hold is in
+            # force; why it did not is asked below, still under the lock.
             consumed = ledger.consume(
                 conn,
                 {
@@ -351,7 +348,12 @@ class Executor:
                     "detail": "",
                     "receipt": None,
                 },
+                now=now,
             )
+            if not consumed:
+                held_until = ledger.held_until(conn)
+                if held_until is not None and now < held_until:
+                    raise LedgerHeld(held_until)  # rolls back: nothing is recorded
             if consumed:
                 self._audit(
                     conn,

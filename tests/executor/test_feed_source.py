@@ -1747,3 +1747,42 @@ def test_a_hold_stops_every_source_before_anything_is_consumed(env: Env, tmp_pat
     assert outcome.state is State.SUCCEEDED
     assert list(inbox.glob("*.json")) == []  # acknowledged (moved to done/)
     assert verify_chain(env.engine).ok
+
+
+def _hold(env: Env, until: int) -> None:
+    with env.engine.begin() as conn:
+        conn.execute(
+            sa.insert(ledger_holds).values(
+                feed=BASE, head_seq=1, head_hash="cd" * 32, since=env.clock(), until=until
+            )
+        )
+
+
+def test_a_replay_during_a_hold_meets_the_hold_and_records_nothing(env: Env) -> None:
+    """The consume's INSERT inserts nothing while a hold is in force, and a taken key
+    inserts nothing either: the hold is told apart, under the chain lock, before a replay
+    would be recorded."""
+    b = make_test_bundle(1, tag="fheldreplay")
+    env.cloud.add("ecs.instance", b.resource_id, "Running")
+    assert env.executor.execute(b.raw).state is State.SUCCEEDED
+    _hold(env, env.clock() + 100)
+    with env.engine.connect() as conn:
+        head = AuditLog.head(conn)
+    with pytest.raises(LedgerHeld):
+        env.executor.execute(b.raw)
+    with env.engine.connect() as conn:
+        assert AuditLog.head(conn) == head  # no refusal event
+        assert conn.execute(sa.select(refusals)).all() == []
+        assert len(conn.execute(sa.select(ledger)).all()) == 1
+    assert env.cloud.writes_for(b.resource_id) == 1
+
+
+def test_a_hold_ends_at_its_until(env: Env) -> None:
+    """In force while now < until, as every reader of the holds judges it."""
+    b = make_test_bundle(1, tag="fheldends")
+    env.cloud.add("ecs.instance", b.resource_id, "Running")
+    _hold(env, env.clock() + 1)
+    with pytest.raises(LedgerHeld):
+        env.executor.execute(b.raw)
+    env.clock.advance(1)
+    assert env.executor.execute(b.raw).state is State.SUCCEEDED

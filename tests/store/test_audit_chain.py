@@ -92,6 +92,37 @@ def test_appends_chain_from_genesis_and_verify(engine: Engine) -> None:
     assert verify_chain(engine, expect_head=(1, first.row_hash)).ok
 
 
+def test_non_ascii_events_hash_their_utf8_bytes(engine: Engine) -> None:
+    # The database hashes the bytes it is given, never its own encoding of the text.
+    with engine.begin() as conn:
+        entry = AuditLog.append(conn, {"type": "test.note", "by": "Zoë 🛑 ✓"}, at=NOW)
+    [_, row] = _rows(engine)
+    assert row.event == entry.event_text and "Zoë 🛑 ✓" in row.event
+    assert row.row_hash == chain_hash(GENESIS_ROW_HASH, row.event.encode("utf-8"))
+    assert verify_chain(engine).ok
+
+
+def test_an_append_is_one_statement_after_the_chain_lock(engine: Engine) -> None:
+    # The head is read by the INSERT itself: no SELECT of the head before it.
+    seen: list[str] = []
+
+    def record(_c: Any, _cur: Any, statement: str, *_: Any) -> None:
+        seen.append(" ".join(statement.split()))
+
+    sa.event.listen(engine, "before_cursor_execute", record)
+    try:
+        with engine.begin() as conn:
+            AuditLog.lock(conn)
+            seen.clear()
+            AuditLog.append(conn, {"type": "test.one"}, at=NOW)
+            AuditLog.append(conn, {"type": "test.two"}, at=NOW)
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", record)
+    assert len(seen) == 2, seen
+    assert all(s.startswith("INSERT INTO audit_log") for s in seen), seen
+    assert verify_chain(engine).ok
+
+
 def test_rolled_back_transaction_leaves_no_event_and_no_gap(engine: Engine) -> None:
     class Boom(Exception):
         pass
@@ -176,6 +207,22 @@ def test_chain_hash_refuses_a_previous_hash_that_is_not_hex_digest() -> None:
     for bad in ("ab", "A" * 64, "g" * 64):
         with pytest.raises(ValueError):
             chain_hash(bad, b"{}")
+
+
+def test_sqlite_chain_function_is_chain_hash_and_nothing_else(sqlite_url: str) -> None:
+    engine = make_engine(sqlite_url)
+    try:
+        with engine.connect() as conn:
+            fn = "SELECT airlock_chain_hash(?, ?)"
+            got = conn.exec_driver_sql(fn, (GENESIS_ROW_HASH, b'{"a":1}')).scalar()
+            assert got == chain_hash(GENESIS_ROW_HASH, b'{"a":1}')
+            # Text for the event, or a blob for the hash: NULL, which row_hash refuses.
+            assert conn.exec_driver_sql(fn, (GENESIS_ROW_HASH, '{"a":1}')).scalar() is None
+            assert conn.exec_driver_sql(fn, (bytes(32), b"{}")).scalar() is None
+            with pytest.raises(DBAPIError):
+                conn.exec_driver_sql(fn, ("A" * 64, b"{}")).scalar()
+    finally:
+        engine.dispose()
 
 
 def test_sqlite_connection_not_from_make_engine_is_refused(sqlite_url: str) -> None:
@@ -586,8 +633,13 @@ def test_cli_verify_names_an_over_long_line_without_reading_it_whole(
     )
 
 
-def test_append_on_a_corrupted_head_is_refused(engine: Engine) -> None:
-    append_events(engine, 1)
-    tamper(engine, "UPDATE audit_log SET row_hash = 'not-a-digest' WHERE seq = 1")
+@pytest.mark.parametrize(
+    "bad", ["not-a-digest", "AB" * 32, "ab" * 31 + "a", "ab" * 31 + "a ", "ab" * 31 + "a\n"]
+)
+def test_append_on_a_corrupted_head_is_refused(engine: Engine, bad: str) -> None:
+    append_events(engine, 2)
+    tamper(engine, f"UPDATE audit_log SET row_hash = '{bad}' WHERE seq = 2")
     with engine.begin() as conn, pytest.raises(ChainError, match="malformed"):
         AuditLog.append(conn, {"type": "test.event"}, at=NOW)
+    # Refused at the head: never appended after the last well-formed row instead.
+    assert [r.seq for r in _rows(engine)] == [0, 1, 2]
