@@ -1192,21 +1192,15 @@ class OutboxReporter:
                 text = ascii(text)[1:-1]
             self._record(item, "rejected", status, code, _clip(text))
             if status == APPROVAL_UNKNOWN:
-                _log.error(
-                    "checkpoint refused the %s receipt of %s for good (attempt %d): HTTP %d "
-                    "%s, it has no such approval, so sending it there again cannot help; "
-                    "why and what can: airlock executor receipts list %s",
-                    item.kind,
-                    item.approval_id,
-                    item.attempt,
-                    status,
-                    code,
-                    item.approval_id,
+                hint = (
+                    "it has no such approval, so sending it there again cannot help; why "
+                    "and what can: airlock executor receipts list %s"
                 )
-                return
+            else:
+                hint = "once the cause is fixed: airlock executor receipts resend %s --by NAME"
             _log.error(
                 "checkpoint refused the %s receipt of %s for good (attempt %d): HTTP %d %s; "
-                "once the cause is fixed: airlock executor receipts resend %s --by NAME",
+                + hint,
                 item.kind,
                 item.approval_id,
                 item.attempt,
