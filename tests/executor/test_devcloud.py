@@ -354,10 +354,10 @@ def test_the_inbox_daemon_takes_a_bundle_without_waiting_out_its_poll_and_stops_
         )
     try:
         deadline = time.monotonic() + 30
-        while b" serving" not in log.read_bytes():  # polling its log under a deadline
+        while b" serving" not in log.read_bytes():
             assert proc.poll() is None, log.read_text()
             assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.05)
+            time.sleep(0.05)  # polling its log under a deadline, not a race
         b = make_test_bundle(1, tag="dcinbox", issued_at=int(time.time()))
         devcloud.admin.create_instance(b.resource_id, status="Running")
         (inbox / ".b.json.tmp").write_bytes(b.raw)
@@ -365,7 +365,7 @@ def test_the_inbox_daemon_takes_a_bundle_without_waiting_out_its_poll_and_stops_
         deadline = time.monotonic() + 20  # a third of the poll wait
         while not (inbox / "done" / "b.json").exists():
             assert time.monotonic() < deadline, "not taken within 20 s:\n" + log.read_text()
-            time.sleep(0.05)
+            time.sleep(0.05)  # polling the inbox under a deadline, not a race
         assert _writes(devcloud, b.resource_id) == 1
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0, log.read_text()
