@@ -94,7 +94,11 @@ def _running_up(cwd: Path, ports: dict[str, int]) -> Iterator[_Up]:
     )
     up = _Up(proc)
     try:
-        _wait("airlock up to be ready", lambda: "Airlock is running" in up.text or proc.poll())
+        # The banner's last line, not its first: the passwords come after "Airlock is
+        # running", and the reader thread may not have them yet (a flake seen once).
+        _wait(
+            "airlock up to be ready", lambda: "Ctrl-C stops everything." in up.text or proc.poll()
+        )
         assert proc.poll() is None, up.text
         yield up
     finally:
