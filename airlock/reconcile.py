@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from airlock.store import GENESIS_TYPE, ChainReport, verify_export
+from airlock.text import inert
 
 __all__ = [
     "Finding",
@@ -631,11 +632,9 @@ def _check_checkpoint_head(head: _CheckpointHead, cp: _Checkpoint) -> list[Findi
     return []
 
 
-def printable(text: str) -> str:
-    """``text`` with every character that is not printable escaped (``\\r``, ``\\x1b``)."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+#: What ``airlock audit`` prints from a chain, escaped as everything else shown to a
+#: person is (``\\u001b``; airlock.text): kept under this name for its callers.
+printable: Final = inert
 
 
 def shown(findings: list[Finding]) -> tuple[list[Finding], int]:

@@ -13,6 +13,7 @@ from typing import Any, Final
 
 from markupsafe import Markup
 
+from airlock import text
 from airlock.protocol import ProposedAction, Refused, action_hash, canonical_bytes
 
 from .client import ExecutorRefusalView, ProposalView
@@ -62,24 +63,15 @@ OPEN_STATES: Final = frozenset({"pending", "approved", "in_doubt"})
 _KINDS: Final = {"ecs.instance": "ECS instance", "rds.instance": "RDS database instance"}
 
 
-_KEEP: Final = frozenset(" \n\r\t")
-
-
 def inert(value: Any) -> Any:
     """Every string the pages print, with control, format (bidi) and separator characters
     shown as ``\\uXXXX`` — an agent's text must not reorder what an approver reads (a
     right-to-left override can make ``dorp-db`` read ``prod-db``). Line breaks and tabs
-    stay. The CLI shows text the same way (``airlock.cli._text.inert``)."""
+    stay: on a page they are layout. The escaping is the kernel's (``airlock.text``), as
+    the CLI's is."""
     if not isinstance(value, str) or value.isprintable():
         return value
-    shown = "".join(
-        ch
-        if ch in _KEEP or ch.isprintable()
-        else f"\\u{ord(ch):04x}"
-        if ord(ch) <= 0xFFFF
-        else f"\\U{ord(ch):08x}"
-        for ch in value
-    )
+    shown = text.inert(value, layout=True)
     # Already-escaped markup stays markup: the replacements are plain ASCII.
     return Markup(shown) if isinstance(value, Markup) else shown  # noqa: S704 - was Markup
 

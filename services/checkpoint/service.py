@@ -48,6 +48,7 @@ from airlock.protocol import (
     verify_envelope,
 )
 from airlock.store import AuditLog, read_transaction, verify_chain
+from airlock.text import inert
 
 from ._db import Database
 from .auth import Principal
@@ -1410,18 +1411,11 @@ def _refusal_note(payload: Any) -> _RefusalNote:
 
 def _shown(text: str) -> str:
     """Executor text as stored and shown: every character that is not printable (NUL,
-    an escape sequence, a bidi override) escaped, clipped to ``_DETAIL_MAX``."""
-    pieces = [c if c.isprintable() else c.encode("unicode_escape").decode() for c in text]
-    if sum(map(len, pieces)) <= _DETAIL_MAX:
-        return "".join(pieces)
-    out: list[str] = []
-    size = 0
-    for shown in pieces:
-        if size + len(shown) > _DETAIL_MAX - 1:  # whole escapes only, then the ellipsis
-            break
-        out.append(shown)
-        size += len(shown)
-    return "".join(out) + "…"
+    an escape sequence, a bidi override) escaped as everything shown to a person is
+    (airlock.text), clipped to ``_DETAIL_MAX`` between escapes. Only a copy for showing:
+    the receipt it came from is stored as received, so rows stored in the older
+    ``\\x1b`` style lose nothing and are left as they are."""
+    return inert(text, limit=_DETAIL_MAX)
 
 
 def _deny_message(decision: Decision) -> str:

@@ -81,7 +81,12 @@ class SimulatedCrash(ExecutorError):
 
 def recordable(text: str, limit: int = 120) -> str:
     """Operator input as a refusal's audit event holds it: printable ASCII as it is, the
-    rest ``ascii()``-escaped, at most ``limit`` characters."""
+    rest ``ascii()``-escaped, at most ``limit`` characters.
+
+    Not :func:`airlock.text.inert`, the form shown to people: this goes into the hash
+    chain, whose events keep the form they were written in, and ``ascii()`` escapes the
+    backslash too, so what was given can be read back exactly (``\\u202e`` typed is not
+    U+202E given). Shown, it is printable already and reads the same."""
     shown = text if text.isascii() and text.isprintable() else ascii(text)[1:-1]
     return shown if len(shown) <= limit else shown[: limit - 1] + "~"
 

@@ -1188,7 +1188,10 @@ class OutboxReporter:
             # Only an operator sends it again, once the cause is fixed (resend.py).
             code = _error_code(status, answer)
             text = answer.decode("utf-8", errors="replace")
-            if not text.isprintable():  # as the code above: no NUL, no escape sequence
+            # As the code above: no NUL, no escape sequence. Stored in the ledger's
+            # delivery record, the only copy of the answer: ``ascii()`` (not the shown
+            # form, airlock.text) keeps it recoverable and keeps rows in one form.
+            if not text.isprintable():
                 text = ascii(text)[1:-1]
             self._record(item, "rejected", status, code, _clip(text))
             if status == APPROVAL_UNKNOWN:

@@ -788,8 +788,8 @@ def test_control_characters_from_a_crafted_export_are_escaped_on_screen(tmp_path
     )
     assert result.exit_code == 1
     assert "\r" not in result.output and "\x1b" not in result.output
-    assert "R_UNISSUED a1\\r\\x1b[2K" in result.output
-    assert "1 \\x1b[31msucceeded" in result.output
+    assert "R_UNISSUED a1\\u000d\\u001b[2K" in result.output
+    assert "1 \\u001b[31msucceeded" in result.output
 
 
 @pytest.mark.parametrize("which", ["--checkpoint-file", "--executor-file", "--checkpoint-before"])

@@ -280,7 +280,7 @@ def test_executor_text_is_stored_printable_and_clipped(world: World) -> None:
     hostile = "\x00\x1b[31mred\u202eevil\r\n" + "x" * 1980
     assert _post(world, _refusal(approval_id, detail=hostile)).status_code == 200
     (note,) = _show(world, proposal["id"])["executor_refusals"]
-    assert note["detail"].startswith("\\x00\\x1b[31mred\\u202eevil\\r\\n")
+    assert note["detail"].startswith("\\u0000\\u001b[31mred\\u202eevil\\u000d\\u000a")
     assert note["detail"].isprintable()
     assert len(note["detail"]) == 2000 and note["detail"].endswith("…")
 

@@ -104,7 +104,7 @@ def test_show_prints_an_executor_refusal_before_use_inert(served: Served) -> Non
     assert result.exit_code == 0, result.output
     line = next(x for x in result.stdout.splitlines() if x.startswith("refused "))
     assert "before use by executor airlock-executor/staging" in line
-    assert "E_AUDIENCE: approval is for another executor\\x1b[2J" in line
+    assert "E_AUDIENCE: approval is for another executor\\u001b[2J" in line
     assert "\x1b" not in result.stdout  # the escape sequence never reaches the terminal
     assert f"proposal   {record['id']}  (approved)" in result.stdout
     shown = json.loads(served.run("approvals", "show", record["id"], "--json").stdout)

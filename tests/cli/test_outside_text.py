@@ -235,7 +235,7 @@ def test_a_hostile_audit_event_cannot_send_terminal_controls_through_trace(
     scripted = airlock("audit", "trace", "prop_trace0000001", "--checkpoint-db", db, "--json")
     assert plain.exit_code == scripted.exit_code == 0, plain.output
     assert _raw(plain.stdout) == [] and _raw(scripted.stdout) == []
-    assert "approval apv_\\x9b2J" in plain.stdout  # the linked id, as trace escapes text
+    assert "approval apv_\\u009b2J" in plain.stdout  # the linked id, as trace escapes text
     [event] = json.loads(scripted.stdout)["events"]
     assert event["approval_id"] == "apv_" + HOSTILE
     assert READABLE in scripted.stdout
