@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ._text import inert, say
+from ._text import inert, inert_log_config, say
 
 if TYPE_CHECKING:
     from services.agent.service import RunReport
@@ -83,6 +83,8 @@ def agent_command(
     ] = False,
 ) -> None:
     """Find idle ECS/RDS instances with the read-only key and propose stop/delete."""
+    import logging.config
+
     from airlock.cloud.alibaba import AlibabaConfig, AlibabaReader
     from airlock.settings import AgentSettings
     from services.agent.errors import AgentError
@@ -91,6 +93,9 @@ def agent_command(
     if once == loop:
         typer.echo("agent: pass exactly one of --once or --loop", err=True)
         raise typer.Exit(2)
+    # The agent logs what the cloud lists (an instance id, a tag) and the checkpoint's
+    # answers: escaped (airlock.text), at the level Python's default handler had.
+    logging.config.dictConfig(inert_log_config("WARNING"))
     try:
         settings = AgentSettings()
         key_id, secret = settings.cloud_credentials()

@@ -57,6 +57,7 @@ def checkpoint_command(
     from services.checkpoint.errors import ConfigError
 
     from ._serve import ServerAnsweringOnStop
+    from ._text import inert_log_config
 
     settings = _settings()
     try:
@@ -70,6 +71,8 @@ def checkpoint_command(
             host=host or settings.host,
             port=port or settings.port,
             log_level="info",
+            # Every line escaped (airlock.text), a traceback's too: its text can be a request's.
+            log_config=inert_log_config("INFO"),
             access_log=False,  # paths are harmless, but keep one policy: no request logging
             workers=1,
             # Requests still running this long after a stop began are cut. Open feed

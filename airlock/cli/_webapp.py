@@ -36,6 +36,8 @@ def webapp_command(
     from airlock.tls import CAFileError
     from webapp.app import create_app
 
+    from ._text import inert_log_config
+
     changes = {
         k: v
         for k, v in (("host", host), ("port", port), ("checkpoint_url", checkpoint_url))
@@ -58,6 +60,8 @@ def webapp_command(
         host=base.host,
         port=base.port,
         log_level="warning",
+        # Every line escaped (airlock.text), a traceback's too: its text can be a request's.
+        log_config=inert_log_config("WARNING"),
         proxy_headers=False,
         server_header=False,
     )

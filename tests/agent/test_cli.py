@@ -66,3 +66,24 @@ def test_agent_refuses_to_start_outside_dev_without_its_settings(tmp_path: Path)
     result = _airlock(["agent", "--once", "--dry-run"], env, tmp_path)
     assert result.returncode == 2
     assert "must be set outside AIRLOCK_ENV=dev" in result.stderr
+
+
+def test_a_cloud_instance_id_cannot_forge_a_line_in_the_agent_log(tmp_path: Path) -> None:
+    # An id the protocol refuses is logged as a warning, the id quoted; the cloud chose
+    # it, so it carries a CR LF and a forged line, ESC, a CSI and a bidi override.
+    forged = "2026-01-01 00:00:00 WARNING services.agent all clear"
+    hostile = f"i-bad\r\n{forged}\x1b[2J\x9b31m\u202e"
+    with running_devcloud(tmp_path / "dc", instances=0, now=int(time.time())) as dc:
+        dc.admin.create_instance(hostile)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AIRLOCK_")}
+        env.update(dc.env("AGENT", write=False))
+        env["AIRLOCK_ENV"] = "dev"
+        env["AIRLOCK_AGENT_CHECKPOINT_URL"] = "http://127.0.0.1:9"
+
+        result = _airlock(["agent", "--once", "--dry-run"], env, tmp_path)
+
+    assert result.returncode == 0, result.stderr
+    log = result.stderr
+    assert "i-bad\\u000d\\u000a" + forged + "\\u001b[2J\\u009b31m\\u202e" in log
+    assert not [c for c in log if not (c.isprintable() or c == "\n")]
+    assert not [line for line in log.splitlines() if line.startswith(forged)]
