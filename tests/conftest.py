@@ -13,6 +13,7 @@ URLs are plain ``sqlite:///…`` / ``postgresql://…`` strings for ``make_engin
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from collections.abc import Iterator
@@ -25,6 +26,36 @@ from sqlalchemy.engine import make_url
 
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
 _pg_unreachable: list[str] = []
+
+
+#: Loggers a command configures for its whole process when it starts (the root, uvicorn's).
+_CONFIGURED_LOGGERS = ("", "uvicorn", "uvicorn.error", "uvicorn.access")
+
+
+@pytest.fixture(autouse=True)
+def _process_logging_restored() -> Iterator[None]:
+    """Logging as it was before the test, after it.
+
+    A command run in-process (typer's runner) configures logging for the whole process,
+    as it must in a real one (airlock.text.inert_log_config): its handler writes to the
+    stderr the runner had then. Left in place, a later test's log records go to that
+    closed stream and "--- Logging error ---" lands in whatever that test captures
+    (found when a checkpoint command test ran before the CLI's sign-in tests).
+    """
+    saved = [
+        (lg, lg.level, list(lg.handlers), lg.propagate, lg.disabled)
+        for lg in (logging.getLogger(name) for name in _CONFIGURED_LOGGERS)
+    ]
+    yield
+    for lg, level, before, propagate, disabled in saved:
+        lg.setLevel(level)
+        # pytest adds and removes its own capture handlers around each phase: leave
+        # those to it, and drop only what the test's commands added.
+        lg.handlers[:] = [
+            h for h in lg.handlers if h in before or type(h).__module__.startswith("_pytest")
+        ]
+        lg.propagate = propagate
+        lg.disabled = disabled
 
 
 def _pg_admin_url() -> str:
