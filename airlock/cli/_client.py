@@ -25,19 +25,23 @@ Nothing here prints or logs a token, and what it prints of an answer is escaped
 from __future__ import annotations
 
 import enum
-import ssl
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import httpx
 import typer
 
-from airlock.httpdeadline import with_deadlines, within
-
-from ._session import Credentials, SessionError
 from ._text import inert_json, say
+
+if TYPE_CHECKING:
+    # Imported where a call is made: ``airlock --help`` must not pay for httpx, nor for
+    # the session file's pydantic model (a test holds it to this).
+    import ssl
+
+    import httpx
+
+    from ._session import Credentials
 
 __all__ = [
     "EXIT_CODES_HELP",
@@ -56,7 +60,9 @@ _USER_AGENT: Final = "airlock-cli/1"
 #: operation each, so a checkpoint or a proxy dripping its answer would otherwise hold the
 #: command for as long as it liked. Past it the checkpoint is unavailable (exit 3).
 _DEADLINE_S: Final = 15.0
-_TIMEOUT: Final = httpx.Timeout(_DEADLINE_S, connect=5.0)
+#: httpx's per-operation timeouts (built into an ``httpx.Timeout`` where a client is made).
+_TIMEOUT_S: Final = _DEADLINE_S
+_CONNECT_TIMEOUT_S: Final = 5.0
 
 
 class ExitCode(enum.IntEnum):
@@ -122,6 +128,10 @@ class CheckpointClient:
         file's context (:func:`airlock.tls.checkpoint_verify`); never False."""
         if verify is False:
             raise ValueError("TLS verification of the checkpoint cannot be turned off")
+        import httpx
+
+        from airlock.httpdeadline import with_deadlines
+
         self.url = url
         headers = {"User-Agent": _USER_AGENT, "Accept": "application/json"}
         if token is not None:
@@ -129,7 +139,7 @@ class CheckpointClient:
         self._http = httpx.Client(
             base_url=url,
             headers=headers,
-            timeout=_TIMEOUT,
+            timeout=httpx.Timeout(_TIMEOUT_S, connect=_CONNECT_TIMEOUT_S),
             follow_redirects=False,
             verify=verify,
         )
@@ -149,6 +159,12 @@ class CheckpointClient:
 
     def raw(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """The response whatever its status; transport failures are unavailability."""
+        import httpx
+
+        from airlock.httpdeadline import within
+
+        from ._session import SessionError
+
         try:
             with within(_DEADLINE_S):
                 return self._http.request(method, path, **kwargs)
@@ -198,6 +214,8 @@ def handle_errors(*, as_json: bool = False, hint_login: bool = True) -> Iterator
     With ``as_json`` a refusal is also written to stdout as the API's own error object,
     so a script can read the code without parsing prose.
     """
+    from ._session import SessionError
+
     try:
         yield
     except SessionError as exc:
