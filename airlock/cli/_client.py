@@ -104,10 +104,37 @@ class LocalRefusal(ClientError):
         self.message = message
 
 
+#: The largest answer read as JSON: a page of 200 proposals, each with its action text
+#: (at most 16 KiB canonical, escaped once more as a string), is a few MiB.
+_MAX_ANSWER_BYTES: Final = 32 * 1024 * 1024
+
+
+class _NotStrictJSON(ValueError):
+    pass
+
+
+def _json_answer(response: httpx.Response) -> Any:
+    """The checkpoint's answer parsed strictly (DESIGN §2.1), the one way this CLI reads one.
+
+    ``response.json()`` is Python's ``json.loads``: it keeps the last of duplicate keys
+    (``{"state": "rejected", "state": "approved"}`` reads as approved), and accepts
+    ``NaN``, ``Infinity`` and lone surrogates, so a checkpoint, or anything in between,
+    could show a person one thing while another parser reads another. Refused too:
+    invalid UTF-8, a BOM, trailing data, floats (the API has none), deep nesting. Not NFC
+    is allowed: the API relays text it did not write, and nothing here is signed.
+    """
+    from airlock.protocol import Refused, loads_strict
+
+    try:
+        return loads_strict(response.content, max_bytes=_MAX_ANSWER_BYTES, nfc=False)
+    except Refused as exc:
+        raise _NotStrictJSON(exc.detail) from None
+
+
 def _refusal(response: httpx.Response) -> CheckpointRefused | None:
     try:
-        body = response.json()
-    except ValueError:
+        body = _json_answer(response)
+    except _NotStrictJSON:
         return None
     error = body.get("error") if isinstance(body, dict) else None
     if not isinstance(error, dict):
@@ -197,9 +224,9 @@ class CheckpointClient:
         if not 200 <= response.status_code < 300:
             raise CheckpointUnavailable(f"unexpected {response.status_code} from {self.url}")
         try:
-            return response.json()
-        except ValueError:
-            raise CheckpointUnavailable(f"{self.url} did not answer JSON") from None
+            return _json_answer(response)
+        except _NotStrictJSON as exc:
+            raise CheckpointUnavailable(f"{self.url} did not answer JSON: {exc}") from None
 
 
 def _say(message: str) -> None:
