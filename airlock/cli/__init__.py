@@ -7,6 +7,7 @@ service and no secret.
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated
 
 import typer
@@ -83,11 +84,15 @@ def main() -> None:
     """The ``airlock`` script: ``app`` with one line, not a traceback, for a database
     that cannot be reached (down, wrong host, port or credentials), whichever command
     met it first."""
-    from sqlalchemy.exc import OperationalError
-
     try:
         app()
-    except OperationalError as exc:
+    except Exception as exc:
+        # Not ``except OperationalError``: importing SQLAlchemy to name it would cost every
+        # command, ``--help`` too, a tenth of a second. A command that met the database has
+        # imported it, so one that did not cannot have raised it.
+        errors = sys.modules.get("sqlalchemy.exc")
+        if errors is None or not isinstance(exc, errors.OperationalError):
+            raise
         reason = str(exc.orig or exc).strip().splitlines()[0]
         typer.echo(f"error: the database cannot be reached: {reason}", err=True)
         raise SystemExit(2) from None

@@ -19,12 +19,9 @@ import re
 import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Annotated, Any, Final, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
 import typer
-from pydantic import BaseModel, ConfigDict, ValidationError
-
-from airlock.protocol import ProposedAction, Refused, action_hash
 
 from ._client import (
     EXIT_CODES_HELP,
@@ -35,8 +32,15 @@ from ._client import (
     handle_errors,
 )
 from ._help import Typer
-from ._session import load_credentials
 from ._text import inert, inert_json, say
+
+if TYPE_CHECKING:
+    # Imported in the commands that run: ``--help`` loads neither pydantic nor the
+    # protocol kernel (a test holds it to this).
+    from airlock.protocol import ProposedAction
+
+    from ._proposal import Page as _Page
+    from ._proposal import Proposal as _Proposal
 
 __all__ = ["approvals_app"]
 
@@ -73,133 +77,6 @@ State = Literal[
     "denied",
 ]
 Reason = Literal["not_idle", "protected", "wrong_target", "needs_more_info", "other"]
-
-
-# -- the API's shapes, as read here ------------------------------------------------------
-
-
-class _View(BaseModel):
-    # Unknown fields are ignored so a newer checkpoint does not break the CLI; missing
-    # ones are an error (exit 3).
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-
-class _Policy(_View):
-    rule: str
-    effect: str
-    quorum: int
-    confirm: bool
-    hash: str
-
-
-class _Vote(_View):
-    voter: str
-    at: int
-    note: str
-    counts: bool = True  # false once the voter was disabled or lost the approver role
-
-
-class _Approval(_View):
-    approval_id: str
-    keyid: str
-    issued_at: int
-    expires_at: int
-    revoked_at: int | None
-    revoked_by: str | None
-
-
-class _Rejection(_View):
-    reason_code: str
-    note: str
-    by: str
-    at: int
-
-
-class _Outcome(_View):
-    approval_id: str
-    outcome: str
-    refusal_code: str | None
-    receipt_verified: bool
-    late: bool
-    reported_at: int
-    resolution: str | None
-    resolved_by: str | None
-    resolved_at: int | None
-    resolution_note: str | None
-
-
-class _ExecutorRefusal(_View):
-    approval_id: str
-    refusal_code: str
-    detail: str
-    executor: str
-    at: int
-    reported_at: int
-
-
-class _Proposal(_View):
-    id: str
-    state: str
-    action_hash: str
-    action_jcs: str
-    account: str
-    region: str
-    resource_type: str
-    resource_id: str
-    operation: str
-    risk: str
-    proposed_by: str
-    policy: _Policy
-    deny_reason: str | None
-    votes: list[_Vote]
-    votes_needed: int
-    approval_deadline: int
-    created_at: int
-    approval: _Approval | None
-    rejection: _Rejection | None
-    outcome: _Outcome | None
-    # Absent from a checkpoint older than POST /v1/refusals.
-    executor_refusals: list[_ExecutorRefusal] = []
-
-
-class _Page(_View):
-    items: list[_Proposal]
-    next_before: str | None
-
-
-def _parse(model: type[_View], body: Any) -> Any:
-    try:
-        return model.model_validate(body)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise CheckpointUnavailable(
-            f"the checkpoint's answer is not what this CLI understands ({where}: {first['msg']})"
-        ) from None
-
-
-def _signed_action(p: _Proposal) -> ProposedAction:
-    """The action parsed from the exact bytes the checkpoint hashed, checked against it.
-
-    Everything a person is shown about *what will happen* comes from here, not from the
-    record's convenience fields, and those fields must agree with it.
-    """
-    data = p.action_jcs.encode("utf-8", errors="surrogatepass")
-    if action_hash(data) != p.action_hash:
-        raise CheckpointUnavailable(
-            f"{p.id}: the action text does not hash to the stated {p.action_hash}; "
-            "not trusting this answer"
-        )
-    try:
-        action = ProposedAction.from_json_bytes(data)
-    except Refused as exc:
-        raise CheckpointUnavailable(f"{p.id}: the signed action does not parse: {exc}") from None
-    if action.canonical_bytes() != data:
-        raise CheckpointUnavailable(f"{p.id}: the action text is not canonical (RFC 8785)")
-    fields = (action.proposal_id, action.resource.id, action.operation, action.account)
-    if fields != (p.id, p.resource_id, p.operation, p.account):
-        raise CheckpointUnavailable(f"{p.id}: the record does not match its own signed action")
-    return action
 
 
 # -- text for people -------------------------------------------------------------------
@@ -460,7 +337,9 @@ def _check_id(proposal_id: str) -> str:
 
 
 def _fetch(client: CheckpointClient, proposal_id: str) -> _Proposal:
-    proposal: _Proposal = _parse(_Proposal, client.call("GET", f"/v1/proposals/{proposal_id}"))
+    from ._proposal import Proposal, parse
+
+    proposal: _Proposal = parse(Proposal, client.call("GET", f"/v1/proposals/{proposal_id}"))
     if proposal.id != proposal_id:
         raise CheckpointUnavailable(
             f"asked for {proposal_id}, the checkpoint answered {proposal.id}"
@@ -474,9 +353,12 @@ def _print_json(body: Any) -> None:
 
 def _decide(proposal_id: str, verb: str, payload: dict[str, Any]) -> tuple[Any, _Proposal]:
     """POST a decision as the signed-in person; the raw body and its parsed record."""
+    from ._proposal import Proposal, parse
+    from ._session import load_credentials
+
     with CheckpointClient.signed_in(load_credentials()) as client:
         body = client.call("POST", f"/v1/proposals/{proposal_id}/{verb}", json=payload)
-    return body, _parse(_Proposal, body)
+    return body, parse(Proposal, body)
 
 
 JsonFlag = Annotated[
@@ -522,9 +404,12 @@ def list_command(
     }
     params["limit"] = str(limit)
     with handle_errors(as_json=as_json):
+        from ._proposal import Page, parse
+        from ._session import load_credentials
+
         with CheckpointClient.signed_in(load_credentials()) as client:
             body = client.call("GET", "/v1/proposals", params=params)
-        page: _Page = _parse(_Page, body)
+        page: _Page = parse(Page, body)
     if as_json:
         _print_json(body)
         return
@@ -585,10 +470,13 @@ def show_command(
     """Show a proposal: signed action and hash, evidence, votes, outcome, executor refusals."""
     _check_id(proposal_id)
     with handle_errors(as_json=as_json):
+        from ._proposal import Proposal, parse, signed_action
+        from ._session import load_credentials
+
         with CheckpointClient.signed_in(load_credentials()) as client:
             body = client.call("GET", f"/v1/proposals/{proposal_id}")
-        proposal: _Proposal = _parse(_Proposal, body)
-        action = _signed_action(proposal)
+        proposal: _Proposal = parse(Proposal, body)
+        action = signed_action(proposal)
     if as_json:
         _print_json(body)
         return
@@ -641,10 +529,13 @@ def approve_command(
     # With --json the description goes to stderr so stdout stays one JSON document.
     err = as_json
     with handle_errors(as_json=as_json):
+        from ._proposal import Proposal, parse, signed_action
+        from ._session import load_credentials
+
         credentials = load_credentials()
         with CheckpointClient.signed_in(credentials) as client:
             proposal = _fetch(client, proposal_id)
-            action = _signed_action(proposal)
+            action = signed_action(proposal)
             _echo_lines(_summary(proposal, action), err=err)
             if expect_hash is not None and expect_hash != proposal.action_hash:
                 raise LocalRefusal(
@@ -696,7 +587,7 @@ def approve_command(
             if confirm is not None:
                 payload["confirm"] = confirm
             body = client.call("POST", f"/v1/proposals/{proposal_id}/approve", json=payload)
-        result: _Proposal = _parse(_Proposal, body)
+        result: _Proposal = parse(Proposal, body)
     if as_json:
         _print_json(body)
         return

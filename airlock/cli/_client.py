@@ -25,19 +25,23 @@ Nothing here prints or logs a token, and what it prints of an answer is escaped
 from __future__ import annotations
 
 import enum
-import ssl
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import httpx
 import typer
 
-from airlock.httpdeadline import with_deadlines, within
-
-from ._session import Credentials, SessionError
 from ._text import inert_json, say
+
+if TYPE_CHECKING:
+    # Imported where a call is made: ``airlock --help`` must not pay for httpx, nor for
+    # the session file's pydantic model (a test holds it to this).
+    import ssl
+
+    import httpx
+
+    from ._session import Credentials
 
 __all__ = [
     "EXIT_CODES_HELP",
@@ -56,7 +60,9 @@ _USER_AGENT: Final = "airlock-cli/1"
 #: operation each, so a checkpoint or a proxy dripping its answer would otherwise hold the
 #: command for as long as it liked. Past it the checkpoint is unavailable (exit 3).
 _DEADLINE_S: Final = 15.0
-_TIMEOUT: Final = httpx.Timeout(_DEADLINE_S, connect=5.0)
+#: httpx's per-operation timeouts (built into an ``httpx.Timeout`` where a client is made).
+_TIMEOUT_S: Final = _DEADLINE_S
+_CONNECT_TIMEOUT_S: Final = 5.0
 
 
 class ExitCode(enum.IntEnum):
@@ -98,10 +104,37 @@ class LocalRefusal(ClientError):
         self.message = message
 
 
+#: The largest answer read as JSON: a page of 200 proposals, each with its action text
+#: (at most 16 KiB canonical, escaped once more as a string), is a few MiB.
+_MAX_ANSWER_BYTES: Final = 32 * 1024 * 1024
+
+
+class _NotStrictJSON(ValueError):
+    pass
+
+
+def _json_answer(response: httpx.Response) -> Any:
+    """The checkpoint's answer parsed strictly (DESIGN §2.1), the one way this CLI reads one.
+
+    ``response.json()`` is Python's ``json.loads``: it keeps the last of duplicate keys
+    (``{"state": "rejected", "state": "approved"}`` reads as approved), and accepts
+    ``NaN``, ``Infinity`` and lone surrogates, so a checkpoint, or anything in between,
+    could show a person one thing while another parser reads another. Refused too:
+    invalid UTF-8, a BOM, trailing data, floats (the API has none), deep nesting. Not NFC
+    is allowed: the API relays text it did not write, and nothing here is signed.
+    """
+    from airlock.protocol import Refused, loads_strict
+
+    try:
+        return loads_strict(response.content, max_bytes=_MAX_ANSWER_BYTES, nfc=False)
+    except Refused as exc:
+        raise _NotStrictJSON(exc.detail) from None
+
+
 def _refusal(response: httpx.Response) -> CheckpointRefused | None:
     try:
-        body = response.json()
-    except ValueError:
+        body = _json_answer(response)
+    except _NotStrictJSON:
         return None
     error = body.get("error") if isinstance(body, dict) else None
     if not isinstance(error, dict):
@@ -122,6 +155,10 @@ class CheckpointClient:
         file's context (:func:`airlock.tls.checkpoint_verify`); never False."""
         if verify is False:
             raise ValueError("TLS verification of the checkpoint cannot be turned off")
+        import httpx
+
+        from airlock.httpdeadline import with_deadlines
+
         self.url = url
         headers = {"User-Agent": _USER_AGENT, "Accept": "application/json"}
         if token is not None:
@@ -129,7 +166,7 @@ class CheckpointClient:
         self._http = httpx.Client(
             base_url=url,
             headers=headers,
-            timeout=_TIMEOUT,
+            timeout=httpx.Timeout(_TIMEOUT_S, connect=_CONNECT_TIMEOUT_S),
             follow_redirects=False,
             verify=verify,
         )
@@ -149,6 +186,12 @@ class CheckpointClient:
 
     def raw(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """The response whatever its status; transport failures are unavailability."""
+        import httpx
+
+        from airlock.httpdeadline import within
+
+        from ._session import SessionError
+
         try:
             with within(_DEADLINE_S):
                 return self._http.request(method, path, **kwargs)
@@ -181,9 +224,9 @@ class CheckpointClient:
         if not 200 <= response.status_code < 300:
             raise CheckpointUnavailable(f"unexpected {response.status_code} from {self.url}")
         try:
-            return response.json()
-        except ValueError:
-            raise CheckpointUnavailable(f"{self.url} did not answer JSON") from None
+            return _json_answer(response)
+        except _NotStrictJSON as exc:
+            raise CheckpointUnavailable(f"{self.url} did not answer JSON: {exc}") from None
 
 
 def _say(message: str) -> None:
@@ -198,6 +241,8 @@ def handle_errors(*, as_json: bool = False, hint_login: bool = True) -> Iterator
     With ``as_json`` a refusal is also written to stdout as the API's own error object,
     so a script can read the code without parsing prose.
     """
+    from ._session import SessionError
+
     try:
         yield
     except SessionError as exc:

@@ -11,35 +11,48 @@ This module must never print a secret, in either output.
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from pydantic import SecretStr, ValidationError
-from pydantic_settings import BaseSettings
-
-from airlock import settings as _settings
 
 from ._text import say
 
-__all__ = ["config_command", "markdown_table"]
+if TYPE_CHECKING:
+    from pydantic_settings import BaseSettings
 
-SERVICES: dict[str, type[BaseSettings]] = {
-    "checkpoint": _settings.CheckpointSettings,
-    "executor": _settings.ExecutorSettings,
-    "agent": _settings.AgentSettings,
-    "webapp": _settings.WebappSettings,
-    "devcloud": _settings.DevcloudSettings,
-}
+__all__ = ["config_command", "markdown_table", "services"]
+
+
+@functools.cache
+def services() -> dict[str, type[BaseSettings]]:
+    """Each service's settings class, by the name ``airlock config`` takes.
+
+    A function, not a constant: ``airlock --help`` must not pay for pydantic-settings.
+    """
+    from airlock import settings
+
+    return {
+        "checkpoint": settings.CheckpointSettings,
+        "executor": settings.ExecutorSettings,
+        "agent": settings.AgentSettings,
+        "webapp": settings.WebappSettings,
+        "devcloud": settings.DevcloudSettings,
+    }
 
 
 def _comments(cls: type) -> dict[str, str]:
     """Field name -> the ``#:`` comment block above it, across the class's bases."""
+    from pydantic_settings import BaseSettings
+
+    from airlock import settings
+
     out: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
         if not (isinstance(klass, type) and issubclass(klass, BaseSettings)):
             continue
-        if klass.__module__ != _settings.__name__:
+        if klass.__module__ != settings.__name__:
             continue
         lines = inspect.getsource(klass).splitlines()
         for node in ast.walk(ast.parse("\n".join(lines))):
@@ -92,6 +105,8 @@ def _default(cls: type[BaseSettings], field: str) -> str:
 
 
 def _shown_default(field: str, value: Any) -> str:
+    from pydantic import SecretStr
+
     if isinstance(value, SecretStr):
         return "(secret, unset)" if not value.get_secret_value() else "(dev default)"
     if value is None:
@@ -107,7 +122,7 @@ def _shown_default(field: str, value: Any) -> str:
 def markdown_table() -> str:
     """The README configuration table: one section per service."""
     parts: list[str] = []
-    for service, cls in SERVICES.items():
+    for service, cls in services().items():
         comments = _comments(cls)
         parts.append(f"#### {service}\n")
         parts.append("| variable | default | meaning |")
@@ -120,6 +135,8 @@ def markdown_table() -> str:
 
 
 def _shown(field: str, value: Any) -> str:
+    from pydantic import SecretStr
+
     if isinstance(value, SecretStr):
         return "•••• (set)" if value.get_secret_value() else "(unset)"
     if isinstance(value, str) and value and _is_database_url(field):
@@ -136,14 +153,17 @@ def config_command(
     ] = False,
 ) -> None:
     """Show each service's settings as this environment resolves them (secrets masked)."""
+    from pydantic import ValidationError
+
     if markdown:
         typer.echo(markdown_table(), nl=False)
         return
-    if service is not None and service not in SERVICES:
-        typer.echo(f"config: unknown service {service!r}; one of {', '.join(SERVICES)}", err=True)
+    known = services()
+    if service is not None and service not in known:
+        typer.echo(f"config: unknown service {service!r}; one of {', '.join(known)}", err=True)
         raise typer.Exit(2)
     failed = False
-    for name, cls in SERVICES.items():
+    for name, cls in known.items():
         if service is not None and name != service:
             continue
         typer.echo(f"[{name}]")

@@ -40,10 +40,7 @@ from typing import TYPE_CHECKING, Annotated, Final, Literal
 
 import typer
 
-from airlock.tls import CAFileError, checkpoint_verify
-
 from ._client import CheckpointClient, CheckpointRefused, CheckpointUnavailable
-from ._session import SessionError, check_url, read_session, session_path
 from ._text import say
 
 if TYPE_CHECKING:
@@ -471,6 +468,8 @@ def _account_binding(report: _Report, agent: AgentSettings, executor: ExecutorSe
 
 
 def _session_file(report: _Report) -> None:
+    from ._session import SessionError, read_session, session_path
+
     path = session_path()
     try:
         session = read_session(path)
@@ -549,6 +548,8 @@ def _checkpoint_url(option: str | None, loaded: _Loaded) -> tuple[str | None, Pa
     service whose URL it is (``AIRLOCK_<SERVICE>_CHECKPOINT_CA_FILE``), so doctor reaches
     the checkpoint as that service does; None for a URL from ``--url``, the environment
     or the session, which the CLI reaches as it always does (``SSL_CERT_FILE``)."""
+    from ._session import SessionError, read_session, session_path
+
     try:
         session = read_session(session_path())
     except SessionError:
@@ -582,6 +583,10 @@ def _checkpoint(
 ) -> None:
     """``trusted``: the executor's trusted key file and its key set, when this host has
     one that parses, to compare with the key set the checkpoint publishes."""
+    from airlock.tls import CAFileError, checkpoint_verify
+
+    from ._session import SessionError, check_url
+
     if url is None:
         report.add("warn", "checkpoint", "no checkpoint URL configured here (--url to check one)")
         return

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ._approvals import _when
 from ._help import Typer
@@ -314,11 +313,18 @@ def _serve(settings: ExecutorSettings, executor: Executor, *, once: bool) -> Non
             http.close()
 
 
-class _HeartbeatSetting(BaseSettings):
-    model_config = SettingsConfigDict(
-        env_prefix="AIRLOCK_EXECUTOR_", env_file=".env", extra="ignore", frozen=True
-    )
-    heartbeat_path: Path | None = None
+def _heartbeat_path_setting() -> Path | None:
+    """Only the heartbeat path, read (environment or .env) as the executor reads it."""
+    # Defined here, not at the top: ``airlock --help`` must not pay for pydantic-settings.
+    from pydantic_settings import BaseSettings, SettingsConfigDict
+
+    class _HeartbeatSetting(BaseSettings):
+        model_config = SettingsConfigDict(
+            env_prefix="AIRLOCK_EXECUTOR_", env_file=".env", extra="ignore", frozen=True
+        )
+        heartbeat_path: Path | None = None
+
+    return _HeartbeatSetting().heartbeat_path
 
 
 @executor_app.command("health")
@@ -348,7 +354,7 @@ def health_command(
     if path is None:
         # Only the heartbeat path is read (environment or .env, as the executor reads
         # it): a health check must not need valid cloud keys or database settings.
-        path = _HeartbeatSetting().heartbeat_path
+        path = _heartbeat_path_setting()
     if path is None:
         raise _fail(
             "no heartbeat file: pass --path (`airlock up` writes .airlock/executor.heartbeat) "

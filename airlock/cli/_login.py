@@ -11,11 +11,10 @@ from __future__ import annotations
 import os
 import sys
 from datetime import UTC, datetime
-from typing import Annotated, Final
+from typing import TYPE_CHECKING, Annotated, Final
 from urllib.parse import urlsplit
 
 import typer
-from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ._client import (
     CheckpointClient,
@@ -24,17 +23,10 @@ from ._client import (
     ExitCode,
     handle_errors,
 )
-from ._session import (
-    SessionError,
-    StoredSession,
-    check_url,
-    delete_session,
-    prepare_session_dir,
-    read_session,
-    session_path,
-    write_session,
-)
 from ._text import say
+
+if TYPE_CHECKING:
+    from ._session import LoginAnswer
 
 __all__ = ["login_command", "logout_command"]
 
@@ -42,20 +34,11 @@ DEFAULT_URL: Final = "http://127.0.0.1:8787"
 _LOOPBACK: Final = frozenset({"127.0.0.1", "::1", "localhost"})
 
 
-class _LoginOut(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    token: str
-    expires_at: int
-    username: str
-    role: str
-
-
 def _when(unix: int) -> str:
     return datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def _end_unheld(base: str, out: _LoginOut) -> str:
+def _end_unheld(base: str, out: LoginAnswer) -> str:
     """End a session that could not be stored (no one could use or log it out); say how it went."""
     try:
         with CheckpointClient(base, out.token) as client:
@@ -94,6 +77,19 @@ def login_command(
 
     Exit codes: 0 logged in; 1 refused (wrong password, locked); 2 usage; 3 unreachable.
     """
+    # Here, not at the top: ``airlock --help`` must not pay for pydantic.
+    from pydantic import ValidationError
+
+    from ._session import (
+        LoginAnswer,
+        SessionError,
+        StoredSession,
+        check_url,
+        prepare_session_dir,
+        session_path,
+        write_session,
+    )
+
     with handle_errors(hint_login=False):
         base = check_url(url or os.environ.get("AIRLOCK_CHECKPOINT_URL") or DEFAULT_URL)
         host = urlsplit(base).hostname or ""
@@ -128,7 +124,7 @@ def login_command(
                 "POST", "/v1/sessions", json={"username": username, "password": password}
             )
         try:
-            out = _LoginOut.model_validate(body)
+            out = LoginAnswer.model_validate(body)
         except ValidationError:
             raise CheckpointUnavailable(
                 f"{base} answered a login with an unexpected body"
@@ -168,6 +164,8 @@ def logout_command(
 
     AIRLOCK_TOKEN is never revoked by this command.
     """
+    from ._session import SessionError, delete_session, read_session, session_path
+
     path = session_path()
     try:
         session = read_session(path)

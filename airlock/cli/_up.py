@@ -34,7 +34,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
-import httpx
 import typer
 
 from ._text import inert
@@ -94,6 +93,8 @@ def _port_free(port: int) -> bool:
 
 
 def _http_ok(url: str) -> Callable[[], bool]:
+    import httpx
+
     def check() -> bool:
         try:
             return httpx.get(url, timeout=1.0).status_code == 200

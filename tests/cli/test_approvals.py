@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from airlock.cli._approvals import _Proposal, _signed_action
 from airlock.cli._client import CheckpointUnavailable
+from airlock.cli._proposal import Proposal as _Proposal
+from airlock.cli._proposal import signed_action as _signed_action
 from airlock.cli._text import inert
 from tests.checkpoint.harness import START, signed_receipt
 

@@ -106,18 +106,19 @@ def test_a_hostile_checkpoint_cannot_send_terminal_controls_through_json_output(
         assert "\\udb40\\udc41" in result.stdout  # above U+FFFF: a JSON surrogate pair
 
 
-def test_a_lone_surrogate_from_a_checkpoint_is_printed_as_json_not_a_crash(
+def test_a_lone_surrogate_from_a_checkpoint_is_refused_not_a_crash(
     served: Served, offline: Path
 ) -> None:
-    # JSON's \ud800 parses to a lone surrogate, which no terminal encoding can write.
+    # JSON's \ud800 parses to a lone surrogate, which no terminal encoding can write; the
+    # CLI reads answers strictly (DESIGN §2.1), so it is refused (exit 3) before printing.
     record = {**served.submit(proposal_id="prop_lone00000001"), "banner": "a\ud800b"}
     with serving_drips([_answer(200, record)]) as fake:
         result = airlock(
             "approvals", "show", record["id"], "--json", env=_token_env(fake.url, offline)
         )
-    assert result.exit_code == 0, result.output
-    assert '"banner": "a\\ud800b"' in result.stdout
-    assert json.loads(result.stdout)["banner"] == "a\ud800b"
+    assert result.exit_code == 3, result.output
+    assert result.stdout == ""
+    assert "did not answer JSON: lone surrogate in string" in result.stderr
 
 
 def test_a_hostile_checkpoint_cannot_send_terminal_controls_through_what_show_prints(

@@ -38,11 +38,11 @@ def test_readme_configuration_table_matches_the_settings() -> None:
 
 
 def test_every_setting_is_documented() -> None:
-    from airlock.cli._config import SERVICES, _comments
+    from airlock.cli._config import _comments, services
 
     undocumented = [
         f"{name}.{field}"
-        for name, cls in SERVICES.items()
+        for name, cls in services().items()
         for field in cls.model_fields
         if field not in _comments(cls)
     ]
