@@ -15,6 +15,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from airlock.httpdeadline import with_deadlines, within
+from airlock.protocol import Refused, loads_strict
 
 from .errors import CheckpointRefused, CheckpointUnavailable
 
@@ -35,6 +36,9 @@ __all__ = [
 ]
 
 _USER_AGENT: Final = "airlock-webapp/1"
+#: The largest answer read as JSON: a page of proposals with their action texts (each at
+#: most 16 KiB canonical, escaped once more as a string) is a few MiB.
+_ANSWER_MAX_BYTES: Final = 32 * 1024 * 1024
 _M = TypeVar("_M", bound=BaseModel)
 
 
@@ -297,11 +301,16 @@ class CheckpointClient:
             ) from None
         if response.status_code == 204:
             return None
+        # Strictly (DESIGN §2.1), never httpx's json(): it keeps the last of duplicate
+        # keys and accepts NaN, so a checkpoint, or anything in between, could show a
+        # person one state while another parser reads another. Not NFC is allowed: the
+        # API relays text it did not write (a person's note).
         try:
-            data = response.json()
-        except ValueError:
+            data = loads_strict(response.content, max_bytes=_ANSWER_MAX_BYTES, nfc=False)
+        except Refused as exc:
             raise CheckpointUnavailable(
-                f"the checkpoint answered {response.status_code} without JSON"
+                f"the checkpoint answered {response.status_code} without strict JSON "
+                f"({exc.code.value})"
             ) from None
         if response.is_success:
             return data

@@ -22,7 +22,7 @@ from typing import Any, Final, Literal, Protocol
 import httpx
 
 from airlock.httpdeadline import with_deadlines, within
-from airlock.protocol import ProposedAction
+from airlock.protocol import ProposedAction, Refused, loads_strict
 
 from .errors import CheckpointRefused, CheckpointUnavailable
 
@@ -35,6 +35,26 @@ __all__ = [
 
 _RETRY_STATUS: Final = frozenset({429, 500, 502, 503, 504})
 _PAGE: Final = 200  # the checkpoint's largest page
+#: The largest answer read as JSON: a page of 200 proposals with their action texts
+#: (each at most 16 KiB canonical, escaped once more as a string) is a few MiB.
+_ANSWER_MAX_BYTES: Final = 32 * 1024 * 1024
+
+
+def _answer(response: httpx.Response) -> Any:
+    """The checkpoint's answer parsed strictly (DESIGN §2.1), the one way the agent reads one.
+
+    httpx's ``json()`` keeps the last of duplicate keys and accepts NaN: a checkpoint, or
+    anything in between, could tell the agent ``executed`` (which makes an instance a
+    candidate for delete, §2.7) where another parser reads ``pending``. Not NFC is
+    allowed: the API relays text it did not write (a person's note).
+    """
+    try:
+        return loads_strict(response.content, max_bytes=_ANSWER_MAX_BYTES, nfc=False)
+    except Refused as exc:
+        raise CheckpointUnavailable(
+            f"the checkpoint answered {response.status_code} with malformed JSON: {exc.detail}"
+        ) from None
+
 
 SubmitKind = Literal["created", "exists", "denied", "conflict", "duplicate_open"]
 
@@ -196,10 +216,10 @@ class HttpCheckpointClient:
     @staticmethod
     def _error(response: httpx.Response) -> tuple[str, str]:
         try:
-            body = response.json()
+            body = _answer(response)
             err = body.get("error") or {}
             return str(err.get("code", "")), str(err.get("message", ""))[:300]
-        except (ValueError, AttributeError):
+        except (CheckpointUnavailable, AttributeError):
             return "", response.text[:300]
 
     def _refused(self, response: httpx.Response) -> CheckpointRefused:
@@ -216,7 +236,7 @@ class HttpCheckpointClient:
         )
         pid = action.proposal_id
         if response.status_code in (200, 201):
-            state = str(response.json().get("state", ""))
+            state = str(_answer(response).get("state", ""))
             return SubmitResult("created" if response.status_code == 201 else "exists", pid, state)
         code, message = self._error(response)
         if response.status_code == 403 and code == "E_POLICY_DENIED":
@@ -232,7 +252,7 @@ class HttpCheckpointClient:
             "POST", f"/v1/proposals/{proposal_id}/withdraw", json={"note": note[:2000]}
         )
         if response.status_code == 200:
-            return str(response.json()["state"])
+            return str(_answer(response)["state"])
         code, _ = self._error(response)
         if response.status_code == 409 and code == "E_STATE":
             # Perhaps our own earlier attempt landed and only its answer was lost, or a
@@ -244,7 +264,7 @@ class HttpCheckpointClient:
         response = self._send("GET", f"/v1/proposals/{proposal_id}")
         if response.status_code != 200:
             raise self._refused(response)
-        return ProposalRecord.from_api(response.json())
+        return ProposalRecord.from_api(_answer(response))
 
     def proposals(
         self, *, account: str, state: str, operation: str | None = None
@@ -256,7 +276,7 @@ class HttpCheckpointClient:
             response = self._send("GET", "/v1/proposals", params=params)
             if response.status_code != 200:
                 raise self._refused(response)
-            page = response.json()
+            page = _answer(response)
             for item in page["items"]:
                 yield ProposalRecord.from_api(item)
             after = page.get("next_before")
