@@ -271,16 +271,19 @@ def _head_of(db: str) -> tuple[int, str] | None:
 
 def _last_row(path: Path) -> tuple[int, str] | None:
     """The ``(seq, row_hash)`` of an export file's last line (its head when it was taken)."""
-    from airlock.store import read_export_lines
+    from airlock.protocol import Refused, loads_strict
+    from airlock.store import EXPORT_LINE_MAX_BYTES, read_export_lines
 
     last = ""
     with path.open("rb") as handle:
         for line in read_export_lines(handle, source=f"--checkpoint-before {path}"):
             last = line
     try:
-        record = json.loads(last)
+        # Strictly, as the verifier reads every line: a duplicate "seq" must not name
+        # one head here and another there.
+        record = loads_strict(last.encode(), max_bytes=EXPORT_LINE_MAX_BYTES, nfc=False)
         return int(record["seq"]), str(record["row_hash"])
-    except (ValueError, KeyError, TypeError):
+    except (Refused, ValueError, KeyError, TypeError):
         raise _fail(f"--checkpoint-before {path}: not an audit export") from None
 
 

@@ -792,6 +792,27 @@ def test_control_characters_from_a_crafted_export_are_escaped_on_screen(tmp_path
     assert "1 \\u001b[31msucceeded" in result.output
 
 
+def test_a_checkpoint_before_export_with_a_duplicate_key_is_not_an_export(
+    tmp_path: Path,
+) -> None:
+    """Its last line names the head the checkpoint was read at; read last-wins, a second
+    ``seq`` would name one head there and another where the line is verified."""
+    ex = _chain("executor", [_consumed("a1"), _executing("a1"), _outcome("a1", "succeeded")])
+    cp = _chain("checkpoint", [_issued("a1"), _reported("a1", "succeeded", _head(ex, 3))])
+    paths = {}
+    for name, lines in (("cp", cp), ("ex", ex)):
+        paths[name] = tmp_path / f"{name}.jsonl"
+        paths[name].write_text("".join(line + "\n" for line in lines))
+    before = tmp_path / "before.jsonl"
+    before.write_text("".join(line + "\n" for line in [*cp[:-1], '{"seq":0,' + cp[-1][1:]]))
+    args = ["audit", "reconcile", "--checkpoint-file", str(paths["cp"])]
+    args += ["--executor-file", str(paths["ex"]), "--checkpoint-before"]
+    assert airlock(*args, str(paths["cp"])).exit_code == 0  # the export as written
+    result = airlock(*args, str(before))
+    assert result.exit_code == 2, result.output
+    assert f"--checkpoint-before {before}: not an audit export" in result.output
+
+
 @pytest.mark.parametrize("which", ["--checkpoint-file", "--executor-file", "--checkpoint-before"])
 def test_an_over_long_export_line_is_an_unreadable_input_not_read_whole(
     tmp_path: Path, which: str
