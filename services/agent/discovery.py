@@ -44,6 +44,7 @@ from airlock.cloud.ports import (
     ResourceType,
 )
 from airlock.protocol import Resource
+from airlock.text import inert
 
 from .errors import ScanError
 from .idle import (
@@ -252,8 +253,11 @@ class Discovery:
         if bad_id is not None:
             # Never queried or proposed (the protocol refuses such an id anyway), and kept
             # out of metric batches, where the adapter refuses it and would fail the batch.
+            # The id is the provider's malformed text itself: escaped here, not only by the
+            # CLI's log formatter, so that a library use of the agent cannot log it raw.
             _log.warning(
-                "%s %s in %s: %s", state.resource_type, state.resource_id, state.region, bad_id
+                "%s",
+                inert(f"{state.resource_type} {state.resource_id} in {state.region}: {bad_id}"),
             )
             return Verdict("insufficient", (bad_id,))
         protected = self._policy.protection(state.tags)

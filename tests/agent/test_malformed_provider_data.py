@@ -125,6 +125,23 @@ class _FailingFirst:
         return self._reader.get_metrics(*args, **kwargs)
 
 
+def test_a_malformed_id_cannot_forge_a_line_in_the_agent_log_used_as_a_library(
+    harness: Harness, own_region: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The agent's warning about an id it will not query quotes the id: escaped by the
+    agent itself, not only by the CLI's log formatter (airlock.text)."""
+    bad_id = "i-Bad\r\n2026-12-01 INFO forged\x1b[2J\u009b\u202e"
+    harness.dc.admin.create_instance(
+        bad_id, region=own_region, created_at=FLEET_NOW - 90 * DAY, profile="idle"
+    )
+    with caplog.at_level("WARNING", logger="airlock.agent"):
+        outcomes = list(harness.agent(regions=(own_region,)).discovery.scan(harness.now))
+    assert [o.verdict.kind for o in outcomes] == ["insufficient"]
+    [message] = [r.getMessage() for r in caplog.records if "i-Bad" in r.getMessage()]
+    assert message.isprintable(), message
+    assert "i-Bad\\u000d\\u000a2026-12-01 INFO forged\\u001b[2J\\u009b\\u202e" in message
+
+
 def test_the_loop_survives_an_unexpected_error_and_runs_the_next_scan(
     harness: Harness, own_region: str, caplog: pytest.LogCaptureFixture
 ) -> None:
