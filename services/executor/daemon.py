@@ -135,7 +135,11 @@ def _drain(
             outcome = executor.execute(delivery.raw, revoked=source.revoked())
         except LedgerHeld as exc:
             _log.warning("%s: %s; left where it is", delivery.ref, exc)
-            break  # not acknowledged: delivered again once the hold is over
+            # Not acknowledged: delivered again once the hold is over. A source hands
+            # it over again at once (an inbox's file is still there), so wait the poll
+            # here, idle, or the loop would retry it as fast as it can for the hold.
+            shutdown.sleep(wait_s)
+            break
         source.ack(delivery)
         _show(outcome, delivery.ref)
         if on_outcome is not None:
