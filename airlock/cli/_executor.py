@@ -599,7 +599,10 @@ def _history_lines(history: ReceiptHistory) -> list[str]:
         "resend_pending": "queued again",
     }[history.state]
     if history.approval_unknown:
-        state = "rejected: the checkpoint has no such approval (404); a resend to it cannot help"
+        state = "rejected: the checkpoint has no such approval (404); " + (
+            # An older checkpoint answers a refusal 404 too; after an upgrade, one helps.
+            "see below" if history.kind == "refusal" else "a resend to it cannot help"
+        )
     lines = [f"{history.approval_id} {history.kind}: {state}"]
     events: list[tuple[int, int, str]] = []
     for a in history.attempts:

@@ -965,6 +965,15 @@ _ITEM_NOT_NOW: Final = frozenset({408, 425})
 #: than the one that issued the approval, or it was restored from a backup taken before.
 #: (A checkpoint older than ``POST /v1/refusals`` answers a refusal receipt 404 too.)
 APPROVAL_UNKNOWN: Final = 404
+#: Its code: a 404 without it (a proxy, a wrong path prefix) is no answer of the API's.
+APPROVAL_UNKNOWN_CODE: Final = "E_NOT_FOUND"
+
+
+def approval_unknown(http_status: int | None, error_code: str | None) -> bool:
+    """Is this the checkpoint's answer that it holds no such approval (see above)?"""
+    return http_status == APPROVAL_UNKNOWN and error_code == APPROVAL_UNKNOWN_CODE
+
+
 #: Receipt failures in a row, within one flush, that pause every delivery as one
 #: failure of the server would (a checkpoint whose database is down answers 500 to all).
 _FAILURES_IN_A_ROW: Final = 3
@@ -1194,7 +1203,7 @@ class OutboxReporter:
             if not text.isprintable():
                 text = ascii(text)[1:-1]
             self._record(item, "rejected", status, code, _clip(text))
-            if status == APPROVAL_UNKNOWN:
+            if approval_unknown(status, code):
                 hint = (
                     "it has no such approval, so sending it there again cannot help; why "
                     "and what can: airlock executor receipts list %s"

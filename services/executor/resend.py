@@ -52,7 +52,7 @@ from airlock.protocol import APPROVAL_ID_PATTERN
 from airlock.store import AuditLog
 
 from .errors import OperatorRefusal, ResendRefused, recordable
-from .feed import APPROVAL_UNKNOWN
+from .feed import approval_unknown
 from .ledger import _insert_ignore
 from .models import TERMINAL_STATES, deliveries, ledger, outbox, resends, resolutions
 
@@ -142,12 +142,12 @@ class ReceiptHistory:
 
     @property
     def approval_unknown(self) -> bool:
-        """Rejected by a checkpoint that has no such approval (feed.APPROVAL_UNKNOWN): sent
+        """Rejected by a checkpoint that has no such approval (feed.approval_unknown): sent
         to that checkpoint again, the receipt gets the same answer."""
         return (
             self.state == "rejected"
             and self.last is not None
-            and self.last.http_status == APPROVAL_UNKNOWN
+            and approval_unknown(self.last.http_status, self.last.error_code)
         )
 
 

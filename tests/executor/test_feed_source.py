@@ -117,7 +117,12 @@ class FakeCheckpoint:
                 status = fixed
             else:
                 status = self.outcome_status.pop(0) if self.outcome_status else 200
-            codes = {401: "E_UNAUTHENTICATED", 409: "E_STATE", 503: "E_UNAVAILABLE"}
+            codes = {
+                401: "E_UNAUTHENTICATED",
+                404: "E_NOT_FOUND",
+                409: "E_STATE",
+                503: "E_UNAVAILABLE",
+            }
             body = {} if status == 200 else {"error": {"code": codes.get(status, "E_X")}}
             return httpx.Response(status, json=body)
         return httpx.Response(404)
@@ -1227,6 +1232,22 @@ def test_a_receipt_for_an_approval_the_checkpoint_does_not_hold_is_not_logged_as
     assert f"once the cause is fixed: airlock executor receipts resend {untrusted}" in refused
 
 
+def test_a_404_that_is_not_the_api_s_answer_is_still_one_to_resend_once_fixed(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Found in review: a 404 from a proxy or a wrong path prefix (no ``E_NOT_FOUND``)
+    was told that a resend cannot help, when fixing the URL and resending would."""
+    b = make_test_bundle(1, tag="f404proxy")
+    rig.env.cloud.add("ecs.instance", b.resource_id, "Running")
+    rig.executor.execute(b.raw)
+    rig.fake.answer_for[b.approval_id] = httpx.Response(404, text="<html>Not Found</html>")
+    with caplog.at_level("ERROR", logger="airlock.executor.feed"):
+        assert rig.reporter.flush() == 1
+    [line] = [r.getMessage() for r in caplog.records if b.approval_id in r.getMessage()]
+    assert "HTTP 404 HTTP 404" in line and "no such approval" not in line
+    assert f"once the cause is fixed: airlock executor receipts resend {b.approval_id}" in line
+
+
 @pytest.mark.parametrize("status", [500, 502, 404])
 def test_an_error_answer_dripped_a_byte_at_a_time_is_given_up_after_the_deadline(
     rig: Rig, status: int
@@ -1747,6 +1768,52 @@ def test_a_hold_stops_every_source_before_anything_is_consumed(env: Env, tmp_pat
     assert outcome.state is State.SUCCEEDED
     assert list(inbox.glob("*.json")) == []  # acknowledged (moved to done/)
     assert verify_chain(env.engine).ok
+
+
+class _CountingShutdown(Shutdown):
+    """A stop requested after ``limit`` idle waits, which take no time."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.waits: list[float] = []
+        self._limit = limit
+
+    def sleep(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        if len(self.waits) >= self._limit:
+            self.request()
+
+
+def test_a_waiting_inbox_during_a_hold_waits_between_attempts_instead_of_spinning(
+    env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found in review: the inbox's file stays during a hold, so a source that waits only
+    on an empty inbox handed it over again at once, and the daemon tried it (a signature
+    check, the chain lock, a warning) over a thousand times a second for the hold's
+    quarter of an hour. After a hold the loop waits its poll, as it did before."""
+    b = make_test_bundle(1, tag="fheldspin")
+    env.cloud.add("ecs.instance", b.resource_id, "Running")
+    _hold(env, env.clock() + 100)
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    (inbox / "b.json").write_bytes(b.raw)
+    shutdown = _CountingShutdown(limit=3)
+    source = DirectorySource(inbox, sleep=shutdown.sleep)
+    attempts: list[bytes] = []
+    execute = env.executor.execute
+
+    def counted(raw: bytes, **kw: Any) -> Outcome:
+        attempts.append(raw)
+        if len(attempts) > 50:  # spinning: stop the loop so the test can fail, not hang
+            shutdown.request()
+        return execute(raw, **kw)
+
+    monkeypatch.setattr(env.executor, "execute", counted)
+    serve(env.executor, source, shutdown=shutdown, poll_wait_s=5.0, monotonic=lambda: 0.0)
+    assert len(attempts) == 3  # one per poll wait
+    assert shutdown.waits == [5.0] * 3
+    assert [p.name for p in inbox.glob("*.json")] == ["b.json"]  # left for after the hold
+    assert env.cloud.writes_for(b.resource_id) == 0
 
 
 def _hold(env: Env, until: int) -> None:
