@@ -93,6 +93,10 @@ def main() -> None:
         errors = sys.modules.get("sqlalchemy.exc")
         if errors is None or not isinstance(exc, errors.OperationalError):
             raise
-        reason = str(exc.orig or exc).strip().splitlines()[0]
-        typer.echo(f"error: the database cannot be reached: {reason}", err=True)
+        from ._text import say
+
+        # The driver's text, which can quote a server's answer: escaped, and never empty.
+        lines = str(exc.orig or exc).strip().splitlines()
+        reason = lines[0] if lines else type(exc.orig or exc).__name__
+        say(f"error: the database cannot be reached: {reason}", err=True)
         raise SystemExit(2) from None

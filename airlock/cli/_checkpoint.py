@@ -50,6 +50,8 @@ def checkpoint_command(
 
     It also needs the executor's receipt key set (AIRLOCK_CHECKPOINT_RECEIPT_KEYS_PATH).
     """
+    import logging.config
+
     import uvicorn
 
     from airlock.store import Error as StoreError
@@ -59,6 +61,9 @@ def checkpoint_command(
     from ._serve import ServerAnsweringOnStop
     from ._text import inert_log_config
 
+    # Before the app is built: what building it logs is escaped too (uvicorn applies the
+    # same configuration again when it starts).
+    logging.config.dictConfig(inert_log_config("INFO"))
     settings = _settings()
     try:
         app = build(settings)

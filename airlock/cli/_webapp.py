@@ -30,6 +30,8 @@ def webapp_command(
     ] = None,
 ) -> None:
     """Serve the web app where people review, approve and reject proposals."""
+    import logging.config
+
     import uvicorn
 
     from airlock.settings import WebappSettings
@@ -48,6 +50,9 @@ def webapp_command(
     except ValueError as exc:  # pydantic's ValidationError is a ValueError
         typer.echo(f"webapp: {exc}", err=True)
         raise typer.Exit(2) from None
+    # Before the app is built: what building it logs is escaped too (uvicorn applies the
+    # same configuration again when it starts).
+    logging.config.dictConfig(inert_log_config("WARNING"))
     # proxy_headers stays off: X-Forwarded-Proto from an untrusted client must not make
     # the app believe it is on HTTPS. Behind a TLS proxy, set AIRLOCK_WEBAPP_SECURE_COOKIES.
     try:

@@ -357,7 +357,11 @@ class AuditLog:
         Nothing is committed here: the caller's commit makes the event durable together
         with whatever else the transaction wrote, and a rollback removes it with them.
         Raises :class:`AuditError` for an invalid event (nothing written) and
-        :class:`ChainError` if the chain has no genesis row.
+        :class:`ChainError` if the chain has no genesis row or a malformed head (nothing
+        written), or if the row the database computed differs from :func:`chain_hash`:
+        that row is then in the transaction, which the caller must roll back (every
+        caller's ``begin()`` block does, as the error propagates); never catch it and
+        commit.
         """
         data = _encode_event(event, at)
         connection = _connection(conn)

@@ -85,3 +85,35 @@ def test_a_database_that_cannot_be_reached_is_one_line_not_a_traceback(
         assert "Connection refused" in line
     else:  # make_engine names a missing directory itself
         assert "does not exist" in line
+
+
+@pytest.mark.parametrize(
+    ("message", "shown"),
+    [
+        ("", "error: the database cannot be reached: RuntimeError"),
+        (
+            "server says \x1b[2J\u009b\u202eno\nsecond line",
+            "server says \\u001b[2J\\u009b\\u202eno",
+        ),
+    ],
+    ids=["empty", "controls"],
+)
+def test_a_database_error_is_one_escaped_line_whatever_its_text(
+    message: str, shown: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found in review: an empty driver message raised IndexError (a traceback), and the
+    driver's text, which can quote a server's answer, was printed raw."""
+    import sqlalchemy.exc
+
+    from airlock import cli
+
+    def unreachable() -> None:
+        raise sqlalchemy.exc.OperationalError("SELECT 1", {}, RuntimeError(message))
+
+    monkeypatch.setattr(cli, "app", unreachable)
+    with pytest.raises(SystemExit) as exited:
+        cli.main()
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert shown in err and err.count("\n") == 1  # one line
+    assert "\x1b" not in err and "\u009b" not in err and "\u202e" not in err
