@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from tests.support.devcloud import running_devcloud
 
@@ -23,17 +24,21 @@ def _airlock(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Comp
     )
 
 
+def _dry_run_env(dc: Any) -> dict[str, str]:
+    """``airlock agent --dry-run`` against devcloud, with nothing from the shell's AIRLOCK_*."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRLOCK_")}
+    env.update(dc.env("AGENT", write=False))
+    env["AIRLOCK_ENV"] = "dev"
+    # A checkpoint URL where nothing listens: a dry run without a token never calls it.
+    env["AIRLOCK_AGENT_CHECKPOINT_URL"] = "http://127.0.0.1:9"
+    return env
+
+
 def test_dry_run_prints_the_idle_set_as_a_table_and_submits_nothing(tmp_path: Path) -> None:
     # The CLI reads the real clock, so this fleet is seeded at the real time.
     with running_devcloud(tmp_path / "dc", instances=30, rds=4, seed=9, now=int(time.time())) as dc:
         idle = {i for i, c in dc.admin.truth().items() if c == "idle"}
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AIRLOCK_")}
-        env.update(dc.env("AGENT", write=False))
-        env["AIRLOCK_ENV"] = "dev"
-        # A checkpoint URL where nothing listens: a dry run without a token never calls it.
-        env["AIRLOCK_AGENT_CHECKPOINT_URL"] = "http://127.0.0.1:9"
-
-        result = _airlock(["agent", "--once", "--dry-run"], env, tmp_path)
+        result = _airlock(["agent", "--once", "--dry-run"], _dry_run_env(dc), tmp_path)
 
         assert result.returncode == 0, result.stderr
         lines = result.stdout.splitlines()
@@ -75,12 +80,7 @@ def test_a_cloud_instance_id_cannot_forge_a_line_in_the_agent_log(tmp_path: Path
     hostile = f"i-bad\r\n{forged}\x1b[2J\x9b31m\u202e"
     with running_devcloud(tmp_path / "dc", instances=0, now=int(time.time())) as dc:
         dc.admin.create_instance(hostile)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AIRLOCK_")}
-        env.update(dc.env("AGENT", write=False))
-        env["AIRLOCK_ENV"] = "dev"
-        env["AIRLOCK_AGENT_CHECKPOINT_URL"] = "http://127.0.0.1:9"
-
-        result = _airlock(["agent", "--once", "--dry-run"], env, tmp_path)
+        result = _airlock(["agent", "--once", "--dry-run"], _dry_run_env(dc), tmp_path)
 
     assert result.returncode == 0, result.stderr
     log = result.stderr
