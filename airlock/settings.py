@@ -454,8 +454,9 @@ class ExecutorSettings(CloudSettings):
     lease_seconds: int = Field(default=120, gt=0)
     #: Seconds between recovery passes in daemon mode.
     recover_every: int = Field(default=30, gt=0)
-    #: Longest wait of one feed long-poll, or on an empty inbox (looked at every 0.1 s), seconds.
-    poll_wait: int = Field(default=5, gt=0)
+    #: Longest wait of one feed long-poll, or on an empty inbox (looked at every 0.1 s),
+    #: seconds; never past the next recovery pass. At most 600, as the feed allows.
+    poll_wait: int = Field(default=5, gt=0, le=600)  # GET /v1/feed answers 422 beyond 600
     #: Directory bundle source for the daemon (``*.json`` files) instead of the feed.
     inbox: Path | None = None
     #: With ``inbox``: a file of revoked approval ids, one per line.

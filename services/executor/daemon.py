@@ -23,6 +23,7 @@ by a person, not by retrying.
 
 from __future__ import annotations
 
+import functools
 import logging
 import signal
 import time
@@ -226,9 +227,13 @@ def serve(
         _log.info("executor %s serving", executor.worker_id)
         while not shutdown.requested:
             beat.beat()
+            # A long poll never outlasts the time to the next recovery pass, so recovery
+            # and the heartbeat keep their pace whatever the poll wait (found in review:
+            # a wait longer than AIRLOCK_EXECUTOR_RECOVER_EVERY put both off by as much).
+            wait_s = max(0.0, min(poll_wait_s, next_recovery - monotonic()))
             drained = _step(
                 "taking bundles from the source",
-                lambda: _drain(executor, source, shutdown, poll_wait_s, on_outcome),
+                functools.partial(_drain, executor, source, shutdown, wait_s, on_outcome),
             )
             failed = drained is None
             done = drained or 0
