@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from airlock.units import decimal_bytes
+
 __all__ = ["Chart", "Point", "evidence_charts", "human_bytes", "series"]
 
 WIDTH: Final = 560
@@ -68,12 +70,8 @@ def series(evidence: Mapping[str, Any], key: str) -> list[int | None] | None:
 
 
 def human_bytes(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if value < 1000 or unit == "TB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1000
-    raise AssertionError("unreachable")
+    # Truncated, as the CLI and the agent's signed reason are (airlock.units).
+    return decimal_bytes(n)
 
 
 def percent(bp: int) -> str:

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
 import typer
 
+from airlock.units import decimal_bytes
+
 from ._client import (
     EXIT_CODES_HELP,
     CheckpointClient,
@@ -99,10 +101,7 @@ def _bp(value: object) -> str:
 
 def _bytes(value: object) -> str:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        for unit, size in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
-            if value >= size:
-                return f"{value / size:.1f} {unit}"
-        return f"{value} B"
+        return decimal_bytes(value)
     return inert(str(value))
 
 
@@ -176,7 +175,10 @@ def _evidence(evidence: Mapping[str, Any]) -> list[str]:
         return inert(str(e.get(key, "?")))
 
     if "policy" in e or "window_days" in e:
-        window = f"{text('policy')} over {text('window_days')} days"
+        # A delete's evidence names its policy but has no idle window of its own.
+        window = text("policy")
+        if "window_days" in e:
+            window += f" over {text('window_days')} days"
         if "window_start" in e and "window_end" in e:
             window += f" ({text('window_start')} to {text('window_end')})"
         if "samples" in e:
