@@ -207,6 +207,9 @@ def _checkpoint_keys(report: _Report, keys_dir: Path) -> None:
         value = loads_strict(manifest.read_bytes(), max_bytes=1 << 20, nfc=False)
         records = value["keys"]
         files = [(str(r["kid"]), str(r["status"]), str(r["file"])) for r in records]
+        unbounded = [
+            str(r["kid"]) for r in records if r["status"] == "retired" and "not_after" not in r
+        ]
     except FileNotFoundError:
         report.add("fail", "keys.checkpoint", f"no key set at {manifest} (airlock keys generate)")
         return
@@ -226,9 +229,23 @@ def _checkpoint_keys(report: _Report, keys_dir: Path) -> None:
         report.add("fail", "keys.checkpoint", f"{len(active)} active signing keys; exactly one")
     for kid, status, file in files:
         path = keys_dir / Path(file).name
-        if status == "revoked" and not path.exists():
-            continue
-        _private_file(report, f"keys.{status}", path, f"the private key of {kid}")
+        if status == "active":
+            _private_file(report, "keys.active", path, f"the private key of {kid}")
+        elif path.exists():  # rotate and revoke delete it (as keys list warns too)
+            report.add(
+                "warn",
+                f"keys.{status}",
+                f"the private key of {status} key {kid} is still on disk ({path}); "
+                "nothing signs with it: delete it",
+            )
+    for kid in unbounded:
+        report.add(
+            "warn",
+            "keys.retired",
+            f"retired key {kid} has no not_after (rotated by an older Airlock): executors "
+            f"trust it with no end; run `airlock keys revoke {kid}` (its approvals expired "
+            "an execution window after that rotation) and re-export the public key set",
+        )
 
 
 def _trusted_keys(
@@ -354,9 +371,23 @@ def approval_trust(
         else:
             found.append(("ok", f"the executor trusts {kid}, the checkpoint's active key"))
     # A retired key still verifies approvals in flight (KeyStatus.RETIRED): trusting one is
-    # what `export-public` writes. A revoked one is revoked only where the file says so.
+    # what `export-public` writes, until its not_after. A revoked one is revoked only
+    # where the file says so.
     for kid, key in published.items():
         ours = trusted.get(kid)
+        if (
+            key.not_after is not None
+            and ours is not None
+            and _unusable(ours, now) is None
+            and (ours.not_after is None or ours.not_after > key.not_after)
+        ):
+            found.append(
+                (
+                    "warn",
+                    f"the executor trusts {kid} longer than the checkpoint does (its not_after "
+                    f"is {key.not_after}, the executor's {ours.not_after}); {fix}",
+                )
+            )
         if key.status is KeyStatus.REVOKED and ours is not None and _unusable(ours, now) is None:
             found.append(
                 (

@@ -2,7 +2,9 @@
 
 The key directory is the checkpoint's (``AIRLOCK_CHECKPOINT_KEYS_DIR``). Private keys are
 written mode 0600 and never printed; ``export-public`` writes the key set the executor
-trusts. The checkpoint service is imported inside each command (DESIGN §1).
+trusts. ``rotate`` and ``revoke`` are recorded in the checkpoint's audit chain, so they
+need its database (``AIRLOCK_CHECKPOINT_DATABASE_URL``) and refuse to change a key
+without it. The checkpoint service is imported inside each command (DESIGN §1).
 """
 
 from __future__ import annotations
@@ -11,11 +13,14 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ._help import Typer
+
+if TYPE_CHECKING:
+    from services.checkpoint._db import Database
 
 __all__ = ["keys_app"]
 
@@ -42,6 +47,28 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
+def _audited() -> tuple[Database, int]:
+    """The checkpoint's database (migrated) and its execution window, or exit 2: a key
+    change nobody can prove afterwards is not made."""
+    from airlock.settings import CheckpointSettings
+    from airlock.store import Error as StoreError
+    from airlock.store import upgrade
+    from services.checkpoint._db import Database
+    from services.checkpoint.app import MIGRATIONS
+
+    why = "a key change is recorded in the checkpoint's audit chain, which needs its database"
+    try:
+        settings = CheckpointSettings()
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        raise _fail(f"{why}: {exc}") from None
+    try:
+        db = Database(settings.database_url)
+        upgrade(db.engine, MIGRATIONS)
+    except StoreError as exc:
+        raise _fail(f"{why}: checkpoint database: {exc}") from None
+    return db, settings.execution_window
+
+
 @keys_app.command("generate")
 def generate_command(keys_dir: KeysDir = _DEFAULT_DIR) -> None:
     """Create the first signing key (refused if a key set exists: use rotate)."""
@@ -57,14 +84,26 @@ def generate_command(keys_dir: KeysDir = _DEFAULT_DIR) -> None:
 
 @keys_app.command("rotate")
 def rotate_command(keys_dir: KeysDir = _DEFAULT_DIR) -> None:
-    """Make a new active key; the old one is retired and still verifies approvals in flight."""
+    """Make a new active key; the old one is retired and its private key deleted.
+
+    A retired key verifies approvals in flight until not_after (now + execution window + 30 s).
+
+    Recorded in the checkpoint's audit chain: needs AIRLOCK_CHECKPOINT_DATABASE_URL.
+    """
+    from airlock.store import Error as StoreError
     from services.checkpoint.errors import ConfigError
+    from services.checkpoint.keyaudit import ChainKeyAudit
     from services.checkpoint.keys import KeyDirectory
 
+    db, window = _audited()
     try:
-        record = KeyDirectory(keys_dir).rotate(int(time.time()))
-    except ConfigError as exc:
+        now = int(time.time())
+        audit = ChainKeyAudit(db, lambda: now)
+        record = KeyDirectory(keys_dir).rotate(now, execution_window=window, audit=audit)
+    except (ConfigError, StoreError) as exc:
         raise _fail(str(exc)) from None
+    finally:
+        db.dispose()
     typer.echo(f"rotated: {record.kid} is active; re-export the public key set for executors")
 
 
@@ -76,14 +115,23 @@ def revoke_command(
     """Revoke a key: executors refuse its approvals (E_KEY_REVOKED) once given the new key set.
 
     Re-export the public key set (keys export-public) to each executor; it needs no restart.
+
+    Its private key is deleted.
+
+    Recorded in the checkpoint's audit chain: needs AIRLOCK_CHECKPOINT_DATABASE_URL.
     """
+    from airlock.store import Error as StoreError
     from services.checkpoint.errors import ConfigError
+    from services.checkpoint.keyaudit import ChainKeyAudit
     from services.checkpoint.keys import KeyDirectory
 
+    db, _ = _audited()
     try:
-        KeyDirectory(keys_dir).revoke(kid)
-    except ConfigError as exc:
+        KeyDirectory(keys_dir).revoke(kid, audit=ChainKeyAudit(db, lambda: int(time.time())))
+    except (ConfigError, StoreError) as exc:
         raise _fail(str(exc)) from None
+    finally:
+        db.dispose()
     typer.echo(f"revoked {kid}; re-export the public key set for executors")
 
 
@@ -92,26 +140,40 @@ def list_command(
     keys_dir: KeysDir = _DEFAULT_DIR,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
-    """List key ids with their status."""
+    """List key ids with their status and a retired key's not_after (trusted until then).
+
+    Warns of a retired key with no not_after, or a private key left that nothing signs with.
+    """
     from services.checkpoint.errors import ConfigError
     from services.checkpoint.keys import KeyDirectory
 
+    directory = KeyDirectory(keys_dir)
     try:
-        records = KeyDirectory(keys_dir).records()
+        records = directory.records()
+        warnings = directory.warnings()
     except ConfigError as exc:
         raise _fail(str(exc)) from None
+    for warning in warnings:
+        typer.echo(f"keys: warning: {warning}", err=True)
     if as_json:
         typer.echo(
             json.dumps(
                 [
-                    {"kid": r.kid, "status": r.status.value, "created_at": r.created_at}
+                    {
+                        "kid": r.kid,
+                        "status": r.status.value,
+                        "created_at": r.created_at,
+                        "not_after": r.not_after,
+                    }
                     for r in records
                 ]
             )
         )
         return
     for r in records:
-        typer.echo(f"{r.kid}  {r.status.value:8}  created {r.created_at}")
+        until = "" if r.not_after is None else f"  not_after {r.not_after}"
+        unbounded = "  not_after NONE (trusted for ever: revoke it)" if r.unbounded else ""
+        typer.echo(f"{r.kid}  {r.status.value:8}  created {r.created_at}{until}{unbounded}")
 
 
 @keys_app.command("export-public")

@@ -238,6 +238,15 @@ def verify_bundle(
     keyid = verify_envelope(envelope, keys, now)
     # (5) only now parse the authenticated statement
     statement = ApprovalStatement.from_json_bytes(envelope.payload)
+    # (4, again) A retired key's not_after is its rotation plus the execution window (and
+    # skew): everything it signed while active expires by then. An approval that outlives
+    # it was signed after the rotation, with a key that no longer signs: forged.
+    not_after = keys[keyid].not_after
+    if not_after is not None and statement.expires_at > not_after:
+        raise Refused(
+            RefusalCode.E_KEY_REVOKED,
+            f"expires at {statement.expires_at}, after its key's not_after {not_after}",
+        )
     # (6)-(8) are properties of the authenticated approval itself: refusals name it.
     _check_statement(statement, binding, now)
     # (9) hash the presented bytes, compare in constant time, only then parse

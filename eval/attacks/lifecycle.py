@@ -16,6 +16,7 @@ import shutil
 import sqlite3
 import subprocess
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from airlock.protocol import KeySet, canonical_bytes
@@ -33,6 +34,13 @@ _BLOCK_MS = 2500
 
 def _issue_short(rig: Rig, t: Target) -> None:
     rig.scratch[t.name] = approved(rig, rig.short, stop_action(t))
+
+
+class _ScratchCopyUnaudited:
+    """Records nothing: for key changes to a scratch copy of a key directory only."""
+
+    def record(self, event: Mapping[str, Any]) -> None:
+        pass
 
 
 def _wait_expired(record: dict[str, Any]) -> None:
@@ -197,8 +205,9 @@ def _revoked_key(rig: Rig, t: Target) -> Observation:
     shutil.copytree(rig.aux_keys_dir, keys)
     directory = KeyDirectory(keys)
     old = next(r.kid for r in directory.records() if r.status.value == "active")
-    directory.rotate(int(time.time()))
-    directory.revoke(old)
+    # A scratch copy of the aux checkpoint's keys: nothing here is a checkpoint's record.
+    directory.rotate(int(time.time()), execution_window=900, audit=_ScratchCopyUnaudited())
+    directory.revoke(old, audit=_ScratchCopyUnaudited())
     main = KeySet.from_json_bytes(rig.trusted_keys.read_bytes())
     merged = [k for k in main.values() if k.kid != old] + list(directory.public_keyset().values())
     trusted = rig.workdir / "revoked-trusted-keys.json"

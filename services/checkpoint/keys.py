@@ -3,12 +3,21 @@
 Layout::
 
     KEYS_DIR/keyset.json           manifest: kid, public key, status, file, created_at
-    KEYS_DIR/<kid hex>.pem         PKCS#8 PEM private key, mode 0600
+                                   (and not_after, for a retired key)
+    KEYS_DIR/<kid hex>.pem         PKCS#8 PEM private key, mode 0600 (the active key's)
+    KEYS_DIR/.keyset.lock          flock(2) taken around every change of the manifest
 
 Exactly one key is ``active`` (signs new approvals). ``rotate`` makes a new active key
-and keeps the old one ``retired`` — it signs nothing new but still verifies approvals in
-flight. ``revoke`` marks a key ``revoked``: it then verifies nothing. The executor trusts
-the public key set that ``export-public`` writes (:meth:`KeyDirectory.public_keyset`).
+and keeps the old one ``retired`` — it signs nothing new but still verifies the
+approvals in flight, until its ``not_after`` (the rotation, plus the execution window,
+plus clock skew), after which executors refuse it (E_KEY_REVOKED). ``revoke`` marks a key
+``revoked``: it then verifies nothing. The checkpoint signs only with the active key, so
+rotate and revoke delete the private key of the key they retire or revoke. The executor
+trusts the public key set that ``export-public`` writes (:meth:`KeyDirectory.public_keyset`).
+
+Every change is a read-modify-write of the manifest under an exclusive lock, so a revoke
+racing a rotate is never undone by it; rotate and revoke record the change in the
+checkpoint's audit chain (:class:`KeyAudit`) before the manifest is replaced.
 
 A private key file whose mode allows anyone but its owner is refused: the service does
 not start. This module never logs, prints or returns private key bytes.
@@ -16,14 +25,18 @@ not start. This module never logs, prints or returns private key bytes.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import json
 import os
 import stat
 import tempfile
 import threading
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import (
@@ -39,10 +52,24 @@ from airlock.protocol import KeySet, KeyStatus, TrustedKey, b64decode_strict, b6
 from .errors import ConfigError
 from .signer import Signer
 
-__all__ = ["MANIFEST", "KeyDirectory", "KeyRecord", "KeyRing"]
+__all__ = ["MANIFEST", "RETIRE_SKEW", "KeyAudit", "KeyDirectory", "KeyRecord", "KeyRing"]
 
 MANIFEST: Final = "keyset.json"
+_LOCK: Final = ".keyset.lock"
 _PRIVATE_MODE: Final = 0o600
+#: Clock skew allowed on top of the execution window before a retired key expires: the
+#: executor's default ``AIRLOCK_EXECUTOR_SKEW``. The executor compares both an approval's
+#: ``expires_at`` and a key's ``not_after`` with its own clock, so its skew against the
+#: checkpoint cancels out; this covers the host that runs ``keys rotate`` reading another
+#: clock than the checkpoint that signs, and a signature begun as the rotation landed.
+RETIRE_SKEW: Final = 30
+
+
+class KeyAudit(Protocol):
+    """Where key changes are recorded: the checkpoint's audit chain (the CLI's port)."""
+
+    def record(self, event: Mapping[str, Any]) -> None:
+        """Commit ``event`` durably, or raise: then the change is not made."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,15 +79,26 @@ class KeyRecord:
     status: KeyStatus
     file: str
     created_at: int
+    #: Unix seconds after which verifiers refuse the key; set on a retired key by rotate.
+    not_after: int | None = None
+
+    @property
+    def unbounded(self) -> bool:
+        """A retired key with no ``not_after``: written by rotate before it set one, and
+        trusted by executors for ever. ``keys list`` and ``doctor`` warn of it."""
+        return self.status is KeyStatus.RETIRED and self.not_after is None
 
     def to_value(self) -> dict[str, Any]:
-        return {
+        value: dict[str, Any] = {
             "kid": self.kid,
             "public_key": b64encode(self.public_key),
             "status": self.status.value,
             "file": self.file,
             "created_at": self.created_at,
         }
+        if self.not_after is not None:
+            value["not_after"] = self.not_after
+        return value
 
 
 class KeyDirectory:
@@ -79,13 +117,23 @@ class KeyDirectory:
         return self.manifest_path.exists()
 
     def records(self) -> list[KeyRecord]:
+        return self._parse(self._read())[0]
+
+    def _read(self) -> bytes:
         try:
-            raw = json.loads(self.manifest_path.read_bytes())
+            return self.manifest_path.read_bytes()
         except FileNotFoundError:
             raise ConfigError(
                 f"no key set at {self.manifest_path}: run `airlock keys generate`"
             ) from None
-        except (OSError, ValueError) as exc:
+        except OSError as exc:
+            raise ConfigError(f"key set {self.manifest_path} is unreadable: {exc}") from None
+
+    def _parse(self, data: bytes) -> tuple[list[KeyRecord], str]:
+        """The records and the manifest's ``sha256:`` digest (what the audit names)."""
+        try:
+            raw = json.loads(data)
+        except ValueError as exc:
             raise ConfigError(f"key set {self.manifest_path} is unreadable: {exc}") from None
         try:
             records = [
@@ -95,6 +143,7 @@ class KeyDirectory:
                     status=KeyStatus(entry["status"]),
                     file=str(entry["file"]),
                     created_at=int(entry["created_at"]),
+                    not_after=_not_after(entry.get("not_after")),
                 )
                 for entry in raw["keys"]
             ]
@@ -105,11 +154,36 @@ class KeyDirectory:
                     raise ValueError(f"kid {r.kid} does not match its public key")
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"key set {self.manifest_path} is malformed: {exc}") from None
-        return records
+        return records, _digest(data)
 
     def public_keyset(self) -> KeySet:
-        """Every key with its status, as the executor should trust them."""
-        return KeySet([TrustedKey.from_raw(r.public_key, r.status) for r in self.records()])
+        """Every key with its status and ``not_after``, as the executor should trust them.
+
+        Not under the lock: the manifest is only ever replaced by rename, so one read sees
+        it whole, before or after a change (and the checkpoint serving ``/v1/keys`` may
+        have the directory read-only).
+        """
+        return KeySet(
+            [TrustedKey.from_raw(r.public_key, r.status, r.not_after) for r in self.records()]
+        )
+
+    def warnings(self) -> list[str]:
+        """What an operator must act on in this key set (``keys list``, ``doctor``)."""
+        found: list[str] = []
+        for r in self.records():
+            if r.unbounded:
+                found.append(
+                    f"retired key {r.kid} has no not_after (rotated by an older Airlock): "
+                    f"executors trust it with no end; run `airlock keys revoke {r.kid}` "
+                    "(its approvals expired an execution window after that rotation) and "
+                    "re-export the public key set"
+                )
+            if r.status is not KeyStatus.ACTIVE and (self.path / r.file).exists():
+                found.append(
+                    f"the private key of {r.status.value} key {r.kid} is still on disk "
+                    f"({self.path / r.file}); nothing signs with it: delete it"
+                )
+        return found
 
     def active_signer(self) -> Signer:
         """Load the one active key, refusing a private key file not mode 0600."""
@@ -144,39 +218,99 @@ class KeyDirectory:
 
     # -- changes (the `airlock keys` commands) --------------------------------------
 
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """An exclusive flock(2) on the key directory's lock file, held while a command
+        reads, changes and writes the manifest: two of them never interleave (a revoke
+        landing inside a rotate would otherwise be undone by the rotate's write)."""
+        fd = os.open(self.path / _LOCK, os.O_RDWR | os.O_CREAT, _PRIVATE_MODE)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
     def generate(self, now: int) -> KeyRecord:
         """Create the first key. Refuses if a key set already exists (use rotate)."""
         if self.exists():
             raise ConfigError(f"a key set already exists at {self.path}; use `airlock keys rotate`")
         self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        record = self._new_key(now)
-        self._write([record])
+        with self._locked():
+            if self.exists():  # made by another generate while we waited
+                raise ConfigError(
+                    f"a key set already exists at {self.path}; use `airlock keys rotate`"
+                )
+            record = self._new_key(now)
+            self._write([record])
         return record
 
-    def rotate(self, now: int) -> KeyRecord:
-        """Retire the active key (it still verifies) and make a new active one."""
-        records = [
-            KeyRecord(r.kid, r.public_key, KeyStatus.RETIRED, r.file, r.created_at)
-            if r.status is KeyStatus.ACTIVE
-            else r
-            for r in self.records()
-        ]
-        record = self._new_key(now)
-        self._write([*records, record])
+    def rotate(self, now: int, *, execution_window: int, audit: KeyAudit) -> KeyRecord:
+        """Retire the active key and make a new active one; record it in ``audit``.
+
+        The retired key keeps verifying only the approvals it signed that may still be in
+        flight: those expire at most ``execution_window`` (the checkpoint's
+        ``AIRLOCK_CHECKPOINT_EXECUTION_WINDOW``, which sets every approval's
+        ``expires_at - issued_at``) after now, so its ``not_after`` is now + that window
+        + :data:`RETIRE_SKEW`. A retired key an older rotate left unbounded gets the same
+        bound: whatever it signed expired before. Their private keys are deleted; the
+        checkpoint signs only with the active key.
+        """
+        not_after = now + execution_window + RETIRE_SKEW
+        with self._locked():
+            records, before = self._parse(self._read())
+            retiring = [r for r in records if r.status is KeyStatus.ACTIVE or r.unbounded]
+            bounded = {
+                r.kid: replace(r, status=KeyStatus.RETIRED, not_after=not_after) for r in retiring
+            }
+            record = self._new_key(now)
+            updated = [*(bounded.get(r.kid, r) for r in records), record]
+            try:
+                data = self._serialize(updated)
+                audit.record(
+                    {
+                        "type": "checkpoint.key.rotated",
+                        "active": record.kid,
+                        "retired": sorted(bounded),
+                        "not_after": not_after,
+                        "keyset_before": before,
+                        "keyset_after": _digest(data),
+                    }
+                )
+            except BaseException:
+                _unlink(self.path / record.file)  # never used: the manifest does not name it
+                raise
+            self._replace(data)
+            for r in bounded.values():
+                _unlink(self.path / r.file)
         return record
 
-    def revoke(self, kid: str) -> KeyRecord:
-        records = self.records()
-        if kid not in {r.kid for r in records}:
-            raise ConfigError(f"no key {kid} in {self.manifest_path}")
-        updated = [
-            KeyRecord(r.kid, r.public_key, KeyStatus.REVOKED, r.file, r.created_at)
-            if r.kid == kid
-            else r
-            for r in records
-        ]
-        self._write(updated)
-        return next(r for r in updated if r.kid == kid)
+    def revoke(self, kid: str, *, audit: KeyAudit) -> KeyRecord:
+        """Mark ``kid`` revoked (it verifies nothing), delete its private key, record it."""
+        with self._locked():
+            records, before = self._parse(self._read())
+            found = next((r for r in records if r.kid == kid), None)
+            if found is None:
+                raise ConfigError(f"no key {kid} in {self.manifest_path}")
+            revoked = replace(found, status=KeyStatus.REVOKED)
+            data = self._serialize([revoked if r.kid == kid else r for r in records])
+            audit.record(
+                {
+                    "type": "checkpoint.key.revoked",
+                    "kid": kid,
+                    "was": found.status.value,
+                    "keyset_before": before,
+                    "keyset_after": _digest(data),
+                }
+            )
+            self._replace(data)
+            _unlink(self.path / found.file)
+        return revoked
+
+    # The record goes first, the manifest second. A crash between them leaves a record
+    # of a change that did not happen, never a change without a record; the event names
+    # the digests of the manifest it read and of the one it wrote, so such a crash shows
+    # in the chain as the next key event starting from a manifest the previous one did
+    # not write, and against the manifest itself (its digest is not the last recorded).
 
     def _new_key(self, now: int) -> KeyRecord:
         private = Ed25519PrivateKey.generate()
@@ -192,8 +326,14 @@ class KeyDirectory:
             os.fsync(handle.fileno())
         return KeyRecord(kid, public, KeyStatus.ACTIVE, name, now)
 
+    @staticmethod
+    def _serialize(records: list[KeyRecord]) -> bytes:
+        return json.dumps({"keys": [r.to_value() for r in records]}, indent=2).encode() + b"\n"
+
     def _write(self, records: list[KeyRecord]) -> None:
-        data = json.dumps({"keys": [r.to_value() for r in records]}, indent=2).encode() + b"\n"
+        self._replace(self._serialize(records))
+
+    def _replace(self, data: bytes) -> None:
         fd, tmp = tempfile.mkstemp(dir=self.path, prefix=".keyset-")
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -201,6 +341,33 @@ class KeyDirectory:
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o644)
         os.replace(tmp, self.manifest_path)
+        _fsync_dir(self.path)
+
+
+def _not_after(value: Any) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError("not_after must be Unix seconds")
+    return value
+
+
+def _digest(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _unlink(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+        _fsync_dir(path.parent)
 
 
 class KeyRing:

@@ -17,6 +17,7 @@ from airlock.store import upgrade
 from services.checkpoint._db import Database
 from services.checkpoint.app import DEFAULT_POLICY, MIGRATIONS, create_app
 from services.checkpoint.auth import Accounts
+from services.checkpoint.keyaudit import ChainKeyAudit
 from services.checkpoint.keys import KeyDirectory, KeyRing
 from services.checkpoint.models import users
 from services.checkpoint.policy import Policy, load_policy
@@ -92,6 +93,10 @@ class World:
                     sa.select(users.c.password_hash).where(users.c.username == username)
                 ).scalar_one()
             )
+
+    def key_audit(self) -> ChainKeyAudit:
+        """What ``airlock keys rotate|revoke`` record key changes in: this chain."""
+        return ChainKeyAudit(self.checkpoint.db, self.clock)
 
     def auth(self, who: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.tokens[who]}"}

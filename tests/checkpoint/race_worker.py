@@ -80,3 +80,26 @@ def report_refusals(  # noqa: PLR0917 - multiprocessing passes args positionally
             outcome.append(exc.code.value)
     db.dispose()
     results.put(outcome)
+
+
+def rotate_waiting_inside_the_lock(keys_dir: str, url: str, inside: Any, go: Any) -> None:
+    """``keys rotate`` as the CLI does it, stopping inside the key directory's lock (at
+    its audit record, after it read the manifest) until ``go`` is set."""
+    import time
+
+    from services.checkpoint.keyaudit import ChainKeyAudit
+
+    db = Database(url)
+    chain = ChainKeyAudit(db, lambda: int(time.time()))
+
+    class Waiting:
+        def record(self, event: Any) -> None:
+            inside.set()
+            if not go.wait(60):
+                raise RuntimeError("never told to go on")
+            chain.record(event)
+
+    try:
+        KeyDirectory(Path(keys_dir)).rotate(int(time.time()), execution_window=900, audit=Waiting())
+    finally:
+        db.dispose()

@@ -216,7 +216,9 @@ def test_rotation_keeps_in_flight_approvals_and_revocation_kills_them(world: Wor
 
     directory = KeyDirectory(world.keys_dir)
     old_kid = directory.records()[0].kid
-    directory.rotate(world.clock())  # what `airlock keys rotate` does, while serving
+    directory.rotate(
+        world.clock(), execution_window=900, audit=world.key_audit()
+    )  # what `airlock keys rotate` does, while serving
     second = world.submit(proposal_id="prop_rotate000002", resource_id="i-rotate0002").json()
     approved = world.approve("alice", second["id"], second["action_hash"]).json()
     assert approved["approval"]["keyid"] != old_kid  # the running checkpoint picked it up
@@ -224,7 +226,7 @@ def test_rotation_keeps_in_flight_approvals_and_revocation_kills_them(world: Wor
     keys = KeySet.from_value(world.client.get("/v1/keys").json())
     assert verify_bundle(old_bundle, keys, BINDING, world.clock()).keyid == old_kid
 
-    directory.revoke(old_kid)
+    directory.revoke(old_kid, audit=world.key_audit())
     keys = KeySet.from_value(world.client.get("/v1/keys").json())
     with pytest.raises(Refused) as refused:
         verify_bundle(old_bundle, keys, BINDING, world.clock())

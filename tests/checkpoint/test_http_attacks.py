@@ -217,7 +217,9 @@ def test_an_unusable_signing_key_does_not_tell_callers_where_the_keys_live(
     world = sqlite_world
     p = world.submit().json()
     keys = KeyDirectory(world.keys_dir)
-    keys.revoke(keys.records()[0].kid)  # `airlock keys revoke`: nothing left to sign with
+    keys.revoke(
+        keys.records()[0].kid, audit=world.key_audit()
+    )  # `airlock keys revoke`: nothing left to sign with
     secret = str(world.keys_dir)
 
     ready = world.client.get("/readyz")

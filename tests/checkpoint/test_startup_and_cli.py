@@ -221,6 +221,58 @@ def test_cli_keys_users_and_tokens(tmp_path: Path) -> None:
     assert "disabled" in _airlock(tmp_path, "users", "list").stdout
 
 
+def test_cli_key_changes_are_refused_without_the_checkpoint_database_to_record_them(
+    tmp_path: Path,
+) -> None:
+    assert _airlock(tmp_path, "keys", "generate").exit_code == 0
+    manifest = (tmp_path / "keys" / "keyset.json").read_bytes()
+    [kid] = [k["kid"] for k in json.loads(_airlock(tmp_path, "keys", "list", "--json").stdout)]
+    env = {
+        "AIRLOCK_ENV": "prod",
+        "AIRLOCK_CHECKPOINT_KEYS_DIR": str(tmp_path / "keys"),
+        "AIRLOCK_CHECKPOINT_AUDIENCE": "airlock-executor/prod-test",
+    }
+    for args in (["keys", "rotate"], ["keys", "revoke", kid]):
+        refused = CliRunner().invoke(app, args, env=env)
+        assert refused.exit_code == 2, refused.output
+        assert "recorded in the checkpoint's audit chain" in refused.stderr
+        assert "AIRLOCK_CHECKPOINT_DATABASE_URL" in refused.stderr
+    assert (tmp_path / "keys" / "keyset.json").read_bytes() == manifest
+    assert len(list((tmp_path / "keys").glob("*.pem"))) == 1
+
+
+def test_cli_keys_rotate_and_revoke_land_in_the_audit_chain_and_list_shows_not_after(
+    tmp_path: Path,
+) -> None:
+    assert _airlock(tmp_path, "keys", "generate").exit_code == 0
+    before = int(time.time())
+    assert _airlock(tmp_path, "keys", "rotate").exit_code == 0
+    old, new = json.loads(_airlock(tmp_path, "keys", "list", "--json").stdout)
+    assert old["status"] == "retired" and new["status"] == "active"
+    assert before + 900 + 30 <= old["not_after"] <= time.time() + 900 + 30
+    assert new["not_after"] is None
+    listed = _airlock(tmp_path, "keys", "list")
+    assert f"not_after {old['not_after']}" in listed.stdout and listed.stderr == ""
+    assert _airlock(tmp_path, "keys", "revoke", old["kid"]).exit_code == 0
+    url = f"sqlite:///{tmp_path / 'checkpoint.db'}"
+    db = Database(url)
+    try:
+        with db.engine.connect() as conn:
+            events = [
+                json.loads(e)
+                for e in conn.execute(sa.text("SELECT event FROM audit_log ORDER BY seq")).scalars()
+            ]
+    finally:
+        db.dispose()
+    rotated, revoked = [e for e in events if e["type"].startswith("checkpoint.key.")]
+    assert rotated["type"] == "checkpoint.key.rotated" and rotated["active"] == new["kid"]
+    assert rotated["retired"] == [old["kid"]] and rotated["not_after"] == old["not_after"]
+    assert revoked["type"] == "checkpoint.key.revoked" and revoked["kid"] == old["kid"]
+    assert revoked["keyset_before"] == rotated["keyset_after"]
+    verified = _airlock(tmp_path, "audit", "verify", "--db", url)
+    assert verified.exit_code == 0, verified.output
+
+
 def test_cli_users_list_shows_a_locked_account_and_unlock_ends_the_lockout(
     tmp_path: Path,
 ) -> None:

@@ -275,7 +275,9 @@ def test_doctor_fails_when_the_executor_does_not_trust_the_key_the_checkpoint_ro
     served: Served, tmp_path: Path
 ) -> None:
     env = _dev_env(served, tmp_path)
-    new = KeyDirectory(served.world.keys_dir).rotate(served.world.clock())
+    new = KeyDirectory(served.world.keys_dir).rotate(
+        served.world.clock(), execution_window=900, audit=served.world.key_audit()
+    )
     stale = served.run("doctor", env=env)
     assert stale.exit_code == 1, stale.stdout
     [failure] = _named(stale.stdout, "fail", "trust.approvals")
@@ -291,15 +293,70 @@ def test_doctor_fails_when_the_executor_does_not_trust_the_key_the_checkpoint_ro
     assert new.kid in ok
 
 
+def test_doctor_warns_of_a_retired_key_an_older_rotate_left_trusted_for_ever(
+    served: Served, tmp_path: Path
+) -> None:
+    env = _dev_env(served, tmp_path)
+    keys = KeyDirectory(served.world.keys_dir)
+    [old] = keys.records()
+    keys.rotate(int(time.time()), execution_window=900, audit=served.world.key_audit())
+    _export_trusted(served, env)
+    ok = served.run("doctor", env=env)
+    assert _named(ok.stdout, "warn", "keys.retired") == [], ok.stdout
+    assert _named(ok.stdout, "fail", "keys.retired") == []  # its private key is gone, rightly
+    # What rotate wrote before it set not_after (and kept the retired private key).
+    value = json.loads(keys.manifest_path.read_text())
+    for entry in value["keys"]:
+        entry.pop("not_after", None)
+    keys.manifest_path.write_text(json.dumps(value))
+    trusted = Path(env["AIRLOCK_EXECUTOR_TRUSTED_KEYS_PATH"])
+    exported = json.loads(trusted.read_text())
+    for entry in exported["keys"]:
+        entry.pop("not_after", None)
+    trusted.write_text(json.dumps(exported))
+    result = served.run("doctor", env=env)
+    assert result.exit_code == 0, result.stdout
+    [warning] = _named(result.stdout, "warn", "keys.retired")
+    assert f"retired key {old.kid} has no not_after" in warning
+    assert f"airlock keys revoke {old.kid}" in warning
+    keys.revoke(old.kid, audit=served.world.key_audit())
+    _export_trusted(served, env)
+    fixed = served.run("doctor", env=env)
+    assert _named(fixed.stdout, "warn", "keys.retired") == [], fixed.stdout
+
+
+def test_doctor_warns_when_the_executor_trusts_a_retired_key_past_the_checkpoint_s_not_after(
+    served: Served, tmp_path: Path
+) -> None:
+    env = _dev_env(served, tmp_path)
+    keys = KeyDirectory(served.world.keys_dir)
+    [old] = keys.records()
+    keys.rotate(int(time.time()), execution_window=900, audit=served.world.key_audit())
+    _export_trusted(served, env)
+    trusted = Path(env["AIRLOCK_EXECUTOR_TRUSTED_KEYS_PATH"])
+    exported = json.loads(trusted.read_text())
+    for entry in exported["keys"]:
+        entry.pop("not_after", None)  # an export made before this version
+    trusted.write_text(json.dumps(exported))
+    result = served.run("doctor", env=env)
+    [warning] = _named(result.stdout, "warn", "trust.approvals")
+    assert f"the executor trusts {old.kid} longer than the checkpoint does" in warning
+    assert "airlock keys export-public" in warning
+    _export_trusted(served, env)
+    fixed = served.run("doctor", env=env)
+    assert _named(fixed.stdout, "warn", "trust.approvals") == [], fixed.stdout
+
+
 def test_doctor_warns_when_the_executor_still_trusts_a_key_the_checkpoint_revoked(
     served: Served, tmp_path: Path
 ) -> None:
     env = _dev_env(served, tmp_path)
     keys = KeyDirectory(served.world.keys_dir)
     [old] = keys.records()
-    keys.rotate(served.world.clock())
+    # Rotated at doctor's clock (the real one): the retired key is still within its not_after.
+    keys.rotate(int(time.time()), execution_window=900, audit=served.world.key_audit())
     _export_trusted(served, env)
-    keys.revoke(old.kid)  # and not re-exported
+    keys.revoke(old.kid, audit=served.world.key_audit())  # and not re-exported
     result = served.run("doctor", env=env)
     assert result.exit_code == 0, result.stdout
     [warning] = _named(result.stdout, "warn", "trust.approvals")

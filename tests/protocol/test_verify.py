@@ -160,6 +160,19 @@ def test_key_past_not_after_is_refused() -> None:
     assert refusal(bundle_for(), expiring) is RefusalCode.E_KEY_REVOKED
 
 
+def test_approval_outliving_its_retired_key_is_refused_as_forged_before_not_after() -> None:
+    # A retired key's not_after bounds what it signed while active: an approval that
+    # expires after it was signed after the rotation (with a stolen retired key).
+    raw = factory.signer().public_raw
+    statement = factory.statement_value(factory.action_value())
+    retired = KeySet(
+        [TrustedKey.from_raw(raw, KeyStatus.RETIRED, not_after=statement["expires_at"] - 1)]
+    )
+    assert refusal(bundle_for(), retired) is RefusalCode.E_KEY_REVOKED
+    bounded = KeySet([TrustedKey.from_raw(raw, KeyStatus.RETIRED, statement["expires_at"])])
+    verify_bundle(bundle_for(), bounded, BINDING, NOW)  # in flight at the rotation: verifies
+
+
 def test_signed_by_another_key_under_a_trusted_keyid_is_refused() -> None:
     trusted_kid = factory.signer().keyid
 
