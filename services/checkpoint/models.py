@@ -254,10 +254,11 @@ feed_head = sa.Table(
     sa.CheckConstraint("id = 1", name="single_row"),
 )
 
-#: The latest executor audit chain head a receipt named (by receipt time, then seq), and
-#: that receipt's time (migration 0003): one row, NULLs until the first receipt. The
-#: feed hands it back to executors, so one whose chain lacks it knows its ledger went
-#: back.
+#: The latest executor audit chain head a receipt named (by chain seq, or by receipt
+#: time for another chain: ``Checkpoint._advance_executor_head``), and that receipt's
+#: time, bounded by the checkpoint's clock (migration 0003): one row, NULLs until the
+#: first receipt. The feed hands it back to executors, so one whose chain lacks it
+#: knows its ledger went back.
 executor_head = sa.Table(
     "executor_head",
     metadata,

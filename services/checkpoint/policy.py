@@ -29,9 +29,9 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Annotated, Any, Final, Literal, get_args
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from airlock.protocol import (
     ALLOWED_OPERATIONS,
@@ -66,6 +66,21 @@ _RULE_FIELDS: Final = frozenset({"name", "effect", "match", "quorum", "confirm",
 _ALL_OPERATIONS: Final = frozenset(op for ops in ALLOWED_OPERATIONS.values() for op in ops)
 _HIGH_RISK_NAMES: Final = frozenset(op for _, op in HIGH_RISK_OPERATIONS)
 _MAX_QUORUM: Final = 16
+
+
+def _action_field(name: str) -> TypeAdapter[Any]:
+    """The kernel's own check of one ``ProposedAction`` field, to hold a match value to:
+    a value the action model refuses can never match, and a deny rule that can never
+    match lets a later rule decide instead (seen in review)."""
+    info = ProposedAction.model_fields[name]
+    # Built at run time from the model's own field, so mypy cannot read it as a type.
+    form: Any = Annotated[(info.annotation, *info.metadata)]
+    return TypeAdapter(form)
+
+
+_PROVIDERS: Final = frozenset(get_args(ProposedAction.model_fields["provider"].annotation))
+_ACCOUNT: Final = _action_field("account")
+_REGION: Final = _action_field("region")
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,6 +277,49 @@ def _check_signable_name(name: str, effect: str) -> None:
             ) from None
 
 
+_StrSet = frozenset[str] | None
+
+
+def _parse_match(name: str, match: Mapping[str, Any]) -> tuple[_StrSet, ...]:
+    """provider, account, region, resource_type, operation: each value one an action
+    can carry (the kernel's allowlist and id patterns), or refuse the file."""
+    provider = _str_set(match.get("provider"), "provider")
+    if provider is not None and provider - _PROVIDERS:
+        raise ValueError(
+            f"{name}: unknown providers {sorted(provider - _PROVIDERS)} "
+            f"(supported: {', '.join(sorted(_PROVIDERS))})"
+        )
+    resource_type = _str_set(match.get("resource_type"), "resource_type")
+    if resource_type is not None and resource_type - ALLOWED_OPERATIONS.keys():
+        raise ValueError(
+            f"{name}: unknown resource types {sorted(resource_type - ALLOWED_OPERATIONS.keys())} "
+            f"(known: {', '.join(sorted(ALLOWED_OPERATIONS))})"
+        )
+    operation = _str_set(match.get("operation"), "operation")
+    if operation is not None and operation - _ALL_OPERATIONS:
+        raise ValueError(f"{name}: unknown operations {sorted(operation - _ALL_OPERATIONS)}")
+    if operation is not None and resource_type is not None:
+        possible = {op for rtype in resource_type for op in ALLOWED_OPERATIONS[rtype]}
+        if operation - possible:
+            raise ValueError(
+                f"{name}: operations {sorted(operation - possible)} are not allowed for "
+                f"{', '.join(sorted(resource_type))}"
+            )
+    ids = []
+    for field, adapter in (("account", _ACCOUNT), ("region", _REGION)):
+        values = _str_set(match.get(field), field)
+        for value in sorted(values or ()):
+            try:
+                adapter.validate_python(value)
+            except ValidationError:
+                raise ValueError(
+                    f"{name}: match.{field} {value!r} is not a valid {field} id"
+                ) from None
+        ids.append(values)
+    account, region = ids
+    return provider, account, region, resource_type, operation
+
+
 def _parse_rule(raw: Any) -> _Rule:
     if not isinstance(raw, dict):
         raise TypeError("a rule is a table")
@@ -280,9 +338,7 @@ def _parse_rule(raw: Any) -> _Rule:
         raise ValueError(f"{name}: match is a table")
     if set(match) - _MATCH_FIELDS:
         raise ValueError(f"{name}: unknown match keys {sorted(set(match) - _MATCH_FIELDS)}")
-    operation = _str_set(match.get("operation"), "operation")
-    if operation is not None and operation - _ALL_OPERATIONS:
-        raise ValueError(f"{name}: unknown operations {sorted(operation - _ALL_OPERATIONS)}")
+    provider, account, region, resource_type, operation = _parse_match(name, match)
     quorum = raw.get("quorum", 1)
     if not isinstance(quorum, int) or isinstance(quorum, bool) or not 1 <= quorum <= _MAX_QUORUM:
         raise ValueError(f"{name}: quorum must be an integer from 1 to {_MAX_QUORUM}")
@@ -306,10 +362,10 @@ def _parse_rule(raw: Any) -> _Rule:
     return _Rule(
         name=name,
         effect=effect,
-        provider=_str_set(match.get("provider"), "provider"),
-        account=_str_set(match.get("account"), "account"),
-        region=_str_set(match.get("region"), "region"),
-        resource_type=_str_set(match.get("resource_type"), "resource_type"),
+        provider=provider,
+        account=account,
+        region=region,
+        resource_type=resource_type,
         operation=operation,
         tags=_parse_tags(match.get("tags")),
         quorum=quorum,

@@ -19,12 +19,13 @@ from fastapi import Path as PathParam
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from airlock.asgi import BodyLimit
-from airlock.protocol import ACTION_MAX_BYTES
+from airlock.protocol import ACTION_MAX_BYTES, Refused, loads_strict
 
 from .auth import Accounts, Principal
 from .errors import ConfigError, ErrorCode, Refusal, no_signing_key
@@ -58,7 +59,49 @@ _SUBMIT_MAX_BYTES: Final = 4 * ACTION_MAX_BYTES
 _BODY_MAX_BYTES: Final = 128 * 1024
 _MAX_SAFE: Final = 2**53 - 1
 
-router = APIRouter()
+
+class _StrictJSONRequest(Request):
+    """A request whose JSON body is read by the kernel's strict parser, never by
+    ``json.loads``, which keeps the last of two duplicate keys (DESIGN §2.1)."""
+
+    async def json(self) -> Any:
+        if not hasattr(self, "_strict_json"):
+            try:
+                # nfc=False: these bodies relay what people typed (notes, a password),
+                # which nothing hashes or signs; the receipt in an outcome is checked by
+                # its own rules once its signature verified.
+                self._strict_json = loads_strict(
+                    await self.body(), max_bytes=_BODY_MAX_BYTES, nfc=False
+                )
+            except Refused as exc:
+                raise Refusal(ErrorCode.E_INVALID, f"{exc.code.value}: {exc.detail}", 422) from None
+        return self._strict_json
+
+
+class _StrictJSONRoute(APIRoute):
+    """Every route that declares a JSON body parses it strictly, before anything else
+    (FastAPI reads a body before it authenticates the caller): a duplicate key, NaN or
+    Infinity, a float, a lone surrogate, a BOM or trailing data is 422 ``E_INVALID``
+    and nothing happens. Submit declares no body; it reads and parses its own."""
+
+    def get_route_handler(self) -> Any:
+        handler = super().get_route_handler()
+        if self.body_field is None:
+            return handler
+
+        async def strict(request: Request) -> Response:
+            request = _StrictJSONRequest(request.scope, request.receive)
+            if await request.body():
+                # Refused here, outside FastAPI's own parsing (which would turn the
+                # refusal into a bare 400), so the answer has the API's error shape.
+                await request.json()
+            response: Response = await handler(request)
+            return response
+
+        return strict
+
+
+router = APIRouter(route_class=_StrictJSONRoute)
 _bearer = HTTPBearer(auto_error=False, description="A session token or a service token")
 
 

@@ -134,6 +134,9 @@ FEED_SEQ_PER_SECOND: Final = 1_000_000
 _FEED_SEQ_MAX: Final = 2**53 - 1
 #: How far past this clock an executor's cursor may raise the feed counter, seconds.
 _FEED_AHEAD_MAX_S: Final = 24 * 3600
+#: How far past this clock a receipt's time is kept as the time of the executor head it
+#: names, seconds (``_advance_executor_head``): clocks differ, but not by more.
+_RECEIPT_AHEAD_MAX_S: Final = 300
 
 
 @dataclass(frozen=True, slots=True)
@@ -829,23 +832,47 @@ class Checkpoint:
             )
             at = payload.get("at")
             if executor is not None and type(at) is int and 0 <= at <= _FEED_SEQ_MAX:
-                # After the audit append (the chain lock before this row, as everywhere),
-                # and only forward, by (receipt time, chain seq): receipts are accepted
-                # out of order (one backs off alone, a resend comes late), and a head
-                # that went back would hide a ledger restored to between the two.
-                newer = sa.or_(
-                    executor_head.c.at.is_(None),
-                    executor_head.c.at < at,
-                    sa.and_(executor_head.c.at == at, executor_head.c.seq < executor["seq"]),
-                )
-                conn.execute(
-                    executor_head.update()
-                    .where(executor_head.c.id == 1, newer)
-                    .values(**executor, at=at, recorded_at=now)
-                )
+                self._advance_executor_head(conn, executor, at, now)
             return self._view(
                 conn, conn.execute(sa.select(proposals).where(proposals.c.id == row.id)).one()
             )
+
+    def _advance_executor_head(
+        self, conn: Connection, head: Mapping[str, Any], at: int, now: int
+    ) -> None:
+        """Move the record of the executor's chain head to ``head`` if it is newer.
+
+        After the audit append (the chain lock before this row, as everywhere). Receipts
+        are accepted out of order (one backs off alone, a resend comes late), and a head
+        that went back would hide a ledger restored to between the two; one that stays
+        behind hides a ledger restored to after it. So never by the receipt's time first
+        (an executor clock that jumped ahead once pinned the record there: no later
+        receipt moved it, seen in review):
+
+        1. a higher seq is newer: a chain's seq only grows;
+        2. a lower (or equal) seq with another hash is newer only if the receipt's time is
+           later than the one recorded: a late receipt of the same chain was signed
+           before the one recorded, so this one comes from another chain, one restored
+           from a backup or replaced. The executor held for the head recorded (it reads
+           the feed before it sends a receipt), and following the new chain keeps a
+           second restore in sight. Otherwise it is a late receipt: the head stays.
+
+        The time kept (compared in step 2, handed back on the feed, where a hold starts
+        at the earliest) is at most ``_RECEIPT_AHEAD_MAX_S`` past this clock, so a time
+        far ahead holds step 2 off for that long at most; the receipt itself is recorded
+        as signed.
+        """
+        at = min(at, now + _RECEIPT_AHEAD_MAX_S)
+        newer = sa.or_(
+            executor_head.c.seq.is_(None),
+            executor_head.c.seq < head["seq"],
+            sa.and_(executor_head.c.hash != head["hash"], executor_head.c.at < at),
+        )
+        conn.execute(
+            executor_head.update()
+            .where(executor_head.c.id == 1, newer)
+            .values(**head, at=at, recorded_at=now)
+        )
 
     def report_refusal(self, principal: Principal, receipt: Mapping[str, Any]) -> ProposalOut:
         """Record an executor's signed refusal of an approval it did not consume.
@@ -1067,21 +1094,28 @@ class Checkpoint:
         now = self.now()
         counts = {"expired": 0, "lapsed": 0}
         with self.engine.begin() as conn:
+            # Every row this pass changes is locked before its first audit append: votes,
+            # revokes, withdrawals and outcomes lock their proposal, then the chain, and
+            # a sweeper holding the chain while it waited for a row they hold deadlocked
+            # with them on PostgreSQL (seen in review). In id order, so two sweepers
+            # take the rows in one order too.
             stale = conn.execute(
                 sa.select(proposals.c.id)
                 .where(proposals.c.state == "pending", proposals.c.approval_deadline <= now)
+                .order_by(proposals.c.id)
                 .with_for_update()
+            ).all()
+            lapsing = conn.execute(
+                sa.select(proposals.c.id, approvals.c.approval_id)
+                .select_from(proposals.join(approvals, approvals.c.proposal_id == proposals.c.id))
+                .where(proposals.c.state == "approved", approvals.c.expires_at <= now)
+                .order_by(proposals.c.id)
+                .with_for_update(of=proposals)
             ).all()
             for (pid,) in stale:
                 self._set_state(conn, pid, "pending", "expired", now)
                 self._audit(conn, now, "checkpoint.proposal.expired", proposal_id=pid)
                 counts["expired"] += 1
-            lapsing = conn.execute(
-                sa.select(proposals.c.id, approvals.c.approval_id)
-                .select_from(proposals.join(approvals, approvals.c.proposal_id == proposals.c.id))
-                .where(proposals.c.state == "approved", approvals.c.expires_at <= now)
-                .with_for_update(of=proposals)
-            ).all()
             for pid, aid in lapsing:
                 self._set_state(conn, pid, "approved", "lapsed", now)
                 self._audit(

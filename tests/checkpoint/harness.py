@@ -176,6 +176,7 @@ def signed_receipt(
     resolution: dict[str, Any] | None = None,
     at: int = START,
     detail: str = "",
+    audit_head: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A receipt as the executor writes it (services/executor/receipts), as JSON."""
     receipt = Receipt.model_validate(
@@ -190,7 +191,7 @@ def signed_receipt(
             "cloud_request_id": None,
             "resolution": resolution,
             "at": at,
-            "audit_head": {"seq": 1, "hash": "sha256:" + "0" * 64},
+            "audit_head": audit_head or {"seq": 1, "hash": "sha256:" + "0" * 64},
             "detail": detail,
         }
     )

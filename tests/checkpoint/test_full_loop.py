@@ -35,7 +35,7 @@ from services.executor.feed import checkpoint_client, delivery_records
 from services.executor.models import ledger
 from tests.executor.support import InMemoryCloud, receipt_keyset, receipt_signer
 
-from .harness import AUDIENCE, World
+from .harness import AUDIENCE, START, World, approved, signed_receipt
 
 RESOURCE = "i-t4n0example"
 BINDING = Binding(AUDIENCE, "alibaba", "5123456789012345", "ap-southeast-1")
@@ -161,6 +161,56 @@ def test_the_feed_hands_back_the_latest_executor_head_the_receipts_named(
     assert _pull(world)["executor_head"] == heads[1]
     chain = verify_chain(executor.engine)
     assert (chain.head_seq, chain.head_hash) == (heads[1]["seq"], heads[1]["hash"])
+
+
+def _post_outcome(world: World, n: int, *, seq: int, at: int) -> None:
+    """Approve a proposal of its own and post a succeeded receipt for it whose audit
+    head is ``seq`` (a hash of its own) and whose time is ``at``."""
+    proposal, aid = approved(world, proposal_id=f"prop_pin{n:08d}", resource_id=f"i-t4npin{n:05d}")
+    head = {"seq": seq, "hash": f"sha256:{n:064x}"}
+    receipt = signed_receipt(aid, proposal["action_hash"], "succeeded", at=at, audit_head=head)
+    posted = world.client.post(
+        "/v1/outcomes", json={"receipt": receipt}, headers=world.auth("executor")
+    )
+    assert posted.status_code == 200, posted.text
+
+
+def _head(world: World) -> tuple[int, str, int]:
+    head = _pull(world)["executor_head"]
+    return head["seq"], head["hash"], head["at"]
+
+
+def test_a_receipt_from_a_clock_far_ahead_does_not_pin_the_executor_head(world: World) -> None:
+    """One receipt from an executor whose clock jumped 50 years ahead once: the
+    receipts after it (a higher seq, the clock back) still move the head, so a ledger
+    restored to after the first is still found. The time kept is bounded by ours."""
+    _post_outcome(world, 1, seq=10, at=START + 50 * 365 * 86400)
+    assert _head(world) == (10, f"sha256:{1:064x}", START + 300)
+    world.clock.advance(60)
+    _post_outcome(world, 2, seq=500, at=START + 60)
+    assert _head(world) == (500, f"sha256:{2:064x}", START + 60)
+
+
+def test_a_higher_seq_moves_the_executor_head_even_from_a_clock_set_back(world: World) -> None:
+    _post_outcome(world, 1, seq=10, at=START)
+    world.clock.advance(60)
+    _post_outcome(world, 2, seq=11, at=START - 3600)  # the executor's clock was set back
+    assert _head(world)[:2] == (11, f"sha256:{2:064x}")
+
+
+def test_receipts_of_a_restored_chain_move_the_executor_head_onto_it(world: World) -> None:
+    """A ledger restored from a backup reports lower seqs of another chain, signed after
+    the head recorded: the head follows it (the executor held for the old one when it
+    read the feed), so a second restore of that ledger is found too. A late receipt of
+    the old chain (lower seq, signed before) still moves nothing."""
+    _post_outcome(world, 1, seq=100, at=START)
+    world.clock.advance(600)
+    _post_outcome(world, 2, seq=60, at=START + 600)  # the restored chain
+    assert _head(world) == (60, f"sha256:{2:064x}", START + 600)
+    _post_outcome(world, 3, seq=55, at=START + 10)  # late, from before the restore
+    assert _head(world) == (60, f"sha256:{2:064x}", START + 600)
+    _post_outcome(world, 4, seq=61, at=START + 601)
+    assert _head(world)[:2] == (61, f"sha256:{4:064x}")
 
 
 def test_outcome_reported_late_lands_on_a_lapsed_proposal(

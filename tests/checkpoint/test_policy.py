@@ -179,3 +179,54 @@ def test_malformed_policy_is_refused_with_a_clear_error(text: bytes, message: st
 def test_missing_policy_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read"):
         load_policy(tmp_path / "absent.toml")
+
+
+_TYPO_DENY = """version = 1
+[[rule]]
+name = "never-touch-rds"
+effect = "deny"
+{match}
+[[rule]]
+name = "auto-stop"
+effect = "auto"
+match.operation = "stop"
+"""
+
+
+@pytest.mark.parametrize(
+    ("match", "message"),
+    [
+        ('match.resource_type = "rds"', r"unknown resource types \['rds'\]"),
+        ('match.resource_type = ["ecs.instance", "RDS"]', r"unknown resource types \['RDS'\]"),
+        ('match.provider = "aliyun"', r"unknown providers \['aliyun'\]"),
+        ('match.region = "AP-Southeast-1"', r"match.region 'AP-Southeast-1' is not a valid"),
+        ('match.region = "ap southeast 1"', r"match.region 'ap southeast 1' is not a valid"),
+        ('match.account = "5123 4567"', r"match.account '5123 4567' is not a valid"),
+        ('match.account = "\u0405123456789012345"', r"match.account '.1234567890"),  # Cyrillic S
+        (
+            'match.resource_type = "rds.instance"\nmatch.operation = "delete"',
+            r"operations \['delete'\] are not allowed for rds.instance",
+        ),
+    ],
+)
+def test_a_deny_rule_that_could_never_match_is_refused_at_load_not_skipped(
+    match: str, message: str
+) -> None:
+    """A typo in a deny rule's match (``rds`` for ``rds.instance``) would make it never
+    match, and the auto rule after it would approve what it was written to stop: the
+    file is refused, naming the rule and the value."""
+    with pytest.raises(ConfigError, match=r"rule #1: never-touch-rds: " + message):
+        Policy.from_bytes(_TYPO_DENY.format(match=match).encode(), "test.toml")
+
+
+def test_match_values_an_action_can_carry_load_and_match() -> None:
+    policy = Policy.from_bytes(
+        _TYPO_DENY.format(
+            match='match.resource_type = "rds.instance"\nmatch.provider = "alibaba"\n'
+            'match.region = ["ap-southeast-1", "cn-hangzhou"]\n'
+            'match.account = "5123456789012345"'
+        ).encode()
+    )
+    rds = action(resource_type="rds.instance", resource_id="rm-abcd1234")
+    assert policy.decide(rds).rule == "never-touch-rds"
+    assert policy.decide(action()).rule == "auto-stop"
