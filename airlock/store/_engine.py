@@ -1,8 +1,9 @@
 """SQLAlchemy engines from a database URL, configured for durability. Not public.
 
 SQLite (one host): WAL, ``synchronous=FULL`` (a consumed approval must survive power
-loss; ``NORMAL`` in WAL mode may lose the last commits), foreign keys on, a busy timeout,
-and every transaction opened with ``BEGIN IMMEDIATE``. pysqlite's default ``BEGIN``
+loss; ``NORMAL`` in WAL mode may lose the last commits), foreign keys on,
+``recursive_triggers`` on (see below), a busy timeout, and every transaction opened
+with ``BEGIN IMMEDIATE``. pysqlite's default ``BEGIN``
 (deferred) takes the write lock only at the first write; two such transactions that both
 read first then fail with ``SQLITE_BUSY`` on the upgrade, *without* waiting for the busy
 timeout. Taking the write lock at ``BEGIN`` makes concurrent writers queue instead. This
@@ -10,6 +11,15 @@ is SQLAlchemy's documented recipe ("Serializable isolation / Savepoints / Transa
 DDL"): ``isolation_level = None`` at connect so pysqlite never emits its own ``BEGIN``,
 and our own ``BEGIN`` from the engine's ``begin`` event. Each connection also gets the
 audit chain's hash as a SQL function (``_chain.py``).
+
+``recursive_triggers``: the REPLACE conflict resolution (``INSERT OR REPLACE``,
+``REPLACE INTO``, ``UPDATE OR REPLACE``) deletes the rows an insert conflicts with, and
+SQLite fires DELETE triggers for that delete only with this pragma on (off by default,
+lang_conflict.html "REPLACE"). Off, one ``INSERT OR REPLACE`` swaps a terminal ledger
+row or an audit row for another past every "never deleted" trigger. None of our
+triggers writes a row and none of our statements is an upsert, so turning it on changes
+nothing else. A connection that does not set it (the sqlite3 shell) meets the guard
+triggers of the services' migrations instead (executor 0008, checkpoint 0005).
 
 PostgreSQL (several hosts): psycopg 3, ``READ COMMITTED``, ``synchronous_commit=on``,
 pre-ping. Both set explicitly even where they are the defaults (STYLE 7).
@@ -144,10 +154,20 @@ def _sqlite_engine(url: URL, *, create: bool, busy_timeout_s: float, echo: bool)
                 raise ConfigError(f"SQLite refused WAL mode (got {mode!r}) for {database!r}")
             cursor.execute("PRAGMA synchronous=FULL")
             cursor.execute("PRAGMA foreign_keys=ON")
+            # REPLACE's implicit delete then meets the tables' no-delete triggers.
+            cursor.execute("PRAGMA recursive_triggers=ON")
             cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
             sync = cursor.execute("PRAGMA synchronous").fetchone()
             fks = cursor.execute("PRAGMA foreign_keys").fetchone()
-            if sync is None or sync[0] != 2 or fks is None or fks[0] != 1:
+            recursive = cursor.execute("PRAGMA recursive_triggers").fetchone()
+            if (
+                sync is None
+                or sync[0] != 2
+                or fks is None
+                or fks[0] != 1
+                or recursive is None
+                or recursive[0] != 1
+            ):
                 raise ConfigError(f"SQLite pragmas did not take effect for {database!r}")
         finally:
             cursor.close()

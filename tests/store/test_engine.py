@@ -26,6 +26,7 @@ def test_sqlite_connections_run_wal_with_full_sync_and_foreign_keys(sqlite_url: 
                 assert cursor.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
                 assert cursor.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
                 assert cursor.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+                assert cursor.execute("PRAGMA recursive_triggers").fetchone()[0] == 1
                 assert cursor.execute("PRAGMA busy_timeout").fetchone()[0] == 30_000
                 cursor.close()
         finally:
@@ -72,6 +73,44 @@ def test_sqlite_foreign_keys_are_enforced(sqlite_url: str) -> None:
             conn.execute(sa.text("CREATE TABLE c (p INTEGER NOT NULL REFERENCES p(id))"))
         with pytest.raises(DBAPIError, match="FOREIGN KEY"), engine.begin() as conn:
             conn.execute(sa.text("INSERT INTO c VALUES (42)"))
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize(
+    "replace",
+    [
+        "INSERT OR REPLACE INTO kept (id, k, v) VALUES (1, 'other', 'swapped')",
+        "INSERT OR REPLACE INTO kept (id, k, v) VALUES (2, 'a', 'swapped')",
+        "REPLACE INTO kept (rowid, k, v) VALUES (1, 'other', 'swapped')",
+        "UPDATE OR REPLACE kept SET k = 'a' WHERE id = 3",
+    ],
+)
+def test_replace_cannot_delete_a_row_past_its_no_delete_trigger(
+    sqlite_url: str, replace: str
+) -> None:
+    """REPLACE deletes the rows it conflicts with; SQLite fires DELETE triggers for that
+    only with recursive_triggers on, which make_engine sets on every connection."""
+    engine = make_engine(sqlite_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text("CREATE TABLE kept (id INTEGER PRIMARY KEY, k TEXT UNIQUE, v TEXT)")
+            )
+            conn.execute(
+                sa.text(
+                    "CREATE TRIGGER kept_no_delete BEFORE DELETE ON kept "
+                    "BEGIN SELECT RAISE(ABORT, 'kept: rows are never deleted'); END"
+                )
+            )
+            conn.execute(
+                sa.text("INSERT INTO kept (id, k, v) VALUES (1, 'a', 'first'), (3, 'c', '')")
+            )
+        with pytest.raises(DBAPIError, match="never deleted"), engine.begin() as conn:
+            conn.execute(sa.text(replace))
+        with engine.connect() as conn:
+            rows = conn.execute(sa.text("SELECT id, k, v FROM kept ORDER BY id")).all()
+        assert [tuple(r) for r in rows] == [(1, "a", "first"), (3, "c", "")]
     finally:
         engine.dispose()
 
