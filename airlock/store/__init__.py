@@ -4,7 +4,8 @@
   PostgreSQL (psycopg 3) from a URL; :func:`read_transaction` for snapshot reads.
 - :func:`upgrade` / :func:`run_migrations` — each service's own Alembic migrations,
   serialized across processes (see ``_migrate.py`` for the directory layout).
-- :func:`create_audit_log` (in a migration), :class:`AuditLog` (append in the caller's
+- :func:`create_audit_log` and :func:`guard_audit_log_against_replace` (in a migration),
+  :class:`AuditLog` (append in the caller's
   transaction, head), :func:`verify_chain`, :func:`export`, :func:`verify_export` (an export file,
   no database needed, read line by line with a bounded :func:`read_export_lines`) — DESIGN §3.
 
@@ -36,6 +37,7 @@ from ._audit import (
     create_audit_log,
     export,
     genesis_event,
+    guard_audit_log_against_replace,
     read_export_lines,
     verify_chain,
     verify_export,
@@ -68,6 +70,7 @@ __all__ = [
     "create_audit_log",
     "export",
     "genesis_event",
+    "guard_audit_log_against_replace",
     "is_postgresql",
     "is_sqlite",
     "make_engine",

@@ -16,10 +16,15 @@ either the gapless sequence or a ``prev_hash`` link, and :func:`verify_chain` re
 
 What the database enforces (triggers, on SQLite and PostgreSQL alike): UPDATE, DELETE
 (and TRUNCATE on PostgreSQL) are refused; an INSERT must extend the current head
-(``seq = head + 1``, ``prev_hash = head.row_hash``). What it cannot enforce, because an
-attacker with the database can drop triggers, :func:`verify_chain` detects by re-deriving
-every hash from genesis. Truncating the tail or rewriting the whole chain is detected only
-against a head recorded elsewhere (receipts carry it): pass it as ``expect_head``.
+(``seq = head + 1``, ``prev_hash = head.row_hash``). On SQLite an INSERT whose row
+conflicts with a row kept (on ``rowid``, ``seq``, ``prev_hash`` or ``row_hash``) is
+refused too: with the REPLACE conflict resolution (``INSERT OR REPLACE``) SQLite would
+otherwise delete that row, firing no DELETE trigger on a connection without
+``recursive_triggers`` (the sqlite3 shell; ``make_engine`` sets it). What it cannot
+enforce, because an attacker with the database can drop triggers, :func:`verify_chain`
+detects by re-deriving every hash from genesis. Truncating the tail or rewriting the
+whole chain is detected only against a head recorded elsewhere (receipts carry it):
+pass it as ``expect_head``.
 
 Appends happen inside the caller's transaction, so a state change, its audit event and
 its receipt commit together or not at all. They are serialized: on PostgreSQL by a
@@ -73,6 +78,7 @@ __all__ = [
     "create_audit_log",
     "export",
     "genesis_event",
+    "guard_audit_log_against_replace",
     "read_export_lines",
     "verify_chain",
     "verify_export",
@@ -139,6 +145,22 @@ _SQLITE_TRIGGERS = (
     """,  # noqa: S608
 )
 
+# REPLACE deletes the rows an INSERT conflicts with; a BEFORE INSERT trigger runs before
+# that, so refusing every conflict here leaves nothing for REPLACE to delete. The append
+# inserts with no conflict clause, so a conflict was an error before and still is.
+# ``NEW.rowid`` is -1 for a rowid SQLite assigns (the append never names one), and no
+# row of ours has a rowid below 1, so only an INSERT naming an existing rowid matches.
+_SQLITE_NO_REPLACE = f"""
+    CREATE TRIGGER {AUDIT_TABLE}_no_replace BEFORE INSERT ON {AUDIT_TABLE}
+    WHEN (NEW.rowid > 0 AND EXISTS (SELECT 1 FROM {AUDIT_TABLE} WHERE rowid = NEW.rowid))
+      OR EXISTS (SELECT 1 FROM {AUDIT_TABLE} WHERE seq = NEW.seq)
+      OR EXISTS (SELECT 1 FROM {AUDIT_TABLE} WHERE prev_hash = NEW.prev_hash)
+      OR EXISTS (SELECT 1 FROM {AUDIT_TABLE} WHERE row_hash = NEW.row_hash)
+    BEGIN
+      SELECT RAISE(ABORT, '{AUDIT_TABLE} is append-only: INSERT conflicting with a row refused');
+    END
+    """  # noqa: S608
+
 _PG_TRIGGERS = (
     f"""
     CREATE OR REPLACE FUNCTION airlock_{AUDIT_TABLE}_refuse() RETURNS trigger
@@ -200,7 +222,7 @@ def create_audit_log(op: Any, chain: str) -> None:
         sa.UniqueConstraint("prev_hash", name=f"uq_{AUDIT_TABLE}_prev_hash"),
         sa.UniqueConstraint("row_hash", name=f"uq_{AUDIT_TABLE}_row_hash"),
     )
-    for ddl in _SQLITE_TRIGGERS if dialect == "sqlite" else _PG_TRIGGERS:
+    for ddl in (*_SQLITE_TRIGGERS, _SQLITE_NO_REPLACE) if dialect == "sqlite" else _PG_TRIGGERS:
         op.execute(ddl)
     event_bytes = canonical_bytes(genesis_event(chain))
     op.bulk_insert(
@@ -214,6 +236,21 @@ def create_audit_log(op: Any, chain: str) -> None:
             }
         ],
     )
+
+
+def guard_audit_log_against_replace(op: Any) -> None:
+    """Give an ``audit_log`` made before its SQLite REPLACE guard existed that guard, so an
+    upgraded database ends up as a fresh one (:func:`create_audit_log` makes it).
+
+    Call from a service's migration ``upgrade()``; a no-op where the guard is already
+    there and on PostgreSQL, which has no REPLACE (its ``ON CONFLICT DO UPDATE`` fires
+    the UPDATE trigger, which refuses).
+    """
+    if op.get_context().dialect.name != "sqlite":
+        return
+    # SQLite keeps the statement without IF NOT EXISTS (fileformat2.html, "sqlite_schema"),
+    # so the schema reads the same whichever of the two made the trigger.
+    op.execute(_SQLITE_NO_REPLACE.replace("CREATE TRIGGER ", "CREATE TRIGGER IF NOT EXISTS ", 1))
 
 
 # ---------------------------------------------------------------------------------------

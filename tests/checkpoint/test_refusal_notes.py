@@ -10,6 +10,7 @@ builds them (``harness.signed_receipt``), on SQLite and PostgreSQL.
 from __future__ import annotations
 
 import multiprocessing
+import sqlite3
 from collections import Counter
 from typing import Any
 
@@ -21,6 +22,7 @@ from airlock.store import verify_chain
 from services.checkpoint.models import refusal_notes
 from services.checkpoint.service import REFUSAL_NOTES_MAX
 from services.executor import ReceiptSigner
+from tests.support.replace import ReplaceAttack, kept_tables, replace_attacks, snapshot
 
 from .harness import AUDIENCE, START, World, approved, audit_events, signed_receipt
 from .race_worker import report_refusals
@@ -314,6 +316,48 @@ def test_the_notes_cannot_be_changed_or_deleted(world: World) -> None:
         ):
             conn.execute(sa.text(statement))
     assert [row.refusal_code for row in _stored(world)] == ["E_AUDIENCE"]
+
+
+def test_insert_or_replace_in_the_sqlite3_shell_cannot_swap_a_note_or_an_audit_row(
+    sqlite_world: World, sqlite_url: str
+) -> None:
+    """SQLite's REPLACE deletes the row it conflicts with, and the shell (no
+    recursive_triggers) fires no DELETE trigger for it: migration 0005 refuses the
+    conflict before that, on every key of both insert-only tables."""
+    world = sqlite_world
+    _, approval_id = approved(world)
+    assert _post(world, _refusal(approval_id)).status_code == 200
+    shell = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), isolation_level=None)
+    try:
+        assert shell.execute("PRAGMA recursive_triggers").fetchone()[0] == 0
+        assert kept_tables(shell) == {"refusal_notes", "audit_log"}
+        attacks = list(replace_attacks(shell, "refusal_notes"))
+        assert {str(a) for a in attacks} == {
+            "refusal_notes on id",
+            "refusal_notes on receipt_sha256",
+        }
+        seq, head = shell.execute(
+            "SELECT seq, row_hash FROM audit_log ORDER BY seq DESC LIMIT 1"
+        ).fetchone()
+        (old_hash,) = shell.execute("SELECT row_hash FROM audit_log WHERE seq = 1").fetchone()
+        attacks.append(  # extends the head, so only its row_hash conflicts (with row 1's)
+            ReplaceAttack(
+                "audit_log",
+                ("row_hash",),
+                "INSERT OR REPLACE INTO audit_log (seq, event, prev_hash, row_hash) "
+                "VALUES (:seq, '{}', :prev, :hash)",
+                {"seq": seq + 1, "prev": head, "hash": old_hash},
+            )
+        )
+        for attack in attacks:
+            before = snapshot(shell, attack.table)
+            with pytest.raises(sqlite3.IntegrityError, match="conflicting with a row"):
+                shell.execute(attack.sql, attack.params)
+            assert snapshot(shell, attack.table) == before, attack
+    finally:
+        shell.close()
+    assert [row.refusal_code for row in _stored(world)] == ["E_AUDIENCE"]
+    assert verify_chain(world.checkpoint.engine).ok
 
 
 RACERS = 8

@@ -13,7 +13,12 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 #: Injected time for every appended event; the chain never reads a clock.
 NOW = datetime(2026, 11, 29, 6, 0, 5, tzinfo=UTC)
 
-_SQLITE_TRIGGERS = ("audit_log_no_update", "audit_log_no_delete", "audit_log_extends_head")
+_SQLITE_TRIGGERS = (
+    "audit_log_no_update",
+    "audit_log_no_delete",
+    "audit_log_extends_head",
+    "audit_log_no_replace",
+)
 
 
 def append_events(engine: Engine, count: int) -> None:

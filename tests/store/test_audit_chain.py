@@ -9,6 +9,7 @@ import gc
 import hashlib
 import io
 import json
+import sqlite3
 import tracemalloc
 from datetime import datetime
 from pathlib import Path
@@ -299,6 +300,43 @@ def test_insert_that_does_not_extend_the_head_is_refused(engine: Engine, values:
             sa.text(f"INSERT INTO audit_log (seq, event, prev_hash, row_hash) VALUES {values}")
         )
     assert verify_chain(engine).ok
+
+
+@pytest.mark.parametrize("through", ["sqlite3 shell", "make_engine"])
+@pytest.mark.parametrize("conflict", ["row_hash", "rowid"])
+def test_insert_or_replace_cannot_delete_an_audit_row(
+    sqlite_url: str, through: str, conflict: str
+) -> None:
+    """A row that extends the head passes the append-only trigger; with REPLACE, one
+    sharing row 2's row_hash (or naming its rowid) would delete row 2, firing no DELETE
+    trigger in the sqlite3 shell (recursive_triggers off)."""
+    engine = make_engine(sqlite_url)
+    try:
+        upgrade(engine, MIGRATIONS)
+        append_events(engine, 3)
+        before = _rows(engine)
+        head = before[-1]
+        sql = "INSERT OR REPLACE INTO audit_log (rowid, seq, event, prev_hash, row_hash) "
+        sql += "VALUES (?, ?, ?, ?, ?)"
+        values: tuple[Any, ...] = (None, head.seq + 1, "{}", head.row_hash)
+        if conflict == "rowid":  # row 2's rowid (rows are inserted in seq order)
+            values = (3, *values[1:], "f" * 64)
+        else:  # None: SQLite assigns the rowid
+            values = (*values, before[2].row_hash)
+        if through == "sqlite3 shell":
+            shell = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), isolation_level=None)
+            try:
+                with pytest.raises(sqlite3.IntegrityError, match="conflicting with a row"):
+                    shell.execute(sql, values)
+            finally:
+                shell.close()
+        else:
+            with pytest.raises(DBAPIError, match="conflicting with a row"), engine.begin() as conn:
+                conn.exec_driver_sql(sql, values)
+        assert _rows(engine) == before
+        assert verify_chain(engine).ok
+    finally:
+        engine.dispose()
 
 
 # -- tampering is detected and the first bad row named ---------------------------------------
