@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
+from pydantic import ValidationError
 from sqlalchemy.engine import Connection, Engine
 
 from airlock.cloud.ports import (
@@ -79,6 +80,8 @@ _log = logging.getLogger("airlock.executor")
 #: longest cloud call (the adapter's timeout), or a slow write ends up in_doubt.
 DEFAULT_LEASE_SECONDS: Final = 120
 _DETAIL_MAX: Final = 2000
+#: The longest name of who resolved an in_doubt row: ``Resolution.by`` in the receipt.
+_RESOLVER_MAX: Final = 128
 _STOPPED: Final = frozenset({"Stopping", "Stopped"})
 _RFC3339_UTC: Final = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
 
@@ -208,6 +211,18 @@ def _envelope_text(envelope: Envelope) -> str:
 
 def _clip(text: str) -> str:
     return text if len(text) <= _DETAIL_MAX else text[: _DETAIL_MAX - 1] + "…"
+
+
+def _as_text(value: object) -> str:
+    return value if isinstance(value, str) else repr(value)
+
+
+def _problems(exc: ValidationError) -> str:
+    # Where and what, never the input (the refusal's record holds that, escaped).
+    return "; ".join(
+        f"{'.'.join(str(part) for part in error['loc']) or 'value'}: {error['msg']}"
+        for error in exc.errors()
+    )
 
 
 def default_worker_id() -> str:
@@ -861,24 +876,48 @@ class Executor:
                     {
                         "type": "executor.resolution_refused",
                         "code": exc.code.value,
-                        "approval_id": recordable(approval_id),
-                        "decision": "happened" if happened else "did_not_happen",
-                        "by": recordable(by.strip()),
+                        # Whatever was passed, as text: the record of a refusal must not
+                        # fail on the input it refuses.
+                        "approval_id": recordable(_as_text(approval_id)),
+                        "decision": "happened" if happened is True else "did_not_happen",
+                        "by": recordable(_as_text(by).strip()),
                         "detail": _clip(str(exc)),
                     },
                 )
             raise
 
     def _resolve(self, approval_id: str, *, happened: bool, by: str, note: str) -> Outcome:
+        # Every check on the input comes before anything is read or written, and each
+        # refusal is a ResolutionError, which resolve() records: never a ValidationError
+        # from building the receipt, which would leave no record and no stable code.
+        if not all(isinstance(v, str) for v in (approval_id, by, note)) or not isinstance(
+            happened, bool
+        ):
+            raise ResolutionError(
+                OperatorRefusal.E_INVALID, "an approval id, who decided and a note are text"
+            )
         by = by.strip()
         if not by:
             raise ResolutionError(OperatorRefusal.E_INVALID, "a resolution names who decided")
+        if len(by) > _RESOLVER_MAX:
+            raise ResolutionError(
+                OperatorRefusal.E_INVALID,
+                f"who decided is named in at most {_RESOLVER_MAX} characters",
+            )
         if len(note) > _DETAIL_MAX:
             raise ResolutionError(OperatorRefusal.E_INVALID, "the note is too long")
         now = self.clock()
         decision: Literal["happened", "did_not_happen"] = (
             "happened" if happened else "did_not_happen"
         )
+        try:
+            resolution = Resolution(decision=decision, by=by, at=now, note=note)
+        except ValidationError as exc:
+            # The receipt's model decides what a resolution may hold; whatever it refuses
+            # that the checks above do not name is refused like them.
+            raise ResolutionError(
+                OperatorRefusal.E_INVALID, f"not a valid resolution: {_problems(exc)}"
+            ) from None
         with self._engine.begin() as conn:
             AuditLog.lock(conn)
             row = ledger.get(conn, approval_id)
@@ -890,7 +929,6 @@ class Executor:
                 raise ResolutionError(
                     OperatorRefusal.E_NOT_IN_DOUBT, f"{approval_id} is {row.state}, not in_doubt"
                 )
-            resolution = Resolution(decision=decision, by=by, at=now, note=note)
             head = self._audit(
                 conn,
                 now,

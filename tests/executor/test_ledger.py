@@ -7,6 +7,7 @@ import json
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -25,7 +26,7 @@ from services.executor import (
     verify_receipt,
 )
 from services.executor.errors import SimulatedCrash
-from services.executor.models import ledger, refusals, resolutions
+from services.executor.models import ledger, outbox, refusals, resolutions
 
 from .conftest import Env
 from .support import TTL, make_test_bundle, receipt_keyset
@@ -236,6 +237,105 @@ def test_every_refused_resolution_is_audited_with_its_code(env: Env) -> None:
     # The decision stands as the one resolution; the refusals changed nothing else.
     assert [e["by"] for e in events if e["type"] == "executor.resolved"] == ["alice"]
     assert verify_chain(env.engine).ok
+
+
+def _resolution_side_effects(env: Env) -> tuple[object, ...]:
+    with env.engine.connect() as conn:
+        return (
+            conn.execute(sa.select(resolutions)).all(),
+            conn.execute(sa.select(outbox).where(outbox.c.kind == "resolution")).all(),
+            conn.execute(sa.select(ledger.c.state)).scalars().all(),
+        )
+
+
+def test_any_invalid_input_to_resolve_is_an_audited_refusal_that_changes_nothing(
+    env: Env,
+) -> None:
+    """A name longer than the receipt's Resolution.by allows used to escape as pydantic's
+    ValidationError: no stable code, no audit record (found in review)."""
+    b = make_test_bundle(9)
+    env.cloud.add("ecs.instance", b.resource_id)
+    env.cloud.next_fault = "timeout_before"
+    assert env.executor.execute(b.raw).state is State.IN_DOUBT
+    before = _resolution_side_effects(env)
+    refused_before = len(_refusal_events(env))
+    invalid: list[tuple[Any, Any, Any, Any]] = [
+        (b.approval_id, False, "a" * 129, "x"),
+        (b.approval_id, False, f"  {'b' * 129}  ", "x"),
+        (b.approval_id, False, None, "x"),
+        (b.approval_id, False, "alice", None),
+        (None, False, "alice", ""),
+        (b.approval_id, "yes", "alice", ""),
+    ]
+    for approval_id, happened, by, note in invalid:
+        with pytest.raises(ResolutionError) as refused:
+            env.executor.resolve(approval_id, happened=happened, by=by, note=note)
+        assert refused.value.code is OperatorRefusal.E_INVALID
+    assert _resolution_side_effects(env) == before
+    events = _refusal_events(env)[refused_before:]
+    assert [(e["code"], e["approval_id"], e["decision"]) for e in events] == [
+        ("E_INVALID", b.approval_id, "did_not_happen"),
+        ("E_INVALID", b.approval_id, "did_not_happen"),
+        ("E_INVALID", b.approval_id, "did_not_happen"),
+        ("E_INVALID", b.approval_id, "did_not_happen"),
+        ("E_INVALID", "None", "did_not_happen"),
+        ("E_INVALID", b.approval_id, "did_not_happen"),
+    ]
+    assert events[0]["by"] == "a" * 119 + "~"  # clipped as every refusal's input is
+    assert "at most 128 characters" in events[0]["detail"]
+    assert [e["by"] for e in events[2:4]] == ["None", "alice"]
+    # The longest name the receipt holds is taken; the refusals left nothing behind.
+    outcome = env.executor.resolve(b.approval_id, happened=False, by="c" * 128, note="")
+    assert outcome.receipt is not None
+    assert verify_chain(env.engine).ok
+
+
+def test_executor_resolve_with_an_overlong_name_is_one_line_exit_2_and_audited(
+    env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from airlock.cli import app
+
+    from .support import ACCOUNT, AUDIENCE, keyset
+
+    b = make_test_bundle(10)
+    env.cloud.add("ecs.instance", b.resource_id)
+    env.cloud.next_fault = "timeout_before"
+    assert env.executor.execute(b.raw).state is State.IN_DOUBT
+    monkeypatch.chdir(tmp_path)  # no stray .env
+    trusted = tmp_path / "trusted.json"
+    trusted.write_bytes(canonical_bytes(keyset().to_value()))
+    for name, value in {
+        "AIRLOCK_ENV": "dev",
+        "AIRLOCK_EXECUTOR_DATABASE_URL": env.url,
+        "AIRLOCK_EXECUTOR_TRUSTED_KEYS_PATH": str(trusted),
+        "AIRLOCK_EXECUTOR_RECEIPT_KEY_PATH": str(tmp_path / "receipt.pem"),
+        "AIRLOCK_EXECUTOR_AUDIENCE": AUDIENCE,
+        "AIRLOCK_EXECUTOR_ACCOUNT": ACCOUNT,
+    }.items():
+        monkeypatch.setenv(name, value)
+    runner = CliRunner()
+    assert runner.invoke(app, ["executor", "keygen"]).exit_code == 0
+    before = _resolution_side_effects(env)
+    refused_before = len(_refusal_events(env))
+    result = runner.invoke(
+        app, ["executor", "resolve", b.approval_id, "--by", "a" * 129, "--did-not-happen"]
+    )
+    assert result.exit_code == 2, result.output
+    assert result.output.splitlines() == [
+        "error: E_INVALID: who decided is named in at most 128 characters"
+    ]
+    assert "Traceback" not in result.output and result.exception is not None
+    assert isinstance(result.exception, SystemExit)
+    assert _resolution_side_effects(env) == before
+    [event] = _refusal_events(env)[refused_before:]
+    assert (event["code"], event["approval_id"]) == ("E_INVALID", b.approval_id)
+
+
+def _refusal_events(env: Env) -> list[dict[str, Any]]:
+    events = [json.loads(e) for e in _events(env)]
+    return [e for e in events if e["type"] == "executor.resolution_refused"]
 
 
 def _events(env: Env) -> list[str]:
