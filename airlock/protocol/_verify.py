@@ -81,6 +81,7 @@ def _check_statement(statement: ApprovalStatement, binding: Binding, now: int) -
             RefusalCode.E_AUDIENCE,
             f"approval is for {statement.audience!r}, this executor is {binding.audience!r}",
             approval_id=apv,
+            issued_at=statement.issued_at,
         )
     # (7) for this executor's provider, account and region
     if (statement.provider, statement.account, statement.region) != (
@@ -92,20 +93,30 @@ def _check_statement(statement: ApprovalStatement, binding: Binding, now: int) -
             RefusalCode.E_ACCOUNT,
             f"approval targets {statement.provider}/{statement.account}/{statement.region}",
             approval_id=apv,
+            issued_at=statement.issued_at,
         )
     # (8) validity window and lifetime
     if now < statement.not_before - binding.skew:
         raise Refused(
-            RefusalCode.E_NOT_YET_VALID, f"not valid before {statement.not_before}", approval_id=apv
+            RefusalCode.E_NOT_YET_VALID,
+            f"not valid before {statement.not_before}",
+            approval_id=apv,
+            issued_at=statement.issued_at,
         )
     if now >= statement.expires_at:
-        raise Refused(RefusalCode.E_EXPIRED, f"expired at {statement.expires_at}", approval_id=apv)
+        raise Refused(
+            RefusalCode.E_EXPIRED,
+            f"expired at {statement.expires_at}",
+            approval_id=apv,
+            issued_at=statement.issued_at,
+        )
     lifetime = statement.expires_at - statement.issued_at
     if not 0 < lifetime <= binding.max_ttl or statement.not_before < statement.issued_at:
         raise Refused(
             RefusalCode.E_TTL,
             f"lifetime {lifetime}s is not within (0, {binding.max_ttl}]",
             approval_id=apv,
+            issued_at=statement.issued_at,
         )
 
 
@@ -276,6 +287,7 @@ def verify_bundle(
             RefusalCode.E_REVOKED,
             f"approval {statement.approval_id} was revoked",
             approval_id=statement.approval_id,
+            issued_at=statement.issued_at,
         )
     return VerifiedApproval(
         statement=statement,

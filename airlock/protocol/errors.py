@@ -47,7 +47,14 @@ class Error(Exception):
 class Refused(Error):
     """A refusal with a stable code. ``detail`` is for people and must not hold secrets."""
 
-    def __init__(self, code: RefusalCode, detail: str, *, approval_id: str | None = None) -> None:
+    def __init__(
+        self,
+        code: RefusalCode,
+        detail: str,
+        *,
+        approval_id: str | None = None,
+        issued_at: int | None = None,
+    ) -> None:
         super().__init__(f"{code.value}: {detail}")
         self.code = code
         self.detail = detail
@@ -55,6 +62,9 @@ class Refused(Error):
         #: and 12: its audience, account, validity window, revocation), never from
         #: unauthenticated bytes nor for refusals that depend on the presented action.
         self.approval_id = approval_id
+        #: With ``approval_id``: that approval's ``issued_at`` (a caller deciding whether
+        #: it may have used the approval before, as a restored ledger does, needs it).
+        self.issued_at = issued_at
 
 
 class KeySetError(Error):

@@ -37,6 +37,7 @@ from .models import (
 __all__ = [
     "consume",
     "expired",
+    "forgotten_before",
     "get",
     "held_until",
     "insert_refusal",
@@ -111,6 +112,22 @@ def held_until(conn: Connection) -> int | None:
     A hold is in force while ``now`` is before it."""
     until = conn.execute(_HELD_UNTIL).scalar()
     return None if until is None else int(until)
+
+
+_FORGOTTEN_BEFORE: Final = sa.select(sa.func.max(ledger_holds.c.since))
+
+
+def forgotten_before(conn: Connection) -> int | None:
+    """The latest ``since`` of a ledger hold recorded, or None if there never was one.
+
+    A hold is this ledger's own evidence that it went back (restored from a backup, or
+    replaced) and lost the rows of approvals consumed before the hold was recorded;
+    which ones, nothing here knows. So a ledger that has none of an approval's rows
+    can say it never used that approval only if it could not have been consumed before
+    this time. A hold that has ended still says so: it ends the feed's wait, not the gap.
+    """
+    since = conn.execute(_FORGOTTEN_BEFORE).scalar()
+    return None if since is None else int(since)
 
 
 def get(conn: Connection, approval_id: str) -> LedgerRow | None:
@@ -302,7 +319,9 @@ def refusal_to_report(conn: Connection, approval_id: str) -> bool:
     An approval consumed here (and perhaps written) is refused ``E_EXPIRED`` rather than
     ``E_REPLAY`` when it is presented again after it expired, since steps 6–8 come before
     the consume (13), as a feed redelivers it after a crash or a ledger hold: that says
-    nothing about the approval not being used, and is never reported."""
+    nothing about the approval not being used, and is never reported. Nor is one that
+    this ledger may have used and forgotten (:func:`forgotten_before`): the caller asks
+    that too, knowing the approval's times."""
     consumed = conn.execute(
         sa.select(ledger.c.approval_id).where(ledger.c.approval_id == approval_id)
     ).first()

@@ -323,7 +323,13 @@ class Executor:
             # authenticated approval (expired, revoked, another audience...).
             with self._engine.begin() as conn:
                 receipt = self._record_refusal(
-                    conn, now, exc.code, exc.detail, bundle_sha, approval_id=exc.approval_id
+                    conn,
+                    now,
+                    exc.code,
+                    exc.detail,
+                    bundle_sha,
+                    approval_id=exc.approval_id,
+                    issued_at=exc.issued_at,
                 )
             return self._report(
                 Outcome(exc.approval_id, None, exc.code, detail=_clip(exc.detail), receipt=receipt)
@@ -686,20 +692,46 @@ class Executor:
         *,
         approval_id: str | None = None,
         action_hash: str | None = None,
+        issued_at: int | None = None,
     ) -> Envelope:
         detail = _clip(detail)
-        head = self._audit(
-            conn,
-            now,
-            {
-                "type": "executor.refused",
-                "code": code.value,
-                "detail": detail,
-                "approval_id": approval_id,
-                "action_hash": action_hash,
-                "bundle_sha256": bundle_sha,
-            },
+        # The checkpoint hears of an approval refused before it was used (DESIGN §2.6: it
+        # would show approved, then lapsed, with no reason): the first such refusal of an
+        # authenticated approval this ledger never consumed is queued for the outbox in
+        # this transaction. A replay is not (its ledger row reports its own outcome), nor
+        # an approval consumed here and presented again once expired (E_EXPIRED, not
+        # E_REPLAY: steps 6–8 come first), which may well have been written. Decided
+        # under the chain lock, which every consume and every refusal is recorded under.
+        AuditLog.lock(conn)
+        report = (
+            approval_id is not None
+            and code is not RefusalCode.E_REPLAY
+            and ledger.refusal_to_report(conn, approval_id)
         )
+        event: dict[str, Any] = {
+            "type": "executor.refused",
+            "code": code.value,
+            "detail": detail,
+            "approval_id": approval_id,
+            "action_hash": action_hash,
+            "bundle_sha256": bundle_sha,
+        }
+        # Nor one this ledger may have used and forgotten (migration 0007: a note must
+        # never say an approval went unused that was). A ledger hold means the ledger
+        # went back and lost rows consumed before the hold's `since`; an approval is
+        # consumed no earlier than `not_before - skew >= issued_at - skew`. So one with
+        # `issued_at - skew < since` of any hold ever recorded (ended ones too: a hold
+        # ends the wait, not the gap), or whose issue time is unknown, is not reported;
+        # the refusal is recorded as every one is, its event saying why.
+        if report:
+            since = ledger.forgotten_before(conn)
+            if since is not None and (issued_at is None or issued_at - self._binding.skew < since):
+                report = False
+                event["not_reported"] = (
+                    f"this ledger went back before {since} (a ledger hold) and may have "
+                    "used this approval, issued before it, and forgotten"
+                )
+        head = self._audit(conn, now, event)
         receipt = self._receipt(
             head,
             now,
@@ -708,17 +740,6 @@ class Executor:
             outcome="refused",
             code=code,
             detail=detail,
-        )
-        # The checkpoint hears of an approval refused before it was used (DESIGN §2.6: it
-        # would show approved, then lapsed, with no reason): the first such refusal of an
-        # authenticated approval this ledger never consumed is queued for the outbox in
-        # this transaction. A replay is not (its ledger row reports its own outcome), nor
-        # an approval consumed here and presented again once expired (E_EXPIRED, not
-        # E_REPLAY: steps 6–8 come first), which may well have been written.
-        report = (
-            approval_id is not None
-            and code is not RefusalCode.E_REPLAY
-            and ledger.refusal_to_report(conn, approval_id)
         )
         ledger.insert_refusal(
             conn,

@@ -26,11 +26,18 @@ from airlock.protocol import RefusalCode
 from airlock.store import make_engine, upgrade, verify_chain
 from services.executor import MIGRATIONS_DIR, OutboxReporter, migrate, request_resend
 from services.executor.feed import checkpoint_client
-from services.executor.models import State, deliveries, outbox, refusals, resends
+from services.executor.models import (
+    State,
+    deliveries,
+    ledger_holds,
+    outbox,
+    refusals,
+    resends,
+)
 from services.executor.resend import receipt_history
 
 from .conftest import Env
-from .support import FakeClock, InMemoryCloud, make_executor, make_test_bundle
+from .support import BINDING, TTL, FakeClock, InMemoryCloud, make_executor, make_test_bundle
 
 BASE = "http://checkpoint.test"
 
@@ -184,6 +191,79 @@ def test_an_approval_used_here_and_presented_again_once_expired_is_not_reported(
             ("outcome", "delivered")
         ]
     assert rig.env.cloud.writes_for(b.resource_id) == 1
+
+
+def _refused_events(rig: Rig) -> list[dict[str, Any]]:
+    with rig.env.engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT event FROM audit_log ORDER BY seq")).scalars()
+        events = [json.loads(e) for e in rows]
+    return [e for e in events if e["type"] == "executor.refused"]
+
+
+def _hold(rig: Rig, since: int) -> None:
+    """What the feed source records when the checkpoint's last receipt names an audit
+    head this ledger's chain lacks: it was restored from a backup (or replaced)."""
+    with rig.env.engine.begin() as conn:
+        conn.execute(
+            ledger_holds.insert().values(
+                feed=BASE, head_seq=5, head_hash="ab" * 32, since=since, until=since + TTL + 30
+            )
+        )
+
+
+def test_an_approval_a_restored_ledger_may_have_used_is_not_reported_as_unused(
+    rig: Rig,
+) -> None:
+    """A restored ledger has no row of an approval its lost rows consumed (and wrote);
+    once the hold ends, the feed redelivers it, expired: refused E_EXPIRED with no row,
+    it was queued as "refused before use" (found in review). The ledger's holds are its
+    evidence that its memory is incomplete: an approval issued before one is never
+    reported, whatever the refusal (a revocation of it, unknowing, is E_REVOKED)."""
+    used = make_test_bundle(1, tag="rfheld")  # used by the rows the restore lost
+    revoked = make_test_bundle(2, tag="rfheld")  # and this one, revoked since, unknowing
+    _hold(rig, since=rig.env.clock())
+    outcome = rig.env.executor.execute(revoked.raw, revoked={revoked.approval_id})
+    assert outcome.refusal_code is RefusalCode.E_REVOKED  # (12) comes before the hold
+    rig.env.clock.advance(TTL + 31)  # the hold is over, the approval long expired
+    outcome = rig.env.executor.execute(used.raw)
+    assert outcome.refusal_code is RefusalCode.E_EXPIRED
+    assert rig.rows(outbox) == []
+    assert rig.reporter().flush() == 0
+    assert rig.fake.posted == []
+    # Recorded as every refusal is, with why it was not reported.
+    assert [(r.approval_id, r.code) for r in rig.rows(refusals)] == [
+        (revoked.approval_id, "E_REVOKED"),
+        (used.approval_id, "E_EXPIRED"),
+    ]
+    events = _refused_events(rig)
+    assert [e["approval_id"] for e in events] == [revoked.approval_id, used.approval_id]
+    assert all("may have used this approval" in e["not_reported"] for e in events)
+    assert verify_chain(rig.env.engine).ok
+
+
+def test_after_a_ledger_hold_an_approval_issued_since_is_reported_as_ever(rig: Rig) -> None:
+    """Only an approval that could have been consumed before the hold was recorded may
+    be one the ledger forgot: one is consumed no earlier than its issue less the clock
+    skew, so one issued a skew after the hold's start or later is reported."""
+    since = rig.env.clock()
+    _hold(rig, since=since)
+    rig.env.clock.advance(TTL + 31)
+    skew = BINDING.skew
+    before = _elsewhere_at(3, since + skew - 1)  # could have been consumed before `since`
+    after = _elsewhere_at(4, since + skew)
+    for b in (before, after):
+        assert rig.env.executor.execute(b.raw).refusal_code is RefusalCode.E_AUDIENCE
+    assert [(q.kind, q.approval_id) for q in rig.rows(outbox)] == [("refusal", after.approval_id)]
+    assert rig.reporter().flush() == 1
+    [payload] = rig.fake.payloads("/v1/refusals")
+    assert payload["approval_id"] == after.approval_id
+    assert ["not_reported" in e for e in _refused_events(rig)] == [True, False]
+
+
+def _elsewhere_at(n: int, issued_at: int) -> Any:
+    return make_test_bundle(
+        n, tag="rfsince", issued_at=issued_at, audience="airlock-executor/another-region"
+    )
 
 
 def test_a_refusal_recorded_before_the_upgrade_is_not_reported(rig: Rig) -> None:
