@@ -41,6 +41,9 @@ class ErrorCode(enum.StrEnum):
     E_STATE = "E_STATE"  # the proposal is not in a state that allows this
     E_EXPIRED = "E_EXPIRED"  # the approval window has passed
     E_RECEIPT = "E_RECEIPT"  # an outcome's receipt does not verify or does not match
+    # An executor's resolution receipt contradicts a person's resolution recorded here:
+    # recorded (never lost), shown on the proposal; the same answer every time it is sent.
+    E_RESOLUTION_CONFLICT = "E_RESOLUTION_CONFLICT"
     E_NO_SIGNING_KEY = "E_NO_SIGNING_KEY"  # no active signing key (all revoked or retired)
     E_BUSY = "E_BUSY"  # too many sign-ins waiting already; retry after Retry-After seconds
 

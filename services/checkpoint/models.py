@@ -31,6 +31,7 @@ __all__ = [
     "REJECT_REASONS",
     "approvals",
     "executor_head",
+    "executor_resolutions",
     "feed_events",
     "feed_head",
     "metadata",
@@ -202,6 +203,29 @@ refusal_notes = sa.Table(
     sa.Column("receipt", sa.Text, nullable=False),  # JSON of the executor's DSSE receipt
     sa.Column("receipt_keyid", sa.String(64), nullable=False),
     sa.Column("receipt_sha256", sa.String(64), nullable=False, unique=True),  # of the payload
+)
+
+#: An executor's signed resolution of an in_doubt outcome that a person had already
+#: resolved here (migration 0006, insert-only, one per approval): kept whether it agrees
+#: with that person or contradicts them (``agrees``), shown with the outcome, never a
+#: state change. ``decided_*`` and ``note`` are the receipt's (the executor's person and
+#: clock), ``checkpoint_*`` the resolution recorded here, ``reported_at`` ours.
+executor_resolutions = sa.Table(
+    "executor_resolutions",
+    metadata,
+    sa.Column("approval_id", sa.ForeignKey("approvals.approval_id"), primary_key=True),
+    sa.Column("proposal_id", sa.String(96), nullable=False, index=True),
+    sa.Column("decision", sa.String(16), nullable=False),  # happened | did_not_happen
+    sa.Column("decided_by", sa.String(128), nullable=False),
+    sa.Column("decided_at", sa.BigInteger, nullable=False),
+    sa.Column("note", sa.Text, nullable=False),
+    sa.Column("checkpoint_decision", sa.String(16), nullable=False),
+    sa.Column("checkpoint_resolved_by", sa.String(64), nullable=True),
+    sa.Column("agrees", sa.Boolean, nullable=False),
+    sa.Column("reported_at", sa.BigInteger, nullable=False),
+    sa.Column("receipt", sa.Text, nullable=False),  # JSON of the executor's DSSE receipt
+    sa.Column("receipt_keyid", sa.String(64), nullable=False),
+    sa.Column("receipt_sha256", sa.String(64), nullable=False),  # of the signed payload
 )
 
 users = sa.Table(

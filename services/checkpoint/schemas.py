@@ -175,6 +175,25 @@ class RejectionOut(_Out):
     at: int
 
 
+class ExecutorResolutionOut(_Out):
+    """The executor's signed resolution of an in_doubt that a person had already resolved
+    here. ``conflict``: the two decisions differ. The proposal keeps the state the person
+    here gave it; the executor's ledger is the record of what the executor did, so a
+    conflict needs a person to check the resource in the cloud and both records."""
+
+    decision: str  # happened | did_not_happen, as the executor's ledger records it
+    by: str  # who decided at the executor (the receipt's)
+    at: int  # when, by the executor's clock
+    note: str
+    #: The resolution recorded here before the receipt came, and who recorded it.
+    checkpoint_decision: str
+    checkpoint_resolved_by: str | None
+    conflict: bool
+    reported_at: int
+    receipt_keyid: str
+    receipt: dict[str, Any]
+
+
 class OutcomeOut(_Out):
     approval_id: str
     outcome: str
@@ -192,6 +211,9 @@ class OutcomeOut(_Out):
     resolved_by: str | None
     resolved_at: int | None
     resolution_note: str | None
+    #: Set when the executor's resolution receipt came after a person resolved the
+    #: in_doubt here (``resolution``): agreeing, or in conflict with it.
+    executor_resolution: ExecutorResolutionOut | None = None
 
 
 class ExecutorRefusalOut(_Out):

@@ -58,6 +58,7 @@ from .models import (
     OPEN_STATES,
     approvals,
     executor_head,
+    executor_resolutions,
     feed_events,
     feed_head,
     outcomes,
@@ -75,6 +76,7 @@ from .schemas import (
     AuditOut,
     ExecutorHeadOut,
     ExecutorRefusalOut,
+    ExecutorResolutionOut,
     FeedItem,
     FeedOut,
     OutcomeOut,
@@ -751,6 +753,15 @@ class Checkpoint:
 
     def report_outcome(self, principal: Principal, receipt: Mapping[str, Any]) -> ProposalOut:
         """Record the executor's outcome from its signed receipt (the ledger is the truth)."""
+        try:
+            return self._report_outcome(principal, receipt)
+        except _ResolvedHere:
+            # Nothing was written: the transaction that found the person's resolution
+            # rolled back. Kept apart (its own transaction) so that a conflict is
+            # committed before it is answered 409.
+            return self._executor_resolution_after_person(receipt)
+
+    def _report_outcome(self, principal: Principal, receipt: Mapping[str, Any]) -> ProposalOut:
         _require(principal, {"executor"}, "report outcomes")
         now = self.now()
         payload, keyid = self._check_receipt(receipt, now)
@@ -780,6 +791,12 @@ class Checkpoint:
             if previous is not None:
                 if previous.receipt == receipt_text:
                     return self._view(conn, row)  # the executor retried: same answer
+                if (
+                    outcome == "resolved"
+                    and previous.outcome == "in_doubt"
+                    and previous.resolution is not None
+                ):
+                    raise _ResolvedHere  # a person resolved it here first: see report_outcome
                 # Only the executor's resolution of an unresolved in_doubt replaces an
                 # outcome; the proposal is in_doubt, or kept closed because the target
                 # was held when the in_doubt landed (see _land_state).
@@ -873,6 +890,116 @@ class Checkpoint:
             .where(executor_head.c.id == 1, newer)
             .values(**head, at=at, recorded_at=now)
         )
+
+    def _executor_resolution_after_person(self, receipt: Mapping[str, Any]) -> ProposalOut:
+        """The executor's resolution of an in_doubt that a person already resolved here.
+
+        The in_doubt can be resolved in two places (``airlock approvals resolve`` here,
+        ``airlock executor resolve`` in the ledger), and the second one to arrive cannot
+        replace the first: the proposal has moved on. It used to be refused ``E_STATE``
+        like any outcome over another, and the executor listed it as one to send again,
+        for ever, while the two records disagreed and nothing said so. Now it is kept
+        (``executor_resolutions``, audited ``checkpoint.executor_resolution`` with the
+        receipt's digest and head, so ``airlock audit reconcile`` can anchor it) and shown
+        on the proposal, and the proposal keeps the state the person here gave it:
+
+        * the same decision: 200, the proposal as it is (the ledger now agrees);
+        * the other decision: committed, then answered 409 ``E_RESOLUTION_CONFLICT``, a
+          code of its own so that the executor records it for good and says what it means
+          rather than "send it again" (a 200 would read as "landed" to every executor,
+          older ones included, and the conflict would be silent on the side where the
+          person who resolved it looks). The same receipt again: the same answer.
+
+        The caller (``_report_outcome``) verified the receipt and found the person's
+        resolution; this transaction locks the proposal and reads it all again.
+        """
+        now = self.now()
+        payload, keyid, signed = self._verified_receipt(receipt, now)
+        resolution = payload.get("resolution")
+        if not isinstance(resolution, dict) or resolution.get("decision") not in (
+            "happened",
+            "did_not_happen",
+        ):
+            raise Refusal(ErrorCode.E_RECEIPT, "a resolution receipt names no decision", 422)
+        decision = str(resolution["decision"])
+        digest = hashlib.sha256(signed).hexdigest()
+        approval_id = payload["approval_id"]
+        with self.engine.begin() as conn:
+            approval = conn.execute(
+                sa.select(approvals.c.proposal_id).where(approvals.c.approval_id == approval_id)
+            ).one()  # found by the caller; approvals are never deleted
+            row = self._lock(conn, approval.proposal_id)
+            outcome = conn.execute(
+                sa.select(outcomes).where(outcomes.c.approval_id == approval_id)
+            ).one()  # resolved here: a resolution is never undone
+            known = conn.execute(
+                sa.select(executor_resolutions).where(
+                    executor_resolutions.c.approval_id == approval_id
+                )
+            ).first()
+            if known is None:
+                agrees = decision == outcome.resolution
+                conn.execute(
+                    executor_resolutions.insert().values(
+                        approval_id=approval_id,
+                        proposal_id=row.id,
+                        decision=decision,
+                        decided_by=inert(str(resolution.get("by", "")))[:128],
+                        decided_at=_int_or_zero(resolution.get("at")),
+                        note=inert(str(resolution.get("note", "")))[:_DETAIL_MAX],
+                        checkpoint_decision=outcome.resolution,
+                        checkpoint_resolved_by=outcome.resolved_by,
+                        agrees=agrees,
+                        reported_at=now,
+                        receipt=json.dumps(dict(receipt), sort_keys=True),
+                        receipt_keyid=keyid,
+                        receipt_sha256=digest,
+                    )
+                )
+                self._audit(
+                    conn,
+                    now,
+                    "checkpoint.executor_resolution",
+                    proposal_id=row.id,
+                    approval_id=approval_id,
+                    decision=decision,
+                    by=inert(str(resolution.get("by", "")))[:128],
+                    checkpoint_decision=outcome.resolution,
+                    checkpoint_resolved_by=outcome.resolved_by,
+                    agrees=agrees,
+                    state=row.state,  # unchanged
+                    receipt_verified=True,
+                    receipt_sha256=digest,
+                    executor_head=_receipt_head(payload),
+                )
+                head, at = _receipt_head(payload), payload.get("at")
+                if head is not None and type(at) is int and 0 <= at <= _FEED_SEQ_MAX:
+                    # A verified receipt of the executor's chain, as an outcome's is.
+                    self._advance_executor_head(conn, head, at, now)
+            elif known.receipt_sha256 != digest:
+                # A ledger resolves a row once; another receipt is from another ledger.
+                raise Refusal(
+                    ErrorCode.E_STATE,
+                    "an executor resolution of this approval is recorded already",
+                    409,
+                )
+            else:
+                agrees = bool(known.agrees)  # the executor retried: the same answer
+            view = self._view(conn, row)
+        if agrees:
+            return view
+        message = (
+            f"recorded, in conflict: a person at the checkpoint ({outcome.resolved_by}) "
+            f"resolved {row.id} as {outcome.resolution!r} and it is {row.state}; the "
+            f"executor's ledger, the record of what the executor did, says {decision!r} "
+            f"(resolved by {inert(str(resolution.get('by', '')))[:128]}). The checkpoint "
+            "keeps its state and shows the conflict on the proposal; sending this receipt "
+            "again changes nothing. Check the resource in the cloud (its state, the "
+            "provider's own record of the call) and this receipt, then tell whoever "
+            "recorded the wrong one"
+        )
+        _log.warning("executor resolution of %s: %s", approval_id, message)
+        raise Refusal(ErrorCode.E_RESOLUTION_CONFLICT, message, 409)
 
     def report_refusal(self, principal: Principal, receipt: Mapping[str, Any]) -> ProposalOut:
         """Record an executor's signed refusal of an approval it did not consume.
@@ -1311,6 +1438,7 @@ class Checkpoint:
                 resolved_by=outcome.resolved_by,
                 resolved_at=outcome.resolved_at,
                 resolution_note=outcome.resolution_note,
+                executor_resolution=self._executor_resolution_out(conn, outcome.approval_id),
             ),
             executor_refusals=[
                 ExecutorRefusalOut(
@@ -1326,6 +1454,27 @@ class Checkpoint:
         )
 
     # -- helpers ---------------------------------------------------------------------
+
+    def _executor_resolution_out(
+        self, conn: Connection, approval_id: str
+    ) -> ExecutorResolutionOut | None:
+        known = conn.execute(
+            sa.select(executor_resolutions).where(executor_resolutions.c.approval_id == approval_id)
+        ).first()
+        if known is None:
+            return None
+        return ExecutorResolutionOut(
+            decision=known.decision,
+            by=known.decided_by,
+            at=known.decided_at,
+            note=known.note,
+            checkpoint_decision=known.checkpoint_decision,
+            checkpoint_resolved_by=known.checkpoint_resolved_by,
+            conflict=not known.agrees,
+            reported_at=known.reported_at,
+            receipt_keyid=known.receipt_keyid,
+            receipt=json.loads(known.receipt),
+        )
 
     def _lock(self, conn: Connection, proposal_id: str) -> Row[Any]:
         row = conn.execute(
@@ -1376,6 +1525,15 @@ class Checkpoint:
 
     def _audit(self, conn: Connection, now: int, kind: str, **fields: Any) -> None:
         AuditLog.append(conn, {"type": kind, **fields}, at=datetime.fromtimestamp(now, UTC))
+
+
+class _ResolvedHere(Exception):
+    """An executor resolution receipt for an in_doubt a person already resolved here
+    (``_report_outcome`` raises it before writing; ``report_outcome`` handles it)."""
+
+
+def _int_or_zero(value: object) -> int:
+    return value if type(value) is int and 0 <= value <= _AT_MAX else 0
 
 
 def _receipt_head(payload: Mapping[str, Any]) -> dict[str, Any] | None:
