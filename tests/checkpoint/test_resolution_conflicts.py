@@ -12,6 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
+from sqlalchemy.exc import DatabaseError
 
 from services.checkpoint.models import executor_resolutions
 
@@ -110,7 +112,8 @@ def test_a_second_executor_resolution_of_the_same_approval_is_refused(world: Wor
     """A ledger resolves a row once: another resolution receipt is from another ledger
     on this audience, a conflict of its own that changes nothing."""
     proposal, approval_id = _in_doubt_resolved_here(world, "happened")
-    assert _report(world, _executor_resolution(proposal, approval_id, "happened")).status_code == 200
+    agreeing = _executor_resolution(proposal, approval_id, "happened")
+    assert _report(world, agreeing).status_code == 200
     other = signed_receipt(
         approval_id,
         proposal["action_hash"],
@@ -127,10 +130,10 @@ def test_a_second_executor_resolution_of_the_same_approval_is_refused(world: Wor
 def test_the_executor_resolution_table_is_insert_only(world: World) -> None:
     proposal, approval_id = _in_doubt_resolved_here(world, "happened")
     _report(world, _executor_resolution(proposal, approval_id, "did_not_happen"))
-    import sqlalchemy as sa
-    from sqlalchemy.exc import DatabaseError
-
-    for sql in ("UPDATE executor_resolutions SET agrees = true", "DELETE FROM executor_resolutions"):
+    for sql in (
+        "UPDATE executor_resolutions SET agrees = true",
+        "DELETE FROM executor_resolutions",
+    ):
         with pytest.raises(DatabaseError), world.checkpoint.engine.begin() as conn:
             conn.execute(sa.text(sql))
     assert len(_stored(world)) == 1
