@@ -24,7 +24,20 @@ Each chain alone proves that its own rows were not edited, removed or reordered
   checkpoint chain still holds, with the same hash (``R_CHECKPOINT_HEAD_MISMATCH``,
   ``R_CHECKPOINT_HEAD_BEYOND``). So a checkpoint chain rewritten consistently from
   genesis (an approver renamed, every hash recomputed) or cut shows here, up to the
-  last head the executor recorded.
+  last head the executor recorded;
+* an ``in_doubt`` resolved in both places says the same in both: a person's resolution
+  at the checkpoint (``checkpoint.execution.resolved``, ``airlock approvals resolve``)
+  and a person's at the executor (``executor.resolved``, ``airlock executor resolve``)
+  of one approval that disagree is ``R_RESOLUTION_CONFLICT``, whether or not the
+  executor's receipt reached the checkpoint (before checkpoint migration 0005 it was
+  refused there and left no trace in its chain). The executor's resolution receipt the
+  checkpoint kept after the person's (``checkpoint.executor_resolution``) is anchored
+  like any receipt: its head names that ``executor.resolved`` row, with that decision.
+  One side resolved and the other not is no finding but a note (``resolutions`` in the
+  report): resolved only at the executor, its receipt may simply not be delivered yet;
+  resolved only at the checkpoint, the ledger still says ``in_doubt``, which is how it
+  stays when an admin resolves there (nothing tells the executor), and the same
+  decision can be recorded in the ledger too.
 
 On a live system the chains grow while they are read, and no single read order covers
 both directions, so the checkpoint's chain is read before and after the executor's:
@@ -69,6 +82,8 @@ _REVOKED: Final = "checkpoint.approval.revoked"
 _LAPSED: Final = "checkpoint.approval.lapsed"
 _REPORTED: Final = "checkpoint.outcome.reported"
 _REFUSAL_NOTE: Final = "checkpoint.executor_refusal"
+_PERSON_RESOLVED: Final = "checkpoint.execution.resolved"  # names the proposal only
+_EXECUTOR_RESOLUTION: Final = "checkpoint.executor_resolution"  # after a person's
 # Executor events read here.
 _CONSUMED: Final = "executor.consumed"
 _EXECUTING: Final = "executor.executing"
@@ -97,6 +112,8 @@ class ReconcileCode(enum.StrEnum):
     R_CHECKPOINT_HEAD_BEYOND = "R_CHECKPOINT_HEAD_BEYOND"
     # the executor recorded a checkpoint head the checkpoint chain holds differently
     R_CHECKPOINT_HEAD_MISMATCH = "R_CHECKPOINT_HEAD_MISMATCH"
+    # a person at the checkpoint and one at the executor resolved an in_doubt differently
+    R_RESOLUTION_CONFLICT = "R_RESOLUTION_CONFLICT"
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +157,15 @@ class ReconcileReport:
     checkpoint_heads: int = 0
     not_consumed: int = 0  # issued, never consumed (revoked, lapsed, or not yet)
     not_reported: int = 0  # consumed and finished at the executor, no report recorded
+    resolved_here: int = 0  # in_doubts a person resolved at the checkpoint
+    # executor resolution receipts kept after a person's (checkpoint.executor_resolution)
+    resolution_receipts: int = 0
+    resolution_receipts_anchored: int = 0
+    resolution_receipts_later: int = 0  # after the earlier checkpoint read: not checked
+    resolutions_agree: int = 0  # resolved in both places, the same decision
+    # Notes, not findings: resolved on one side only (see the module docstring).
+    resolved_at_executor_only: list[str] = field(default_factory=list)
+    resolved_at_checkpoint_only: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -171,6 +197,19 @@ class ReconcileReport:
             },
             "not_consumed": self.not_consumed,
             "not_reported": self.not_reported,
+            "resolutions": {
+                "at_checkpoint": self.resolved_here,
+                "at_executor": self.resolutions,
+                "executor_receipts_kept": self.resolution_receipts,
+                "executor_receipts_anchored": self.resolution_receipts_anchored,
+                "executor_receipts_later": self.resolution_receipts_later,
+                "agree": self.resolutions_agree,
+                "conflict": sum(
+                    1 for f in self.findings if f.code is ReconcileCode.R_RESOLUTION_CONFLICT
+                ),
+                "executor_only": self.resolved_at_executor_only,
+                "checkpoint_only": self.resolved_at_checkpoint_only,
+            },
         }
 
 
@@ -199,6 +238,21 @@ class _RefusalNote:
 
 
 @dataclass(frozen=True, slots=True)
+class _PersonResolution:
+    seq: int
+    decision: object
+    by: object
+
+
+@dataclass(frozen=True, slots=True)
+class _ExecutorResolutionNote:
+    seq: int
+    approval_id: str
+    decision: object
+    head: object
+
+
+@dataclass(frozen=True, slots=True)
 class _ReceiptRow:
     row_hash: str
     event: dict[str, Any]
@@ -219,18 +273,33 @@ class _Checkpoint:
     lapsed: set[str] = field(default_factory=set)
     reports: list[_Report] = field(default_factory=list)
     refusals: list[_RefusalNote] = field(default_factory=list)
+    #: A person's resolution at the checkpoint, by approval (via the proposal's issue).
+    person_resolved: dict[str, _PersonResolution] = field(default_factory=dict)
+    executor_resolutions: list[_ExecutorResolutionNote] = field(default_factory=list)
     row_hashes: dict[int, str] = field(default_factory=dict)
     last_seq: int = -1
+    _approval_of: dict[str, str] = field(default_factory=dict)  # proposal id → approval id
 
     def take(self, seq: int, row_hash: str, event: dict[str, Any]) -> None:
         self.last_seq = seq
         if seq in self.wanted:
             self.row_hashes[seq] = row_hash
         kind = event.get("type")
+        if kind == _PERSON_RESOLVED:
+            # The event names the proposal; its approval was issued before (one per
+            # proposal: UNIQUE approvals.proposal_id).
+            resolved = self._approval_of.get(str(event.get("proposal_id")))
+            if resolved is not None:
+                self.person_resolved[resolved] = _PersonResolution(
+                    seq, event.get("decision"), event.get("by")
+                )
+            return
         aid = event.get("approval_id")
         if not isinstance(aid, str):
             return
         if kind == _ISSUED:
+            if isinstance(event.get("proposal_id"), str):
+                self._approval_of[event["proposal_id"]] = aid
             self.issued[aid] = _Issued(
                 event.get("action_hash"),
                 event.get("nonce"),
@@ -247,6 +316,10 @@ class _Checkpoint:
             self.refusals.append(
                 _RefusalNote(seq, aid, event.get("refusal_code"), event.get("executor_head"))
             )
+        elif kind == _EXECUTOR_RESOLUTION:
+            self.executor_resolutions.append(
+                _ExecutorResolutionNote(seq, aid, event.get("decision"), event.get("executor_head"))
+            )
 
 
 @dataclass
@@ -254,7 +327,7 @@ class _Executor:
     consumed: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     writes: Counter[str] = field(default_factory=Counter)
     outcomes: dict[str, dict[str, Any]] = field(default_factory=dict)
-    resolved: set[str] = field(default_factory=set)
+    resolved: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)
     receipt_rows: dict[int, _ReceiptRow] = field(default_factory=dict)
     write_before_consume: list[str] = field(default_factory=list)
     checkpoint_heads: list[_CheckpointHead] = field(default_factory=list)
@@ -279,7 +352,7 @@ class _Executor:
         elif kind == _OUTCOME:
             self.outcomes[aid] = event
         elif kind == _RESOLVED:
-            self.resolved.add(aid)
+            self.resolved[aid] = (seq, event)
 
 
 def _scan(
@@ -468,6 +541,41 @@ def reconcile(
         findings.extend(_check_refusal_note(note, ex))
         report.refusals_anchored += 1
 
+    # Resolutions: the executor's resolution receipts kept after a person's, anchored
+    # like the others; then the two places' decisions held to each other.
+    for resolution in cp.executor_resolutions:
+        if reports_until is not None and resolution.seq > reports_until[0]:
+            report.resolution_receipts_later += 1
+            continue
+        findings.extend(_check_resolution_receipt(resolution, ex))
+        report.resolution_receipts_anchored += 1
+    reported_resolved = {rep.approval_id for rep in cp.reports if rep.outcome == "resolved"}
+    kept = {r.approval_id for r in cp.executor_resolutions}
+    for aid, (ex_seq, ex_event) in sorted(ex.resolved.items()):
+        person = cp.person_resolved.get(aid)
+        if person is None:
+            if aid not in reported_resolved and aid not in kept:
+                report.resolved_at_executor_only.append(aid)
+            continue
+        if person.decision == ex_event.get("decision"):
+            report.resolutions_agree += 1
+            continue
+        findings.append(
+            Finding(
+                ReconcileCode.R_RESOLUTION_CONFLICT,
+                aid,
+                f"a person at the checkpoint ({person.by}, checkpoint seq {person.seq}) "
+                f"resolved it as {person.decision!r}, a person at the executor "
+                f"({ex_event.get('by')}, executor seq {ex_seq}) as "
+                f"{ex_event.get('decision')!r}: the two records disagree on what happened. "
+                "The executor's ledger is the record of what the executor did; check the "
+                "resource in the cloud and both records (airlock audit trace ID)",
+            )
+        )
+    report.resolved_at_checkpoint_only = sorted(
+        aid for aid in cp.person_resolved if aid not in ex.resolved
+    )
+
     # What the executor recorded of the checkpoint's chain, against that chain.
     for head in ex.checkpoint_heads:
         findings.extend(_check_checkpoint_head(head, cp))
@@ -482,6 +590,8 @@ def reconcile(
     report.writes = len(ex.writes)
     report.outcomes = dict(Counter(str(e.get("state")) for e in ex.outcomes.values()))
     report.resolutions = len(ex.resolved)
+    report.resolved_here = len(cp.person_resolved)
+    report.resolution_receipts = len(cp.executor_resolutions)
     report.not_consumed = sum(1 for aid in cp.issued if aid not in ex.consumed)
     reported_ids = {rep.approval_id for rep in cp.reports}
     report.not_reported = sum(1 for aid in ex.outcomes if aid not in reported_ids)
@@ -576,6 +686,30 @@ def _check_refusal_note(note: _RefusalNote, ex: _Executor) -> list[Finding]:
                 note.approval_id,
                 f"the checkpoint noted the executor's refusal {note.refusal_code!r} "
                 f"(checkpoint seq {note.seq}); executor row {seq} records {said} for "
+                f"{event.get('approval_id')!r}",
+            )
+        ]
+    return []
+
+
+def _check_resolution_receipt(note: _ExecutorResolutionNote, ex: _Executor) -> list[Finding]:
+    found = _receipt_row(note.approval_id, note.seq, note.head, ex)
+    if isinstance(found, Finding):
+        return [found]
+    seq, row = found
+    event = row.event
+    if (
+        event.get("type") != _RESOLVED
+        or event.get("approval_id") != note.approval_id
+        or event.get("decision") != note.decision
+    ):
+        return [
+            Finding(
+                ReconcileCode.R_OUTCOME_MISMATCH,
+                note.approval_id,
+                f"the checkpoint kept the executor's resolution {note.decision!r} "
+                f"(checkpoint seq {note.seq}); executor row {seq} records "
+                f"{event.get('type')!r} {event.get('decision')!r} for "
                 f"{event.get('approval_id')!r}",
             )
         ]

@@ -115,7 +115,12 @@ def trace(asked: str, chains: Mapping[str, Callable[[], Iterable[str]]]) -> Trac
 #: resolution), they come after the executor's own events, and the checkpoint's other
 #: events (submitted, voted, issued...) before them.
 _AFTER_THE_EXECUTOR: Final = frozenset(
-    {"checkpoint.outcome.reported", "checkpoint.execution.resolved", "checkpoint.approval.lapsed"}
+    {
+        "checkpoint.outcome.reported",
+        "checkpoint.execution.resolved",
+        "checkpoint.executor_resolution",  # an executor's resolution after a person's
+        "checkpoint.approval.lapsed",
+    }
 )
 
 

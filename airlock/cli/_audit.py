@@ -18,7 +18,7 @@ import json
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, BinaryIO
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, Final
 
 import typer
 
@@ -329,6 +329,10 @@ def reconcile_command(
 
     So a checkpoint chain rewritten or cut is found too (R_CHECKPOINT_HEAD_*).
 
+    An in_doubt resolved at the checkpoint and the executor must agree (R_RESOLUTION_CONFLICT).
+
+    Resolved on one side only is a note, not a finding: a receipt may not be delivered yet.
+
     On a live system read the checkpoint's chain before and after the executor's.
 
     With --checkpoint-db and --executor-db it does so itself.
@@ -423,6 +427,7 @@ def reconcile_command(
         f"issued, never consumed: {value['not_consumed']}; "
         f"finished, not yet recorded at the checkpoint: {value['not_reported']}"
     )
+    _resolution_lines(value["resolutions"])
     if report.ok:
         typer.echo("OK: the two chains agree")
         return
@@ -433,6 +438,44 @@ def reconcile_command(
     if more:
         typer.echo(f"  … and {more} more (--json lists all)")
     raise typer.Exit(1)
+
+
+#: One-sided resolutions listed by id in the text report (``--json`` lists all).
+_NOTES_SHOWN: Final = 20
+
+
+def _resolution_lines(res: dict[str, Any]) -> None:
+    """The in_doubt resolutions of both sides, and those one side only has (notes: see
+    airlock.reconcile), each with what to do."""
+    from airlock.reconcile import printable
+
+    if not (res["at_checkpoint"] or res["at_executor"]):
+        return
+    typer.echo(
+        f"resolutions: {res['at_checkpoint']} by a person at the checkpoint, "
+        f"{res['at_executor']} at the executor; {res['agree']} made in both places agree, "
+        f"{res['conflict']} conflict; {res['executor_receipts_kept']} executor resolution "
+        f"receipts kept after a person's, {res['executor_receipts_anchored']} checked "
+        "against the executor chain"
+    )
+    for key, say in (
+        (
+            "executor_only",
+            "resolved at the executor, not (yet) at the checkpoint: its receipt may not be "
+            "delivered yet (airlock executor receipts list {id})",
+        ),
+        (
+            "checkpoint_only",
+            "resolved at the checkpoint only; the executor's ledger still says in_doubt "
+            "(once the cloud is checked, record the same decision there: airlock executor "
+            "resolve {id} --by NAME --happened or --did-not-happen)",
+        ),
+    ):
+        ids = res[key]
+        for aid in ids[:_NOTES_SHOWN]:
+            typer.echo("note: " + printable(aid) + " " + say.format(id=printable(aid)))
+        if len(ids) > _NOTES_SHOWN:
+            typer.echo(f"note: … and {len(ids) - _NOTES_SHOWN} more (--json lists all)")
 
 
 class _Digesting:
