@@ -603,6 +603,12 @@ def _history_lines(history: ReceiptHistory) -> list[str]:
             # An older checkpoint answers a refusal 404 too; after an upgrade, one helps.
             "see below" if history.kind == "refusal" else "a resend to it cannot help"
         )
+    elif history.resolution_contested:
+        state = (
+            "in conflict: the checkpoint kept it and shows the conflict (409)"
+            if history.resolution_conflict_kept
+            else "refused: the checkpoint holds another decision (409)"
+        ) + "; a resend cannot help, see below"
     lines = [f"{history.approval_id} {history.kind}: {state}"]
     events: list[tuple[int, int, str]] = []
     for a in history.attempts:
@@ -653,6 +659,25 @@ def _approval_unknown_lines(histories: list[ReceiptHistory]) -> list[str]:
     ]
 
 
+def _resolution_contested_lines(histories: list[ReceiptHistory]) -> list[str]:
+    """What a 409 for a resolution means, said once under the receipts that got one
+    (services/executor/feed.py resolution_contested)."""
+    lines = [
+        "A 409 for a resolution means the checkpoint holds another decision for that in_doubt:",
+        "a person resolved it there (airlock approvals resolve, or the web app) before this",
+        "ledger's resolution arrived, and the two records disagree on what happened (or, for",
+        "E_STATE, a checkpoint older than E_RESOLUTION_CONFLICT did not say which). This",
+        "ledger is the record of what this executor did and keeps its resolution; the",
+        "checkpoint keeps its own state. Sending the receipt again gets the same answer. Check",
+        "the resource in the cloud (its state, the provider's record of the call), compare the",
+        "proposal at the checkpoint (`airlock approvals show PROPOSAL_ID`; `airlock audit trace",
+        f"APPROVAL_ID` finds it) with this ledger's receipt ({len(histories)} listed above), and",
+        "tell whoever recorded the wrong decision; `airlock audit reconcile` reports each as",
+        "R_RESOLUTION_CONFLICT.",
+    ]
+    return lines
+
+
 @executor_receipts_app.command("list")
 def receipts_list_command(
     approval_ids: Annotated[
@@ -671,6 +696,8 @@ def receipts_list_command(
     Without: every receipt not delivered (rejected, queued again, or not attempted yet).
 
     For a receipt rejected with 404 (no such approval at the checkpoint) it says what can help.
+
+    So for a resolution answered 409: the checkpoint holds another decision (a person's there).
 
     Exit codes: 0 shown; 1 a named approval has no receipt here; 2 usage error.
     """
@@ -692,6 +719,10 @@ def receipts_list_command(
     if unknown:
         for line in _approval_unknown_lines(unknown):
             typer.echo(line)
+    contested = [h for h in histories if h.resolution_contested]
+    if contested:
+        for line in _resolution_contested_lines(contested):
+            say(line)
     if not ids and not histories:
         typer.echo("every receipt was delivered")
     for approval_id, why in missing.items():

@@ -974,6 +974,25 @@ def approval_unknown(http_status: int | None, error_code: str | None) -> bool:
     return http_status == APPROVAL_UNKNOWN and error_code == APPROVAL_UNKNOWN_CODE
 
 
+#: The checkpoint's answer to a resolution receipt that contradicts the resolution a
+#: person recorded there first (``airlock approvals resolve``): it kept the receipt and
+#: shows the conflict on the proposal, and answers so every time it is sent
+#: (services/checkpoint/service.py, ``_executor_resolution_after_person``).
+RESOLUTION_CONFLICT_CODE: Final = "E_RESOLUTION_CONFLICT"
+
+
+def resolution_contested(kind: str, http_status: int | None, error_code: str | None) -> bool:
+    """Is this a resolution receipt the checkpoint holds another decision for?
+
+    Any 409 for a resolution: ``E_RESOLUTION_CONFLICT`` (kept there, in conflict), or
+    ``E_STATE`` from a checkpoint before it, which did not keep it ("an outcome is already
+    recorded": a person resolved it there first), or another resolution of the approval
+    already kept there. Sent again, it gets the same answer: the two records disagree,
+    and what helps is a person checking the cloud, not a resend.
+    """
+    return kind == "resolution" and http_status == 409 and error_code is not None
+
+
 #: Receipt failures in a row, within one flush, that pause every delivery as one
 #: failure of the server would (a checkpoint whose database is down answers 500 to all).
 _FAILURES_IN_A_ROW: Final = 3
@@ -1207,6 +1226,12 @@ class OutboxReporter:
                 hint = (
                     "it has no such approval, so sending it there again cannot help; why "
                     "and what can: airlock executor receipts list %s"
+                )
+            elif resolution_contested(item.kind, status, code):
+                hint = (
+                    "it holds another decision for this in_doubt (a person resolved it "
+                    "there), so sending it again cannot help: this ledger keeps its own; "
+                    "check the cloud; what each record says: airlock executor receipts list %s"
                 )
             else:
                 hint = "once the cause is fixed: airlock executor receipts resend %s --by NAME"

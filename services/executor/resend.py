@@ -52,7 +52,7 @@ from airlock.protocol import APPROVAL_ID_PATTERN
 from airlock.store import AuditLog
 
 from .errors import OperatorRefusal, ResendRefused, recordable
-from .feed import approval_unknown
+from .feed import RESOLUTION_CONFLICT_CODE, approval_unknown, resolution_contested
 from .ledger import _insert_ignore
 from .models import TERMINAL_STATES, deliveries, ledger, outbox, resends, resolutions
 
@@ -148,6 +148,25 @@ class ReceiptHistory:
             self.state == "rejected"
             and self.last is not None
             and approval_unknown(self.last.http_status, self.last.error_code)
+        )
+
+    @property
+    def resolution_contested(self) -> bool:
+        """A resolution the checkpoint answered 409: it holds another decision for the
+        in_doubt (feed.resolution_contested); sent again, it gets the same answer."""
+        return (
+            self.state == "rejected"
+            and self.last is not None
+            and resolution_contested(self.kind, self.last.http_status, self.last.error_code)
+        )
+
+    @property
+    def resolution_conflict_kept(self) -> bool:
+        """Of those, one the checkpoint kept and shows as a conflict on the proposal."""
+        return (
+            self.resolution_contested
+            and self.last is not None
+            and self.last.error_code == RESOLUTION_CONFLICT_CODE
         )
 
 

@@ -876,3 +876,44 @@ def test_the_redelivery_command_takes_a_time_or_named_ids_and_says_what_it_did(
     assert "attempt 1  delivered 200" in shown.output
     assert "attempt 2  delivered 200" in shown.output
     assert "every receipt was delivered" in airlock("list").output
+
+
+@pytest.mark.parametrize("code", ["E_RESOLUTION_CONFLICT", "E_STATE"])
+def test_a_resolution_the_checkpoint_holds_another_decision_for_is_not_listed_as_one_to_resend(
+    rig: Rig, receipts_cli: Callable[..., Any], code: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 409 for a resolution: a person resolved the in_doubt at the checkpoint first
+    (E_RESOLUTION_CONFLICT: kept there as a conflict; E_STATE: a checkpoint before it).
+    A resend gets the same answer for ever: the list and the log say what it means and
+    what to do instead (found by a walkthrough)."""
+    airlock = receipts_cli
+    aid = rig.executed(1, "rs409", in_doubt=True)
+    assert rig.reporter.flush() == 1  # the in_doubt, delivered
+    rig.env.executor.resolve(aid, happened=False, by="ops", note="nothing in the console")
+    rig.fake.answer_for[aid] = httpx.Response(
+        409, json={"error": {"code": code, "message": "a person resolved it here"}}
+    )
+    untrusted = rig.executed(2, "rs409b")
+    rig.fake.answer_for[untrusted] = 422
+    assert rig.reporter.flush() == 2
+    assert ("resolution", 1, "rejected", 409) in rig.attempts(aid)
+    logged = " ".join(r.getMessage() for r in caplog.records)
+    assert "another decision for this in_doubt" in logged and "check the cloud" in logged
+
+    listed = airlock("list")
+
+    assert listed.exit_code == 0, listed.output
+    line = next(x for x in listed.output.splitlines() if x.startswith(f"{aid} resolution:"))
+    assert "send it again" not in line and "a resend cannot help" in line
+    assert ("in conflict" in line) is (code == "E_RESOLUTION_CONFLICT")
+    why = " ".join(listed.output.split("A 409 for a resolution means", 1)[1].split())
+    for fact in (
+        "a person resolved it there",
+        "This ledger is the record",
+        "the cloud",
+        "airlock approvals show",
+        "R_RESOLUTION_CONFLICT",
+    ):
+        assert fact in why, fact
+    assert f"{untrusted} outcome: rejected (send it again" in listed.output  # as before
+    assert "A 409 for a resolution" not in airlock("list", untrusted).output
