@@ -305,6 +305,22 @@ def _details(p: _Proposal) -> list[str]:
                 f"resolved   {o.resolution} by {inert(o.resolved_by or '?')} at "
                 f"{_when(o.resolved_at)}: {inert(o.resolution_note or '')}"
             )
+        if (x := o.executor_resolution) is not None:
+            # The executor's signed resolution, come after the one above: the ledger's.
+            said = (
+                f"executor   resolved {x.decision} by {inert(x.by)} at {_when(x.at)} in its "
+                f"ledger (reported {_when(x.reported_at)})"
+                + (f": {inert(x.note)}" if x.note else "")
+            )
+            lines.append(said)
+            if x.conflict:
+                lines.append(
+                    f"CONFLICT   the checkpoint says {x.checkpoint_decision} "
+                    f"({inert(x.checkpoint_resolved_by or '?')}), the executor's ledger "
+                    f"{x.decision}; the ledger is the record of what the executor did. "
+                    "Check the resource in the cloud and the receipt (--json), then tell "
+                    "whoever recorded the wrong one"
+                )
     for note in p.executor_refusals:
         # A note from the executor's signed receipt; the state above is unchanged by it.
         detail = f": {inert(note.detail)}" if note.detail else ""

@@ -58,6 +58,17 @@ class _Rejection(_View):
     at: int
 
 
+class _ExecutorResolution(_View):
+    decision: str
+    by: str
+    at: int
+    note: str
+    checkpoint_decision: str
+    checkpoint_resolved_by: str | None
+    conflict: bool
+    reported_at: int
+
+
 class _Outcome(_View):
     approval_id: str
     outcome: str
@@ -69,6 +80,8 @@ class _Outcome(_View):
     resolved_by: str | None
     resolved_at: int | None
     resolution_note: str | None
+    # Absent from a checkpoint before migration 0005 (executor_resolutions).
+    executor_resolution: _ExecutorResolution | None = None
 
 
 class _ExecutorRefusal(_View):

@@ -112,6 +112,41 @@ def test_show_prints_an_executor_refusal_before_use_inert(served: Served) -> Non
     assert [r["refusal_code"] for r in shown["executor_refusals"]] == ["E_AUDIENCE"]
 
 
+def test_show_prints_an_executor_resolution_in_conflict_with_the_admins(served: Served) -> None:
+    record = served.submit(proposal_id="prop_conflict001")
+    approved = served.world.approve("alice", record["id"], record["action_hash"]).json()
+    approval_id = approved["approval"]["approval_id"]
+    executor = served.world.auth("executor")
+
+    def post(receipt: dict[str, Any]) -> Any:
+        return served.world.client.post("/v1/outcomes", json={"receipt": receipt}, headers=executor)
+
+    assert post(signed_receipt(approval_id, record["action_hash"], "in_doubt")).status_code == 200
+    served.login("admin")
+    resolved = served.run(
+        "approvals", "resolve", record["id"], "--happened", "--note", "console shows Stopped"
+    )
+    assert resolved.exit_code == 0, resolved.output
+    resolution = {"decision": "did_not_happen", "by": "ops", "at": START + 5, "note": "none"}
+    answer = post(
+        signed_receipt(
+            approval_id, record["action_hash"], "resolved", resolution=resolution, at=START + 5
+        )
+    )
+    assert answer.json()["error"]["code"] == "E_RESOLUTION_CONFLICT"
+
+    result = served.run("approvals", "show", record["id"])
+
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert any(x.startswith("resolved   happened by admin") for x in lines)
+    assert any(x.startswith("executor   resolved did_not_happen by ops") for x in lines)
+    conflict = next(x for x in lines if x.startswith("CONFLICT "))
+    assert "the checkpoint says happened (admin)" in conflict and "cloud" in conflict
+    shown = json.loads(served.run("approvals", "show", record["id"], "--json").stdout)
+    assert shown["outcome"]["executor_resolution"]["conflict"] is True
+
+
 def test_show_of_unknown_or_malformed_id(served: Served) -> None:
     served.login("alice")
     missing = served.run("approvals", "show", "prop_doesnotexist1", "--json")
