@@ -679,7 +679,16 @@ def resolve_command(
     note: Annotated[str, typer.Option("--note", help="Why you decided so (required).")] = "",
     as_json: JsonFlag = False,
 ) -> None:
-    """Resolve an in_doubt execution (admin): it happened, or it did not."""
+    """Resolve an in_doubt execution (admin): it happened, or it did not.
+
+    This changes the checkpoint's record only; the executor's ledger (the truth) stays in_doubt.
+
+    Prefer `airlock executor resolve` where you can: it settles the ledger, then this by receipt.
+
+    Use this only if nobody can reach the executor; its operator then records the same decision.
+
+    An executor resolution that disagrees is kept and shown as a conflict (E_RESOLUTION_CONFLICT).
+    """
     _check_id(proposal_id)
     if happened is None:
         typer.echo("error: give --happened or --did-not-happen", err=True)

@@ -420,7 +420,14 @@ def resolve_command(
         str, typer.Option("--note", metavar="TEXT", help="Why (evidence checked).")
     ] = "",
 ) -> None:
-    """Record a human decision on an in_doubt row (audited, with a signed receipt)."""
+    """Record a human decision on an in_doubt row (audited, with a signed receipt).
+
+    The ledger is the truth: resolve here, and its receipt settles the checkpoint's proposal too.
+
+    If an admin resolved it at the checkpoint already, check the cloud and record the same decision.
+
+    A different one is kept there as a conflict (E_RESOLUTION_CONFLICT); audit reconcile reports it.
+    """
     from airlock.protocol import canonical_bytes
     from services.executor import ResolutionError
 
