@@ -29,7 +29,7 @@ Each chain alone proves that its own rows were not edited, removed or reordered
   at the checkpoint (``checkpoint.execution.resolved``, ``airlock approvals resolve``)
   and a person's at the executor (``executor.resolved``, ``airlock executor resolve``)
   of one approval that disagree is ``R_RESOLUTION_CONFLICT``, whether or not the
-  executor's receipt reached the checkpoint (before checkpoint migration 0005 it was
+  executor's receipt reached the checkpoint (before checkpoint migration 0006 it was
   refused there and left no trace in its chain). The executor's resolution receipt the
   checkpoint kept after the person's (``checkpoint.executor_resolution``) is anchored
   like any receipt: its head names that ``executor.resolved`` row, with that decision.

@@ -80,7 +80,7 @@ class _Outcome(_View):
     resolved_by: str | None
     resolved_at: int | None
     resolution_note: str | None
-    # Absent from a checkpoint before migration 0005 (executor_resolutions).
+    # Absent from a checkpoint before migration 0006 (executor_resolutions).
     executor_resolution: _ExecutorResolution | None = None
 
 

@@ -146,7 +146,7 @@ def _resolved(aid: str, decision: str) -> dict[str, Any]:
 
 
 def test_a_conflict_the_checkpoint_refused_to_record_is_found_from_the_chains_alone() -> None:
-    """A checkpoint before migration 0005 refused the receipt (E_STATE) and kept no trace:
+    """A checkpoint before migration 0006 refused the receipt (E_STATE) and kept no trace:
     the person's resolution there and the ledger's still disagree."""
     ex = _chain(
         "executor",
