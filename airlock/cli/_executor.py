@@ -83,14 +83,11 @@ def _fail(message: str) -> typer.Exit:
 
 
 def _settings() -> ExecutorSettings:
-    from pydantic import ValidationError
-
     from airlock.settings import ExecutorSettings
 
-    try:
-        return ExecutorSettings()
-    except ValidationError as exc:
-        raise _fail(f"executor settings: {exc.errors()[0]['msg']}") from None
+    from ._settings import load
+
+    return load(ExecutorSettings)
 
 
 def _build(settings: ExecutorSettings) -> Executor:
