@@ -26,6 +26,7 @@ _REGION = re.compile(r"[a-z0-9]+(-[a-z0-9]+){0,5}")
 __all__ = [
     "DEVCLOUD_READ_KEY",
     "DEVCLOUD_WRITE_KEY",
+    "DEV_HEARTBEAT_PATH",
     "DEV_RECEIPT_KEYS_PATH",
     "AgentSettings",
     "CheckpointSettings",
@@ -84,6 +85,13 @@ def _ca_file_needs_https(settings: ServiceSettings, url: str | None, ca_file: Pa
 #: Where ``airlock up`` (state in ``.airlock/``) writes the executor's receipt public key
 #: set, and so the checkpoint's receipt key set in dev when none is configured.
 DEV_RECEIPT_KEYS_PATH = Path(".airlock/receipt-keys.json")
+
+
+#: Where ``airlock up`` has its executor write the heartbeat, and so where
+#: ``airlock executor health`` looks in dev when no path is configured. The executor
+#: itself writes none unless told (``AIRLOCK_EXECUTOR_HEARTBEAT_PATH``): a dev executor
+#: run anywhere else would warn on every turn that ``.airlock/`` is missing.
+DEV_HEARTBEAT_PATH = Path(".airlock/executor.heartbeat")
 
 
 def _receipt_keys_default(data: dict[str, Any]) -> Path | None:
