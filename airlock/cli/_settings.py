@@ -43,7 +43,9 @@ def messages(cls: type[BaseSettings], exc: ValidationError) -> list[str]:
             lines.append(why)
             continue
         head = loc[0] if loc[0] not in cls.model_fields else f"{prefix}{loc[0]}".upper()
-        lines.append(f"{'.'.join([head, *loc[1:]])}: {why}")
+        where = ".".join([head, *loc[1:]])
+        # A validator's own message may name its variable already (``VAR=path: why``).
+        lines.append(why if why.startswith(where) else f"{where}: {why}")
     return lines
 
 
