@@ -26,6 +26,7 @@ _REGION = re.compile(r"[a-z0-9]+(-[a-z0-9]+){0,5}")
 __all__ = [
     "DEVCLOUD_READ_KEY",
     "DEVCLOUD_WRITE_KEY",
+    "DEV_HEARTBEAT_PATH",
     "DEV_RECEIPT_KEYS_PATH",
     "AgentSettings",
     "CheckpointSettings",
@@ -52,6 +53,12 @@ class ServiceSettings(BaseSettings):
     #: ``dev`` allows the embedded demo defaults; anything else refuses them. Read from
     #: ``AIRLOCK_ENV`` whatever the subclass's prefix is.
     env: Env = Field(default="prod", validation_alias=AliasChoices("AIRLOCK_ENV"))
+
+    def filled_in(self) -> dict[str, Any]:
+        """The fields the service does not use as they are but fills in after validation
+        (``account_or_default()``, ``cloud_credentials()``…), with the value it uses: what
+        ``airlock config`` shows for them. Secrets stay ``SecretStr``."""
+        return {}
 
 
 def is_dev(settings: ServiceSettings) -> bool:
@@ -84,6 +91,13 @@ def _ca_file_needs_https(settings: ServiceSettings, url: str | None, ca_file: Pa
 #: Where ``airlock up`` (state in ``.airlock/``) writes the executor's receipt public key
 #: set, and so the checkpoint's receipt key set in dev when none is configured.
 DEV_RECEIPT_KEYS_PATH = Path(".airlock/receipt-keys.json")
+
+
+#: Where ``airlock up`` has its executor write the heartbeat, and so where
+#: ``airlock executor health`` looks in dev when no path is configured. The executor
+#: itself writes none unless told (``AIRLOCK_EXECUTOR_HEARTBEAT_PATH``): a dev executor
+#: run anywhere else would warn on every turn that ``.airlock/`` is missing.
+DEV_HEARTBEAT_PATH = Path(".airlock/executor.heartbeat")
 
 
 def _receipt_keys_default(data: dict[str, Any]) -> Path | None:
@@ -213,6 +227,20 @@ class CloudSettings(ServiceSettings):
             raise ValueError("the devcloud demo key is refused outside AIRLOCK_ENV=dev")
         return self
 
+    def filled_in(self) -> dict[str, Any]:
+        # Derived from the very methods the services call, so the two cannot drift.
+        out = super().filled_in()
+        key_id, secret = self.cloud_credentials()
+        if key_id != self.cloud_access_key_id:
+            out["cloud_access_key_id"] = key_id
+            out["cloud_access_key_secret"] = SecretStr(secret)
+        endpoint, protocol = self.cloud_endpoint_or_default()
+        if endpoint != self.cloud_endpoint:
+            out["cloud_endpoint"] = endpoint
+        if protocol != self.cloud_protocol:
+            out["cloud_protocol"] = protocol
+        return out
+
     def cloud_credentials(self) -> tuple[str, str]:
         """(access key id, secret); the devcloud demo key only in dev when none is set."""
         if self.cloud_access_key_id:
@@ -318,6 +346,12 @@ class WebappSettings(ServiceSettings):
 
     _check_ca_file = field_validator("checkpoint_ca_file")(_readable_ca_file)
 
+    def filled_in(self) -> dict[str, Any]:
+        out = super().filled_in()
+        if self.secure_cookies is None:
+            out["secure_cookies"] = self.cookies_secure()
+        return out
+
     def cookies_secure(self) -> bool:
         return (not is_dev(self)) if self.secure_cookies is None else self.secure_cookies
 
@@ -409,6 +443,12 @@ class AgentSettings(CloudSettings):
         return self
 
     _check_ca_file = field_validator("checkpoint_ca_file")(_readable_ca_file)
+
+    def filled_in(self) -> dict[str, Any]:
+        out = super().filled_in()
+        if self.account_or_default() != self.account:
+            out["account"] = self.account_or_default()
+        return out
 
     def account_or_default(self) -> str:
         """The configured account; devcloud's account only in dev when none is set."""
@@ -502,6 +542,12 @@ class ExecutorSettings(CloudSettings):
         return self
 
     _check_ca_file = field_validator("checkpoint_ca_file")(_readable_ca_file)
+
+    def filled_in(self) -> dict[str, Any]:
+        out = super().filled_in()
+        if self.account_or_default() != self.account:
+            out["account"] = self.account_or_default()
+        return out
 
     def account_or_default(self) -> str:
         """The bound account; devcloud's in dev when none is set."""

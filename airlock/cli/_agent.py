@@ -90,14 +90,16 @@ def agent_command(
     from services.agent.errors import AgentError
     from services.agent.service import build_agent
 
+    from ._settings import load
+
     if once == loop:
         typer.echo("agent: pass exactly one of --once or --loop", err=True)
         raise typer.Exit(2)
     # The agent logs what the cloud lists (an instance id, a tag) and the checkpoint's
     # answers: escaped (airlock.text), at the level Python's default handler had.
     logging.config.dictConfig(inert_log_config("WARNING"))
+    settings = load(AgentSettings)
     try:
-        settings = AgentSettings()
         key_id, secret = settings.cloud_credentials()
         endpoint, protocol = settings.cloud_endpoint_or_default()
         config = AlibabaConfig(
@@ -111,7 +113,7 @@ def agent_command(
         agent = build_agent(
             settings, reader=AlibabaReader(config), reader_factory=lambda: AlibabaReader(config)
         )
-    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+    except ValueError as exc:  # a bad region or account from the cloud configuration
         say(f"agent: {exc}", err=True)
         raise typer.Exit(2) from None
     if agent.client is None and not dry_run:

@@ -32,11 +32,9 @@ tokens_app = Typer(name="tokens", help="Service tokens (agent, executor).", no_a
 def _settings() -> CheckpointSettings:
     from airlock.settings import CheckpointSettings
 
-    try:
-        return CheckpointSettings()
-    except ValueError as exc:  # pydantic's ValidationError is a ValueError
-        typer.echo(f"checkpoint: {exc}", err=True)
-        raise typer.Exit(2) from None
+    from ._settings import load
+
+    return load(CheckpointSettings)
 
 
 def checkpoint_command(

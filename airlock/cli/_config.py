@@ -4,6 +4,8 @@
 the settings classes and their ``#:`` comments (a test keeps the README in step).
 ``airlock config [SERVICE]`` shows what this environment resolves to, secrets masked:
 a ``SecretStr`` is shown as set or unset, and a database URL without its password.
+A value a service fills in after validation (``ServiceSettings.filled_in``, e.g. the
+devcloud account and key in dev) is shown as it will be used, and marked as a default.
 
 This module must never print a secret, in either output.
 """
@@ -134,10 +136,12 @@ def markdown_table() -> str:
     return "\n".join(parts)
 
 
-def _shown(field: str, value: Any) -> str:
+def _shown(field: str, value: Any, *, filled: bool = False) -> str:
     from pydantic import SecretStr
 
     if isinstance(value, SecretStr):
+        if filled:
+            return "••••"  # a default's value is no more printed than a set one
         return "•••• (set)" if value.get_secret_value() else "(unset)"
     if isinstance(value, str) and value and _is_database_url(field):
         return _masked_database_url(value)
@@ -152,8 +156,15 @@ def config_command(
         bool, typer.Option("--markdown", help="Print the README's configuration table.")
     ] = False,
 ) -> None:
-    """Show each service's settings as this environment resolves them (secrets masked)."""
+    """Show each service's settings as this environment resolves them (secrets masked).
+
+    A value a service fills in when none is set is shown as used, marked (dev default).
+    """
     from pydantic import ValidationError
+
+    from airlock.settings import ServiceSettings
+
+    from ._settings import messages
 
     if markdown:
         typer.echo(markdown_table(), nl=False)
@@ -171,11 +182,18 @@ def config_command(
             loaded = cls()
         except ValidationError as exc:
             failed = True
-            for error in exc.errors():
-                say(f"  invalid: {error['msg']}")
+            for line in messages(cls, exc):
+                say(f"  invalid: {line}")
             continue
+        # What the service fills in after validation is what it uses: shown, and marked.
+        filled = loaded.filled_in() if isinstance(loaded, ServiceSettings) else {}
+        mark = "(dev default)" if getattr(loaded, "env", None) == "dev" else "(default)"
         for field in cls.model_fields:
             # Values are the environment's and ./.env's, a file anyone may have written.
-            say(f"  {_env_name(cls, field):<44} {_shown(field, getattr(loaded, field))}")
+            if field in filled:
+                shown = f"{_shown(field, filled[field], filled=True)} {mark}"
+            else:
+                shown = _shown(field, getattr(loaded, field))
+            say(f"  {_env_name(cls, field):<44} {shown}")
     if failed:
         raise typer.Exit(1)

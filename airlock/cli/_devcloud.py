@@ -26,18 +26,13 @@ devcloud_app = Typer(
 
 
 def _settings(**overrides: Any) -> DevcloudSettings:
-    from pydantic import ValidationError
-
     from airlock.settings import DevcloudSettings
 
+    from ._settings import load
+
     changes = {k: v for k, v in overrides.items() if v is not None}
-    try:
-        # Command-line options win over AIRLOCK_DEVCLOUD_* (init arguments outrank the env).
-        return DevcloudSettings(**changes)
-    except ValidationError as exc:
-        # Only the messages: the rendered error would echo every input, secrets included.
-        typer.echo("devcloud: " + "; ".join(str(e["msg"]) for e in exc.errors()), err=True)
-        raise typer.Exit(2) from None
+    # Command-line options win over AIRLOCK_DEVCLOUD_* (init arguments outrank the env).
+    return load(DevcloudSettings, **changes)
 
 
 @devcloud_app.command("serve")

@@ -83,14 +83,11 @@ def _fail(message: str) -> typer.Exit:
 
 
 def _settings() -> ExecutorSettings:
-    from pydantic import ValidationError
-
     from airlock.settings import ExecutorSettings
 
-    try:
-        return ExecutorSettings()
-    except ValidationError as exc:
-        raise _fail(f"executor settings: {exc.errors()[0]['msg']}") from None
+    from ._settings import load
+
+    return load(ExecutorSettings)
 
 
 def _build(settings: ExecutorSettings) -> Executor:
@@ -314,17 +311,21 @@ def _serve(settings: ExecutorSettings, executor: Executor, *, once: bool) -> Non
 
 
 def _heartbeat_path_setting() -> Path | None:
-    """Only the heartbeat path, read (environment or .env) as the executor reads it."""
-    # Defined here, not at the top: ``airlock --help`` must not pay for pydantic-settings.
-    from pydantic_settings import BaseSettings, SettingsConfigDict
+    """Only the heartbeat path, read (environment or .env) as the executor reads it; in
+    dev, unset, the file ``airlock up`` has its executor write."""
+    from airlock.settings import DEV_HEARTBEAT_PATH, ServiceSettings, is_dev
 
-    class _HeartbeatSetting(BaseSettings):
-        model_config = SettingsConfigDict(
-            env_prefix="AIRLOCK_EXECUTOR_", env_file=".env", extra="ignore", frozen=True
-        )
+    from ._settings import load
+
+    # Defined here, not at the top: ``airlock --help`` must not pay for pydantic-settings.
+    class _HeartbeatSetting(ServiceSettings):
+        model_config = ServiceSettings.model_config | {"env_prefix": "AIRLOCK_EXECUTOR_"}
         heartbeat_path: Path | None = None
 
-    return _HeartbeatSetting().heartbeat_path
+    setting = load(_HeartbeatSetting)
+    if setting.heartbeat_path is None and is_dev(setting):
+        return DEV_HEARTBEAT_PATH
+    return setting.heartbeat_path
 
 
 @executor_app.command("health")
@@ -340,8 +341,8 @@ def health_command(
         typer.Option(
             "--path",
             metavar="FILE",
-            help="Heartbeat file (default AIRLOCK_EXECUTOR_HEARTBEAT_PATH; `airlock up` "
-            "writes .airlock/executor.heartbeat).",
+            help="Heartbeat file (default AIRLOCK_EXECUTOR_HEARTBEAT_PATH; with AIRLOCK_ENV=dev "
+            "and none set, .airlock/executor.heartbeat, the one `airlock up` writes).",
         ),
     ] = None,
 ) -> None:
@@ -357,8 +358,9 @@ def health_command(
         path = _heartbeat_path_setting()
     if path is None:
         raise _fail(
-            "no heartbeat file: pass --path (`airlock up` writes .airlock/executor.heartbeat) "
-            "or set AIRLOCK_EXECUTOR_HEARTBEAT_PATH"
+            "no heartbeat file: pass --path or set AIRLOCK_EXECUTOR_HEARTBEAT_PATH (with "
+            "AIRLOCK_ENV=dev it defaults to .airlock/executor.heartbeat, which `airlock up` "
+            "writes)"
         )
     age = heartbeat_age(path, time.time())
     if age is None:

@@ -11,6 +11,12 @@ verifies outcomes against), the write key and the receipt key only the executor,
 read key and agent token only the agent, nothing secret the web app.
 Everything runs with ``AIRLOCK_ENV=dev``: this is a demo on a laptop, never production.
 
+The services die with ``up`` however it ends: SIGINT, SIGTERM and SIGHUP (a closed
+terminal) stop them in order, and on Linux each child asks the kernel for a SIGTERM when
+``up`` dies (``PR_SET_PDEATHSIG``), so even a SIGKILL leaves no executor holding the
+write key and its ports. ``up`` runs with umask 077 and keeps its state directory 0700:
+the databases hold password, session and token hashes.
+
 The state directory is ``--home``, else ``AIRLOCK_UP_HOME``, else ``.airlock``.
 ``AIRLOCK_HOME`` is the CLI's session directory (``airlock login``); it used to set this
 too, and still does, with a warning, where it holds a state ``up`` made, so such a setup
@@ -25,6 +31,7 @@ import os
 import secrets
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -47,8 +54,110 @@ DEFAULT_HOME = Path(".airlock")
 _STATE_MARKERS = ("keys", "checkpoint.db", "executor-receipt.pem", "demo-credentials")
 
 
+#: What stops `up`, at any point: Ctrl-C, a service manager, a closed terminal.
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: Written 0644 on purpose by the key store (services/checkpoint/keys.py): the signing
+#: keys' public manifest. Left as it is; the 0700 state directory still closes it off.
+_PUBLIC_BY_DESIGN = (Path("keys", "keyset.json"),)
+#: prctl(2) option: the signal this process gets when the thread that forked it ends.
+_PR_SET_PDEATHSIG = 1
+
+
 class UpError(Exception):
     """Setting up or starting the local system failed; the message says what to do."""
+
+
+class _Interrupted(Exception):
+    """A stop signal arrived before the system was up; ``signum`` is the signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _echo(text: str, *, err: bool = False) -> None:
+    """``typer.echo`` that a closed terminal cannot turn into a crash before the stop."""
+    with contextlib.suppress(OSError):  # EIO, EPIPE: after SIGHUP the terminal is gone
+        typer.echo(text, err=err)
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` after which the child gets SIGTERM when this process dies, by
+    any means (SIGKILL included); None where the kernel offers no such thing (not Linux).
+
+    ``prctl`` is looked up here, in the parent, so the forked child only makes one call.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    parent = os.getpid()
+
+    def preexec() -> None:
+        if prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+        # The parent may have died between fork and prctl, which then never fires: the
+        # child was re-parented already, so it ends here instead of running orphaned.
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return preexec
+
+
+def _private_home(home: Path) -> str | None:
+    """Create ``home`` 0700, or make sure an existing one is reachable by its owner only.
+
+    Refused: a directory of someone else, or one others may write to (whoever can write
+    in it can swap the key set the executor trusts, or the checkpoint's signing key).
+    Tightened to 0700: one that others can only read, when it is empty or holds a state
+    ``up`` made (it is ours to keep private); any other such directory is refused
+    rather than changed behind its owner's back. Files and directories already in the
+    state lose their group and other bits too (a state from before ``up`` set a umask
+    has its databases 0644). Returns a note when something was tightened.
+    """
+    try:
+        home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = home.stat()
+    except OSError as exc:
+        raise UpError(f"state directory {home}: {exc.strerror or exc}") from None
+    if not stat.S_ISDIR(info.st_mode):
+        raise UpError(f"state directory {home} is not a directory")
+    fix = f"chmod 700 {home}, or pass another --home"
+    if info.st_uid != os.geteuid():
+        raise UpError(f"state directory {home} belongs to another user; pass another --home")
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o022:
+        raise UpError(
+            f"state directory {home} is writable by others (mode {mode:04o}): anyone who can "
+            f"write in it can replace the keys the executor trusts; {fix}"
+        )
+    note = None
+    if mode & 0o077:
+        ours = any((home / marker).exists() for marker in _STATE_MARKERS)
+        if not ours and any(home.iterdir()):
+            raise UpError(
+                f"state directory {home} is readable by others (mode {mode:04o}) and holds "
+                f"files up did not make; {fix}"
+            )
+        os.chmod(home, 0o700)
+        note = f"note: made the state directory {home} private (mode {mode:04o} -> 0700)"
+    for root, dirs, files in os.walk(home):
+        for name in (*dirs, *files):
+            path = Path(root, name)
+            entry = path.lstat()
+            if stat.S_ISLNK(entry.st_mode) or not stat.S_IMODE(entry.st_mode) & 0o077:
+                continue  # a link's target is not ours to change
+            if path.relative_to(home) in _PUBLIC_BY_DESIGN:
+                continue
+            os.chmod(path, stat.S_IMODE(entry.st_mode) & 0o700)
+            note = note or f"note: made the files in {home} private to their owner"
+    return note
 
 
 @dataclass
@@ -114,6 +223,10 @@ class _Stack:
         devcloud_admin: bool = False,
     ) -> None:
         self.home = home
+        #: Set by a stop signal; starting gives up at the next step (``_Interrupted``).
+        self.stopping = threading.Event()
+        self.signum = int(signal.SIGTERM)
+        self._preexec = _die_with_parent()
         self.devcloud_admin = devcloud_admin
         self.ports = ports
         self.instances = instances
@@ -175,13 +288,25 @@ class _Stack:
 
     # ------------------------------------------------------------------ first-run state
 
-    def _airlock(self, args: list[str], env: dict[str, str]) -> str:
+    def check_stop(self) -> None:
+        if self.stopping.is_set():
+            raise _Interrupted(self.signum)
+
+    def _airlock(self, args: list[str], env: dict[str, str], *, first: bool = True) -> str:
+        """Run one setup command to its end; a stop signal is heeded before it, never
+        during it (``first=False``: nor before it, inside a step of several commands),
+        so a step is done whole or not at all: a demo person created but a password lost
+        to Ctrl-C would make every later run fail on that name."""
+        if first:
+            self.check_stop()
         result = subprocess.run(  # noqa: S603 - our own interpreter, fixed argv, no shell
             [sys.executable, "-m", "airlock.cli", *args],
             env=env,
             capture_output=True,
             text=True,
             check=False,
+            start_new_session=True,  # Ctrl-C goes to `up` alone, which waits for the step
+            preexec_fn=self._preexec,  # one prctl call: see _die_with_parent
         )
         if result.returncode != 0:
             stderr = "\n".join(map(inert, result.stderr.strip().splitlines()))
@@ -190,7 +315,9 @@ class _Stack:
 
     def prepare(self, echo: Callable[[str], None]) -> None:
         """Create whatever part of the local state is missing; reuse the rest."""
-        self.home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        note = _private_home(self.home)
+        if note is not None:
+            echo(note)
         self.logs.mkdir(mode=0o700, exist_ok=True)
         keys_dir = self.home / "keys"
         if not keys_dir.exists() or not any(keys_dir.iterdir()):
@@ -222,9 +349,11 @@ class _Stack:
         if not credentials.exists():
             echo("creating demo people: alice and bob (approvers), admin")
             lines = []
-            for name, role in DEMO_PEOPLE:
+            for i, (name, role) in enumerate(DEMO_PEOPLE):
                 out = self._airlock(
-                    ["users", "add", name, "--role", role, "--generate"], self.checkpoint_env()
+                    ["users", "add", name, "--role", role, "--generate"],
+                    self.checkpoint_env(),
+                    first=i == 0,
                 )
                 password = out.rsplit("password:", 1)[1].strip()
                 lines.append(f"{name} {role} {password}\n")
@@ -235,7 +364,9 @@ class _Stack:
             echo("creating the agent's and the executor's service tokens")
             value = {
                 role: self._airlock(
-                    ["tokens", "create", f"{role}-local", "--role", role], self.checkpoint_env()
+                    ["tokens", "create", f"{role}-local", "--role", role],
+                    self.checkpoint_env(),
+                    first=role == "agent",
                 ).strip()
                 for role in ("agent", "executor")
             }
@@ -308,27 +439,34 @@ class _Stack:
 
     def start(self, timeout: float, echo: Callable[[str], None]) -> None:
         for service in self.services:
+            self.check_stop()
             log = open(service.log, "ab")  # noqa: SIM115 - owned by the child for its life
-            service.proc = subprocess.Popen(  # noqa: S603 - our interpreter, fixed argv, no shell
-                [sys.executable, "-m", "airlock.cli", *service.args],
-                env=service.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                # Own process group: Ctrl-C reaches only `airlock up`, which then stops
-                # the services in order.
-                start_new_session=True,
-            )
-            log.close()
+            try:
+                service.proc = subprocess.Popen(  # noqa: S603 - our interpreter, fixed argv
+                    [sys.executable, "-m", "airlock.cli", *service.args],
+                    env=service.env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    # Own process group: Ctrl-C reaches only `airlock up`, which then stops
+                    # the services in order; the death signal covers `up` dying any other way.
+                    start_new_session=True,
+                    preexec_fn=self._preexec,  # noqa: PLW1509 - up forks from its only thread
+                )
+            except (OSError, subprocess.SubprocessError) as exc:
+                raise UpError(f"{service.name} could not be started: {exc}") from None
+            finally:
+                log.close()
             deadline = time.monotonic() + timeout
             while not service.ready():
+                self.check_stop()
                 if service.proc.poll() is not None:
                     raise UpError(f"{service.name} exited at start:\n{self.tail(service)}")
                 if time.monotonic() > deadline:
                     raise UpError(
                         f"{service.name} not ready after {timeout:.0f}s:\n{self.tail(service)}"
                     )
-                threading.Event().wait(0.2)
+                self.stopping.wait(0.2)
             echo(f"  {service.name:<10} pid {service.proc.pid:<7} log {service.log}")
 
     def tail(self, service: _Service, lines: int = 20) -> str:
@@ -338,6 +476,9 @@ class _Stack:
             return "(no log)"
         # A service's log quotes the cloud's and the checkpoint's answers: escaped.
         return "\n".join(f"    {inert(line)}" for line in text[-lines:])
+
+    def death_signal_missing(self) -> bool:
+        return self._preexec is None
 
     def first_dead(self) -> _Service | None:
         for service in self.services:
@@ -433,7 +574,18 @@ def up_command(
 
     The demo people alice, bob and admin get passwords, printed once, saved in it 0600.
 
-    Later runs reuse the state. Ctrl-C stops everything.
+    Later runs reuse the state. Ctrl-C, SIGTERM or a closed terminal stops everything.
+
+    On Linux the services die with up even if it is killed (SIGKILL).
+
+    Exit 0 when stopped once up; 128 + the signal (130: Ctrl-C) when stopped starting.
+
+    Exit 1 when a service fails; 2 for usage or a port in use.
+
+    Files are 0600 (umask 077). A state directory others can write to is refused.
+
+    One others can read is made 0700 if it is empty or holds up's state, else refused.
+
     """
     ports = {"webapp": webapp_port, "checkpoint": checkpoint_port, "devcloud": devcloud_port}
     taken = [f"{name} ({port})" for name, port in ports.items() if not _port_free(port)]
@@ -449,33 +601,59 @@ def up_command(
     if note is not None:
         typer.echo(note, err=True)
     stack = _Stack(state.resolve(), ports, instances, agent_interval, devcloud_admin)
-    stop = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
-        stop.set()
+        stack.signum = signum
+        stack.stopping.set()
 
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    previous = {sig: signal.signal(sig, on_signal) for sig in _STOP_SIGNALS}
+    # The databases hold password, session and token hashes: every file `up` and its
+    # services create (SQLite's -wal and -shm included) is 0600. Put back at the end,
+    # for a caller that runs this in its own process (the tests).
+    umask = os.umask(0o077)
     try:
-        stack.prepare(typer.echo)
+        _run(stack, ready_timeout, webapp_port)
+    finally:
+        stack.stop()  # whatever ended the run, no service outlives it
+        os.umask(umask)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _run(stack: _Stack, ready_timeout: float, webapp_port: int) -> None:
+    if stack.death_signal_missing():
+        _echo(
+            "note: this system cannot tie the services' lives to up's (no prctl): if up is "
+            "killed (SIGKILL), stop them yourself",
+            err=True,
+        )
+    try:
+        stack.prepare(_echo)
         stack.plan()
-        typer.echo("starting services:")
-        stack.start(ready_timeout, typer.echo)
+        _echo("starting services:")
+        stack.start(ready_timeout, _echo)
+    except _Interrupted as exc:
+        # Stopped before the system was up: what started is stopped, and the exit code
+        # says which signal it was (128 + its number, as a shell reports it).
+        _echo("stopping...")
+        stack.stop()
+        _echo("stopped")
+        raise typer.Exit(128 + exc.signum) from None
     except UpError as exc:
         stack.stop()
-        typer.echo(f"up: {exc}", err=True)
+        _echo(f"up: {exc}", err=True)
         raise typer.Exit(1) from None
 
-    typer.echo("")
-    typer.echo(f"Airlock is running: open http://127.0.0.1:{webapp_port}")
+    _echo("")
+    _echo(f"Airlock is running: open http://127.0.0.1:{webapp_port}")
     if stack.new_credentials:
-        typer.echo("Demo people (passwords shown once; also saved, mode 0600, in")
-        typer.echo(f"{stack.home / 'demo-credentials'}):")
+        _echo("Demo people (passwords shown once; also saved, mode 0600, in")
+        _echo(f"{stack.home / 'demo-credentials'}):")
         for name, role, password in stack.new_credentials:
-            typer.echo(f"  {name:<6} {role:<9} {password}")
+            _echo(f"  {name:<6} {role:<9} {password}")
     else:
-        typer.echo(f"Demo people and passwords: {stack.home / 'demo-credentials'}")
-    typer.echo(
+        _echo(f"Demo people and passwords: {stack.home / 'demo-credentials'}")
+    _echo(
         "Next: sign in as alice, open a pending proposal from the agent (the first scan\n"
         "lands within a minute), check the evidence and approve it; the executor carries\n"
         "it out and the page shows the outcome with its signed receipt. A delete needs\n"
@@ -483,12 +661,12 @@ def up_command(
         f"{stack.checkpoint_url}, then airlock approvals list.\n"
         f"{_admin_hint(stack.home)} Ctrl-C stops everything."
     )
-    while not stop.wait(0.5):
+    while not stack.stopping.wait(0.5):
         dead = stack.first_dead()
         if dead is not None:
-            typer.echo(f"up: {dead.name} exited unexpectedly:\n{stack.tail(dead)}", err=True)
+            _echo(f"up: {dead.name} exited unexpectedly:\n{stack.tail(dead)}", err=True)
             stack.stop()
             raise typer.Exit(1)
-    typer.echo("stopping...")
+    _echo("stopping...")
     stack.stop()
-    typer.echo("stopped")
+    _echo("stopped")

@@ -38,6 +38,7 @@ def webapp_command(
     from airlock.tls import CAFileError
     from webapp.app import create_app
 
+    from ._settings import load
     from ._text import inert_log_config
 
     changes = {
@@ -45,11 +46,7 @@ def webapp_command(
         for k, v in (("host", host), ("port", port), ("checkpoint_url", checkpoint_url))
         if v is not None
     }
-    try:
-        base = WebappSettings(**changes)  # type: ignore[arg-type]
-    except ValueError as exc:  # pydantic's ValidationError is a ValueError
-        typer.echo(f"webapp: {exc}", err=True)
-        raise typer.Exit(2) from None
+    base = load(WebappSettings, **changes)
     # Before the app is built: what building it logs is escaped too (uvicorn applies the
     # same configuration again when it starts).
     logging.config.dictConfig(inert_log_config("WARNING"))

@@ -133,3 +133,39 @@ def test_the_executor_refuses_a_checkpoint_url_that_is_not_http(
     assert ExecutorSettings().checkpoint_url == "https://checkpoint.example:8787"
     monkeypatch.setenv("AIRLOCK_EXECUTOR_CHECKPOINT_URL", "")  # empty: unset, as the CLI reads it
     assert ExecutorSettings().checkpoint_url == ""
+
+
+def test_config_shows_the_dev_defaults_a_service_fills_in_as_it_will_use_them(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The executor binds devcloud's account and uses its write key in dev when none is
+    set (``account_or_default``, ``cloud_credentials``, after validation); config showed
+    both empty."""
+    from airlock.settings import DEVCLOUD_READ_KEY, DEVCLOUD_WRITE_KEY, ExecutorSettings
+
+    monkeypatch.setenv("AIRLOCK_ENV", "dev")
+    for name in ("AIRLOCK_EXECUTOR_ACCOUNT", "AIRLOCK_EXECUTOR_CLOUD_ACCESS_KEY_ID"):
+        monkeypatch.delenv(name, raising=False)
+    result = runner.invoke(app, ["config", "executor"])
+    assert result.exit_code == 0, result.output
+    rows = {line.split()[0]: line.split(maxsplit=1)[1] for line in result.output.splitlines()[1:]}
+    used = ExecutorSettings()
+    assert rows["AIRLOCK_EXECUTOR_ACCOUNT"] == f"{used.account_or_default()} (dev default)"
+    assert rows["AIRLOCK_EXECUTOR_CLOUD_ACCESS_KEY_ID"] == f"{DEVCLOUD_WRITE_KEY[0]} (dev default)"
+    assert rows["AIRLOCK_EXECUTOR_CLOUD_ACCESS_KEY_SECRET"] == "•••• (dev default)"
+    assert rows["AIRLOCK_EXECUTOR_CLOUD_ENDPOINT"] == "127.0.0.1:8788 (dev default)"
+    assert DEVCLOUD_WRITE_KEY[1] not in result.output
+
+    agent = runner.invoke(app, ["config", "agent"]).output
+    assert f"{DEVCLOUD_READ_KEY[0]} (dev default)" in agent
+    assert DEVCLOUD_READ_KEY[1] not in agent
+
+
+def test_config_shows_a_value_that_is_set_as_it_is(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIRLOCK_ENV", "dev")
+    monkeypatch.setenv("AIRLOCK_EXECUTOR_ACCOUNT", "1111222233334444")
+    result = runner.invoke(app, ["config", "executor"])
+    line = next(x for x in result.output.splitlines() if "AIRLOCK_EXECUTOR_ACCOUNT" in x)
+    assert line.split()[1:] == ["1111222233334444"]
