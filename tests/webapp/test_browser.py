@@ -220,6 +220,59 @@ def test_alice_approves_a_stop_and_sees_the_executed_outcome_with_a_verified_rec
     assert alice.dialogs == []
 
 
+def _sign_in_on_this_page(page: Page, name: str) -> None:
+    """Sign in on the sign-in page the browser is on, keeping its ``next``."""
+    page.fill("input[name=username]", name)
+    page.fill("input[name=password]", PASSWORD)
+    page.press("input[name=password]", "Enter")
+    expect(page.locator(".who .user")).to_contain_text(name)
+
+
+def test_approving_after_signing_out_in_another_tab_says_nothing_was_approved_and_returns(
+    stack: Stack, people: dict[str, Person]
+) -> None:
+    proposal = stack.submit(_action("prop_e2eended0001", "i-t4ne2eended01", "stop"))
+    alice = people["alice"]
+    page = alice.open(proposal["id"])
+    other = alice.context.new_page()  # a second tab: same cookies
+    other.goto("/")
+    other.click(".who button")
+    expect(other.locator("input[name=username]")).to_be_visible()
+    other.close()
+
+    page.click("#approve-button")
+    notice = page.locator("#login-notice")
+    expect(notice).to_contain_text("Your session had ended, so your approval was not recorded")
+    expect(notice).to_contain_text("nothing was approved")
+    expect(page.locator("h1")).to_have_text("Sign in")
+    _sign_in_on_this_page(page, "alice")
+    assert page.url.endswith(f"/proposals/{proposal['id']}")
+    expect(page.locator("#votes")).to_contain_text("0 of 1")
+    expect(page.locator("#approve-form")).to_be_visible()
+    assert stack.agent_view(proposal["id"])["votes"] == []
+
+
+def test_approving_after_the_checkpoint_ended_the_session_says_so_and_returns(
+    stack: Stack, people: dict[str, Person]
+) -> None:
+    proposal = stack.submit(_action("prop_e2eended0002", "i-t4ne2eended02", "stop"))
+    alice = people["alice"]
+    page = alice.open(proposal["id"])
+    session = next(c for c in alice.context.cookies() if c["name"] == "airlock_session")
+    ended = httpx.delete(
+        f"{stack.checkpoint_url}/v1/sessions/current",
+        headers={"Authorization": f"Bearer {session['value']}"},
+        trust_env=False,
+    )
+    assert ended.status_code == 204
+
+    page.click("#approve-button")
+    expect(page.locator("#login-notice")).to_contain_text("nothing was approved")
+    _sign_in_on_this_page(page, "alice")
+    assert page.url.endswith(f"/proposals/{proposal['id']}")
+    assert stack.agent_view(proposal["id"])["votes"] == []
+
+
 def test_a_delete_needs_two_people_and_the_typed_id(
     stack: Stack, people: dict[str, Person]
 ) -> None:
