@@ -16,7 +16,7 @@ from markupsafe import Markup
 from airlock import text
 from airlock.protocol import ProposedAction, Refused, action_hash, canonical_bytes
 
-from .client import ExecutorRefusalView, ProposalView
+from .client import ExecutorRefusalView, ProposalView, VoteView
 
 __all__ = [
     "OPEN_STATES",
@@ -32,6 +32,7 @@ __all__ = [
     "signed_action_problem",
     "tags",
     "timestamp",
+    "vote_of",
     "votes_label",
 ]
 
@@ -229,6 +230,11 @@ def latest_refusal(p: ProposalView) -> ExecutorRefusalView | None:
 def refusal_explanation(code: str) -> str:
     """A short explanation for people of why an executor refused an approval before use."""
     return _REFUSAL_EXPLANATIONS.get(code, _REFUSAL_GENERIC)
+
+
+def vote_of(p: ProposalView, name: str) -> VoteView | None:
+    """``name``'s approve vote on ``p``, if they cast one (the checkpoint allows one each)."""
+    return next((v for v in p.votes if v.voter == name), None)
 
 
 def votes_label(p: ProposalView) -> str:

@@ -299,6 +299,10 @@ def test_a_delete_needs_two_people_and_the_typed_id(
     button.click()
     expect(page.locator("#votes")).to_contain_text("1 of 2")
     expect(page.locator("#state")).to_have_attribute("data-state", "pending")
+    # alice has voted: the page says so and offers no second Approve (E_ALREADY_VOTED).
+    expect(page.locator("#my-vote")).to_contain_text("1 more vote is needed")
+    expect(page.locator("#approve-form")).to_have_count(0)
+    expect(page.locator("#reject-form")).to_be_visible()
     assert stack.devcloud.admin.writes(resource_id=rid) == []
 
     # bob approves with the keyboard only: type the id, Tab past the note, Enter.
