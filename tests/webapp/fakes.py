@@ -17,7 +17,35 @@ from typing import Any
 
 import httpx
 
-from airlock.protocol import action_hash, canonical_bytes
+from airlock.protocol import action_hash, b64encode, canonical_bytes
+
+RECEIPT_PAYLOAD_TYPE = "application/vnd.airlock.receipt.v1+json"
+
+
+def receipt_envelope(approval_id: str, outcome: str, **fields: Any) -> dict[str, Any]:
+    """An executor receipt as the checkpoint relays it: a DSSE envelope (signed by no one
+    here: the fake says ``receipt_verified`` for it, as the checkpoint would)."""
+    payload = {
+        "type": "airlock.receipt/v1",
+        "executor": "airlock-executor/test",
+        "approval_id": approval_id,
+        "action_hash": "sha256:" + "cd" * 32,
+        "outcome": outcome,
+        "verified": False,
+        "refusal_code": None,
+        "cloud_request_id": None,
+        "resolution": None,
+        "at": NOW,
+        "audit_head": {"seq": 3, "hash": "ef" * 32},
+        "detail": "",
+        **fields,
+    }
+    return {
+        "payloadType": RECEIPT_PAYLOAD_TYPE,
+        "payload": b64encode(canonical_bytes(payload)),
+        "signatures": [{"keyid": "ed25519:" + "aa" * 16, "sig": b64encode(b"\x00" * 64)}],
+    }
+
 
 NOW = 1_764_400_000
 PASSWORD = "correct horse battery staple"
@@ -266,16 +294,32 @@ class FakeCheckpoint:
         }
         return record
 
-    def in_doubt(self, proposal_id: str) -> dict[str, Any]:
+    def in_doubt(
+        self,
+        proposal_id: str,
+        detail: str = "ecs.StopInstance outcome unknown: ReadTimeout: Read timed out",
+    ) -> dict[str, Any]:
         record = self.approve_now(proposal_id)
         record["state"] = "in_doubt"
+        self.executed(proposal_id, "in_doubt", detail=detail)
+        return record
+
+    def executed(
+        self, proposal_id: str, outcome: str = "succeeded", **receipt: Any
+    ) -> dict[str, Any]:
+        """Record the executor's outcome with its receipt, as the checkpoint would."""
+        record = self.proposals[proposal_id]
+        if record["approval"] is None:
+            self.approve_now(proposal_id)
+        record["state"] = {"succeeded": "executed", "in_doubt": "in_doubt"}.get(outcome, outcome)
+        approval_id = record["approval"]["approval_id"]
         record["outcome"] = {
-            "approval_id": record["approval"]["approval_id"],
-            "outcome": "in_doubt",
+            "approval_id": approval_id,
+            "outcome": outcome,
             "refusal_code": None,
             "receipt_verified": True,
             "receipt_keyid": "ed25519:" + "aa" * 16,
-            "receipt": {"payloadType": "application/vnd.airlock.receipt.v1+json"},
+            "receipt": receipt_envelope(approval_id, outcome, **receipt),
             "late": False,
             "reported_at": NOW,
             "resolution": None,

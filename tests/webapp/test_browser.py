@@ -212,11 +212,19 @@ def test_alice_approves_a_stop_and_sees_the_executed_outcome_with_a_verified_rec
     page.reload()
     expect(page.locator("#state")).to_have_attribute("data-state", "executed")
     expect(page.locator("#outcome")).to_have_attribute("data-outcome", "succeeded")
-    expect(page.locator("#receipt")).to_have_attribute("data-verified", "yes")
+    # The receipt's signature and the write's effect are two facts, named apart: the
+    # provider accepted the stop, and no live read confirmed it.
+    expect(page.locator("#receipt")).to_have_attribute("data-signature", "valid")
+    expect(page.locator("#receipt")).to_contain_text("signature valid")
+    expect(page.locator("#effect")).to_have_attribute("data-effect", "accepted")
+    expect(page.locator("#effect")).to_contain_text("not yet confirmed by a live read")
+    expect(page.locator("#executor-detail")).to_have_text("ecs.StopInstance accepted")
     assert len(stack.devcloud.admin.writes(resource_id=rid)) == 1
 
     page.goto("/history")
-    expect(page.locator(f'tr[data-proposal="{proposal["id"]}"]')).to_contain_text("verified")
+    expect(page.locator(f'tr[data-proposal="{proposal["id"]}"]')).to_contain_text(
+        "signature valid"
+    )
     assert alice.dialogs == []
 
 
@@ -319,8 +327,34 @@ def test_a_delete_needs_two_people_and_the_typed_id(
     assert [v["voter"] for v in record["votes"]] == ["alice", "bob"]
     page.reload()
     expect(page.locator("#state")).to_have_attribute("data-state", "executed")
-    expect(page.locator("#receipt")).to_have_attribute("data-verified", "yes")
+    expect(page.locator("#receipt")).to_have_attribute("data-signature", "valid")
     assert len(stack.devcloud.admin.writes(resource_id=rid)) == 1
+
+
+def test_an_in_doubt_execution_shows_the_executors_detail_to_the_admin(
+    stack: Stack, people: dict[str, Person]
+) -> None:
+    """The provider answers the stop with a 500: the executor probes, sees no effect and
+    records in_doubt with why. The page shows that detail from the signed receipt, so
+    an admin need not read the executor's log to resolve it."""
+    rid = "i-t4ne2edoubt01"
+    stack.devcloud.admin.create_instance(rid, status="Running")
+    proposal = stack.submit(_action("prop_e2edoubt0001", rid, "stop"))
+    stack.devcloud.admin.set_faults(fail_next_writes=1, fail_kind="internal")
+    try:
+        page = people["alice"].open(proposal["id"])
+        page.click("#approve-button")
+        record = stack.wait_state(proposal["id"], {"executed", "refused", "failed", "in_doubt"})
+    finally:
+        stack.devcloud.admin.reset_faults()
+    assert record["state"] == "in_doubt", record["state"]
+    page = people["admin"].open(proposal["id"])
+    expect(page.locator("#effect")).to_have_attribute("data-effect", "unknown")
+    detail = page.locator("#executor-detail")
+    expect(detail).to_contain_text("effect not visible; a write may have happened")
+    expect(detail).to_contain_text("ecs.StopInstance")
+    expect(page.locator("#in-doubt-detail")).to_contain_text("a write may have happened")
+    expect(page.locator("#resolve-form")).to_be_visible()
 
 
 def test_an_executor_refusal_reported_while_the_queue_is_open_shows_in_its_row(
