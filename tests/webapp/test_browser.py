@@ -222,9 +222,7 @@ def test_alice_approves_a_stop_and_sees_the_executed_outcome_with_a_verified_rec
     assert len(stack.devcloud.admin.writes(resource_id=rid)) == 1
 
     page.goto("/history")
-    expect(page.locator(f'tr[data-proposal="{proposal["id"]}"]')).to_contain_text(
-        "signature valid"
-    )
+    expect(page.locator(f'tr[data-proposal="{proposal["id"]}"]')).to_contain_text("signature valid")
     assert alice.dialogs == []
 
 
