@@ -54,6 +54,10 @@ __all__ = ["create_app"]
 _HERE: Final = Path(__file__).parent
 _PROPOSAL_ID: Final = re.compile(r"^prop_[A-Za-z0-9_-]{8,80}$")
 _STATES: Final = tuple(present.STATE_LABELS)
+#: Every state but pending: what the history lists. The checkpoint filters by one state
+#: at a time, so the history asks once per state and merges the answers.
+_DECIDED: Final = tuple(s for s in _STATES if s != "pending")
+_HISTORY_PAGE: Final = 50
 _OPERATIONS: Final = ("stop", "delete")
 _FILTERS: Final = {
     "state": re.compile(r"^[a-z_]{1,32}$"),
@@ -779,17 +783,41 @@ def create_app(
         token, me = signed_in(request)
         if before is not None and not _PROPOSAL_ID.fullmatch(before):
             before = None
-        page = client.proposals(token, limit=100, before=before)
+        items, next_before = decided_page(token, before)
         return render(
             request,
             "history.html",
             {
                 "me": me,
                 "nav": "history",
-                "items": [p for p in page.items if p.state != "pending"],
-                "next_before": page.next_before,
+                "items": items,
+                "next_before": next_before,
+                "older": before is not None,
             },
         )
+
+    def decided_page(token: str, before: str | None) -> tuple[list[ProposalView], str | None]:
+        """One page of decided proposals, most recently proposed first, and the cursor
+        of the next.
+
+        The checkpoint lists newest first by creation (``created_at``, then id) and
+        filters by one state, and ``before`` names any proposal as the cursor: so each
+        decided state's first page after the cursor, merged in the same order, holds
+        this page exactly, however many pending proposals are newer. It cannot order
+        by the last change, nor filter on several states in one call.
+        """
+        merged: list[ProposalView] = []
+        more = False
+        for state in _DECIDED:
+            page = client.proposals(token, limit=_HISTORY_PAGE, state=state, before=before)
+            merged.extend(page.items)
+            more = more or page.next_before is not None
+        # The checkpoint's order: ids compared as bytes break ties within one second, as
+        # SQLite does and as PostgreSQL does for the agent's ids (prop_ and lowercase hex).
+        merged.sort(key=lambda p: (p.created_at, p.id), reverse=True)
+        items = merged[:_HISTORY_PAGE]
+        more = more or len(merged) > _HISTORY_PAGE
+        return items, (items[-1].id if more and items else None)
 
     @app.get("/audit", response_class=HTMLResponse)
     def audit(request: Request) -> Response:

@@ -107,6 +107,7 @@ class FakeCheckpoint:
     sessions: dict[str, str] = field(default_factory=dict)
     calls: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
     audit_ok: bool = True
+    list_calls: int = 0
 
     def transport(self) -> httpx.MockTransport:
         # Looked up per request, so a test can swap ``handle`` for a broken one.
@@ -207,11 +208,28 @@ class FakeCheckpoint:
                 }
             )
         if path == "/v1/proposals":
-            items = sorted(self.proposals.values(), key=lambda p: p["created_at"], reverse=True)
+            # As the checkpoint: newest first by (created_at, id), one value per filter,
+            # ``before`` any proposal's id, ``limit`` at most 200 (default 50).
+            self.list_calls += 1
+            params = request.url.params
+            items = sorted(
+                self.proposals.values(), key=lambda p: (p["created_at"], p["id"]), reverse=True
+            )
             for key in ("state", "operation", "account", "region"):
-                if key in request.url.params:
-                    items = [p for p in items if p[key] == request.url.params[key]]
-            return _ok({"items": items, "next_before": None})
+                if key in params:
+                    items = [p for p in items if p[key] == params[key]]
+            if "before" in params:
+                anchor = self.proposals.get(params["before"])
+                if anchor is None:
+                    return _refuse("E_NOT_FOUND", "no proposal", 404)
+                cut = (anchor["created_at"], anchor["id"])
+                items = [p for p in items if (p["created_at"], p["id"]) < cut]
+            limit = int(params.get("limit", 50))
+            if not 1 <= limit <= 200:
+                return _refuse("E_INVALID", "limit out of range", 422)
+            page = items[:limit]
+            more = len(items) > limit
+            return _ok({"items": page, "next_before": page[-1]["id"] if more else None})
         parts = path.split("/")
         if len(parts) >= 4 and parts[2] == "proposals":
             record = self.proposals.get(parts[3])
