@@ -52,8 +52,9 @@ def _action(proposal_id: str, resource_id: str, operation: str, **evidence: Any)
     ev: dict[str, Any] = {
         "policy": "idle/v1",
         "window_days": 14,
-        "samples": 4032,
-        "samples_expected": 4032,
+        # As the agent reports them (services/agent/planner.py): hourly samples.
+        "samples": 336,
+        "samples_expected": 336,
         "cpu_avg_bp": 120,
         "cpu_p95_bp": 340,
         "net_bytes_per_day": 2_100_000,
