@@ -54,6 +54,10 @@ __all__ = ["create_app"]
 _HERE: Final = Path(__file__).parent
 _PROPOSAL_ID: Final = re.compile(r"^prop_[A-Za-z0-9_-]{8,80}$")
 _STATES: Final = tuple(present.STATE_LABELS)
+#: Every state but pending: what the history lists. The checkpoint filters by one state
+#: at a time, so the history asks once per state and merges the answers.
+_DECIDED: Final = tuple(s for s in _STATES if s != "pending")
+_HISTORY_PAGE: Final = 50
 _OPERATIONS: Final = ("stop", "delete")
 _FILTERS: Final = {
     "state": re.compile(r"^[a-z_]{1,32}$"),
@@ -67,6 +71,20 @@ _DONE: Final = {
     "revoke": "The approval was revoked; the executor will refuse it.",
     "resolve": "Your decision on the in-doubt execution was recorded.",
 }
+# What a decision sent after the session ended did not do: it never reached the
+# checkpoint as that person's, so nothing of it was recorded.
+_NOT_DONE: Final = {
+    "approve": "your approval was not recorded: nothing was approved",
+    "reject": "your rejection was not recorded: the proposal was not rejected",
+    "revoke": "your revocation was not recorded: the approval was not revoked",
+    "resolve": "your decision on the in-doubt execution was not recorded",
+}
+_SESSION_ENDED: Final = "Your session has ended. Sign in again to continue where you were."
+# The sign-in page's notice comes from a cookie the refused request set, never from the
+# URL: a link must not make it claim anything about anyone's session or decision.
+_ENDED_FLASH: Final = re.compile(
+    r"^ended(?::(approve|reject|revoke|resolve):(prop_[A-Za-z0-9_-]{8,80}))?$"
+)
 _PAGE: Final = 200
 #: Every request body. The largest form a person sends is a decision with a 2000-character
 #: note, percent-encoded UTF-8: under 30 KiB.
@@ -106,8 +124,12 @@ Csrf = Annotated[str, Form(alias=CSRF_FIELD)]
 
 
 class _SignInRequired(Exception):
-    def __init__(self, next_path: str) -> None:
+    """Sign in first. ``verb``: the decision a person sent when their session had ended
+    (the sign-in page then says it was not recorded), with ``next_path`` its proposal."""
+
+    def __init__(self, next_path: str, verb: str | None = None) -> None:
         self.next_path = next_path
+        self.verb = verb
 
 
 class _NotSent(Exception):
@@ -251,6 +273,12 @@ def create_app(
     async def _to_sign_in(request: Request, exc: _SignInRequired) -> Response:
         response = RedirectResponse("/login?" + urlencode({"next": exc.next_path}), 303)
         jar = cookies(request)
+        if exc.verb is not None:
+            # A decision was sent on a page whose session had ended (signed out in
+            # another tab, or ended at the checkpoint): say so, not "form refused".
+            jar.set_flash(response, f"ended:{exc.verb}:{exc.next_path.rsplit('/', 1)[-1]}")
+        elif jar.carries_session(request):
+            jar.set_flash(response, "ended")
         # Only a cookie the request carried is cleared: a link from another site arrives
         # without the Strict session cookie, and deleting it would sign the person out.
         if jar.carries_session(request):
@@ -287,11 +315,14 @@ def create_app(
             )
         decision = _DECISION_PATH.fullmatch(path) if request.method == "POST" else None
         if decision is not None:
-            refused = refuse_csrf(request, _form_text(exc, CSRF_FIELD))
+            verb = decision.group(2)
+            refused = refuse_decision_csrf(
+                request, _form_text(exc, CSRF_FIELD), decision.group(1), verb
+            )
             if refused is not None:
                 return refused
-            proposal_id, verb = checked_id(decision.group(1)), decision.group(2)
-            token, me = signed_in(request)
+            proposal_id = checked_id(decision.group(1))
+            token, me = signed_in_to_decide(request, proposal_id, verb)
             note = _lf(_form_text(exc, "note"))
             form = {
                 _NOTE_FIELD[verb]: note if isinstance(note, str) else "",
@@ -386,6 +417,35 @@ def create_app(
             status=403,
         )
 
+    def refuse_decision_csrf(
+        request: Request, submitted: str | None, proposal_id: str, verb: str
+    ) -> Response | None:
+        """``refuse_csrf`` for a decision, telling a session that ended from a forgery.
+
+        A form's token is bound to the session it was shown in, so once the person signed
+        out (in another tab, say) it matches nothing: that is no attack, and "form
+        refused" would mislead. When the request comes from this site with a token but
+        carries no session, nothing could be sent in anyone's name either way; the
+        person is told that their session ended and is brought back here after signing
+        in. The check itself is unchanged: nothing is sent without a matching token.
+        """
+        jar = cookies(request)
+        if (
+            submitted
+            and jar.session(request) is None
+            and csrf_problem(request, jar, submitted) is not None
+            and same_origin(request)
+            and _PROPOSAL_ID.fullmatch(proposal_id)
+        ):
+            raise _SignInRequired(f"/proposals/{proposal_id}", verb)
+        return refuse_csrf(request, submitted)
+
+    def signed_in_to_decide(request: Request, proposal_id: str, verb: str) -> tuple[str, Me]:
+        try:
+            return signed_in(request)
+        except _SignInRequired:
+            raise _SignInRequired(f"/proposals/{proposal_id}", verb) from None
+
     # -- health and sign-in -----------------------------------------------------------
 
     @app.get("/healthz", include_in_schema=False)
@@ -394,7 +454,23 @@ def create_app(
 
     @app.get("/login", response_class=HTMLResponse)
     def login_page(request: Request, next: str | None = None) -> Response:
-        return render(request, "login.html", {"next": _safe_next(next), "error": None})
+        jar = cookies(request)
+        ended = _ENDED_FLASH.fullmatch(jar.flash(request) or "")
+        notice = None
+        if ended is not None:
+            verb, proposal_id = ended.group(1), ended.group(2)
+            notice = (
+                f"Your session had ended, so {_NOT_DONE[verb]}. Sign in again to return to "
+                f"proposal {proposal_id} and decide there."
+                if verb is not None
+                else _SESSION_ENDED
+            )
+        response = render(
+            request, "login.html", {"next": _safe_next(next), "error": None, "notice": notice}
+        )
+        if request.cookies.get(jar.flash_name) is not None:
+            jar.clear_flash(response)  # shown once
+        return response
 
     @app.post("/login", response_class=HTMLResponse)
     def login(
@@ -588,16 +664,16 @@ def create_app(
         call: Callable[[str], object],
         form: dict[str, str],
     ) -> Response:
-        refused = refuse_csrf(request, csrf)
+        refused = refuse_decision_csrf(request, csrf, proposal_id, verb)
         if refused is not None:
             return refused
         proposal_id = checked_id(proposal_id)
-        token, me = signed_in(request)
+        token, me = signed_in_to_decide(request, proposal_id, verb)
         try:
             call(token)
         except CheckpointRefused as exc:
-            if exc.code == "E_UNAUTHENTICATED":
-                raise _SignInRequired(f"/proposals/{proposal_id}") from None
+            if exc.code == "E_UNAUTHENTICATED":  # the session ended at the checkpoint
+                raise _SignInRequired(f"/proposals/{proposal_id}", verb) from None
             # Show the current proposal with the reason, and keep what the person typed.
             return proposal_page(
                 request, token, me, proposal_id, error=_refusal(exc), status=exc.status, form=form
@@ -707,17 +783,41 @@ def create_app(
         token, me = signed_in(request)
         if before is not None and not _PROPOSAL_ID.fullmatch(before):
             before = None
-        page = client.proposals(token, limit=100, before=before)
+        items, next_before = decided_page(token, before)
         return render(
             request,
             "history.html",
             {
                 "me": me,
                 "nav": "history",
-                "items": [p for p in page.items if p.state != "pending"],
-                "next_before": page.next_before,
+                "items": items,
+                "next_before": next_before,
+                "older": before is not None,
             },
         )
+
+    def decided_page(token: str, before: str | None) -> tuple[list[ProposalView], str | None]:
+        """One page of decided proposals, most recently proposed first, and the cursor
+        of the next.
+
+        The checkpoint lists newest first by creation (``created_at``, then id) and
+        filters by one state, and ``before`` names any proposal as the cursor: so each
+        decided state's first page after the cursor, merged in the same order, holds
+        this page exactly, however many pending proposals are newer. It cannot order
+        by the last change, nor filter on several states in one call.
+        """
+        merged: list[ProposalView] = []
+        more = False
+        for state in _DECIDED:
+            page = client.proposals(token, limit=_HISTORY_PAGE, state=state, before=before)
+            merged.extend(page.items)
+            more = more or page.next_before is not None
+        # The checkpoint's order: ids compared as bytes break ties within one second, as
+        # SQLite does and as PostgreSQL does for the agent's ids (prop_ and lowercase hex).
+        merged.sort(key=lambda p: (p.created_at, p.id), reverse=True)
+        items = merged[:_HISTORY_PAGE]
+        more = more or len(merged) > _HISTORY_PAGE
+        return items, (items[-1].id if more and items else None)
 
     @app.get("/audit", response_class=HTMLResponse)
     def audit(request: Request) -> Response:
@@ -736,6 +836,9 @@ def create_app(
 
 def _here(request: Request) -> str:
     path = request.url.path
+    decision = _DECISION_PATH.fullmatch(path) if request.method == "POST" else None
+    if decision is not None and _PROPOSAL_ID.fullmatch(decision.group(1)):
+        return f"/proposals/{decision.group(1)}"  # back to the page the form was on
     if request.method != "GET" or path.startswith("/queue/rows"):
         return "/"
     query = request.url.query

@@ -8,30 +8,41 @@ names, tags and reasons can never become markup.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
 from markupsafe import Markup
 
 from airlock import text
-from airlock.protocol import ProposedAction, Refused, action_hash, canonical_bytes
+from airlock.protocol import (
+    Envelope,
+    ProposedAction,
+    Refused,
+    action_hash,
+    canonical_bytes,
+    loads_strict,
+)
 
-from .client import ExecutorRefusalView, ProposalView
+from .client import ExecutorRefusalView, OutcomeView, ProposalView, VoteView
 
 __all__ = [
     "OPEN_STATES",
     "REJECT_REASONS",
     "STATE_LABELS",
+    "ReceiptFacts",
     "duration",
     "hash_matches",
     "instance_name",
     "latest_refusal",
     "plain_action",
     "plain_precondition",
+    "receipt_facts",
     "refusal_explanation",
     "signed_action_problem",
     "tags",
     "timestamp",
+    "vote_of",
     "votes_label",
 ]
 
@@ -220,6 +231,82 @@ _REFUSAL_GENERIC: Final = (
 )
 
 
+_RECEIPT_PAYLOAD_TYPE: Final = "application/vnd.airlock.receipt.v1+json"
+_RECEIPT_MAX_BYTES: Final = 64 * 1024
+_DETAIL_MAX: Final = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiptFacts:
+    """What the executor's receipt says about the effect, apart from its signature.
+
+    ``effect_key`` is one of ``confirmed`` (seen in live state), ``accepted`` (the
+    provider accepted the call; no live read confirmed it), ``failed``, ``unknown``
+    (in_doubt), ``none`` (refused before a write) and ``resolved`` (a person decided).
+    ``detail`` is the executor's own text (it quotes the cloud: shown escaped).
+    """
+
+    effect_key: str
+    effect: str
+    detail: str
+    cloud_request_id: str | None
+
+
+_EFFECTS: Final = {
+    "confirmed": "confirmed by a live read: the executor saw the effect in the resource's "
+    "live state",
+    "accepted": "the provider accepted the call; not yet confirmed by a live read",
+    "failed": "none: the provider refused the call",
+    "unknown": "unknown: the executor cannot tell whether the write happened",
+    "none": "none: the executor refused the approval and wrote nothing",
+}
+
+
+def receipt_facts(outcome: OutcomeView) -> ReceiptFacts | None:
+    """The effect and detail the outcome's signed receipt states, or None.
+
+    Read only from a receipt whose signature the checkpoint checked
+    (``receipt_verified``), and only when it names this outcome's approval and outcome:
+    an unchecked or mismatched receipt says nothing here. The payload is parsed strictly
+    (DESIGN §2.1), as every answer of the checkpoint is.
+    """
+    if not outcome.receipt_verified:
+        return None
+    try:
+        envelope = Envelope.from_value(outcome.receipt, payload_type=_RECEIPT_PAYLOAD_TYPE)
+        payload = loads_strict(envelope.payload, max_bytes=_RECEIPT_MAX_BYTES, nfc=False)
+    except Refused:
+        return None
+    if not isinstance(payload, dict) or payload.get("type") != "airlock.receipt/v1":
+        return None
+    kind, verified, detail = payload.get("outcome"), payload.get("verified"), payload.get("detail")
+    request_id = payload.get("cloud_request_id")
+    if (
+        payload.get("approval_id") != outcome.approval_id
+        or kind != outcome.outcome
+        or type(verified) is not bool
+        or not isinstance(detail, str)
+        or not isinstance(request_id, str | None)
+    ):
+        return None
+    if kind == "succeeded":
+        key = "confirmed" if verified else "accepted"
+    elif kind == "resolved":
+        resolution = payload.get("resolution")
+        decision = resolution.get("decision") if isinstance(resolution, dict) else None
+        if decision not in ("happened", "did_not_happen"):
+            return None
+        said = "it happened" if decision == "happened" else "it did not happen"
+        return ReceiptFacts(
+            "resolved", f"as resolved by a person: {said}", detail[:_DETAIL_MAX], request_id
+        )
+    else:
+        key = {"failed": "failed", "in_doubt": "unknown", "refused": "none"}.get(str(kind), "")
+        if not key:
+            return None
+    return ReceiptFacts(key, _EFFECTS[key], detail[:_DETAIL_MAX], request_id)
+
+
 def latest_refusal(p: ProposalView) -> ExecutorRefusalView | None:
     """The executor refusal note reported last (the checkpoint lists them oldest first),
     for the lists' badge; None when no executor refused the approval."""
@@ -229,6 +316,11 @@ def latest_refusal(p: ProposalView) -> ExecutorRefusalView | None:
 def refusal_explanation(code: str) -> str:
     """A short explanation for people of why an executor refused an approval before use."""
     return _REFUSAL_EXPLANATIONS.get(code, _REFUSAL_GENERIC)
+
+
+def vote_of(p: ProposalView, name: str) -> VoteView | None:
+    """``name``'s approve vote on ``p``, if they cast one (the checkpoint allows one each)."""
+    return next((v for v in p.votes if v.voter == name), None)
 
 
 def votes_label(p: ProposalView) -> str:

@@ -17,7 +17,35 @@ from typing import Any
 
 import httpx
 
-from airlock.protocol import action_hash, canonical_bytes
+from airlock.protocol import action_hash, b64encode, canonical_bytes
+
+RECEIPT_PAYLOAD_TYPE = "application/vnd.airlock.receipt.v1+json"
+
+
+def receipt_envelope(approval_id: str, outcome: str, **fields: Any) -> dict[str, Any]:
+    """An executor receipt as the checkpoint relays it: a DSSE envelope (signed by no one
+    here: the fake says ``receipt_verified`` for it, as the checkpoint would)."""
+    payload = {
+        "type": "airlock.receipt/v1",
+        "executor": "airlock-executor/test",
+        "approval_id": approval_id,
+        "action_hash": "sha256:" + "cd" * 32,
+        "outcome": outcome,
+        "verified": False,
+        "refusal_code": None,
+        "cloud_request_id": None,
+        "resolution": None,
+        "at": NOW,
+        "audit_head": {"seq": 3, "hash": "ef" * 32},
+        "detail": "",
+        **fields,
+    }
+    return {
+        "payloadType": RECEIPT_PAYLOAD_TYPE,
+        "payload": b64encode(canonical_bytes(payload)),
+        "signatures": [{"keyid": "ed25519:" + "aa" * 16, "sig": b64encode(b"\x00" * 64)}],
+    }
+
 
 NOW = 1_764_400_000
 PASSWORD = "correct horse battery staple"
@@ -79,6 +107,7 @@ class FakeCheckpoint:
     sessions: dict[str, str] = field(default_factory=dict)
     calls: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
     audit_ok: bool = True
+    list_calls: int = 0
 
     def transport(self) -> httpx.MockTransport:
         # Looked up per request, so a test can swap ``handle`` for a broken one.
@@ -179,11 +208,28 @@ class FakeCheckpoint:
                 }
             )
         if path == "/v1/proposals":
-            items = sorted(self.proposals.values(), key=lambda p: p["created_at"], reverse=True)
+            # As the checkpoint: newest first by (created_at, id), one value per filter,
+            # ``before`` any proposal's id, ``limit`` at most 200 (default 50).
+            self.list_calls += 1
+            params = request.url.params
+            items = sorted(
+                self.proposals.values(), key=lambda p: (p["created_at"], p["id"]), reverse=True
+            )
             for key in ("state", "operation", "account", "region"):
-                if key in request.url.params:
-                    items = [p for p in items if p[key] == request.url.params[key]]
-            return _ok({"items": items, "next_before": None})
+                if key in params:
+                    items = [p for p in items if p[key] == params[key]]
+            if "before" in params:
+                anchor = self.proposals.get(params["before"])
+                if anchor is None:
+                    return _refuse("E_NOT_FOUND", "no proposal", 404)
+                cut = (anchor["created_at"], anchor["id"])
+                items = [p for p in items if (p["created_at"], p["id"]) < cut]
+            limit = int(params.get("limit", 50))
+            if not 1 <= limit <= 200:
+                return _refuse("E_INVALID", "limit out of range", 422)
+            page = items[:limit]
+            more = len(items) > limit
+            return _ok({"items": page, "next_before": page[-1]["id"] if more else None})
         parts = path.split("/")
         if len(parts) >= 4 and parts[2] == "proposals":
             record = self.proposals.get(parts[3])
@@ -266,16 +312,32 @@ class FakeCheckpoint:
         }
         return record
 
-    def in_doubt(self, proposal_id: str) -> dict[str, Any]:
+    def in_doubt(
+        self,
+        proposal_id: str,
+        detail: str = "ecs.StopInstance outcome unknown: ReadTimeout: Read timed out",
+    ) -> dict[str, Any]:
         record = self.approve_now(proposal_id)
         record["state"] = "in_doubt"
+        self.executed(proposal_id, "in_doubt", detail=detail)
+        return record
+
+    def executed(
+        self, proposal_id: str, outcome: str = "succeeded", **receipt: Any
+    ) -> dict[str, Any]:
+        """Record the executor's outcome with its receipt, as the checkpoint would."""
+        record = self.proposals[proposal_id]
+        if record["approval"] is None:
+            self.approve_now(proposal_id)
+        record["state"] = {"succeeded": "executed", "in_doubt": "in_doubt"}.get(outcome, outcome)
+        approval_id = record["approval"]["approval_id"]
         record["outcome"] = {
-            "approval_id": record["approval"]["approval_id"],
-            "outcome": "in_doubt",
+            "approval_id": approval_id,
+            "outcome": outcome,
             "refusal_code": None,
             "receipt_verified": True,
             "receipt_keyid": "ed25519:" + "aa" * 16,
-            "receipt": {"payloadType": "application/vnd.airlock.receipt.v1+json"},
+            "receipt": receipt_envelope(approval_id, outcome, **receipt),
             "late": False,
             "reported_at": NOW,
             "resolution": None,

@@ -52,8 +52,9 @@ def _action(proposal_id: str, resource_id: str, operation: str, **evidence: Any)
     ev: dict[str, Any] = {
         "policy": "idle/v1",
         "window_days": 14,
-        "samples": 4032,
-        "samples_expected": 4032,
+        # As the agent reports them (services/agent/planner.py): hourly samples.
+        "samples": 336,
+        "samples_expected": 336,
         "cpu_avg_bp": 120,
         "cpu_p95_bp": 340,
         "net_bytes_per_day": 2_100_000,
@@ -212,12 +213,71 @@ def test_alice_approves_a_stop_and_sees_the_executed_outcome_with_a_verified_rec
     page.reload()
     expect(page.locator("#state")).to_have_attribute("data-state", "executed")
     expect(page.locator("#outcome")).to_have_attribute("data-outcome", "succeeded")
-    expect(page.locator("#receipt")).to_have_attribute("data-verified", "yes")
+    # The receipt's signature and the write's effect are two facts, named apart: the
+    # provider accepted the stop, and no live read confirmed it.
+    expect(page.locator("#receipt")).to_have_attribute("data-signature", "valid")
+    expect(page.locator("#receipt")).to_contain_text("signature valid")
+    expect(page.locator("#effect")).to_have_attribute("data-effect", "accepted")
+    expect(page.locator("#effect")).to_contain_text("not yet confirmed by a live read")
+    expect(page.locator("#executor-detail")).to_have_text("ecs.StopInstance accepted")
     assert len(stack.devcloud.admin.writes(resource_id=rid)) == 1
 
     page.goto("/history")
-    expect(page.locator(f'tr[data-proposal="{proposal["id"]}"]')).to_contain_text("verified")
+    expect(page.locator(f'tr[data-proposal="{proposal["id"]}"]')).to_contain_text("signature valid")
     assert alice.dialogs == []
+
+
+def _sign_in_on_this_page(page: Page, name: str) -> None:
+    """Sign in on the sign-in page the browser is on, keeping its ``next``."""
+    page.fill("input[name=username]", name)
+    page.fill("input[name=password]", PASSWORD)
+    page.press("input[name=password]", "Enter")
+    expect(page.locator(".who .user")).to_contain_text(name)
+
+
+def test_approving_after_signing_out_in_another_tab_says_nothing_was_approved_and_returns(
+    stack: Stack, people: dict[str, Person]
+) -> None:
+    proposal = stack.submit(_action("prop_e2eended0001", "i-t4ne2eended01", "stop"))
+    alice = people["alice"]
+    page = alice.open(proposal["id"])
+    other = alice.context.new_page()  # a second tab: same cookies
+    other.goto("/")
+    other.click(".who button")
+    expect(other.locator("input[name=username]")).to_be_visible()
+    other.close()
+
+    page.click("#approve-button")
+    notice = page.locator("#login-notice")
+    expect(notice).to_contain_text("Your session had ended, so your approval was not recorded")
+    expect(notice).to_contain_text("nothing was approved")
+    expect(page.locator("h1")).to_have_text("Sign in")
+    _sign_in_on_this_page(page, "alice")
+    assert page.url.endswith(f"/proposals/{proposal['id']}")
+    expect(page.locator("#votes")).to_contain_text("0 of 1")
+    expect(page.locator("#approve-form")).to_be_visible()
+    assert stack.agent_view(proposal["id"])["votes"] == []
+
+
+def test_approving_after_the_checkpoint_ended_the_session_says_so_and_returns(
+    stack: Stack, people: dict[str, Person]
+) -> None:
+    proposal = stack.submit(_action("prop_e2eended0002", "i-t4ne2eended02", "stop"))
+    alice = people["alice"]
+    page = alice.open(proposal["id"])
+    session = next(c for c in alice.context.cookies() if c["name"] == "airlock_session")
+    ended = httpx.delete(
+        f"{stack.checkpoint_url}/v1/sessions/current",
+        headers={"Authorization": f"Bearer {session['value']}"},
+        trust_env=False,
+    )
+    assert ended.status_code == 204
+
+    page.click("#approve-button")
+    expect(page.locator("#login-notice")).to_contain_text("nothing was approved")
+    _sign_in_on_this_page(page, "alice")
+    assert page.url.endswith(f"/proposals/{proposal['id']}")
+    assert stack.agent_view(proposal["id"])["votes"] == []
 
 
 def test_a_delete_needs_two_people_and_the_typed_id(
@@ -246,6 +306,10 @@ def test_a_delete_needs_two_people_and_the_typed_id(
     button.click()
     expect(page.locator("#votes")).to_contain_text("1 of 2")
     expect(page.locator("#state")).to_have_attribute("data-state", "pending")
+    # alice has voted: the page says so and offers no second Approve (E_ALREADY_VOTED).
+    expect(page.locator("#my-vote")).to_contain_text("1 more vote is needed")
+    expect(page.locator("#approve-form")).to_have_count(0)
+    expect(page.locator("#reject-form")).to_be_visible()
     assert stack.devcloud.admin.writes(resource_id=rid) == []
 
     # bob approves with the keyboard only: type the id, Tab past the note, Enter.
@@ -262,8 +326,34 @@ def test_a_delete_needs_two_people_and_the_typed_id(
     assert [v["voter"] for v in record["votes"]] == ["alice", "bob"]
     page.reload()
     expect(page.locator("#state")).to_have_attribute("data-state", "executed")
-    expect(page.locator("#receipt")).to_have_attribute("data-verified", "yes")
+    expect(page.locator("#receipt")).to_have_attribute("data-signature", "valid")
     assert len(stack.devcloud.admin.writes(resource_id=rid)) == 1
+
+
+def test_an_in_doubt_execution_shows_the_executors_detail_to_the_admin(
+    stack: Stack, people: dict[str, Person]
+) -> None:
+    """The provider answers the stop with a 500: the executor probes, sees no effect and
+    records in_doubt with why. The page shows that detail from the signed receipt, so
+    an admin need not read the executor's log to resolve it."""
+    rid = "i-t4ne2edoubt01"
+    stack.devcloud.admin.create_instance(rid, status="Running")
+    proposal = stack.submit(_action("prop_e2edoubt0001", rid, "stop"))
+    stack.devcloud.admin.set_faults(fail_next_writes=1, fail_kind="internal")
+    try:
+        page = people["alice"].open(proposal["id"])
+        page.click("#approve-button")
+        record = stack.wait_state(proposal["id"], {"executed", "refused", "failed", "in_doubt"})
+    finally:
+        stack.devcloud.admin.reset_faults()
+    assert record["state"] == "in_doubt", record["state"]
+    page = people["admin"].open(proposal["id"])
+    expect(page.locator("#effect")).to_have_attribute("data-effect", "unknown")
+    detail = page.locator("#executor-detail")
+    expect(detail).to_contain_text("effect not visible; a write may have happened")
+    expect(detail).to_contain_text("ecs.StopInstance")
+    expect(page.locator("#in-doubt-detail")).to_contain_text("a write may have happened")
+    expect(page.locator("#resolve-form")).to_be_visible()
 
 
 def test_an_executor_refusal_reported_while_the_queue_is_open_shows_in_its_row(
