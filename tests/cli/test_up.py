@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.polling import wait_for
 from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
@@ -27,15 +27,7 @@ DEADLINE = 120.0
 
 
 def _wait(what: str, check: Callable[[], Any], timeout: float = DEADLINE) -> Any:
-    """Poll an observable condition until it holds (bounded); never a blind sleep."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        threading.Event().wait(0.25)
+    return wait_for(what, check, timeout, every=0.25)
 
 
 class _Up:

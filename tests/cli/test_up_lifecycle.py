@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.polling import wait_for
 from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
@@ -33,14 +34,7 @@ GONE_WITHIN = 30.0
 
 
 def _wait(what: str, check: Callable[[], Any], timeout: float = DEADLINE) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        threading.Event().wait(0.1)
+    return wait_for(what, check, timeout, every=0.1)
 
 
 def _gone(pid: int) -> bool:
