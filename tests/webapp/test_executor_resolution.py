@@ -92,6 +92,26 @@ def test_a_hostile_executor_name_and_note_are_shown_as_text(site: Site) -> None:
     assert "&lt;script&gt;alert(2)&lt;/script&gt; \\u202eevil" in html
 
 
+def test_a_conflict_is_badged_in_history_and_the_queue(site: Site) -> None:
+    _resolved_here(site, "happened")
+    before = site.client.get("/queue/rows?state=executed")
+    site.fake.executor_resolved(PID, "did_not_happen")
+    history = site.client.get("/history").text
+    assert 'class="badge bad resolution-conflict">ledger disagrees<' in history
+    rows = site.client.get("/queue/rows?state=executed")
+    assert "ledger disagrees" in rows.text
+    # The poll's signature changes with it, though the state does not.
+    sig = re.compile(r'data-signature="([0-9a-f]+)"')
+    assert sig.search(rows.text) and sig.search(before.text)
+    assert sig.search(rows.text).group(1) != sig.search(before.text).group(1)  # type: ignore[union-attr]
+
+
+def test_an_agreeing_resolution_has_no_badge(site: Site) -> None:
+    _resolved_here(site, "happened")
+    site.fake.executor_resolved(PID, "happened")
+    assert "ledger disagrees" not in site.client.get("/history").text
+
+
 def test_the_resolve_form_says_to_prefer_the_executor(site: Site) -> None:
     site.fake.add(action_value())
     site.fake.in_doubt(PID)
