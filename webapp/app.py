@@ -562,9 +562,12 @@ def create_app(
         return pending + rest
 
     def rows_signature(items: list[ProposalView]) -> str:
-        # A refusal note changes no state: counted here, so the poll shows its badge.
+        # A refusal note or the executor's late resolution changes no state: counted
+        # here, so the poll shows its badge.
         text = "|".join(
-            f"{p.id}:{p.state}:{len(p.votes)}:{len(p.executor_refusals)}" for p in items
+            f"{p.id}:{p.state}:{len(p.votes)}:{len(p.executor_refusals)}"
+            f":{present.executor_conflict(p)}"
+            for p in items
         )
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 

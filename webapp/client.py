@@ -24,6 +24,7 @@ __all__ = [
     "AuditView",
     "CheckpointClient",
     "ExecutorRefusalView",
+    "ExecutorResolutionView",
     "KeyView",
     "Me",
     "OutcomeView",
@@ -101,6 +102,21 @@ class RejectionView(_View):
     at: int
 
 
+class ExecutorResolutionView(_View):
+    """The executor's signed resolution of an in_doubt that arrived after a person had
+    resolved it here. The proposal keeps the state the checkpoint gave it; the executor's
+    ledger is the record of what the executor did. ``conflict``: the two decisions differ."""
+
+    decision: str  # as the executor's ledger records it
+    by: str  # who decided at the executor: outside text, shown escaped
+    at: int  # by the executor's clock
+    note: str
+    checkpoint_decision: str
+    checkpoint_resolved_by: str | None
+    conflict: bool
+    receipt: dict[str, Any]
+
+
 class OutcomeView(_View):
     approval_id: str
     outcome: str
@@ -117,6 +133,8 @@ class OutcomeView(_View):
     resolved_by: str | None
     resolved_at: int | None
     resolution_note: str | None
+    #: Absent from a checkpoint older than ``executor_resolutions``.
+    executor_resolution: ExecutorResolutionView | None = None
 
 
 class ExecutorRefusalView(_View):

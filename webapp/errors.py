@@ -67,6 +67,8 @@ _MESSAGES: Final = {
     "E_CONFLICT": "This proposal conflicts with another version of itself.",
     "E_DUPLICATE_OPEN": "Another open proposal already exists for this resource and operation.",
     "E_RECEIPT": "The executor's receipt did not verify.",
+    "E_RESOLUTION_CONFLICT": "The executor's ledger resolved this in-doubt write "
+    "otherwise than the checkpoint records: check the resource in the cloud and both records.",
     "E_BUSY": "The checkpoint is busy with many sign-ins at once. Wait a few seconds and "
     "sign in again.",
 }

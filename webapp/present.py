@@ -31,7 +31,9 @@ __all__ = [
     "REJECT_REASONS",
     "STATE_LABELS",
     "ReceiptFacts",
+    "decision_label",
     "duration",
+    "executor_conflict",
     "hash_matches",
     "instance_name",
     "latest_refusal",
@@ -305,6 +307,20 @@ def receipt_facts(outcome: OutcomeView) -> ReceiptFacts | None:
         if not key:
             return None
     return ReceiptFacts(key, _EFFECTS[key], detail[:_DETAIL_MAX], request_id)
+
+
+_DECISIONS: Final = {"happened": "it happened", "did_not_happen": "it did not happen"}
+
+
+def decision_label(decision: str) -> str:
+    """An in_doubt resolution in words; a value this page does not know, as it came."""
+    return _DECISIONS.get(decision, decision)
+
+
+def executor_conflict(p: ProposalView) -> bool:
+    """The executor's ledger resolved the in_doubt otherwise than the checkpoint did."""
+    x = p.outcome.executor_resolution if p.outcome else None
+    return x is not None and x.conflict
 
 
 def latest_refusal(p: ProposalView) -> ExecutorRefusalView | None:

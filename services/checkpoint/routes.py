@@ -309,21 +309,27 @@ def list_proposals(
     request: Request,
     caller: Caller,
     *,
-    state: Literal[
-        "pending",
-        "approved",
-        "executed",
-        "refused",
-        "failed",
-        "in_doubt",
-        "rejected",
-        "expired",
-        "withdrawn",
-        "revoked",
-        "lapsed",
-        "denied",
-    ]
-    | None = None,
+    # Repeatable: ``state=executed&state=failed`` lists either (the web app's history).
+    state: Annotated[
+        list[
+            Literal[
+                "pending",
+                "approved",
+                "executed",
+                "refused",
+                "failed",
+                "in_doubt",
+                "rejected",
+                "expired",
+                "withdrawn",
+                "revoked",
+                "lapsed",
+                "denied",
+            ]
+        ]
+        | None,
+        Query(max_length=12),
+    ] = None,
     operation: Annotated[str | None, Query(pattern=r"^[a-z_]{1,32}$")] = None,
     account: Annotated[str | None, Query(pattern=_SHORT_ID)] = None,
     region: Annotated[str | None, Query(pattern=r"^[a-z0-9-]{1,40}$")] = None,
@@ -332,10 +338,11 @@ def list_proposals(
     before: Annotated[str | None, Query(pattern=_PROPOSAL_ID)] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> ProposalList:
-    """Newest first, with filters; page with ``before`` = the last id of a page."""
+    """Newest first, with filters; page with ``before`` = the last id of a page. ``state``
+    may be given more than once: a proposal in any of them."""
     return _service(request).list(
         caller,
-        state=state,
+        state=state or None,
         operation=operation,
         account=account,
         region=region,

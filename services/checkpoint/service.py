@@ -23,7 +23,7 @@ import hashlib
 import json
 import logging
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -1265,7 +1265,7 @@ class Checkpoint:
         self,
         principal: Principal,
         *,
-        state: str | None = None,
+        state: str | Sequence[str] | None = None,
         operation: str | None = None,
         account: str | None = None,
         region: str | None = None,
@@ -1274,12 +1274,17 @@ class Checkpoint:
         before: str | None = None,
         limit: int = 50,
     ) -> ProposalList:
-        """Newest first; pending proposals sort like any other (filter by state for a queue)."""
+        """Newest first; pending proposals sort like any other (filter by state for a queue).
+        ``state``: one, or several (a proposal in any of them)."""
         _require(principal, _READER_ROLES, "read proposals")
         limit = max(1, min(limit, _MAX_PAGE))
         query = sa.select(proposals)
+        if state is not None:
+            states = (state,) if isinstance(state, str) else tuple(state)
+            if not states:
+                raise ValueError("state: an empty sequence lists nothing; pass None for all")
+            query = query.where(proposals.c.state.in_(states))
         for column, value in (
-            (proposals.c.state, state),
             (proposals.c.operation, operation),
             (proposals.c.account, account),
             (proposals.c.region, region),

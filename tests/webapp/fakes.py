@@ -347,6 +347,37 @@ class FakeCheckpoint:
         }
         return record
 
+    def executor_resolved(
+        self,
+        proposal_id: str,
+        decision: str,
+        *,
+        by: str = "ops-carol",
+        at: int = NOW + 120,
+        note: str = "checked the console",
+    ) -> dict[str, Any]:
+        """The executor's resolution receipt, come after a person resolved the in_doubt
+        here, as the checkpoint shows it (``outcome.executor_resolution``)."""
+        record = self.proposals[proposal_id]
+        outcome = record["outcome"]
+        assert outcome is not None and outcome["resolution"] is not None, "resolve it first"
+        resolution = {"decision": decision, "by": by, "at": at, "note": note}
+        outcome["executor_resolution"] = {
+            "decision": decision,
+            "by": by,
+            "at": at,
+            "note": note,
+            "checkpoint_decision": outcome["resolution"],
+            "checkpoint_resolved_by": outcome["resolved_by"],
+            "conflict": decision != outcome["resolution"],
+            "reported_at": NOW + 180,
+            "receipt_keyid": "ed25519:" + "aa" * 16,
+            "receipt": receipt_envelope(
+                outcome["approval_id"], "resolved", resolution=resolution, at=at
+            ),
+        }
+        return record
+
 
 def _ok(value: Any, status: int = 200) -> httpx.Response:
     return httpx.Response(status, json=value)
