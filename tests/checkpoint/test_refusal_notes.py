@@ -330,7 +330,8 @@ def test_insert_or_replace_in_the_sqlite3_shell_cannot_swap_a_note_or_an_audit_r
     shell = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), isolation_level=None)
     try:
         assert shell.execute("PRAGMA recursive_triggers").fetchone()[0] == 0
-        assert kept_tables(shell) == {"refusal_notes", "audit_log"}
+        # executor_resolutions (0006) is attacked in test_resolution_conflicts.py.
+        assert kept_tables(shell) == {"refusal_notes", "audit_log", "executor_resolutions"}
         attacks = list(replace_attacks(shell, "refusal_notes"))
         assert {str(a) for a in attacks} == {
             "refusal_notes on id",
