@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final
 
 import sqlalchemy as sa
 from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
@@ -40,6 +40,7 @@ from .schemas import (
     OutcomeIn,
     ProposalList,
     ProposalOut,
+    ProposalState,
     RefusalIn,
     RejectIn,
     ResolveIn,
@@ -311,23 +312,7 @@ def list_proposals(
     *,
     # Repeatable: ``state=executed&state=failed`` lists either (the web app's history).
     state: Annotated[
-        list[
-            Literal[
-                "pending",
-                "approved",
-                "executed",
-                "refused",
-                "failed",
-                "in_doubt",
-                "rejected",
-                "expired",
-                "withdrawn",
-                "revoked",
-                "lapsed",
-                "denied",
-            ]
-        ]
-        | None,
+        list[ProposalState] | None,
         Query(max_length=12),
     ] = None,
     operation: Annotated[str | None, Query(pattern=r"^[a-z_]{1,32}$")] = None,
