@@ -324,7 +324,8 @@ def list_proposals(
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> ProposalList:
     """Newest first, with filters; page with ``before`` = the last id of a page. ``state``
-    may be given more than once: a proposal in any of them."""
+    may be given more than once: a proposal in any of them. The answer's ``states`` is
+    the state filter applied (sorted, each once; null for none)."""
     return _service(request).list(
         caller,
         state=state or None,

@@ -266,6 +266,10 @@ class ProposalList(_Out):
     items: list[ProposalOut]
     #: Pass as ``before`` to get the next (older) page; null when there is none.
     next_before: str | None
+    #: The ``state`` filter this answer applied, sorted, each once; null when none was.
+    #: A client that asked for several states checks it: a checkpoint older than the
+    #: repeatable ``state`` keeps only the last one given, and sends no ``states``.
+    states: list[ProposalState] | None
 
 
 class FeedItem(_Out):

@@ -1279,11 +1279,13 @@ class Checkpoint:
         _require(principal, _READER_ROLES, "read proposals")
         limit = max(1, min(limit, _MAX_PAGE))
         query = sa.select(proposals)
+        # The filter applied is the one echoed (``ProposalList.states``): both from here.
+        applied: list[str] | None = None
         if state is not None:
-            states = (state,) if isinstance(state, str) else tuple(state)
-            if not states:
+            applied = sorted({state} if isinstance(state, str) else set(state))
+            if not applied:
                 raise ValueError("state: an empty sequence lists nothing; pass None for all")
-            query = query.where(proposals.c.state.in_(states))
+            query = query.where(proposals.c.state.in_(applied))
         for column, value in (
             (proposals.c.operation, operation),
             (proposals.c.account, account),
@@ -1315,7 +1317,9 @@ class Checkpoint:
             ).all()
             items = [self._view(conn, row) for row in rows[:limit]]
         return ProposalList(
-            items=items, next_before=items[-1].id if len(rows) > limit and items else None
+            items=items,
+            next_before=items[-1].id if len(rows) > limit and items else None,
+            states=applied,
         )
 
     def audit_refusal(

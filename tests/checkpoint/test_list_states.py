@@ -1,6 +1,8 @@
 """``GET /v1/proposals`` with ``state`` given more than once lists a proposal in any of
 them, in the same order (newest first by creation, then id) and with the same ``before``
-cursor as a single state; one ``state`` behaves as it always did. On both databases."""
+cursor as a single state; one ``state`` behaves as it always did. Every answer echoes
+the state filter it applied (``states``), so a client can tell it from an older
+checkpoint's, which keeps only the last ``state``. On both databases."""
 
 from __future__ import annotations
 
@@ -76,3 +78,25 @@ def test_an_unknown_state_among_several_is_refused(world: World) -> None:
         headers=world.auth("alice"),
     )
     assert (r.status_code, r.json()["error"]["code"]) == (422, "E_INVALID")
+
+
+def test_the_answer_echoes_the_states_it_filtered_on_sorted_and_once_each(
+    world: World,
+) -> None:
+    ids = _four(world)
+    asked = [("state", "rejected"), ("state", "pending"), ("state", "rejected")]
+    page = _list(world, asked)
+    assert page["states"] == ["pending", "rejected"]
+    assert [p["id"] for p in page["items"]] == [ids["newest"], ids["pending"], ids["rejected"]]
+    # Every page of it, the cursor's too.
+    rest = _list(world, [*asked, ("limit", 1), ("before", ids["pending"])])
+    assert rest["states"] == ["pending", "rejected"]
+    assert [p["id"] for p in rest["items"]] == [ids["rejected"]]
+
+
+def test_one_state_echoes_itself_and_no_filter_echoes_null(world: World) -> None:
+    _four(world)
+    assert _list(world, {"state": "approved"})["states"] == ["approved"]
+    unfiltered = _list(world, {})
+    assert "states" in unfiltered
+    assert unfiltered["states"] is None
