@@ -1,4 +1,5 @@
-"""Fixtures for the web app tests: the app over a FakeCheckpoint, and a signed-in client."""
+"""Fixtures for the web app tests: the app over a FakeCheckpoint (or the real checkpoint
+through :class:`ToCheckpoint`), and a signed-in client."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import httpx
 import pytest
 
 from airlock.settings import WebappSettings
@@ -26,6 +28,24 @@ def csrf_of(html: str) -> str:
     match = _CSRF.search(html)
     assert match is not None, "the page has no CSRF field"
     return match.group(1)
+
+
+class ToCheckpoint(httpx.BaseTransport):
+    """The web app's calls, handed to the real checkpoint app in this process
+    (``tests/checkpoint/harness.py``); ``requests`` records each as ``METHOD /path?query``."""
+
+    def __init__(self, checkpoint: TestClient) -> None:
+        self._checkpoint = checkpoint
+        self.requests: list[str] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        target = request.url.raw_path.decode("ascii")
+        self.requests.append(f"{request.method} {target}")
+        headers = {k: v for k, v in request.headers.items() if k not in ("host", "content-length")}
+        answer = self._checkpoint.request(
+            request.method, target, headers=headers, content=request.read()
+        )
+        return httpx.Response(answer.status_code, headers=answer.headers, content=answer.content)
 
 
 @dataclass

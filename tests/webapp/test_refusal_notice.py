@@ -17,36 +17,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from airlock.settings import WebappSettings
 from tests.checkpoint.harness import PASSWORD, START, World, make_world, signed_receipt
 from webapp import create_app, present
 
-from .conftest import Site, csrf_of
+from .conftest import Site, ToCheckpoint, csrf_of
 from .fakes import action_value
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient`")
     from starlette.testclient import TestClient
-
-
-class _ToCheckpoint(httpx.BaseTransport):
-    """The web app's calls, handed to the real checkpoint app in this process."""
-
-    def __init__(self, checkpoint: TestClient) -> None:
-        self._checkpoint = checkpoint
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        headers = {k: v for k, v in request.headers.items() if k not in ("host", "content-length")}
-        answer = self._checkpoint.request(
-            request.method,
-            request.url.raw_path.decode("ascii"),
-            headers=headers,
-            content=request.read(),
-        )
-        return httpx.Response(answer.status_code, headers=answer.headers, content=answer.content)
 
 
 @dataclass
@@ -68,7 +50,7 @@ class Stack:
 def stack(sqlite_url: str, tmp_path: Path) -> Iterator[Stack]:
     world = make_world(sqlite_url, tmp_path)
     settings = WebappSettings(checkpoint_url="http://checkpoint.invalid", secure_cookies=False)
-    app = create_app(settings, transport=_ToCheckpoint(world.client), now=world.clock)
+    app = create_app(settings, transport=ToCheckpoint(world.client), now=world.clock)
     try:
         with TestClient(app) as web:
             yield Stack(world, web)
