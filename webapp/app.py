@@ -54,8 +54,8 @@ __all__ = ["create_app"]
 _HERE: Final = Path(__file__).parent
 _PROPOSAL_ID: Final = re.compile(r"^prop_[A-Za-z0-9_-]{8,80}$")
 _STATES: Final = tuple(present.STATE_LABELS)
-#: Every state but pending: what the history lists. The checkpoint filters by one state
-#: at a time, so the history asks once per state and merges the answers.
+#: Every state but pending: what the history lists, in one call to a checkpoint that
+#: echoes the states it filtered on, else one call per state, merged (``decided_page``).
 _DECIDED: Final = tuple(s for s in _STATES if s != "pending")
 _HISTORY_PAGE: Final = 50
 _OPERATIONS: Final = ("stop", "delete")
@@ -803,11 +803,27 @@ def create_app(
         """One page of decided proposals, most recently proposed first, and the cursor
         of the next.
 
-        The checkpoint lists newest first by creation (``created_at``, then id) and
-        filters by one state, and ``before`` names any proposal as the cursor: so each
-        decided state's first page after the cursor, merged in the same order, holds
-        this page exactly, however many pending proposals are newer. It cannot order
-        by the last change, nor filter on several states in one call.
+        The checkpoint lists newest first by creation (``created_at``, then id), however
+        many pending proposals are newer, and cannot order by the last change. One call
+        with every decided state is the page, and its ``next_before`` the cursor, when
+        the answer's ``states`` echoes exactly the states asked for. A checkpoint older
+        than the repeatable ``state`` keeps only the last one given and echoes nothing:
+        its answer is dropped and the page is built from one call per state, below.
+        """
+        page = client.proposals(token, limit=_HISTORY_PAGE, state=_DECIDED, before=before)
+        if page.states is not None and sorted(page.states) == sorted(_DECIDED):
+            return page.items, page.next_before
+        return decided_page_state_by_state(token, before)
+
+    def decided_page_state_by_state(
+        token: str, before: str | None
+    ) -> tuple[list[ProposalView], str | None]:
+        """``decided_page`` from a checkpoint that filters by one state at a time.
+
+        ``before`` names any proposal as the cursor, so each decided state's first page
+        after the cursor, merged in the checkpoint's order, holds this page exactly.
+        Asked again on every page, never remembered: the web app keeps no state, and
+        the checkpoint may be upgraded (or rolled back) between two pages.
         """
         merged: list[ProposalView] = []
         more = False

@@ -9,6 +9,7 @@ ignored so a newer checkpoint does not break the page; missing ones are an error
 from __future__ import annotations
 
 import ssl
+from collections.abc import Sequence
 from typing import Any, Final, Literal, TypeVar
 
 import httpx
@@ -181,6 +182,9 @@ class ProposalView(_View):
 class ProposalPage(_View):
     items: list[ProposalView]
     next_before: str | None
+    #: The state filter the checkpoint applied, sorted (null: none). Absent from a
+    #: checkpoint older than the repeatable ``state``, which keeps only the last one.
+    states: list[str] | None = None
 
 
 class AuditView(_View):
@@ -257,8 +261,24 @@ class CheckpointClient:
 
     # -- proposals ------------------------------------------------------------------
 
-    def proposals(self, token: str, **filters: str | int | None) -> ProposalPage:
-        params = {k: v for k, v in filters.items() if v not in (None, "")}
+    def proposals(
+        self,
+        token: str,
+        *,
+        state: str | Sequence[str] | None = None,
+        **filters: str | int | None,
+    ) -> ProposalPage:
+        """``state``: one, or several (sent as ``state`` repeated: a proposal in any of
+        them). Only a checkpoint whose answer's ``states`` names them applied them all."""
+        params: dict[str, Any] = {k: v for k, v in filters.items() if v not in (None, "")}
+        if isinstance(state, str):
+            if state:
+                params["state"] = state
+        elif state is not None:
+            if not state:
+                # Sent as nothing at all, it would list every state.
+                raise ValueError("state: an empty sequence; pass None for every state")
+            params["state"] = list(state)
         return _parse(ProposalPage, self._call("GET", "/v1/proposals", token, params=params))
 
     def proposal(self, token: str, proposal_id: str) -> ProposalView:

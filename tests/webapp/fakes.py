@@ -108,6 +108,11 @@ class FakeCheckpoint:
     calls: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
     audit_ok: bool = True
     list_calls: int = 0
+    #: The ``state`` values of each ``GET /v1/proposals``, as sent.
+    list_states: list[list[str]] = field(default_factory=list)
+    #: Answer lists as a checkpoint older than the repeatable ``state`` does: FastAPI
+    #: keeps the last of a scalar query parameter given twice, and ``states`` is absent.
+    older: bool = False
 
     def transport(self) -> httpx.MockTransport:
         # Looked up per request, so a test can swap ``handle`` for a broken one.
@@ -208,14 +213,21 @@ class FakeCheckpoint:
                 }
             )
         if path == "/v1/proposals":
-            # As the checkpoint: newest first by (created_at, id), one value per filter,
+            # As the checkpoint: newest first by (created_at, id), ``state`` repeatable (a
+            # proposal in any of them) and echoed, one value for each other filter,
             # ``before`` any proposal's id, ``limit`` at most 200 (default 50).
             self.list_calls += 1
             params = request.url.params
+            states = params.get_list("state")
+            self.list_states.append(states)
+            if self.older and states:
+                states = states[-1:]
             items = sorted(
                 self.proposals.values(), key=lambda p: (p["created_at"], p["id"]), reverse=True
             )
-            for key in ("state", "operation", "account", "region"):
+            if states:
+                items = [p for p in items if p["state"] in states]
+            for key in ("operation", "account", "region"):
                 if key in params:
                     items = [p for p in items if p[key] == params[key]]
             if "before" in params:
@@ -229,7 +241,13 @@ class FakeCheckpoint:
                 return _refuse("E_INVALID", "limit out of range", 422)
             page = items[:limit]
             more = len(items) > limit
-            return _ok({"items": page, "next_before": page[-1]["id"] if more else None})
+            answer: dict[str, Any] = {
+                "items": page,
+                "next_before": page[-1]["id"] if more else None,
+            }
+            if not self.older:
+                answer["states"] = sorted(set(states)) if states else None
+            return _ok(answer)
         parts = path.split("/")
         if len(parts) >= 4 and parts[2] == "proposals":
             record = self.proposals.get(parts[3])
