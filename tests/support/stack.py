@@ -229,7 +229,9 @@ def prepare_checkpoint_accounts(url: str, users: Mapping[str, str]) -> dict[str,
         for name, role in users.items():
             accounts.add_user(name, PASSWORD, role)
         return {
-            "agent": accounts.create_service_token("scanner-1", "agent"),
+            # Named as `airlock up` names it, so the README's screenshots (taken by the
+            # browser tests) say what the walkthrough shows: "submitted as agent-local".
+            "agent": accounts.create_service_token("agent-local", "agent"),
             "executor": accounts.create_service_token("executor-1", "executor"),
         }
     finally:
