@@ -121,6 +121,8 @@ class Proposal(_View):
 class Page(_View):
     items: list[Proposal]
     next_before: str | None
+    #: The states the checkpoint filtered on; absent from a checkpoint that predates it.
+    states: list[str] | None = None
 
 
 def parse(model: type[_View], body: Any) -> Any:

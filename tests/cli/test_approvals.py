@@ -51,6 +51,71 @@ def test_list_shows_a_table_and_json_parses(served: Served) -> None:
     assert "no proposals match" in empty.stdout
 
 
+def _three_states(served: Served) -> dict[str, str]:
+    """A pending, a rejected and an approved proposal, newest last: their ids by state."""
+    ids = {}
+    for n, state in enumerate(("rejected", "approved", "pending"), start=1):
+        record = served.submit(proposal_id=f"prop_states00{n:03d}", resource_id=f"i-t4n0state{n}")
+        ids[state] = record["id"]
+    rejected = served.world.client.post(
+        f"/v1/proposals/{ids['rejected']}/reject",
+        json={"reason_code": "not_idle", "note": ""},
+        headers=served.world.auth("bob"),
+    )
+    assert rejected.status_code == 200, rejected.text
+    approved = served.proposal(ids["approved"])
+    assert (
+        served.world.approve("alice", ids["approved"], approved["action_hash"]).status_code == 200
+    )
+    return ids
+
+
+def test_list_takes_several_states_and_its_next_page_keeps_them(served: Served) -> None:
+    ids = _three_states(served)
+    served.login("alice")
+    args = ("approvals", "list", "--state", "rejected", "--state", "pending")
+    both = json.loads(served.run(*args, "--json").stdout)
+    assert [p["id"] for p in both["items"]] == [ids["pending"], ids["rejected"]]
+    assert both["states"] == ["pending", "rejected"]
+    first = served.run(*args, "--limit", "1")
+    assert first.exit_code == 0, first.output
+    assert ids["pending"] in first.stdout and ids["approved"] not in first.stdout
+    # The hint is the next page of this list, filters and all, as a command to paste.
+    hint = next(line for line in first.output.splitlines() if line.startswith("more: "))
+    assert hint == (
+        f"more: airlock approvals list --state pending --state rejected --before {ids['pending']}"
+    )
+    second = served.run(*hint.removeprefix("more: airlock ").split(), "--limit", "1")
+    assert second.exit_code == 0, second.output
+    assert ids["rejected"] in second.stdout
+    assert ids["approved"] not in second.stdout and ids["pending"] not in second.stdout
+
+
+def test_several_states_from_a_checkpoint_that_kept_only_one_are_refused_not_shown(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An older checkpoint keeps only the last ``state`` given and echoes none: its list
+    would look complete with every proposal in the other states missing."""
+    ids = _three_states(served)
+    real = served.world.checkpoint.list
+
+    def older_checkpoint_list(principal: Any, *, state: Any = None, **kwargs: Any) -> Any:
+        kept = state[-1] if isinstance(state, list | tuple) else state
+        return real(principal, state=kept, **kwargs).model_copy(update={"states": None})
+
+    monkeypatch.setattr(served.world.checkpoint, "list", older_checkpoint_list)
+    served.login("alice")
+    for extra in ((), ("--json",)):
+        result = served.run(
+            "approvals", "list", "--state", "rejected", "--state", "pending", *extra
+        )
+        assert result.exit_code != 0, result.output
+        assert "did not filter on every --state" in result.output
+        assert ids["pending"] not in result.stdout and ids["rejected"] not in result.stdout
+    one = served.run("approvals", "list", "--state", "rejected")  # one state: every one can
+    assert one.exit_code == 0 and ids["rejected"] in one.stdout, one.output
+
+
 def test_show_prints_the_canonical_action_and_hash_exactly_as_signed(served: Served) -> None:
     record = served.submit(proposal_id="prop_show0000001")
     served.login("alice")
