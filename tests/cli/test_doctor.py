@@ -276,7 +276,7 @@ def test_doctor_fails_when_the_executor_does_not_trust_the_key_the_checkpoint_ro
 ) -> None:
     env = _dev_env(served, tmp_path)
     new = KeyDirectory(served.world.keys_dir).rotate(
-        served.world.clock(), execution_window=900, audit=served.world.key_audit()
+        served.world.clock(), execution_window=900, audit=served.world.key_audit(), immediate=True
     )
     stale = served.run("doctor", env=env)
     assert stale.exit_code == 1, stale.stdout
@@ -299,7 +299,9 @@ def test_doctor_warns_of_a_retired_key_an_older_rotate_left_trusted_for_ever(
     env = _dev_env(served, tmp_path)
     keys = KeyDirectory(served.world.keys_dir)
     [old] = keys.records()
-    keys.rotate(int(time.time()), execution_window=900, audit=served.world.key_audit())
+    keys.rotate(
+        int(time.time()), execution_window=900, audit=served.world.key_audit(), immediate=True
+    )
     _export_trusted(served, env)
     ok = served.run("doctor", env=env)
     assert _named(ok.stdout, "warn", "keys.retired") == [], ok.stdout
@@ -331,7 +333,9 @@ def test_doctor_warns_when_the_executor_trusts_a_retired_key_past_the_checkpoint
     env = _dev_env(served, tmp_path)
     keys = KeyDirectory(served.world.keys_dir)
     [old] = keys.records()
-    keys.rotate(int(time.time()), execution_window=900, audit=served.world.key_audit())
+    keys.rotate(
+        int(time.time()), execution_window=900, audit=served.world.key_audit(), immediate=True
+    )
     _export_trusted(served, env)
     trusted = Path(env["AIRLOCK_EXECUTOR_TRUSTED_KEYS_PATH"])
     exported = json.loads(trusted.read_text())
@@ -354,7 +358,9 @@ def test_doctor_warns_when_the_executor_still_trusts_a_key_the_checkpoint_revoke
     keys = KeyDirectory(served.world.keys_dir)
     [old] = keys.records()
     # Rotated at doctor's clock (the real one): the retired key is still within its not_after.
-    keys.rotate(int(time.time()), execution_window=900, audit=served.world.key_audit())
+    keys.rotate(
+        int(time.time()), execution_window=900, audit=served.world.key_audit(), immediate=True
+    )
     _export_trusted(served, env)
     keys.revoke(old.kid, audit=served.world.key_audit())  # and not re-exported
     result = served.run("doctor", env=env)
