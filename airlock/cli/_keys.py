@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -25,7 +26,7 @@ from ._help import Typer
 if TYPE_CHECKING:
     from services.checkpoint._db import Database
 
-__all__ = ["keys_app"]
+__all__ = ["keys_app", "public_keyset_text", "replace_file"]
 
 keys_app = Typer(
     name="keys",
@@ -237,6 +238,32 @@ def list_command(
         typer.echo(f"{r.kid}  {r.status.value:8}  created {r.created_at}{until}{unbounded}{staged}")
 
 
+def public_keyset_text(keys_dir: Path) -> str:
+    """The public key set of ``keys_dir`` as ``export-public`` writes it; raises the
+    checkpoint's ConfigError for a key set that is missing or malformed."""
+    from services.checkpoint.keys import KeyDirectory
+
+    return json.dumps(KeyDirectory(keys_dir).public_keyset().to_value(), indent=2) + "\n"
+
+
+def replace_file(out: Path, data: bytes) -> None:
+    """Write ``out`` whole or not at all: a new file beside it, flushed, then renamed over
+    it, so a reader (the executor re-reads its trusted key set when the file changes)
+    sees the old key set or the new one, never a part. Mode 0644 less the umask, as a
+    plain write would be, but never group- or other-writable."""
+    tmp = out.with_name(f".{out.name}.{secrets.token_hex(8)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, out)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 @keys_app.command("export-public")
 def export_public_command(
     keys_dir: KeysDir = _DEFAULT_DIR,
@@ -245,19 +272,21 @@ def export_public_command(
         typer.Option("--out", metavar="FILE", help="Write here instead of standard output."),
     ] = None,
 ) -> None:
-    """Write the public key set ({"keys": [...]}) the executor trusts."""
+    """Write the public key set ({"keys": [...]}) the executor trusts, staged key included.
+
+    --out replaces the file whole (renamed over it); a running executor reads it at its next bundle.
+    """
     from services.checkpoint.errors import ConfigError
-    from services.checkpoint.keys import KeyDirectory
 
     try:
-        value = KeyDirectory(keys_dir).public_keyset().to_value()
+        text = public_keyset_text(keys_dir)
     except ConfigError as exc:
         raise _fail(str(exc)) from None
-    text = json.dumps(value, indent=2) + "\n"
     if out is None:
         typer.echo(text, nl=False)
         return
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, out)
-    typer.echo(f"wrote {len(value['keys'])} keys to {out}")
+    try:
+        replace_file(out, text.encode())
+    except OSError as exc:
+        raise _fail(f"{out}: {exc.strerror or exc}") from None
+    typer.echo(f"wrote {len(json.loads(text)['keys'])} keys to {out}")
