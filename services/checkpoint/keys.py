@@ -212,7 +212,8 @@ class KeyDirectory:
         if len(active) != 1:
             raise ConfigError(
                 f"key set {self.manifest_path} has {len(active)} active keys; exactly one "
-                "must be active (`airlock keys rotate` makes one)"
+                "must be active (`airlock keys rotate` makes the staged key active; "
+                "`rotate --now` makes one at once)"
             )
         return self._load_signer(active[0])
 
@@ -255,7 +256,7 @@ class KeyDirectory:
             os.close(fd)  # releases the lock
 
     def generate(self, now: int) -> KeyRecord:
-        """Create the first key. Refuses if a key set already exists (use rotate)."""
+        """Create the first key. Refuses if a key set already exists (stage, then rotate)."""
         if self.exists():
             raise ConfigError(
                 f"a key set already exists at {self.path}; use `airlock keys stage`, then rotate"
