@@ -11,7 +11,8 @@ One line per check, ``ok`` / ``warn`` / ``fail``, exit 1 if any check fails:
 - each side of a trust or binding against the other, where this host has both (a
   mismatch passes each side alone, then refuses every approval once people approved it):
   the executor's trusted key set holds the checkpoint's active key from ``GET /v1/keys``
-  (E_UNKNOWN_KEY) and no key the checkpoint revoked (a warning); the checkpoint's
+  (E_UNKNOWN_KEY), its staged key if it has one (a warning: ``keys rotate`` would strand
+  approvals) and no key the checkpoint revoked (a warning); the checkpoint's
   executor receipt key set holds the executor's receipt key (E_RECEIPT); the checkpoint's
   audience is the executor's (E_AUDIENCE); the agent's account and regions are the
   executor's binding (E_ACCOUNT). The audience is compared only when both settings load
@@ -231,6 +232,16 @@ def _checkpoint_keys(report: _Report, keys_dir: Path) -> None:
         path = keys_dir / Path(file).name
         if status == "active":
             _private_file(report, "keys.active", path, f"the private key of {kid}")
+        elif status == "next":  # staged (keys stage): kept for the rotate that activates it
+            if path.exists() or path.is_symlink():
+                _private_file(report, "keys.next", path, f"the private key of {kid}")
+            else:
+                report.add(
+                    "warn",
+                    "keys.next",
+                    f"the private key of staged key {kid} is missing ({path}): keys rotate "
+                    f"refuses to make it active; airlock keys revoke {kid} and stage another",
+                )
         elif path.exists():  # rotate and revoke delete it (as keys list warns too)
             report.add(
                 "warn",
@@ -273,7 +284,9 @@ def _trusted_keys(
         return None
     keys = [keyset[kid] for kid in keyset]
     active = sum(1 for k in keys if k.status is KeyStatus.ACTIVE)
-    report.add("ok", name, f"{path}: {len(keys)} keys, {active} active")
+    staged = sum(1 for k in keys if k.status is KeyStatus.NEXT)
+    also = f", {staged} staged" if staged else ""
+    report.add("ok", name, f"{path}: {len(keys)} keys, {active} active{also}")
     return keyset
 
 
@@ -370,6 +383,35 @@ def approval_trust(
             )
         else:
             found.append(("ok", f"the executor trusts {kid}, the checkpoint's active key"))
+    # A staged key signs nothing yet; `keys rotate` makes it the one that signs, and every
+    # executor that does not trust it by then refuses each approval.
+    for kid in [kid for kid, key in published.items() if key.status is KeyStatus.NEXT]:
+        ours = trusted.get(kid)
+        if ours is None:
+            found.append(
+                (
+                    "warn",
+                    f"the executor does not trust {kid}, the checkpoint's staged key: after "
+                    f"airlock keys rotate every approval would be refused E_UNKNOWN_KEY; {fix}",
+                )
+            )
+        elif (why := _unusable(ours, now)) is not None:
+            found.append(
+                (
+                    "warn",
+                    f"the executor's key set has {kid}, the checkpoint's staged key, {why}: "
+                    f"after airlock keys rotate every approval would be refused "
+                    f"E_KEY_REVOKED; {fix}",
+                )
+            )
+        else:
+            found.append(
+                (
+                    "ok",
+                    f"the executor trusts {kid}, the checkpoint's staged key (ready for "
+                    "airlock keys rotate)",
+                )
+            )
     # A retired key still verifies approvals in flight (KeyStatus.RETIRED): trusting one is
     # what `export-public` writes, until its not_after. A revoked one is revoked only
     # where the file says so.
@@ -708,7 +750,7 @@ def doctor_command(
 
     Where this host has both sides, that they match (else every approval fails, once approved):
 
-    the executor trusts the checkpoint's active key (GET /v1/keys) and no key it revoked;
+    the executor trusts the checkpoint's active and staged keys (GET /v1/keys), none it revoked;
 
     the checkpoint trusts the executor's receipt key; their audiences are equal;
 

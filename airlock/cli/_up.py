@@ -17,6 +17,13 @@ terminal) stop them in order, and on Linux each child asks the kernel for a SIGT
 write key and its ports. ``up`` runs with umask 077 and keeps its state directory 0700:
 the databases hold password, session and token hashes.
 
+While the system runs, ``up`` keeps the executor's trusted key set equal to the
+checkpoint's public key set: ``airlock keys stage|rotate|revoke`` on this state change the
+key directory, the running checkpoint signs with the new active key from its next
+approval, and ``up`` re-exports the key set (a new file renamed over the old) within half
+a second, which the executor reads at its next bundle. No restart; a staged key is
+trusted by the executor before ``rotate`` makes it sign.
+
 The state directory is ``--home``, else ``AIRLOCK_UP_HOME``, else ``.airlock``.
 ``AIRLOCK_HOME`` is the CLI's session directory (``airlock login``); it used to set this
 too, and still does, with a warning, where it holds a state ``up`` made, so such a setup
@@ -191,6 +198,82 @@ def _export_receipt_keys(key: Path, out: Path) -> None:
     tmp.replace(out)  # atomic: a starting checkpoint never reads half a file
 
 
+class _TrustedKeysExport:
+    """The executor's trusted key file, following the checkpoint's key directory.
+
+    :meth:`sync` looks at the manifest's identity (inode, mtime, size: it is only ever
+    replaced by rename) and, when it changed, writes the public key set to the file if it
+    differs from what is there (the executor records each key set it takes in its audit
+    chain: no rewrite for nothing). A manifest that cannot be read leaves the file as it
+    is: the executor keeps trusting what it did, as one that was never re-exported
+    would, and the checkpoint, reading the same manifest, signs nothing.
+    """
+
+    def __init__(self, keys_dir: Path, out: Path) -> None:
+        self.keys_dir = keys_dir
+        self.out = out
+        self._stamp: tuple[int, int, int] | None = None
+        self._said: str | None = None
+
+    def _manifest_stamp(self) -> tuple[int, int, int] | None:
+        try:
+            st = (self.keys_dir / "keyset.json").stat()
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def sync(self) -> str | None:
+        """Export if the key set changed; a line to tell the user, or None. Raises
+        UpError when the key set cannot be exported (at start, where that stops up)."""
+        from services.checkpoint.errors import ConfigError
+
+        from ._keys import public_keyset_text, replace_file
+
+        # Taken before the read: a change landing during it is seen at the next call.
+        stamp = self._manifest_stamp()
+        if stamp is not None and stamp == self._stamp:
+            return None
+        try:
+            text = public_keyset_text(self.keys_dir)
+            try:
+                current: str | None = self.out.read_text()
+            except FileNotFoundError:
+                current = None
+            if current != text:
+                replace_file(self.out, text.encode())
+        except (ConfigError, OSError) as exc:
+            raise UpError(
+                f"the checkpoint's public key set could not be exported to {self.out}: {exc}"
+            ) from None
+        self._stamp = stamp
+        self._said = None
+        if current is None or current == text:
+            return None
+        counts = _status_counts(text)
+        return (
+            f"keys: the checkpoint's key set changed ({counts}); re-exported to {self.out}, "
+            "which the executor reads at its next approval"
+        )
+
+    def follow(self) -> str | None:
+        """:meth:`sync` while up runs: a failure is told once, and tried again."""
+        try:
+            return self.sync()
+        except UpError as exc:
+            said = f"up: warning: {exc}; the executor keeps the key set it has"
+            if said == self._said:
+                return None
+            self._said = said
+            return said
+
+
+def _status_counts(text: str) -> str:
+    statuses = [str(k["status"]) for k in json.loads(text)["keys"]]
+    order = ("active", "next", "retired", "revoked")
+    named = {"next": "staged"}
+    return ", ".join(f"{statuses.count(s)} {named.get(s, s)}" for s in order if statuses.count(s))
+
+
 def _port_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -236,6 +319,7 @@ class _Stack:
         self.devcloud_endpoint = f"127.0.0.1:{ports['devcloud']}"
         self.services: list[_Service] = []
         self.new_credentials: list[tuple[str, str, str]] = []
+        self.trusted_keys = _TrustedKeysExport(home / "keys", home / "trusted-keys.json")
 
     # ------------------------------------------------------------------ environment
 
@@ -323,18 +407,10 @@ class _Stack:
         if not keys_dir.exists() or not any(keys_dir.iterdir()):
             echo("generating the checkpoint's Ed25519 signing key")
             self._airlock(["keys", "generate", "--keys-dir", str(keys_dir)], self.checkpoint_env())
-        # Re-export every start, so a rotation done since is picked up by the executor.
-        self._airlock(
-            [
-                "keys",
-                "export-public",
-                "--keys-dir",
-                str(keys_dir),
-                "--out",
-                str(self.home / "trusted-keys.json"),
-            ],
-            self.checkpoint_env(),
-        )
+        # Exported every start, so a key change made while up was not running reaches
+        # the executor; while it runs, _run follows every change (trusted_keys.follow).
+        self.check_stop()
+        self.trusted_keys.sync()
         receipt_key = self.home / "executor-receipt.pem"
         if not receipt_key.exists():
             echo("generating the executor's receipt key")
@@ -582,6 +658,8 @@ def up_command(
 
     Exit 1 when a service fails; 2 for usage or a port in use.
 
+    While it runs, keys stage, rotate and revoke reach the executor: up re-exports the key set.
+
     Files are 0600 (umask 077). A state directory others can write to is refused.
 
     One others can read is made 0700 if it is empty or holds up's state, else refused.
@@ -662,6 +740,10 @@ def _run(stack: _Stack, ready_timeout: float, webapp_port: int) -> None:
         f"{_admin_hint(stack.home)} Ctrl-C stops everything."
     )
     while not stack.stopping.wait(0.5):
+        # keys stage|rotate|revoke on this state: the executor must be given the key set.
+        said = stack.trusted_keys.follow()
+        if said is not None:
+            _echo(said, err=said.startswith("up:"))
         dead = stack.first_dead()
         if dead is not None:
             _echo(f"up: {dead.name} exited unexpectedly:\n{stack.tail(dead)}", err=True)

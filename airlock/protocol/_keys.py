@@ -34,6 +34,10 @@ def key_id(raw_public_key: bytes) -> str:
 
 class KeyStatus(enum.StrEnum):
     ACTIVE = "active"  # signs new approvals
+    # Staged by ``airlock keys stage``: the checkpoint signs nothing with it yet, but
+    # verifiers trust it like an active key, so that when ``keys rotate`` makes it active
+    # every executor that was given the key set since verifies its first approval.
+    NEXT = "next"
     RETIRED = "retired"  # signs nothing new; still verifies approvals in flight
     REVOKED = "revoked"  # verifies nothing
 

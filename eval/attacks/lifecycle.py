@@ -206,7 +206,9 @@ def _revoked_key(rig: Rig, t: Target) -> Observation:
     directory = KeyDirectory(keys)
     old = next(r.kid for r in directory.records() if r.status.value == "active")
     # A scratch copy of the aux checkpoint's keys: nothing here is a checkpoint's record.
-    directory.rotate(int(time.time()), execution_window=900, audit=_ScratchCopyUnaudited())
+    directory.rotate(
+        int(time.time()), execution_window=900, audit=_ScratchCopyUnaudited(), immediate=True
+    )
     directory.revoke(old, audit=_ScratchCopyUnaudited())
     main = KeySet.from_json_bytes(rig.trusted_keys.read_bytes())
     merged = [k for k in main.values() if k.kid != old] + list(directory.public_keyset().values())

@@ -1,6 +1,6 @@
 """Key changes in the checkpoint's audit chain: the :class:`~.keys.KeyAudit` the CLI uses.
 
-``airlock keys rotate|revoke`` change files (the key directory), while the record of
+``airlock keys stage|rotate|revoke`` change files (the key directory), while the record of
 every other administrative change (users, tokens) is the checkpoint's hash-chained audit
 log. This puts the key changes there too, each committed on its own before the manifest
 is replaced (see :meth:`~.keys.KeyDirectory.rotate` for the order). It never reads or

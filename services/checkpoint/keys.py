@@ -4,19 +4,25 @@ Layout::
 
     KEYS_DIR/keyset.json           manifest: kid, public key, status, file, created_at
                                    (and not_after, for a retired key)
-    KEYS_DIR/<kid hex>.pem         PKCS#8 PEM private key, mode 0600 (the active key's)
+    KEYS_DIR/<kid hex>.pem         PKCS#8 PEM private key, mode 0600 (the active key's,
+                                   and the staged key's)
     KEYS_DIR/.keyset.lock          flock(2) taken around every change of the manifest
 
-Exactly one key is ``active`` (signs new approvals). ``rotate`` makes a new active key
-and keeps the old one ``retired`` — it signs nothing new but still verifies the
-approvals in flight, until its ``not_after`` (the rotation, plus the execution window,
-plus clock skew), after which executors refuse it (E_KEY_REVOKED). ``revoke`` marks a key
-``revoked``: it then verifies nothing. The checkpoint signs only with the active key, so
-rotate and revoke delete the private key of the key they retire or revoke. The executor
-trusts the public key set that ``export-public`` writes (:meth:`KeyDirectory.public_keyset`).
+Exactly one key is ``active`` (signs new approvals). Rotation has two phases, so that no
+executor meets a key it was not given: ``stage`` makes the ``next`` key, which signs
+nothing but is in the public key set, so executors trust it ahead of time; ``rotate``
+then makes it active and keeps the old one ``retired`` — it signs nothing new but still
+verifies the approvals in flight, until its ``not_after`` (the rotation, plus the
+execution window, plus clock skew), after which executors refuse it (E_KEY_REVOKED).
+``rotate`` with no staged key is refused unless asked for at once (``immediate``): such a
+key is refused by every executor (E_UNKNOWN_KEY) until the key set reaches it. ``revoke``
+marks a key ``revoked``: it then verifies nothing. The checkpoint signs only with the
+active key, so rotate and revoke delete the private key of the key they retire or
+revoke. The executor trusts the public key set that ``export-public`` writes
+(:meth:`KeyDirectory.public_keyset`).
 
 Every change is a read-modify-write of the manifest under an exclusive lock, so a revoke
-racing a rotate is never undone by it; rotate and revoke record the change in the
+racing a rotate is never undone by it; stage, rotate and revoke record the change in the
 checkpoint's audit chain (:class:`KeyAudit`) before the manifest is replaced.
 
 A private key file whose mode allows anyone but its owner is refused: the service does
@@ -63,6 +69,8 @@ _PRIVATE_MODE: Final = 0o600
 #: checkpoint cancels out; this covers the host that runs ``keys rotate`` reading another
 #: clock than the checkpoint that signs, and a signature begun as the rotation landed.
 RETIRE_SKEW: Final = 30
+#: How often the running checkpoint reads a manifest that changes while it reads it.
+_RELOAD_ATTEMPTS: Final = 3
 
 
 class KeyAudit(Protocol):
@@ -178,11 +186,24 @@ class KeyDirectory:
                     "(its approvals expired an execution window after that rotation) and "
                     "re-export the public key set"
                 )
-            if r.status is not KeyStatus.ACTIVE and (self.path / r.file).exists():
+            on_disk = (self.path / r.file).exists()
+            if r.status in (KeyStatus.RETIRED, KeyStatus.REVOKED) and on_disk:
                 found.append(
                     f"the private key of {r.status.value} key {r.kid} is still on disk "
                     f"({self.path / r.file}); nothing signs with it: delete it"
                 )
+            if r.status is KeyStatus.NEXT and not on_disk:
+                found.append(
+                    f"the private key of staged key {r.kid} is missing "
+                    f"({self.path / r.file}): `airlock keys rotate` refuses to make it "
+                    f"active; run `airlock keys revoke {r.kid}` and stage another"
+                )
+        staged = [r.kid for r in self.records() if r.status is KeyStatus.NEXT]
+        if len(staged) > 1:
+            found.append(
+                f"{len(staged)} staged keys ({', '.join(staged)}); `airlock keys rotate` "
+                "needs one: revoke the others"
+            )
         return found
 
     def active_signer(self) -> Signer:
@@ -191,9 +212,13 @@ class KeyDirectory:
         if len(active) != 1:
             raise ConfigError(
                 f"key set {self.manifest_path} has {len(active)} active keys; exactly one "
-                "must be active (`airlock keys rotate` makes one)"
+                "must be active (`airlock keys rotate` makes the staged key active; "
+                "`rotate --now` makes one at once)"
             )
-        record = active[0]
+        return self._load_signer(active[0])
+
+    def _load_signer(self, record: KeyRecord) -> Signer:
+        """The private key of ``record``: mode 0600, Ed25519, and the key it names."""
         key_path = self.path / record.file
         try:
             mode = stat.S_IMODE(key_path.stat().st_mode)
@@ -231,21 +256,64 @@ class KeyDirectory:
             os.close(fd)  # releases the lock
 
     def generate(self, now: int) -> KeyRecord:
-        """Create the first key. Refuses if a key set already exists (use rotate)."""
+        """Create the first key. Refuses if a key set already exists (stage, then rotate)."""
         if self.exists():
-            raise ConfigError(f"a key set already exists at {self.path}; use `airlock keys rotate`")
+            raise ConfigError(
+                f"a key set already exists at {self.path}; use `airlock keys stage`, then rotate"
+            )
         self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
         with self._locked():
             if self.exists():  # made by another generate while we waited
                 raise ConfigError(
-                    f"a key set already exists at {self.path}; use `airlock keys rotate`"
+                    f"a key set already exists at {self.path}; use `airlock keys stage`, "
+                    "then rotate"
                 )
             record = self._new_key(now)
             self._write([record])
         return record
 
-    def rotate(self, now: int, *, execution_window: int, audit: KeyAudit) -> KeyRecord:
-        """Retire the active key and make a new active one; record it in ``audit``.
+    def stage(self, now: int, *, audit: KeyAudit) -> KeyRecord:
+        """Make the ``next`` key: in the public key set, so executors can be given it
+        before it signs anything; :meth:`rotate` makes it active. Recorded in ``audit``.
+
+        Refused while a key is staged already (rotate to it, or revoke it first). A key
+        set with no active key (it was revoked) may stage one too: nothing signs until the
+        rotate, which then retires nothing.
+        """
+        with self._locked():
+            records, before = self._parse(self._read())
+            staged = [r.kid for r in records if r.status is KeyStatus.NEXT]
+            if staged:
+                raise ConfigError(
+                    f"key {staged[0]} is staged already: `airlock keys rotate` makes it "
+                    f"active, or `airlock keys revoke {staged[0]}` to stage another"
+                )
+            record = replace(self._new_key(now), status=KeyStatus.NEXT)
+            try:
+                data = self._serialize([*records, record])
+                audit.record(
+                    {
+                        "type": "checkpoint.key.staged",
+                        "next": record.kid,
+                        "keyset_before": before,
+                        "keyset_after": _digest(data),
+                    }
+                )
+            except BaseException:
+                _unlink(self.path / record.file)  # never used: the manifest does not name it
+                raise
+            self._replace(data)
+        return record
+
+    def rotate(
+        self, now: int, *, execution_window: int, audit: KeyAudit, immediate: bool = False
+    ) -> KeyRecord:
+        """Make the staged key active and retire the active one; record it in ``audit``.
+
+        With no staged key this is refused, unless ``immediate``: then a new key is made
+        and made active at once, and every executor refuses its approvals (E_UNKNOWN_KEY)
+        until it is given the new key set. ``immediate`` with a staged key is refused too:
+        which of the two was meant is not for this code to guess.
 
         The retired key keeps verifying only the approvals it signed that may still be in
         flight: those expire at most ``execution_window`` (the checkpoint's
@@ -258,18 +326,47 @@ class KeyDirectory:
         not_after = now + execution_window + RETIRE_SKEW
         with self._locked():
             records, before = self._parse(self._read())
+            staged = [r for r in records if r.status is KeyStatus.NEXT]
+            if len(staged) > 1:
+                raise ConfigError(
+                    f"{len(staged)} keys are staged ({', '.join(r.kid for r in staged)}); "
+                    "revoke all but the one to make active"
+                )
+            if staged and immediate:
+                raise ConfigError(
+                    f"key {staged[0].kid} is staged: `airlock keys rotate` (without --now) "
+                    "makes it active; to make a new key instead, first `airlock keys "
+                    f"revoke {staged[0].kid}`"
+                )
+            if not staged and not immediate:
+                raise ConfigError(
+                    "no key is staged: a key made active now is refused by every executor "
+                    "(E_UNKNOWN_KEY) until it has the new public key set. Run `airlock keys "
+                    "stage`, give every executor the exported key set, then rotate; or "
+                    "`airlock keys rotate --now` to accept that"
+                )
             retiring = [r for r in records if r.status is KeyStatus.ACTIVE or r.unbounded]
             bounded = {
                 r.kid: replace(r, status=KeyStatus.RETIRED, not_after=not_after) for r in retiring
             }
-            record = self._new_key(now)
-            updated = [*(bounded.get(r.kid, r) for r in records), record]
+            if staged:
+                # Loaded before anything changes: a staged key whose private key is gone
+                # or unreadable would leave the checkpoint unable to sign.
+                self._load_signer(staged[0])
+                record = replace(staged[0], status=KeyStatus.ACTIVE)
+                updated = [
+                    record if r.kid == record.kid else bounded.get(r.kid, r) for r in records
+                ]
+            else:
+                record = self._new_key(now)
+                updated = [*(bounded.get(r.kid, r) for r in records), record]
             try:
                 data = self._serialize(updated)
                 audit.record(
                     {
                         "type": "checkpoint.key.rotated",
                         "active": record.kid,
+                        "staged": bool(staged),
                         "retired": sorted(bounded),
                         "not_after": not_after,
                         "keyset_before": before,
@@ -277,7 +374,8 @@ class KeyDirectory:
                     }
                 )
             except BaseException:
-                _unlink(self.path / record.file)  # never used: the manifest does not name it
+                if not staged:  # never used: the manifest does not name it
+                    _unlink(self.path / record.file)
                 raise
             self._replace(data)
             for r in bounded.values():
@@ -374,8 +472,17 @@ class KeyRing:
     """The running service's view of a key directory: the active signer, reloaded on change.
 
     ``airlock keys rotate|revoke`` rewrite the manifest while the checkpoint runs; the
-    next signature uses the new active key without a restart. A manifest that changes to
-    something unusable (no active key) makes signing fail closed until it is fixed.
+    next signature after the manifest is replaced uses the new active key, without a
+    restart (a staged key is never loaded: :meth:`KeyDirectory.active_signer` takes the
+    active one only). A manifest that changes to something unusable (no active key)
+    makes signing fail closed until it is fixed.
+
+    Reading takes no lock. The writers' flock is held across their audit append, and a
+    signature is made inside a database transaction, so a reader waiting on that flock
+    could wait on a writer that waits on the reader's transaction. Nor does it need one:
+    the manifest is only ever replaced by rename, and a key file is deleted only after
+    the manifest that stops naming it is in place, so a read that fails while the
+    manifest changed under it is read again (:data:`_RELOAD_ATTEMPTS`).
     """
 
     __slots__ = ("_directory", "_lock", "_signer", "_stamp")
@@ -401,13 +508,30 @@ class KeyRing:
         return (st.st_ino, st.st_mtime_ns, st.st_size)
 
     def signer(self) -> Signer:
-        stamp = self._manifest_stamp()
         with self._lock:
-            if self._signer is None or stamp != self._stamp:
-                self._signer = None
+            stamp = self._manifest_stamp()
+            if self._signer is not None and stamp == self._stamp:
+                return self._signer
+            self._signer = None
+            for attempt in range(_RELOAD_ATTEMPTS):
+                try:
+                    signer = self._directory.active_signer()
+                except ConfigError:
+                    # A rotation that landed between reading the manifest and reading
+                    # the key it named has deleted that key (now retired): the manifest
+                    # changed meanwhile, so read the new one. One that did not change
+                    # is the answer: fail closed.
+                    again = self._manifest_stamp()
+                    if again == stamp or attempt == _RELOAD_ATTEMPTS - 1:
+                        raise
+                    stamp = again
+                    continue
+                # The stamp from before the read that worked: a change after it is seen
+                # at the next signature.
                 self._stamp = stamp
-                self._signer = self._directory.active_signer()
-            return self._signer
+                self._signer = signer
+                return signer
+            raise AssertionError("unreachable: the last attempt returns or raises")
 
     def public_keyset(self) -> KeySet:
         return self._directory.public_keyset()

@@ -434,7 +434,7 @@ def report_refusal(request: Request, caller: Caller, body: RefusalIn) -> Proposa
     tags=["keys"],
     responses={
         200: {
-            "description": "The public key set (active, retired and revoked keys)",
+            "description": "The public key set (active, staged, retired and revoked keys)",
             "content": {
                 "application/json": {
                     "schema": {
@@ -451,7 +451,7 @@ def report_refusal(request: Request, caller: Caller, body: RefusalIn) -> Proposa
                                         "public_key": {"type": "string"},
                                         "status": {
                                             "type": "string",
-                                            "enum": ["active", "retired", "revoked"],
+                                            "enum": ["active", "next", "retired", "revoked"],
                                         },
                                         "not_after": {"type": "integer"},
                                     },

@@ -83,7 +83,7 @@ def report_refusals(  # noqa: PLR0917 - multiprocessing passes args positionally
 
 
 def rotate_waiting_inside_the_lock(keys_dir: str, url: str, inside: Any, go: Any) -> None:
-    """``keys rotate`` as the CLI does it, stopping inside the key directory's lock (at
+    """``keys rotate --now`` as the CLI does it, stopping inside the key directory's lock (at
     its audit record, after it read the manifest) until ``go`` is set."""
     import time
 
@@ -100,6 +100,8 @@ def rotate_waiting_inside_the_lock(keys_dir: str, url: str, inside: Any, go: Any
             chain.record(event)
 
     try:
-        KeyDirectory(Path(keys_dir)).rotate(int(time.time()), execution_window=900, audit=Waiting())
+        KeyDirectory(Path(keys_dir)).rotate(
+            int(time.time()), execution_window=900, audit=Waiting(), immediate=True
+        )
     finally:
         db.dispose()

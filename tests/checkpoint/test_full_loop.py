@@ -18,7 +18,7 @@ import pytest
 import sqlalchemy as sa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from airlock.protocol import Binding, KeySet, canonical_bytes, verify_bundle
+from airlock.protocol import Binding, KeySet, KeyStatus, canonical_bytes, verify_bundle
 from airlock.reconcile import ReconcileReport, reconcile
 from airlock.store import export, make_engine, read_transaction, verify_chain
 from services.executor import (
@@ -266,12 +266,18 @@ def test_rotation_keeps_in_flight_approvals_and_revocation_kills_them(world: Wor
 
     directory = KeyDirectory(world.keys_dir)
     old_kid = directory.records()[0].kid
-    directory.rotate(
-        world.clock(), execution_window=900, audit=world.key_audit()
-    )  # what `airlock keys rotate` does, while serving
+    # What `airlock keys stage` and then `airlock keys rotate` do, while serving.
+    staged = directory.stage(world.clock(), audit=world.key_audit())
+    published = KeySet.from_value(world.client.get("/v1/keys").json())
+    assert published[staged.kid].status is KeyStatus.NEXT  # for executors, ahead of time
+    directory.rotate(world.clock(), execution_window=900, audit=world.key_audit())
     second = world.submit(proposal_id="prop_rotate000002", resource_id="i-rotate0002").json()
     approved = world.approve("alice", second["id"], second["action_hash"]).json()
-    assert approved["approval"]["keyid"] != old_kid  # the running checkpoint picked it up
+    # The running checkpoint picked it up, and an executor given the key set at the stage
+    # (and not since) verifies it.
+    assert approved["approval"]["keyid"] == staged.kid
+    new_bundle = canonical_bytes(_pull(world, first_page["cursor"])["items"][0]["bundle"])
+    assert verify_bundle(new_bundle, published, BINDING, world.clock()).keyid == staged.kid
 
     keys = KeySet.from_value(world.client.get("/v1/keys").json())
     assert verify_bundle(old_bundle, keys, BINDING, world.clock()).keyid == old_kid
@@ -281,8 +287,32 @@ def test_rotation_keeps_in_flight_approvals_and_revocation_kills_them(world: Wor
     with pytest.raises(Refused) as refused:
         verify_bundle(old_bundle, keys, BINDING, world.clock())
     assert refused.value.code is RefusalCode.E_KEY_REVOKED
-    new_bundle = canonical_bytes(_pull(world, first_page["cursor"])["items"][0]["bundle"])
-    assert verify_bundle(new_bundle, keys, BINDING, world.clock()).keyid != old_kid
+    assert verify_bundle(new_bundle, keys, BINDING, world.clock()).keyid == staged.kid
+
+
+def test_a_staged_key_never_signs_an_approval_at_the_running_checkpoint(world: World) -> None:
+    """Staged keys are for executors to trust ahead of time: the checkpoint goes on
+    signing with the active key, and with no active key it signs nothing, never falling
+    back on the staged one."""
+    from services.checkpoint.keys import KeyDirectory
+
+    directory = KeyDirectory(world.keys_dir)
+    [active] = directory.records()
+    staged = directory.stage(world.clock(), audit=world.key_audit())
+    one = world.submit(proposal_id="prop_staged000001", resource_id="i-staged0001").json()
+    signed = world.approve("alice", one["id"], one["action_hash"])
+    assert signed.status_code == 200, signed.text
+    assert signed.json()["approval"]["keyid"] == active.kid != staged.kid
+    bundle = canonical_bytes(_pull(world)["items"][0]["bundle"])
+    assert json.loads(bundle)["envelope"]["signatures"][0]["keyid"] == active.kid
+
+    directory.revoke(active.kid, audit=world.key_audit())
+    two = world.submit(proposal_id="prop_staged000002", resource_id="i-staged0002").json()
+    refused = world.approve("alice", two["id"], two["action_hash"])
+    assert refused.status_code == 503, refused.text
+    shown = world.client.get(f"/v1/proposals/{two['id']}", headers=world.auth("viewer")).json()
+    assert shown["state"] == "pending" and shown.get("approval") is None
+    assert world.client.get("/readyz").status_code == 503
 
 
 def _bridge(world: World) -> httpx.MockTransport:

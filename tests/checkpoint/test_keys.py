@@ -1,5 +1,6 @@
-"""Key directory: 0600 or refuse; rotation keeps old approvals verifiable until the retired
-key's not_after; revoke kills them; every change is locked and recorded in the audit chain."""
+"""Key directory: 0600 or refuse; a staged key is trusted ahead of time and never signs;
+rotation keeps old approvals verifiable until the retired key's not_after; revoke kills
+them; every change is locked and recorded in the audit chain."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from airlock.protocol import (
 )
 from airlock.store import verify_chain
 from services.checkpoint.errors import ConfigError
-from services.checkpoint.keys import RETIRE_SKEW, KeyDirectory
+from services.checkpoint.keys import RETIRE_SKEW, KeyDirectory, KeyRing
 from services.checkpoint.signer import Signer
 
 from .builders import action
@@ -59,7 +60,8 @@ class Failing:
 
 
 def _rotate(keys: KeyDirectory, now: int) -> Any:
-    return keys.rotate(now, execution_window=WINDOW, audit=Recorded(keys))
+    """`airlock keys rotate --now`: a new key, active at once (no staged key)."""
+    return keys.rotate(now, execution_window=WINDOW, audit=Recorded(keys), immediate=True)
 
 
 def _bundle(signer: Signer, nonce: str, issued_at: int = NOW) -> bytes:
@@ -234,6 +236,236 @@ def test_a_retired_key_left_unbounded_by_an_older_rotate_is_warned_of_and_bounde
     assert keys.warnings() == []
 
 
+# -- two-phase rotation: stage the next key, give it to executors, then rotate ----------
+
+
+def _pems(path: Path) -> list[str]:
+    return sorted(p.name for p in path.iterdir() if p.suffix == ".pem")
+
+
+def test_a_staged_key_is_exported_for_executors_but_never_signs(tmp_path: Path) -> None:
+    keys = KeyDirectory(tmp_path)
+    first = keys.generate(NOW)
+    staged = keys.stage(NOW + 10, audit=Recorded(keys))
+    assert staged.status is KeyStatus.NEXT and staged.kid != first.kid
+    assert (os.stat(tmp_path / staged.file).st_mode & 0o777) == 0o600
+    assert keys.active_signer().keyid == first.kid
+    ring = KeyRing(keys)
+    assert ring.signer().keyid == first.kid
+    trusted = _exported(keys)
+    assert trusted[staged.kid].status is KeyStatus.NEXT
+    assert trusted[staged.kid].not_after is None
+    assert verify_bundle(_bundle(ring.signer(), "1" * 32), trusted, BINDING, NOW + 20)
+    assert keys.warnings() == []  # its private key is on disk by design
+    # With the active key gone, the staged one is still not used: nothing signs.
+    keys.revoke(first.kid, audit=Recorded(keys))
+    with pytest.raises(ConfigError, match="0 active keys"):
+        keys.active_signer()
+    with pytest.raises(ConfigError, match="0 active keys"):
+        ring.signer()
+
+
+def test_rotate_makes_the_staged_key_active_and_an_executor_given_it_at_stage_verifies(
+    tmp_path: Path,
+) -> None:
+    keys = KeyDirectory(tmp_path)
+    first = keys.generate(NOW)
+    staged = keys.stage(NOW + 10, audit=Recorded(keys))
+    at_stage = _exported(keys)  # what the executor was given between stage and rotate
+    old_bundle = _bundle(keys.active_signer(), "2" * 32, issued_at=NOW + 50)
+    active = keys.rotate(NOW + 60, execution_window=WINDOW, audit=Recorded(keys))
+    assert active.kid == staged.kid and active.status is KeyStatus.ACTIVE
+    assert active.created_at == NOW + 10 and active.file == staged.file
+    assert keys.active_signer().keyid == staged.kid
+    status = {r.kid: (r.status, r.not_after) for r in keys.records()}
+    assert status == {
+        first.kid: (KeyStatus.RETIRED, NOW + 60 + WINDOW + RETIRE_SKEW),
+        staged.kid: (KeyStatus.ACTIVE, None),
+    }
+    assert _pems(tmp_path) == [staged.file]  # the retired key's private key is deleted
+    new_bundle = _bundle(keys.active_signer(), "3" * 32, issued_at=NOW + 61)
+    # The executor that has not been given the key set since the stage verifies both.
+    assert verify_bundle(new_bundle, at_stage, BINDING, NOW + 62).keyid == staged.kid
+    assert verify_bundle(old_bundle, at_stage, BINDING, NOW + 62).keyid == first.kid
+    assert verify_bundle(old_bundle, _exported(keys), BINDING, NOW + 62).keyid == first.kid
+
+
+def test_rotate_without_a_staged_key_is_refused_unless_asked_for_at_once(
+    tmp_path: Path,
+) -> None:
+    keys = KeyDirectory(tmp_path)
+    first = keys.generate(NOW)
+    before = keys.manifest_path.read_bytes()
+    audit = Recorded(keys)
+    with pytest.raises(ConfigError, match="no key is staged") as refused:
+        keys.rotate(NOW + 60, execution_window=WINDOW, audit=audit)
+    assert "E_UNKNOWN_KEY" in str(refused.value) and "airlock keys stage" in str(refused.value)
+    assert "--now" in str(refused.value)
+    assert keys.manifest_path.read_bytes() == before and audit.events == []
+    assert _pems(tmp_path) == [first.file]
+    made = keys.rotate(NOW + 60, execution_window=WINDOW, audit=audit, immediate=True)
+    assert keys.active_signer().keyid == made.kid != first.kid
+    assert audit.events[0]["staged"] is False
+
+
+def test_rotate_now_with_a_staged_key_is_refused_not_guessed(tmp_path: Path) -> None:
+    keys = KeyDirectory(tmp_path)
+    keys.generate(NOW)
+    staged = keys.stage(NOW + 10, audit=Recorded(keys))
+    before = keys.manifest_path.read_bytes()
+    with pytest.raises(ConfigError, match=f"key {staged.kid} is staged") as refused:
+        keys.rotate(NOW + 60, execution_window=WINDOW, audit=Recorded(keys), immediate=True)
+    assert f"airlock keys revoke {staged.kid}" in str(refused.value)
+    assert keys.manifest_path.read_bytes() == before
+    assert len(_pems(tmp_path)) == 2
+
+
+def test_staging_while_a_key_is_staged_is_refused(tmp_path: Path) -> None:
+    keys = KeyDirectory(tmp_path)
+    keys.generate(NOW)
+    staged = keys.stage(NOW + 10, audit=Recorded(keys))
+    before = keys.manifest_path.read_bytes()
+    with pytest.raises(ConfigError, match=f"key {staged.kid} is staged already"):
+        keys.stage(NOW + 20, audit=Recorded(keys))
+    assert keys.manifest_path.read_bytes() == before
+    assert len(_pems(tmp_path)) == 2
+
+
+def test_a_revoked_staged_key_is_never_made_active_and_its_approvals_are_refused(
+    tmp_path: Path,
+) -> None:
+    keys = KeyDirectory(tmp_path)
+    first = keys.generate(NOW)
+    staged = keys.stage(NOW + 10, audit=Recorded(keys))
+    # What a thief of the key directory would hold: the staged key's private key.
+    stolen = Signer(_private(tmp_path / staged.file))
+    audit = Recorded(keys)
+    revoked = keys.revoke(staged.kid, audit=audit)
+    assert revoked.status is KeyStatus.REVOKED
+    assert audit.events[0]["was"] == "next"
+    assert _pems(tmp_path) == [first.file]
+    with pytest.raises(ConfigError, match="no key is staged"):
+        keys.rotate(NOW + 60, execution_window=WINDOW, audit=Recorded(keys))
+    assert keys.active_signer().keyid == first.kid
+    with pytest.raises(Refused) as caught:
+        verify_bundle(_bundle(stolen, "4" * 32), _exported(keys), BINDING, NOW + 20)
+    assert caught.value.code is RefusalCode.E_KEY_REVOKED
+    assert keys.stage(NOW + 30, audit=Recorded(keys)).kid != staged.kid  # stage another
+
+
+def test_a_staged_key_whose_private_key_is_gone_is_not_made_active(tmp_path: Path) -> None:
+    keys = KeyDirectory(tmp_path)
+    first = keys.generate(NOW)
+    staged = keys.stage(NOW + 10, audit=Recorded(keys))
+    (tmp_path / staged.file).unlink()
+    [warning] = keys.warnings()
+    assert f"the private key of staged key {staged.kid} is missing" in warning
+    before = keys.manifest_path.read_bytes()
+    audit = Recorded(keys)
+    with pytest.raises(ConfigError, match="signing key"):
+        keys.rotate(NOW + 60, execution_window=WINDOW, audit=audit)
+    assert keys.manifest_path.read_bytes() == before and audit.events == []
+    assert keys.active_signer().keyid == first.kid  # still signing, with the old key
+
+
+def test_a_key_staged_after_the_active_key_was_revoked_becomes_active_retiring_nothing(
+    tmp_path: Path,
+) -> None:
+    keys = KeyDirectory(tmp_path)
+    first = keys.generate(NOW)
+    keys.revoke(first.kid, audit=Recorded(keys))
+    staged = keys.stage(NOW + 10, audit=Recorded(keys))
+    audit = Recorded(keys)
+    keys.rotate(NOW + 60, execution_window=WINDOW, audit=audit)
+    assert keys.active_signer().keyid == staged.kid
+    assert audit.events[0]["retired"] == [] and audit.events[0]["staged"] is True
+    assert {r.kid: r.status for r in keys.records()}[first.kid] is KeyStatus.REVOKED
+
+
+def test_stage_and_a_staged_rotate_are_recorded_before_the_manifest_changes(
+    tmp_path: Path,
+) -> None:
+    keys = KeyDirectory(tmp_path)
+    first = keys.generate(NOW)
+    audit = Recorded(keys)
+    generated = keys.manifest_path.read_bytes()
+    staged = keys.stage(NOW + 10, audit=audit)
+    after_stage = keys.manifest_path.read_bytes()
+    keys.rotate(NOW + 60, execution_window=WINDOW, audit=audit)
+    stage, rotate = audit.events
+    assert stage == {
+        "type": "checkpoint.key.staged",
+        "next": staged.kid,
+        "keyset_before": _digest(generated),
+        "keyset_after": _digest(after_stage),
+    }
+    assert rotate == {
+        "type": "checkpoint.key.rotated",
+        "active": staged.kid,
+        "staged": True,
+        "retired": [first.kid],
+        "not_after": NOW + 60 + WINDOW + RETIRE_SKEW,
+        "keyset_before": _digest(after_stage),
+        "keyset_after": _digest(keys.manifest_path.read_bytes()),
+    }
+    assert audit.manifest_then == [generated, after_stage]
+
+
+def test_a_stage_that_cannot_be_recorded_leaves_no_key_behind(tmp_path: Path) -> None:
+    keys = KeyDirectory(tmp_path)
+    first = keys.generate(NOW)
+    before = keys.manifest_path.read_bytes()
+    with pytest.raises(OSError, match="database is down"):
+        keys.stage(NOW + 10, audit=Failing())
+    assert keys.manifest_path.read_bytes() == before
+    assert _pems(tmp_path) == [first.file]
+
+
+def test_a_rotation_landing_while_the_checkpoint_reads_its_key_is_signed_through(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The running checkpoint reads the manifest, then the key it names; a rotation that
+    lands between the two deletes that key. The manifest changed meanwhile, so the ring
+    reads it again instead of refusing the approval (no lock: see KeyRing)."""
+    keys = KeyDirectory(tmp_path)
+    first = keys.generate(NOW)
+    ring = KeyRing(keys)
+    staged = keys.stage(NOW + 10, audit=Recorded(keys))
+    load = KeyDirectory._load_signer
+    landed: list[str] = []
+
+    def rotation_lands_first(self: KeyDirectory, record: Any) -> Signer:
+        if not landed:
+            landed.append(record.kid)
+            self.rotate(NOW + 60, execution_window=WINDOW, audit=Recorded(self))
+        return load(self, record)
+
+    monkeypatch.setattr(KeyDirectory, "_load_signer", rotation_lands_first)
+    assert ring.signer().keyid == staged.kid
+    assert landed == [first.kid]  # it did read the old manifest first
+    monkeypatch.setattr(KeyDirectory, "_load_signer", load)
+    assert ring.signer().keyid == staged.kid
+
+
+def test_a_manifest_left_with_no_active_key_is_refused_however_often_it_is_read(
+    tmp_path: Path,
+) -> None:
+    keys = KeyDirectory(tmp_path)
+    first = keys.generate(NOW)
+    ring = KeyRing(keys)
+    keys.stage(NOW + 10, audit=Recorded(keys))
+    keys.revoke(first.kid, audit=Recorded(keys))
+    for _ in range(3):
+        with pytest.raises(ConfigError, match="0 active keys"):
+            ring.signer()
+
+
+def _private(path: Path) -> Any:
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+    return load_pem_private_key(path.read_bytes(), password=None)
+
+
 # -- key changes are recorded and serialized (review: unaudited, lost update) ---------
 
 
@@ -242,13 +474,14 @@ def test_rotate_and_revoke_are_recorded_before_the_manifest_changes(tmp_path: Pa
     first = keys.generate(NOW)
     audit = Recorded(keys)
     generated = keys.manifest_path.read_bytes()
-    second = keys.rotate(NOW + 60, execution_window=WINDOW, audit=audit)
+    second = keys.rotate(NOW + 60, execution_window=WINDOW, audit=audit, immediate=True)
     rotated = keys.manifest_path.read_bytes()
     keys.revoke(first.kid, audit=audit)
     rotate, revoke = audit.events
     assert rotate == {
         "type": "checkpoint.key.rotated",
         "active": second.kid,
+        "staged": False,
         "retired": [first.kid],
         "not_after": NOW + 60 + WINDOW + RETIRE_SKEW,
         "keyset_before": _digest(generated),
@@ -270,9 +503,11 @@ def test_a_key_change_that_cannot_be_recorded_is_not_made(tmp_path: Path) -> Non
     first = keys.generate(NOW)
     before = keys.manifest_path.read_bytes()
     with pytest.raises(OSError, match="database is down"):
-        keys.rotate(NOW + 60, execution_window=WINDOW, audit=Failing())
+        keys.rotate(NOW + 60, execution_window=WINDOW, audit=Failing(), immediate=True)
     with pytest.raises(OSError, match="database is down"):
         keys.revoke(first.kid, audit=Failing())
+    with pytest.raises(OSError, match="database is down"):
+        keys.stage(NOW + 60, audit=Failing())
     assert keys.manifest_path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".pem") == [first.file]
 

@@ -7,6 +7,7 @@ import os
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -178,7 +179,7 @@ def test_cli_checkpoint_answers_open_feed_long_polls_when_asked_to_stop(
 def test_cli_keys_users_and_tokens(tmp_path: Path) -> None:
     assert _airlock(tmp_path, "keys", "generate").exit_code == 0
     assert _airlock(tmp_path, "keys", "generate").exit_code == 2
-    assert _airlock(tmp_path, "keys", "rotate").exit_code == 0
+    assert _airlock(tmp_path, "keys", "rotate", "--now").exit_code == 0
     listed = json.loads(_airlock(tmp_path, "keys", "list", "--json").stdout)
     assert [k["status"] for k in listed] == ["retired", "active"]
     old = listed[0]["kid"]
@@ -232,7 +233,7 @@ def test_cli_key_changes_are_refused_without_the_checkpoint_database_to_record_t
         "AIRLOCK_CHECKPOINT_KEYS_DIR": str(tmp_path / "keys"),
         "AIRLOCK_CHECKPOINT_AUDIENCE": "airlock-executor/prod-test",
     }
-    for args in (["keys", "rotate"], ["keys", "revoke", kid]):
+    for args in (["keys", "stage"], ["keys", "rotate", "--now"], ["keys", "revoke", kid]):
         refused = CliRunner().invoke(app, args, env=env)
         assert refused.exit_code == 2, refused.output
         assert "recorded in the checkpoint's audit chain" in refused.stderr
@@ -241,21 +242,8 @@ def test_cli_key_changes_are_refused_without_the_checkpoint_database_to_record_t
     assert len(list((tmp_path / "keys").glob("*.pem"))) == 1
 
 
-def test_cli_keys_rotate_and_revoke_land_in_the_audit_chain_and_list_shows_not_after(
-    tmp_path: Path,
-) -> None:
-    assert _airlock(tmp_path, "keys", "generate").exit_code == 0
-    before = int(time.time())
-    assert _airlock(tmp_path, "keys", "rotate").exit_code == 0
-    old, new = json.loads(_airlock(tmp_path, "keys", "list", "--json").stdout)
-    assert old["status"] == "retired" and new["status"] == "active"
-    assert before + 900 + 30 <= old["not_after"] <= time.time() + 900 + 30
-    assert new["not_after"] is None
-    listed = _airlock(tmp_path, "keys", "list")
-    assert f"not_after {old['not_after']}" in listed.stdout and listed.stderr == ""
-    assert _airlock(tmp_path, "keys", "revoke", old["kid"]).exit_code == 0
-    url = f"sqlite:///{tmp_path / 'checkpoint.db'}"
-    db = Database(url)
+def _key_events(tmp_path: Path) -> list[dict[str, Any]]:
+    db = Database(f"sqlite:///{tmp_path / 'checkpoint.db'}")
     try:
         with db.engine.connect() as conn:
             events = [
@@ -264,13 +252,100 @@ def test_cli_keys_rotate_and_revoke_land_in_the_audit_chain_and_list_shows_not_a
             ]
     finally:
         db.dispose()
-    rotated, revoked = [e for e in events if e["type"].startswith("checkpoint.key.")]
+    return [e for e in events if e["type"].startswith("checkpoint.key.")]
+
+
+def test_cli_keys_rotate_and_revoke_land_in_the_audit_chain_and_list_shows_not_after(
+    tmp_path: Path,
+) -> None:
+    assert _airlock(tmp_path, "keys", "generate").exit_code == 0
+    before = int(time.time())
+    assert _airlock(tmp_path, "keys", "stage").exit_code == 0
+    assert _airlock(tmp_path, "keys", "rotate").exit_code == 0
+    old, new = json.loads(_airlock(tmp_path, "keys", "list", "--json").stdout)
+    assert old["status"] == "retired" and new["status"] == "active"
+    assert before + 900 + 30 <= old["not_after"] <= time.time() + 900 + 30
+    assert new["not_after"] is None
+    listed = _airlock(tmp_path, "keys", "list")
+    assert f"not_after {old['not_after']}" in listed.stdout and listed.stderr == ""
+    assert _airlock(tmp_path, "keys", "revoke", old["kid"]).exit_code == 0
+    staged, rotated, revoked = _key_events(tmp_path)
+    assert staged["type"] == "checkpoint.key.staged" and staged["next"] == new["kid"]
     assert rotated["type"] == "checkpoint.key.rotated" and rotated["active"] == new["kid"]
+    assert rotated["staged"] is True and rotated["keyset_before"] == staged["keyset_after"]
     assert rotated["retired"] == [old["kid"]] and rotated["not_after"] == old["not_after"]
     assert revoked["type"] == "checkpoint.key.revoked" and revoked["kid"] == old["kid"]
     assert revoked["keyset_before"] == rotated["keyset_after"]
+    url = f"sqlite:///{tmp_path / 'checkpoint.db'}"
     verified = _airlock(tmp_path, "audit", "verify", "--db", url)
     assert verified.exit_code == 0, verified.output
+
+
+def test_cli_keys_stage_is_listed_exported_and_rotate_makes_it_active(tmp_path: Path) -> None:
+    assert _airlock(tmp_path, "keys", "generate").exit_code == 0
+    [first] = json.loads(_airlock(tmp_path, "keys", "list", "--json").stdout)
+    staged = _airlock(tmp_path, "keys", "stage")
+    assert staged.exit_code == 0, staged.output
+    assert "it signs nothing yet" in staged.stdout and "export-public" in staged.stdout
+    active, nxt = json.loads(_airlock(tmp_path, "keys", "list", "--json").stdout)
+    assert (active["kid"], active["status"]) == (first["kid"], "active")
+    assert nxt["status"] == "next" and nxt["not_after"] is None
+    listed = _airlock(tmp_path, "keys", "list")
+    assert re.search(
+        rf"^{nxt['kid']}  next .*staged: keys rotate makes it active", listed.stdout, re.M
+    )
+    assert listed.stderr == ""
+    out = tmp_path / "trusted.json"
+    assert _airlock(tmp_path, "keys", "export-public", "--out", str(out)).exit_code == 0
+    exported = {k["kid"]: k["status"] for k in json.loads(out.read_text())["keys"]}
+    assert exported == {first["kid"]: "active", nxt["kid"]: "next"}
+    again = _airlock(tmp_path, "keys", "stage")
+    assert again.exit_code == 2 and "is staged already" in again.stderr
+    now = _airlock(tmp_path, "keys", "rotate", "--now")
+    assert now.exit_code == 2 and f"key {nxt['kid']} is staged" in now.stderr
+    rotated = _airlock(tmp_path, "keys", "rotate")
+    assert rotated.exit_code == 0, rotated.output
+    assert f"rotated: {nxt['kid']}, staged before, is active" in rotated.stdout
+    assert rotated.stderr == ""
+    statuses = [
+        k["status"] for k in json.loads(_airlock(tmp_path, "keys", "list", "--json").stdout)
+    ]
+    assert statuses == ["retired", "active"]
+
+
+def test_cli_rotate_without_a_staged_key_is_refused_and_now_warns_of_what_it_costs(
+    tmp_path: Path,
+) -> None:
+    assert _airlock(tmp_path, "keys", "generate").exit_code == 0
+    manifest = (tmp_path / "keys" / "keyset.json").read_bytes()
+    refused = _airlock(tmp_path, "keys", "rotate")
+    assert refused.exit_code == 2, refused.output
+    assert "no key is staged" in refused.stderr and "E_UNKNOWN_KEY" in refused.stderr
+    assert "airlock keys stage" in refused.stderr and "--now" in refused.stderr
+    assert (tmp_path / "keys" / "keyset.json").read_bytes() == manifest
+    assert _key_events(tmp_path) == []
+    forced = _airlock(tmp_path, "keys", "rotate", "--now")
+    assert forced.exit_code == 0, forced.output
+    assert "warning:" in forced.stderr and "E_UNKNOWN_KEY" in forced.stderr
+    assert "export-public" in forced.stderr
+    [rotated] = _key_events(tmp_path)
+    assert rotated["staged"] is False
+
+
+def test_cli_a_staged_key_can_be_revoked_and_is_then_never_made_active(tmp_path: Path) -> None:
+    assert _airlock(tmp_path, "keys", "generate").exit_code == 0
+    assert _airlock(tmp_path, "keys", "stage").exit_code == 0
+    first, staged = json.loads(_airlock(tmp_path, "keys", "list", "--json").stdout)
+    assert _airlock(tmp_path, "keys", "revoke", staged["kid"]).exit_code == 0
+    assert [p.name for p in (tmp_path / "keys").glob("*.pem")] == [
+        first["kid"].removeprefix("ed25519:") + ".pem"
+    ]
+    refused = _airlock(tmp_path, "keys", "rotate")
+    assert refused.exit_code == 2 and "no key is staged" in refused.stderr
+    listed = json.loads(_airlock(tmp_path, "keys", "list", "--json").stdout)
+    assert [k["status"] for k in listed] == ["active", "revoked"]
+    [_, revoked] = _key_events(tmp_path)
+    assert revoked["kid"] == staged["kid"] and revoked["was"] == "next"
 
 
 def test_cli_users_list_shows_a_locked_account_and_unlock_ends_the_lockout(

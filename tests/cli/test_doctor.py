@@ -276,7 +276,7 @@ def test_doctor_fails_when_the_executor_does_not_trust_the_key_the_checkpoint_ro
 ) -> None:
     env = _dev_env(served, tmp_path)
     new = KeyDirectory(served.world.keys_dir).rotate(
-        served.world.clock(), execution_window=900, audit=served.world.key_audit()
+        served.world.clock(), execution_window=900, audit=served.world.key_audit(), immediate=True
     )
     stale = served.run("doctor", env=env)
     assert stale.exit_code == 1, stale.stdout
@@ -299,7 +299,9 @@ def test_doctor_warns_of_a_retired_key_an_older_rotate_left_trusted_for_ever(
     env = _dev_env(served, tmp_path)
     keys = KeyDirectory(served.world.keys_dir)
     [old] = keys.records()
-    keys.rotate(int(time.time()), execution_window=900, audit=served.world.key_audit())
+    keys.rotate(
+        int(time.time()), execution_window=900, audit=served.world.key_audit(), immediate=True
+    )
     _export_trusted(served, env)
     ok = served.run("doctor", env=env)
     assert _named(ok.stdout, "warn", "keys.retired") == [], ok.stdout
@@ -331,7 +333,9 @@ def test_doctor_warns_when_the_executor_trusts_a_retired_key_past_the_checkpoint
     env = _dev_env(served, tmp_path)
     keys = KeyDirectory(served.world.keys_dir)
     [old] = keys.records()
-    keys.rotate(int(time.time()), execution_window=900, audit=served.world.key_audit())
+    keys.rotate(
+        int(time.time()), execution_window=900, audit=served.world.key_audit(), immediate=True
+    )
     _export_trusted(served, env)
     trusted = Path(env["AIRLOCK_EXECUTOR_TRUSTED_KEYS_PATH"])
     exported = json.loads(trusted.read_text())
@@ -354,7 +358,9 @@ def test_doctor_warns_when_the_executor_still_trusts_a_key_the_checkpoint_revoke
     keys = KeyDirectory(served.world.keys_dir)
     [old] = keys.records()
     # Rotated at doctor's clock (the real one): the retired key is still within its not_after.
-    keys.rotate(int(time.time()), execution_window=900, audit=served.world.key_audit())
+    keys.rotate(
+        int(time.time()), execution_window=900, audit=served.world.key_audit(), immediate=True
+    )
     _export_trusted(served, env)
     keys.revoke(old.kid, audit=served.world.key_audit())  # and not re-exported
     result = served.run("doctor", env=env)
@@ -379,6 +385,59 @@ def test_doctor_fails_when_the_executor_marks_the_checkpoints_active_key_revoked
     assert result.exit_code == 1
     [failure] = _named(result.stdout, "fail", "trust.approvals")
     assert "revoked: every approval is refused E_KEY_REVOKED" in failure
+
+
+def test_doctor_warns_when_the_executor_was_not_given_the_staged_key_before_rotate(
+    served: Served, tmp_path: Path
+) -> None:
+    env = _dev_env(served, tmp_path)
+    keys = KeyDirectory(served.world.keys_dir)
+    staged = keys.stage(int(time.time()), audit=served.world.key_audit())
+    stale = served.run("doctor", env=env)
+    assert stale.exit_code == 0, stale.stdout  # nothing is refused yet: a warning
+    [warning] = _named(stale.stdout, "warn", "trust.approvals")
+    assert f"the executor does not trust {staged.kid}, the checkpoint's staged key" in warning
+    assert "after airlock keys rotate every approval would be refused E_UNKNOWN_KEY" in warning
+    assert "airlock keys export-public --out FILE" in warning
+    [ok] = _named(stale.stdout, "ok", "keys.next")
+    assert "is 0600" in ok
+    _export_trusted(served, env)
+    ready = served.run("doctor", env=env)
+    assert ready.exit_code == 0, ready.stdout
+    assert _lines(ready.stdout, "warn") == [], ready.stdout
+    assert any(
+        f"the executor trusts {staged.kid}, the checkpoint's staged key (ready for" in line
+        for line in _named(ready.stdout, "ok", "trust.approvals")
+    )
+    assert "1 staged" in _named(ready.stdout, "ok", "keys.trusted")[0]
+    # Rotated with no re-export since the stage: the executor verifies the new active key.
+    keys.rotate(int(time.time()), execution_window=900, audit=served.world.key_audit())
+    rotated = served.run("doctor", env=env)
+    assert rotated.exit_code == 0, rotated.stdout
+    assert any(
+        f"the executor trusts {staged.kid}, the checkpoint's active key" in line
+        for line in _named(rotated.stdout, "ok", "trust.approvals")
+    )
+
+
+def test_doctor_checks_the_staged_private_key_like_the_active_one(
+    served: Served, tmp_path: Path
+) -> None:
+    env = _dev_env(served, tmp_path)
+    keys = KeyDirectory(served.world.keys_dir)
+    staged = keys.stage(int(time.time()), audit=served.world.key_audit())
+    _export_trusted(served, env)
+    os.chmod(served.world.keys_dir / staged.file, 0o644)
+    loose = served.run("doctor", env=env)
+    assert loose.exit_code == 1
+    [failure] = _named(loose.stdout, "fail", "keys.next")
+    assert "0644" in failure and "must be 0600" in failure
+    (served.world.keys_dir / staged.file).unlink()
+    gone = served.run("doctor", env=env)
+    assert gone.exit_code == 0, gone.stdout
+    [warning] = _named(gone.stdout, "warn", "keys.next")
+    assert f"the private key of staged key {staged.kid} is missing" in warning
+    assert f"airlock keys revoke {staged.kid}" in warning
 
 
 def test_approval_trust_reads_revocation_and_not_after_as_the_verifier_does() -> None:
@@ -408,6 +467,20 @@ def test_approval_trust_reads_revocation_and_not_after_as_the_verifier_does() ->
     assert statuses(trusting(active, revoked)) == ["ok"]
     assert statuses(trusting(retired)) == ["fail"]
     assert [s for s, _ in approval_trust(trusting(retired), trusting(retired), path, 0)] == ["fail"]
+    # A staged key: trusted (as next, or as anything that still verifies) is ok; missing or
+    # revoked at the executor is a warning, as nothing is refused until the rotate.
+    staged = key(KeyStatus.NEXT)
+    with_staged = trusting(active, staged)
+    assert [s for s, _ in approval_trust(with_staged, with_staged, path, 1000)] == ["ok", "ok"]
+    assert [s for s, _ in approval_trust(with_staged, trusting(active), path, 1000)] == [
+        "ok",
+        "warn",
+    ]
+    refused = trusting(active, TrustedKey.from_raw(staged.raw, KeyStatus.REVOKED))
+    [(_, _), (status, detail)] = approval_trust(with_staged, refused, path, 1000)
+    assert status == "warn" and "E_KEY_REVOKED" in detail
+    # Only an active key signs: a staged one alone is "signs nothing".
+    assert approval_trust(trusting(staged), trusting(staged), path, 1000)[0][0] == "fail"
 
 
 def test_doctor_fails_when_checkpoint_and_executor_audiences_differ(

@@ -186,10 +186,12 @@ def test_up_runs_the_whole_system_and_stops_cleanly(tmp_path: Path) -> None:
 
         _wait("the outcome at the checkpoint", executed)
 
-        # doctor, in the environment `up` gives its services, is all green
         from airlock.cli._up import _Stack
 
         stack = _Stack(state, ports, 24, 5)
+        _rotate_while_running(up, stack, cli_home, pending_stop, admin)
+
+        # doctor, in the environment `up` gives its services, is all green
         tokens = stack.tokens()
         env = {
             **stack.checkpoint_env(),
@@ -223,6 +225,61 @@ def test_up_runs_the_whole_system_and_stops_cleanly(tmp_path: Path) -> None:
         assert (state / "trusted-keys.json").read_text() == keys_before
         children = again.pids()
     assert [pid for pid in children if _alive(pid)] == []
+
+
+def _rotate_while_running(
+    up: _Up,
+    stack: Any,
+    cli_home: Path,
+    pending_stop: Callable[[], dict[str, Any] | None],
+    admin: httpx.Client,
+) -> None:
+    """Two-phase rotation on the running stack: `keys stage` reaches the executor through
+    up (no restart), `keys rotate` makes the staged key sign, and the next approval,
+    signed with it, executes; then the old key, revoked, reaches the executor too."""
+    trusted = stack.home / "trusted-keys.json"
+
+    def keys(*args: str) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AIRLOCK_")}
+        env.update({k: v for k, v in stack.checkpoint_env().items() if k.startswith("AIRLOCK_")})
+        return subprocess.run(
+            [sys.executable, "-m", "airlock.cli", "keys", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+
+    def statuses() -> dict[str, str]:
+        return {k["kid"]: k["status"] for k in json.loads(trusted.read_text())["keys"]}
+
+    [old] = json.loads(keys("list", "--json").stdout)
+    staged = keys("stage")
+    assert staged.returncode == 0, staged.stdout + staged.stderr
+    new = next(k for k in json.loads(keys("list", "--json").stdout) if k["status"] == "next")
+    _wait("up to give the executor the staged key", lambda: new["kid"] in statuses())
+    assert statuses()[new["kid"]] == "next"
+    _wait("up to say so", lambda: "keys: the checkpoint's key set changed" in up.text)
+    rotated = keys("rotate")
+    assert rotated.returncode == 0, rotated.stdout + rotated.stderr
+    proposal = _wait("another pending stop", pending_stop)
+    approve = _cli(["approvals", "approve", proposal["id"], "--yes", "--json"], cli_home)
+    assert approve.returncode == 0, approve.stdout + approve.stderr
+    assert json.loads(approve.stdout)["approval"]["keyid"] == new["kid"]
+
+    def executed() -> bool:
+        out = _cli(["approvals", "show", proposal["id"], "--json"], cli_home)
+        return out.returncode == 0 and json.loads(out.stdout)["state"] == "executed"
+
+    _wait("the approval signed with the staged key to execute", executed)
+    response = admin.get("/_admin/writes", params={"resource_id": proposal["resource_id"]})
+    body = response.json()
+    assert len(body["writes"] if isinstance(body, dict) else body) == 1
+    _wait("up to export the rotation", lambda: statuses()[old["kid"]] == "retired")
+    revoked = keys("revoke", old["kid"])
+    assert revoked.returncode == 0, revoked.stdout + revoked.stderr
+    _wait("up to export the revocation", lambda: statuses()[old["kid"]] == "revoked")
+    assert statuses()[new["kid"]] == "active"
 
 
 def test_up_gives_the_checkpoint_the_executor_receipt_key_set(

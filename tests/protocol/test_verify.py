@@ -154,6 +154,13 @@ def test_retired_key_still_verifies_approvals_in_flight() -> None:
     verify_bundle(bundle_for(), retired, BINDING, NOW)
 
 
+def test_a_staged_key_verifies_so_the_rotation_that_activates_it_strands_nothing() -> None:
+    # An executor given the key set after `keys stage` still holds the key as "next" when
+    # `keys rotate` makes it active: the first approval it signs must verify there.
+    staged = KeySet([factory.signer().trusted_key(KeyStatus.NEXT)])
+    assert verify_bundle(bundle_for(), staged, BINDING, NOW).keyid == factory.signer().keyid
+
+
 def test_key_past_not_after_is_refused() -> None:
     raw = factory.signer().public_raw
     expiring = KeySet([TrustedKey.from_raw(raw, KeyStatus.RETIRED, not_after=NOW - 1)])
