@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from airlock.protocol import KeyStatus
 from services.checkpoint.errors import ErrorCode
 from tests.support.asgi import raw_get
 from webapp.charts import evidence_charts, human_bytes, series
@@ -364,6 +365,13 @@ def test_keys_page_lists_the_key_set(site: Site) -> None:
     site.sign_in()
     html = site.client.get("/keys").text
     assert "ed25519:" + "0f" * 16 in html and "active" in html
+
+
+def test_every_key_status_has_its_own_badge_style() -> None:
+    """The keys page shows a status as class ``key-<status>``: a status without a rule
+    (the staged ``next`` had none) is an unstyled word among coloured badges."""
+    css = (Path(__file__).parents[2] / "webapp" / "static" / "app.css").read_text()
+    assert [s.value for s in KeyStatus if f".key-{s.value} " not in css] == []
 
 
 def _post(site: Site, path: str, **fields: str) -> object:
