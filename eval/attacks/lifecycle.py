@@ -196,8 +196,8 @@ def _revoked_feed(rig: Rig, t: Target) -> Observation:
     surface="executor",
     expect="E_KEY_REVOKED",
     does="A genuine approval signed by a key that the operator then rotated out and revoked "
-    "(airlock keys rotate + revoke); an executor started with the updated key set is handed "
-    "the bundle.",
+    "(airlock keys rotate --now + revoke); an executor started with the updated key set is "
+    "handed the bundle.",
 )
 def _revoked_key(rig: Rig, t: Target) -> Observation:
     raw = bundle_of(approved(rig, rig.hold, stop_action(t)))
