@@ -38,8 +38,13 @@ $(CHROMIUM):
 
 sysdeps: $(CHROMIUM)
 
+# pytest-xdist workers, one a core up to four: the suite waits on subprocesses, fsync and
+# a browser as much as it computes. Each test file runs whole on one worker (loadfile), so
+# a module's shared stack starts once. TEST_JOBS=0 runs in this process, without xdist.
+TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
+
 test: $(STAMP) sysdeps
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile) $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

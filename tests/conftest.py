@@ -25,7 +25,7 @@ from psycopg import sql
 from sqlalchemy.engine import make_url
 
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
-_pg_unreachable: list[str] = []
+_PG_SKIP = "SKIPPED PostgreSQL TEST"
 
 
 #: Loggers a command configures for its whole process when it starts (the root, uvicorn's).
@@ -78,8 +78,7 @@ def pg_server() -> str:
         reason = f"PostgreSQL unreachable at {make_url(url)!r}: {exc}".strip()
         if os.environ.get("AIRLOCK_REQUIRE_POSTGRES") == "1":
             pytest.fail(f"AIRLOCK_REQUIRE_POSTGRES=1 but {reason}", pytrace=False)
-        _pg_unreachable.append(reason)
-        pytest.skip(f"SKIPPED PostgreSQL TEST — {reason}")
+        pytest.skip(f"{_PG_SKIP} — {reason}")
     return url
 
 
@@ -117,9 +116,16 @@ def db_url(request: pytest.FixtureRequest) -> str:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if _pg_unreachable:
+    # From the skip reports, not from state kept in this module: under pytest-xdist the
+    # skips happen in the worker processes and only their reports reach this one.
+    reasons = []
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = getattr(report, "longrepr", None)
+        if isinstance(longrepr, tuple) and _PG_SKIP in str(longrepr[-1]):
+            reasons.append(str(longrepr[-1]).split(_PG_SKIP, 1)[1].lstrip(" —"))
+    if reasons:
         terminalreporter.section("PostgreSQL tests SKIPPED", sep="!", red=True, bold=True)
-        terminalreporter.write_line(_pg_unreachable[0])
+        terminalreporter.write_line(reasons[0])
         terminalreporter.write_line(
             "Start PostgreSQL or set AIRLOCK_TEST_PG_URL; AIRLOCK_REQUIRE_POSTGRES=1 makes "
             "this a failure."

@@ -396,6 +396,7 @@ def resolve(
 async def feed(
     request: Request,
     caller: Caller,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
     after: Annotated[int, Query(ge=0, le=_MAX_SAFE)] = 0,
     wait: Annotated[int, Query(ge=0, le=600)] = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
@@ -404,8 +405,18 @@ async def feed(
     service = _service(request)
     signal: FeedSignal = request.app.state.feed_signal
     deadline = time.monotonic() + min(wait, request.app.state.feed_max_wait)
+    if credentials is None:  # never: Caller refused the request already
+        raise Refusal(ErrorCode.E_UNAUTHENTICATED, "send Authorization: Bearer <token>", 401)
+    first = True
     while True:
         seen = signal.version
+        if not first:
+            # The token is checked again before every query, not only when the poll began:
+            # one revoked (or a session expired) while its poll waits gets no bundle.
+            caller = await run_in_threadpool(
+                _accounts(request).authenticate, credentials.credentials
+            )
+        first = False
         page = await run_in_threadpool(service.feed, caller, after, limit)
         if page.items or page.cursor != after or time.monotonic() >= deadline or signal.closed:
             return page

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
+import time
 import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import sqlalchemy as sa
+import uvicorn
 from argon2 import PasswordHasher, Type
 from fastapi import FastAPI
 
+from airlock.cli._serve import ServerAnsweringOnStop
 from airlock.store import upgrade
 from services.checkpoint._db import Database
 from services.checkpoint.app import DEFAULT_POLICY, MIGRATIONS, create_app
@@ -205,3 +211,37 @@ def audit_events(world: World, kind: str) -> list[dict[str, Any]]:
         rows = conn.execute(sa.text("SELECT event FROM audit_log ORDER BY seq")).scalars()
         events = [json.loads(e) for e in rows]
     return [e for e in events if e.get("type") == kind]
+
+
+def until(what: str, check: Callable[[], object], timeout: float = 20.0) -> None:
+    """Poll ``check`` until it is true; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)  # polling a condition under a deadline, not waiting out a race
+
+
+@contextmanager
+def served(
+    app: FastAPI, *, graceful: int = 60
+) -> Iterator[tuple[ServerAnsweringOnStop, int, threading.Thread]]:
+    """``app`` served by uvicorn on a loopback socket bound first, in a thread of this
+    process, as ``airlock checkpoint`` serves it: (the server, its port, its thread). Stopped as a
+    signal would stop it when the block ends, if the test has not stopped it already."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(
+        app, log_level="warning", lifespan="on", timeout_graceful_shutdown=graceful
+    )
+    server = ServerAnsweringOnStop(config, on_exit=app.state.feed_signal.close)
+    serving = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    serving.start()
+    try:
+        until("the server to start", lambda: server.started or not serving.is_alive())
+        assert server.started, "the server did not start"
+        yield server, port, serving
+    finally:
+        server.should_exit = True
+        serving.join(20.0)
+        sock.close()

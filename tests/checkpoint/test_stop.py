@@ -10,73 +10,53 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import socket
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
-import uvicorn
 
-from airlock.cli._serve import ServerAnsweringOnStop
 from services.checkpoint.routes import FeedSignal
-from tests.checkpoint.harness import make_world
+from tests.checkpoint.harness import make_world, served, until
 
 _DEADLINE = 20.0
-
-
-def _until(what: str, check: Any) -> None:
-    deadline = time.monotonic() + _DEADLINE
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)  # polling a condition under a deadline, not waiting out a race
 
 
 def test_a_stop_answers_an_open_feed_long_poll_at_once(sqlite_url: str, tmp_path: Path) -> None:
     world = make_world(sqlite_url, tmp_path)
     world.app.state.feed_max_wait = 600  # the poll could otherwise end by itself in time
     feed: FeedSignal = world.app.state.feed_signal
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
     # A graceful timeout far longer than the test allows: only the early answer passes.
-    config = uvicorn.Config(
-        world.app, log_level="warning", lifespan="on", timeout_graceful_shutdown=60
-    )
-    server = ServerAnsweringOnStop(config, on_exit=feed.close)
-    serving = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    serving.start()
-    _until("the server to start", lambda: server.started)
+    with served(world.app, graceful=60) as (server, port, serving):
+        answer: dict[str, Any] = {}
 
-    answer: dict[str, Any] = {}
+        def long_poll() -> None:
+            try:
+                response = httpx.get(
+                    f"http://127.0.0.1:{port}/v1/feed",
+                    params={"after": 0, "wait": 600},
+                    headers=world.auth("executor"),
+                    timeout=_DEADLINE,
+                )
+                answer["status"], answer["body"] = response.status_code, response.json()
+            except httpx.HTTPError as exc:
+                answer["error"] = exc
 
-    def long_poll() -> None:
-        try:
-            response = httpx.get(
-                f"http://127.0.0.1:{port}/v1/feed",
-                params={"after": 0, "wait": 600},
-                headers=world.auth("executor"),
-                timeout=_DEADLINE,
-            )
-            answer["status"], answer["body"] = response.status_code, response.json()
-        except httpx.HTTPError as exc:
-            answer["error"] = exc
+        polling = threading.Thread(target=long_poll, daemon=True)
+        polling.start()
+        until("the long-poll to wait on the feed signal", lambda: len(feed._waiters) == 1)
 
-    polling = threading.Thread(target=long_poll, daemon=True)
-    polling.start()
-    _until("the long-poll to wait on the feed signal", lambda: len(feed._waiters) == 1)
-
-    asked = time.monotonic()
-    server.handle_exit(signal.SIGTERM, None)
-    polling.join(_DEADLINE)
-    serving.join(_DEADLINE)
-    assert not polling.is_alive() and not serving.is_alive()
-    assert answer.get("status") == 200, answer
-    assert answer["body"]["items"] == [] and answer["body"]["cursor"] == 0
-    # Answered before the graceful timeout could have cut it (60 s; the deadline is 20 s).
-    assert time.monotonic() - asked < _DEADLINE
-    assert feed.closed
+        asked = time.monotonic()
+        server.handle_exit(signal.SIGTERM, None)
+        polling.join(_DEADLINE)
+        serving.join(_DEADLINE)
+        assert not polling.is_alive() and not serving.is_alive()
+        assert answer.get("status") == 200, answer
+        assert answer["body"]["items"] == [] and answer["body"]["cursor"] == 0
+        # Answered before the graceful timeout could have cut it (60 s; the deadline is 20 s).
+        assert time.monotonic() - asked < _DEADLINE
+        assert feed.closed
 
 
 def test_a_closed_feed_signal_never_waits_again() -> None:

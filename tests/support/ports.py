@@ -6,12 +6,14 @@ out the same ephemeral range (32768–60999 on Linux) to every outgoing connecti
 client connecting to PostgreSQL or devcloud meanwhile, or the next ``bind(0)``, could take
 the port first ("address already in use"; it failed a full run once). Ports here are
 picked *below* the ephemeral range, where the kernel never assigns a port by itself, and
-never twice in one process.
+never twice in one process. Under pytest-xdist each worker draws from its own slice of that
+range, so two workers never hand out the same port either.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import socket
 import threading
@@ -32,10 +34,24 @@ def _candidates() -> range:
     with contextlib.suppress(OSError, ValueError, IndexError):
         low, high = (int(n) for n in _RANGE_FILE.read_text().split()[:2])
     if low - _FLOOR >= 2000:
-        return range(_FLOOR, low)
+        return _worker_slice(range(_FLOOR, low))
     if 65535 - high >= 500:
-        return range(high + 1, 65536)
+        return _worker_slice(range(high + 1, 65536))
     raise RuntimeError(f"the ephemeral port range {low}–{high} leaves no room for test servers")
+
+
+def _worker_slice(ports: range) -> range:
+    """This pytest-xdist worker's share of ``ports`` (all of it outside xdist): workers are
+    separate processes, so ``_handed`` alone cannot keep them apart."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # "gw0", "gw1", …
+    count = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if not (worker.startswith("gw") and worker[2:].isdigit() and count.isdigit()):
+        return ports
+    index, total = int(worker[2:]), int(count)
+    if not 0 <= index < total:
+        raise RuntimeError(f"xdist worker {worker!r} is not one of {total}")
+    size = len(ports) // total
+    return range(ports.start + index * size, ports.start + (index + 1) * size)
 
 
 def _bindable(port: int) -> bool:

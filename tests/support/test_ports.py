@@ -29,3 +29,18 @@ def test_a_port_something_listens_on_is_skipped(monkeypatch: pytest.MonkeyPatch)
         monkeypatch.setattr(ports, "_handed", set())  # only whether it is bound counts
         monkeypatch.setattr(ports, "_candidates", lambda: range(taken, taken + 2))
         assert ports.free_port() == taken + 1
+
+
+def test_xdist_workers_draw_from_disjoint_slices(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two xdist workers are two processes with their own ``_handed``: only disjoint
+    slices keep one from handing out a port the other just did."""
+    full = range(20000, 32768)
+    slices = []
+    for worker in ("gw0", "gw1", "gw2"):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
+        monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "3")
+        slices.append(set(ports._worker_slice(full)))
+    assert all(s and s <= set(full) for s in slices)
+    assert not (slices[0] & slices[1] or slices[0] & slices[2] or slices[1] & slices[2])
+    monkeypatch.delenv("PYTEST_XDIST_WORKER")
+    assert ports._worker_slice(full) == full
