@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import os
 import select
-import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -22,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 from typer.testing import CliRunner, Result
 
 from airlock.cli import app
 from tests.checkpoint.harness import PASSWORD, World, make_world
+from tests.checkpoint.harness import served as serving
 from tests.support.ports import free_port
 
 __all__ = ["PASSWORD", "Served", "airlock", "dead_url", "in_terminal"]
@@ -137,24 +135,10 @@ def dead_url() -> str:
 def served(sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Served]:
     monkeypatch.chdir(tmp_path)  # settings read ./.env; never the developer's
     world = make_world(sqlite_url, tmp_path)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(
-        uvicorn.Config(world.app, log_level="warning", access_log=False, lifespan="on")
-    )
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "checkpoint did not start"
-        time.sleep(0.01)  # polling a condition under a deadline, not waiting out a race
     home = tmp_path / "home"
     try:
-        yield Served(world, f"http://127.0.0.1:{port}", home)
+        with serving(world.app) as (_server, port, _thread):
+            yield Served(world, f"http://127.0.0.1:{port}", home)
     finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
         world.client.close()
         world.checkpoint.db.dispose()
