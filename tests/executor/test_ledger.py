@@ -94,6 +94,37 @@ def test_active_rows_allow_only_the_designed_transitions(env: Env) -> None:
     assert _state(env, aid) == "claimed"
 
 
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [
+        ("resource_id", "'i-t4n0someother'"),
+        ("resource_type", "'rds.instance'"),
+        ("region", "'eu-central-1'"),
+        ("operation", "'delete'"),
+        ("proposal_id", "'prop_someother01'"),
+        ("keyid", "'ed25519:00'"),
+    ],
+)
+def test_a_claimed_row_cannot_be_retargeted_for_whoever_reads_it(
+    env: Env, column: str, value: str
+) -> None:
+    """The columns copied from the signed action name the target to people (``airlock
+    executor ledger``, whoever resolves an in_doubt row): no UPDATE changes them."""
+    b = make_test_bundle(4)
+    env.cloud.add("ecs.instance", b.resource_id)
+    env.executor = env.another_worker("crashy", failpoints=_crash_at("after_consume"))
+    with pytest.raises(SimulatedCrash):
+        env.executor.execute(b.raw)
+    aid = b.approval_id
+    with pytest.raises(DBAPIError, match="identity columns are immutable"):
+        _raw(env, f"UPDATE executor_ledger SET {column} = {value} WHERE approval_id = '{aid}'")
+    with env.engine.connect() as conn:
+        row = conn.execute(sa.select(ledger).where(ledger.c.approval_id == aid)).one()
+    assert (row.state, row.resource_id, row.region) == ("claimed", b.resource_id, "ap-southeast-1")
+    # What may change still does: the lease (recovery's takeover bumps the epoch).
+    _raw(env, f"UPDATE executor_ledger SET lease_epoch = 9 WHERE approval_id = '{aid}'")
+
+
 def test_a_fenced_off_owner_cannot_record_an_outcome(env: Env) -> None:
     """A slow worker whose lease was taken over matches zero rows and stops."""
     b = make_test_bundle(3)
