@@ -293,6 +293,28 @@ def take_over(
     return result.rowcount == 1
 
 
+def release(conn: Connection, *, approval_id: str, owner: str, epoch: int, now: int) -> bool:
+    """End this owner's lease on its ``claimed`` row now, so that the next recovery pass
+    continues the row instead of the lease's end. False if the owner no longer holds it.
+
+    Only a ``claimed`` row: no write was attempted, and recovery re-checks everything
+    before it continues one. An ``executing`` row keeps its lease: its owner's call may
+    still be in flight.
+    """
+    result = conn.execute(
+        sa.update(ledger)
+        .where(
+            ledger.c.approval_id == approval_id,
+            ledger.c.state == State.CLAIMED.value,
+            ledger.c.lease_owner == owner,
+            ledger.c.lease_epoch == epoch,
+            ledger.c.lease_expires > now,
+        )
+        .values(lease_expires=now, updated_at=now)
+    )
+    return result.rowcount == 1
+
+
 def insert_refusal(conn: Connection, values: Mapping[str, Any]) -> None:
     conn.execute(sa.insert(refusals).values(**values))
 

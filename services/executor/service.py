@@ -442,9 +442,29 @@ class Executor:
         try:
             live = self._reader.get_state(action.region, action.resource.type, action.resource.id)
         except CloudError as exc:
-            # No write attempted: leave the row claimed; recovery re-checks after the lease.
+            # No write attempted: the row stays claimed, and its lease ends now, so the next
+            # recovery pass (AIRLOCK_EXECUTOR_RECOVER_EVERY) re-checks and continues it —
+            # not the lease's end, minutes away, for what is most often a passing 503.
             _log.warning("live state of %s unreadable: %s", action.resource.id, exc)
-            return Outcome(work.approval_id, State.CLAIMED, detail=_clip(f"re-read failed: {exc}"))
+            detail = _clip(f"re-read failed: {exc}")
+            now = self.clock()
+            with self._engine.begin() as conn:
+                AuditLog.lock(conn)  # the chain lock before the row lock, as everywhere
+                if ledger.release(
+                    conn, approval_id=work.approval_id, owner=work.owner, epoch=work.epoch, now=now
+                ):
+                    self._audit(
+                        conn,
+                        now,
+                        {
+                            "type": "executor.lease_released",
+                            "approval_id": work.approval_id,
+                            "owner": work.owner,
+                            "epoch": work.epoch,
+                            "detail": detail,
+                        },
+                    )
+            return Outcome(work.approval_id, State.CLAIMED, detail=detail)
         problem = precondition_problem(action, live, self._production)
         if problem is not None:
             return self._finish(

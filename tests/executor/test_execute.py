@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -253,17 +254,35 @@ def test_rds_stop_is_written(env: Env) -> None:
     assert env.cloud.writes == [("stop", b.resource_id, "")]
 
 
-def test_unreadable_live_state_leaves_the_row_claimed_for_recovery(env: Env) -> None:
+def test_unreadable_live_state_leaves_the_row_claimed_for_the_next_recovery_pass(
+    env: Env,
+) -> None:
+    """A re-read that fails (a passing 503) writes nothing and ends the worker's lease at
+    once, audited: the next recovery pass continues the row, not the lease's end."""
     b = make_test_bundle(13)
     env.cloud.add("ecs.instance", b.resource_id)
     env.cloud.read_fails = True
     outcome = env.executor.execute(b.raw)
     assert outcome.state is State.CLAIMED and env.cloud.calls == []
+    (released,) = _events(env, "executor.lease_released")
+    assert released["approval_id"] == b.approval_id and "re-read failed" in released["detail"]
+    # Still unreadable: the pass that continues it writes nothing either, and lets go again.
+    (again,) = env.another_worker("worker-b").recover()
+    assert again.state is State.CLAIMED and env.cloud.writes == []
+    assert len(_events(env, "executor.lease_released")) == 2
     env.cloud.read_fails = False
-    assert env.executor.recover() == []  # the lease has not expired yet
-    env.clock.advance(env.executor.lease_seconds)
-    (recovered,) = env.another_worker("worker-b").recover()
+    (recovered,) = env.another_worker("worker-c").recover()  # the clock has not moved
     assert recovered.state is State.SUCCEEDED and env.cloud.writes_for(b.resource_id) == 1
+    assert env.executor.recover() == []
+    assert env.cloud.writes_for(b.resource_id) == 1
+    assert verify_chain(env.engine).ok
+
+
+def _events(env: Env, kind: str) -> list[dict[str, Any]]:
+    with env.engine.connect() as conn:
+        rows = conn.exec_driver_sql("SELECT event FROM audit_log ORDER BY seq").scalars()
+        events = [json.loads(row) for row in rows]
+    return [e for e in events if e["type"] == kind]
 
 
 @pytest.mark.parametrize(
