@@ -157,6 +157,12 @@ class FeedSignal:
                 self._waiters.discard(entry)
 
 
+#: The request methods counted by name (RFC 9110 §9, and PATCH); any other is "other".
+_HTTP_METHODS: Final = frozenset(
+    ("GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH")
+)
+
+
 class Metrics:
     """Prometheus counters in a registry of this app's own (no global state)."""
 
@@ -396,6 +402,7 @@ def resolve(
 async def feed(
     request: Request,
     caller: Caller,
+    *,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
     after: Annotated[int, Query(ge=0, le=_MAX_SAFE)] = 0,
     wait: Annotated[int, Query(ge=0, le=600)] = 0,
@@ -562,7 +569,8 @@ def install(app: FastAPI) -> None:
         response: Response = await call_next(request)
         route = request.scope.get("route")
         path = getattr(route, "path", "unmatched")
-        request.app.state.metrics.requests.labels(
-            request.method, path, str(response.status_code)
-        ).inc()
+        # Labels only from fixed sets (route templates, the methods HTTP defines, status
+        # codes): a client's made-up method names would each make a counter kept forever.
+        method = request.method if request.method in _HTTP_METHODS else "other"
+        request.app.state.metrics.requests.labels(method, path, str(response.status_code)).inc()
         return response

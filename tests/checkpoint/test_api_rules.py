@@ -502,6 +502,21 @@ def test_health_ready_and_metrics(sqlite_world: World) -> None:
     assert "airlock_checkpoint_approvals_issued_total 1.0" in text
 
 
+def test_made_up_request_methods_cannot_grow_the_metrics(sqlite_world: World) -> None:
+    """Every label set is a counter kept for the life of the process: an anonymous client
+    sending a new method name each time must not add one each."""
+    world = sqlite_world
+    for n in range(50):
+        world.client.request(f"XMETHOD{n}", "/v1/proposals")
+        world.client.request(f"XMETHOD{n}", "/nowhere")
+    text = world.client.get("/metrics").text
+    series = {line.split("}")[0] for line in text.splitlines() if line.startswith("airlock_")}
+    assert not [s for s in series if "XMETHOD" in s]
+    requests = sorted(s for s in series if s.startswith("airlock_checkpoint_requests_total"))
+    assert len(requests) == 2, requests  # one "other" series per route, whatever the name
+    assert all('method="other"' in s for s in requests)
+
+
 def test_every_refused_decision_leaves_an_audit_record(sqlite_world: World) -> None:
     import json as _json
 
