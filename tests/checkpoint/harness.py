@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import httpx
 import sqlalchemy as sa
 import uvicorn
 from argon2 import PasswordHasher, Type
@@ -245,3 +246,30 @@ def served(
         server.should_exit = True
         serving.join(20.0)
         sock.close()
+
+
+def long_poll(
+    world: World, port: int, *, wait: int, timeout: float = 20.0
+) -> tuple[threading.Thread, dict[str, Any]]:
+    """The executor's feed long-poll to the served ``world`` from a thread of its own,
+    returned once it waits on the feed signal: (the thread, the dict its answer's
+    ``status`` and ``body`` land in, or the ``error`` it met)."""
+    feed = world.app.state.feed_signal
+    answer: dict[str, Any] = {}
+
+    def poll() -> None:
+        try:
+            response = httpx.get(
+                f"http://127.0.0.1:{port}/v1/feed",
+                params={"after": 0, "wait": wait},
+                headers=world.auth("executor"),
+                timeout=timeout,
+            )
+            answer["status"], answer["body"] = response.status_code, response.json()
+        except httpx.HTTPError as exc:
+            answer["error"] = exc
+
+    polling = threading.Thread(target=poll, daemon=True)
+    polling.start()
+    until("the long-poll to wait on the feed signal", lambda: len(feed._waiters) == 1, timeout)
+    return polling, answer

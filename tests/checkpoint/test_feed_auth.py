@@ -9,40 +9,11 @@ deadline-bounded poll of a condition.
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
-from typing import Any
 
-import httpx
-
-from services.checkpoint.routes import FeedSignal
-from tests.checkpoint.harness import World, approved, audit_events, make_world, served, until
+from tests.checkpoint.harness import approved, audit_events, long_poll, make_world, served
 
 _DEADLINE = 20.0
-
-
-def _long_poll(world: World, port: int) -> tuple[threading.Thread, dict[str, Any]]:
-    """The executor's long-poll from its own thread, once it waits on the feed signal:
-    (the thread, where its status and body land)."""
-    feed: FeedSignal = world.app.state.feed_signal
-    answer: dict[str, Any] = {}
-
-    def poll() -> None:
-        try:
-            response = httpx.get(
-                f"http://127.0.0.1:{port}/v1/feed",
-                params={"after": 0, "wait": 60},
-                headers=world.auth("executor"),
-                timeout=_DEADLINE,
-            )
-            answer["status"], answer["body"] = response.status_code, response.json()
-        except httpx.HTTPError as exc:
-            answer["error"] = exc
-
-    polling = threading.Thread(target=poll, daemon=True)
-    polling.start()
-    until("the long-poll to wait on the feed signal", lambda: len(feed._waiters) == 1)
-    return polling, answer
 
 
 def test_a_token_revoked_during_its_long_poll_gets_no_bundle(
@@ -51,7 +22,7 @@ def test_a_token_revoked_during_its_long_poll_gets_no_bundle(
     world = make_world(sqlite_url, tmp_path)
     world.app.state.feed_max_wait = 60  # the poll must not end by itself within the test
     with served(world.app) as (_server, port, _serving):
-        polling, answer = _long_poll(world, port)
+        polling, answer = long_poll(world, port, wait=60)
         world.accounts.revoke_service_token("executor-1")
         _, approval_id = approved(world)  # wakes the waiting poll at once
         polling.join(_DEADLINE)
@@ -77,7 +48,7 @@ def test_a_long_poll_that_stays_authorised_still_gets_the_bundle(
     world = make_world(sqlite_url, tmp_path)
     world.app.state.feed_max_wait = 60
     with served(world.app) as (_server, port, _serving):
-        polling, answer = _long_poll(world, port)
+        polling, answer = long_poll(world, port, wait=60)
         _, approval_id = approved(world)
         polling.join(_DEADLINE)
         assert not polling.is_alive()

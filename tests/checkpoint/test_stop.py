@@ -13,12 +13,9 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Any
-
-import httpx
 
 from services.checkpoint.routes import FeedSignal
-from tests.checkpoint.harness import make_world, served, until
+from tests.checkpoint.harness import long_poll, make_world, served
 
 _DEADLINE = 20.0
 
@@ -29,23 +26,7 @@ def test_a_stop_answers_an_open_feed_long_poll_at_once(sqlite_url: str, tmp_path
     feed: FeedSignal = world.app.state.feed_signal
     # A graceful timeout far longer than the test allows: only the early answer passes.
     with served(world.app, graceful=60) as (server, port, serving):
-        answer: dict[str, Any] = {}
-
-        def long_poll() -> None:
-            try:
-                response = httpx.get(
-                    f"http://127.0.0.1:{port}/v1/feed",
-                    params={"after": 0, "wait": 600},
-                    headers=world.auth("executor"),
-                    timeout=_DEADLINE,
-                )
-                answer["status"], answer["body"] = response.status_code, response.json()
-            except httpx.HTTPError as exc:
-                answer["error"] = exc
-
-        polling = threading.Thread(target=long_poll, daemon=True)
-        polling.start()
-        until("the long-poll to wait on the feed signal", lambda: len(feed._waiters) == 1)
+        polling, answer = long_poll(world, port, wait=600, timeout=_DEADLINE)
 
         asked = time.monotonic()
         server.handle_exit(signal.SIGTERM, None)
