@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from airlock.cli._approvals import _evidence
-from airlock.units import decimal_bytes
+from airlock.units import decimal_bytes, duration, span
 from services.agent.idle import format_bytes
 from webapp.charts import human_bytes
 
@@ -48,3 +48,30 @@ def test_a_delete_s_evidence_has_no_made_up_window() -> None:
 def test_a_negative_byte_count_is_an_error_not_a_figure() -> None:
     with pytest.raises(ValueError, match="not negative"):
         decimal_bytes(-1)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "prose", "compact"),
+    [
+        (0, "0 seconds", "0 s"),
+        (1, "1 second", "1 s"),
+        (59, "59 seconds", "59 s"),
+        (60, "1 minute", "1 min"),
+        (119, "1 minute", "1 min"),  # truncated: never more than it was
+        (7_200, "2 hours", "2 h 0 min"),
+        (86_399, "23 hours", "23 h 59 min"),
+        (86_400, "1 day", "1 d 0 h"),
+        (7 * 86_400 + 3_600, "7 days", "7 d 1 h"),
+    ],
+)
+def test_a_duration_is_the_largest_whole_unit_truncated(
+    seconds: int, prose: str, compact: str
+) -> None:
+    assert span(seconds) == prose
+    assert duration(seconds) == compact
+
+
+def test_a_negative_duration_is_refused_in_prose_and_zero_in_a_table() -> None:
+    with pytest.raises(ValueError, match="not negative"):
+        span(-1)
+    assert duration(-5) == "0 s"

@@ -23,6 +23,7 @@ from airlock.protocol import (
     canonical_bytes,
     loads_strict,
 )
+from airlock.units import duration
 
 from .client import ExecutorRefusalView, OutcomeView, ProposalView, VoteView
 
@@ -342,21 +343,6 @@ def vote_of(p: ProposalView, name: str) -> VoteView | None:
 def votes_label(p: ProposalView) -> str:
     """Votes that count toward the quorum, of the quorum."""
     return f"{sum(1 for v in p.votes if v.counts)} of {p.policy.quorum}"
-
-
-def duration(seconds: int) -> str:
-    """``3 d 4 h``, ``5 h 12 min``, ``42 min``, ``30 s``; negative → ``0 s``."""
-    seconds = max(0, seconds)
-    days, rest = divmod(seconds, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days} d {hours} h"
-    if hours:
-        return f"{hours} h {minutes} min"
-    if minutes:
-        return f"{minutes} min"
-    return f"{secs} s"
 
 
 def timestamp(unix: int | None) -> str:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
 import typer
 
-from airlock.units import decimal_bytes
+from airlock.units import decimal_bytes, duration
 
 from ._client import (
     EXIT_CODES_HELP,
@@ -113,9 +113,9 @@ def _bytes(value: object) -> str:
     return inert(str(value))
 
 
-def _days(seconds: object) -> str:
+def _duration(seconds: object) -> str:
     if isinstance(seconds, int) and not isinstance(seconds, bool):
-        return f"{seconds // 86400} d {seconds % 86400 // 3600} h"
+        return duration(seconds)
     return inert(str(seconds))
 
 
@@ -212,8 +212,8 @@ def _evidence(evidence: Mapping[str, Any]) -> list[str]:
     if "stage" in e:
         lines.append(
             f"{text('stage')}: stopped by Airlock at {text('stopped_at')} "
-            f"({text('stop_proposal_id')}), stopped for {_days(e.get('stopped_seconds'))}, "
-            f"grace {_days(e.get('grace_seconds'))}"
+            f"({text('stop_proposal_id')}), stopped for {_duration(e.get('stopped_seconds'))}, "
+            f"grace {_duration(e.get('grace_seconds'))}"
         )
     about = []
     if isinstance(e.get("name"), str) and e["name"]:

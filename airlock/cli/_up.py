@@ -303,9 +303,13 @@ class _Stack:
         ports: dict[str, int],
         instances: int,
         interval: int,
+        *,
         devcloud_admin: bool = False,
+        grace: int | None = None,
     ) -> None:
         self.home = home
+        #: The agent's grace period before a delete, seconds; None keeps its default.
+        self.grace = grace
         #: Set by a stop signal; starting gives up at the next step (``_Interrupted``).
         self.stopping = threading.Event()
         self.signum = int(signal.SIGTERM)
@@ -352,11 +356,13 @@ class _Stack:
         )
 
     def agent_env(self, token: str) -> dict[str, str]:
+        grace = {} if self.grace is None else {"AIRLOCK_AGENT_GRACE_SECONDS": str(self.grace)}
         return self._env(
             AIRLOCK_AGENT_CLOUD_ENDPOINT=self.devcloud_endpoint,
             AIRLOCK_AGENT_CLOUD_PROTOCOL="http",
             AIRLOCK_AGENT_CHECKPOINT_URL=self.checkpoint_url,
             AIRLOCK_AGENT_CHECKPOINT_TOKEN=token,
+            **grace,
         )
 
     def devcloud_env(self) -> dict[str, str]:
@@ -630,6 +636,15 @@ def up_command(
     agent_interval: Annotated[
         int, typer.Option(metavar="SECONDS", help="Seconds between agent scans.")
     ] = 60,
+    agent_grace: Annotated[
+        int | None,
+        typer.Option(
+            metavar="SECONDS",
+            min=0,
+            help="How long an instance Airlock stopped must stay stopped before the agent "
+            "proposes its delete (default 7 days; 120 shows a delete within minutes).",
+        ),
+    ] = None,
     devcloud_admin: Annotated[
         bool,
         typer.Option(
@@ -678,7 +693,14 @@ def up_command(
     state, note = state_home(home, os.environ)
     if note is not None:
         typer.echo(note, err=True)
-    stack = _Stack(state.resolve(), ports, instances, agent_interval, devcloud_admin)
+    stack = _Stack(
+        state.resolve(),
+        ports,
+        instances,
+        agent_interval,
+        devcloud_admin=devcloud_admin,
+        grace=agent_grace,
+    )
 
     def on_signal(signum: int, _frame: object) -> None:
         stack.signum = signum

@@ -30,6 +30,7 @@ from typing import Any, Final, Literal
 from pydantic import ValidationError
 
 from airlock.protocol import ACTION_TYPE, ProposedAction, Refused
+from airlock.units import span
 
 from .client import CheckpointClient, ProposalRecord
 from .discovery import Observation
@@ -300,7 +301,7 @@ def plan(obs: Observation, view: CheckpointView, ctx: PlanContext) -> list[Step]
                 Hold(
                     "delete",
                     *key,
-                    f"stopped {stopped_for // DAY} days; grace period ends "
+                    f"stopped {span(stopped_for)}; grace period ends "
                     f"{rfc3339(stopped.executed_at + ctx.grace_seconds)}",
                 )
             )
@@ -439,9 +440,9 @@ def _delete_action(obs: Observation, stopped: AirlockStop, ctx: PlanContext) -> 
             },
             "evidence": evidence,
             "reason": (
-                f"Stopped by Airlock {stopped_for // DAY} days ago ({stopped.proposal_id}) and "
-                f"not started since (last start {obs.state.started_at}); the "
-                f"{ctx.grace_seconds // DAY}-day grace period has passed"
+                f"Stopped by Airlock {span(stopped_for)} ago ({stopped.proposal_id}) and "
+                f"not started since (last start {obs.state.started_at}); the grace period "
+                f"of {span(ctx.grace_seconds)} has passed"
             ),
         }
     )

@@ -3,6 +3,7 @@ deterministic ids, staged decisions. No I/O."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -260,6 +261,24 @@ def test_a_delete_is_proposed_for_what_stayed_stopped_since_airlocks_stop() -> N
     assert evidence["last_started_at"] == started
     assert evidence["stopped_seconds"] == NOW - STOP.executed_at
     assert f"not started since (last start {started})" in step.action.reason
+
+
+def test_the_delete_reason_names_the_grace_period_in_its_own_unit() -> None:
+    """A grace period shorter than a day (the demo's) reads "2 minutes", not "0-day"."""
+    started = rfc3339(APPROVED - 30 * DAY)
+    stop = AirlockStop("prop_stop0000", executed_at=NOW - 300, approved_at=NOW - 360)
+    view = CheckpointView(airlock_stops={("ap-southeast-1", "i-abcd1234"): stop})
+    short = dataclasses.replace(CTX, grace_seconds=120)
+    (step,) = plan(_obs("Stopped", started_at=started), view, short)
+    assert isinstance(step, Submit) and step.action.operation == "delete"
+    assert "Stopped by Airlock 5 minutes ago (prop_stop0000)" in step.action.reason
+    assert step.action.reason.endswith("the grace period of 2 minutes has passed")
+    (held,) = plan(_obs("Stopped", started_at=started), view, CTX)
+    assert isinstance(held, Hold) and held.reason.startswith("stopped 5 minutes; grace period")
+    (step,) = plan(_obs("Stopped", started_at=started), _stopped_view(), CTX)
+    assert (
+        isinstance(step, Submit) and "the grace period of 7 days has passed" in step.action.reason
+    )
 
 
 @pytest.mark.parametrize("after_approval", [0, 1, DAY, 9 * DAY])

@@ -406,3 +406,30 @@ def test_up_tells_where_admin_commands_find_its_state(
     elsewhere = _admin_hint(tmp_path / "demo-state")
     assert "AIRLOCK_CHECKPOINT_* / AIRLOCK_EXECUTOR_* paths" in elsewhere
     assert str(tmp_path / "demo-state") in elsewhere
+
+
+def test_the_agent_grace_reaches_the_agent_alone_and_its_settings_take_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``up --agent-grace 120`` is how the demo shows a delete in minutes: the agent's
+    setting, in the agent's environment only; without it, the agent's own default."""
+    from airlock.cli._up import _Stack
+    from airlock.settings import AgentSettings
+
+    from .conftest import airlock
+
+    ports = {"webapp": 1, "checkpoint": 2, "devcloud": 3}
+    monkeypatch.setenv("AIRLOCK_AGENT_GRACE_SECONDS", "5")  # the shell's never reaches it
+    short = _Stack(tmp_path / "a", ports, 4, 5, grace=120)
+    assert short.agent_env("t")["AIRLOCK_AGENT_GRACE_SECONDS"] == "120"
+    assert all("GRACE" not in k for k in (*short.executor_env(), *short.checkpoint_env()))
+    default = _Stack(tmp_path / "b", ports, 4, 5)
+    assert "AIRLOCK_AGENT_GRACE_SECONDS" not in default.agent_env("t")
+    for key in [k for k in os.environ if k.startswith("AIRLOCK_")]:
+        monkeypatch.delenv(key)
+    for key, value in short.agent_env("t").items():
+        if key.startswith("AIRLOCK_"):
+            monkeypatch.setenv(key, value)
+    assert AgentSettings().grace_seconds == 120
+    result = airlock("up", "--agent-grace", "-1")
+    assert result.exit_code == 2 and "--agent-grace" in result.output
