@@ -351,10 +351,17 @@ RETURNING seq, prev_hash, row_hash
 """
 
 
-def _append_statement(row_hash: str, well_formed: str) -> sa.TextClause:
-    return sa.text(_APPEND_SQL.format(row_hash=row_hash, well_formed=well_formed)).bindparams(
-        sa.bindparam("event", type_=sa.Text),
-        sa.bindparam("event_bytes", type_=sa.LargeBinary),
+def _append_statement(row_hash: str, well_formed: str) -> sa.TextualSelect:
+    # The RETURNING columns declared, in their order: SQLAlchemy then keeps the result's
+    # column map with the compiled statement instead of building it from the cursor on
+    # every append.
+    return (
+        sa.text(_APPEND_SQL.format(row_hash=row_hash, well_formed=well_formed))
+        .bindparams(
+            sa.bindparam("event", type_=sa.Text),
+            sa.bindparam("event_bytes", type_=sa.LargeBinary),
+        )
+        .columns(_audit.c.seq, _audit.c.prev_hash, _audit.c.row_hash)
     )
 
 

@@ -52,6 +52,47 @@ def test_sqlite_transaction_takes_the_write_lock_at_begin(sqlite_url: str) -> No
         waiter.dispose()
 
 
+def test_sqlite_connection_lent_to_a_read_transaction_begins_immediate_again(
+    sqlite_url: str,
+) -> None:
+    """A read_transaction's deferred BEGIN is marked on the pooled connection itself (the
+    dialect's do_begin sees no more); the mark goes when the loan ends, even by an error,
+    so the next transaction on that same connection holds the write lock from its BEGIN."""
+    engine = make_engine(sqlite_url, busy_timeout_s=0.05)
+    waiter = make_engine(sqlite_url, busy_timeout_s=0.05)
+
+    class Boom(Exception):
+        pass
+
+    try:
+        with read_transaction(engine) as reader:
+            lent = reader.connection.dbapi_connection
+            with waiter.begin() as w:  # a deferred BEGIN holds no lock: writers go on
+                w.execute(sa.text("SELECT 1"))
+        with pytest.raises(Boom), read_transaction(engine):
+            raise Boom
+        with engine.begin() as conn:
+            assert conn.connection.dbapi_connection is lent  # the pool lent it again
+            conn.execute(sa.text("SELECT 1"))
+            with pytest.raises(OperationalError, match="database is locked"), waiter.begin() as w:
+                w.execute(sa.text("SELECT 1"))
+    finally:
+        engine.dispose()
+        waiter.dispose()
+
+
+def test_sqlite_engine_runs_no_connection_events(sqlite_url: str) -> None:
+    # Its BEGIN comes from the dialect, not a "begin" listener: any connection event on
+    # the engine makes SQLAlchemy dispatch events around every statement it runs.
+    engine = make_engine(sqlite_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text("SELECT 1"))
+            assert not engine._has_events and not conn._has_events
+    finally:
+        engine.dispose()
+
+
 def test_sqlite_queued_writer_proceeds_after_commit(sqlite_url: str) -> None:
     engine = make_engine(sqlite_url)
     try:
