@@ -26,6 +26,7 @@ from sqlalchemy.engine import make_url
 
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
 _PG_SKIP = "SKIPPED PostgreSQL TEST"
+_STATE_BEFORE = pytest.StashKey[bool]()
 
 
 #: Loggers a command configures for its whole process when it starts (the root, uvicorn's).
@@ -130,3 +131,27 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             "Start PostgreSQL or set AIRLOCK_TEST_PG_URL; AIRLOCK_REQUIRE_POSTGRES=1 makes "
             "this a failure."
         )
+
+
+#: ``airlock up``'s default state directory in the checkout. A test that writes there
+#: (the browser tests' screenshots once did) makes ``make up`` refuse it afterwards.
+_REPO_STATE = Path(__file__).resolve().parents[1] / ".airlock"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_STATE_BEFORE] = _REPO_STATE.exists()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if hasattr(session.config, "workerinput"):  # an xdist worker: the controller checks
+        return
+    if not session.config.stash.get(_STATE_BEFORE, True) and _REPO_STATE.exists():
+        writer = session.config.get_terminal_writer()
+        writer.line()
+        writer.line(
+            f"a test created {_REPO_STATE}, `airlock up`'s state directory: `make up` would "
+            "refuse it; write to tmp_path instead",
+            red=True,
+            bold=True,
+        )
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -3,7 +3,10 @@
 One stack per session — devcloud, the checkpoint, the executor and the web app, each
 its own process on loopback — and one browser; each person gets a fresh browser context
 (their own cookies). Screenshots of the queue and a proposal page (desktop and phone
-width) are written to ``.airlock/screenshots/`` (git-ignored) for a person to look at.
+width) are written to the run's temporary directory, or to ``AIRLOCK_SCREENSHOTS_DIR``
+for a person to look at — never into the checkout's ``.airlock/``, which is ``airlock
+up``'s state directory: one made 0755 by a test and holding files up did not make is
+refused by up, so ``make up`` after ``make test`` would fail on a fresh clone.
 """
 
 from __future__ import annotations
@@ -26,13 +29,20 @@ from tests.support.stack import ACCOUNT, PASSWORD, REGION, Stack, running_stack
 pytestmark = pytest.mark.browser
 
 CHROMIUM = "/usr/bin/chromium"
-SCREENSHOTS = Path(
-    os.environ.get(
-        "AIRLOCK_SCREENSHOTS_DIR", Path(__file__).resolve().parents[2] / ".airlock" / "screenshots"
-    )
-)
 HOSTILE_NAME = "<img src=x onerror=alert(1)>"
 HOSTILE_TAG = '"><script>alert(1)</script>'
+
+
+@pytest.fixture(scope="session")
+def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the screenshots go (module docstring)."""
+    chosen = os.environ.get("AIRLOCK_SCREENSHOTS_DIR")
+    if not chosen:
+        return tmp_path_factory.mktemp("screenshots")
+    path = Path(chosen)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
 
 if not Path(CHROMIUM).exists():  # pragma: no cover - `make test` installs it first
     pytest.fail(f"{CHROMIUM} is missing: run `make test` (installs Debian's chromium)")
@@ -183,7 +193,7 @@ def people(browser: Browser, stack: Stack) -> Iterator[dict[str, Person]]:
 
 
 def test_alice_approves_a_stop_and_sees_the_executed_outcome_with_a_verified_receipt(
-    stack: Stack, people: dict[str, Person]
+    stack: Stack, people: dict[str, Person], screenshots: Path
 ) -> None:
     rid = "i-t4ne2estop001"
     stack.devcloud.admin.create_instance(rid, status="Running", name="batch-worker-7")
@@ -203,7 +213,7 @@ def test_alice_approves_a_stop_and_sees_the_executed_outcome_with_a_verified_rec
     expect(page.locator("#action-jcs")).to_have_text(proposal["action_jcs"])
     expect(page.locator("#hash-check")).to_have_text("matches the text below")
     expect(page.locator("#rule")).to_have_text("stop-one-person")
-    page.screenshot(path=str(SCREENSHOTS / "proposal.png"), full_page=True)
+    page.screenshot(path=str(screenshots / "proposal.png"), full_page=True)
 
     page.fill("#approve-note", "idle since the migration")
     page.click("#approve-button")
@@ -357,7 +367,7 @@ def test_an_in_doubt_execution_shows_the_executors_detail_to_the_admin(
 
 
 def test_an_executor_refusal_reported_while_the_queue_is_open_shows_in_its_row(
-    stack: Stack, people: dict[str, Person]
+    stack: Stack, people: dict[str, Person], screenshots: Path
 ) -> None:
     """Another executor refused the approval this stack's executor then ran (a note, not
     a state): the open queue picks the note up on its next poll, without a reload and
@@ -408,7 +418,7 @@ def test_an_executor_refusal_reported_while_the_queue_is_open_shows_in_its_row(
     expect(page.locator("#queue-status")).to_have_text("The queue was updated.")
     expect(badge).to_have_attribute("data-code", "E_AUDIENCE")
     expect(row).to_contain_text("executed")  # the state is still the state
-    page.screenshot(path=str(SCREENSHOTS / "queue-refusal.png"), full_page=True)
+    page.screenshot(path=str(screenshots / "queue-refusal.png"), full_page=True)
 
 
 def test_reject_with_a_reason_code_is_what_the_agent_reads_back(
@@ -490,7 +500,7 @@ def test_form_posts_without_the_token_or_from_another_origin_are_refused(
 
 
 def test_pages_fit_a_phone_screen_and_carry_the_security_headers(
-    browser: Browser, stack: Stack
+    browser: Browser, stack: Stack, screenshots: Path
 ) -> None:
     phone = Person(browser, stack, "admin", width=390)
     try:
@@ -501,18 +511,17 @@ def test_pages_fit_a_phone_screen_and_carry_the_security_headers(
         assert headers["x-frame-options"] == "DENY"
         width = phone.page.evaluate("document.documentElement.scrollWidth")
         assert width <= 390
-        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        phone.page.screenshot(path=str(SCREENSHOTS / "queue-phone.png"), full_page=True)
+        phone.page.screenshot(path=str(screenshots / "queue-phone.png"), full_page=True)
         first = phone.page.locator("#queue-rows tr a").first
         first.click()
         expect(phone.page.locator("#plain")).to_be_visible()
         phone.page.wait_for_load_state("load")  # the stylesheet is applied
         assert phone.page.evaluate("document.documentElement.scrollWidth") <= 390
-        phone.page.screenshot(path=str(SCREENSHOTS / "proposal-phone.png"), full_page=True)
+        phone.page.screenshot(path=str(screenshots / "proposal-phone.png"), full_page=True)
         # The desktop queue, by now holding proposals in several states.
         phone.page.set_viewport_size({"width": 1200, "height": 700})
         phone.page.goto("/")
-        phone.page.screenshot(path=str(SCREENSHOTS / "queue.png"), full_page=True)
+        phone.page.screenshot(path=str(screenshots / "queue.png"), full_page=True)
         cookies = {c["name"]: c for c in phone.context.cookies()}
         session = cookies["airlock_session"]
         assert session["httpOnly"] and session["sameSite"] == "Strict"
