@@ -241,7 +241,7 @@ class _TrustedKeysExport:
                 current = None
             if current != text:
                 replace_file(self.out, text.encode())
-        except (ConfigError, OSError) as exc:
+        except (ConfigError, OSError, ValueError) as exc:  # ValueError: not UTF-8
             raise UpError(
                 f"the checkpoint's public key set could not be exported to {self.out}: {exc}"
             ) from None

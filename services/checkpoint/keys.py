@@ -53,7 +53,14 @@ from cryptography.hazmat.primitives.serialization import (
     load_pem_private_key,
 )
 
-from airlock.protocol import KeySet, KeyStatus, TrustedKey, b64decode_strict, b64encode
+from airlock.protocol import (
+    KeySet,
+    KeySetError,
+    KeyStatus,
+    TrustedKey,
+    b64decode_strict,
+    b64encode,
+)
 
 from .errors import ConfigError
 from .signer import Signer
@@ -160,7 +167,7 @@ class KeyDirectory:
             for r in records:
                 if TrustedKey.from_raw(r.public_key).kid != r.kid:
                     raise ValueError(f"kid {r.kid} does not match its public key")
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, KeySetError) as exc:
             raise ConfigError(f"key set {self.manifest_path} is malformed: {exc}") from None
         return records, _digest(data)
 

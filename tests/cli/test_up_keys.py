@@ -101,15 +101,20 @@ def test_an_unchanged_key_set_is_not_written_again(keys: KeyDirectory, tmp_path:
     assert export.out.stat().st_mtime_ns == written.st_mtime_ns
 
 
+@pytest.mark.parametrize("breakage", ["fields missing", "a key listed twice"])
 def test_a_manifest_broken_under_up_leaves_the_executor_its_key_set_and_is_told_once(
-    keys: KeyDirectory, tmp_path: Path
+    keys: KeyDirectory, tmp_path: Path, breakage: str
 ) -> None:
     export = _export(keys, tmp_path)
     export.sync()
     kept = export.out.read_bytes()
     good = keys.manifest_path.read_bytes()
     broken = keys.path / ".broken"
-    broken.write_text('{"keys": [{"kid": "ed25519:nothing"}]}')
+    if breakage == "fields missing":
+        broken.write_text('{"keys": [{"kid": "ed25519:nothing"}]}')
+    else:  # each entry well formed: the key set, not the entry, refuses it (KeySetError)
+        manifest = json.loads(good)
+        broken.write_text(json.dumps({**manifest, "keys": manifest["keys"] * 2}))
     os.replace(broken, keys.manifest_path)
     said = export.follow()
     assert said is not None and said.startswith("up: warning:")
