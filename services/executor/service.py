@@ -442,11 +442,16 @@ class Executor:
         try:
             live = self._reader.get_state(action.region, action.resource.type, action.resource.id)
         except CloudError as exc:
-            # No write attempted: the row stays claimed, and its lease ends now, so the next
-            # recovery pass (AIRLOCK_EXECUTOR_RECOVER_EVERY) re-checks and continues it —
-            # not the lease's end, minutes away, for what is most often a passing 503.
+            # No write attempted: the row stays claimed. The first time (the consuming
+            # worker's, epoch 1) its lease ends now, so the next recovery pass
+            # (AIRLOCK_EXECUTOR_RECOVER_EVERY) re-checks and continues it — not the lease's
+            # end, minutes away, for what is most often a passing 503. A read that fails
+            # again in recovery keeps its lease: a provider that keeps refusing (throttling,
+            # a RAM policy) is asked once a lease, not once a pass, each with two events.
             _log.warning("live state of %s unreadable: %s", action.resource.id, exc)
             detail = _clip(f"re-read failed: {exc}")
+            if work.epoch != 1:
+                return Outcome(work.approval_id, State.CLAIMED, detail=detail)
             now = self.clock()
             with self._engine.begin() as conn:
                 AuditLog.lock(conn)  # the chain lock before the row lock, as everywhere

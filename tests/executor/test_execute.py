@@ -257,8 +257,8 @@ def test_rds_stop_is_written(env: Env) -> None:
 def test_unreadable_live_state_leaves_the_row_claimed_for_the_next_recovery_pass(
     env: Env,
 ) -> None:
-    """A re-read that fails (a passing 503) writes nothing and ends the worker's lease at
-    once, audited: the next recovery pass continues the row, not the lease's end."""
+    """A re-read that fails (a passing 503) writes nothing and ends the consuming worker's
+    lease at once, audited: the next recovery pass continues the row, not the lease's end."""
     b = make_test_bundle(13)
     env.cloud.add("ecs.instance", b.resource_id)
     env.cloud.read_fails = True
@@ -266,12 +266,15 @@ def test_unreadable_live_state_leaves_the_row_claimed_for_the_next_recovery_pass
     assert outcome.state is State.CLAIMED and env.cloud.calls == []
     (released,) = _events(env, "executor.lease_released")
     assert released["approval_id"] == b.approval_id and "re-read failed" in released["detail"]
-    # Still unreadable: the pass that continues it writes nothing either, and lets go again.
+    # Still unreadable: the pass that continues it writes nothing either, and keeps its
+    # lease this time, so a provider that keeps refusing is asked once a lease.
     (again,) = env.another_worker("worker-b").recover()
     assert again.state is State.CLAIMED and env.cloud.writes == []
-    assert len(_events(env, "executor.lease_released")) == 2
+    assert len(_events(env, "executor.lease_released")) == 1
+    assert env.another_worker("worker-c").recover() == []
     env.cloud.read_fails = False
-    (recovered,) = env.another_worker("worker-c").recover()  # the clock has not moved
+    env.clock.advance(env.executor.lease_seconds)
+    (recovered,) = env.another_worker("worker-c").recover()
     assert recovered.state is State.SUCCEEDED and env.cloud.writes_for(b.resource_id) == 1
     assert env.executor.recover() == []
     assert env.cloud.writes_for(b.resource_id) == 1
