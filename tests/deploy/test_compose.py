@@ -94,9 +94,22 @@ def test_only_the_executor_holds_the_receipt_key_and_the_trusted_key_set() -> No
     trusting = [
         name
         for name, s in SERVICES.items()
-        if any("trusted-keys" in str(v) for v in s.get("volumes", []))
+        if "AIRLOCK_EXECUTOR_TRUSTED_KEYS_PATH" in s.get("environment", {})
     ]
     assert trusting == ["executor"]
+
+
+def test_the_executor_sees_a_key_set_replaced_by_rename_while_it_runs() -> None:
+    """A single-file bind mount stays on the inode the file had when the container
+    started: a key set replaced by rename (a stage, rotation or revocation exported as it
+    should be) would never reach the running executor. The directory is mounted."""
+    inside = Path(_environment("executor")["AIRLOCK_EXECUTOR_TRUSTED_KEYS_PATH"])
+    mounts = [str(v).split(":") for v in SERVICES["executor"].get("volumes", [])]
+    holding = [m for m in mounts if inside.is_relative_to(m[1])]
+    assert len(holding) == 1, mounts
+    source, target, mode = holding[0]
+    assert Path(target) == inside.parent and mode == "ro"
+    assert source == "./deploy/public" and not source.endswith(".json")
 
 
 def test_the_checkpoint_verifies_outcomes_against_the_generated_receipt_key(
