@@ -64,6 +64,7 @@ approvals_app = Typer(
 )
 
 _PROPOSAL_ID: Final = re.compile(r"prop_[A-Za-z0-9_-]{8,80}")
+_DEFAULT_LIMIT: Final = 50
 _HASH: Final = re.compile(r"sha256:[0-9a-f]{64}")
 _KINDS: Final = {"ecs.instance": "ECS instance", "rds.instance": "RDS database instance"}
 
@@ -402,7 +403,9 @@ def list_command(
     state: Annotated[
         list[State] | None,
         typer.Option(
-            "--state", metavar="STATE", help="Only this state; repeat it for any of several."
+            "--state",
+            metavar="STATE",
+            help="Only this state (" + ", ".join(State) + "); repeat it for any of several.",
         ),
     ] = None,
     operation: Annotated[
@@ -414,7 +417,7 @@ def list_command(
     region: Annotated[str | None, typer.Option("--region", help="Only this region.")] = None,
     limit: Annotated[
         int, typer.Option("--limit", metavar="N", min=1, max=200, help="Page size.")
-    ] = 50,
+    ] = _DEFAULT_LIMIT,
     before: Annotated[
         str | None,
         typer.Option("--before", metavar="ID", help="Older than this id (the next page)."),
@@ -456,9 +459,17 @@ def list_command(
         return
     _table(page)
     if page.next_before:
-        # The same filters again: the next page of this list, not of every proposal.
+        # The same filters and page size again: the next page of this list, not of every
+        # proposal. The cursor comes from the checkpoint: quoted like the rest, and only
+        # ever a proposal id, so the line is safe to paste.
         again = [f"--{k} {shlex.quote(v)}" for k, v in filters]
-        say(" ".join(["more: airlock approvals list", *again, f"--before {page.next_before}"]))
+        if limit != _DEFAULT_LIMIT:
+            again.append(f"--limit {limit}")
+        if _PROPOSAL_ID.fullmatch(page.next_before):
+            again.append(f"--before {shlex.quote(page.next_before)}")
+            say(" ".join(["more: airlock approvals list", *again]))
+        else:
+            say("more proposals: the checkpoint's cursor is not a proposal id, not shown")
 
 
 def _table(page: _Page) -> None:

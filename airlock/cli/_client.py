@@ -75,7 +75,8 @@ class ExitCode(enum.IntEnum):
 EXIT_CODES_HELP: Final = (
     "Exit codes: 0 done; 1 refused by the checkpoint (its code and message are printed); "
     "2 usage or configuration error (bad arguments, not logged in); "
-    "3 the checkpoint is unreachable or answered with a server error."
+    "3 the checkpoint is unreachable, answered with a server error, or gave an answer this "
+    "CLI cannot use (an older checkpoint)."
 )
 
 

@@ -80,12 +80,14 @@ def test_list_takes_several_states_and_its_next_page_keeps_them(served: Served) 
     first = served.run(*args, "--limit", "1")
     assert first.exit_code == 0, first.output
     assert ids["pending"] in first.stdout and ids["approved"] not in first.stdout
-    # The hint is the next page of this list, filters and all, as a command to paste.
+    # The hint is the next page of this list, filters and page size and all, as a
+    # command to paste.
     hint = next(line for line in first.output.splitlines() if line.startswith("more: "))
     assert hint == (
-        f"more: airlock approvals list --state pending --state rejected --before {ids['pending']}"
+        "more: airlock approvals list --state pending --state rejected --limit 1 "
+        f"--before {ids['pending']}"
     )
-    second = served.run(*hint.removeprefix("more: airlock ").split(), "--limit", "1")
+    second = served.run(*hint.removeprefix("more: airlock ").split())
     assert second.exit_code == 0, second.output
     assert ids["rejected"] in second.stdout
     assert ids["approved"] not in second.stdout and ids["pending"] not in second.stdout
@@ -432,3 +434,23 @@ def test_group_help_documents_examples_and_exit_codes() -> None:
     assert "airlock approvals approve" in group
     assert "Exit codes" in group
     assert "--confirm" in airlock("approvals", "approve", "--help").stdout
+
+
+def test_a_cursor_that_is_not_a_proposal_id_never_reaches_the_hint_to_paste(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ``more:`` line is a command a person pastes into a shell: a checkpoint (or a
+    proxy) answering with a cursor like ``$(…)`` must not put it there."""
+    _three_states(served)
+    real = served.world.checkpoint.list
+
+    def hostile_cursor(principal: Any, **kwargs: Any) -> Any:
+        page = real(principal, **kwargs)
+        return page.model_copy(update={"next_before": "prop_$(touch /tmp/pwned)"})
+
+    monkeypatch.setattr(served.world.checkpoint, "list", hostile_cursor)
+    served.login("alice")
+    result = served.run("approvals", "list", "--limit", "1")
+    assert result.exit_code == 0, result.output
+    assert "$(" not in result.output and "pwned" not in result.output
+    assert "cursor is not a proposal id" in result.output
