@@ -262,6 +262,13 @@ def replace_file(out: Path, data: bytes) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    # The rename itself durable: after a power loss the executor must not find the key
+    # set from before a revocation.
+    dir_fd = os.open(out.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 @keys_app.command("export-public")

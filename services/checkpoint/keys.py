@@ -478,7 +478,7 @@ def _unlink(path: Path) -> None:
 class KeyRing:
     """The running service's view of a key directory: the active signer, reloaded on change.
 
-    ``airlock keys rotate|revoke`` rewrite the manifest while the checkpoint runs; the
+    ``airlock keys stage|rotate|revoke`` rewrite the manifest while the checkpoint runs; the
     next signature after the manifest is replaced uses the new active key, without a
     restart (a staged key is never loaded: :meth:`KeyDirectory.active_signer` takes the
     active one only). A manifest that changes to something unusable (no active key)
