@@ -228,6 +228,14 @@ def _checkpoint_keys(report: _Report, keys_dir: Path) -> None:
     active = [kid for kid, status, _ in files if status == "active"]
     if len(active) != 1:
         report.add("fail", "keys.checkpoint", f"{len(active)} active signing keys; exactly one")
+    staged = [kid for kid, status, _ in files if status == "next"]
+    if len(staged) > 1:  # keys stage refuses a second; only a hand edit makes one
+        report.add(
+            "warn",
+            "keys.next",
+            f"{len(staged)} staged keys ({', '.join(staged)}): keys rotate refuses to choose; "
+            "airlock keys revoke all but one",
+        )
     for kid, status, file in files:
         path = keys_dir / Path(file).name
         if status == "active":

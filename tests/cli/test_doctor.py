@@ -440,6 +440,21 @@ def test_doctor_checks_the_staged_private_key_like_the_active_one(
     assert f"airlock keys revoke {staged.kid}" in warning
 
 
+def test_doctor_warns_of_two_staged_keys_a_hand_edit_left(served: Served, tmp_path: Path) -> None:
+    env = _dev_env(served, tmp_path)
+    keys = KeyDirectory(served.world.keys_dir)
+    first = keys.stage(int(time.time()), audit=served.world.key_audit())
+    value = json.loads(keys.manifest_path.read_text())
+    second = {
+        **next(k for k in value["keys"] if k["kid"] == first.kid),
+        "kid": "ed25519:" + "ab" * 16,
+    }
+    keys.manifest_path.write_text(json.dumps({**value, "keys": [*value["keys"], second]}))
+    result = served.run("doctor", env=env)
+    warnings = _named(result.stdout, "warn", "keys.next")
+    assert any("2 staged keys" in w and "keys rotate refuses to choose" in w for w in warnings)
+
+
 def test_approval_trust_reads_revocation_and_not_after_as_the_verifier_does() -> None:
     def key(status: KeyStatus, not_after: int | None = None) -> TrustedKey:
         raw = Ed25519PrivateKey.generate().public_key().public_bytes_raw()
