@@ -1,6 +1,9 @@
-"""The checkpoint's answers about proposals, as its clients read them (the CLI, the web app).
+"""The checkpoint's answers as its clients read them (the CLI, the web app): a login, and
+the proposal records.
 
 One set of shapes for every client, so that a field the checkpoint adds is added here once.
+An answer only one client reads (``/v1/me``, ``/v1/audit``, ``/v1/keys`` for the web app)
+stays with that client until a second one needs it.
 The checkpoint's own models (``services/checkpoint/schemas.py``) stay the strict ones
 (``extra="forbid"``): they say what it sends. These say what a client needs, and are
 lenient on purpose: an unknown field is ignored, so a newer checkpoint does not break an
@@ -24,6 +27,7 @@ __all__ = [
     "Approval",
     "ExecutorRefusal",
     "ExecutorResolution",
+    "LoginAnswer",
     "Outcome",
     "Policy",
     "Proposal",
@@ -37,6 +41,16 @@ class _Answer(BaseModel):
     # Unknown fields are ignored so a newer checkpoint does not break a client; missing
     # ones are an error.
     model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class LoginAnswer(_Answer):
+    """``POST /v1/sessions``: a person's session token. The CLI keeps it in its session
+    file; the web app in the person's cookie."""
+
+    token: str
+    expires_at: int
+    username: str
+    role: str
 
 
 class Policy(_Answer):

@@ -1,4 +1,4 @@
-"""airlock.api: the one set of proposal shapes the CLI and the web app both read.
+"""airlock.api: the one set of answer shapes the CLI and the web app both read.
 
 Tested once here, through each client's own way of reading an answer (the CLI's
 ``parse``, the web app's ``CheckpointClient`` over a mock transport), so a change to the
@@ -154,6 +154,7 @@ def test_the_sample_is_what_the_checkpoint_sends() -> None:
 @pytest.mark.parametrize(
     ("client_model", "server_model"),
     [
+        (api.LoginAnswer, schemas.LoginOut),
         (api.ProposalPage, schemas.ProposalList),
         (api.Proposal, schemas.ProposalOut),
         (api.Policy, schemas.PolicyOut),
@@ -253,6 +254,34 @@ def test_the_cli_names_the_missing_field_it_refuses() -> None:
     record["approval"] = {k: v for k, v in record["approval"].items() if k != "envelope"}
     with pytest.raises(cli_client.CheckpointUnavailable, match=r"approval\.envelope: Field"):
         cli_parse(api.Proposal, record)
+
+
+_LOGIN = {"token": "t" * 43, "expires_at": _AT + 3600, "username": "alice", "role": "approver"}
+
+
+def _login_by_webapp(body: dict[str, Any]) -> api.LoginAnswer:
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=json.dumps(body).encode())
+
+    client = CheckpointClient("http://checkpoint.test", transport=httpx.MockTransport(answer))
+    try:
+        return client.login("alice", "password")
+    finally:
+        client.close()
+
+
+def test_a_login_answer_ignores_unknown_fields_and_needs_every_known_one() -> None:
+    """``airlock login`` validates the answer itself (its own message, exit 3); the web
+    app through its client."""
+    schemas.LoginOut.model_validate(_LOGIN)
+    newer = {**_LOGIN, "mfa": "totp"}
+    assert api.LoginAnswer.model_validate(newer) == _login_by_webapp(newer)
+    assert _login_by_webapp(newer).role == "approver"
+    short = {k: v for k, v in _LOGIN.items() if k != "role"}
+    with pytest.raises(pydantic.ValidationError):
+        api.LoginAnswer.model_validate(short)
+    with pytest.raises(webapp_errors.CheckpointUnavailable):
+        _login_by_webapp(short)
 
 
 def test_a_read_answer_cannot_be_changed_afterwards() -> None:

@@ -17,13 +17,13 @@ from typing import Any, Final, Literal, TypeVar
 import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from airlock.api import Proposal, ProposalPage
+from airlock.api import LoginAnswer, Proposal, ProposalPage
 from airlock.httpdeadline import with_deadlines, within
 from airlock.protocol import Refused, loads_strict
 
 from .errors import CheckpointRefused, CheckpointUnavailable
 
-__all__ = ["AuditView", "CheckpointClient", "KeyView", "Me", "Session"]
+__all__ = ["AuditView", "CheckpointClient", "KeyView", "Me"]
 
 _USER_AGENT: Final = "airlock-webapp/1"
 #: The largest answer read as JSON: a page of proposals with their action texts (each at
@@ -34,13 +34,6 @@ _M = TypeVar("_M", bound=BaseModel)
 
 class _View(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
-
-
-class Session(_View):
-    token: str
-    expires_at: int
-    username: str
-    role: str
 
 
 class Me(_View):
@@ -118,10 +111,10 @@ class CheckpointClient:
 
     # -- sessions -------------------------------------------------------------------
 
-    def login(self, username: str, password: str) -> Session:
+    def login(self, username: str, password: str) -> LoginAnswer:
         body = {"username": username, "password": password}
         data = self._call("POST", "/v1/sessions", None, json=body)
-        return _parse(Session, data)
+        return _parse(LoginAnswer, data)
 
     def logout(self, token: str) -> None:
         self._call("DELETE", "/v1/sessions/current", token)
