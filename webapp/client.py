@@ -4,8 +4,8 @@ Every call carries the signed-in person's own session token, passed in per call;
 client keeps no token, so one client serves every person without mixing them up. The
 response shapes are parsed at this boundary into frozen models (unknown fields are
 ignored so a newer checkpoint does not break the page; missing ones are an error): the
-proposal records are the kernel's :mod:`airlock.api`, shared with the CLI; the answers
-only the web app reads are here.
+login answer and the proposal records are the kernel's :mod:`airlock.api`, shared with
+the CLI; the answers only the web app reads are here.
 """
 
 from __future__ import annotations

@@ -177,7 +177,7 @@ def signed_action_problem(p: Proposal) -> str | None:
     A person approves ``action_hash``, which covers ``action_jcs`` only. The headline, the
     "What will happen" sentence and the confirm id are built from the record's convenience
     fields and its parsed ``action``, so each must say what the hashed text says. The
-    same checks as the CLI's ``_signed_action`` (``airlock/cli/_approvals.py``).
+    same checks as the CLI's ``signed_action`` (``airlock/cli/_proposal.py``).
     """
     # (1) The text hashes to the hash the Approve button sends.
     if not hash_matches(p):
