@@ -31,13 +31,14 @@ from pydantic import BeforeValidator
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
 
+from airlock.api import Proposal
 from airlock.asgi import BodyLimit
 from airlock.settings import WebappSettings
 from airlock.tls import checkpoint_verify
 
 from . import present
 from .charts import evidence_charts, human_bytes, percent
-from .client import CheckpointClient, Me, ProposalView
+from .client import CheckpointClient, Me
 from .errors import SIGN_IN_REFUSED, CheckpointRefused, CheckpointUnavailable, human_message
 from .security import (
     CSRF_FIELD,
@@ -551,7 +552,7 @@ def create_app(
                 out[name] = value
         return out
 
-    def queue_items(token: str, filters: dict[str, str]) -> list[ProposalView]:
+    def queue_items(token: str, filters: dict[str, str]) -> list[Proposal]:
         if "state" in filters:
             return client.proposals(token, limit=_PAGE, **filters).items
         # Pending first (the work to do), then everything else newest first.
@@ -561,7 +562,7 @@ def create_app(
         ]
         return pending + rest
 
-    def rows_signature(items: list[ProposalView]) -> str:
+    def rows_signature(items: list[Proposal]) -> str:
         # A refusal note or the executor's late resolution changes no state: counted
         # here, so the poll shows its badge.
         text = "|".join(
@@ -799,7 +800,7 @@ def create_app(
             },
         )
 
-    def decided_page(token: str, before: str | None) -> tuple[list[ProposalView], str | None]:
+    def decided_page(token: str, before: str | None) -> tuple[list[Proposal], str | None]:
         """One page of decided proposals, most recently proposed first, and the cursor
         of the next.
 
@@ -817,7 +818,7 @@ def create_app(
 
     def decided_page_state_by_state(
         token: str, before: str | None
-    ) -> tuple[list[ProposalView], str | None]:
+    ) -> tuple[list[Proposal], str | None]:
         """``decided_page`` from a checkpoint that filters by one state at a time.
 
         ``before`` names any proposal as the cursor, so each decided state's first page
@@ -825,7 +826,7 @@ def create_app(
         Asked again on every page, never remembered: the web app keeps no state, and
         the checkpoint may be upgraded (or rolled back) between two pages.
         """
-        merged: list[ProposalView] = []
+        merged: list[Proposal] = []
         more = False
         for state in _DECIDED:
             page = client.proposals(token, limit=_HISTORY_PAGE, state=state, before=before)

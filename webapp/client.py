@@ -3,7 +3,9 @@
 Every call carries the signed-in person's own session token, passed in per call; the
 client keeps no token, so one client serves every person without mixing them up. The
 response shapes are parsed at this boundary into frozen models (unknown fields are
-ignored so a newer checkpoint does not break the page; missing ones are an error).
+ignored so a newer checkpoint does not break the page; missing ones are an error): the
+login answer and the proposal records are the kernel's :mod:`airlock.api`, shared with
+the CLI; the answers only the web app reads are here.
 """
 
 from __future__ import annotations
@@ -15,27 +17,13 @@ from typing import Any, Final, Literal, TypeVar
 import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from airlock.api import LoginAnswer, Proposal, ProposalPage
 from airlock.httpdeadline import with_deadlines, within
 from airlock.protocol import Refused, loads_strict
 
 from .errors import CheckpointRefused, CheckpointUnavailable
 
-__all__ = [
-    "ApprovalView",
-    "AuditView",
-    "CheckpointClient",
-    "ExecutorRefusalView",
-    "ExecutorResolutionView",
-    "KeyView",
-    "Me",
-    "OutcomeView",
-    "PolicyView",
-    "ProposalPage",
-    "ProposalView",
-    "RejectionView",
-    "Session",
-    "VoteView",
-]
+__all__ = ["AuditView", "CheckpointClient", "KeyView", "Me"]
 
 _USER_AGENT: Final = "airlock-webapp/1"
 #: The largest answer read as JSON: a page of proposals with their action texts (each at
@@ -46,13 +34,6 @@ _M = TypeVar("_M", bound=BaseModel)
 
 class _View(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
-
-
-class Session(_View):
-    token: str
-    expires_at: int
-    username: str
-    role: str
 
 
 class Me(_View):
@@ -67,124 +48,6 @@ class Me(_View):
     @property
     def can_resolve(self) -> bool:
         return self.role == "admin"
-
-
-class VoteView(_View):
-    voter: str
-    at: int
-    note: str
-    #: False once the voter was disabled or lost the approver role: kept on record,
-    #: no longer part of the quorum.
-    counts: bool = True
-
-
-class PolicyView(_View):
-    rule: str
-    effect: str
-    quorum: int
-    confirm: bool
-    hash: str
-
-
-class ApprovalView(_View):
-    approval_id: str
-    keyid: str
-    issued_at: int
-    expires_at: int
-    revoked_at: int | None
-    revoked_by: str | None
-    envelope: dict[str, Any]
-
-
-class RejectionView(_View):
-    reason_code: str
-    note: str
-    by: str
-    at: int
-
-
-class ExecutorResolutionView(_View):
-    """The executor's signed resolution of an in_doubt that arrived after a person had
-    resolved it here. The proposal keeps the state the checkpoint gave it; the executor's
-    ledger is the record of what the executor did. ``conflict``: the two decisions differ."""
-
-    decision: str  # as the executor's ledger records it
-    by: str  # who decided at the executor: outside text, shown escaped
-    at: int  # by the executor's clock
-    note: str
-    checkpoint_decision: str
-    checkpoint_resolved_by: str | None
-    conflict: bool
-    receipt: dict[str, Any]
-
-
-class OutcomeView(_View):
-    approval_id: str
-    outcome: str
-    refusal_code: str | None
-    receipt_verified: bool
-    receipt_keyid: str | None
-    receipt: dict[str, Any]
-    late: bool
-    #: A newer open proposal for the same target, when a late in_doubt outcome could not
-    #: reopen this one (the target was taken again).
-    target_held_by: str | None = None
-    reported_at: int
-    resolution: str | None
-    resolved_by: str | None
-    resolved_at: int | None
-    resolution_note: str | None
-    #: Absent from a checkpoint older than ``executor_resolutions``.
-    executor_resolution: ExecutorResolutionView | None = None
-
-
-class ExecutorRefusalView(_View):
-    """An executor refused the approval before using it (its signed receipt says so).
-    A note: the proposal's state is the checkpoint's, unchanged by it."""
-
-    approval_id: str
-    refusal_code: str
-    detail: str  # the executor's text: shown escaped like every other value
-    executor: str
-    at: int
-    reported_at: int
-
-
-class ProposalView(_View):
-    id: str
-    state: str
-    action_hash: str
-    action_jcs: str
-    action: dict[str, Any]
-    provider: str
-    account: str
-    region: str
-    resource_type: str
-    resource_id: str
-    operation: str
-    risk: str
-    proposed_by: str
-    submitted_by: str
-    policy: PolicyView
-    deny_reason: str | None
-    votes: list[VoteView]
-    votes_needed: int
-    approval_deadline: int
-    created_at: int
-    updated_at: int
-    approval: ApprovalView | None
-    rejection: RejectionView | None
-    outcome: OutcomeView | None
-    #: Oldest first. Absent from a checkpoint older than ``POST /v1/refusals``.
-    executor_refusals: list[ExecutorRefusalView] = []
-
-
-class ProposalPage(_View):
-    items: list[ProposalView]
-    next_before: str | None
-    #: The state filter the checkpoint applied, sorted (null: none). Absent from a
-    #: checkpoint older than the repeatable ``state``, which keeps only the last one.
-    states: list[str] | None = None
 
 
 class AuditView(_View):
@@ -248,10 +111,10 @@ class CheckpointClient:
 
     # -- sessions -------------------------------------------------------------------
 
-    def login(self, username: str, password: str) -> Session:
+    def login(self, username: str, password: str) -> LoginAnswer:
         body = {"username": username, "password": password}
         data = self._call("POST", "/v1/sessions", None, json=body)
-        return _parse(Session, data)
+        return _parse(LoginAnswer, data)
 
     def logout(self, token: str) -> None:
         self._call("DELETE", "/v1/sessions/current", token)
@@ -281,32 +144,30 @@ class CheckpointClient:
             params["state"] = list(state)
         return _parse(ProposalPage, self._call("GET", "/v1/proposals", token, params=params))
 
-    def proposal(self, token: str, proposal_id: str) -> ProposalView:
-        return _parse(ProposalView, self._call("GET", f"/v1/proposals/{proposal_id}", token))
+    def proposal(self, token: str, proposal_id: str) -> Proposal:
+        return _parse(Proposal, self._call("GET", f"/v1/proposals/{proposal_id}", token))
 
     def approve(
         self, token: str, proposal_id: str, *, action_hash: str, confirm: str | None, note: str
-    ) -> ProposalView:
+    ) -> Proposal:
         body: dict[str, Any] = {"action_hash": action_hash, "note": note}
         if confirm is not None:
             body["confirm"] = confirm
         return self._decide(token, proposal_id, "approve", body)
 
-    def reject(self, token: str, proposal_id: str, *, reason_code: str, note: str) -> ProposalView:
+    def reject(self, token: str, proposal_id: str, *, reason_code: str, note: str) -> Proposal:
         body = {"reason_code": reason_code, "note": note}
         return self._decide(token, proposal_id, "reject", body)
 
-    def revoke(self, token: str, proposal_id: str, *, note: str) -> ProposalView:
+    def revoke(self, token: str, proposal_id: str, *, note: str) -> Proposal:
         return self._decide(token, proposal_id, "revoke", {"note": note})
 
-    def resolve(self, token: str, proposal_id: str, *, decision: str, note: str) -> ProposalView:
+    def resolve(self, token: str, proposal_id: str, *, decision: str, note: str) -> Proposal:
         return self._decide(token, proposal_id, "resolve", {"decision": decision, "note": note})
 
-    def _decide(
-        self, token: str, proposal_id: str, verb: str, body: dict[str, Any]
-    ) -> ProposalView:
+    def _decide(self, token: str, proposal_id: str, verb: str, body: dict[str, Any]) -> Proposal:
         data = self._call("POST", f"/v1/proposals/{proposal_id}/{verb}", token, json=body)
-        return _parse(ProposalView, data)
+        return _parse(Proposal, data)
 
     # -- audit and keys -------------------------------------------------------------
 

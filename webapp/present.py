@@ -15,6 +15,7 @@ from typing import Any, Final
 from markupsafe import Markup
 
 from airlock import text
+from airlock.api import ExecutorRefusal, Outcome, Proposal, Vote
 from airlock.protocol import (
     Envelope,
     ProposedAction,
@@ -24,8 +25,6 @@ from airlock.protocol import (
     loads_strict,
 )
 from airlock.units import duration
-
-from .client import ExecutorRefusalView, OutcomeView, ProposalView, VoteView
 
 __all__ = [
     "OPEN_STATES",
@@ -94,7 +93,7 @@ def _kind(resource_type: str) -> str:
     return _KINDS.get(resource_type, resource_type)
 
 
-def plain_action(p: ProposalView) -> str:
+def plain_action(p: Proposal) -> str:
     """One sentence: what the executor will do if this is approved."""
     where = f"in {p.region} (account {p.account})"
     what = f"{_kind(p.resource_type)} {p.resource_id}"
@@ -118,7 +117,7 @@ def plain_action(p: ProposalView) -> str:
     return f"Run “{p.operation}” on the {what} {where}."
 
 
-def plain_precondition(p: ProposalView) -> str:
+def plain_precondition(p: Proposal) -> str:
     pre = p.action.get("precondition") or {}
     if not isinstance(pre, Mapping):
         return "No precondition."
@@ -164,7 +163,7 @@ def tags(evidence: Mapping[str, Any]) -> list[tuple[str, str]]:
     return []
 
 
-def hash_matches(p: ProposalView) -> bool:
+def hash_matches(p: Proposal) -> bool:
     """The shown canonical text hashes to the shown hash (the page shows what is signed)."""
     try:
         return action_hash(p.action_jcs.encode("utf-8")) == p.action_hash
@@ -172,13 +171,13 @@ def hash_matches(p: ProposalView) -> bool:
         return False
 
 
-def signed_action_problem(p: ProposalView) -> str | None:
+def signed_action_problem(p: Proposal) -> str | None:
     """Why the page must not offer to approve ``p``; ``None`` when it shows what is hashed.
 
     A person approves ``action_hash``, which covers ``action_jcs`` only. The headline, the
     "What will happen" sentence and the confirm id are built from the record's convenience
     fields and its parsed ``action``, so each must say what the hashed text says. The
-    same checks as the CLI's ``_signed_action`` (``airlock/cli/_approvals.py``).
+    same checks as the CLI's ``signed_action`` (``airlock/cli/_proposal.py``).
     """
     # (1) The text hashes to the hash the Approve button sends.
     if not hash_matches(p):
@@ -265,7 +264,7 @@ _EFFECTS: Final = {
 }
 
 
-def receipt_facts(outcome: OutcomeView) -> ReceiptFacts | None:
+def receipt_facts(outcome: Outcome) -> ReceiptFacts | None:
     """The effect and detail the outcome's signed receipt states, or None.
 
     Read only from a receipt whose signature the checkpoint checked
@@ -318,13 +317,13 @@ def decision_label(decision: str) -> str:
     return _DECISIONS.get(decision, decision)
 
 
-def executor_conflict(p: ProposalView) -> bool:
+def executor_conflict(p: Proposal) -> bool:
     """The executor's ledger resolved the in_doubt otherwise than the checkpoint did."""
     x = p.outcome.executor_resolution if p.outcome else None
     return x is not None and x.conflict
 
 
-def latest_refusal(p: ProposalView) -> ExecutorRefusalView | None:
+def latest_refusal(p: Proposal) -> ExecutorRefusal | None:
     """The executor refusal note reported last (the checkpoint lists them oldest first),
     for the lists' badge; None when no executor refused the approval."""
     return p.executor_refusals[-1] if p.executor_refusals else None
@@ -335,12 +334,12 @@ def refusal_explanation(code: str) -> str:
     return _REFUSAL_EXPLANATIONS.get(code, _REFUSAL_GENERIC)
 
 
-def vote_of(p: ProposalView, name: str) -> VoteView | None:
+def vote_of(p: Proposal, name: str) -> Vote | None:
     """``name``'s approve vote on ``p``, if they cast one (the checkpoint allows one each)."""
     return next((v for v in p.votes if v.voter == name), None)
 
 
-def votes_label(p: ProposalView) -> str:
+def votes_label(p: Proposal) -> str:
     """Votes that count toward the quorum, of the quorum."""
     return f"{sum(1 for v in p.votes if v.counts)} of {p.policy.quorum}"
 

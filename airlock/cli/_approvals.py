@@ -41,10 +41,9 @@ from ._text import inert, inert_json, say
 if TYPE_CHECKING:
     # Imported in the commands that run: ``--help`` loads neither pydantic nor the
     # protocol kernel (a test holds it to this).
+    from airlock.api import Proposal as _Proposal
+    from airlock.api import ProposalPage as _ProposalPage
     from airlock.protocol import ProposedAction
-
-    from ._proposal import Page as _Page
-    from ._proposal import Proposal as _Proposal
 
 __all__ = ["approvals_app"]
 
@@ -364,7 +363,9 @@ def _check_id(proposal_id: str) -> str:
 
 
 def _fetch(client: CheckpointClient, proposal_id: str) -> _Proposal:
-    from ._proposal import Proposal, parse
+    from airlock.api import Proposal
+
+    from ._proposal import parse
 
     proposal: _Proposal = parse(Proposal, client.call("GET", f"/v1/proposals/{proposal_id}"))
     if proposal.id != proposal_id:
@@ -380,7 +381,9 @@ def _print_json(body: Any) -> None:
 
 def _decide(proposal_id: str, verb: str, payload: dict[str, Any]) -> tuple[Any, _Proposal]:
     """POST a decision as the signed-in person; the raw body and its parsed record."""
-    from ._proposal import Proposal, parse
+    from airlock.api import Proposal
+
+    from ._proposal import parse
     from ._session import load_credentials
 
     with CheckpointClient.signed_in(load_credentials()) as client:
@@ -438,12 +441,14 @@ def list_command(
     if before is not None:
         params.append(("before", before))
     with handle_errors(as_json=as_json):
-        from ._proposal import Page, parse
+        from airlock.api import ProposalPage
+
+        from ._proposal import parse
         from ._session import load_credentials
 
         with CheckpointClient.signed_in(load_credentials()) as client:
             body = client.call("GET", "/v1/proposals", params=params)
-        page: _Page = parse(Page, body)
+        page: _ProposalPage = parse(ProposalPage, body)
         if len(states) > 1 and page.states != states:
             # A checkpoint older than the repeatable state keeps only the last one given
             # and says nothing: its list would look complete with proposals missing.
@@ -472,7 +477,7 @@ def list_command(
             say("more proposals: the checkpoint's cursor is not a proposal id, not shown")
 
 
-def _table(page: _Page) -> None:
+def _table(page: _ProposalPage) -> None:
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -521,7 +526,9 @@ def show_command(
     """Show a proposal: signed action and hash, evidence, votes, outcome, executor refusals."""
     _check_id(proposal_id)
     with handle_errors(as_json=as_json):
-        from ._proposal import Proposal, parse, signed_action
+        from airlock.api import Proposal
+
+        from ._proposal import parse, signed_action
         from ._session import load_credentials
 
         with CheckpointClient.signed_in(load_credentials()) as client:
@@ -580,7 +587,9 @@ def approve_command(
     # With --json the description goes to stderr so stdout stays one JSON document.
     err = as_json
     with handle_errors(as_json=as_json):
-        from ._proposal import Proposal, parse, signed_action
+        from airlock.api import Proposal
+
+        from ._proposal import parse, signed_action
         from ._session import load_credentials
 
         credentials = load_credentials()

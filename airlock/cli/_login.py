@@ -26,7 +26,7 @@ from ._client import (
 from ._text import say
 
 if TYPE_CHECKING:
-    from ._session import LoginAnswer
+    from airlock.api import LoginAnswer
 
 __all__ = ["login_command", "logout_command"]
 
@@ -80,8 +80,9 @@ def login_command(
     # Here, not at the top: ``airlock --help`` must not pay for pydantic.
     from pydantic import ValidationError
 
+    from airlock.api import LoginAnswer
+
     from ._session import (
-        LoginAnswer,
         SessionError,
         StoredSession,
         check_url,

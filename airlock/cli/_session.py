@@ -29,7 +29,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 __all__ = [
     "SESSION_FILE",
     "Credentials",
-    "LoginAnswer",
     "SessionError",
     "StoredSession",
     "check_url",
@@ -60,18 +59,6 @@ class StoredSession(BaseModel):
     token: str = Field(min_length=1, max_length=256)
     username: str = Field(min_length=1, max_length=64)
     expires_at: int
-
-
-class LoginAnswer(BaseModel):
-    """The checkpoint's answer to a login (``POST /v1/sessions``), as ``airlock login``
-    reads it before it becomes a :class:`StoredSession`."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    token: str
-    expires_at: int
-    username: str
-    role: str
 
 
 @dataclass(frozen=True, slots=True)

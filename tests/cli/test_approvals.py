@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from airlock.api import Proposal as _Proposal
 from airlock.cli._client import CheckpointUnavailable
-from airlock.cli._proposal import Proposal as _Proposal
 from airlock.cli._proposal import signed_action as _signed_action
 from airlock.cli._text import inert
 from tests.checkpoint.harness import START, signed_receipt

@@ -83,6 +83,8 @@ def _hostile_record(served: Served, proposal_id: str) -> dict[str, Any]:
             "expires_at": START + 900,
             "revoked_at": None,
             "revoked_by": None,
+            # Not printed by show; --json relays it as it came.
+            "envelope": {"payloadType": HOSTILE, "payload": "", "signatures": []},
         },
         "banner": HOSTILE,  # a field this CLI does not know: --json prints it all the same
     }

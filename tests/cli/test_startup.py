@@ -32,6 +32,7 @@ _HEAVY = (
     "airlock.store",
     "airlock.tls",
     "airlock.httpdeadline",
+    "airlock.api",
     "airlock.cli._session",
     "airlock.cli._proposal",
 )

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from airlock.api import Proposal
 from webapp import present
-from webapp.client import ProposalView
 
 from .conftest import Site
 from .fakes import action_value
@@ -115,7 +115,7 @@ def test_signed_action_problem_names_what_disagrees() -> None:
     from .fakes import FakeCheckpoint
 
     record = FakeCheckpoint().add(action_value())
-    assert present.signed_action_problem(ProposalView.model_validate(record)) is None
+    assert present.signed_action_problem(Proposal.model_validate(record)) is None
     _swap_target(record)
-    problem = present.signed_action_problem(ProposalView.model_validate(record))
+    problem = present.signed_action_problem(Proposal.model_validate(record))
     assert problem is not None and "resource id" in problem
