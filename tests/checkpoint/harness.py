@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +30,7 @@ from services.checkpoint.policy import Policy, load_policy
 from services.checkpoint.service import Checkpoint, CheckpointConfig
 from services.executor import Receipt, ReceiptSigner
 from tests.executor.support import receipt_keyset, receipt_signer
+from tests.support.polling import wait_for
 
 from .builders import action_value
 
@@ -214,14 +214,6 @@ def audit_events(world: World, kind: str) -> list[dict[str, Any]]:
     return [e for e in events if e.get("type") == kind]
 
 
-def until(what: str, check: Callable[[], object], timeout: float = 20.0) -> None:
-    """Poll ``check`` until it is true; fail naming ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)  # polling a condition under a deadline, not waiting out a race
-
-
 @contextmanager
 def served(
     app: FastAPI, *, graceful: int = 60
@@ -238,8 +230,12 @@ def served(
     server = ServerAnsweringOnStop(config, on_exit=app.state.feed_signal.close)
     serving = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     serving.start()
+
+    def up_or_dead() -> bool:
+        return bool(server.started) or not serving.is_alive()
+
     try:
-        until("the server to start", lambda: server.started or not serving.is_alive())
+        wait_for("the server to start", up_or_dead, 20.0, every=0.01)
         assert server.started, "the server did not start"
         yield server, port, serving
     finally:
@@ -271,5 +267,10 @@ def long_poll(
 
     polling = threading.Thread(target=poll, daemon=True)
     polling.start()
-    until("the long-poll to wait on the feed signal", lambda: len(feed._waiters) == 1, timeout)
+    wait_for(
+        "the long-poll to wait on the feed signal",
+        lambda: len(feed._waiters) == 1,
+        timeout,
+        every=0.01,
+    )
     return polling, answer
