@@ -79,15 +79,16 @@ def test_the_dev_install_holds_every_extra() -> None:
 
 @pytest.mark.slow
 def test_the_kernel_imports_from_a_base_install_without_fastapi(tmp_path: Path) -> None:
-    """``pip install airlock`` alone, in a fresh environment: the kernel imports, and
-    nothing heavy was installed for it."""
+    """``pip install airlock`` alone, in a fresh environment: the kernel and the receipt
+    verifier import, and nothing heavy was installed for them."""
     source = tmp_path / "src"
     source.mkdir()
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy2(ROOT / name, source / name)
-    shutil.copytree(
-        ROOT / "airlock", source / "airlock", ignore=shutil.ignore_patterns("__pycache__")
-    )
+    for package in ("airlock", "services", "webapp"):
+        shutil.copytree(
+            ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     python = env_dir / "bin" / "python"
@@ -99,6 +100,7 @@ def test_the_kernel_imports_from_a_base_install_without_fastapi(tmp_path: Path) 
     probe = (
         "import importlib.metadata, importlib.util, sys\n"
         "import airlock, airlock.protocol, airlock.store, airlock.api\n"
+        "from services.executor.receipts import verify_receipt\n"
         "assert importlib.metadata.version('airlock') == airlock.__version__\n"
         f"present = [m for m in {HEAVY!r} if importlib.util.find_spec(m) is not None]\n"
         "assert present == [], present\n"
