@@ -16,8 +16,16 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    DotEnvSettingsSource,
+    EnvSettingsSource,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
+from airlock._setting_files import FileValueSource
 from airlock.tls import CAFileError, ca_file_context
 
 #: The kernel's region id form (airlock.protocol RegionId).
@@ -45,10 +53,31 @@ Env = Literal["dev", "prod"]
 class ServiceSettings(BaseSettings):
     """Base for each service's settings class.
 
-    Subclasses set ``env_prefix="AIRLOCK_<SERVICE>_"`` in their ``model_config``.
+    Subclasses set ``env_prefix="AIRLOCK_<SERVICE>_"`` in their ``model_config``. Each
+    setting may instead be given as ``AIRLOCK_<SERVICE>_<NAME>_FILE``, the path of a file
+    holding its value (airlock._setting_files): how containers receive secrets.
     """
 
     model_config = SettingsConfigDict(env_file=".env", extra="ignore", frozen=True)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # ``X_FILE`` may come from the environment or .env, and conflicts with ``X`` from
+        # either; the order between the three is moot, as a setting given twice is refused.
+        given: dict[str, str | None] = {}
+        if isinstance(dotenv_settings, DotEnvSettingsSource):
+            given.update(dotenv_settings.env_vars)
+        if isinstance(env_settings, EnvSettingsSource):
+            given.update(env_settings.env_vars)
+        files = FileValueSource(settings_cls, given)
+        return init_settings, env_settings, files, dotenv_settings, file_secret_settings
 
     #: ``dev`` allows the embedded demo defaults; anything else refuses them. Read from
     #: ``AIRLOCK_ENV`` whatever the subclass's prefix is.
