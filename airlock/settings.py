@@ -424,6 +424,8 @@ class AgentSettings(CloudSettings):
     )
     #: Seconds between scans with ``--loop``.
     interval: int = Field(default=3600, gt=0)
+    #: A file ``--loop`` touches as it scans and while it waits (``airlock agent health``).
+    heartbeat_path: Path | None = None
     #: Instances per DescribeInstances page; a CloudMonitor query never spans two pages.
     page_size: int = Field(default=100, ge=1, le=100)
     #: Instances per batched CloudMonitor query.
