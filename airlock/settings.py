@@ -319,6 +319,24 @@ class DevcloudSettings(ServiceSettings):
     transition_seconds: float = Field(default=5.0, ge=0)
     #: Largest accepted clock skew of a signed request (``x-acs-date``), seconds.
     max_clock_skew: int = Field(default=900, gt=0)
+    #: The account id devcloud serves (in metric datapoints' ``userId``); set it to the
+    #: ``AIRLOCK_AGENT_ACCOUNT`` and ``AIRLOCK_EXECUTOR_ACCOUNT`` it stands in for.
+    account: str = Field(default=_DEVCLOUD_ACCOUNT, pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+    #: On start, if this database was never seeded, seed a fleet of this many ECS instances
+    #: (and a tenth as many RDS), as ``devcloud seed`` would; 0 seeds nothing.
+    seed_instances: int = Field(default=0, ge=0, le=100_000)
+    #: Regions of that fleet: comma-separated or a JSON list.
+    seed_regions: Annotated[tuple[str, ...], NoDecode] = ("ap-southeast-1",)
+
+    @field_validator("seed_regions", mode="before")
+    @classmethod
+    def _seed_regions(cls, value: object) -> object:
+        return CloudSettings._regions(value)
+
+    @field_validator("seed_regions", mode="after")
+    @classmethod
+    def _seed_region_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return CloudSettings._region_names(value)
 
     @model_validator(mode="after")
     def _dev_only(self) -> DevcloudSettings:
