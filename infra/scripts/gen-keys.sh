@@ -38,11 +38,11 @@ write() {  # write FILE CONTENT: refuse to overwrite, create 0644 (in a 0700 dir
   chmod 644 "$1"
   echo "wrote $1"
 }
-empty() {  # empty FILE: a secret filled in later; refuse to overwrite
+empty() {  # empty FILE: a secret filled in later, or never used; refuse to overwrite
   if [ -e "$1" ]; then echo "keeping existing $1"; return; fi
   (umask 077 && : >"$1")
   chmod 644 "$1"
-  echo "wrote $1 (empty: fill it in, see Next)"
+  echo "wrote $1 (empty)"
 }
 
 cp_pw=$(rand)
@@ -71,6 +71,11 @@ else
   write_secret=${ALIBABA_WRITE_KEY_SECRET:?set ALIBABA_WRITE_KEY_SECRET}
   executor_config="# the SDK's regional endpoints over https"
   agent_config="# the SDK's regional endpoints over https"
+  # Not used outside --demo, but compose (build, before 2.38.2) wants every secret file
+  # there; empty, devcloud refuses to start (its read and write keys must differ).
+  for name in read_key_id read_key_secret write_key_id write_key_secret; do
+    empty "$dir/devcloud_$name"
+  done
 fi
 
 write "$dir/executor_cloud_access_key_id" "$write_id"

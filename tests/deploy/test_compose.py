@@ -281,6 +281,34 @@ def test_every_secret_file_compose_mounts_is_generated(generated: Path) -> None:
             assert (generated / Path(ref).relative_to("deploy")).is_file(), ref
 
 
+def test_outside_the_demo_the_cloud_keys_are_the_given_ones_and_devcloud_gets_none(
+    tmp_path: Path,
+) -> None:
+    given = {
+        "ALIBABA_READ_KEY_ID": "LTAIread",
+        "ALIBABA_READ_KEY_SECRET": "read-secret",
+        "ALIBABA_WRITE_KEY_ID": "LTAIwrite",
+        "ALIBABA_WRITE_KEY_SECRET": "write-secret",
+    }
+    subprocess.run(
+        ["bash", str(GEN_KEYS), str(tmp_path / "secrets")],
+        env={"PATH": os.environ["PATH"], **given},
+        check=True,
+        capture_output=True,
+    )
+    assert {p.name for p in (tmp_path / "secrets").iterdir()} == set(COMPOSE["secrets"])
+    for name in COMPOSE["secrets"]:
+        value = _secret(tmp_path, name)
+        if name.startswith("devcloud_"):
+            assert value == "", name
+    assert _secret(tmp_path, "agent_cloud_access_key_id") == "LTAIread"
+    assert _secret(tmp_path, "agent_cloud_access_key_secret") == "read-secret"
+    assert _secret(tmp_path, "executor_cloud_access_key_id") == "LTAIwrite"
+    assert _secret(tmp_path, "executor_cloud_access_key_secret") == "write-secret"
+    for config in ("executor", "agent"):
+        assert "ENDPOINT" not in (tmp_path / "config" / f"{config}.env").read_text()
+
+
 def test_the_web_app_holds_nothing_secret() -> None:
     webapp = SERVICES["webapp"]
     assert "env_file" not in webapp
