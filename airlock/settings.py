@@ -16,8 +16,16 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    DotEnvSettingsSource,
+    EnvSettingsSource,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
+from airlock._setting_files import FileValueSource
 from airlock.tls import CAFileError, ca_file_context
 
 #: The kernel's region id form (airlock.protocol RegionId).
@@ -45,10 +53,31 @@ Env = Literal["dev", "prod"]
 class ServiceSettings(BaseSettings):
     """Base for each service's settings class.
 
-    Subclasses set ``env_prefix="AIRLOCK_<SERVICE>_"`` in their ``model_config``.
+    Subclasses set ``env_prefix="AIRLOCK_<SERVICE>_"`` in their ``model_config``. Each
+    setting may instead be given as ``AIRLOCK_<SERVICE>_<NAME>_FILE``, the path of a file
+    holding its value (airlock._setting_files): how containers receive secrets.
     """
 
     model_config = SettingsConfigDict(env_file=".env", extra="ignore", frozen=True)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # ``X_FILE`` may come from the environment or .env, and conflicts with ``X`` from
+        # either; the order between the three is moot, as a setting given twice is refused.
+        given: dict[str, str | None] = {}
+        if isinstance(dotenv_settings, DotEnvSettingsSource):
+            given.update(dotenv_settings.env_vars)
+        if isinstance(env_settings, EnvSettingsSource):
+            given.update(env_settings.env_vars)
+        files = FileValueSource(settings_cls, given)
+        return init_settings, env_settings, files, dotenv_settings, file_secret_settings
 
     #: ``dev`` allows the embedded demo defaults; anything else refuses them. Read from
     #: ``AIRLOCK_ENV`` whatever the subclass's prefix is.
@@ -290,6 +319,24 @@ class DevcloudSettings(ServiceSettings):
     transition_seconds: float = Field(default=5.0, ge=0)
     #: Largest accepted clock skew of a signed request (``x-acs-date``), seconds.
     max_clock_skew: int = Field(default=900, gt=0)
+    #: The account id devcloud serves (in metric datapoints' ``userId``); set it to the
+    #: ``AIRLOCK_AGENT_ACCOUNT`` and ``AIRLOCK_EXECUTOR_ACCOUNT`` it stands in for.
+    account: str = Field(default=_DEVCLOUD_ACCOUNT, pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+    #: On start, if this database was never seeded, seed a fleet of this many ECS instances
+    #: (and a tenth as many RDS), as ``devcloud seed`` would; 0 seeds nothing.
+    seed_instances: int = Field(default=0, ge=0, le=100_000)
+    #: Regions of that fleet: comma-separated or a JSON list.
+    seed_regions: Annotated[tuple[str, ...], NoDecode] = ("ap-southeast-1",)
+
+    @field_validator("seed_regions", mode="before")
+    @classmethod
+    def _seed_regions(cls, value: object) -> object:
+        return CloudSettings._regions(value)
+
+    @field_validator("seed_regions", mode="after")
+    @classmethod
+    def _seed_region_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return CloudSettings._region_names(value)
 
     @model_validator(mode="after")
     def _dev_only(self) -> DevcloudSettings:
@@ -395,6 +442,8 @@ class AgentSettings(CloudSettings):
     )
     #: Seconds between scans with ``--loop``.
     interval: int = Field(default=3600, gt=0)
+    #: A file ``--loop`` touches as it scans and while it waits (``airlock agent health``).
+    heartbeat_path: Path | None = None
     #: Instances per DescribeInstances page; a CloudMonitor query never spans two pages.
     page_size: int = Field(default=100, ge=1, le=100)
     #: Instances per batched CloudMonitor query.

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from ._agent import agent_command
+from ._agent import agent_app
 from ._approvals import approvals_app
 from ._audit import audit_app
 from ._checkpoint import checkpoint_command, tokens_app, users_app
@@ -64,7 +64,7 @@ def _root(
 app.command("up")(up_command)
 app.command("conformance")(conformance_command)
 app.command("config")(config_command)
-app.command("agent")(agent_command)
+app.add_typer(agent_app)
 app.add_typer(audit_app)
 app.add_typer(devcloud_app)
 app.command("webapp")(webapp_command)

@@ -1,4 +1,5 @@
-"""``airlock agent --once | --loop [--interval S] [--dry-run]``: scan and propose clean-ups.
+"""``airlock agent --once | --loop [--interval S] [--dry-run]``: scan and propose clean-ups;
+``airlock agent health``: whether a ``--loop`` is alive (its heartbeat file).
 
 The agent is built here from ``AIRLOCK_AGENT_*`` with the **read** cloud key only; it is
 imported inside the command, never at module import (docs/architecture.md#import-boundaries).
@@ -13,16 +14,31 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from ._help import Typer
 from ._text import inert, inert_log_config, say
 
 if TYPE_CHECKING:
     from services.agent.service import RunReport
 
-__all__ = ["agent_command"]
+__all__ = ["agent_app"]
+
+agent_app = Typer(
+    name="agent",
+    # Typer's help wins over the callback's docstring, so what a bare `airlock agent`
+    # does is said here.
+    help=(
+        "Find idle ECS/RDS instances with the read-only key and propose stop/delete.\n\n"
+        "Without a command: one scan (--once) or a scan every --interval seconds (--loop), "
+        "which touches AIRLOCK_AGENT_HEARTBEAT_PATH, when set, as it goes."
+    ),
+    invoke_without_command=True,
+)
 
 _COLUMNS = ("ACTION", "OPERATION", "REGION", "RESOURCE", "PROPOSAL", "RESULT", "DETAIL")
 
@@ -70,7 +86,9 @@ def _progress(count: int) -> None:
         sys.stderr.flush()
 
 
+@agent_app.callback()
 def agent_command(
+    ctx: typer.Context,
     *,
     once: Annotated[bool, typer.Option("--once", help="Scan once and exit.")] = False,
     loop: Annotated[bool, typer.Option("--loop", help="Scan every --interval seconds.")] = False,
@@ -83,9 +101,12 @@ def agent_command(
     ] = False,
 ) -> None:
     """Find idle ECS/RDS instances with the read-only key and propose stop/delete."""
+    if ctx.invoked_subcommand is not None:
+        return
     import logging.config
 
     from airlock.cloud.alibaba import AlibabaConfig, AlibabaReader
+    from airlock.heartbeat import Heartbeat
     from airlock.settings import AgentSettings
     from services.agent.errors import AgentError
     from services.agent.service import build_agent
@@ -149,4 +170,63 @@ def agent_command(
         dry_run=dry_run,
         on_report=show,
         on_error=lambda exc: say(f"agent: run incomplete: {exc}", err=True),
+        heartbeat=Heartbeat(settings.heartbeat_path),
     )
+
+
+def _heartbeat_path_setting() -> Path | None:
+    """Only the heartbeat path, read (environment or .env) as the agent reads it."""
+    from airlock.settings import ServiceSettings
+
+    from ._settings import load
+
+    # Defined here, not at the top: ``airlock --help`` must not pay for pydantic-settings.
+    class _HeartbeatSetting(ServiceSettings):
+        model_config = ServiceSettings.model_config | {"env_prefix": "AIRLOCK_AGENT_"}
+        heartbeat_path: Path | None = None
+
+    return load(_HeartbeatSetting).heartbeat_path
+
+
+@agent_app.command("health")
+def health_command(
+    max_age: Annotated[
+        float,
+        typer.Option(
+            "--max-age",
+            metavar="SECONDS",
+            help="Seconds since the loop's last heartbeat (it beats at least every 30 s "
+            "while it waits, and every 100 instances while it scans).",
+            min=1,
+        ),
+    ] = 300.0,
+    path: Annotated[
+        Path | None,
+        typer.Option(
+            "--path",
+            metavar="FILE",
+            help="Heartbeat file (default AIRLOCK_AGENT_HEARTBEAT_PATH).",
+        ),
+    ] = None,
+) -> None:
+    """Exit 0 if the `--loop` heartbeat is fresher than --max-age, 1 if not (for health checks).
+
+    Example: airlock agent health --path /tmp/agent.heartbeat
+    """
+    from airlock.heartbeat import heartbeat_age
+
+    if path is None:
+        # Only the heartbeat path is read: a health check must not need the agent's
+        # cloud key or token.
+        path = _heartbeat_path_setting()
+    if path is None:
+        say("agent: no heartbeat file: pass --path or set AIRLOCK_AGENT_HEARTBEAT_PATH", err=True)
+        raise typer.Exit(2)
+    age = heartbeat_age(path, time.time())
+    if age is None:
+        say(f"unhealthy: no heartbeat at {path}")
+        raise typer.Exit(1)
+    if age > max_age:
+        say(f"unhealthy: last heartbeat {age:.0f}s ago (max {max_age:.0f}s)")
+        raise typer.Exit(1)
+    say(f"healthy: last heartbeat {max(age, 0.0):.1f}s ago")

@@ -56,7 +56,10 @@ def serve_command(
         float | None, typer.Option(metavar="SECONDS", help="Seconds an instance stays Stopping.")
     ] = None,
 ) -> None:
-    """Serve the ECS/RDS/CloudMonitor API subset on one port (one worker)."""
+    """Serve the ECS/RDS/CloudMonitor API subset on one port (one worker).
+
+    With AIRLOCK_DEVCLOUD_SEED_INSTANCES set, a database never seeded gets a fleet first.
+    """
     import uvicorn
 
     from services.devcloud import create_app
@@ -71,6 +74,8 @@ def serve_command(
     settings.db_path.parent.mkdir(parents=True, exist_ok=True)
     app = create_app(settings)
     admin = "on" if settings.enable_admin else "off"
+    if app.state.seeded:
+        typer.echo(f"seeded {app.state.seeded} instances into {settings.db_path}", err=True)
     typer.echo(
         f"devcloud (dev only) on http://{settings.host}:{settings.port}, db {settings.db_path},"
         f" admin API {admin}",

@@ -456,22 +456,31 @@ def keygen_command(
         typer.Option(
             "--public",
             metavar="FILE",
-            help="Also write the public key set JSON for verifiers here.",
+            help="Also write the public key set JSON for verifiers here; - for stdout "
+            "(the message then goes to stderr).",
         ),
     ] = None,
 ) -> None:
-    """Create the executor's Ed25519 receipt key (mode 0600; never overwrites)."""
+    """Create the executor's Ed25519 receipt key (mode 0600; never overwrites).
+
+    Example: airlock executor keygen --public - > receipt-keys.json
+    """
     from airlock.protocol import KeySet, canonical_bytes
     from services.executor import generate_receipt_key
 
     path = out if out is not None else _settings().receipt_key_path
+    to_stdout = public is not None and str(public) == "-"
     try:
         signer = generate_receipt_key(path)
-        if public is not None:
-            public.write_bytes(canonical_bytes(KeySet([signer.trusted_key()]).to_value()))
+        key_set = canonical_bytes(KeySet([signer.trusted_key()]).to_value())
+        if to_stdout:
+            sys.stdout.buffer.write(key_set + b"\n")
+            sys.stdout.flush()
+        elif public is not None:
+            public.write_bytes(key_set)
     except OSError as exc:
         raise _fail(str(exc)) from None
-    typer.echo(f"receipt key {signer.keyid} written to {path}")
+    typer.echo(f"receipt key {signer.keyid} written to {path}", err=to_stdout)
 
 
 @executor_app.command("migrate")

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from airlock.cloud.ports import CloudReader
+from airlock.heartbeat import Heartbeat
 from airlock.tls import CAFileError, checkpoint_verify
 
 from .client import CheckpointClient, HttpCheckpointClient
@@ -224,6 +225,8 @@ class Agent:
         dry_run: bool = False,
         on_report: Callable[[RunReport], None] | None = None,
         on_error: Callable[[Exception], None] | None = None,
+        heartbeat: Heartbeat | None = None,
+        beat_every: float = 30.0,
     ) -> None:
         """Run every ``interval`` seconds until ``stop`` is set; a failed run is reported
         and the next one starts on schedule.
@@ -232,11 +235,17 @@ class Agent:
         run only: it is logged with its traceback and reported like an AgentError, since a
         loop thread that dies silently stops every later scan. KeyboardInterrupt and
         SystemExit are not Exceptions and still end the loop.
+
+        ``heartbeat`` is touched by this thread only, so a stale one means the loop is
+        stuck or gone: when a run starts, every 100 instances it scans, when it ends
+        (failed or not) and every ``beat_every`` seconds of the wait for the next.
         """
+        beat = heartbeat or Heartbeat(None)
         while not stop.is_set():
             started = time.monotonic()
+            beat.beat()
             try:
-                report = self.run_once(dry_run=dry_run)
+                report = self.run_once(dry_run=dry_run, on_progress=lambda _: beat.beat())
             except AgentError as exc:
                 if on_error is not None:
                     on_error(exc)
@@ -247,7 +256,12 @@ class Agent:
             else:
                 if on_report is not None:
                     on_report(report)
-            stop.wait(max(0.0, interval - (time.monotonic() - started)))
+            beat.beat()
+            while not stop.is_set():
+                left = interval - (time.monotonic() - started)
+                if left <= 0 or stop.wait(min(left, beat_every)):
+                    break
+                beat.beat()
 
 
 def policy_from(settings: AgentSettings) -> IdlePolicy:

@@ -46,6 +46,7 @@ from .store import Faults, Instance, Store
 
 __all__ = ["ACCOUNT_ID", "app_from_env", "create_app"]
 
+#: The account devcloud serves unless ``AIRLOCK_DEVCLOUD_ACCOUNT`` names another.
 ACCOUNT_ID: Final = "5123456789012345"
 _PRODUCTS: Final = {"2014-05-26": "ecs", "2014-08-15": "rds", "2019-01-01": "cms"}
 _READ_ACTIONS: Final = frozenset(
@@ -608,7 +609,7 @@ class _Api:
                 points.append(
                     {
                         "timestamp": t * 1000,
-                        "userId": ACCOUNT_ID,
+                        "userId": self.settings.account,
                         "instanceId": inst.id,
                         "Minimum": round(avg * 0.5, 2),
                         "Average": avg,
@@ -666,6 +667,7 @@ def create_app(
     api = _Api(settings, store, clock)
     app = FastAPI(title="devcloud", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.store = store
+    app.state.seeded = _seed_on_start(settings, store, int(clock()))
 
     @app.get("/_health")
     def health() -> dict[str, str]:
@@ -723,6 +725,26 @@ def create_app(
     app.add_api_route("/", rpc, methods=["GET", "POST"])
     _admin_routes(app, settings, store)
     return app
+
+
+def _seed_on_start(settings: DevcloudSettings, store: Store, now: int) -> int:
+    """Seed ``settings.seed_instances`` ECS instances (and a tenth as many RDS) into a
+    database never seeded before, as ``airlock devcloud seed`` would with its default
+    seed; the number added. A seeded one is kept as it is, so a restart loses nothing."""
+    if not settings.seed_instances or store.get_meta("seed"):
+        return 0
+    fleet = generate_fleet(
+        seed=1,
+        instances=settings.seed_instances,
+        rds=settings.seed_instances // 10,
+        now=now,
+        regions=settings.seed_regions,
+    )
+    # The fleet first: a start that dies in between then fails loudly on the next
+    # (the same instances again), rather than serving an empty fleet for good.
+    added = store.add_instances(fleet)
+    store.set_meta("seed", "1")
+    return added
 
 
 def app_from_env() -> FastAPI:

@@ -29,8 +29,9 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from types import FrameType
+
+from airlock.heartbeat import Heartbeat, heartbeat_age
 
 from .errors import CheckpointUnauthorized, LedgerHeld
 from .feed import Backoff, OutboxReporter
@@ -86,28 +87,6 @@ class Shutdown:
     def sleep(self, seconds: float) -> None:
         with self.idle():
             time.sleep(seconds)  # idle wait; a SIGTERM interrupts it (Interrupted)
-
-
-class Heartbeat:
-    """Touches ``path`` (mtime = now) on every turn of the loop; no path, no file."""
-
-    def __init__(self, path: Path | None) -> None:
-        self.path = path
-
-    def beat(self) -> None:
-        if self.path is not None:
-            try:
-                self.path.touch(exist_ok=True)
-            except OSError as exc:  # a health file must never stop the executor
-                _log.warning("heartbeat %s not written: %s", self.path, exc)
-
-
-def heartbeat_age(path: Path, now: float) -> float | None:
-    """Seconds since the last beat, or None when there is none."""
-    try:
-        return now - path.stat().st_mtime
-    except FileNotFoundError:
-        return None
 
 
 def _show(outcome: Outcome, ref: str) -> None:

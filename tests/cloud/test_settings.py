@@ -105,3 +105,18 @@ def test_a_malformed_region_list_is_refused(monkeypatch: pytest.MonkeyPatch, tex
     monkeypatch.setenv("AIRLOCK_TESTWRITER_CLOUD_REGIONS", text)
     with pytest.raises(ValidationError):
         _WriterSettings()
+
+
+def test_devcloud_serves_by_default_the_account_dev_services_default_to(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from airlock.settings import AgentSettings, ExecutorSettings
+    from services.devcloud import ACCOUNT_ID
+
+    monkeypatch.setenv("AIRLOCK_ENV", "dev")
+    assert DevcloudSettings().account == ACCOUNT_ID
+    assert AgentSettings().account_or_default() == ACCOUNT_ID
+    assert ExecutorSettings().account_or_default() == ACCOUNT_ID
+    monkeypatch.setenv("AIRLOCK_DEVCLOUD_ACCOUNT", "not an account")
+    with pytest.raises(ValidationError, match="account"):
+        DevcloudSettings()
