@@ -478,6 +478,24 @@ def test_reject_with_a_reason_code_is_what_the_agent_reads_back(
     assert readback["rejection"]["note"] == "nightly batch job"
 
 
+def test_reject_for_other_without_a_note_is_refused_and_says_why(
+    stack: Stack, people: dict[str, Person]
+) -> None:
+    proposal = stack.submit(_action("prop_e2erejother1", "i-t4ne2erejoth01", "stop"))
+    page = people["bob"].open(proposal["id"])
+    page.select_option("#reason_code", "other")
+    page.click("#reject-button")
+    expect(page.locator("#refusal")).to_contain_text("Rejecting for “Other” needs a note")
+    expect(page.locator("#refusal")).to_contain_text("E_NOTE_REQUIRED")
+    expect(page.locator("#state")).to_have_attribute("data-state", "pending")
+    assert stack.agent_view(proposal["id"])["state"] == "pending"
+    # What the person chose is kept: they add the note and reject again.
+    expect(page.locator("#reason_code")).to_have_value("other")
+    page.fill("#reject-note", "the owner asked to keep it")
+    page.click("#reject-button")
+    expect(page.locator("#rejection")).to_have_attribute("data-reason", "other")
+
+
 def test_hostile_instance_name_and_tag_are_shown_as_text_and_no_dialog_opens(
     stack: Stack, people: dict[str, Person]
 ) -> None:
