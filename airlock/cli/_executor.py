@@ -469,7 +469,7 @@ _DELIVERY = {
     None: "receipt queued: the executor daemon delivers it to the checkpoint",
     "delivered": "receipt delivered: the checkpoint shows the decision now",
     "rejected": "receipt refused by the checkpoint: airlock executor receipts list {id}",
-    "pending": "receipt not delivered yet (checkpoint unavailable): the executor daemon retries",
+    "pending": "receipt not delivered yet (see above): the executor daemon delivers it later",
 }
 
 
@@ -498,8 +498,9 @@ def _deliver_now(settings: ExecutorSettings, executor: Executor, approval_id: st
 
     try:
         verify = checkpoint_verify(settings.checkpoint_ca_file)
-    except CAFileError as exc:
-        raise _fail(f"AIRLOCK_EXECUTOR_CHECKPOINT_CA_FILE={exc}") from None
+    except CAFileError as exc:  # recorded already: say why it was not sent, not "error"
+        say(f"AIRLOCK_EXECUTOR_CHECKPOINT_CA_FILE={exc}", err=True)
+        return "pending"
     http = checkpoint_client(
         settings.checkpoint_url,
         settings.checkpoint_token.get_secret_value(),
@@ -519,7 +520,7 @@ def _deliver_now(settings: ExecutorSettings, executor: Executor, approval_id: st
                 engine=executor.engine, client=http, clock=executor.clock, backoff=Backoff(cap=1)
             ).flush()
     except CheckpointUnauthorized as exc:
-        raise _fail(str(exc)) from None
+        say(str(exc), err=True)
     finally:
         http.close()
     with executor.engine.connect() as conn:
