@@ -434,9 +434,11 @@ def resolve_command(
 
     The ledger is the truth: resolve here, and its receipt settles the checkpoint's proposal too.
 
-    With AIRLOCK_EXECUTOR_CHECKPOINT_URL set, the receipt is delivered at once, as the daemon
-    delivers it (after checking this ledger against the checkpoint's feed); else the daemon
-    delivers it at its next sweep.
+    ID is the apv_ approval id, or the prop_ id of the proposal it approved.
+
+    With AIRLOCK_EXECUTOR_CHECKPOINT_URL set, the receipt is delivered at once, as the daemon does.
+
+    Prints what was recorded and whether the checkpoint has it; --json prints the receipt.
 
     If an admin resolved it at the checkpoint already, check the cloud and record the same decision.
 
