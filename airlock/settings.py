@@ -11,9 +11,10 @@ Every setting is documented in ``docs/configuration.md`` (``airlock config --mar
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Final, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
@@ -36,6 +37,8 @@ __all__ = [
     "DEVCLOUD_WRITE_KEY",
     "DEV_HEARTBEAT_PATH",
     "DEV_RECEIPT_KEYS_PATH",
+    "DEV_UP_STATE_PATH",
+    "DOCUMENTED",
     "AgentSettings",
     "CheckpointSettings",
     "CloudSettings",
@@ -45,6 +48,7 @@ __all__ = [
     "ServiceSettings",
     "WebappSettings",
     "is_dev",
+    "up_ports",
 ]
 
 Env = Literal["dev", "prod"]
@@ -129,6 +133,59 @@ DEV_RECEIPT_KEYS_PATH = Path(".airlock/receipt-keys.json")
 DEV_HEARTBEAT_PATH = Path(".airlock/executor.heartbeat")
 
 
+#: What a running ``airlock up`` serves (``airlock/cli/_up.py`` writes it in its state):
+#: the dev defaults take their ports from it, so ``up --checkpoint-port 8887`` and a later
+#: ``AIRLOCK_ENV=dev airlock doctor`` (or ``config``, or a dev agent) agree.
+DEV_UP_STATE_PATH = Path(".airlock/up.json")
+_DEV_PORTS: Final = {"checkpoint": 8787, "webapp": 3000, "devcloud": 8788}
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process: alive
+    return True
+
+
+def up_ports(path: Path = DEV_UP_STATE_PATH) -> dict[str, int]:
+    """The ports the ``airlock up`` recorded at ``path`` serves, by service name; empty
+    when none runs there (no file, marked stopped, its process gone, or unreadable)."""
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(value, dict) or value.get("status") != "running":
+        return {}
+    pid, ports = value.get("pid"), value.get("ports")
+    if type(pid) is not int or pid <= 0 or not isinstance(ports, dict) or not _pid_alive(pid):
+        return {}
+    return {
+        name: port
+        for name in _DEV_PORTS
+        if type(port := ports.get(name)) is int and 0 < port < 65536
+    }
+
+
+#: A key of the validated data that asks a default for its documented value: the
+#: configuration table (``airlock config --markdown``) must not follow a running ``up``.
+DOCUMENTED: Final = "__documented__"
+
+
+def _dev_port(data: dict[str, Any], name: str) -> int:
+    """A default port: in dev, the one a running ``airlock up`` serves; else the usual."""
+    fallback = _DEV_PORTS[name]
+    if data.get("env") != "dev" or data.get(DOCUMENTED):
+        return fallback
+    return up_ports().get(name, fallback)
+
+
+def _dev_checkpoint_url(data: dict[str, Any]) -> str:
+    return f"http://127.0.0.1:{_dev_port(data, 'checkpoint')}"
+
+
 def _receipt_keys_default(data: dict[str, Any]) -> Path | None:
     # ``env`` is declared first (in the base class), so it is validated by now.
     return DEV_RECEIPT_KEYS_PATH if data.get("env") == "dev" else None
@@ -172,7 +229,7 @@ class CheckpointSettings(ServiceSettings):
     #: Address the API listens on (``airlock checkpoint --host``).
     host: str = "127.0.0.1"
     #: Port the API listens on.
-    port: int = Field(default=8787, gt=0, lt=65536)
+    port: int = Field(default_factory=lambda data: _dev_port(data, "checkpoint"), gt=0, lt=65536)
 
     @model_validator(mode="after")
     def _no_dev_defaults_in_prod(self) -> CheckpointSettings:
@@ -281,7 +338,8 @@ class CloudSettings(ServiceSettings):
     def cloud_endpoint_or_default(self) -> tuple[str | None, str]:
         """(endpoint, protocol); devcloud over http in dev when no endpoint is set."""
         if self.cloud_endpoint is None and is_dev(self) and not self.cloud_access_key_id:
-            return _DEVCLOUD_ENDPOINT, "http"
+            port = up_ports().get("devcloud")
+            return (_DEVCLOUD_ENDPOINT if port is None else f"127.0.0.1:{port}"), "http"
         return self.cloud_endpoint, self.cloud_protocol
 
 
@@ -300,7 +358,7 @@ class DevcloudSettings(ServiceSettings):
     #: Address devcloud listens on.
     host: str = "127.0.0.1"
     #: Port devcloud listens on.
-    port: int = Field(default=8788, gt=0, lt=65536)
+    port: int = Field(default_factory=lambda data: _dev_port(data, "devcloud"), gt=0, lt=65536)
     #: SQLite file holding the fleet, the write log and the injected faults.
     db_path: Path = Path(".airlock/devcloud.db")
     #: Access key id of the read-only key (Describe* and metrics only).
@@ -366,7 +424,7 @@ class WebappSettings(ServiceSettings):
     )
 
     #: Base URL of the checkpoint API (the part before ``/v1``).
-    checkpoint_url: str = "http://127.0.0.1:8787"
+    checkpoint_url: str = Field(default_factory=_dev_checkpoint_url)
     #: PEM bundle of the CA(s) that issued the checkpoint's TLS certificate; set, exactly
     #: these are trusted instead of certifi's. ``SSL_CERT_FILE`` is not read.
     checkpoint_ca_file: Path | None = None
@@ -375,7 +433,7 @@ class WebappSettings(ServiceSettings):
     #: Address the web app listens on.
     host: str = "127.0.0.1"
     #: Port the web app listens on.
-    port: int = Field(default=3000, gt=0, lt=65536)
+    port: int = Field(default_factory=lambda data: _dev_port(data, "webapp"), gt=0, lt=65536)
     #: Mark cookies ``Secure``. Unset: on outside dev, off in dev. A request that arrives
     #: over HTTPS always gets Secure cookies whatever this says.
     secure_cookies: bool | None = None
@@ -420,7 +478,7 @@ class AgentSettings(CloudSettings):
     )
 
     #: Base URL of the checkpoint API (the part before ``/v1``).
-    checkpoint_url: str = "http://127.0.0.1:8787"
+    checkpoint_url: str = Field(default_factory=_dev_checkpoint_url)
     #: The agent's service token (``role=agent``); needed to read back and to submit.
     checkpoint_token: SecretStr = SecretStr("")
     #: PEM bundle of the CA(s) that issued the checkpoint's TLS certificate; set, exactly

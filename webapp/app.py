@@ -214,6 +214,7 @@ def create_app(
         duration=present.duration,
         timestamp=present.timestamp,
         STATE_LABELS=present.STATE_LABELS,
+        FOLLOWED_STATES=present.OPEN_STATES,
         REJECT_REASONS=present.REJECT_REASONS,
         CSRF_FIELD=CSRF_FIELD,
     )
@@ -635,6 +636,8 @@ def create_app(
                 "error": error,
                 "done": _DONE.get(done or ""),
                 "form": form or {},
+                "signature": rows_signature([p]),
+                "poll_ms": settings.queue_poll_seconds * 1000,
             },
             status=status,
         )
@@ -658,6 +661,18 @@ def create_app(
         if request.cookies.get(jar.flash_name) is not None:
             jar.clear_flash(response)  # shown once
         return response
+
+    @app.get("/proposals/{proposal_id}/signature", response_class=PlainTextResponse)
+    def proposal_signature(request: Request, proposal_id: str) -> Response:
+        """What an open proposal's page polls: it reloads when this changes (app.js)."""
+        token = cookies(request).session(request)
+        if token is None:
+            return PlainTextResponse("sign in again", 401)
+        try:
+            p = client.proposal(token, checked_id(proposal_id))
+        except CheckpointRefused as exc:
+            return PlainTextResponse(human_message(exc.code), exc.status)
+        return PlainTextResponse(rows_signature([p]))
 
     def decide(
         request: Request,

@@ -50,6 +50,8 @@ _MESSAGES: Final = {
     "confirmation box to approve it.",
     "E_CONFIRM_MISMATCH": "The resource id you typed does not match this resource, so "
     "nothing was approved. Check the id and type it again.",
+    "E_NOTE_REQUIRED": "Rejecting for “Other” needs a note saying why, so nothing was "
+    "rejected. Write the reason in the note and reject again.",
     "E_SELF_APPROVAL": "You proposed this action, so you may not approve it: someone else has to.",
     "E_ALREADY_VOTED": "You have already approved this. It is waiting for another person.",
     "E_EXPIRED": "The approval window has closed, so this proposal can no longer be "

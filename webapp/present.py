@@ -37,6 +37,7 @@ __all__ = [
     "hash_matches",
     "instance_name",
     "latest_refusal",
+    "next_step",
     "plain_action",
     "plain_precondition",
     "receipt_facts",
@@ -115,6 +116,30 @@ def plain_action(p: Proposal) -> str:
             "and its system disk are released."
         )
     return f"Run “{p.operation}” on the {what} {where}."
+
+
+def next_step(p: Proposal) -> str | None:
+    """What happens after this closed proposal, for a person who wonders whether the
+    agent will try again (services/agent/planner.py decides it); None while it is open,
+    executed or denied."""
+    again = (
+        f"If the resource still qualifies, the agent proposes the {p.operation} again at "
+        "its next scan, as a new proposal with its own hash that needs its own approval."
+    )
+    if p.state in ("failed", "refused"):
+        return f"Nothing more happens to this proposal: its approval is spent. {again}"
+    if p.state in ("expired", "lapsed", "revoked", "withdrawn"):
+        if p.approval is None or p.outcome is not None:
+            return f"Nothing more happens to this proposal. {again}"
+        return (
+            "Nothing more happens to this proposal. The agent proposes again no earlier "
+            f"than a few minutes after its approval's expiry ({timestamp(p.approval.expires_at)}),"
+            " so that no executor can still be using it; the new proposal needs its own "
+            "approval."
+        )
+    if p.state == "rejected":
+        return "The agent does not propose it again until a whole idle window has passed."
+    return None
 
 
 def plain_precondition(p: Proposal) -> str:

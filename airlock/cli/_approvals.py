@@ -672,7 +672,7 @@ def reject_command(
         Reason,
         typer.Option(
             "--reason",
-            help="Why; the agent reads the code back and remembers it.",
+            help="Why; the agent reads the code back and remembers it. 'other' needs --note.",
         ),
     ],
     note: NoteOpt = "",

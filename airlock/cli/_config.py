@@ -94,6 +94,8 @@ def _masked_database_url(value: str) -> str:
 
 
 def _default(cls: type[BaseSettings], field: str) -> str:
+    from airlock.settings import DOCUMENTED
+
     info = cls.model_fields[field]
     if info.is_required():
         return "(required)"
@@ -101,7 +103,7 @@ def _default(cls: type[BaseSettings], field: str) -> str:
         # A default that depends on AIRLOCK_ENV: show both.
         prod, dev = (
             _shown_default(field, info.get_default(call_default_factory=True, validated_data=d))
-            for d in ({"env": "prod"}, {"env": "dev"})
+            for d in ({"env": "prod"}, {"env": "dev", DOCUMENTED: True})
         )
         return prod if prod == dev else f"{prod} (dev: {dev})"
     return _shown_default(field, info.get_default(call_default_factory=True))

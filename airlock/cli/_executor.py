@@ -408,7 +408,12 @@ def run_bundle_command(
 
 @executor_app.command("resolve")
 def resolve_command(
-    approval_id: Annotated[str, typer.Argument(help="The in_doubt approval id.")],
+    approval_id: Annotated[
+        str,
+        typer.Argument(
+            metavar="ID", help="The in_doubt approval id (apv_…), or its proposal's id (prop_…)."
+        ),
+    ],
     by: Annotated[
         str, typer.Option("--by", metavar="NAME", help="Who decided (recorded and receipted).")
     ],
@@ -421,10 +426,19 @@ def resolve_command(
     note: Annotated[
         str, typer.Option("--note", metavar="TEXT", help="Why (evidence checked).")
     ] = "",
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the signed resolution receipt (JSON).")
+    ] = False,
 ) -> None:
     """Record a human decision on an in_doubt row (audited, with a signed receipt).
 
     The ledger is the truth: resolve here, and its receipt settles the checkpoint's proposal too.
+
+    ID is the apv_ approval id, or the prop_ id of the proposal it approved.
+
+    With AIRLOCK_EXECUTOR_CHECKPOINT_URL set, the receipt is delivered at once, as the daemon does.
+
+    Prints what was recorded and whether the checkpoint has it; --json prints the receipt.
 
     If an admin resolved it at the checkpoint already, check the cloud and record the same decision.
 
@@ -433,16 +447,87 @@ def resolve_command(
     from airlock.protocol import canonical_bytes
     from services.executor import ResolutionError
 
-    executor = _build(_settings())
+    settings = _settings()
+    executor = _build(settings)
     try:
-        outcome = executor.resolve(approval_id, happened=happened, by=by, note=note)
-    except ResolutionError as exc:  # recorded in the audit chain with its code
-        raise _fail(f"{exc.code.value}: {exc}") from None
+        try:
+            outcome = executor.resolve(approval_id, happened=happened, by=by, note=note)
+        except ResolutionError as exc:  # recorded in the audit chain with its code
+            raise _fail(f"{exc.code.value}: {exc}") from None
+        delivery = _deliver_now(settings, executor, outcome.approval_id or approval_id)
     finally:
         executor.engine.dispose()
-    _show(outcome)
-    if outcome.receipt is not None:
-        typer.echo(canonical_bytes(outcome.receipt.to_value()).decode())
+    if as_json:
+        if outcome.receipt is not None:
+            typer.echo(canonical_bytes(outcome.receipt.to_value()).decode())
+        return
+    decision = "it happened" if happened else "it did not happen"
+    say(f"resolved {outcome.approval_id}: {decision} (by {by.strip()})")
+    typer.echo(_DELIVERY.get(delivery, _DELIVERY["pending"]).format(id=outcome.approval_id))
+
+
+#: What ``executor resolve`` says of its receipt's delivery (``_deliver_now``).
+_DELIVERY = {
+    None: "receipt queued: the executor daemon delivers it to the checkpoint",
+    "delivered": "receipt delivered: the checkpoint shows the decision now",
+    "rejected": "receipt refused by the checkpoint: airlock executor receipts list {id}",
+    "pending": "receipt not delivered yet (see above): the executor daemon delivers it later",
+}
+
+
+def _deliver_now(settings: ExecutorSettings, executor: Executor, approval_id: str) -> str | None:
+    """Deliver the outbox's receipts now, as the daemon does (``OutboxReporter.flush``),
+    the ledger checked against the checkpoint's feed first, as the daemon checks it
+    before its first receipt: a restored ledger records its hold and sends nothing.
+    The daemon may deliver the same receipt meanwhile: the first delivery record stands
+    and the checkpoint answers a receipt it has with the same answer.
+
+    Returns None with no checkpoint configured, else the state of the resolution
+    receipt of ``approval_id`` after (``delivered``, ``rejected``, ``pending``…).
+    """
+    if not settings.checkpoint_url or not settings.checkpoint_token.get_secret_value():
+        return None
+    from airlock.tls import CAFileError, checkpoint_verify
+    from services.executor import (
+        Backoff,
+        CheckpointFeedSource,
+        CheckpointUnauthorized,
+        OutboxReporter,
+        checkpoint_client,
+    )
+    from services.executor.recover import check_ledger, ledger_checked
+    from services.executor.resend import receipt_history
+
+    try:
+        verify = checkpoint_verify(settings.checkpoint_ca_file)
+    except CAFileError as exc:  # recorded already: say why it was not sent, not "error"
+        say(f"AIRLOCK_EXECUTOR_CHECKPOINT_CA_FILE={exc}", err=True)
+        return "pending"
+    http = checkpoint_client(
+        settings.checkpoint_url,
+        settings.checkpoint_token.get_secret_value(),
+        poll_wait_s=0,
+        verify=verify,
+    )
+    try:
+        source = CheckpointFeedSource(
+            engine=executor.engine,
+            client=http,
+            clock=executor.clock,
+            ledger_hold_s=settings.max_ttl + settings.skew,
+        )
+        check_ledger(source)
+        if ledger_checked(source):
+            OutboxReporter(
+                engine=executor.engine, client=http, clock=executor.clock, backoff=Backoff(cap=1)
+            ).flush()
+    except CheckpointUnauthorized as exc:
+        say(str(exc), err=True)
+    finally:
+        http.close()
+    with executor.engine.connect() as conn:
+        histories = receipt_history(conn, [approval_id])
+    return next((h.state for h in histories if h.kind == "resolution"), "pending")
 
 
 @executor_app.command("keygen")

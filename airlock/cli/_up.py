@@ -24,6 +24,14 @@ approval, and ``up`` re-exports the key set (a new file renamed over the old) wi
 a second, which the executor reads at its next bundle. No restart; a staged key is
 trusted by the executor before ``rotate`` makes it sign.
 
+One ``up`` per state directory: ``up`` holds an exclusive ``flock`` on ``up.lock`` in it
+for its whole life, and a second ``up`` on the same state is refused at once, naming the
+first (its pid and ports). The kernel drops the lock when its holder dies, so a killed
+``up`` leaves nothing to clean: the next one takes the state over. ``up.json`` records
+what the running ``up`` serves (its pid, ports and URLs; written atomically, marked
+``stopped`` when it ends), and the dev defaults read it (``airlock.settings``), so
+``doctor`` and ``config`` find the ports ``up`` was started with.
+
 The state directory is ``--home``, else ``AIRLOCK_UP_HOME``, else ``.airlock``.
 ``AIRLOCK_HOME`` is the CLI's session directory (``airlock login``); it used to set this
 too, and still does, with a warning, where it holds a state ``up`` made, so such a setup
@@ -33,6 +41,7 @@ does not silently start over in ``.airlock``.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import secrets
@@ -70,8 +79,87 @@ _PUBLIC_BY_DESIGN = (Path("keys", "keyset.json"),)
 _PR_SET_PDEATHSIG = 1
 
 
+#: The lock one ``up`` holds on its state directory, and what it records there.
+LOCK_NAME = "up.lock"
+STATE_NAME = "up.json"
+
+
 class UpError(Exception):
     """Setting up or starting the local system failed; the message says what to do."""
+
+
+class _StateLock:
+    """An exclusive ``flock`` on ``home/up.lock`` for ``up``'s lifetime, and ``up.json``.
+
+    :meth:`take` raises :class:`UpError` naming the holder when another ``up`` has it.
+    The descriptor is close-on-exec (PEP 446), so no service ``up`` starts inherits the
+    lock and outlives it holding it.
+    """
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.state = home / STATE_NAME
+        self._fd: int | None = None
+
+    def _recorded(self) -> dict[str, object]:
+        try:
+            value = json.loads(self.state.read_text())
+        except (OSError, ValueError):
+            return {}
+        return value if isinstance(value, dict) else {}
+
+    def take(self) -> str | None:
+        """Take the lock; a note when a previous ``up`` ended without stopping."""
+        fd = os.open(self.home / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            first = self._recorded()
+            ports = first.get("ports")
+            served = (
+                ", ".join(f"{name} {port}" for name, port in ports.items())
+                if isinstance(ports, dict)
+                else "ports unknown"
+            )
+            raise UpError(
+                f"another `airlock up` runs on {self.home} (pid {first.get('pid', 'unknown')}; "
+                f"{served}): stop it first, or pass another --home"
+            ) from None
+        self._fd = fd
+        before = self._recorded()
+        if before.get("status") == "running":
+            return (
+                f"note: the previous up on {self.home} (pid {before.get('pid')}) ended "
+                "without stopping; taking its state over"
+            )
+        return None
+
+    def record(self, status: str, ports: Mapping[str, int]) -> None:
+        """Write ``up.json`` (a new file renamed over the old: never read half-written)."""
+        value = {
+            "status": status,
+            "pid": os.getpid(),
+            "ports": dict(ports),
+            "checkpoint_url": f"http://127.0.0.1:{ports['checkpoint']}",
+            "webapp_url": f"http://127.0.0.1:{ports['webapp']}",
+            "devcloud_endpoint": f"127.0.0.1:{ports['devcloud']}",
+            "at": int(time.time()),
+        }
+        tmp = self.state.with_name(f"{STATE_NAME}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(json.dumps(value, sort_keys=True) + "\n")
+        tmp.replace(self.state)
+
+    def release(self, ports: Mapping[str, int]) -> None:
+        """Mark ``up.json`` stopped, then let the lock go (closing drops the flock)."""
+        if self._fd is None:
+            return
+        with contextlib.suppress(OSError):
+            self.record("stopped", ports)
+        os.close(self._fd)
+        self._fd = None
 
 
 class _Interrupted(Exception):
@@ -671,7 +759,11 @@ def up_command(
 
     Exit 0 when stopped once up; 128 + the signal (130: Ctrl-C) when stopped starting.
 
-    Exit 1 when a service fails; 2 for usage or a port in use.
+    Exit 1 when a service fails; 2 for usage, a port in use, or another up on the state.
+
+    One up per state directory: a second is refused, naming the first (pid, ports).
+
+    The running up records its ports in up.json there; AIRLOCK_ENV=dev defaults read it.
 
     While it runs, keys stage, rotate and revoke reach the executor: up re-exports the key set.
 
@@ -681,6 +773,54 @@ def up_command(
 
     """
     ports = {"webapp": webapp_port, "checkpoint": checkpoint_port, "devcloud": devcloud_port}
+    state, note = state_home(home, os.environ)
+    if note is not None:
+        typer.echo(note, err=True)
+    # The state is made private before anything is written into it (the lock first).
+    lock = _StateLock(state.resolve())
+    try:
+        private = _private_home(lock.home)
+    except UpError as exc:
+        typer.echo(f"up: {exc}", err=True)
+        raise typer.Exit(1) from None
+    if private is not None:
+        _echo(private)
+    try:
+        took_over = lock.take()
+    except UpError as exc:
+        typer.echo(f"up: {exc}", err=True)
+        raise typer.Exit(2) from None
+    if took_over is not None:
+        _echo(took_over, err=True)
+    try:
+        _up_locked(
+            state,
+            ports,
+            lock,
+            instances=instances,
+            agent_interval=agent_interval,
+            devcloud_admin=devcloud_admin,
+            agent_grace=agent_grace,
+            ready_timeout=ready_timeout,
+            webapp_port=webapp_port,
+        )
+    finally:
+        lock.release(ports)
+
+
+def _up_locked(
+    state: Path,
+    ports: dict[str, int],
+    lock: _StateLock,
+    *,
+    instances: int,
+    agent_interval: int,
+    devcloud_admin: bool,
+    agent_grace: int | None,
+    ready_timeout: float,
+    webapp_port: int,
+) -> None:
+    """``up`` once it holds its state's lock."""
     taken = [f"{name} ({port})" for name, port in ports.items() if not _port_free(port)]
     if taken:
         typer.echo(
@@ -689,10 +829,7 @@ def up_command(
             err=True,
         )
         raise typer.Exit(2)
-
-    state, note = state_home(home, os.environ)
-    if note is not None:
-        typer.echo(note, err=True)
+    lock.record("running", ports)
     stack = _Stack(
         state.resolve(),
         ports,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ssl
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol
 
@@ -96,6 +96,8 @@ class ProposalRecord:
     outcome: str | None = None
     #: When the approval was issued (checkpoint clock), if one was: before any write of it.
     approved_at: int | None = None
+    #: When that approval expires (checkpoint clock): no executor uses it after.
+    approval_expires_at: int | None = None
 
     @classmethod
     def from_api(cls, item: dict[str, Any]) -> ProposalRecord:
@@ -117,6 +119,7 @@ class ProposalRecord:
             outcome_at=int(outcome["reported_at"]) if outcome else None,
             outcome=str(outcome["outcome"]) if outcome else None,
             approved_at=int(approval["issued_at"]) if approval else None,
+            approval_expires_at=int(approval["expires_at"]) if approval else None,
         )
 
 
@@ -130,9 +133,10 @@ class CheckpointClient(Protocol):
         ...
 
     def proposals(
-        self, *, account: str, state: str, operation: str | None = None
+        self, *, account: str, state: str | Sequence[str], operation: str | None = None
     ) -> Iterator[ProposalRecord]:
-        """Proposals of the account in one state, newest first, page by page."""
+        """Proposals of the account in one state (or any of several), newest first, page
+        by page."""
         ...
 
 
@@ -268,9 +272,14 @@ class HttpCheckpointClient:
         return ProposalRecord.from_api(_answer(response))
 
     def proposals(
-        self, *, account: str, state: str, operation: str | None = None
+        self, *, account: str, state: str | Sequence[str], operation: str | None = None
     ) -> Iterator[ProposalRecord]:
-        params: dict[str, str | int] = {"account": account, "state": state, "limit": _PAGE}
+        states = [state] if isinstance(state, str) else list(state)
+        params: dict[str, str | int | list[str]] = {
+            "account": account,
+            "state": states,
+            "limit": _PAGE,
+        }
         if operation is not None:
             params["operation"] = operation
         while True:

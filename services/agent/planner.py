@@ -13,9 +13,16 @@ Staged clean-up (docs/architecture.md#staged-clean-up), one instance at a time:
   until a window has passed since the rejection.
 
 Proposal ids are deterministic — ``prop_`` + the first 32 hex of SHA-256 over account,
-region, resource, operation and the window's first day — so a re-run on the same day
-yields the same id and never a second proposal. The checkpoint enforces the same from
-its side (one open proposal per target; same id with another hash is a conflict).
+region, resource, operation, the window's first day and the attempt — so a re-run on the
+same day yields the same id and never a second proposal. The checkpoint enforces the same
+from its side (one open proposal per target; same id with another hash is a conflict).
+
+A proposal that closed without its write (``RETRY_STATES``: failed, an in_doubt resolved
+"did not happen", refused, lapsed, expired, withdrawn, revoked) does not hold its id: the
+next scan that still finds the resource idle proposes again under the next attempt's id,
+a new proposal with its own hash that needs its own approval. Only once the old approval
+can no longer run: it was never issued, the executor reported using it (its ledger
+refuses it again: single use), or it expired ``APPROVAL_SLACK`` ago; until then, a hold.
 
 Pure: no I/O and no clock reads; ``now`` comes in the context.
 """
@@ -37,6 +44,8 @@ from .discovery import Observation
 from .idle import DAY, POLICY_NAME, IdlePolicy, Window, parse_rfc3339, rfc3339
 
 __all__ = [
+    "APPROVAL_SLACK",
+    "RETRY_STATES",
     "START_SLACK",
     "CheckpointView",
     "Hold",
@@ -56,6 +65,14 @@ _OPEN_STATES: Final = ("pending", "approved")
 #: reports StartTime to the minute, and the provider's clock is not the checkpoint's.
 START_SLACK: Final = 10 * 60
 
+#: Closed without the write: the next attempt at the same target gets a new id.
+RETRY_STATES: Final = ("failed", "refused", "lapsed", "expired", "withdrawn", "revoked")
+#: An unused approval counts as unusable this long after its expiry: the executor refuses
+#: an expired approval by its own clock, which may run behind the checkpoint's.
+APPROVAL_SLACK: Final = 5 * 60
+#: Closed proposals older than this cannot share an id with today's: ids carry the day.
+_RETRY_LOOKBACK: Final = 2 * DAY
+
 Key = tuple[str, str]  # (region, resource id)
 
 
@@ -67,12 +84,21 @@ def proposal_id(
     resource_id: str,
     operation: str,
     window: Window,
+    attempt: int = 0,
 ) -> str:
-    """Same resource, operation and idle window → same id (docs/protocol.md#action)."""
+    """Same resource, operation, idle window and attempt → same id (docs/protocol.md#action).
+
+    ``attempt`` counts the proposals of that day that closed without their write; the
+    first attempt's id carries no count.
+    """
+    if attempt < 0:
+        raise ValueError("attempt must not be negative")
     # Every part matches a kernel pattern that excludes "\n", so the join is unambiguous.
-    material = "\n".join(
-        (_ID_DOMAIN, account, region, resource_type, resource_id, operation, window.start_day)
-    )
+    parts = [_ID_DOMAIN, account, region, resource_type, resource_id, operation]
+    parts.append(window.start_day)
+    if attempt:
+        parts.append(f"attempt {attempt}")
+    material = "\n".join(parts)
     return "prop_" + hashlib.sha256(material.encode("utf-8")).hexdigest()[:32]
 
 
@@ -107,6 +133,11 @@ class CheckpointView:
     #: (region, resource id, operation) → Unix time until which it is not proposed again.
     rejected_until: dict[tuple[str, str, str], int] = field(default_factory=dict)
     airlock_stops: dict[Key, AirlockStop] = field(default_factory=dict)
+    #: Ids of recent proposals closed without their write whose approval cannot run.
+    retired: set[str] = field(default_factory=set)
+    #: Ids of recent proposals closed without their write → until when their unused
+    #: approval might still run (its expiry plus ``APPROVAL_SLACK``).
+    unspent: dict[str, int] = field(default_factory=dict)
     _seen: set[Key] = field(default_factory=set)
 
     @classmethod
@@ -125,6 +156,10 @@ class CheckpointView:
             view.add_rejection(record, window_seconds)
         for record in client.proposals(account=account, state="executed", operation="stop"):
             view.add_executed_stop(record)
+        for record in client.proposals(account=account, state=RETRY_STATES):
+            if record.created_at < now - _RETRY_LOOKBACK:
+                break  # newest first: every later one is older still
+            view.add_closed(record, now)
         return view
 
     def add_open(self, record: ProposalRecord) -> None:
@@ -147,6 +182,14 @@ class CheckpointView:
         if known is None or record.outcome_at > known.executed_at:
             approved_at = record.created_at if record.approved_at is None else record.approved_at
             self.airlock_stops[key] = AirlockStop(record.id, record.outcome_at, approved_at)
+
+    def add_closed(self, record: ProposalRecord, now: int) -> None:
+        """A proposal in one of ``RETRY_STATES``: retired once its approval cannot run."""
+        expires = record.approval_expires_at
+        if expires is None or record.outcome_at is not None or expires + APPROVAL_SLACK <= now:
+            self.retired.add(record.id)
+        else:
+            self.unspent[record.id] = expires + APPROVAL_SLACK
 
     def mark_seen(self, key: Key) -> None:
         if key in self.open:
@@ -259,7 +302,11 @@ def plan(obs: Observation, view: CheckpointView, ctx: PlanContext) -> list[Step]
                 )
             )
             return steps
-        steps.append(_build(lambda: _stop_action(obs, ctx), "stop", key))
+        stop_id = _next_id(obs, view, ctx, "stop")
+        if isinstance(stop_id, Hold):
+            steps.append(stop_id)
+            return steps
+        steps.append(_build(lambda: _stop_action(obs, ctx, stop_id), "stop", key))
         return steps
 
     if state.status == "Stopped":
@@ -313,8 +360,43 @@ def plan(obs: Observation, view: CheckpointView, ctx: PlanContext) -> list[Step]
                 Hold("delete", *key, f"rejected; not proposed again before {rfc3339(until)}")
             )
             return steps
-        steps.append(_build(lambda: _delete_action(obs, stopped, ctx), "delete", key))
+        delete_id = _next_id(obs, view, ctx, "delete")
+        if isinstance(delete_id, Hold):
+            steps.append(delete_id)
+            return steps
+        steps.append(_build(lambda: _delete_action(obs, stopped, ctx, delete_id), "delete", key))
     return steps
+
+
+def _next_id(
+    obs: Observation, view: CheckpointView, ctx: PlanContext, operation: str
+) -> str | Hold:
+    """The id of the next attempt at ``operation``, or a hold while the last attempt's
+    approval might still run (see the module docstring)."""
+    state = obs.state
+    attempt = 0
+    while True:
+        pid = proposal_id(
+            account=ctx.account,
+            region=state.region,
+            resource_type=state.resource_type,
+            resource_id=state.resource_id,
+            operation=operation,
+            window=obs.window,
+            attempt=attempt,
+        )
+        until = view.unspent.get(pid)
+        if until is not None:
+            return Hold(
+                operation,
+                state.region,
+                state.resource_id,
+                f"{pid} closed with an approval the executor could still use; "
+                f"not proposed again before {rfc3339(until)}",
+            )
+        if pid not in view.retired:
+            return pid
+        attempt += 1  # ends: ``retired`` is finite
 
 
 def withdraw_vanished(view: CheckpointView, regions: Sequence[str]) -> list[Step]:
@@ -344,18 +426,11 @@ def _build(make: Any, operation: str, key: Key) -> Step:
     return Submit(action)
 
 
-def _common(obs: Observation, ctx: PlanContext, operation: str) -> dict[str, Any]:
+def _common(obs: Observation, ctx: PlanContext, operation: str, pid: str) -> dict[str, Any]:
     state = obs.state
     return {
         "type": ACTION_TYPE,
-        "proposal_id": proposal_id(
-            account=ctx.account,
-            region=state.region,
-            resource_type=state.resource_type,
-            resource_id=state.resource_id,
-            operation=operation,
-            window=obs.window,
-        ),
+        "proposal_id": pid,
         "provider": "alibaba",
         "account": ctx.account,
         "region": state.region,
@@ -377,7 +452,7 @@ def _describe(obs: Observation) -> dict[str, Any]:
     }
 
 
-def _stop_action(obs: Observation, ctx: PlanContext) -> ProposedAction:
+def _stop_action(obs: Observation, ctx: PlanContext, pid: str) -> ProposedAction:
     usage = obs.usage
     if usage is None or not obs.verdict.idle:
         raise ValueError("a stop needs an idle verdict with usage")
@@ -404,7 +479,7 @@ def _stop_action(obs: Observation, ctx: PlanContext) -> ProposedAction:
     params = {"stopped_mode": ctx.stopped_mode} if obs.state.resource_type == "ecs.instance" else {}
     return ProposedAction.model_validate(
         {
-            **_common(obs, ctx, "stop"),
+            **_common(obs, ctx, "stop", pid),
             "params": params,
             "precondition": {
                 "status": "Running",
@@ -417,7 +492,9 @@ def _stop_action(obs: Observation, ctx: PlanContext) -> ProposedAction:
     )
 
 
-def _delete_action(obs: Observation, stopped: AirlockStop, ctx: PlanContext) -> ProposedAction:
+def _delete_action(
+    obs: Observation, stopped: AirlockStop, ctx: PlanContext, pid: str
+) -> ProposedAction:
     stopped_for = ctx.now - stopped.executed_at
     evidence: dict[str, Any] = {
         "policy": POLICY_NAME,
@@ -432,7 +509,7 @@ def _delete_action(obs: Observation, stopped: AirlockStop, ctx: PlanContext) -> 
     }
     return ProposedAction.model_validate(
         {
-            **_common(obs, ctx, "delete"),
+            **_common(obs, ctx, "delete", pid),
             "params": {},
             "precondition": {
                 "status": "Stopped",

@@ -36,6 +36,7 @@ class ErrorCode(enum.StrEnum):
     E_STALE_VIEW = "E_STALE_VIEW"  # the approver saw a different action hash
     E_CONFIRM_REQUIRED = "E_CONFIRM_REQUIRED"  # high risk: the typed resource id is missing
     E_CONFIRM_MISMATCH = "E_CONFIRM_MISMATCH"  # high risk: the typed resource id is wrong
+    E_NOTE_REQUIRED = "E_NOTE_REQUIRED"  # a rejection for reason "other" says why in a note
     E_SELF_APPROVAL = "E_SELF_APPROVAL"  # the approver is the proposer
     E_ALREADY_VOTED = "E_ALREADY_VOTED"  # one vote per person
     E_STATE = "E_STATE"  # the proposal is not in a state that allows this

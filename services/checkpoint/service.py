@@ -488,6 +488,9 @@ class Checkpoint:
         self, principal: Principal, proposal_id: str, reason_code: str, note: str
     ) -> ProposalOut:
         _require(principal, _APPROVER_ROLES, "reject")
+        if reason_code == "other" and not note.strip():
+            # "other" tells the agent and the record nothing by itself.
+            raise Refusal(ErrorCode.E_NOTE_REQUIRED, "reason 'other' needs a note saying why", 422)
         now = self.now()
         with self.engine.begin() as conn:
             row = self._lock(conn, proposal_id)

@@ -42,6 +42,7 @@ __all__ = [
     "held_until",
     "insert_refusal",
     "insert_resolution",
+    "of_proposal",
     "queue_receipt",
     "refusal_to_report",
     "reportable_refusal",
@@ -137,6 +138,15 @@ def get(conn: Connection, approval_id: str) -> LedgerRow | None:
         .one_or_none()
     )
     return None if found is None else LedgerRow.from_mapping(found)
+
+
+def of_proposal(conn: Connection, proposal_id: str) -> list[LedgerRow]:
+    """The rows of the approvals issued for ``proposal_id`` (one per checkpoint that
+    issued one; an operator's lookup, not on the write path)."""
+    found = conn.execute(
+        sa.select(ledger).where(ledger.c.proposal_id == proposal_id).order_by(ledger.c.approval_id)
+    ).mappings()
+    return [LedgerRow.from_mapping(row) for row in found]
 
 
 @functools.cache

@@ -911,6 +911,9 @@ class Executor:
     def resolve(self, approval_id: str, *, happened: bool, by: str, note: str) -> Outcome:
         """Record a human's audited decision on an ``in_doubt`` row (with a receipt).
 
+        ``approval_id`` is the row's approval id, or the id of the proposal it approved
+        (``prop_…``): that proposal's one in_doubt row.
+
         A refused decision (:class:`ResolutionError`) changes nothing but is recorded in
         the audit chain too (``executor.resolution_refused``, with its code): an attempt
         to settle what happened to a write is part of what happened.
@@ -969,7 +972,12 @@ class Executor:
             ) from None
         with self._engine.begin() as conn:
             AuditLog.lock(conn)
-            row = ledger.get(conn, approval_id)
+            row: LedgerRow | None
+            if approval_id.startswith("prop_"):
+                row = _in_doubt_of_proposal(conn, approval_id)
+                approval_id = row.approval_id
+            else:
+                row = ledger.get(conn, approval_id)
             if row is None:
                 raise ResolutionError(
                     OperatorRefusal.E_NOT_FOUND, f"no ledger row for {approval_id}"
@@ -1018,3 +1026,20 @@ class Executor:
         return self._report(
             Outcome(approval_id, State.IN_DOUBT, detail=f"resolved: {decision}", receipt=receipt)
         )
+
+
+def _in_doubt_of_proposal(conn: Connection, proposal_id: str) -> LedgerRow:
+    """The one in_doubt row of ``proposal_id``; a ResolutionError names why there is none."""
+    rows = ledger.of_proposal(conn, proposal_id)
+    doubtful = [r for r in rows if r.state is State.IN_DOUBT]
+    if len(doubtful) == 1:
+        return doubtful[0]
+    if not rows:
+        raise ResolutionError(OperatorRefusal.E_NOT_FOUND, f"no ledger row for {proposal_id}")
+    if not doubtful:
+        states = ", ".join(f"{r.approval_id} is {r.state}" for r in rows)
+        raise ResolutionError(OperatorRefusal.E_NOT_IN_DOUBT, f"{proposal_id}: {states}")
+    raise ResolutionError(
+        OperatorRefusal.E_INVALID,
+        f"{proposal_id} has {len(doubtful)} in_doubt rows: name one by its approval id",
+    )

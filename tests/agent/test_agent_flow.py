@@ -17,7 +17,9 @@ from typing import Any
 import pytest
 
 from airlock.protocol import ProposedAction
-from services.executor.receipts import ReceiptSigner
+from services.agent.planner import APPROVAL_SLACK
+from services.executor.receipts import Receipt, ReceiptSigner
+from tests.checkpoint.harness import AUDIENCE
 
 from .conftest import DAY, Harness
 
@@ -304,3 +306,88 @@ def test_loop_runs_scan_after_scan_until_stopped(harness: Harness) -> None:
     harness.agent().run_loop(interval=0, stop=stop, on_report=on_report)
 
     assert [r.created for r in reports] == [len(harness.proposals()), 0]
+
+
+def _report_in_doubt(harness: Harness, proposal: dict[str, Any], signer: ReceiptSigner) -> str:
+    """Approve, then report what an executor reports when it cannot tell: in_doubt."""
+    approved = harness.approve(proposal)
+    approval_id = str(approved["approval"]["approval_id"])
+    receipt = Receipt(
+        type="airlock.receipt/v1",
+        executor=AUDIENCE,
+        approval_id=approval_id,
+        action_hash=proposal["action_hash"],
+        outcome="in_doubt",
+        verified=True,
+        refusal_code=None,
+        cloud_request_id=None,
+        resolution=None,
+        at=harness.now,
+        audit_head={"seq": 1, "hash": "sha256:" + "0" * 64},
+        detail="the call timed out",
+    )
+    r = harness.world.client.post(
+        "/v1/outcomes",
+        json={"receipt": signer.sign(receipt).to_value()},
+        headers=harness.world.auth("executor"),
+    )
+    assert r.status_code == 200 and r.json()["state"] == "in_doubt", r.text
+    return approval_id
+
+
+def test_stop_resolved_did_not_happen_is_proposed_again_the_same_day(
+    harness: Harness, own_region: str, create_idle: Callable[..., str], signer: ReceiptSigner
+) -> None:
+    iid = create_idle(own_region)
+    assert harness.agent(regions=(own_region,)).run_once().created == 1
+    (first,) = harness.proposals(resource_id=iid)
+    old_approval = _report_in_doubt(harness, first, signer)
+    r = harness.world.client.post(
+        f"/v1/proposals/{first['id']}/resolve",
+        json={"decision": "did_not_happen", "note": "still running in the console"},
+        headers=harness.world.auth("admin"),
+    )
+    assert r.status_code == 200 and r.json()["state"] == "failed", r.text
+
+    harness.advance(3600)  # the same UTC day: the same idle window
+    report = harness.agent(regions=(own_region,)).run_once()
+
+    assert (report.created, report.refused) == (1, 0), report.rows
+    again = [p for p in harness.proposals(resource_id=iid) if p["id"] != first["id"]]
+    (retry,) = again
+    assert retry["state"] == "pending" and retry["approval"] is None
+    assert retry["action_hash"] != first["action_hash"]
+    # The retry needs its own approval, bound to its own hash; the old one stays spent.
+    approved = harness.approve(retry)
+    assert approved["approval"]["approval_id"] != old_approval
+    assert approved["approval"]["envelope"] != first.get("approval")
+    # Proposing again holds the new id while it is open: nothing more, nothing refused.
+    harness.advance(60)
+    later = harness.agent(regions=(own_region,)).run_once()
+    assert (later.created, later.refused) == (0, 0)
+
+
+def test_revoked_stop_is_not_proposed_again_while_its_approval_could_run(
+    harness: Harness, own_region: str, create_idle: Callable[..., str]
+) -> None:
+    iid = create_idle(own_region)
+    assert harness.agent(regions=(own_region,)).run_once().created == 1
+    (first,) = harness.proposals(resource_id=iid)
+    approved = harness.approve(first)
+    r = harness.world.client.post(
+        f"/v1/proposals/{first['id']}/revoke",
+        json={"note": "wrong one"},
+        headers=harness.world.auth("alice"),
+    )
+    assert r.status_code == 200 and r.json()["state"] == "revoked", r.text
+
+    # An executor that fetched the approval before the revocation could still use it.
+    harness.advance(60)
+    held = harness.agent(regions=(own_region,)).run_once()
+    assert (held.created, held.refused) == (0, 0)
+    assert any(row.kind == "hold" and first["id"] in row.detail for row in held.rows)
+
+    expires = int(approved["approval"]["expires_at"])
+    harness.set_time(expires + APPROVAL_SLACK)
+    retried = harness.agent(regions=(own_region,)).run_once()
+    assert (retried.created, retried.refused) == (1, 0), retried.rows

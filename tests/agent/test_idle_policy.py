@@ -324,7 +324,11 @@ def test_the_approval_time_of_airlocks_stop_is_the_reference_for_a_start() -> No
         "outcome": {"reported_at": APPROVED + 60, "outcome": "succeeded"},
     }
     view = CheckpointView()
-    view.add_executed_stop(ProposalRecord.from_api({**base, "approval": {"issued_at": APPROVED}}))
+    view.add_executed_stop(
+        ProposalRecord.from_api(
+            {**base, "approval": {"issued_at": APPROVED, "expires_at": APPROVED + 900}}
+        )
+    )
     assert view.airlock_stops[("ap-southeast-1", "i-abcd1234")] == STOP
     # Without an approval on record, the proposal's time (earlier still) is used.
     view = CheckpointView()

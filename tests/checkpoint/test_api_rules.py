@@ -226,6 +226,20 @@ def test_reject_with_reason_code_is_read_back_by_the_agent(world: World) -> None
     assert (bad.status_code, _code(bad)) == (422, "E_INVALID")
 
 
+def test_reject_for_other_without_a_note_is_refused(world: World) -> None:
+    p = _pending(world)
+    for note in ({}, {"note": ""}, {"note": " \n\t"}):
+        r = world.client.post(
+            f"/v1/proposals/{p['id']}/reject",
+            json={"reason_code": "other", **note},
+            headers=world.auth("bob"),
+        )
+        assert (r.status_code, _code(r)) == (422, "E_NOTE_REQUIRED"), note
+        assert "\n" not in r.json()["error"]["message"]
+    still = world.client.get(f"/v1/proposals/{p['id']}", headers=world.auth("bob")).json()
+    assert still["state"] == "pending" and still["rejection"] is None
+
+
 def test_revoke_an_issued_approval_puts_a_revocation_on_the_feed(world: World) -> None:
     p = _pending(world)
     world.approve("alice", p["id"], p["action_hash"])

@@ -368,6 +368,22 @@ def test_reject_needs_a_known_reason(served: Served) -> None:
     assert served.proposal(record["id"])["state"] == "pending"
 
 
+def test_reject_for_other_without_a_note_is_refused_by_the_checkpoint(served: Served) -> None:
+    record = served.submit(proposal_id="prop_reject00003")
+    served.login("bob")
+    for note in ((), ("--note", "   ")):
+        result = served.run("approvals", "reject", record["id"], "--reason", "other", *note)
+        assert result.exit_code == 1, result.output
+        (line,) = result.stderr.strip().splitlines()
+        assert "E_NOTE_REQUIRED" in line and "needs a note" in line
+    assert served.proposal(record["id"])["state"] == "pending"
+    said = served.run(
+        "approvals", "reject", record["id"], "--reason", "other", "--note", "owner asked"
+    )
+    assert said.exit_code == 0, said.output
+    assert served.proposal(record["id"])["rejection"]["note"] == "owner asked"
+
+
 def test_revoke_an_issued_approval(served: Served) -> None:
     record = served.submit(proposal_id="prop_revoke00001")
     served.login("alice")
@@ -397,7 +413,12 @@ def test_resolve_is_for_in_doubt_executions_only(served: Served) -> None:
 def test_approve_on_a_decided_proposal_is_refused_before_sending(served: Served) -> None:
     record = served.submit(proposal_id="prop_decided0001")
     served.login("bob")
-    assert served.run("approvals", "reject", record["id"], "--reason", "other").exit_code == 0
+    assert (
+        served.run(
+            "approvals", "reject", record["id"], "--reason", "other", "--note", "no"
+        ).exit_code
+        == 0
+    )
     result = served.run("approvals", "approve", record["id"], "--yes")
     assert result.exit_code == 1
     assert "refused locally, nothing sent: E_STATE" in result.stderr

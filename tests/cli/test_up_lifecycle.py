@@ -8,7 +8,9 @@ are killed by pid at the end whatever happened, so a failing test leaks none.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -246,3 +248,78 @@ def test_a_state_from_before_the_umask_is_made_private(tmp_path: Path) -> None:
     assert _private_home(home) is not None
     assert _loose(home) == []
     assert stat.S_IMODE(outside.stat().st_mode) == 0o644  # a link's target is left alone
+
+
+def _airlock(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("AIRLOCK_")}
+    return subprocess.run(
+        [sys.executable, "-m", "airlock.cli", *args],
+        cwd=cwd,
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_a_second_up_on_the_same_state_is_refused_at_once_naming_the_first(
+    tmp_path: Path,
+) -> None:
+    """A second `up` with other ports on one state used to start a second stack on the
+    same databases and logs."""
+    with _up(tmp_path) as first:
+        first.wait_ready()
+        other = {name: free_port() for name in ("webapp", "checkpoint", "devcloud")}
+        second = _airlock(
+            tmp_path,
+            "up",
+            *("--home", str(tmp_path / ".airlock")),
+            *("--webapp-port", str(other["webapp"])),
+            *("--checkpoint-port", str(other["checkpoint"])),
+            *("--devcloud-port", str(other["devcloud"])),
+        )
+        assert second.returncode == 2, second.stdout + second.stderr
+        (line,) = second.stderr.strip().splitlines()
+        assert f"pid {first.proc.pid}" in line, line
+        assert f"checkpoint {first.ports['checkpoint']}" in line, line
+        assert f"webapp {first.ports['webapp']}" in line, line
+        assert second.stdout == ""  # nothing prepared, nothing started
+        assert all(_port_free(port) for port in other.values())
+        assert first.proc.poll() is None
+        assert all(not _gone(pid) for pid in first.pids())
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_the_state_of_a_killed_up_is_taken_over_by_the_next(tmp_path: Path) -> None:
+    with _up(tmp_path) as killed:
+        killed.wait_ready()
+        children = killed.pids()
+        killed.proc.kill()
+        killed.proc.wait(10)
+        _wait("the services to die with up", lambda: all(_gone(p) for p in children))
+        _wait("their ports", lambda: all(_port_free(p) for p in killed.ports.values()))
+    with _up(tmp_path) as next_up:
+        next_up.wait_ready()
+        assert f"(pid {killed.proc.pid}) ended without stopping" in next_up.text
+
+
+def test_dev_defaults_follow_the_ports_up_serves_and_forget_them_after(tmp_path: Path) -> None:
+    """After `up --checkpoint-port P`, `AIRLOCK_ENV=dev airlock doctor` checked 8787."""
+    with _up(tmp_path) as up:
+        up.wait_ready()
+        recorded = json.loads((tmp_path / ".airlock" / "up.json").read_text())
+        assert (recorded["status"], recorded["pid"]) == ("running", up.proc.pid)
+        assert recorded["ports"] == up.ports
+        checkpoint = f"http://127.0.0.1:{up.ports['checkpoint']}"
+        doctor = _airlock(tmp_path, "doctor", AIRLOCK_ENV="dev")
+        assert f"{checkpoint} is up" in doctor.stdout, doctor.stdout + doctor.stderr
+        config = _airlock(tmp_path, "config", "agent", AIRLOCK_ENV="dev").stdout
+        assert checkpoint in config and f"127.0.0.1:{up.ports['devcloud']}" in config, config
+        webapp = _airlock(tmp_path, "config", "webapp", AIRLOCK_ENV="dev").stdout
+        assert re.search(rf"AIRLOCK_WEBAPP_PORT\s+{up.ports['webapp']}\n", webapp), webapp
+        up.proc.send_signal(signal.SIGINT)
+        up.proc.wait(60)
+    assert json.loads((tmp_path / ".airlock" / "up.json").read_text())["status"] == "stopped"
+    after = _airlock(tmp_path, "config", "agent", AIRLOCK_ENV="dev").stdout
+    assert "http://127.0.0.1:8787" in after, after

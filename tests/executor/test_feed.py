@@ -35,6 +35,7 @@ from services.executor.models import (
     ledger,
     refusals,
     resends,
+    resolutions,
     revocations,
 )
 from tests.support.stack import ACCOUNT, PASSWORD, REGION, Stack, running_stack
@@ -534,6 +535,46 @@ def test_a_receipt_rejected_for_an_untrusted_key_is_delivered_after_the_key_is_t
 
 
 # -- configuration -------------------------------------------------------------------------------
+
+
+def test_executor_resolve_reports_to_the_checkpoint_at_once_and_once(world: World) -> None:
+    """The resolution showed at the checkpoint only at the daemon's next sweep (~17 s)."""
+    proposal = world.propose(1, "rs")
+    world.stack.devcloud.admin.set_faults(fail_next_writes=1, fail_kind="internal")
+    try:
+        world.approve(proposal)
+        world.stack.wait_state(proposal["id"], {"in_doubt"})
+    finally:
+        world.stack.devcloud.admin.reset_faults()
+    # The daemon is stopped: only the command itself can deliver the receipt now.
+    world.stack.executor.stop(signal.SIGTERM, timeout=30.0)
+
+    result = world.cli(
+        "executor", "resolve", proposal["id"], "--by", "admin", "--did-not-happen",
+        "--note", "still Running in the console",
+    )  # fmt: skip
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("resolved apv_") and "it did not happen (by admin)" in lines[0]
+    assert lines[1] == "receipt delivered: the checkpoint shows the decision now"
+    record = world.stack.agent_view(proposal["id"])
+    assert record["state"] == "failed"
+    assert record["outcome"]["outcome"] == "resolved"  # the executor's signed resolution
+    approval_id = record["approval"]["approval_id"]
+    assert [(d.kind, d.status) for d in world.delivered(approval_id)] == [
+        ("outcome", "delivered"),
+        ("resolution", "delivered"),
+    ]
+    # Posted again (a daemon delivering it too): the same answer, nothing changes.
+    (resolution,) = world.rows(resolutions, resolutions.c.approval_id == approval_id)
+    again = world.http.post(
+        "/v1/outcomes",
+        content=b'{"receipt":' + resolution.receipt.encode() + b"}",
+        headers={**world.stack.auth("executor"), "Content-Type": "application/json"},
+    )
+    assert again.status_code == 200, again.text
+    assert world.stack.agent_view(proposal["id"]) == record
 
 
 def test_a_wrong_executor_token_stops_the_daemon_with_a_clear_error(idle_world: World) -> None:

@@ -364,6 +364,67 @@ def test_executor_resolve_with_an_overlong_name_is_one_line_exit_2_and_audited(
     assert (event["code"], event["approval_id"]) == ("E_INVALID", b.approval_id)
 
 
+def test_executor_resolve_takes_the_proposal_id_and_prints_a_summary(
+    env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It answered a proposal id with E_NOT_FOUND and printed the raw receipt JSON."""
+    from typer.testing import CliRunner
+
+    from airlock.cli import app
+
+    from .support import ACCOUNT, AUDIENCE, keyset
+
+    doubtful = []
+    for n in (11, 12):
+        b = make_test_bundle(n)
+        env.cloud.add("ecs.instance", b.resource_id)
+        env.cloud.next_fault = "timeout_before"
+        assert env.executor.execute(b.raw).state is State.IN_DOUBT
+        doubtful.append(b)
+    monkeypatch.chdir(tmp_path)  # no stray .env
+    trusted = tmp_path / "trusted.json"
+    trusted.write_bytes(canonical_bytes(keyset().to_value()))
+    for name, value in {
+        "AIRLOCK_ENV": "dev",
+        "AIRLOCK_EXECUTOR_DATABASE_URL": env.url,
+        "AIRLOCK_EXECUTOR_TRUSTED_KEYS_PATH": str(trusted),
+        "AIRLOCK_EXECUTOR_RECEIPT_KEY_PATH": str(tmp_path / "receipt.pem"),
+        "AIRLOCK_EXECUTOR_AUDIENCE": AUDIENCE,
+        "AIRLOCK_EXECUTOR_ACCOUNT": ACCOUNT,
+    }.items():
+        monkeypatch.setenv(name, value)
+    runner = CliRunner()
+    assert runner.invoke(app, ["executor", "keygen"]).exit_code == 0
+    first, second = doubtful
+    proposal_id = first.approval_id.replace("apv_", "prop_", 1)  # make_test_bundle's ids
+
+    result = runner.invoke(
+        app, ["executor", "resolve", proposal_id, "--by", "alice", "--did-not-happen"]
+    )
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [
+        f"resolved {first.approval_id}: it did not happen (by alice)",
+        "receipt queued: the executor daemon delivers it to the checkpoint",
+    ]
+    again = runner.invoke(app, ["executor", "resolve", proposal_id, "--by", "a", "--happened"])
+    assert again.exit_code == 2 and "E_ALREADY_RESOLVED" in again.output, again.output
+
+    whole = runner.invoke(
+        app, ["executor", "resolve", second.approval_id, "--by", "bob", "--happened", "--json"]
+    )
+    assert whole.exit_code == 0, whole.output
+    receipt = json.loads(whole.output)
+    assert receipt["payloadType"] == "application/vnd.airlock.receipt.v1+json"
+
+    unknown = runner.invoke(
+        app, ["executor", "resolve", "prop_nosuch000001", "--by", "a", "--happened"]
+    )
+    assert unknown.exit_code == 2
+    assert unknown.output.splitlines() == [
+        "error: E_NOT_FOUND: no ledger row for prop_nosuch000001"
+    ]
+
+
 def _refusal_events(env: Env) -> list[dict[str, Any]]:
     events = [json.loads(e) for e in _events(env)]
     return [e for e in events if e["type"] == "executor.resolution_refused"]

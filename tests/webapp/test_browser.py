@@ -219,9 +219,9 @@ def test_alice_approves_a_stop_and_sees_the_executed_outcome_with_a_verified_rec
     page.click("#approve-button")
     expect(page.locator("#done")).to_contain_text("Your approval was recorded")
 
-    stack.wait_state(proposal["id"], {"executed", "refused", "failed", "in_doubt"})
-    page.reload()
+    # No reload: the page follows the proposal to its end state by itself.
     expect(page.locator("#state")).to_have_attribute("data-state", "executed")
+    expect(page.locator("#h-what")).to_have_text("What was done")
     expect(page.locator("#outcome")).to_have_attribute("data-outcome", "succeeded")
     # The receipt's signature and the write's effect are two facts, named apart: the
     # provider accepted the stop, and no live read confirmed it.
@@ -235,6 +235,30 @@ def test_alice_approves_a_stop_and_sees_the_executed_outcome_with_a_verified_rec
     page.goto("/history")
     expect(page.locator(f'tr[data-proposal="{proposal["id"]}"]')).to_contain_text("signature valid")
     assert alice.dialogs == []
+
+
+def test_an_open_proposal_page_follows_another_persons_approval_to_the_executed_end(
+    stack: Stack, people: dict[str, Person]
+) -> None:
+    """Alice watches a pending stop; Bob approves it in his own browser. Alice's page,
+    never reloaded by her, goes on to show the executed outcome."""
+    rid = "i-t4nfollow0001"
+    stack.devcloud.admin.create_instance(rid, status="Running", name="batch-worker-8")
+    proposal = stack.submit(_action("prop_followexec0001", rid, "stop"))
+    watching = people["alice"].open(proposal["id"])
+    expect(watching.locator("#state")).to_have_attribute("data-state", "pending")
+    expect(watching.locator("#h-what")).to_have_text("What will happen")
+
+    bob = people["bob"].open(proposal["id"])
+    bob.click("#approve-button")
+    expect(bob.locator("#done")).to_contain_text("Your approval was recorded")
+
+    expect(watching.locator("#state")).to_have_attribute("data-state", "executed")
+    expect(watching.locator("#outcome")).to_have_attribute("data-outcome", "succeeded")
+    expect(watching.locator("#h-what")).to_have_text("What was done")
+    expect(watching.get_by_text("What will happen")).to_have_count(0)
+    # The end state is final: the page stops asking.
+    expect(watching.locator("#state-box")).not_to_have_attribute("data-poll-url", re.compile(".*"))
 
 
 def _sign_in_on_this_page(page: Page, name: str) -> None:
@@ -365,6 +389,17 @@ def test_an_in_doubt_execution_shows_the_executors_detail_to_the_admin(
     expect(page.locator("#in-doubt-detail")).to_contain_text("a write may have happened")
     expect(page.locator("#resolve-form")).to_be_visible()
 
+    # Resolved "did not happen": the page says what comes next, not just that it failed.
+    page.check("#d-not")
+    page.fill("#resolve-note", "still Running in the console")
+    page.click("#resolve-button")
+    expect(page.locator("#state")).to_have_attribute("data-state", "failed")
+    expect(page.locator("#next-step")).to_contain_text(
+        "the agent proposes the stop again at its next scan, as a new proposal with its own"
+        " hash that needs its own approval"
+    )
+    expect(page.locator("#h-what")).to_have_text("What was proposed")
+
 
 def test_an_executor_refusal_reported_while_the_queue_is_open_shows_in_its_row(
     stack: Stack, people: dict[str, Person], screenshots: Path
@@ -441,6 +476,24 @@ def test_reject_with_a_reason_code_is_what_the_agent_reads_back(
     assert readback["state"] == "rejected"
     assert readback["rejection"]["reason_code"] == "not_idle"
     assert readback["rejection"]["note"] == "nightly batch job"
+
+
+def test_reject_for_other_without_a_note_is_refused_and_says_why(
+    stack: Stack, people: dict[str, Person]
+) -> None:
+    proposal = stack.submit(_action("prop_e2erejother1", "i-t4ne2erejoth01", "stop"))
+    page = people["bob"].open(proposal["id"])
+    page.select_option("#reason_code", "other")
+    page.click("#reject-button")
+    expect(page.locator("#refusal")).to_contain_text("Rejecting for “Other” needs a note")
+    expect(page.locator("#refusal")).to_contain_text("E_NOTE_REQUIRED")
+    expect(page.locator("#state")).to_have_attribute("data-state", "pending")
+    assert stack.agent_view(proposal["id"])["state"] == "pending"
+    # What the person chose is kept: they add the note and reject again.
+    expect(page.locator("#reason_code")).to_have_value("other")
+    page.fill("#reject-note", "the owner asked to keep it")
+    page.click("#reject-button")
+    expect(page.locator("#rejection")).to_have_attribute("data-reason", "other")
 
 
 def test_hostile_instance_name_and_tag_are_shown_as_text_and_no_dialog_opens(

@@ -1,7 +1,9 @@
 // Airlock web app: the only script. Served from 'self' (CSP forbids inline script).
 // Two jobs, both conveniences; the checkpoint enforces every rule on its own:
 //  1. the Approve button of a high-risk action stays disabled until the typed id matches;
-//  2. the queue fetches its rows again every few seconds so new proposals appear.
+//  2. the queue fetches its rows again every few seconds so new proposals appear;
+//  3. an open proposal's page follows it to its end state: it polls the proposal's
+//     signature and reloads when it changes (unless the person is typing in a form).
 "use strict";
 
 (function () {
@@ -56,8 +58,60 @@
     window.setTimeout(tick, ms);
   }
 
+  function typing() {
+    var fields = document.querySelectorAll("main textarea, main input, main select");
+    for (var i = 0; i < fields.length; i++) {
+      var f = fields[i];
+      if (f.type === "hidden") { continue; }
+      if (f === document.activeElement) { return true; }
+      if (f.type === "radio" || f.type === "checkbox") {
+        if (f.checked) { return true; }
+      } else if (f.tagName !== "SELECT" && f.value !== "") {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  function pollProposal() {
+    var box = document.getElementById("state-box");
+    if (!box || !box.hasAttribute("data-poll-url")) { return; }
+    var url = box.getAttribute("data-poll-url");
+    var ms = parseInt(box.getAttribute("data-poll-ms"), 10) || 5000;
+    var shown = box.getAttribute("data-signature");
+    var status = document.getElementById("proposal-status");
+    var stopped = false;
+
+    function tick() {
+      fetch(url, { credentials: "same-origin", headers: { "Accept": "text/plain" } })
+        .then(function (response) {
+          if (response.status === 401) {
+            stopped = true;
+            if (status) { status.textContent = "Your session has ended: reload to sign in again."; }
+            return null;
+          }
+          return response.ok ? response.text() : null;
+        })
+        .then(function (signature) {
+          if (signature === null || signature === undefined || signature === shown) { return; }
+          if (typing()) {
+            if (status) { status.textContent = "This proposal changed: reload the page to see it."; }
+            return;
+          }
+          stopped = true;
+          window.location.reload();
+        })
+        .catch(function () {
+          if (status) { status.textContent = "Could not check the proposal for changes; retrying."; }
+        })
+        .then(function () { if (!stopped) { window.setTimeout(tick, ms); } });
+    }
+    window.setTimeout(tick, ms);
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     gateConfirmations();
     pollQueue();
+    pollProposal();
   });
 })();
