@@ -357,7 +357,10 @@ def _canonical_text(p: _Proposal) -> list[str]:
 def _check_id(proposal_id: str) -> str:
     # Checked here so that nothing but an id can ever be spliced into the request path.
     if _PROPOSAL_ID.fullmatch(proposal_id) is None:
-        typer.echo(f"error: {proposal_id!r} is not a proposal id (prop_…)", err=True)
+        # Clipped: a pasted log line or a 3,000-character string is not printed back whole.
+        shown = inert(proposal_id, limit=40)
+        size = f" ({len(proposal_id)} characters)" if len(proposal_id) > 40 else ""
+        typer.echo(f"error: '{shown}'{size} is not a proposal id (prop_…)", err=True)
         raise typer.Exit(ExitCode.USAGE)
     return proposal_id
 

@@ -223,6 +223,16 @@ def test_show_of_unknown_or_malformed_id(served: Served) -> None:
     assert served.run("approvals", "show", "../sessions/current").exit_code == 2
 
 
+def test_a_garbage_id_of_3000_characters_is_clipped_not_echoed_whole(served: Served) -> None:
+    served.login("alice")
+    garbage = "prop_" + "x" * 2995
+    for verb in ("show", "approve"):
+        result = served.run("approvals", verb, garbage)
+        assert result.exit_code == 2
+        assert len(result.output) < 200, result.output
+        assert "(3000 characters) is not a proposal id" in result.output
+
+
 def test_approve_sends_the_hash_it_showed(served: Served) -> None:
     record = served.submit(proposal_id="prop_approve00001")
     served.login("alice")
