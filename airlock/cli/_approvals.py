@@ -88,6 +88,28 @@ class State(enum.StrEnum):
 
 Reason = Literal["not_idle", "protected", "wrong_target", "needs_more_info", "other"]
 
+# Codes in words for people; --json keeps the codes for programs.
+_REASONS: Final = {
+    "not_idle": "not idle, it is in use",
+    "protected": "protected, must never be touched",
+    "wrong_target": "wrong target",
+    "needs_more_info": "needs more information",
+    "other": "other (see the note)",
+}
+_DECISIONS: Final = {"happened": "it happened", "did_not_happen": "it did not happen"}
+_OUTCOMES: Final = {
+    "succeeded": "succeeded",
+    "failed": "failed, nothing was changed",
+    "in_doubt": "in doubt, the executor cannot tell whether it happened",
+    "refused": "refused by the executor, nothing was written",
+    "resolved": "resolved by a person",
+}
+
+
+def _words(words: Mapping[str, str], code: str | None) -> str:
+    """A code in words; one this CLI does not know, escaped as it came."""
+    return words.get(code or "", inert(str(code)))
+
 
 # -- text for people -------------------------------------------------------------------
 
@@ -299,7 +321,7 @@ def _details(p: _Proposal) -> list[str]:
     if p.rejection is not None:
         r = p.rejection
         lines.append(
-            f"rejected   {r.reason_code} by {inert(r.by)} at {_when(r.at)}"
+            f"rejected   {_words(_REASONS, r.reason_code)} by {inert(r.by)} at {_when(r.at)}"
             + (f": {inert(r.note)}" if r.note else "")
         )
     if p.outcome is not None:
@@ -307,25 +329,29 @@ def _details(p: _Proposal) -> list[str]:
         code = f" ({o.refusal_code})" if o.refusal_code else ""
         receipt = "verified receipt" if o.receipt_verified else "receipt NOT verified"
         late = ", reported late" if o.late else ""
-        lines.append(f"outcome    {o.outcome}{code}, {receipt}{late}, at {_when(o.reported_at)}")
+        outcome = _words(_OUTCOMES, o.outcome)
+        lines.append(f"outcome    {outcome}{code}, {receipt}{late}, at {_when(o.reported_at)}")
         if o.resolution:
             lines.append(
-                f"resolved   {o.resolution} by {inert(o.resolved_by or '?')} at "
-                f"{_when(o.resolved_at)}: {inert(o.resolution_note or '')}"
+                f"resolved   {_words(_DECISIONS, o.resolution)} by "
+                f"{inert(o.resolved_by or '?')} at {_when(o.resolved_at)}: "
+                f"{inert(o.resolution_note or '')}"
             )
         if (x := o.executor_resolution) is not None:
             # The executor's signed resolution, come after the one above: the ledger's.
             said = (
-                f"executor   resolved {x.decision} by {inert(x.by)} at {_when(x.at)} in its "
+                f"executor   resolved {_words(_DECISIONS, x.decision)} by {inert(x.by)} at "
+                f"{_when(x.at)} in its "
                 f"ledger (reported {_when(x.reported_at)})"
                 + (f": {inert(x.note)}" if x.note else "")
             )
             lines.append(said)
             if x.conflict:
                 lines.append(
-                    f"CONFLICT   the checkpoint says {x.checkpoint_decision} "
+                    f"CONFLICT   the checkpoint says {_words(_DECISIONS, x.checkpoint_decision)} "
                     f"({inert(x.checkpoint_resolved_by or '?')}), the executor's ledger "
-                    f"{x.decision}; the ledger is the record of what the executor did. "
+                    f"{_words(_DECISIONS, x.decision)}; the ledger is the record of what the "
+                    "executor did. "
                     "Check the resource in the cloud and the receipt (--json), then tell "
                     "whoever recorded the wrong one"
                 )
@@ -688,7 +714,7 @@ def reject_command(
     if as_json:
         _print_json(body)
         return
-    say(f"rejected {result.id} ({reason}); state {result.state}")
+    say(f"rejected {result.id}: {_REASONS[reason]}; state {result.state}")
 
 
 @approvals_app.command("revoke")
@@ -747,4 +773,4 @@ def resolve_command(
     if as_json:
         _print_json(body)
         return
-    say(f"resolved {result.id}: {decision}; state {result.state}")
+    say(f"resolved {result.id}: {_DECISIONS[decision]}; state {result.state}")

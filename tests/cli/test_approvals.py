@@ -206,10 +206,13 @@ def test_show_prints_an_executor_resolution_in_conflict_with_the_admins(served: 
 
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert any(x.startswith("resolved   happened by admin") for x in lines)
-    assert any(x.startswith("executor   resolved did_not_happen by ops") for x in lines)
+    # Words for people, never the codes (--json keeps them).
+    assert any(x.startswith("resolved   it happened by admin") for x in lines)
+    assert any(x.startswith("executor   resolved it did not happen by ops") for x in lines)
+    assert any(x.startswith("outcome    in doubt, the executor cannot tell") for x in lines)
     conflict = next(x for x in lines if x.startswith("CONFLICT "))
-    assert "the checkpoint says happened (admin)" in conflict and "cloud" in conflict
+    assert "the checkpoint says it happened (admin)" in conflict and "cloud" in conflict
+    assert "did_not_happen" not in result.stdout and "in_doubt" not in result.stdout
     shown = json.loads(served.run("approvals", "show", record["id"], "--json").stdout)
     assert shown["outcome"]["executor_resolution"]["conflict"] is True
 
@@ -366,8 +369,11 @@ def test_reject_with_a_reason_the_agent_reads_back(served: Served) -> None:
     assert agent_view["state"] == "rejected"
     assert agent_view["rejection"]["reason_code"] == "not_idle"
     assert agent_view["rejection"]["note"] == "Sunday batch"
+    assert f"rejected {record['id']}: not idle, it is in use" in result.stdout
     shown = served.run("approvals", "show", record["id"])
-    assert "rejected   not_idle by bob" in shown.stdout
+    assert "rejected   not idle, it is in use by bob" in shown.stdout
+    assert "not_idle" not in shown.stdout  # the code is for programs: --json
+    assert '"not_idle"' in served.run("approvals", "show", record["id"], "--json").stdout
 
 
 def test_reject_needs_a_known_reason(served: Served) -> None:
