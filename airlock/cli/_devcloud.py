@@ -111,6 +111,14 @@ def seed_command(
         Path | None, typer.Option(metavar="FILE", help="SQLite file of the fleet.")
     ] = None,
     keep: Annotated[bool, typer.Option("--keep", help="Add to the existing fleet.")] = False,
+    hostile_names: Annotated[
+        bool,
+        typer.Option(
+            "--hostile-names",
+            help="Name instances and tags with markup, quotes and mixed scripts, as the "
+            "tests do (default: realistic names such as web-staging-07).",
+        ),
+    ] = False,
 ) -> None:
     """Replace the fleet with a deterministic one (idle, busy, bursty, protected, prod, young…)."""
     from services.devcloud import Store, seed_store
@@ -127,6 +135,7 @@ def seed_command(
         now=int(time.time()) if now is None else now,
         regions=tuple(region or ("ap-southeast-1",)),
         replace=not keep,
+        demo=not hostile_names,
     )
     store.close()
     typer.echo(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
@@ -48,3 +49,33 @@ def test_devcloud_refuses_to_start_outside_dev(
     assert result.exit_code == 2
     assert "AIRLOCK_ENV=dev" in result.output
     assert "do-not-print-this-token" not in result.output
+
+
+_MARKUP = ("<", ">", '"', "&", "`", "$", "\\")
+
+
+def _names_and_tags(db: Path) -> list[tuple[str, str, str]]:
+    """(id, name, every tag value) of each instance."""
+    with sqlite3.connect(db) as conn:
+        rows = list(conn.execute("SELECT id, name, tags FROM instances ORDER BY ord"))
+    return [(i, name, " ".join(v for _, v in json.loads(tags))) for i, name, tags in rows]
+
+
+def test_seed_names_the_demo_fleet_plainly_and_keeps_hostile_names_for_tests(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """up seeds through this command: a newcomer's queue showed ``<script>alert('xss')…``
+    as instance names. The hostile fleet stays one flag away, with the same ids."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AIRLOCK_ENV", "dev")
+    args = ["devcloud", "seed", "--instances", "120", "--seed", "1", "--now", "1790000000"]
+    demo = CliRunner().invoke(app, [*args, "--db", str(tmp_path / "demo.db")])
+    hostile = CliRunner().invoke(
+        app, [*args, "--hostile-names", "--db", str(tmp_path / "hostile.db")]
+    )
+    assert demo.exit_code == hostile.exit_code == 0, demo.output + hostile.output
+    plain = _names_and_tags(tmp_path / "demo.db")
+    marked = _names_and_tags(tmp_path / "hostile.db")
+    assert [row[0] for row in plain] == [row[0] for row in marked]
+    assert not [row for row in plain if any(ch in row[1] + row[2] for ch in _MARKUP)]
+    assert any("<script>" in row[1] for row in marked)
