@@ -21,6 +21,7 @@ import shlex
 import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
 import typer
@@ -404,6 +405,29 @@ def _fetch(client: CheckpointClient, proposal_id: str) -> _Proposal:
     return proposal
 
 
+def _write_receipt(proposal: _Proposal, path: Path) -> None:
+    """Write the outcome's receipt (its DSSE envelope, as the checkpoint holds it) to
+    ``path``; exit 1 when the proposal has no outcome yet."""
+    import json
+
+    if proposal.outcome is None:
+        typer.echo(
+            f"error: {proposal.id} has no receipt: no outcome yet (state {proposal.state})",
+            err=True,
+        )
+        raise typer.Exit(ExitCode.REFUSED)
+    try:
+        path.write_text(json.dumps(proposal.outcome.receipt, indent=2) + "\n")
+    except OSError as exc:
+        typer.echo(f"error: receipt not written: {inert(str(exc))}", err=True)
+        raise typer.Exit(ExitCode.USAGE) from None
+    typer.echo(
+        f"wrote the receipt of {proposal.outcome.approval_id} to {inert(str(path))}; "
+        f"check it: airlock receipts verify {inert(str(path))} --keys KEYSET",
+        err=True,
+    )
+
+
 def _print_json(body: Any) -> None:
     typer.echo(inert_json(body))
 
@@ -551,8 +575,22 @@ def _table(page: _ProposalPage) -> None:
 def show_command(
     proposal_id: Annotated[str, typer.Argument(metavar="ID", help="The proposal id (prop_…).")],
     as_json: JsonFlag = False,
+    receipt: Annotated[
+        Path | None,
+        typer.Option(
+            "--receipt",
+            metavar="FILE",
+            help="Also write the executor's signed receipt of its execution to FILE, "
+            "for airlock receipts verify FILE --keys KEYSET.",
+        ),
+    ] = None,
 ) -> None:
-    """Show a proposal: signed action and hash, evidence, votes, outcome, executor refusals."""
+    """Show a proposal: signed action and hash, evidence, votes, outcome, executor refusals.
+
+    --receipt FILE writes the executor's signed receipt of the execution (exit 1: none yet).
+
+    Check it with: airlock receipts verify FILE --keys KEYSET (up's: .airlock/receipt-keys.json).
+    """
     _check_id(proposal_id)
     with handle_errors(as_json=as_json):
         from airlock.api import Proposal
@@ -564,6 +602,8 @@ def show_command(
             body = client.call("GET", f"/v1/proposals/{proposal_id}")
         proposal: _Proposal = parse(Proposal, body)
         action = signed_action(proposal)
+    if receipt is not None:
+        _write_receipt(proposal, receipt)
     if as_json:
         _print_json(body)
         return

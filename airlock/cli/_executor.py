@@ -493,6 +493,8 @@ def receipts_verify_command(
 ) -> None:
     """Verify a receipt's signature and print what it says; exit 1 if it does not verify.
 
+    Get a proposal's receipt with: airlock approvals show prop_… --receipt apv_….receipt.json
+
     Example: airlock receipts verify apv_….receipt.json --keys receipt-keys.json
 
     The audit head it prints is the executor chain's row the receipt vouches for.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from airlock.cli._client import CheckpointUnavailable
 from airlock.cli._proposal import signed_action as _signed_action
 from airlock.cli._text import inert
 from tests.checkpoint.harness import START, signed_receipt
+from tests.executor.support import receipt_keyset
 
 from .conftest import Served
 
@@ -470,3 +472,34 @@ def test_a_cursor_that_is_not_a_proposal_id_never_reaches_the_hint_to_paste(
     assert result.exit_code == 0, result.output
     assert "$(" not in result.output and "pwned" not in result.output
     assert "cursor is not a proposal id" in result.output
+
+
+def test_show_writes_the_executions_receipt_that_receipts_verify_checks(
+    served: Served, tmp_path: Path
+) -> None:
+    """receipts verify worked, but nothing said where a receipt file comes from."""
+    record = served.submit(proposal_id="prop_receipt0001")
+    served.login("alice")
+    early = served.run("approvals", "show", record["id"], "--receipt", str(tmp_path / "none"))
+    assert early.exit_code == 1 and "no outcome yet" in early.stderr
+    assert not (tmp_path / "none").exists()
+    approved = served.world.approve("alice", record["id"], record["action_hash"]).json()
+    approval_id = approved["approval"]["approval_id"]
+    answer = served.world.client.post(
+        "/v1/outcomes",
+        json={"receipt": signed_receipt(approval_id, record["action_hash"], "succeeded")},
+        headers=served.world.auth("executor"),
+    )
+    assert answer.status_code == 200, answer.text
+
+    path = tmp_path / f"{approval_id}.receipt.json"
+    shown = served.run("approvals", "show", record["id"], "--receipt", str(path))
+    assert shown.exit_code == 0, shown.output
+    assert f"airlock receipts verify {path}" in shown.stderr
+    keys = tmp_path / "receipt-keys.json"
+    keys.write_text(json.dumps(receipt_keyset().to_value()))
+    verified = served.run("receipts", "verify", str(path), "--keys", str(keys))
+    assert verified.exit_code == 0, verified.output
+    assert verified.stdout.startswith(f"OK: succeeded approval {approval_id}")
+    for command in (["approvals", "show"], ["receipts", "verify"]):
+        assert "--receipt" in served.run(*command, "--help").stdout
