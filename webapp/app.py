@@ -384,6 +384,8 @@ def create_app(
             title, message = "Page not found", "There is no page at this address."
         elif exc.status_code == 405:
             title, message = "Not a page", "This address does not take that kind of request."
+        elif exc.status_code == 413:  # BodyLimit's own words: the cap, never the body
+            title, message = "The request was too large", f"Nothing was changed: {exc.detail}."
         else:
             title, message = "The request was not understood", "Nothing was changed."
         return render(
