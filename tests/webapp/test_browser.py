@@ -599,7 +599,7 @@ def test_ids_and_hashes_never_break_across_lines_at_a_phone_width(
     rid = "i-t4ne2ewrap00001"
     stack.devcloud.admin.create_instance(rid, status="Stopped", created_at=1_764_000_000)
     proposal = stack.submit(_action("prop_e2ewrap000001", rid, "delete", stage="delete-after-stop"))
-    for width in (320, 360, 390):
+    for width in (320, 360, 390, 660):  # 660: the queue is a table of eight columns
         phone = Person(browser, stack, "alice", width=width)
         try:
             page = phone.open(proposal["id"])
@@ -614,6 +614,10 @@ def test_ids_and_hashes_never_break_across_lines_at_a_phone_width(
                 for text, lines in _lines(page, selector):
                     assert lines == 1, (width, selector, text, lines)
             assert page.evaluate("document.documentElement.scrollWidth") <= width
+            page.goto("/?state=pending")
+            page.wait_for_load_state("load")
+            for text, lines in _lines(page, '#queue-rows td[data-label="Resource"] > a'):
+                assert lines == 1, (width, "queue", text, lines)
         finally:
             phone.close()
 
