@@ -17,7 +17,7 @@ import hashlib
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Final
 from urllib.parse import urlencode
@@ -30,6 +30,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BeforeValidator
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from airlock.api import Proposal
 from airlock.asgi import BodyLimit
@@ -364,12 +365,53 @@ def create_app(
     async def _refused(request: Request, exc: CheckpointRefused) -> Response:
         if exc.code == "E_UNAUTHENTICATED":
             return await _to_sign_in(request, _SignInRequired(_here(request)))
+        title = "Not found" if exc.code == "E_NOT_FOUND" else "Refused"
         return render(
             request,
             "error.html",
-            {"title": "Refused", "message": human_message(exc.code), "code": exc.code},
+            {
+                "title": title,
+                "message": human_message(exc.code),
+                "code": exc.code,
+                "me": await run_in_threadpool(signed_in_or_none, request),
+            },
             status=exc.status if 400 <= exc.status < 600 else 400,
         )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _no_page(request: Request, exc: StarletteHTTPException) -> Response:
+        # A page, with the navigation, never the framework's JSON ({"detail": "Not Found"}).
+        if exc.status_code == 404:
+            title, message = "Page not found", "There is no page at this address."
+        elif exc.status_code == 405:
+            title, message = "Not a page", "This address does not take that kind of request."
+        elif exc.status_code == 413:  # BodyLimit's own words: the cap, never the body
+            title, message = "The request was too large", f"Nothing was changed: {exc.detail}."
+        else:
+            title, message = "The request was not understood", "Nothing was changed."
+        return render(
+            request,
+            "error.html",
+            {
+                "title": title,
+                "message": message,
+                "code": None,
+                "me": await run_in_threadpool(signed_in_or_none, request),
+            },
+            status=exc.status_code,
+            headers=exc.headers,
+        )
+
+    def signed_in_or_none(request: Request) -> Me | None:
+        """Who is signed in, for an error page's navigation; None when nobody is or the
+        checkpoint cannot say (the error page is shown either way)."""
+        token = cookies(request).session(request)
+        if token is None:
+            return None
+        try:
+            return client.me(token)
+        except (CheckpointRefused, CheckpointUnavailable):
+            return None
 
     def render(
         request: Request,
@@ -378,6 +420,7 @@ def create_app(
         *,
         status: int = 200,
         signed_out: bool = False,
+        headers: Mapping[str, str] | None = None,
     ) -> HTMLResponse:
         # ``signed_out``: this answer clears the session cookie, so its forms' tokens must
         # be bound to no session, as the next request's will be.
@@ -390,7 +433,7 @@ def create_app(
             **context,
         }
         html = env.get_template(name).render(context)
-        return HTMLResponse(html, status_code=status)
+        return HTMLResponse(html, status_code=status, headers=headers)
 
     def signed_in(request: Request) -> tuple[str, Me]:
         token = cookies(request).session(request)

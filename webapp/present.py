@@ -38,6 +38,7 @@ __all__ = [
     "instance_name",
     "latest_refusal",
     "next_step",
+    "outcome_label",
     "plain_action",
     "plain_precondition",
     "receipt_facts",
@@ -335,6 +336,19 @@ def receipt_facts(outcome: Outcome) -> ReceiptFacts | None:
 
 
 _DECISIONS: Final = {"happened": "it happened", "did_not_happen": "it did not happen"}
+
+_OUTCOMES: Final = {
+    "succeeded": "succeeded",
+    "failed": "failed: nothing was changed",
+    "in_doubt": "in doubt: the executor cannot tell whether it happened",
+    "refused": "refused by the executor: nothing was written",
+    "resolved": "resolved by a person",
+}
+
+
+def outcome_label(outcome: str) -> str:
+    """An executor's outcome in words; a value this page does not know, as it came."""
+    return _OUTCOMES.get(outcome, outcome)
 
 
 def decision_label(decision: str) -> str:

@@ -21,6 +21,7 @@ import shlex
 import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
 import typer
@@ -87,6 +88,28 @@ class State(enum.StrEnum):
 
 
 Reason = Literal["not_idle", "protected", "wrong_target", "needs_more_info", "other"]
+
+# Codes in words for people; --json keeps the codes for programs.
+_REASONS: Final = {
+    "not_idle": "not idle, it is in use",
+    "protected": "protected, must never be touched",
+    "wrong_target": "wrong target",
+    "needs_more_info": "needs more information",
+    "other": "other (see the note)",
+}
+_DECISIONS: Final = {"happened": "it happened", "did_not_happen": "it did not happen"}
+_OUTCOMES: Final = {
+    "succeeded": "succeeded",
+    "failed": "failed, nothing was changed",
+    "in_doubt": "in doubt, the executor cannot tell whether it happened",
+    "refused": "refused by the executor, nothing was written",
+    "resolved": "resolved by a person",
+}
+
+
+def _words(words: Mapping[str, str], code: str | None) -> str:
+    """A code in words; one this CLI does not know, escaped as it came."""
+    return words.get(code or "", inert(str(code)))
 
 
 # -- text for people -------------------------------------------------------------------
@@ -299,7 +322,7 @@ def _details(p: _Proposal) -> list[str]:
     if p.rejection is not None:
         r = p.rejection
         lines.append(
-            f"rejected   {r.reason_code} by {inert(r.by)} at {_when(r.at)}"
+            f"rejected   {_words(_REASONS, r.reason_code)} by {inert(r.by)} at {_when(r.at)}"
             + (f": {inert(r.note)}" if r.note else "")
         )
     if p.outcome is not None:
@@ -307,25 +330,29 @@ def _details(p: _Proposal) -> list[str]:
         code = f" ({o.refusal_code})" if o.refusal_code else ""
         receipt = "verified receipt" if o.receipt_verified else "receipt NOT verified"
         late = ", reported late" if o.late else ""
-        lines.append(f"outcome    {o.outcome}{code}, {receipt}{late}, at {_when(o.reported_at)}")
+        outcome = _words(_OUTCOMES, o.outcome)
+        lines.append(f"outcome    {outcome}{code}, {receipt}{late}, at {_when(o.reported_at)}")
         if o.resolution:
             lines.append(
-                f"resolved   {o.resolution} by {inert(o.resolved_by or '?')} at "
-                f"{_when(o.resolved_at)}: {inert(o.resolution_note or '')}"
+                f"resolved   {_words(_DECISIONS, o.resolution)} by "
+                f"{inert(o.resolved_by or '?')} at {_when(o.resolved_at)}: "
+                f"{inert(o.resolution_note or '')}"
             )
         if (x := o.executor_resolution) is not None:
             # The executor's signed resolution, come after the one above: the ledger's.
             said = (
-                f"executor   resolved {x.decision} by {inert(x.by)} at {_when(x.at)} in its "
+                f"executor   resolved {_words(_DECISIONS, x.decision)} by {inert(x.by)} at "
+                f"{_when(x.at)} in its "
                 f"ledger (reported {_when(x.reported_at)})"
                 + (f": {inert(x.note)}" if x.note else "")
             )
             lines.append(said)
             if x.conflict:
                 lines.append(
-                    f"CONFLICT   the checkpoint says {x.checkpoint_decision} "
+                    f"CONFLICT   the checkpoint says {_words(_DECISIONS, x.checkpoint_decision)} "
                     f"({inert(x.checkpoint_resolved_by or '?')}), the executor's ledger "
-                    f"{x.decision}; the ledger is the record of what the executor did. "
+                    f"{_words(_DECISIONS, x.decision)}; the ledger is the record of what the "
+                    "executor did. "
                     "Check the resource in the cloud and the receipt (--json), then tell "
                     "whoever recorded the wrong one"
                 )
@@ -357,7 +384,10 @@ def _canonical_text(p: _Proposal) -> list[str]:
 def _check_id(proposal_id: str) -> str:
     # Checked here so that nothing but an id can ever be spliced into the request path.
     if _PROPOSAL_ID.fullmatch(proposal_id) is None:
-        typer.echo(f"error: {proposal_id!r} is not a proposal id (prop_…)", err=True)
+        # Clipped: a pasted log line or a 3,000-character string is not printed back whole.
+        shown = inert(proposal_id, limit=40)
+        size = f" ({len(proposal_id)} characters)" if len(proposal_id) > 40 else ""
+        typer.echo(f"error: '{shown}'{size} is not a proposal id (prop_…)", err=True)
         raise typer.Exit(ExitCode.USAGE)
     return proposal_id
 
@@ -373,6 +403,29 @@ def _fetch(client: CheckpointClient, proposal_id: str) -> _Proposal:
             f"asked for {proposal_id}, the checkpoint answered {proposal.id}"
         )
     return proposal
+
+
+def _write_receipt(proposal: _Proposal, path: Path) -> None:
+    """Write the outcome's receipt (its DSSE envelope, as the checkpoint holds it) to
+    ``path``; exit 1 when the proposal has no outcome yet."""
+    import json
+
+    if proposal.outcome is None:
+        typer.echo(
+            f"error: {proposal.id} has no receipt: no outcome yet (state {proposal.state})",
+            err=True,
+        )
+        raise typer.Exit(ExitCode.REFUSED)
+    try:
+        path.write_text(json.dumps(proposal.outcome.receipt, indent=2) + "\n")
+    except OSError as exc:
+        typer.echo(f"error: receipt not written: {inert(str(exc))}", err=True)
+        raise typer.Exit(ExitCode.USAGE) from None
+    typer.echo(
+        f"wrote the receipt of {proposal.outcome.approval_id} to {inert(str(path))}; "
+        f"check it: airlock receipts verify {inert(str(path))} --keys KEYSET",
+        err=True,
+    )
 
 
 def _print_json(body: Any) -> None:
@@ -522,8 +575,22 @@ def _table(page: _ProposalPage) -> None:
 def show_command(
     proposal_id: Annotated[str, typer.Argument(metavar="ID", help="The proposal id (prop_…).")],
     as_json: JsonFlag = False,
+    receipt: Annotated[
+        Path | None,
+        typer.Option(
+            "--receipt",
+            metavar="FILE",
+            help="Also write the executor's signed receipt of its execution to FILE, "
+            "for airlock receipts verify FILE --keys KEYSET.",
+        ),
+    ] = None,
 ) -> None:
-    """Show a proposal: signed action and hash, evidence, votes, outcome, executor refusals."""
+    """Show a proposal: signed action and hash, evidence, votes, outcome, executor refusals.
+
+    --receipt FILE writes the executor's signed receipt of the execution (exit 1: none yet).
+
+    Check it with: airlock receipts verify FILE --keys KEYSET (up's: .airlock/receipt-keys.json).
+    """
     _check_id(proposal_id)
     with handle_errors(as_json=as_json):
         from airlock.api import Proposal
@@ -535,6 +602,8 @@ def show_command(
             body = client.call("GET", f"/v1/proposals/{proposal_id}")
         proposal: _Proposal = parse(Proposal, body)
         action = signed_action(proposal)
+    if receipt is not None:
+        _write_receipt(proposal, receipt)
     if as_json:
         _print_json(body)
         return
@@ -685,7 +754,7 @@ def reject_command(
     if as_json:
         _print_json(body)
         return
-    say(f"rejected {result.id} ({reason}); state {result.state}")
+    say(f"rejected {result.id}: {_REASONS[reason]}; state {result.state}")
 
 
 @approvals_app.command("revoke")
@@ -744,4 +813,4 @@ def resolve_command(
     if as_json:
         _print_json(body)
         return
-    say(f"resolved {result.id}: {decision}; state {result.state}")
+    say(f"resolved {result.id}: {_DECISIONS[decision]}; state {result.state}")

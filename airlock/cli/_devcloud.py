@@ -1,4 +1,4 @@
-"""``airlock devcloud serve|seed``: run or seed the local Alibaba Cloud double (dev/test only).
+"""``airlock devcloud serve|seed|faults|writes``: the local Alibaba Cloud double (dev/test only).
 
 devcloud is imported inside each command, never at module import
 (docs/architecture.md#import-boundaries).
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
@@ -116,6 +116,14 @@ def seed_command(
         Path | None, typer.Option(metavar="FILE", help="SQLite file of the fleet.")
     ] = None,
     keep: Annotated[bool, typer.Option("--keep", help="Add to the existing fleet.")] = False,
+    hostile_names: Annotated[
+        bool,
+        typer.Option(
+            "--hostile-names",
+            help="Name instances and tags with markup, quotes and mixed scripts, as the "
+            "tests do (default: realistic names such as web-staging-07).",
+        ),
+    ] = False,
 ) -> None:
     """Replace the fleet with a deterministic one (idle, busy, bursty, protected, prod, young…)."""
     from services.devcloud import Store, seed_store
@@ -132,8 +140,204 @@ def seed_command(
         now=int(time.time()) if now is None else now,
         regions=tuple(region or ("ap-southeast-1",)),
         replace=not keep,
+        demo=not hostile_names,
     )
     store.close()
     typer.echo(
         f"seeded {added} instances into {settings.db_path} in {time.perf_counter() - started:.2f}s"
     )
+
+
+# -- the admin API, for a person checking what the cloud really did -------------------------
+
+_ADMIN_HELP = (
+    "devcloud's admin API must be on (airlock up --devcloud-admin). Its token is read from "
+    "AIRLOCK_DEVCLOUD_ADMIN_TOKEN, else from devcloud-admin-token in up's state directory."
+)
+
+UrlOpt = Annotated[
+    str,
+    typer.Option(
+        "--url",
+        metavar="URL",
+        envvar="AIRLOCK_DEVCLOUD_URL",
+        help="devcloud's address (up's --devcloud-port).",
+    ),
+]
+HomeOpt = Annotated[
+    Path,
+    typer.Option(
+        "--home",
+        metavar="DIR",
+        envvar="AIRLOCK_UP_HOME",
+        help="up's state directory, holding devcloud-admin-token.",
+    ),
+]
+_DEFAULT_URL = "http://127.0.0.1:8788"
+_DEFAULT_HOME = Path(".airlock")
+
+
+def _admin_token(home: Path) -> str:
+    import os
+
+    token = os.environ.get("AIRLOCK_DEVCLOUD_ADMIN_TOKEN", "").strip()
+    if token:
+        return token
+    try:
+        return (home / "devcloud-admin-token").read_text().strip()
+    except OSError:
+        typer.echo(
+            f"error: no devcloud admin token ({home / 'devcloud-admin-token'} is missing): "
+            "start up with --devcloud-admin",
+            err=True,
+        )
+        raise typer.Exit(2) from None
+
+
+def _admin_call(method: str, url: str, home: Path, path: str, **kwargs: Any) -> Any:
+    """One admin API call; exit 1 with one line when devcloud refuses or is not there."""
+    import httpx
+
+    from ._text import inert
+
+    token = _admin_token(home)
+    try:
+        with httpx.Client(base_url=url, timeout=10.0, trust_env=False) as client:
+            response = client.request(
+                method, path, headers={"Authorization": f"Bearer {token}"}, **kwargs
+            )
+    except (httpx.HTTPError, ValueError) as exc:
+        typer.echo(f"error: devcloud is not reachable at {inert(url)}: {inert(str(exc))}", err=True)
+        raise typer.Exit(3) from None
+    if response.status_code == 404:
+        typer.echo(f"error: devcloud's admin API is off at {inert(url)}: {_ADMIN_HELP}", err=True)
+        raise typer.Exit(1)
+    if response.status_code == 401:
+        typer.echo("error: devcloud refused the admin token", err=True)
+        raise typer.Exit(1)
+    if response.status_code != 200:
+        typer.echo(
+            f"error: devcloud answered {response.status_code}: {inert(response.text[:200])}",
+            err=True,
+        )
+        raise typer.Exit(1)
+    return response.json()
+
+
+def _print_faults(faults: dict[str, Any]) -> None:
+    for key in sorted(faults):
+        typer.echo(f"{key:<17}{faults[key]}")
+
+
+@devcloud_app.command("faults")
+def faults_command(
+    *,
+    fail_next_writes: Annotated[
+        int | None,
+        typer.Option(metavar="N", min=0, help="Fail the next N writes before any effect."),
+    ] = None,
+    fail_next_reads: Annotated[
+        int | None, typer.Option(metavar="N", min=0, help="Fail the next N reads.")
+    ] = None,
+    fail_kind: Annotated[
+        Literal["unavailable", "internal", "throttling"] | None,
+        typer.Option(
+            help="How they fail: unavailable (503), internal (500) or throttling (400).",
+        ),
+    ] = None,
+    drop_next_writes: Annotated[
+        int | None,
+        typer.Option(
+            metavar="N", min=0, help="Apply the next N writes, then withhold or cut the answer."
+        ),
+    ] = None,
+    drop_mode: Annotated[
+        Literal["timeout", "reset"] | None,
+        typer.Option(help="timeout (withhold the answer) or reset (cut it)."),
+    ] = None,
+    drop_delay_ms: Annotated[
+        int | None, typer.Option(metavar="MS", min=0, help="How long a dropped answer waits.")
+    ] = None,
+    latency_ms: Annotated[
+        int | None, typer.Option(metavar="MS", min=0, help="Delay added to every request.")
+    ] = None,
+    write_latency_ms: Annotated[
+        int | None, typer.Option(metavar="MS", min=0, help="Delay added to every write.")
+    ] = None,
+    clear: Annotated[bool, typer.Option("--clear", help="Remove every fault.")] = False,
+    url: UrlOpt = _DEFAULT_URL,
+    home: HomeOpt = _DEFAULT_HOME,
+) -> None:
+    """Show or set the faults devcloud injects; with no option, show them.
+
+    An in_doubt to resolve: airlock devcloud faults --fail-next-writes 1 --fail-kind internal
+
+    The admin API must be on: airlock up --devcloud-admin. Dev and tests only.
+    """
+    changes = {
+        key: value
+        for key, value in {
+            "fail_next_writes": fail_next_writes,
+            "fail_next_reads": fail_next_reads,
+            "fail_kind": fail_kind,
+            "drop_next_writes": drop_next_writes,
+            "drop_mode": drop_mode,
+            "drop_delay_ms": drop_delay_ms,
+            "latency_ms": latency_ms,
+            "write_latency_ms": write_latency_ms,
+        }.items()
+        if value is not None
+    }
+    if clear and changes:
+        typer.echo("error: --clear takes no other fault option", err=True)
+        raise typer.Exit(2)
+    if clear:
+        faults = _admin_call("DELETE", url, home, "/_admin/faults")
+    elif changes:
+        faults = _admin_call("POST", url, home, "/_admin/faults", json=changes)
+    else:
+        faults = _admin_call("GET", url, home, "/_admin/faults")
+    _print_faults(faults)
+
+
+@devcloud_app.command("writes")
+def writes_command(
+    *,
+    resource: Annotated[
+        str | None, typer.Option(metavar="ID", help="Only the writes to this resource (i-…).")
+    ] = None,
+    action: Annotated[
+        str | None, typer.Option(metavar="ACTION", help="Only this call (StopInstance…).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="The write log as JSON.")] = False,
+    url: UrlOpt = _DEFAULT_URL,
+    home: HomeOpt = _DEFAULT_HOME,
+) -> None:
+    """List the writes devcloud carried out: what really happened in the cloud.
+
+    Before resolving an in_doubt: airlock devcloud writes --resource i-… (none: it did not happen).
+
+    A write devcloud failed on purpose (faults) had no effect and is not listed.
+
+    The admin API must be on: airlock up --devcloud-admin. Dev and tests only.
+    """
+    import json
+    from datetime import UTC, datetime
+
+    from ._text import inert, inert_json
+
+    params = {k: v for k, v in {"resource_id": resource, "action": action}.items() if v}
+    writes = _admin_call("GET", url, home, "/_admin/writes", params=params)["writes"]
+    if as_json:
+        typer.echo(inert_json(json.loads(json.dumps(writes))))
+        return
+    if not writes:
+        where = f" to {inert(resource)}" if resource else ""
+        typer.echo(f"no writes{where}: devcloud carried out none")
+        return
+    for w in writes:
+        at = datetime.fromtimestamp(float(w["at"]), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        typer.echo(
+            f"{w['seq']:>5}  {at}  {inert(str(w['action'])):<16}  "
+            f"{inert(str(w['resource_id']))}  request {inert(str(w['request_id']))}"
+        )

@@ -190,8 +190,11 @@ def executor_command(
     # The daemon logs each outcome, whose detail can quote the cloud, and the cloud's
     # errors: escaped (airlock.cli._text).
     log = logging.StreamHandler()
-    log.setFormatter(InertLogFormatter("%(asctime)s %(name)s %(message)s"))
+    log.setFormatter(InertLogFormatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
     logging.basicConfig(level=logging.INFO, handlers=[log])
+    # httpx logs every request at INFO: each feed poll would be a line (the feed's own
+    # poll line is DEBUG); its warnings and errors still show.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     settings = _settings()
     if settings.checkpoint_url and settings.inbox is not None:
         raise _fail(
@@ -583,6 +586,8 @@ def receipts_verify_command(
     ],
 ) -> None:
     """Verify a receipt's signature and print what it says; exit 1 if it does not verify.
+
+    Get a proposal's receipt with: airlock approvals show prop_… --receipt apv_….receipt.json
 
     Example: airlock receipts verify apv_….receipt.json --keys receipt-keys.json
 

@@ -16,6 +16,7 @@ import json
 import os
 import secrets
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -232,10 +233,19 @@ def list_command(
         )
         return
     for r in records:
-        until = "" if r.not_after is None else f"  not_after {r.not_after}"
+        until = "" if r.not_after is None else f"  not_after {_iso(r.not_after)}"
         unbounded = "  not_after NONE (trusted for ever: revoke it)" if r.unbounded else ""
         staged = "  (staged: keys rotate makes it active)" if r.status.value == "next" else ""
-        typer.echo(f"{r.kid}  {r.status.value:8}  created {r.created_at}{until}{unbounded}{staged}")
+        created = _iso(r.created_at)
+        typer.echo(f"{r.kid}  {r.status.value:8}  created {created}{until}{unbounded}{staged}")
+
+
+def _iso(unix: int) -> str:
+    """Unix seconds as ISO 8601 UTC (``2026-12-04T16:43:48Z``); --json keeps the number."""
+    try:
+        return datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (ValueError, OverflowError, OSError):  # out of datetime's range: say it raw
+        return f"{unix} (Unix seconds)"
 
 
 def public_keyset_text(keys_dir: Path) -> str:

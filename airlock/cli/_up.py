@@ -45,6 +45,8 @@ import fcntl
 import json
 import os
 import secrets
+import shlex
+import shutil
 import signal
 import socket
 import stat
@@ -668,6 +670,20 @@ class _Stack:
                     service.proc.wait()
 
 
+def cli_hint(environ: Mapping[str, str], prefix: Path = Path(sys.prefix)) -> str:
+    """What to type before ``airlock …`` in another terminal: nothing when ``airlock`` on
+    that PATH is this one, else the line that puts it there (``make up`` installs it into
+    the checkout's ``.venv``, which a new shell does not have on PATH)."""
+    own = prefix / "bin" / "airlock"
+    found = shutil.which("airlock", path=environ.get("PATH", ""))
+    if found is not None and Path(found).resolve() == own.resolve():
+        return ""
+    activate = prefix / "bin" / "activate"
+    if activate.is_file():
+        return f". {shlex.quote(str(activate))}, then "
+    return f"put {shlex.quote(str(own.parent))} on PATH, then "
+
+
 def _admin_hint(home: Path) -> str:
     """Where admin commands find this state: the dev defaults are relative ``.airlock/…``."""
     head = "Admin commands on this state (users, keys, tokens, doctor) need AIRLOCK_ENV=dev"
@@ -894,7 +910,7 @@ def _run(stack: _Stack, ready_timeout: float, webapp_port: int) -> None:
         "Next: sign in as alice, open a pending proposal from the agent (the first scan\n"
         "lands within a minute), check the evidence and approve it; the executor carries\n"
         "it out and the page shows the outcome with its signed receipt. A delete needs\n"
-        "alice and bob. From a terminal: airlock login --url "
+        f"alice and bob. From another terminal: {cli_hint(os.environ)}airlock login --url "
         f"{stack.checkpoint_url}, then airlock approvals list.\n"
         f"{_admin_hint(stack.home)} Ctrl-C stops everything."
     )

@@ -27,6 +27,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from airlock.asgi import BodyLimit
 from airlock.protocol import ACTION_MAX_BYTES, Refused, loads_strict
 
+from ._invalid import plain_invalid
 from .auth import Accounts, Principal
 from .errors import ConfigError, ErrorCode, Refusal, no_signing_key
 from .schemas import (
@@ -546,11 +547,8 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors: list[Any] = list(exc.errors())
-        first = errors[0] if errors else {}
-        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "request"
-        # Only the location and pydantic's message: never echo the submitted value.
-        message = f"{where}: {first.get('msg', 'invalid')}"
+        # The field and the limit in words: never echo the submitted value.
+        message = plain_invalid(list(exc.errors()))
         await _audit_refused(request, ErrorCode.E_INVALID)
         return _error(422, ErrorCode.E_INVALID.value, message[:300])
 

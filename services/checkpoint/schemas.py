@@ -58,7 +58,7 @@ def _storable(text: str) -> str:
     # A lone surrogate cannot be encoded for the database or the audit chain, and
     # PostgreSQL refuses NUL in text: refuse both here, as a 422, not later as a 500.
     if "\x00" in text or any("\ud800" <= ch <= "\udfff" for ch in text):
-        raise ValueError("text holds NUL or a lone surrogate")
+        raise ValueError("holds a NUL or a lone surrogate character")
     return text
 
 

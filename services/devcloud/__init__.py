@@ -9,10 +9,19 @@ settings refuse to load outside ``AIRLOCK_ENV=dev``.
 from __future__ import annotations
 
 from .app import ACCOUNT_ID, create_app
+from .demo import demo_names
 from .fleet import InstanceSpec, generate_fleet
 from .store import Store
 
-__all__ = ["ACCOUNT_ID", "InstanceSpec", "Store", "create_app", "generate_fleet", "seed_store"]
+__all__ = [
+    "ACCOUNT_ID",
+    "InstanceSpec",
+    "Store",
+    "create_app",
+    "demo_names",
+    "generate_fleet",
+    "seed_store",
+]
 
 
 def seed_store(
@@ -24,9 +33,16 @@ def seed_store(
     now: int,
     regions: tuple[str, ...] = ("ap-southeast-1",),
     replace: bool = True,
+    demo: bool = False,
 ) -> int:
-    """Write a generated fleet into ``store``; the number of instances added."""
+    """Write a generated fleet into ``store``; the number of instances added.
+
+    ``demo``: realistic names and tags (:func:`demo_names`) instead of the hostile ones
+    the tests need.
+    """
     fleet = generate_fleet(seed=seed, instances=instances, rds=rds, now=now, regions=regions)
+    if demo:
+        fleet = demo_names(fleet)
     if replace:
         store.clear_instances()
     store.set_meta("seed", str(seed))

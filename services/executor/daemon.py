@@ -89,8 +89,18 @@ class Shutdown:
             time.sleep(seconds)  # idle wait; a SIGTERM interrupts it (Interrupted)
 
 
+#: An outcome's log level: an in_doubt waits for a person (loud), a write that failed or
+#: an approval refused is worth a look, the rest is routine.
+_LEVELS: dict[str | None, int] = {
+    "in_doubt": logging.ERROR,
+    "failed": logging.WARNING,
+    None: logging.WARNING,
+}
+
+
 def _show(outcome: Outcome, ref: str) -> None:
-    _log.info(
+    _log.log(
+        _LEVELS.get(outcome.state, logging.INFO),
         "%s %s: %s %s %s",
         ref,
         outcome.approval_id or "-",

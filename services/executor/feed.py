@@ -493,6 +493,7 @@ class CheckpointFeedSource:
         if self._backoff.failures:
             _log.info("feed reachable again at cursor %d", after)
         self._backoff.reset()
+        _log.debug("feed polled after %d: %d item(s)", after, len(page["items"]))
         self._warn_if_behind(after, _page_feed_head(page))
         head = _page_executor_head(page)
         if not self.ledger_checked:

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -267,7 +268,12 @@ def test_cli_keys_rotate_and_revoke_land_in_the_audit_chain_and_list_shows_not_a
     assert before + 900 + 30 <= old["not_after"] <= time.time() + 900 + 30
     assert new["not_after"] is None
     listed = _airlock(tmp_path, "keys", "list")
-    assert f"not_after {old['not_after']}" in listed.stdout and listed.stderr == ""
+    # ISO 8601 UTC for people; --json keeps the Unix seconds for programs.
+    not_after = datetime.fromtimestamp(old["not_after"], UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert f"not_after {not_after}" in listed.stdout and listed.stderr == ""
+    created = datetime.fromtimestamp(new["created_at"], UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert f"created {created}" in listed.stdout
+    assert str(old["not_after"]) not in listed.stdout
     assert _airlock(tmp_path, "keys", "revoke", old["kid"]).exit_code == 0
     staged, rotated, revoked = _key_events(tmp_path)
     assert staged["type"] == "checkpoint.key.staged" and staged["next"] == new["kid"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from airlock.cli._client import CheckpointUnavailable
 from airlock.cli._proposal import signed_action as _signed_action
 from airlock.cli._text import inert
 from tests.checkpoint.harness import START, signed_receipt
+from tests.executor.support import receipt_keyset
 
 from .conftest import Served
 
@@ -206,10 +208,13 @@ def test_show_prints_an_executor_resolution_in_conflict_with_the_admins(served: 
 
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert any(x.startswith("resolved   happened by admin") for x in lines)
-    assert any(x.startswith("executor   resolved did_not_happen by ops") for x in lines)
+    # Words for people, never the codes (--json keeps them).
+    assert any(x.startswith("resolved   it happened by admin") for x in lines)
+    assert any(x.startswith("executor   resolved it did not happen by ops") for x in lines)
+    assert any(x.startswith("outcome    in doubt, the executor cannot tell") for x in lines)
     conflict = next(x for x in lines if x.startswith("CONFLICT "))
-    assert "the checkpoint says happened (admin)" in conflict and "cloud" in conflict
+    assert "the checkpoint says it happened (admin)" in conflict and "cloud" in conflict
+    assert "did_not_happen" not in result.stdout and "in_doubt" not in result.stdout
     shown = json.loads(served.run("approvals", "show", record["id"], "--json").stdout)
     assert shown["outcome"]["executor_resolution"]["conflict"] is True
 
@@ -221,6 +226,16 @@ def test_show_of_unknown_or_malformed_id(served: Served) -> None:
     assert json.loads(missing.stdout)["error"]["code"] == "E_NOT_FOUND"
     # Not an id: refused before anything is spliced into a request path.
     assert served.run("approvals", "show", "../sessions/current").exit_code == 2
+
+
+def test_a_garbage_id_of_3000_characters_is_clipped_not_echoed_whole(served: Served) -> None:
+    served.login("alice")
+    garbage = "prop_" + "x" * 2995
+    for verb in ("show", "approve"):
+        result = served.run("approvals", verb, garbage)
+        assert result.exit_code == 2
+        assert len(result.output) < 200, result.output
+        assert "(3000 characters) is not a proposal id" in result.output
 
 
 def test_approve_sends_the_hash_it_showed(served: Served) -> None:
@@ -356,8 +371,11 @@ def test_reject_with_a_reason_the_agent_reads_back(served: Served) -> None:
     assert agent_view["state"] == "rejected"
     assert agent_view["rejection"]["reason_code"] == "not_idle"
     assert agent_view["rejection"]["note"] == "Sunday batch"
+    assert f"rejected {record['id']}: not idle, it is in use" in result.stdout
     shown = served.run("approvals", "show", record["id"])
-    assert "rejected   not_idle by bob" in shown.stdout
+    assert "rejected   not idle, it is in use by bob" in shown.stdout
+    assert "not_idle" not in shown.stdout  # the code is for programs: --json
+    assert '"not_idle"' in served.run("approvals", "show", record["id"], "--json").stdout
 
 
 def test_reject_needs_a_known_reason(served: Served) -> None:
@@ -475,3 +493,34 @@ def test_a_cursor_that_is_not_a_proposal_id_never_reaches_the_hint_to_paste(
     assert result.exit_code == 0, result.output
     assert "$(" not in result.output and "pwned" not in result.output
     assert "cursor is not a proposal id" in result.output
+
+
+def test_show_writes_the_executions_receipt_that_receipts_verify_checks(
+    served: Served, tmp_path: Path
+) -> None:
+    """receipts verify worked, but nothing said where a receipt file comes from."""
+    record = served.submit(proposal_id="prop_receipt0001")
+    served.login("alice")
+    early = served.run("approvals", "show", record["id"], "--receipt", str(tmp_path / "none"))
+    assert early.exit_code == 1 and "no outcome yet" in early.stderr
+    assert not (tmp_path / "none").exists()
+    approved = served.world.approve("alice", record["id"], record["action_hash"]).json()
+    approval_id = approved["approval"]["approval_id"]
+    answer = served.world.client.post(
+        "/v1/outcomes",
+        json={"receipt": signed_receipt(approval_id, record["action_hash"], "succeeded")},
+        headers=served.world.auth("executor"),
+    )
+    assert answer.status_code == 200, answer.text
+
+    path = tmp_path / f"{approval_id}.receipt.json"
+    shown = served.run("approvals", "show", record["id"], "--receipt", str(path))
+    assert shown.exit_code == 0, shown.output
+    assert f"airlock receipts verify {path}" in shown.stderr
+    keys = tmp_path / "receipt-keys.json"
+    keys.write_text(json.dumps(receipt_keyset().to_value()))
+    verified = served.run("receipts", "verify", str(path), "--keys", str(keys))
+    assert verified.exit_code == 0, verified.output
+    assert verified.stdout.startswith(f"OK: succeeded approval {approval_id}")
+    for command in (["approvals", "show"], ["receipts", "verify"]):
+        assert "--receipt" in served.run(*command, "--help").stdout

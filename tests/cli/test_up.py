@@ -433,3 +433,23 @@ def test_the_agent_grace_reaches_the_agent_alone_and_its_settings_take_it(
     assert AgentSettings().grace_seconds == 120
     result = airlock("up", "--agent-grace", "-1")
     assert result.exit_code == 2 and "--agent-grace" in result.output
+
+
+def test_up_says_how_to_put_airlock_on_path_when_a_new_shell_lacks_it(tmp_path: Path) -> None:
+    """`make up` installs airlock into .venv; the README's `airlock login …` in a new
+    terminal answered "command not found". up's next steps say what to type first."""
+    from airlock.cli._up import cli_hint
+
+    venv = tmp_path / ".venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "activate").write_text("# activate\n")
+    airlock = venv / "bin" / "airlock"
+    airlock.write_text("#!/bin/sh\n")
+    airlock.chmod(0o755)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    assert cli_hint({"PATH": str(elsewhere)}, venv) == f". {venv}/bin/activate, then "
+    assert cli_hint({}, venv) == f". {venv}/bin/activate, then "
+    assert cli_hint({"PATH": f"{elsewhere}:{venv / 'bin'}"}, venv) == ""  # activated
+    (venv / "bin" / "activate").unlink()  # not a venv: name the directory instead
+    assert cli_hint({"PATH": str(elsewhere)}, venv) == f"put {venv}/bin on PATH, then "

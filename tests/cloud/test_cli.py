@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from airlock.cli import app
+from airlock.cloud.ports import UnknownOutcome
+from tests.support.devcloud import REGION, DevcloudHandle
 
 
 def _ids(db: Path) -> list[tuple[str, str]]:
@@ -93,3 +96,85 @@ def test_a_start_without_seed_instances_seeds_nothing(tmp_path: Path) -> None:
     db = tmp_path / "devcloud.db"
     assert _start(db) == 0
     assert _ids(db) == []
+
+
+_MARKUP = ("<", ">", '"', "&", "`", "$", "\\")
+
+
+def _names_and_tags(db: Path) -> list[tuple[str, str, str]]:
+    """(id, name, every tag value) of each instance."""
+    with sqlite3.connect(db) as conn:
+        rows = list(conn.execute("SELECT id, name, tags FROM instances ORDER BY ord"))
+    return [(i, name, " ".join(v for _, v in json.loads(tags))) for i, name, tags in rows]
+
+
+def test_seed_names_the_demo_fleet_plainly_and_keeps_hostile_names_for_tests(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """up seeds through this command: a newcomer's queue showed ``<script>alert('xss')…``
+    as instance names. The hostile fleet stays one flag away, with the same ids."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AIRLOCK_ENV", "dev")
+    args = ["devcloud", "seed", "--instances", "120", "--seed", "1", "--now", "1790000000"]
+    demo = CliRunner().invoke(app, [*args, "--db", str(tmp_path / "demo.db")])
+    hostile = CliRunner().invoke(
+        app, [*args, "--hostile-names", "--db", str(tmp_path / "hostile.db")]
+    )
+    assert demo.exit_code == hostile.exit_code == 0, demo.output + hostile.output
+    plain = _names_and_tags(tmp_path / "demo.db")
+    marked = _names_and_tags(tmp_path / "hostile.db")
+    assert [row[0] for row in plain] == [row[0] for row in marked]
+    assert not [row for row in plain if any(ch in row[1] + row[2] for ch in _MARKUP)]
+    assert any("<script>" in row[1] for row in marked)
+
+
+def _devcloud_cli(devcloud: DevcloudHandle, home: Path, *args: str) -> Result:
+    """``airlock devcloud ARGS`` as a person next to up's state directory ``home``."""
+    home.mkdir(exist_ok=True)
+    (home / "devcloud-admin-token").write_text(devcloud.admin.token + "\n")
+    env = {"AIRLOCK_DEVCLOUD_URL": devcloud.base_url, "AIRLOCK_UP_HOME": str(home)}
+    return CliRunner().invoke(app, ["devcloud", *args], env=env)
+
+
+def test_devcloud_faults_and_writes_answer_did_it_happen_in_one_command(
+    devcloud: DevcloudHandle, fresh_ecs_id: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An in_doubt is resolved by checking the cloud: the README's curl to a hard-coded
+    port with a token file is now ``airlock devcloud faults|writes``."""
+    monkeypatch.delenv("AIRLOCK_DEVCLOUD_ADMIN_TOKEN", raising=False)
+    home = tmp_path / "state"
+    devcloud.admin.create_instance(fresh_ecs_id)
+    set_ = _devcloud_cli(
+        devcloud, home, "faults", "--fail-next-writes", "1", "--fail-kind", "internal"
+    )
+    assert set_.exit_code == 0, set_.output
+    assert "fail_next_writes 1" in set_.output and "fail_kind        internal" in set_.output
+    assert devcloud.admin.faults()["fail_next_writes"] == 1
+    with pytest.raises(UnknownOutcome):
+        devcloud.writer().stop_ecs(REGION, fresh_ecs_id, stopped_mode="StopCharging")
+    none = _devcloud_cli(devcloud, home, "writes", "--resource", fresh_ecs_id)
+    assert none.exit_code == 0, none.output
+    assert none.output == f"no writes to {fresh_ecs_id}: devcloud carried out none\n"
+
+    result = devcloud.writer().stop_ecs(REGION, fresh_ecs_id, stopped_mode="StopCharging")
+    one = _devcloud_cli(devcloud, home, "writes", "--resource", fresh_ecs_id)
+    [line] = one.output.splitlines()
+    assert "StopInstance" in line and fresh_ecs_id in line and result.request_id in line
+    as_json = json.loads(_devcloud_cli(devcloud, home, "writes", "--json").output)
+    assert [w["request_id"] for w in as_json if w["resource_id"] == fresh_ecs_id] == [
+        result.request_id
+    ]
+    cleared = _devcloud_cli(devcloud, home, "faults", "--clear")
+    assert cleared.exit_code == 0 and "fail_next_writes 0" in cleared.output
+
+
+def test_devcloud_faults_without_a_token_or_with_a_wrong_one_say_so(
+    devcloud: DevcloudHandle, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("AIRLOCK_DEVCLOUD_ADMIN_TOKEN", raising=False)
+    env = {"AIRLOCK_DEVCLOUD_URL": devcloud.base_url, "AIRLOCK_UP_HOME": str(tmp_path)}
+    missing = CliRunner().invoke(app, ["devcloud", "faults"], env=env)
+    assert missing.exit_code == 2 and "--devcloud-admin" in missing.output
+    (tmp_path / "devcloud-admin-token").write_text("not-the-token-at-all")
+    wrong = CliRunner().invoke(app, ["devcloud", "writes"], env=env)
+    assert wrong.exit_code == 1 and "refused the admin token" in wrong.output

@@ -171,3 +171,27 @@ def test_admin_reseed_is_deterministic(tmp_path: object) -> None:
             (s.resource_id, s.name) for s in dc.reader().list_instances(dc.region, "ecs.instance")
         )
     assert first == again and len(first) == 30
+
+
+def test_demo_names_change_names_and_tag_text_only_and_keep_every_class() -> None:
+    from services.devcloud import demo_names
+
+    fleet = generate_fleet(seed=1, instances=400, rds=40, now=NOW)
+    demo = demo_names(fleet)
+    assert demo == demo_names(fleet)  # deterministic
+    for before, after in zip(fleet, demo, strict=True):
+        assert (after.id, after.truth, after.profile, after.status) == (
+            before.id,
+            before.truth,
+            before.profile,
+            before.status,
+        )
+        assert [k for k, _ in after.tags] == [k for k, _ in before.tags]
+        assert not any(ch in after.name for ch in "<>\"&'`$\\"), after.name
+        assert not any(ch in v for _, v in after.tags for ch in '<>"&`$\\'), after.tags
+        # The tags that make a class keep their meaning (the agent reads them).
+        for (key, old), (_, new) in zip(before.tags, after.tags, strict=True):
+            if "airlock:protect" in (key.lower(), old.lower()):
+                assert new == old
+            if key.lower() in ("env", "environment"):
+                assert new.lower().startswith("prod") == old.lower().startswith("prod")

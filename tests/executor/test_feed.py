@@ -236,6 +236,29 @@ def test_approval_on_the_feed_is_executed_once_with_a_verified_receipt(
         assert "stopped" in world.stack.executor.log()
 
 
+def test_feed_polls_are_quiet_and_an_in_doubt_is_logged_as_an_error(world: World) -> None:
+    """Each feed poll was an httpx line at INFO (140 lines in 10 minutes of idling) and no
+    line named its level: a person reading the log could not find the in_doubt."""
+    world.stack.devcloud.admin.set_faults(fail_next_writes=1, fail_kind="internal")
+    proposal = world.propose(1, "doubt")
+    approval_id = world.approve(proposal)["approval"]["approval_id"]
+    world.stack.wait_state(proposal["id"], {"in_doubt"}, timeout=30.0)
+    log = _until(
+        "the in_doubt log line",
+        lambda: [line for line in world.stack.executor.log().splitlines() if approval_id in line],
+    )
+    lines = world.stack.executor.log().splitlines()
+    doubt = [line for line in log if "in_doubt" in line]
+    assert doubt and all(" ERROR airlock.executor " in line for line in doubt), log
+    assert world.cursor() >= 1  # the feed was polled, and answered
+    assert not [line for line in lines if "/v1/feed" in line], lines
+    assert all(
+        any(f" {level} " in line for level in ("DEBUG", "INFO", "WARNING", "ERROR"))
+        for line in lines
+        if line[:4].isdigit()
+    ), lines
+
+
 def _sqlite_copy(source: Path, target: Path) -> None:
     """A consistent copy of a live SQLite database (its online backup API)."""
     with (

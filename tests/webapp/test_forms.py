@@ -135,6 +135,8 @@ def test_a_huge_multipart_upload_to_sign_in_is_refused_unread(site: Site) -> Non
     )
     assert response.status_code == 413
     assert response.headers["x-frame-options"] == "DENY"
+    assert "text/html" in response.headers["content-type"]  # a page, not the framework's JSON
+    assert f"the request body is over {CAP} bytes" in response.text
     assert site.fake.sessions == {} and site.fake.calls == []  # nothing reached the checkpoint
 
 

@@ -404,7 +404,7 @@ def test_an_in_doubt_execution_is_resolved_by_an_admin_only(site: Site) -> None:
     assert 'id="resolve-form"' in page
     _post(site, "/proposals/prop_fake000001/resolve", decision="did_not_happen", note="checked")
     page = site.client.get("/proposals/prop_fake000001").text
-    assert 'data-state="failed"' in page and "did_not_happen — by admin" in page
+    assert 'data-state="failed"' in page and "it did not happen — by admin" in page
 
 
 def test_a_viewer_sees_no_decision_forms(site: Site) -> None:
