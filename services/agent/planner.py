@@ -17,6 +17,12 @@ region, resource, operation and the window's first day — so a re-run on the sa
 yields the same id and never a second proposal. The checkpoint enforces the same from
 its side (one open proposal per target; same id with another hash is a conflict).
 
+Each proposal carries the saving it is estimated to bring (``evidence.saving``, see
+:class:`airlock.protocol.Saving`) when the scan read the instance type's price: a stop
+that stops billing (``StopCharging``, or an RDS stop) saves a month of the compute price;
+a ``KeepCharging`` stop and a delete save nothing Airlock prices (the delete's compute was
+saved by the stop before it; disks and snapshots are not priced).
+
 Pure: no I/O and no clock reads; ``now`` comes in the context.
 """
 
@@ -29,7 +35,14 @@ from typing import Any, Final, Literal
 
 from pydantic import ValidationError
 
-from airlock.protocol import ACTION_TYPE, ProposedAction, Refused
+from airlock.protocol import (
+    ACTION_TYPE,
+    CURRENCY_EXPONENTS,
+    HOURS_PER_MONTH,
+    ProposedAction,
+    Refused,
+    monthly_minor,
+)
 from airlock.units import span
 
 from .client import CheckpointClient, ProposalRecord
@@ -376,6 +389,24 @@ def _describe(obs: Observation) -> dict[str, Any]:
     }
 
 
+def _saving(obs: Observation, *, saves_compute: bool) -> dict[str, Any]:
+    """``evidence.saving`` from the price the scan read; {} when there is none to sign."""
+    price = obs.price
+    if price is None or price.currency not in CURRENCY_EXPONENTS:
+        return {}
+    saved = price.hourly_micros if saves_compute else 0
+    return {
+        "saving": {
+            "currency": price.currency,
+            "monthly_minor": monthly_minor(saved, price.currency),
+            "hourly_price_micros": price.hourly_micros,
+            "hours_per_month": HOURS_PER_MONTH,
+            "basis": "compute" if saves_compute else "none",
+            "source": price.source,
+        }
+    }
+
+
 def _stop_action(obs: Observation, ctx: PlanContext) -> ProposedAction:
     usage = obs.usage
     if usage is None or not obs.verdict.idle:
@@ -401,6 +432,7 @@ def _stop_action(obs: Observation, ctx: PlanContext) -> ProposedAction:
     if usage.mem_avg_bp is not None:
         evidence["mem_avg_bp"] = usage.mem_avg_bp
     params = {"stopped_mode": ctx.stopped_mode} if obs.state.resource_type == "ecs.instance" else {}
+    evidence.update(_saving(obs, saves_compute=params.get("stopped_mode") != "KeepCharging"))
     return ProposedAction.model_validate(
         {
             **_common(obs, ctx, "stop"),
@@ -428,6 +460,7 @@ def _delete_action(obs: Observation, stopped: AirlockStop, ctx: PlanContext) -> 
         # The provider's last start, before the stop's approval: nobody started it since.
         "last_started_at": obs.state.started_at,
         **_describe(obs),
+        **_saving(obs, saves_compute=False),
     }
     return ProposedAction.model_validate(
         {
