@@ -157,3 +157,10 @@ def test_a_selection_of_two_risks_is_refused_and_sends_nothing(site: Site) -> No
     assert "one operation and one risk" in review.text
     assert 'name="item"' not in review.text
     assert site.fake.calls == []
+
+
+def test_the_proposal_page_shows_its_signed_saving(site: Site) -> None:
+    site.fake.add(_priced(1, 113000))
+    site.sign_in()
+    html = site.client.get("/proposals/prop_fakebulk0001").text
+    assert '<dd id="saving">USD 82.49 (estimate: its compute price stops' in html
