@@ -164,3 +164,25 @@ def test_the_proposal_page_shows_its_signed_saving(site: Site) -> None:
     site.sign_in()
     html = site.client.get("/proposals/prop_fakebulk0001").text
     assert '<dd id="saving">USD 82.49 (estimate: its compute price stops' in html
+
+
+def test_a_bulk_approve_after_the_session_ended_sends_nothing_and_returns_to_the_queue(
+    site: Site,
+) -> None:
+    stop = site.fake.add(_priced(1, 113000))
+    site.sign_in()
+    token = site.csrf()
+    site.fake.sessions.clear()  # ended at the checkpoint (expired, or signed out elsewhere)
+    response = site.client.post(
+        "/bulk/approve",
+        data={
+            "csrf_token": token,
+            "item": [f"{stop['id']} {stop['action_hash']}"],
+            "operation": "stop",
+            "risk": "medium",
+        },
+        follow_redirects=False,
+    )
+    assert response.status_code == 303
+    assert response.headers["location"] == "/login?next=%2F"
+    assert site.fake.calls == []
