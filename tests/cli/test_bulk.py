@@ -173,3 +173,14 @@ def test_list_shows_each_signed_saving_and_the_pending_total(served: Served) -> 
         f"pending on this page: 4 proposals, est. USD {total // 100}.{total % 100:02d} a month "
         "saved (1 without an estimate)"
     ) in result.stdout
+
+
+def test_show_prints_the_signed_saving_and_its_price(served: Served) -> None:
+    record = _submit(served, 1, hourly_micros=113000)
+    served.login("alice")
+    result = served.run("approvals", "show", record["id"])
+    assert result.exit_code == 0, result.output
+    assert (
+        "saves      USD 82.49 a month (est.: its compute price stops; price USD 0.113000 an "
+        "hour from ecs:DescribePrice, 730 h a month)"
+    ) in result.stdout
