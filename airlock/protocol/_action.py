@@ -145,9 +145,9 @@ _MICROS: Final = 1_000_000
 class Saving(WireModel):
     """``evidence["saving"]``: the estimated monthly saving, signed with the action.
 
-    Integers only (DESIGN §2.1): ``hourly_price_micros`` is the pay-as-you-go price per
-    hour of the instance type's compute as the provider quoted it, in millionths of the
-    currency unit; ``monthly_minor`` is what the action saves per month, in the
+    Integers only (docs/protocol.md#strict-json): ``hourly_price_micros`` is the
+    pay-as-you-go price per hour of the instance type's compute as the provider quoted it,
+    in millionths of the currency unit; ``monthly_minor`` is what the action saves per month, in the
     currency's minor units (cents). ``basis`` says what is saved: ``compute`` (the price
     stops: a stop that stops billing) or ``none`` (nothing Airlock prices stops: a stop
     that keeps charging, a delete whose compute the stop before it saved already). The
