@@ -40,6 +40,7 @@ __all__ = [
     "CURRENCY_EXPONENTS",
     "HIGH_RISK_OPERATIONS",
     "HOURS_PER_MONTH",
+    "MAX_HOURLY_MICROS",
     "VALID_CALLS",
     "Precondition",
     "ProposedAction",
@@ -139,6 +140,8 @@ class Precondition(WireModel):
 CURRENCY_EXPONENTS: Final[dict[str, int]] = {"USD": 2, "CNY": 2, "EUR": 2, "JPY": 0}
 #: Hours in the estimate's month: 8760 / 12.
 HOURS_PER_MONTH: Final = 730
+#: The largest hourly price a saving may state, in millionths (a million a hour).
+MAX_HOURLY_MICROS: Final = 10**12
 _MICROS: Final = 1_000_000
 
 
@@ -158,7 +161,7 @@ class Saving(WireModel):
 
     currency: Annotated[str, Field(pattern=r"^[A-Z]{3}$")]
     monthly_minor: Annotated[int, Field(ge=0, le=MAX_SAFE_INTEGER)]
-    hourly_price_micros: Annotated[int, Field(ge=0, le=10**12)]
+    hourly_price_micros: Annotated[int, Field(ge=0, le=MAX_HOURLY_MICROS)]
     hours_per_month: Literal[730]
     basis: Literal["compute", "none"]
     #: Where the price was read, e.g. ``ecs:DescribePrice``.

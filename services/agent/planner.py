@@ -39,6 +39,7 @@ from airlock.protocol import (
     ACTION_TYPE,
     CURRENCY_EXPONENTS,
     HOURS_PER_MONTH,
+    MAX_HOURLY_MICROS,
     ProposedAction,
     Refused,
     monthly_minor,
@@ -393,7 +394,11 @@ def _describe(obs: Observation) -> dict[str, Any]:
 def _saving(obs: Observation, *, saves_compute: bool) -> dict[str, Any]:
     """``evidence.saving`` from the price the scan read; {} when there is none to sign."""
     price = obs.price
+    # A price the protocol would refuse (unknown currency, beyond 10^12 millionths) is no
+    # estimate: it must never turn a proposal into a Problem.
     if price is None or price.currency not in CURRENCY_EXPONENTS:
+        return {}
+    if not 0 <= price.hourly_micros <= MAX_HOURLY_MICROS:
         return {}
     saved = price.hourly_micros if saves_compute else 0
     return {

@@ -71,3 +71,12 @@ def test_a_delete_signs_a_saving_of_nothing_its_stop_saved_the_compute() -> None
 def test_a_stop_without_a_price_signs_no_saving() -> None:
     (step,) = plan(_obs(), CheckpointView(), CTX)
     assert isinstance(step, Submit) and "saving" not in step.action.evidence
+
+
+def test_an_absurd_price_is_no_estimate_and_never_blocks_the_stop() -> None:
+    absurd = Price(currency="USD", hourly_micros=10**15, source="ecs:DescribePrice")
+    (step,) = plan(dataclasses.replace(_obs(), price=absurd), CheckpointView(), CTX)
+    assert isinstance(step, Submit) and "saving" not in step.action.evidence
+    odd = Price(currency="XBT", hourly_micros=113000, source="ecs:DescribePrice")
+    (step,) = plan(dataclasses.replace(_obs(), price=odd), CheckpointView(), CTX)
+    assert isinstance(step, Submit) and "saving" not in step.action.evidence
