@@ -7,7 +7,7 @@ higher than the same figure in the signed reason beside it.
 
 from __future__ import annotations
 
-__all__ = ["decimal_bytes", "duration", "span"]
+__all__ = ["decimal_bytes", "duration", "money", "span"]
 
 _UNITS = (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("kB", 10**3))
 
@@ -51,3 +51,11 @@ def duration(seconds: int) -> str:
     if minutes:
         return f"{minutes} min"
     return f"{secs} s"
+
+
+def money(minor: int, currency: str, exponent: int) -> str:
+    """``(823449, "USD", 2)`` → ``"USD 8,234.49"``: minor units, exactly, no float."""
+    sign = "-" if minor < 0 else ""
+    units, cents = divmod(abs(minor), 10**exponent)
+    fraction = f".{cents:0{exponent}d}" if exponent else ""
+    return f"{currency} {sign}{units:,}{fraction}"

@@ -84,6 +84,44 @@ def _action_cases() -> list[tuple[str, dict[str, Any]]]:
         ),
         ("other-region-account", a(account="1234567890123456", region="cn-hangzhou")),
         ("long-series", a(evidence={"cpu_bp": list(range(0, 336 * 7, 7))})),
+        # The saving estimate: integers in minor units and millionths, checked for sense.
+        (
+            "ecs-stop-with-saving",
+            a(
+                evidence={
+                    "policy": "idle/v1",
+                    "instance_type": "ecs.g7.large",
+                    "saving": {
+                        "currency": "USD",
+                        "monthly_minor": 8249,
+                        "hourly_price_micros": 113000,
+                        "hours_per_month": 730,
+                        "basis": "compute",
+                        "source": "ecs:DescribePrice",
+                    },
+                }
+            ),
+        ),
+        (
+            "ecs-delete-with-saving",
+            a(
+                resource=ecs,
+                operation="delete",
+                params={},
+                evidence={
+                    "policy": "idle/v1",
+                    "stage": "delete-after-stop",
+                    "saving": {
+                        "currency": "USD",
+                        "monthly_minor": 0,
+                        "hourly_price_micros": 113000,
+                        "hours_per_month": 730,
+                        "basis": "none",
+                        "source": "ecs:DescribePrice",
+                    },
+                },
+            ),
+        ),
     ]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from airlock.cli._approvals import _evidence
-from airlock.units import decimal_bytes, duration, span
+from airlock.units import decimal_bytes, duration, money, span
 from services.agent.idle import format_bytes
 from webapp.charts import human_bytes
 
@@ -75,3 +75,12 @@ def test_a_negative_duration_is_refused_in_prose_and_zero_in_a_table() -> None:
     with pytest.raises(ValueError, match="not negative"):
         span(-1)
     assert duration(-5) == "0 s"
+
+
+def test_money_prints_minor_units_exactly() -> None:
+    assert money(823449, "USD", 2) == "USD 8,234.49"
+    assert money(5, "USD", 2) == "USD 0.05"
+    assert money(0, "USD", 2) == "USD 0.00"
+    assert money(1234, "JPY", 0) == "JPY 1,234"
+    assert money(113000, "USD", 6) == "USD 0.113000"
+    assert money(-150, "EUR", 2) == "EUR -1.50"

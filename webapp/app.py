@@ -37,7 +37,7 @@ from airlock.asgi import BodyLimit
 from airlock.settings import WebappSettings
 from airlock.tls import checkpoint_verify
 
-from . import present
+from . import bulk, present
 from .charts import evidence_charts, human_bytes, percent
 from .client import CheckpointClient, Me
 from .errors import SIGN_IN_REFUSED, CheckpointRefused, CheckpointUnavailable, human_message
@@ -649,6 +649,8 @@ def create_app(
         return render(
             request, "_queue_rows.html", {"items": items, "signature": rows_signature(items)}
         )
+
+    bulk.install(app, client=client, render=render, signed_in=signed_in, refuse_csrf=refuse_csrf)
 
     # -- one proposal -------------------------------------------------------------------
 

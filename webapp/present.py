@@ -17,20 +17,25 @@ from markupsafe import Markup
 from airlock import text
 from airlock.api import ExecutorRefusal, Outcome, Proposal, Vote
 from airlock.protocol import (
+    CURRENCY_EXPONENTS,
+    HIGH_RISK_OPERATIONS,
     Envelope,
     ProposedAction,
     Refused,
+    Saving,
     action_hash,
     canonical_bytes,
     loads_strict,
 )
-from airlock.units import duration
+from airlock.units import duration, money
 
 __all__ = [
     "OPEN_STATES",
     "REJECT_REASONS",
     "STATE_LABELS",
     "ReceiptFacts",
+    "Savings",
+    "bulk_problem",
     "decision_label",
     "duration",
     "executor_conflict",
@@ -43,7 +48,10 @@ __all__ = [
     "plain_precondition",
     "receipt_facts",
     "refusal_explanation",
+    "saving_label",
+    "savings",
     "signed_action_problem",
+    "signed_saving",
     "tags",
     "timestamp",
     "vote_of",
@@ -238,6 +246,83 @@ def signed_action_problem(p: Proposal) -> str | None:
         same = False
     if not same:
         return "the details shown are not the signed action text"
+    return None
+
+
+def signed_saving(p: Proposal) -> Saving | None:
+    """The saving estimate as signed in the action text (``evidence.saving``), or None.
+
+    Read from ``action_jcs`` only when it hashes to ``action_hash``: a figure shown or
+    totalled is one a person's approval covers.
+    """
+    if not hash_matches(p):
+        return None
+    try:
+        return ProposedAction.from_json_bytes(p.action_jcs.encode("utf-8")).saving
+    except Refused:
+        return None
+
+
+def saving_label(saving: Saving | None) -> str:
+    """``USD 82.49`` a month, or ``—`` when the proposal carries no estimate."""
+    if saving is None:
+        return "—"
+    return money(saving.monthly_minor, saving.currency, CURRENCY_EXPONENTS[saving.currency])
+
+
+@dataclass(frozen=True, slots=True)
+class Savings:
+    """What the pending proposals of a list save a month, summed from their signed text."""
+
+    #: Per currency, in minor units, currencies sorted.
+    totals: tuple[tuple[str, int], ...]
+    pending: int
+    #: Pending proposals with no signed estimate (not counted in ``totals``).
+    unpriced: int
+
+    @property
+    def label(self) -> str:
+        if not self.totals:
+            return "—"
+        return " + ".join(
+            money(minor, currency, CURRENCY_EXPONENTS[currency]) for currency, minor in self.totals
+        )
+
+
+def savings(items: list[Proposal]) -> Savings:
+    """The monthly savings of the pending proposals among ``items`` (:func:`signed_saving`)."""
+    totals: dict[str, int] = {}
+    pending = unpriced = 0
+    for p in items:
+        if p.state != "pending":
+            continue
+        pending += 1
+        saving = signed_saving(p)
+        if saving is None:
+            unpriced += 1
+            continue
+        totals[saving.currency] = totals.get(saving.currency, 0) + saving.monthly_minor
+    return Savings(tuple(sorted(totals.items())), pending, unpriced)
+
+
+def bulk_problem(p: Proposal) -> str | None:
+    """Why ``p`` cannot be decided in a bulk action, or None when it can.
+
+    Only a pending proposal whose page would offer Approve, and never a high-risk one
+    (its resource id is typed, one at a time). Same operation and risk across a
+    selection is checked by the caller.
+    """
+    if p.state != "pending":
+        return f"it is {STATE_LABELS.get(p.state, p.state)}"
+    if (
+        p.risk == "high"
+        or p.policy.confirm
+        or (p.resource_type, p.operation) in HIGH_RISK_OPERATIONS
+    ):
+        return "it is high risk: open it and decide it alone"
+    problem = signed_action_problem(p)
+    if problem is not None:
+        return problem
     return None
 
 

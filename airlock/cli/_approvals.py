@@ -8,6 +8,11 @@ those very bytes, and sends back that hash — so the checkpoint refuses the vot
 (``E_STALE_VIEW``) unless it is for exactly that action. A high-risk action also needs its
 resource id typed (or ``--confirm`` from a script), which the checkpoint enforces too.
 
+``approve ID…`` and ``reject ID…`` with several ids decide pending proposals of one
+operation and one risk, never a high-risk one, in one confirmation that lists every id and
+hash; each is then its own vote for its own hash, and one the checkpoint refuses
+(decided, withdrawn or expired meanwhile) is named while the others go through.
+
 Everything the agent, the cloud or the checkpoint supplied (reasons, names, tags, states,
 notes) is printed as inert text, ``--json`` too: control and invisible characters are
 shown escaped (:mod:`airlock.cli._text`), and nothing is read as markup.
@@ -19,14 +24,14 @@ import enum
 import re
 import shlex
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
 import typer
 
-from airlock.units import decimal_bytes, duration
+from airlock.units import decimal_bytes, duration, money
 
 from ._client import (
     EXIT_CODES_HELP,
@@ -44,7 +49,7 @@ if TYPE_CHECKING:
     # protocol kernel (a test holds it to this).
     from airlock.api import Proposal as _Proposal
     from airlock.api import ProposalPage as _ProposalPage
-    from airlock.protocol import ProposedAction
+    from airlock.protocol import ProposedAction, Saving
 
 __all__ = ["approvals_app"]
 
@@ -57,6 +62,7 @@ approvals_app = Typer(
         "  airlock approvals show prop_... \n\n"
         "  airlock approvals approve prop_... --note 'checked with the owner'\n\n"
         "  airlock approvals approve prop_... --confirm i-t4n0example   # high risk, scripted\n\n"
+        "  airlock approvals approve prop_a... prop_b... --yes   # several: one confirmation\n\n"
         "  airlock approvals reject prop_... --reason not_idle --note 'batch job on Sundays'\n\n"
         "  airlock approvals list --json | jq '.items[].id'\n\n" + EXIT_CODES_HELP
     ),
@@ -193,6 +199,7 @@ _EVIDENCE_SHOWN: Final = frozenset(
         "stopped_at",
         "stopped_seconds",
         "grace_seconds",
+        "saving",
     }
 )
 
@@ -285,6 +292,18 @@ def _summary(p: _Proposal, action: ProposedAction) -> list[str]:
     if evidence:
         lines.append(f"evidence   {evidence[0]}")
         lines.extend(f"           {line}" for line in evidence[1:])
+    saving = action.saving
+    if saving is not None:
+        what = (
+            "its compute price stops"
+            if saving.basis == "compute"
+            else "no charge Airlock prices stops"
+        )
+        lines.append(
+            f"saves      {_saving_label(saving)} a month (est.: {what}; price "
+            f"{money(saving.hourly_price_micros, saving.currency, 6)} an hour from "
+            f"{inert(saving.source)}, {saving.hours_per_month} h a month)"
+        )
     confirm = ", typed resource id required" if p.policy.confirm else ""
     lines.append(
         f"policy     rule {inert(p.policy.rule)} ({p.policy.effect}, quorum "
@@ -546,11 +565,17 @@ def _table(page: _ProposalPage) -> None:
         "RESOURCE",
         "REGION",
         "RISK",
+        "SAVES/MONTH",
         "VOTES",
         "RULE",
         "CREATED",
     ):
-        table.add_column(name, no_wrap=name in ("ID", "RESOURCE"), overflow="fold")
+        table.add_column(
+            name,
+            no_wrap=name in ("ID", "RESOURCE", "SAVES/MONTH"),
+            overflow="fold",
+            justify="right" if name == "SAVES/MONTH" else "left",
+        )
     for p in page.items:
         table.add_row(
             *(
@@ -562,6 +587,7 @@ def _table(page: _ProposalPage) -> None:
                     p.resource_id,
                     p.region,
                     p.risk,
+                    _saving_label(_signed_saving(p)),
                     _votes(p),
                     p.policy.rule,
                     _when(p.created_at),
@@ -569,6 +595,56 @@ def _table(page: _ProposalPage) -> None:
             )
         )
     console.print(table)
+    total = _pending_total(page.items)
+    if total:
+        say(total)
+
+
+def _signed_saving(p: _Proposal) -> Saving | None:
+    """The saving signed in the action text, or None (none; or the text is not trusted)."""
+    from ._proposal import signed_action
+
+    try:
+        return signed_action(p).saving
+    except CheckpointUnavailable:
+        return None
+
+
+def _saving_label(saving: Saving | None) -> str:
+    from airlock.protocol import CURRENCY_EXPONENTS
+
+    if saving is None:
+        return "-"
+    return money(saving.monthly_minor, saving.currency, CURRENCY_EXPONENTS[saving.currency])
+
+
+def _pending_total(items: Sequence[_Proposal]) -> str:
+    """``pending on this page: 12 proposals, est. USD 998.20 a month (2 without one)``."""
+    from airlock.protocol import CURRENCY_EXPONENTS
+
+    totals: dict[str, int] = {}
+    pending = unpriced = 0
+    for p in items:
+        if p.state != "pending":
+            continue
+        pending += 1
+        saving = _signed_saving(p)
+        if saving is None:
+            unpriced += 1
+        else:
+            totals[saving.currency] = totals.get(saving.currency, 0) + saving.monthly_minor
+    if not pending:
+        return ""
+    amount = " + ".join(
+        money(minor, currency, CURRENCY_EXPONENTS[currency])
+        for currency, minor in sorted(totals.items())
+    )
+    line = f"pending on this page: {pending} proposal{'' if pending == 1 else 's'}"
+    if amount:
+        line += f", est. {amount} a month saved"
+    if unpriced:
+        line += f" ({unpriced} without an estimate)"
+    return line
 
 
 @approvals_app.command("show")
@@ -612,7 +688,12 @@ def show_command(
 
 @approvals_app.command("approve")
 def approve_command(
-    proposal_id: Annotated[str, typer.Argument(metavar="ID", help="The proposal id (prop_…).")],
+    proposal_ids: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="ID...", help="The proposal id (prop_…); several to decide them together."
+        ),
+    ],
     *,
     note: NoteOpt = "",
     confirm: Annotated[
@@ -644,8 +725,32 @@ def approve_command(
     Other actions ask y/N at the prompt unless --yes is given.
 
     Without a terminal, a missing --confirm or --yes is refused with exit 2: it never waits.
+
+    Several ids: pending ones of one operation and risk, never high risk (docs/savings.md).
+
+    One confirmation lists every id and hash; then each gets its own vote for its hash.
+
+    One the checkpoint refuses, or no longer pending, is named; the rest go through (exit 1).
     """
-    _check_id(proposal_id)
+    if len(proposal_ids) > 1:
+        from ._bulk import decide_many
+
+        if confirm is not None or expect_hash is not None:
+            typer.echo(
+                "error: --confirm and --action-hash take one proposal; several are approved "
+                "for the hashes the confirmation lists",
+                err=True,
+            )
+            raise typer.Exit(ExitCode.USAGE)
+        decide_many(
+            [_check_id(i) for i in proposal_ids],
+            "approve",
+            {"note": note},
+            yes=yes,
+            as_json=as_json,
+        )
+        return
+    proposal_id = _check_id(proposal_ids[0])
     if expect_hash is not None and _HASH.fullmatch(expect_hash) is None:
         typer.echo(
             f"error: --action-hash {expect_hash[:80]!r} is not an action hash "
@@ -735,7 +840,12 @@ def approve_command(
 
 @approvals_app.command("reject")
 def reject_command(
-    proposal_id: Annotated[str, typer.Argument(metavar="ID", help="The proposal id (prop_…).")],
+    proposal_ids: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="ID...", help="The proposal id (prop_…); several to decide them together."
+        ),
+    ],
     *,
     reason: Annotated[
         Reason,
@@ -745,10 +855,27 @@ def reject_command(
         ),
     ],
     note: NoteOpt = "",
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="With several ids: do not ask before rejecting.")
+    ] = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Reject a pending proposal with a reason code the agent reads back."""
-    _check_id(proposal_id)
+    """Reject a pending proposal with a reason code the agent reads back.
+
+    Several ids: as `approve` with several, after one confirmation that lists them all.
+    """
+    if len(proposal_ids) > 1:
+        from ._bulk import decide_many
+
+        decide_many(
+            [_check_id(i) for i in proposal_ids],
+            "reject",
+            {"reason_code": reason, "note": note},
+            yes=yes,
+            as_json=as_json,
+        )
+        return
+    proposal_id = _check_id(proposal_ids[0])
     with handle_errors(as_json=as_json):
         body, result = _decide(proposal_id, "reject", {"reason_code": reason, "note": note})
     if as_json:

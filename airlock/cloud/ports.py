@@ -31,6 +31,8 @@ __all__ = [
     "MetricPoint",
     "MetricsBatchReader",
     "PermissionDenied",
+    "Price",
+    "PriceReader",
     "ResourceNotFound",
     "ResourceType",
     "UnknownOutcome",
@@ -95,6 +97,16 @@ class MetricPoint:
 
 
 @dataclass(frozen=True, slots=True)
+class Price:
+    """The pay-as-you-go compute price of an instance type, as the provider quoted it."""
+
+    currency: str  # ISO 4217, e.g. "USD"
+    #: Per hour, in millionths of the currency unit (an integer: it is signed into evidence).
+    hourly_micros: int
+    source: str  # the API that quoted it, e.g. "ecs:DescribePrice"
+
+
+@dataclass(frozen=True, slots=True)
 class WriteResult:
     request_id: str  # the provider's request id, recorded in the receipt
 
@@ -139,6 +151,18 @@ class MetricsBatchReader(Protocol):
         period: int,
     ) -> Iterator[tuple[str, MetricPoint]]:
         """(resource id, datapoint) pairs over [start, end), paged; ids all of one kind."""
+        ...
+
+
+@runtime_checkable
+class PriceReader(Protocol):
+    """Optional extension of a reader: the price of an instance type (``AlibabaReader``)."""
+
+    def get_price(
+        self, region: str, resource_type: ResourceType, instance_type: str
+    ) -> Price | None:
+        """Its pay-as-you-go compute price per hour; None when the reader prices no such
+        resource type. Raises CloudError when the provider does not answer."""
         ...
 
 

@@ -8,6 +8,7 @@ operation's schema. Nothing here reads a clock or does I/O.
 from __future__ import annotations
 
 import re
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import Field, ValidationError, ValidationInfo, model_validator
@@ -36,13 +37,18 @@ __all__ = [
     "ACTION_MAX_BYTES",
     "ACTION_TYPE",
     "ALLOWED_OPERATIONS",
+    "CURRENCY_EXPONENTS",
     "HIGH_RISK_OPERATIONS",
+    "HOURS_PER_MONTH",
+    "MAX_HOURLY_MICROS",
     "VALID_CALLS",
     "Precondition",
     "ProposedAction",
     "Resource",
+    "Saving",
     "action_hash",
     "check_operation",
+    "monthly_minor",
 ]
 
 ACTION_TYPE: Final = "airlock.action/v1"
@@ -130,6 +136,58 @@ class Precondition(WireModel):
     observed_at: Rfc3339Utc
 
 
+#: ISO 4217 currencies a saving may be stated in, with their minor-unit exponents.
+CURRENCY_EXPONENTS: Final[dict[str, int]] = {"USD": 2, "CNY": 2, "EUR": 2, "JPY": 0}
+#: Hours in the estimate's month: 8760 / 12.
+HOURS_PER_MONTH: Final = 730
+#: The largest hourly price a saving may state, in millionths (a million a hour).
+MAX_HOURLY_MICROS: Final = 10**12
+_MICROS: Final = 1_000_000
+
+
+class Saving(WireModel):
+    """``evidence["saving"]``: the estimated monthly saving, signed with the action.
+
+    Integers only (docs/protocol.md#strict-json): ``hourly_price_micros`` is the
+    pay-as-you-go price per hour of the instance type's compute as the provider quoted it,
+    in millionths of the currency unit; ``monthly_minor`` is what the action saves per month, in the
+    currency's minor units (cents). ``basis`` says what is saved: ``compute`` (the price
+    stops: a stop that stops billing) or ``none`` (nothing Airlock prices stops: a stop
+    that keeps charging, a delete whose compute the stop before it saved already). The
+    figure must follow from the price: ``monthly_minor`` is ``hourly_price_micros`` ×
+    ``hours_per_month`` in minor units, rounded half up, for ``compute``, and 0 for
+    ``none``; anything else is refused, so the number a person reads is the price signed.
+    """
+
+    currency: Annotated[str, Field(pattern=r"^[A-Z]{3}$")]
+    monthly_minor: Annotated[int, Field(ge=0, le=MAX_SAFE_INTEGER)]
+    hourly_price_micros: Annotated[int, Field(ge=0, le=MAX_HOURLY_MICROS)]
+    hours_per_month: Literal[730]
+    basis: Literal["compute", "none"]
+    #: Where the price was read, e.g. ``ecs:DescribePrice``.
+    source: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$")]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Saving:
+        exponent = CURRENCY_EXPONENTS.get(self.currency)
+        if exponent is None:
+            raise ValueError(
+                f"currency {self.currency!r} is not one of {sorted(CURRENCY_EXPONENTS)}"
+            )
+        if self.monthly_minor != monthly_minor(
+            self.hourly_price_micros if self.basis == "compute" else 0, self.currency
+        ):
+            raise ValueError("monthly_minor does not follow from hourly_price_micros and basis")
+        return self
+
+
+def monthly_minor(hourly_price_micros: int, currency: str) -> int:
+    """A month (:data:`HOURS_PER_MONTH`) of an hourly price, in minor units, half up."""
+    exponent = CURRENCY_EXPONENTS[currency]
+    exact = Decimal(hourly_price_micros * HOURS_PER_MONTH * 10**exponent) / _MICROS
+    return int(exact.to_integral_value(ROUND_HALF_UP))
+
+
 class ProposedAction(WireModel):
     type: Literal["airlock.action/v1"]
     proposal_id: Annotated[str, Field(pattern=r"^prop_[A-Za-z0-9_-]{8,80}$")]
@@ -158,7 +216,20 @@ class ProposedAction(WireModel):
                 except ValueError as exc:
                     raise ValueError(f"{name}: {exc}") from None
         check_operation(self.resource.type, self.operation, self.params)
+        if "saving" in self.evidence:
+            self._saving()
         return self
+
+    def _saving(self) -> Saving:
+        try:
+            return Saving.model_validate(self.evidence["saving"])
+        except ValidationError as exc:
+            raise ValueError(f"evidence.saving: {_first_error(exc)}") from None
+
+    @property
+    def saving(self) -> Saving | None:
+        """The signed saving estimate (``evidence["saving"]``), or None when there is none."""
+        return self._saving() if "saving" in self.evidence else None
 
     @property
     def is_high_risk(self) -> bool:

@@ -15,7 +15,11 @@ several instance dimensions per ``DescribeMetricList`` call; when the reader off
    young instances;
 2. hourly CPU for the remaining running instances (the p95 needs hours);
 3. only for instances whose CPU is idle: memory and network as **daily** points
-   (period 86400: the day's average rate, so ``avg × 86400 / 8`` is the day's bytes).
+   (period 86400: the day's average rate, so ``avg × 86400 / 8`` is the day's bytes);
+4. for an idle or stopped instance (what may be proposed), when the reader offers
+   ``get_price``: its type's price, read once per type and region in a scan, for the
+   saving the planner signs into the evidence. A price that cannot be read leaves the
+   saving out; it never blocks a proposal.
 
 Reads are safe to repeat, so a throttled or failed metric query is retried a few times
 (its points are buffered and folded only once the whole query succeeded). A listing that
@@ -41,6 +45,8 @@ from airlock.cloud.ports import (
     LiveState,
     MetricPoint,
     MetricsBatchReader,
+    Price,
+    PriceReader,
     ResourceType,
 )
 from airlock.protocol import Resource
@@ -95,6 +101,8 @@ class Observation:
     verdict: Verdict
     usage: Usage | None
     window: Window
+    #: The instance type's price, read for an instance that may be proposed; else None.
+    price: Price | None = None
 
 
 @dataclass(slots=True)
@@ -141,6 +149,8 @@ class Discovery:
         self._retry_delay = retry_delay
         self._sleep = sleep
         self.stats = ScanStats()
+        self._prices: dict[tuple[str, str, str], Price | None] = {}
+        self._prices_lock = threading.Lock()
 
     @property
     def regions(self) -> tuple[str, ...]:
@@ -165,6 +175,8 @@ class Discovery:
         yielded in listing order; at most ``workers + 1`` pages are in memory at once.
         """
         self.stats = ScanStats()
+        with self._prices_lock:
+            self._prices = {}  # prices are read afresh by each scan
         window = Window.ending_before(now, self._policy.window_days)
         with ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="scan") as pool:
             inflight: deque[Future[_Assessed]] = deque()
@@ -243,10 +255,34 @@ class Discovery:
                 verdict=verdicts[state.resource_id],
                 usage=usages.get(state.resource_id),
                 window=window,
+                price=self._price(reader, state, verdicts[state.resource_id]),
             )
             for state in page
         ]
         return work
+
+    def _price(self, reader: CloudReader, state: LiveState, verdict: Verdict) -> Price | None:
+        """The type's price when the instance may be proposed (idle, or stopped), else None."""
+        stopped = verdict.kind == "not_running" and state.status == "Stopped"
+        if not (verdict.idle or stopped) or not state.instance_type:
+            return None
+        if not isinstance(reader, PriceReader):
+            return None
+        key = (state.region, state.resource_type, state.instance_type)
+        with self._prices_lock:
+            if key in self._prices:
+                return self._prices[key]
+        try:
+            price = reader.get_price(state.region, state.resource_type, state.instance_type)
+        except CloudError as exc:
+            _log.warning(
+                "%s",
+                inert(f"no price for {state.instance_type} in {state.region}: {exc.code or exc}"),
+            )
+            price = None
+        with self._prices_lock:
+            self._prices[key] = price
+        return price
 
     def _before_metrics(self, state: LiveState, now: int) -> Verdict | None:
         bad_id = _id_problem(state)

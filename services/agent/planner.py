@@ -24,6 +24,12 @@ a new proposal with its own hash that needs its own approval. Only once the old 
 can no longer run: it was never issued, the executor reported using it (its ledger
 refuses it again: single use), or it expired ``APPROVAL_SLACK`` ago; until then, a hold.
 
+Each proposal carries the saving it is estimated to bring (``evidence.saving``, see
+:class:`airlock.protocol.Saving`) when the scan read the instance type's price: a stop
+that stops billing (``StopCharging``, or an RDS stop) saves a month of the compute price;
+a ``KeepCharging`` stop and a delete save nothing Airlock prices (the delete's compute was
+saved by the stop before it; disks and snapshots are not priced).
+
 Pure: no I/O and no clock reads; ``now`` comes in the context.
 """
 
@@ -36,7 +42,15 @@ from typing import Any, Final, Literal
 
 from pydantic import ValidationError
 
-from airlock.protocol import ACTION_TYPE, ProposedAction, Refused
+from airlock.protocol import (
+    ACTION_TYPE,
+    CURRENCY_EXPONENTS,
+    HOURS_PER_MONTH,
+    MAX_HOURLY_MICROS,
+    ProposedAction,
+    Refused,
+    monthly_minor,
+)
 from airlock.units import span
 
 from .client import CheckpointClient, ProposalRecord
@@ -452,6 +466,28 @@ def _describe(obs: Observation) -> dict[str, Any]:
     }
 
 
+def _saving(obs: Observation, *, saves_compute: bool) -> dict[str, Any]:
+    """``evidence.saving`` from the price the scan read; {} when there is none to sign."""
+    price = obs.price
+    # A price the protocol would refuse (unknown currency, beyond 10^12 millionths) is no
+    # estimate: it must never turn a proposal into a Problem.
+    if price is None or price.currency not in CURRENCY_EXPONENTS:
+        return {}
+    if not 0 <= price.hourly_micros <= MAX_HOURLY_MICROS:
+        return {}
+    saved = price.hourly_micros if saves_compute else 0
+    return {
+        "saving": {
+            "currency": price.currency,
+            "monthly_minor": monthly_minor(saved, price.currency),
+            "hourly_price_micros": price.hourly_micros,
+            "hours_per_month": HOURS_PER_MONTH,
+            "basis": "compute" if saves_compute else "none",
+            "source": price.source,
+        }
+    }
+
+
 def _stop_action(obs: Observation, ctx: PlanContext, pid: str) -> ProposedAction:
     usage = obs.usage
     if usage is None or not obs.verdict.idle:
@@ -477,6 +513,7 @@ def _stop_action(obs: Observation, ctx: PlanContext, pid: str) -> ProposedAction
     if usage.mem_avg_bp is not None:
         evidence["mem_avg_bp"] = usage.mem_avg_bp
     params = {"stopped_mode": ctx.stopped_mode} if obs.state.resource_type == "ecs.instance" else {}
+    evidence.update(_saving(obs, saves_compute=params.get("stopped_mode") != "KeepCharging"))
     return ProposedAction.model_validate(
         {
             **_common(obs, ctx, "stop", pid),
@@ -506,6 +543,7 @@ def _delete_action(
         # The provider's last start, before the stop's approval: nobody started it since.
         "last_started_at": obs.state.started_at,
         **_describe(obs),
+        **_saving(obs, saves_compute=False),
     }
     return ProposedAction.model_validate(
         {

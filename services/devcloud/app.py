@@ -41,6 +41,7 @@ from airlock.settings import DevcloudSettings
 
 from .errors import AcsError
 from .fleet import METRIC_KIND, InstanceSpec, datapoint, generate_fleet
+from .prices import CURRENCY, ECS_HOURLY, SYSTEM_DISK_HOURLY
 from .signing import parse_authorization, verify
 from .store import Faults, Instance, Store
 
@@ -52,6 +53,7 @@ _PRODUCTS: Final = {"2014-05-26": "ecs", "2014-08-15": "rds", "2019-01-01": "cms
 _READ_ACTIONS: Final = frozenset(
     {
         ("ecs", "DescribeInstances"),
+        ("ecs", "DescribePrice"),
         ("rds", "DescribeDBInstances"),
         ("rds", "ListTagResources"),
         ("cms", "DescribeMetricList"),
@@ -541,6 +543,53 @@ class _Api:
             params=p,
         )
         return {"DBInstanceId": iid}
+
+    def _ecs_DescribePrice(self, p: dict[str, str], _k: str, _r: str) -> dict[str, Any]:
+        """Pay-as-you-go price of one instance type, per hour (``PriceUnit=Hour``).
+
+        The answer has the real API's shape: ``PriceInfo.Price`` totals the instance type
+        and its default system disk, and ``DetailInfos`` prices each resource apart.
+        """
+        _required(p, "RegionId")
+        if p.get("ResourceType", "instance") != "instance":
+            raise AcsError("InvalidParameter.ResourceType", "devcloud prices instances only.", 400)
+        if p.get("PriceUnit", "Hour") != "Hour":
+            raise AcsError(
+                "InvalidPriceUnit.ValueNotSupported", "devcloud quotes PriceUnit=Hour only.", 400
+            )
+        _int(p, "Period", 1, 1, 1)  # an hourly price is quoted for one hour
+        instance_type = _required(p, "InstanceType")
+        hourly = ECS_HOURLY.get(instance_type)
+        if hourly is None:
+            raise AcsError(
+                "InvalidInstanceType.ValueNotSupported",
+                "The specified InstanceType does not exist or is not supported.",
+                400,
+            )
+        details = [("instanceType", float(hourly)), ("systemDisk", float(SYSTEM_DISK_HOURLY))]
+        total = round(sum(price for _, price in details), 4)
+        return {
+            "PriceInfo": {
+                "Price": {
+                    "Currency": CURRENCY,
+                    "OriginalPrice": total,
+                    "DiscountPrice": 0.0,
+                    "TradePrice": total,
+                    "DetailInfos": {
+                        "DetailInfo": [
+                            {
+                                "Resource": name,
+                                "OriginalPrice": price,
+                                "DiscountPrice": 0.0,
+                                "TradePrice": price,
+                            }
+                            for name, price in details
+                        ]
+                    },
+                },
+                "Rules": {"Rule": []},
+            }
+        }
 
     # CloudMonitor
 

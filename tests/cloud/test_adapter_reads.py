@@ -7,8 +7,9 @@ from datetime import UTC, datetime
 import pytest
 
 from airlock.cloud.alibaba import AlibabaReader
-from airlock.cloud.ports import CloudReader, MetricsBatchReader
+from airlock.cloud.ports import CloudReader, DefiniteRefusal, MetricsBatchReader, Price
 from services.devcloud import generate_fleet
+from services.devcloud.prices import ECS_HOURLY
 from tests.support.devcloud import DevcloudHandle
 
 from .conftest import FLEET_ECS, FLEET_NOW, FLEET_RDS, FLEET_SEED
@@ -172,3 +173,24 @@ def test_unknown_metric_is_refused_before_any_call(devcloud: DevcloudHandle) -> 
 
 def test_reader_offers_batched_metrics(devcloud: DevcloudHandle) -> None:
     assert isinstance(devcloud.reader(), MetricsBatchReader)
+
+
+def test_describe_price_quotes_the_instance_types_compute_per_hour(
+    devcloud: DevcloudHandle,
+) -> None:
+    reader = devcloud.reader()
+    price = reader.get_price(REGION, "ecs.instance", "ecs.g7.large")
+    assert price == Price(currency="USD", hourly_micros=113000, source="ecs:DescribePrice")
+    assert reader.calls["ecs:DescribePrice"] == 1
+    assert reader.get_price(REGION, "rds.instance", "mysql.n2.medium.1") is None
+
+
+def test_every_ecs_type_of_the_fleet_has_a_price() -> None:
+    fleet = generate_fleet(seed=FLEET_SEED, instances=FLEET_ECS, rds=FLEET_RDS, now=FLEET_NOW)
+    assert {s.instance_type for s in fleet if s.kind == "ecs"} <= set(ECS_HOURLY)
+
+
+def test_an_unknown_instance_type_is_a_definite_refusal(devcloud: DevcloudHandle) -> None:
+    with pytest.raises(DefiniteRefusal) as err:
+        devcloud.reader().get_price(REGION, "ecs.instance", "ecs.nonesuch.large")
+    assert err.value.code == "InvalidInstanceType.ValueNotSupported"

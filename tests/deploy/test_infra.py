@@ -24,13 +24,14 @@ WRITES = {
         r"\b(ecs|rds)_models\.([A-Za-z]+)Request\(", (ALIBABA / "writer.py").read_text()
     )
 }
-#: The executor re-reads live state; only the agent reads metrics.
-EXECUTOR_READS = READ_ACTIONS - {"cms:DescribeMetricList"}
+#: The executor re-reads live state; only the agent reads metrics and prices.
+EXECUTOR_READS = READ_ACTIONS - {"cms:DescribeMetricList", "ecs:DescribePrice"}
 
 
 def test_the_adapter_actions_were_found() -> None:
     assert {
         "ecs:DescribeInstances",
+        "ecs:DescribePrice",
         "rds:DescribeDBInstances",
         "rds:ListTagResources",
         "cms:DescribeMetricList",

@@ -1,7 +1,8 @@
 // Airlock web app: the only script. Served from 'self' (CSP forbids inline script).
 // Two jobs, both conveniences; the checkpoint enforces every rule on its own:
 //  1. the Approve button of a high-risk action stays disabled until the typed id matches;
-//  2. the queue fetches its rows again every few seconds so new proposals appear;
+//  2. the queue fetches its rows again every few seconds so new proposals appear, keeping
+//     the rows a person ticked for a bulk decision ticked;
 //  3. an open proposal's page follows it to its end state: it polls the proposal's
 //     signature and reloads when it changes (unless the person is typing in a form).
 "use strict";
@@ -46,6 +47,13 @@
           var changed = fresh.getAttribute("data-signature") !== current.getAttribute("data-signature");
           // Do not pull a focused row out from under a keyboard user unless it changed.
           if (changed || !current.contains(document.activeElement)) {
+            var ticked = {};
+            current.querySelectorAll("input[type=checkbox][name=id]:checked").forEach(function (box) {
+              ticked[box.value] = true;
+            });
+            fresh.querySelectorAll("input[type=checkbox][name=id]").forEach(function (box) {
+              if (ticked[box.value]) { box.checked = true; }
+            });
             current.replaceWith(document.adoptNode(fresh));
             if (changed && status) { status.textContent = "The queue was updated."; }
           }

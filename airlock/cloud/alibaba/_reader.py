@@ -30,6 +30,12 @@ MySQL_NetworkOutNew        RDS outbound traffic                            bit/s
 =========================  ==============================================  ==========
 
 A rate averaged over a period of ``p`` seconds moved ``average * p / 8`` bytes.
+
+Prices (ECS ``DescribePrice``, ``ResourceType=instance``, ``PriceUnit=Hour``): the
+pay-as-you-go price of an instance type, read from the ``instanceType`` entry of
+``PriceInfo.Price.DetailInfos`` (compute only: the system disk is priced apart) as
+``TradePrice`` (after discounts) in ``Currency``. The decimal the API printed becomes
+integer millionths here, the one place a price is a float. RDS prices are not read.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ import logging
 import math
 from collections.abc import Iterator, Mapping, Sequence, Set
 from datetime import UTC, datetime
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, Final
 
 from alibabacloud_cms20190101 import models as cms_models
@@ -48,6 +55,7 @@ from alibabacloud_rds20140815 import models as rds_models
 from airlock.cloud.ports import (
     LiveState,
     MetricPoint,
+    Price,
     ResourceNotFound,
     ResourceType,
     UnknownOutcome,
@@ -188,6 +196,18 @@ def _datapoint(raw: object, wanted: Set[str]) -> tuple[str, MetricPoint]:
     return rid, MetricPoint(timestamp=ms // 1000, average=average, maximum=maximum)
 
 
+def _micros(value: object, *, request_id: str) -> int:
+    """A price the API printed (``0.113``) as integer millionths, half up; else unreadable."""
+    number = _number(value)
+    if number is None or number < 0:
+        raise UnknownOutcome(
+            "DescribePrice returned no usable TradePrice",
+            code="MalformedResponse",
+            request_id=request_id,
+        )
+    return int((Decimal(repr(number)) * 1_000_000).to_integral_value(ROUND_HALF_UP))
+
+
 # --------------------------------------------------------------------------- reader
 
 
@@ -321,6 +341,47 @@ class AlibabaReader:
                     return _rds_state(region, inst, tags)
             return None
         raise ValueError(f"unknown resource type {resource_type!r}")
+
+    # -- prices
+
+    def get_price(
+        self, region: str, resource_type: ResourceType, instance_type: str
+    ) -> Price | None:
+        """The pay-as-you-go compute price of an ECS instance type; None for RDS."""
+        if resource_type != "ecs.instance":
+            return None
+        client = self._clients.get("ecs", region)
+        request = ecs_models.DescribePriceRequest(
+            region_id=region,
+            resource_type="instance",
+            instance_type=instance_type,
+            price_unit="Hour",
+            period=1,
+        )
+        self._count("ecs:DescribePrice")
+        body = call(client.describe_price_with_options, request, self._clients.runtime()).body
+        request_id = str(body.request_id or "")
+        price = body.price_info.price if body.price_info is not None else None
+        details = (
+            price.detail_infos.detail_info
+            if price is not None and price.detail_infos is not None
+            else None
+        )
+        for detail in details or ():
+            if detail.resource == "instanceType":
+                currency = str(price.currency or "") if price is not None else ""
+                if len(currency) != 3 or not currency.isupper():
+                    break
+                return Price(
+                    currency=currency,
+                    hourly_micros=_micros(detail.trade_price, request_id=request_id),
+                    source="ecs:DescribePrice",
+                )
+        raise UnknownOutcome(
+            "DescribePrice returned no instanceType price",
+            code="MalformedResponse",
+            request_id=request_id,
+        )
 
     # -- metrics
 
