@@ -144,6 +144,13 @@ class CheckpointSettings(ServiceSettings):
     host: str = "127.0.0.1"
     #: Port the API listens on.
     port: int = Field(default=8787, gt=0, lt=65536)
+    #: Seconds between writes of repeated refusals, aggregated per caller and code (the
+    #: first of each is written at once); a crash loses at most this long of counts.
+    refusal_interval: int = Field(default=60, gt=0, le=3600)
+    #: Refused requests a token may have in a row before it is refused E_RATE_LIMITED.
+    refusal_burst: int = Field(default=60, gt=0)
+    #: Refused requests a token earns back each minute once over ``refusal_burst``.
+    refusals_per_minute: int = Field(default=60, gt=0)
 
     @model_validator(mode="after")
     def _no_dev_defaults_in_prod(self) -> CheckpointSettings:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import threading
 import time
 from typing import Annotated, Any, Final
@@ -29,6 +30,7 @@ from airlock.protocol import ACTION_MAX_BYTES, Refused, loads_strict
 
 from .auth import Accounts, Principal
 from .errors import ConfigError, ErrorCode, Refusal, no_signing_key
+from .refusals import RefusalRecorder, RefusedRequest
 from .schemas import (
     ApproveIn,
     AuditOut,
@@ -200,6 +202,11 @@ def _accounts(request: Request) -> Accounts:
     return accounts
 
 
+def _refusals(request: Request) -> RefusalRecorder:
+    recorder: RefusalRecorder = request.app.state.refusals
+    return recorder
+
+
 def _metrics(request: Request) -> Metrics:
     metrics: Metrics = request.app.state.metrics
     return metrics
@@ -214,6 +221,18 @@ async def _principal(
     token = credentials.credentials
     if not token.isascii() or not token.isprintable() or len(token) > 256:
         raise Refusal(ErrorCode.E_UNAUTHENTICATED, "missing, unknown or expired token", 401)
+    token_key = hashlib.sha256(token.encode()).hexdigest()
+    request.state.token_key = token_key
+    limited = _refusals(request).limited(token_key)
+    if limited is not None:
+        # Before the token is looked up: a flood of refused requests costs a dict lookup.
+        request.state.principal, retry_after = limited
+        raise Refusal(
+            ErrorCode.E_RATE_LIMITED,
+            "too many refused requests with this token",
+            429,
+            retry_after=retry_after,
+        )
     principal = await run_in_threadpool(_accounts(request).authenticate, token)
     # Kept so that a refusal of this caller's request can be audited under their name.
     request.state.principal = principal
@@ -512,19 +531,26 @@ async def _audit_refused(request: Request, code: ErrorCode) -> None:
         # Unauthenticated requests are only counted: auditing them would let anyone
         # write to the chain.
         return
-    # Every refusal of an authenticated caller leaves an audit record, written in its
-    # own transaction after the refused one rolled back (no other effect). That includes
-    # a request refused as malformed after the caller was known (FastAPI authenticates
-    # before it validates parameters and the parsed body).
+    # Every refusal of an authenticated caller has an audit record (refusals.py: a row
+    # of its own, or a count in an aggregated row), never in the refused request's
+    # transaction, which rolled back (no other effect). That includes a request refused
+    # as malformed after the caller was known (FastAPI authenticates before it validates
+    # parameters and the parsed body).
     route = request.scope.get("route")
-    await run_in_threadpool(
-        _service(request).audit_refusal,
+    write = _refusals(request).refused(
         principal,
-        code.value,
-        request.method,
-        getattr(route, "path", "?"),
-        request.path_params.get("proposal_id"),
+        RefusedRequest(
+            by=principal.name,
+            role=principal.role,
+            code=code.value,
+            request=f"{request.method} {getattr(route, 'path', '?')}",
+            proposal_id=request.path_params.get("proposal_id"),
+        ),
+        token_key=getattr(request.state, "token_key", None),
+        charge=code is not ErrorCode.E_RATE_LIMITED,
     )
+    if write is not None:
+        await run_in_threadpool(write)
 
 
 def install(app: FastAPI) -> None:
