@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -21,13 +22,14 @@ from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 from fastapi.openapi.utils import get_openapi
 
+from airlock.asgi import LOOPBACK_HOSTS, HostAllowlist
 from airlock.protocol import KeySet, KeySetError
-from airlock.settings import CheckpointSettings
+from airlock.settings import CheckpointSettings, answered_hosts
 from airlock.store import upgrade
 
 from ._db import Database
 from .auth import Accounts
-from .errors import ConfigError
+from .errors import ConfigError, ErrorCode
 from .keys import KeyDirectory, KeyRing
 from .policy import load_policy
 from .refusals import RefusalRecorder
@@ -98,6 +100,7 @@ def build(
             burst=settings.refusal_burst,
             per_minute=settings.refusals_per_minute,
         ),
+        allowed_hosts=answered_hosts(settings.allowed_hosts, settings.host),
     )
 
 
@@ -139,8 +142,11 @@ def create_app(
     sweep_interval: float | None = None,
     refusal_limits: RefusalLimits | None = None,
     monotonic: Callable[[], float] = time.monotonic,
+    allowed_hosts: Iterable[str] = LOOPBACK_HOSTS,
 ) -> FastAPI:
     """The ASGI app over an already-built service (tests build the service themselves).
+
+    A request whose ``Host`` names none of ``allowed_hosts`` is refused 400 ``E_HOST``.
 
     While it runs (its lifespan), a task writes the counted refusals every
     ``refusal_limits.interval`` seconds, and once more when it stops.
@@ -175,6 +181,16 @@ def create_app(
                 _log.exception("at stop, %d counted refusals were not written", refusals.pending())
 
     app = bare_app(lifespan)
+    # Outermost: a page on another name resolving to this address (DNS rebinding) is
+    # answered before anything else is done for it.
+    app.add_middleware(
+        HostAllowlist,
+        hosts=allowed_hosts,
+        body=json.dumps(
+            {"error": {"code": ErrorCode.E_HOST.value, "message": "unknown Host"}}
+        ).encode(),
+        content_type="application/json",
+    )
     app.state.refusals = refusals
     app.state.checkpoint = checkpoint
     app.state.accounts = accounts

@@ -48,6 +48,7 @@ class ErrorCode(enum.StrEnum):
     E_BUSY = "E_BUSY"  # too many sign-ins waiting already; retry after Retry-After seconds
     # this token's requests were refused too often; retry after Retry-After seconds
     E_RATE_LIMITED = "E_RATE_LIMITED"
+    E_HOST = "E_HOST"  # the Host header names none of the names this server answers to
 
 
 class CheckpointError(Exception):

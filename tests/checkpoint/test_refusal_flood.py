@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from airlock.store import verify_chain
 from services.checkpoint.app import RefusalLimits, create_app
 
-from .harness import PASSWORD, World, audit_events
+from .harness import PASSWORD, TEST_HOSTS, World, audit_events
 
 FLOOD = 10_000
 BURST = 60
@@ -34,6 +34,7 @@ def _app(world: World, clock: _Monotonic) -> Any:
         world.accounts,
         refusal_limits=RefusalLimits(interval=60, burst=BURST, per_minute=60),
         monotonic=clock,
+        allowed_hosts=TEST_HOSTS,
     )
 
 

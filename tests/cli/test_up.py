@@ -433,3 +433,25 @@ def test_the_agent_grace_reaches_the_agent_alone_and_its_settings_take_it(
     assert AgentSettings().grace_seconds == 120
     result = airlock("up", "--agent-grace", "-1")
     assert result.exit_code == 2 and "--agent-grace" in result.output
+
+
+def test_up_gives_the_checkpoint_and_the_web_app_the_host_names_its_urls_use(
+    tmp_path: Path,
+) -> None:
+    """Any other Host is refused (DNS rebinding); the executor, the agent and the web app
+    call the checkpoint by the URL up gives them, people open the web app's."""
+    import httpx
+
+    from airlock.cli._up import _Stack
+
+    stack = _Stack(tmp_path / ".airlock", {"webapp": 1, "checkpoint": 2, "devcloud": 3}, 4, 5)
+    answered = set(stack.checkpoint_env()["AIRLOCK_CHECKPOINT_ALLOWED_HOSTS"].split(","))
+    for env, key in (
+        (stack.executor_env(), "AIRLOCK_EXECUTOR_CHECKPOINT_URL"),
+        (stack.agent_env("t"), "AIRLOCK_AGENT_CHECKPOINT_URL"),
+        (stack.webapp_env(), "AIRLOCK_WEBAPP_CHECKPOINT_URL"),
+    ):
+        assert httpx.URL(env[key]).host in answered
+    assert "evil.example" not in answered
+    web = set(stack.webapp_env()["AIRLOCK_WEBAPP_ALLOWED_HOSTS"].split(","))
+    assert {"127.0.0.1", "localhost"} <= web
