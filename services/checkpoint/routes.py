@@ -24,6 +24,7 @@ from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from airlock.asgi import BodyLimit
 from airlock.protocol import ACTION_MAX_BYTES, Refused, loads_strict
@@ -32,6 +33,7 @@ from .auth import Accounts, Principal
 from .errors import ConfigError, ErrorCode, Refusal, no_signing_key
 from .refusals import RefusalRecorder, RefusedRequest
 from .schemas import (
+    PROPOSED_ACTION_SCHEMA,
     ApproveIn,
     AuditOut,
     ErrorBody,
@@ -306,9 +308,10 @@ def me(caller: Caller) -> MeOut:
     openapi_extra={
         "requestBody": {
             "required": True,
-            "description": "A ProposedAction v1 (DESIGN §2.2), parsed strictly "
-            "(duplicate keys, floats, non-NFC text are refused)",
-            "content": {"application/json": {"schema": {"type": "object"}}},
+            "description": "A ProposedAction v1 (DESIGN §2.2), parsed strictly: "
+            "duplicate keys, non-NFC text and numbers other than integer literals are "
+            "refused (1.0 and 1e0 too, which JSON Schema counts as integers)",
+            "content": {"application/json": {"schema": PROPOSED_ACTION_SCHEMA}},
         }
     },
 )
@@ -553,6 +556,14 @@ async def _audit_refused(request: Request, code: ErrorCode) -> None:
         await run_in_threadpool(write)
 
 
+def _allowed_methods(request: Request, named: str | None) -> str:
+    methods = {m.strip() for m in (named or "").split(",") if m.strip()}
+    for route in router.routes:  # this API's routes (the app holds them in a wrapper)
+        if isinstance(route, APIRoute) and route.matches(request.scope)[0] is not Match.NONE:
+            methods |= route.methods or set()
+    return ", ".join(sorted(methods))
+
+
 def install(app: FastAPI) -> None:
     """Mount the routes, the body cap and the error mapping on ``app``."""
     app.include_router(router)
@@ -588,7 +599,15 @@ def install(app: FastAPI) -> None:
             403: ErrorCode.E_FORBIDDEN,
         }.get(exc.status_code, ErrorCode.E_INVALID)
         await _audit_refused(request, code)
-        return _error(exc.status_code, code.value, str(exc.detail)[:300])
+        response = _error(exc.status_code, code.value, str(exc.detail)[:300])
+        # WWW-Authenticate on a 401: what Starlette set.
+        for name, value in (exc.headers or {}).items():
+            response.headers[name] = value
+        if exc.status_code == 405:
+            # Every method the path takes (RFC 9110 §15.5.6), not only those of the first
+            # route that matched it, which is all Starlette names.
+            response.headers["Allow"] = _allowed_methods(request, (exc.headers or {}).get("Allow"))
+        return response
 
     @app.middleware("http")
     async def _count(request: Request, call_next: Any) -> Response:
