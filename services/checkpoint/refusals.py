@@ -19,9 +19,9 @@ not flushed yet live in this process only: a crash loses at most one interval of
 (the row written at once for each window is durable).
 
 :class:`RefusalRecorder` also holds a token bucket per token: each refusal takes one;
-a token with none left is refused ``E_RATE_LIMITED`` (429, ``Retry-After``) before
-anything else is done for it, and those refusals are counted like any other (they take
-nothing from the bucket).
+a token with none left is refused ``E_RATE_LIMITED`` (429, ``Retry-After``) by the
+routes' outermost middleware before anything else is done for it, and those refusals
+are counted like any other (they take nothing from the bucket).
 
 This module writes only ``checkpoint.refused`` rows, never in a decision's transaction,
 and never holds its lock while it writes.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import re
 import threading
 import time
 from typing import Annotated, Any, Final
@@ -22,9 +23,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security.utils import get_authorization_scheme_param
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from airlock.asgi import BodyLimit
 from airlock.protocol import ACTION_MAX_BYTES, Refused, loads_strict
@@ -204,6 +208,10 @@ def _accounts(request: Request) -> Accounts:
     return accounts
 
 
+def _token_key(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
 def _refusals(request: Request) -> RefusalRecorder:
     recorder: RefusalRecorder = request.app.state.refusals
     return recorder
@@ -223,18 +231,8 @@ async def _principal(
     token = credentials.credentials
     if not token.isascii() or not token.isprintable() or len(token) > 256:
         raise Refusal(ErrorCode.E_UNAUTHENTICATED, "missing, unknown or expired token", 401)
-    token_key = hashlib.sha256(token.encode()).hexdigest()
-    request.state.token_key = token_key
-    limited = _refusals(request).limited(token_key)
-    if limited is not None:
-        # Before the token is looked up: a flood of refused requests costs a dict lookup.
-        request.state.principal, retry_after = limited
-        raise Refusal(
-            ErrorCode.E_RATE_LIMITED,
-            "too many refused requests with this token",
-            429,
-            retry_after=retry_after,
-        )
+    # Whose refusal budget a refusal of this request takes from (_RateLimitGate).
+    request.state.token_key = _token_key(token)
     principal = await run_in_threadpool(_accounts(request).authenticate, token)
     # Kept so that a refusal of this caller's request can be audited under their name.
     request.state.principal = principal
@@ -556,6 +554,69 @@ async def _audit_refused(request: Request, code: ErrorCode) -> None:
         await run_in_threadpool(write)
 
 
+class _RateLimitGate:
+    """Refuse 429 ``E_RATE_LIMITED`` (``Retry-After``) every request that bears a token
+    whose refusal budget is spent (``refusals.RefusalRecorder``), before routing, the
+    body or the token's lookup: a flood of them costs a hash and a dict lookup each.
+    The refusal is counted (metrics, and the audit chain under the token's holder) like
+    any other, and takes nothing from the budget."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        scheme, token = get_authorization_scheme_param(Headers(scope=scope).get("authorization"))
+        state = scope["app"].state
+        recorder: RefusalRecorder = state.refusals
+        limited = None
+        if scheme.lower() == "bearer" and token:
+            limited = recorder.limited(_token_key(token))
+        if limited is None:
+            await self.app(scope, receive, send)
+            return
+        principal, retry_after = limited
+        path, proposal_id = _route_of(scope)
+        method = scope["method"] if scope["method"] in _HTTP_METHODS else "other"
+        metrics: Metrics = state.metrics
+        metrics.refusals.labels(ErrorCode.E_RATE_LIMITED.value).inc()
+        metrics.requests.labels(method, path, "429").inc()
+        write = recorder.refused(
+            principal,
+            RefusedRequest(
+                by=principal.name,
+                role=principal.role,
+                code=ErrorCode.E_RATE_LIMITED.value,
+                request=f"{scope['method']} {path}",
+                proposal_id=proposal_id,
+            ),
+            token_key=None,
+            charge=False,
+        )
+        if write is not None:
+            await run_in_threadpool(write)
+        response = _error(
+            429, ErrorCode.E_RATE_LIMITED.value, "too many refused requests with this token"
+        )
+        response.headers["Retry-After"] = str(retry_after)
+        await response(scope, receive, send)
+
+
+def _route_of(scope: Scope) -> tuple[str, str | None]:
+    """The template of the route ``scope`` is for ("unmatched" if none), and the
+    proposal id it names when it names one that fits the pattern."""
+    for route in router.routes:
+        if isinstance(route, APIRoute):
+            match, child = route.matches(scope)
+            if match is not Match.NONE:
+                named = child.get("path_params", {}).get("proposal_id")
+                fits = isinstance(named, str) and re.fullmatch(_PROPOSAL_ID, named) is not None
+                return route.path, named if fits else None
+    return "unmatched", None
+
+
 def _allowed_methods(request: Request, named: str | None) -> str:
     methods = {m.strip() for m in (named or "").split(",") if m.strip()}
     for route in router.routes:  # this API's routes (the app holds them in a wrapper)
@@ -619,3 +680,6 @@ def install(app: FastAPI) -> None:
         method = request.method if request.method in _HTTP_METHODS else "other"
         request.app.state.metrics.requests.labels(method, path, str(response.status_code)).inc()
         return response
+
+    # Outside the counting middleware (added last: outermost): it counts what it refuses.
+    app.add_middleware(_RateLimitGate)

@@ -83,6 +83,9 @@ def test_a_flood_of_forbidden_requests_adds_a_bounded_number_of_rows(
     assert set(statuses[BURST:]) == {429}
     # Nothing lost: every refusal is counted once, under its code.
     assert _counted(world, "viewer") == {"E_FORBIDDEN": BURST, "E_RATE_LIMITED": FLOOD - BURST}
+    limited = [e for e in audit_events(world, "checkpoint.refused") if e["code"] != "E_FORBIDDEN"]
+    assert limited[0]["request"] == "GET /v1/feed"
+    assert all(e["requests"] == ["GET /v1/feed"] for e in limited[1:])
     assert verify_chain(world.checkpoint.engine).ok
 
 
