@@ -548,7 +548,6 @@ async def _audit_refused(request: Request, code: ErrorCode) -> None:
             proposal_id=request.path_params.get("proposal_id"),
         ),
         token_key=getattr(request.state, "token_key", None),
-        charge=code is not ErrorCode.E_RATE_LIMITED,
     )
     if write is not None:
         await run_in_threadpool(write)
