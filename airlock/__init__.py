@@ -6,4 +6,5 @@ The kernel must never import a service (``services.*``) or the web app; import-l
 enforces that in ``make lint``.
 """
 
+#: The one place the version is set: setuptools reads it (pyproject, tool.setuptools.dynamic).
 __version__ = "0.1.0"

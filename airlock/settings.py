@@ -5,7 +5,7 @@ service's secrets in its environment. Dev defaults (embedded SQLite URLs, localh
 devcloud credentials) are refused unless ``AIRLOCK_ENV=dev``: a production process that
 forgot a setting must fail at start, not run on a demo secret.
 
-Every setting is documented in the README's configuration table; keep them in step.
+Every setting is documented in ``docs/configuration.md`` (``airlock config --markdown``).
 """
 
 from __future__ import annotations
@@ -163,9 +163,9 @@ class CheckpointSettings(ServiceSettings):
     #: The executor audience written into every statement; must equal the executor's
     #: ``AIRLOCK_EXECUTOR_AUDIENCE``. Required outside dev (the dev default is refused).
     audience: str = "airlock-executor/dev"
-    #: How long a proposal waits for votes, seconds (DESIGN §2.6: 24 h).
+    #: How long a proposal waits for votes, seconds (docs/protocol.md#proposals: 24 h).
     approval_window: int = Field(default=24 * 3600, gt=0)
-    #: Approval lifetime ``expires_at - issued_at``, seconds (DESIGN §2.6: 15 min).
+    #: Approval lifetime ``expires_at - issued_at``, seconds (docs/protocol.md#proposals: 15 min).
     execution_window: int = Field(default=15 * 60, gt=0)
     #: Lifetime of a login session token, seconds.
     session_ttl: int = Field(default=8 * 3600, gt=0)
@@ -443,9 +443,9 @@ class AgentSettings(CloudSettings):
     """The agent (``AIRLOCK_AGENT_*``): its read-only cloud key, its checkpoint token, the
     idle policy's thresholds and the scan's shape.
 
-    Thresholds are integers in the units of the signed action (DESIGN §2.1): percentages
-    in basis points, sizes in bytes, durations in seconds. ``AIRLOCK_AGENT_CLOUD_*`` must
-    name the **read** key; the agent never receives a write credential.
+    Thresholds are integers in the units of the signed action (docs/protocol.md#strict-json):
+    percentages in basis points, sizes in bytes, durations in seconds. ``AIRLOCK_AGENT_CLOUD_*``
+    must name the **read** key; the agent never receives a write credential.
     """
 
     model_config = SettingsConfigDict(

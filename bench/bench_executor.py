@@ -8,8 +8,8 @@ and precondition, ``executing`` commit, an in-memory write, and the outcome + au
 ``INSERT … ON CONFLICT DO NOTHING`` (one transaction each) on the same database through
 the same engine settings. Goal: one worker at ≥ 0.5 × the slower bare primitive.
 
-The execute path commits three times by design (DESIGN §2.4: consume, then ``executing``
-before the call, then the outcome), each durable, each with an audit append; the bare
+The execute path commits three times by design (docs/protocol.md#executor-checks: consume, then
+``executing`` before the call, then the outcome), each durable, each with an audit append; the bare
 insert commits once. The ratio printed is therefore bounded by about 1/3 wherever the
 commit dominates. The bench also measures that floor directly (three single-row durable
 transactions per item and nothing else) and prints the execute path against it, and the

@@ -200,8 +200,8 @@ class CheckpointClient:
             ) from None
         if response.status_code == 204:
             return None
-        # Strictly (DESIGN §2.1), never httpx's json(): it keeps the last of duplicate
-        # keys and accepts NaN, so a checkpoint, or anything in between, could show a
+        # Strictly (docs/protocol.md#strict-json), never httpx's json(): it keeps the last of
+        # duplicate keys and accepts NaN, so a checkpoint, or anything in between, could show a
         # person one state while another parser reads another. Not NFC is allowed: the
         # API relays text it did not write (a person's note).
         try:

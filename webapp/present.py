@@ -270,7 +270,7 @@ def receipt_facts(outcome: Outcome) -> ReceiptFacts | None:
     Read only from a receipt whose signature the checkpoint checked
     (``receipt_verified``), and only when it names this outcome's approval and outcome:
     an unchecked or mismatched receipt says nothing here. The payload is parsed strictly
-    (DESIGN §2.1), as every answer of the checkpoint is.
+    (docs/protocol.md#strict-json), as every answer of the checkpoint is.
     """
     if not outcome.receipt_verified:
         return None

@@ -1,8 +1,8 @@
 """The ``airlock`` command line: the composition root.
 
 This is the one place that wires services together, and it imports each service lazily,
-only inside the command that starts it (DESIGN §1), so ``airlock --help`` loads no
-service and no secret.
+only inside the command that starts it (docs/architecture.md#import-boundaries), so
+``airlock --help`` loads no service and no secret.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """``airlock agent --once | --loop [--interval S] [--dry-run]``: scan and propose clean-ups.
 
 The agent is built here from ``AIRLOCK_AGENT_*`` with the **read** cloud key only; it is
-imported inside the command, never at module import (DESIGN §1). ``--dry-run`` prints
-what would be proposed or withdrawn and changes nothing anywhere.
+imported inside the command, never at module import (docs/architecture.md#import-boundaries).
+``--dry-run`` prints what would be proposed or withdrawn and changes nothing anywhere.
 
 Exit codes: 0 the run completed; 1 it did not (cloud or checkpoint unreachable); 2 bad
 configuration.

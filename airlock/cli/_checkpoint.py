@@ -1,9 +1,9 @@
 """``airlock checkpoint``, ``airlock users …``, ``airlock tokens …``: serve and administer it.
 
 Settings come from ``AIRLOCK_CHECKPOINT_*``. The checkpoint service is imported inside
-each command (DESIGN §1). Passwords are read from a prompt or standard input, never from
-an argument (arguments land in shell history and ``ps``); tokens and generated passwords
-are printed once and stored only as hashes.
+each command (docs/architecture.md#import-boundaries). Passwords are read from a prompt or standard
+input, never from an argument (arguments land in shell history and ``ps``); tokens and generated
+passwords are printed once and stored only as hashes.
 """
 
 from __future__ import annotations

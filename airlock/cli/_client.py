@@ -115,7 +115,8 @@ class _NotStrictJSON(ValueError):
 
 
 def _json_answer(response: httpx.Response) -> Any:
-    """The checkpoint's answer parsed strictly (DESIGN §2.1), the one way this CLI reads one.
+    """The checkpoint's answer parsed strictly (docs/protocol.md#strict-json), the one way this CLI
+    reads one.
 
     ``response.json()`` is Python's ``json.loads``: it keeps the last of duplicate keys
     (``{"state": "rejected", "state": "approved"}`` reads as approved), and accepts

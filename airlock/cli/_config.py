@@ -1,7 +1,8 @@
 """``airlock config``: every setting of every service, as documentation or as in effect.
 
-``airlock config --markdown`` prints the README's configuration table, generated from
-the settings classes and their ``#:`` comments (a test keeps the README in step).
+``airlock config --markdown`` prints the settings tables of ``docs/configuration.md``,
+generated from the settings classes and their ``#:`` comments (a test keeps the file in
+step).
 ``airlock config [SERVICE]`` shows what this environment resolves to, secrets masked:
 a ``SecretStr`` is shown as set or unset, and a database URL without its password.
 A value a service fills in after validation (``ServiceSettings.filled_in``, e.g. the
@@ -122,11 +123,11 @@ def _shown_default(field: str, value: Any) -> str:
 
 
 def markdown_table() -> str:
-    """The README configuration table: one section per service."""
+    """The settings tables of ``docs/configuration.md``: one section per service."""
     parts: list[str] = []
     for service, cls in services().items():
         comments = _comments(cls)
-        parts.append(f"#### {service}\n")
+        parts.append(f"### {service}\n")
         parts.append("| variable | default | meaning |")
         parts.append("|---|---|---|")
         for field in cls.model_fields:
@@ -153,7 +154,7 @@ def config_command(
         str | None, typer.Argument(help="checkpoint, executor, agent, webapp or devcloud.")
     ] = None,
     markdown: Annotated[
-        bool, typer.Option("--markdown", help="Print the README's configuration table.")
+        bool, typer.Option("--markdown", help="Print the tables of docs/configuration.md.")
     ] = False,
 ) -> None:
     """Show each service's settings as this environment resolves them (secrets masked).

@@ -1,6 +1,7 @@
 """``airlock devcloud serve|seed``: run or seed the local Alibaba Cloud double (dev/test only).
 
-devcloud is imported inside each command, never at module import (DESIGN §1).
+devcloud is imported inside each command, never at module import
+(docs/architecture.md#import-boundaries).
 """
 
 from __future__ import annotations

@@ -506,7 +506,10 @@ def _receipt_trust(
 
 
 def _audience(report: _Report, checkpoint: CheckpointSettings, executor: ExecutorSettings) -> None:
-    """The checkpoint writes its audience into every statement (DESIGN §2.4 (6))."""
+    """The checkpoint writes its audience into every statement.
+
+    The executor refuses any other (docs/protocol.md#executor-checks, step 6).
+    """
     if checkpoint.audience == executor.audience:
         report.add("ok", "binding.audience", f"checkpoint and executor: {executor.audience!r}")
         return
@@ -521,8 +524,8 @@ def _audience(report: _Report, checkpoint: CheckpointSettings, executor: Executo
 
 def _account_binding(report: _Report, agent: AgentSettings, executor: ExecutorSettings) -> None:
     """The statement's account and region are the action's, which the agent writes; the
-    executor refuses any other than its binding (DESIGN §2.4 (7)). The checkpoint has no
-    binding of its own to compare."""
+    executor refuses any other than its binding (docs/protocol.md#executor-checks, step 7). The
+    checkpoint has no binding of its own to compare."""
     proposed, bound = agent.account_or_default(), executor.account_or_default()
     if proposed == bound:
         report.add("ok", "binding.account", f"agent and executor: {bound!r}")

@@ -2,10 +2,10 @@
 
 Wires settings, the ledger engine, the trusted key set, the receipt key and the Alibaba
 adapter into :class:`services.executor.Executor`. Services are imported lazily, inside
-each command, so ``airlock --help`` loads no service and no secret (DESIGN §1).
-``airlock executor receipts list|resend`` need only the ledger database: they show the
-delivery history of the receipts reported to the checkpoint, queue rejected ones to be
-sent again, and, for a checkpoint restored from a backup, delivered ones.
+each command, so ``airlock --help`` loads no service and no secret
+(docs/architecture.md#import-boundaries). ``airlock executor receipts list|resend`` need only the
+ledger database: they show the delivery history of the receipts reported to the checkpoint, queue
+rejected ones to be sent again, and, for a checkpoint restored from a backup, delivered ones.
 """
 
 from __future__ import annotations

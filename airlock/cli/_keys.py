@@ -7,7 +7,7 @@ given (``export-public``) before ``rotate`` makes it the one that signs; ``rotat
 skips that, and says what it costs. ``stage``, ``rotate`` and ``revoke`` are recorded in
 the checkpoint's audit chain, so they need its database
 (``AIRLOCK_CHECKPOINT_DATABASE_URL``) and refuse to change a key without it. The
-checkpoint service is imported inside each command (DESIGN §1).
+checkpoint service is imported inside each command (docs/architecture.md#import-boundaries).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """``airlock webapp``: serve the human review surface (FastAPI + Jinja2, port 3000).
 
-The web app is imported inside the command, never at module import (DESIGN §1).
+The web app is imported inside the command, never at module import
+(docs/architecture.md#import-boundaries).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The two ports every cloud provider implements (DESIGN §4).
+"""The two ports every cloud provider implements (docs/architecture.md#cloud-adapters).
 
 ``CloudReader`` is all the agent ever gets; ``CloudWriter`` exists only in the executor.
 Adapters map vendor errors onto the tree below so callers can tell a definite refusal

@@ -1,4 +1,4 @@
-"""The proposed action, v1 (DESIGN §2.2): one operation on one resource.
+"""The proposed action, v1 (docs/protocol.md#action): one operation on one resource.
 
 An action that exists is valid: its resource id matches the provider's id format, its
 operation is on the allowlist for its resource type, and its params match that
@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 ACTION_TYPE: Final = "airlock.action/v1"
-#: DESIGN §2.1: an action is at most 16 KiB canonical.
+#: docs/protocol.md#strict-json: an action is at most 16 KiB canonical.
 ACTION_MAX_BYTES: Final = 16 * 1024
 
 ResourceType = Literal["ecs.instance", "rds.instance"]

@@ -1,4 +1,4 @@
-"""The approval statement, v1 (DESIGN §2.3): what the checkpoint signs.
+"""The approval statement, v1 (docs/protocol.md#approval): what the checkpoint signs.
 
 A statement binds one approval to one action hash, one target, one executor audience and
 one short validity window. It carries no secrets and is safe to log.

@@ -29,7 +29,7 @@ def _prechecked(info: ValidationInfo) -> bool:
 
 
 def _nfc(text: str, info: ValidationInfo) -> str:
-    # DESIGN §2.1: a non-NFC string is refused, never silently rewritten.
+    # docs/protocol.md#strict-json: a non-NFC string is refused, never silently rewritten.
     if not _prechecked(info) and not unicodedata.is_normalized("NFC", text):
         raise ValueError("string is not NFC-normalised")
     return text

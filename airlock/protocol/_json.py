@@ -1,4 +1,4 @@
-"""Strict JSON for everything that is hashed or signed (DESIGN §2.1).
+"""Strict JSON for everything that is hashed or signed (docs/protocol.md#strict-json).
 
 Python's ``json.loads`` keeps the last of duplicate keys, accepts ``NaN`` and
 ``Infinity``, lets lone surrogates through ``\\uD800`` escapes and guesses UTF-16 from
@@ -198,7 +198,7 @@ def plain_text(data: bytes, *, max_bytes: int) -> str | None:
 
 
 def check_no_floats(value: Any, depth: int = 0) -> None:
-    """Raise ValueError if ``value`` holds a float or an integer beyond ±(2^53-1) (§2.1)."""
+    """Raise ValueError if ``value`` holds a float or an integer beyond ±(2^53-1)."""
     if depth > _MAX_DEPTH:
         raise ValueError(f"nesting deeper than {_MAX_DEPTH}")
     if isinstance(value, bool) or value is None or isinstance(value, str):

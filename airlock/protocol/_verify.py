@@ -1,4 +1,5 @@
-"""``verify_bundle``: steps 1–12 of DESIGN §2.4, in that order, as a pure function.
+"""``verify_bundle``: steps 1–12 of docs/protocol.md#executor-checks, in that order, as a pure
+function.
 
 The trust decision is a function of bytes, keys, the executor's binding, ``now`` and the
 set of revoked approval ids — no network, no database, no clock read. Consuming the
@@ -33,7 +34,7 @@ __all__ = [
     "verify_bundle",
 ]
 
-#: DESIGN §2.1: a bundle is at most 64 KiB.
+#: docs/protocol.md#strict-json: a bundle is at most 64 KiB.
 BUNDLE_MAX_BYTES: Final = 64 * 1024
 #: Default longest approval lifetime an executor accepts (the default execution window).
 DEFAULT_MAX_TTL: Final = 15 * 60
@@ -224,7 +225,7 @@ def verify_bundle(
     now: int,
     revoked: Container[str] = frozenset(),
 ) -> VerifiedApproval:
-    """Verify a bundle against DESIGN §2.4 steps 1–12, or raise :class:`Refused`."""
+    """Verify a bundle, or raise :class:`Refused`: docs/protocol.md#executor-checks, 1–12."""
     # (1) size, before anything reads the bytes
     if len(raw) > BUNDLE_MAX_BYTES:
         raise Refused(RefusalCode.E_SIZE, f"bundle is {len(raw)} bytes, cap {BUNDLE_MAX_BYTES}")

@@ -18,7 +18,7 @@ __all__ = ["Error", "KeySetError", "RefusalCode", "Refused"]
 
 
 class RefusalCode(enum.StrEnum):
-    """Why a bundle was refused, in the order of the checks in DESIGN §2.4."""
+    """Why a bundle was refused, in the order of the checks in docs/protocol.md#executor-checks."""
 
     E_SIZE = "E_SIZE"  # (1) bundle or action over its size cap
     E_PARSE = "E_PARSE"  # (2) not strict JSON (duplicate keys, NaN, BOM, bad UTF-8, ...)

@@ -7,7 +7,8 @@
 - :func:`create_audit_log` and :func:`guard_audit_log_against_replace` (in a migration),
   :class:`AuditLog` (append in the caller's
   transaction, head), :func:`verify_chain`, :func:`export`, :func:`verify_export` (an export file,
-  no database needed, read line by line with a bounded :func:`read_export_lines`) — DESIGN §3.
+  no database needed, read line by line with a bounded :func:`read_export_lines`) —
+  docs/protocol.md#audit-chain.
 
 Typical use in a service::
 

@@ -1,4 +1,5 @@
-"""The hash-chained, append-only audit log (DESIGN §3). Not public: use ``airlock.store``.
+"""The hash-chained, append-only audit log (docs/protocol.md#audit-chain). Not public: use
+``airlock.store``.
 
 Each service database holds one table ``audit_log``::
 

@@ -1,7 +1,7 @@
 """The audit chain's hash, defined once for Python and for SQLite's SQL. Not public.
 
-``row_hash = hex(SHA-256(raw(prev_hash) ‖ event_bytes))`` (DESIGN §3). An append computes
-it inside its INSERT, from the head that statement reads (see ``_audit.py``): PostgreSQL
+``row_hash = hex(SHA-256(raw(prev_hash) ‖ event_bytes))`` (docs/protocol.md#audit-chain). An append
+computes it inside its INSERT, from the head that statement reads (see ``_audit.py``): PostgreSQL
 with its built-in ``sha256``, SQLite with :func:`sqlite_chain_hash`, which
 :func:`airlock.store.make_engine` registers on every connection as
 :data:`SQLITE_CHAIN_HASH`. Both are checked against :func:`chain_hash` on the row the

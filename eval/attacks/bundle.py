@@ -1,4 +1,4 @@
-"""Attacks on the executor with crafted bundles (DESIGN §2.4 steps 1–12).
+"""Attacks on the executor with crafted bundles (docs/protocol.md#executor-checks steps 1–12).
 
 The attacker holds a real, unused approval — issued by the ``hold`` checkpoint, which no
 executor listens to — and presents edited bytes to a running executor daemon (E2, which

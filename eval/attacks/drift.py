@@ -1,4 +1,5 @@
-"""The world changes between the human's look and the write (DESIGN §2.4 step 14).
+"""The world changes between the human's look and the write (docs/protocol.md#executor-checks
+step 14).
 
 Each attack submits a proposal observed in one state, changes the instance out of band
 through devcloud's admin API (never in the write log), and then has it approved at the

@@ -1,4 +1,4 @@
-"""Replay attacks: one approval, more than one attempt (DESIGN §2.4 step 13).
+"""Replay attacks: one approval, more than one attempt (docs/protocol.md#executor-checks step 13).
 
 The approved write happens exactly once (``approved_writes=1``); every further attempt —
 the same bytes again, re-encoded bytes, a restarted executor, a second executor on the

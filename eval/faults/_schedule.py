@@ -60,7 +60,8 @@ class Target:
 
     @property
     def initial_status(self) -> str:
-        # stop wants a running instance; delete one already stopped (DESIGN §2.7)
+        # stop wants a running instance; delete one already stopped
+        # (docs/architecture.md#staged-clean-up)
         return "Running" if self.operation == "stop" else "Stopped"
 
 

@@ -10,7 +10,7 @@
 # user) and ALIBABA_WRITE_KEY_ID/ALIBABA_WRITE_KEY_SECRET (executor, see infra/ram/).
 #
 # It never overwrites an existing file. Service tokens and the approval signing key are
-# made afterwards, inside the running checkpoint (see README, "Production deployment with PostgreSQL").
+# made afterwards, inside the running checkpoint (see docs/operations.md, "Production deployment").
 set -euo pipefail
 umask 077
 
@@ -90,7 +90,7 @@ echo "wrote $public/receipt-keys.json"
 if [ "$(id -u)" = 0 ]; then chown 10001:10001 "$key"; fi
 cat <<NEXT
 
-Next (see README, "Production deployment with PostgreSQL"):
+Next (see docs/operations.md, "Production deployment"):
   docker compose run --rm checkpoint keys generate
   docker compose run --rm checkpoint keys export-public > $public/trusted-keys.json
   docker compose run --rm checkpoint tokens create executor --role executor   # -> AIRLOCK_EXECUTOR_CHECKPOINT_TOKEN in $dir/executor.env

@@ -41,12 +41,13 @@ _ANSWER_MAX_BYTES: Final = 32 * 1024 * 1024
 
 
 def _answer(response: httpx.Response) -> Any:
-    """The checkpoint's answer parsed strictly (DESIGN §2.1), the one way the agent reads one.
+    """The checkpoint's answer parsed strictly (docs/protocol.md#strict-json), the one way the agent
+    reads one.
 
     httpx's ``json()`` keeps the last of duplicate keys and accepts NaN: a checkpoint, or
     anything in between, could tell the agent ``executed`` (which makes an instance a
-    candidate for delete, §2.7) where another parser reads ``pending``. Not NFC is
-    allowed: the API relays text it did not write (a person's note).
+    candidate for delete, docs/architecture.md#staged-clean-up) where another parser reads
+    ``pending``. Not NFC is allowed: the API relays text it did not write (a person's note).
     """
     try:
         return loads_strict(response.content, max_bytes=_ANSWER_MAX_BYTES, nfc=False)

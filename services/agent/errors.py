@@ -43,7 +43,7 @@ class CheckpointError(AgentError):
 
 class CheckpointUnavailable(CheckpointError):
     """Transport errors or 5xx on every attempt (nothing can be said about the last one),
-    or an answer that is not strict JSON (DESIGN §2.1): not the checkpoint API."""
+    or an answer that is not strict JSON (docs/protocol.md#strict-json): not the checkpoint API."""
 
 
 class CheckpointRefused(CheckpointError):

@@ -4,7 +4,7 @@ CloudMonitor reports percentages and bit/s rates as floats. :func:`percent_to_bp
 :func:`rate_to_bytes` are the one place where a float becomes an integer (basis points,
 bytes), rounding half up on the decimal the API printed; everything after them —
 aggregates, thresholds, evidence — is integer arithmetic, because evidence goes into a
-signed action that refuses floats (DESIGN §2.1).
+signed action that refuses floats (docs/protocol.md#strict-json).
 
 Thresholds are strict (``cpu_avg < 5 %`` is ``cpu_avg_bp < 500``). Anything the policy
 cannot establish (too few samples, no network data, unknown creation time) is never idle:
@@ -227,7 +227,10 @@ class Verdict:
 
 @dataclass(frozen=True, slots=True)
 class IdlePolicy:
-    """The thresholds of ``idle/v1``; integers in the action's units (DESIGN §2.1)."""
+    """The thresholds of ``idle/v1``; integers in the action's units.
+
+    Units as in docs/protocol.md#strict-json: basis points, bytes, seconds.
+    """
 
     window_days: int = 14
     min_samples_bp: int = 9000

@@ -1,6 +1,6 @@
 """The planner: from what the scan saw and what the checkpoint decided, what to do next.
 
-Staged clean-up (DESIGN §2.7), one instance at a time:
+Staged clean-up (docs/architecture.md#staged-clean-up), one instance at a time:
 
 * an idle **running** instance gets a ``stop`` proposal (ECS with ``stopped_mode``);
 * a **stopped** ECS instance gets a ``delete`` proposal only when Airlock stopped it (an
@@ -68,7 +68,7 @@ def proposal_id(
     operation: str,
     window: Window,
 ) -> str:
-    """Same resource, operation and idle window → same id (DESIGN §2.2)."""
+    """Same resource, operation and idle window → same id (docs/protocol.md#action)."""
     # Every part matches a kernel pattern that excludes "\n", so the join is unambiguous.
     material = "\n".join(
         (_ID_DOMAIN, account, region, resource_type, resource_id, operation, window.start_day)
@@ -271,9 +271,10 @@ def plan(obs: Observation, view: CheckpointView, ctx: PlanContext) -> list[Step]
         stopped = view.airlock_stops.get(key)
         if stopped is None or any(p.operation == "delete" for p in open_):
             return steps  # never delete what Airlock did not stop; one delete at a time
-        # Stopped now is not "stayed stopped" (DESIGN §2.7): someone may have started it
-        # after Airlock's stop and stopped it again by hand, between two scans or while the
-        # agent was down. The provider's last start time settles it; without one, no delete.
+        # Stopped now is not "stayed stopped" (docs/architecture.md#staged-clean-up): someone may
+        # have started it after Airlock's stop and stopped it again by hand, between two scans or
+        # while the agent was down. The provider's last start time settles it; without one, no
+        # delete.
         started = parse_rfc3339(state.started_at)
         if started is None:
             steps.append(

@@ -207,7 +207,7 @@ def bare_app(lifespan: Any = None) -> FastAPI:
     app = FastAPI(
         title="Airlock checkpoint",
         version=API_VERSION,
-        description="Proposals, human approvals and the signed-approval feed (DESIGN §2.6).",
+        description="Proposals, human approvals and the signed-approval feed (docs/protocol.md).",
         lifespan=lifespan,
         # No Swagger UI or ReDoc: they load scripts from a CDN into the checkpoint's
         # origin. The API is /openapi.json (and services/checkpoint/openapi.json).

@@ -46,7 +46,8 @@ __all__ = [
     "votes",
 ]
 
-#: DESIGN §2.6, plus ``denied`` (a deny rule refused it at submit; recorded, never open).
+#: docs/protocol.md#proposals, plus ``denied`` (a deny rule refused it at submit; recorded, never
+#: open).
 PROPOSAL_STATES: Final = (
     "pending",
     "approved",

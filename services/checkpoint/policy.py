@@ -12,7 +12,7 @@ A policy is a TOML file of rules; the first rule whose match holds decides. Effe
 
 When no rule matches the default is one human (plus the typed id for a high-risk
 operation). The checkpoint never lets a rule weaken the typed confirmation of a high-risk
-operation (DESIGN §2.6).
+operation (docs/protocol.md#policy).
 
 Tags come from the action's ``evidence.tags`` (a JSON object of tag key → value, as the
 agent read them). The checkpoint holds no cloud credential, so it cannot read tags
@@ -354,7 +354,7 @@ def _parse_rule(raw: Any) -> _Rule:
     if effect != "approve" and ("quorum" in raw or "confirm" in raw):
         raise ValueError(f"{name}: quorum and confirm apply only to effect = approve")
     if effect == "auto":
-        # DESIGN §2.6: auto only where the file names the operations, never for delete.
+        # docs/protocol.md#policy: auto only where the file names the operations, never for delete.
         if operation is None:
             raise ValueError(f"{name}: auto must name its operations in match.operation")
         if operation & _HIGH_RISK_NAMES:

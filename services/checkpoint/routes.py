@@ -71,7 +71,7 @@ _MAX_SAFE: Final = 2**53 - 1
 
 class _StrictJSONRequest(Request):
     """A request whose JSON body is read by the kernel's strict parser, never by
-    ``json.loads``, which keeps the last of two duplicate keys (DESIGN §2.1)."""
+    ``json.loads``, which keeps the last of two duplicate keys (docs/protocol.md#strict-json)."""
 
     async def json(self) -> Any:
         if not hasattr(self, "_strict_json"):
@@ -306,7 +306,7 @@ def me(caller: Caller) -> MeOut:
     openapi_extra={
         "requestBody": {
             "required": True,
-            "description": "A ProposedAction v1 (DESIGN §2.2), parsed strictly: "
+            "description": "A ProposedAction v1 (docs/protocol.md#action), parsed strictly: "
             "duplicate keys, non-NFC text and numbers other than integer literals are "
             "refused (1.0 and 1e0 too, which JSON Schema counts as integers)",
             "content": {"application/json": {"schema": PROPOSED_ACTION_SCHEMA}},

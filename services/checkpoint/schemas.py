@@ -110,7 +110,7 @@ Receipt = Annotated[dict[str, Any], WithJsonSchema(RECEIPT_ENVELOPE_SCHEMA)]
 
 
 def _action_schema() -> dict[str, Any]:
-    """A ProposedAction v1 (DESIGN §2.2; ``airlock.protocol.ProposedAction``) as JSON
+    """A ProposedAction v1 (docs/protocol.md#action; ``airlock.protocol.ProposedAction``) as JSON
     Schema: one schema per allowlisted call (resource type, operation, params).
 
     Where the server's rule cannot be said in JSON Schema, the schema says less than the

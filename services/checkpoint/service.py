@@ -91,7 +91,8 @@ __all__ = ["RECEIPT_PAYLOAD_TYPE", "REFUSAL_NOTES_MAX", "Checkpoint", "Checkpoin
 
 _log = logging.getLogger("airlock.checkpoint")
 
-#: The executor's receipt envelope type (DESIGN §2.4 step 16; services/executor/receipts).
+#: The executor's receipt envelope type (docs/protocol.md#executor-checks step 16;
+#: services/executor/receipts).
 RECEIPT_PAYLOAD_TYPE: Final = "application/vnd.airlock.receipt.v1+json"
 _RECEIPT_MAX_BYTES: Final = 64 * 1024
 #: Executor outcome → proposal state. ``resolved`` is mapped from its resolution.
@@ -123,7 +124,7 @@ _NOTE_CODES: Final = frozenset(
 _AT_MAX: Final = 253402300799
 _EXECUTOR_MAX: Final = 256
 _DETAIL_MAX: Final = 2000
-#: Closed states an outcome may still land on (DESIGN §2.6: the ledger is the truth).
+#: Closed states an outcome may still land on (docs/protocol.md#proposals: the ledger is the truth).
 _LATE_STATES: Final = ("lapsed", "revoked", "withdrawn")
 _APPROVER_ROLES: Final = frozenset({"approver", "admin"})
 _READER_ROLES: Final = frozenset({"viewer", "approver", "admin", "agent"})
@@ -1097,8 +1098,8 @@ class Checkpoint:
     ) -> tuple[str, str | None]:
         """Move the proposal to the outcome's state; return ``(state, target_held_by)``.
 
-        An outcome always lands (DESIGN §2.6: the executor's ledger is the truth), but
-        ``in_doubt`` is an open state: a late in_doubt on a lapsed, revoked or withdrawn
+        An outcome always lands (docs/protocol.md#proposals: the executor's ledger is the truth),
+        but ``in_doubt`` is an open state: a late in_doubt on a lapsed, revoked or withdrawn
         proposal takes its (account, resource, operation) slot again, which a newer
         proposal may hold by now. The rule, in one transaction with the outcome row:
 

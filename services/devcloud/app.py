@@ -171,7 +171,8 @@ def _ecs_json(inst: Instance) -> dict[str, Any]:
         "InstanceType": inst.instance_type,
         "CreationTime": _ecs_time(inst.created_at),
         # The last start, to the minute like the real API: the agent tells from it whether
-        # an instance Airlock stopped was started again since (DESIGN §2.7).
+        # an instance Airlock stopped was started again since
+        # (docs/architecture.md#staged-clean-up).
         "StartTime": _ecs_time(inst.started_at),
         "InstanceChargeType": "PostPaid",
         "StoppedMode": inst.stopped_mode or "Not-applicable",

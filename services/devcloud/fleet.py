@@ -10,7 +10,7 @@ Metrics are never stored: ``datapoint`` derives an hourly (average, maximum) fro
 (seed, instance, metric, day) with its own PRNG, so a 10,000-instance fleet with months
 of history seeds in well under a second and reads back identically in any process.
 
-Ground truth, as the default idle policy (DESIGN §2.7, issue 5) sees it:
+Ground truth, as the default idle policy (docs/architecture.md#staged-clean-up, issue 5) sees it:
 
 =========  =====================================================================
 idle       Running, ≥ 20 days old, no protect/prod tag, CPU 0.3–3 %, memory 3–12 %

@@ -49,7 +49,7 @@ __all__ = [
     "transition",
 ]
 
-# Which state may follow which (DESIGN §2.5); the database triggers enforce the same.
+# Which state may follow which (docs/protocol.md#ledger); the database triggers enforce the same.
 _NEXT: Mapping[State, frozenset[State]] = {
     State.CLAIMED: frozenset({State.EXECUTING, State.REFUSED}),
     State.EXECUTING: frozenset({State.SUCCEEDED, State.FAILED, State.IN_DOUBT}),

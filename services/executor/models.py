@@ -1,12 +1,12 @@
 """The executor's tables and the values that travel between its modules.
 
-Three tables, each the executor's own (DESIGN §1: its ledger is the only judge of
-whether an approval was used):
+Three tables, each the executor's own (docs/architecture.md#components: its ledger is the only judge
+of whether an approval was used):
 
 ``executor_ledger``
     one row per consumed approval. ``approval_id``, ``nonce`` and ``action_hash`` are
     each UNIQUE, so consuming is one INSERT and a second consume of the same approval
-    conflicts (DESIGN §2.4 step 13). States (§2.5)::
+    conflicts (docs/protocol.md#executor-checks step 13). States (docs/protocol.md#ledger)::
 
         claimed ──> executing ──> succeeded | failed | in_doubt
            └──────> refused

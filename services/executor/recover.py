@@ -1,6 +1,6 @@
 """Recovery and the executor's run loop.
 
-Recovery (DESIGN §2.5) finds ledger rows whose lease expired, takes each over with an
+Recovery (docs/protocol.md#recovery) finds ledger rows whose lease expired, takes each over with an
 epoch bump (so the previous owner's later writes match zero rows), and finishes it
 verify-first:
 

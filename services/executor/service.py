@@ -5,7 +5,7 @@ It takes every dependency as an argument — engine, trusted keys, binding, clou
 receipt signer, clock — so tests run it against in-memory or devcloud clouds with a fake
 clock, and the CLI (the composition root) wires the real ones.
 
-The rules it keeps, in DESIGN §2.4/§2.5 terms:
+The rules it keeps (docs/protocol.md#executor-checks and #ledger):
 
 * every refusal is recorded (refusals table or ledger row, audit event, receipt) and
   causes zero writes;
@@ -123,9 +123,9 @@ def precondition_problem(
     if marked is not None:
         return f"production tag now present: {marked[0]}={marked[1]}"
     if action.operation == "delete":
-        # Stopped now is not "stayed stopped" (DESIGN §2.7): an instance someone started
-        # after the agent observed it stopped, and stopped again, may be in use. Deletes
-        # only; both times are "YYYY-MM-DDTHH:MM:SSZ", so they compare as text.
+        # Stopped now is not "stayed stopped" (docs/architecture.md#staged-clean-up): an instance
+        # someone started after the agent observed it stopped, and stopped again, may be in use.
+        # Deletes only; both times are "YYYY-MM-DDTHH:MM:SSZ", so they compare as text.
         started = live.started_at
         if _RFC3339_UTC.fullmatch(started) is None:
             return (
@@ -143,7 +143,7 @@ def precondition_problem(
 
 
 def effect_visible(action: ProposedAction, live: LiveState | None) -> bool:
-    """Does live state show the operation's effect (DESIGN §2.5 verify-first)?"""
+    """Does live state show the operation's effect (docs/protocol.md#recovery verify-first)?"""
     if action.operation == "delete":
         return live is None
     if action.operation == "stop":
@@ -720,11 +720,11 @@ class Executor:
         issued_at: int | None = None,
     ) -> Envelope:
         detail = _clip(detail)
-        # The checkpoint hears of an approval refused before it was used (DESIGN §2.6: it
-        # would show approved, then lapsed, with no reason): the first such refusal of an
-        # authenticated approval this ledger never consumed is queued for the outbox in
-        # this transaction. A replay is not (its ledger row reports its own outcome), nor
-        # an approval consumed here and presented again once expired (E_EXPIRED, not
+        # The checkpoint hears of an approval refused before it was used
+        # (docs/protocol.md#proposals: it would show approved, then lapsed, with no reason): the
+        # first such refusal of an authenticated approval this ledger never consumed is queued for
+        # the outbox in this transaction. A replay is not (its ledger row reports its own outcome),
+        # nor an approval consumed here and presented again once expired (E_EXPIRED, not
         # E_REPLAY: steps 6–8 come first), which may well have been written. Decided
         # under the chain lock, which every consume and every refusal is recorded under.
         AuditLog.lock(conn)
@@ -873,7 +873,10 @@ class Executor:
         limit: int = 100,
         continue_claimed: bool = True,
     ) -> list[Outcome]:
-        """Take over expired leases and finish their rows verify-first (DESIGN §2.5)."""
+        """Take over expired leases and finish their rows verify-first.
+
+        Verify-first as docs/protocol.md#recovery describes it.
+        """
         from .recover import recover_expired  # noqa: PLC0415 - recover builds on this module
 
         outcomes: list[Outcome] = recover_expired(

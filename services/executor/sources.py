@@ -68,7 +68,10 @@ class BundleSource(Protocol):
         ...
 
     def revoked(self) -> Container[str]:
-        """Approval ids revoked so far (revocations arrive on the same feed, §2.4 (12))."""
+        """Approval ids revoked so far.
+
+        Revocations arrive on the same feed (docs/protocol.md#executor-checks, step 12).
+        """
         ...
 
     def ack(self, delivery: Delivery) -> None:

@@ -1,7 +1,7 @@
 """The agent cannot reach the cloud writer: by import graph, by name, and at run time.
 
-DESIGN §1 gives the agent a read key only. The key is the real boundary; these tests keep
-the code from even offering a writer: ``AlibabaWriter`` lives alone in
+docs/architecture.md#components gives the agent a read key only. The key is the real boundary; these
+tests keep the code from even offering a writer: ``AlibabaWriter`` lives alone in
 ``airlock.cloud.alibaba.writer`` and nothing the agent imports may import that module,
 directly or through any chain (the same rule import-linter enforces in ``make lint``).
 """
@@ -19,7 +19,8 @@ from tests.support.ports import free_port
 
 _REPO = Path(__file__).resolve().parents[2]
 _WRITER = "airlock.cloud.alibaba.writer"
-#: The agent's code and the CLI module that wires it (DESIGN §1: airlock.cli is the root).
+#: The agent's code and the CLI module that wires it (docs/architecture.md#import-boundaries:
+#: airlock.cli is the root).
 _AGENT = ("services.agent", "airlock.cli._agent")
 _WRITER_NAMES = frozenset({"CloudWriter", "AlibabaWriter", "writer"})
 

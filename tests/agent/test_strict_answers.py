@@ -1,5 +1,5 @@
-"""The agent reads the checkpoint's answers strictly (DESIGN §2.1), as the CLI and the
-executor do: a duplicate key, NaN or Infinity is a checkpoint not speaking its API
+"""The agent reads the checkpoint's answers strictly (docs/protocol.md#strict-json), as the CLI and
+the executor do: a duplicate key, NaN or Infinity is a checkpoint not speaking its API
 (CheckpointUnavailable), never a value read last-wins. The checkpoint here is a fake on a
 real loopback socket (tests/support/dripping.py); the agent is wired by ``build_agent``.
 """
@@ -19,7 +19,8 @@ from .test_checkpoint_deadline import ACCOUNT, _settings
 
 def test_a_checkpoint_answer_with_a_duplicate_key_is_refused_not_read_last_wins() -> None:
     """Python's json keeps the last of duplicate keys: the agent read this withdrawal as
-    ``executed`` (an executed stop makes an instance a candidate for delete, §2.7)."""
+    ``executed`` (an executed stop makes an instance a candidate for delete,
+    docs/architecture.md#staged-clean-up)."""
     duplicate = ok_json(b'{"id": "prop_x", "state": "withdrawn", "state": "executed"}')
     with serving_drips([duplicate]) as server:
         agent = build_agent(_settings(server.url, attempts=1), reader=InMemoryCloud())

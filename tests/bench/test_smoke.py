@@ -1,6 +1,6 @@
 """Every benchmark still runs end to end (tiny sizes; the figures are not checked).
 
-Benchmarks are not tests of speed (they report ratios, see README "Performance"), but a
+Benchmarks are not tests of speed (they report ratios, see bench/RESULTS.md), but a
 change elsewhere must not leave one unable to start — as happened when the checkpoint
 began to require the executor's receipt key set. Exit code 1 is a benchmark reporting
 a goal it did not meet; anything else non-zero, or a traceback, is a broken benchmark.

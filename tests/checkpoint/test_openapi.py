@@ -50,8 +50,8 @@ def test_committed_openapi_matches_the_code() -> None:
 #: does not verify…), which no schema can promise.
 _MALFORMED_RECEIPT = ("E_ENVELOPE", "E_PARSE", "E_SIZE")
 #: The one rule JSON Schema cannot state: since draft 6, 1.0 is an integer, and
-#: schemathesis spells integers so; the server takes integer literals only (DESIGN §2.1),
-#: which the document says in words.
+#: schemathesis spells integers so; the server takes integer literals only
+#: (docs/protocol.md#strict-json), which the document says in words.
 _WHOLE_FLOAT = re.compile(r"non-integer number '(-?[0-9]+\.0+)'")
 
 

@@ -1,4 +1,4 @@
-"""Every request body the checkpoint takes is parsed strictly (DESIGN §2.1).
+"""Every request body the checkpoint takes is parsed strictly (docs/protocol.md#strict-json).
 
 FastAPI reads a declared body with ``json.loads``, which keeps the last of two duplicate
 keys: an approve with a decoy ``action_hash`` first and the real one last was taken as

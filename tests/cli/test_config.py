@@ -44,7 +44,7 @@ def test_config_refuses_an_unknown_service(runner: CliRunner) -> None:
     assert "unknown service" in result.output
 
 
-def test_config_markdown_is_the_readme_table(runner: CliRunner) -> None:
+def test_config_markdown_is_the_table_in_docs_configuration(runner: CliRunner) -> None:
     from airlock.cli._config import markdown_table
 
     result = runner.invoke(app, ["config", "--markdown"])

@@ -112,7 +112,8 @@ def test_a_lone_surrogate_from_a_checkpoint_is_refused_not_a_crash(
     served: Served, offline: Path
 ) -> None:
     # JSON's \ud800 parses to a lone surrogate, which no terminal encoding can write; the
-    # CLI reads answers strictly (DESIGN §2.1), so it is refused (exit 3) before printing.
+    # CLI reads answers strictly (docs/protocol.md#strict-json), so it is refused (exit 3) before
+    # printing.
     record = {**served.submit(proposal_id="prop_lone00000001"), "banner": "a\ud800b"}
     with serving_drips([_answer(200, record)]) as fake:
         result = airlock(

@@ -1,4 +1,5 @@
-"""The CLI reads the checkpoint's answers as strict JSON (DESIGN §2.1), or not at all (exit 3).
+"""The CLI reads the checkpoint's answers as strict JSON (docs/protocol.md#strict-json), or not at
+all (exit 3).
 
 Python's ``json.loads`` (what ``response.json()`` is) keeps the last of duplicate keys
 and accepts ``NaN`` and lone surrogates: a checkpoint, or a proxy in front of it, could

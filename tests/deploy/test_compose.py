@@ -1,4 +1,5 @@
-"""docker-compose.yml keeps the capability split of DESIGN §1 (parsed, never run here).
+"""docker-compose.yml keeps the capability split of docs/architecture.md#components (parsed, never
+run here).
 
 Each service may hold only its own secrets: the signing key only in the checkpoint; the
 write credential, trusted key set, receipt key and executor token only in the executor;
@@ -222,9 +223,10 @@ def test_environment_names_match_each_service_settings(generated: Path) -> None:
 
 
 def _docs_commands() -> list[list[str]]:
-    """Every `docker compose run --rm checkpoint ARGS` that README and gen-keys.sh print."""
+    """Every `docker compose run --rm checkpoint ARGS` that the docs and gen-keys.sh print."""
     found = []
-    for path in (ROOT / "README.md", ROOT / "infra" / "scripts" / "gen-keys.sh"):
+    docs = (ROOT / "README.md", ROOT / "docs" / "operations.md")
+    for path in (*docs, ROOT / "infra" / "scripts" / "gen-keys.sh"):
         for match in re.finditer(
             r"docker compose run --rm checkpoint ([^#>\n`]+)", path.read_text()
         ):

@@ -1,4 +1,4 @@
-"""Crash recovery with a real SIGKILL at each named failpoint (DESIGN §2.5).
+"""Crash recovery with a real SIGKILL at each named failpoint (docs/protocol.md#recovery).
 
 Each crashing child is armed the way an operator's environment would be
 (``AIRLOCK_ENV=dev`` + ``AIRLOCK_EXECUTOR_FAILPOINTS``) and kills itself with SIGKILL at

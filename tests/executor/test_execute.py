@@ -1,4 +1,7 @@
-"""The execute path (DESIGN §2.4): verify, consume once, re-read, write, record."""
+"""The execute path: verify, consume once, re-read, write, record.
+
+As docs/protocol.md#executor-checks numbers it.
+"""
 
 from __future__ import annotations
 

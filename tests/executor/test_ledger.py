@@ -1,4 +1,4 @@
-"""The ledger's guarantees (DESIGN §2.5): immutable terminal rows, fencing, recovery,
+"""The ledger's guarantees (docs/protocol.md#ledger): immutable terminal rows, fencing, recovery,
 human resolution, receipts, and a tamper-evident audit chain."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""ProposedAction v1 (DESIGN §2.2): an action that exists is valid and allowlisted."""
+"""ProposedAction v1 (docs/protocol.md#action): an action that exists is valid and allowlisted."""
 
 from __future__ import annotations
 

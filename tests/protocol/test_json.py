@@ -1,4 +1,7 @@
-"""Strict JSON (DESIGN §2.1): every ambiguity two parsers could disagree on is refused."""
+"""Strict JSON: every ambiguity two parsers could disagree on is refused.
+
+The rules are docs/protocol.md#strict-json.
+"""
 
 from __future__ import annotations
 

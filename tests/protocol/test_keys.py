@@ -66,7 +66,8 @@ def test_key_set_with_duplicate_json_keys_is_refused() -> None:
 
 
 def test_kernel_never_holds_a_private_key() -> None:
-    # DESIGN §1: signing code lives with the key holders, never in the shared kernel.
+    # docs/architecture.md#import-boundaries: signing code lives with the key holders, never in the
+    # shared kernel.
     from pathlib import Path
 
     import airlock

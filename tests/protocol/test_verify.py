@@ -1,4 +1,7 @@
-"""verify_bundle (DESIGN §2.4 steps 1–12): named attacks and generated mutations."""
+"""verify_bundle: named attacks and generated mutations.
+
+Steps 1–12 of docs/protocol.md#executor-checks.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The web app reads the checkpoint's answers strictly (DESIGN §2.1), as the CLI, the agent
-and the executor do: a duplicate key, NaN or Infinity is a checkpoint not speaking its API
+"""The web app reads the checkpoint's answers strictly (docs/protocol.md#strict-json), as the CLI,
+the agent and the executor do: a duplicate key, NaN or Infinity is a checkpoint not speaking its API
 (CheckpointUnavailable, the page says so), never a value read last-wins that a person
 then decides on. The checkpoint here answers through httpx's MockTransport: what is
 tested is the client's reading of the bytes, not the socket."""

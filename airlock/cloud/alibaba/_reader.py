@@ -3,7 +3,7 @@
 It lists ECS and RDS instances page by page (``NextToken``), reads one resource's live
 state and reads CloudMonitor metrics. It calls Describe*/List* actions only, and this
 module must never import :mod:`airlock.cloud.alibaba.writer`: the agent loads it, and the
-agent must not be able to reach a writer (DESIGN §1).
+agent must not be able to reach a writer (docs/architecture.md#import-boundaries).
 
 A datapoint without a usable number is dropped, never read as zero: a missing CPU figure
 read as 0 % would make a busy machine look idle. Fewer samples then make the idle policy's

@@ -7,7 +7,7 @@ never forced), ECS ``DeleteInstances`` (with ``ClientToken``, never forced) and 
 This module is the only one in the kernel that can change anything at the provider, so it
 stands alone: :mod:`airlock.cloud.alibaba` does not import or re-export it, and
 import-linter forbids the agent (``services.agent``, ``airlock.cli._agent``) from importing
-it directly or through any chain (``pyproject.toml``, DESIGN §1).
+it directly or through any chain (``pyproject.toml``, docs/architecture.md#import-boundaries).
 
 It must never retry a write: the SDK's retry machinery is switched off explicitly
 (:class:`~airlock.cloud.alibaba._common.Clients`), because a blind retry of a call whose

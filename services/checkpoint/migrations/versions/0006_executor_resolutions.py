@@ -7,7 +7,7 @@ Create Date: 2026-12-04 09:00:00
 An ``in_doubt`` outcome can be resolved in two places: by an admin at the checkpoint
 (``airlock approvals resolve``), which changes only this database, and by a person at
 the executor (``airlock executor resolve``), which changes the executor's ledger (the
-truth, DESIGN §2.5) and sends a signed resolution receipt here. When the receipt comes
+truth, docs/protocol.md#ledger) and sends a signed resolution receipt here. When the receipt comes
 after the admin's resolution it cannot replace it (the proposal has moved on), and it
 used to be refused with a plain ``E_STATE``, which the executor listed as one to send
 again, for ever. Now it is kept: one row per approval, whether it agrees with the

@@ -4,7 +4,7 @@ Revision ID: 0001_ledger
 Revises:
 Create Date: 2026-11-29
 
-The triggers are the ledger's last line of defence (DESIGN §2.5): terminal rows never
+The triggers are the ledger's last line of defence (docs/protocol.md#ledger): terminal rows never
 change, rows are never deleted, only the allowed transitions happen, the identity of a
 consumed approval cannot be rewritten and an epoch never goes backwards — whatever the
 code above them does.
