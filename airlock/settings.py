@@ -27,6 +27,7 @@ from pydantic_settings import (
 )
 
 from airlock._setting_files import FileValueSource
+from airlock.asgi import LOOPBACK_HOSTS, host_name
 from airlock.tls import CAFileError, ca_file_context
 
 #: The kernel's region id form (airlock.protocol RegionId).
@@ -47,6 +48,7 @@ __all__ = [
     "ExecutorSettings",
     "ServiceSettings",
     "WebappSettings",
+    "answered_hosts",
     "is_dev",
     "up_ports",
 ]
@@ -186,6 +188,39 @@ def _dev_checkpoint_url(data: dict[str, Any]) -> str:
     return f"http://127.0.0.1:{_dev_port(data, 'checkpoint')}"
 
 
+#: Listen addresses that are no name a client uses (every interface).
+_WILDCARD_ADDRESSES = frozenset({"0.0.0.0", "::", ""})  # noqa: S104 (compared, never bound)
+
+
+def _host_list(value: object) -> object:
+    """An ``allowed_hosts`` value from the environment: a JSON list, or names separated
+    by commas."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            return json.loads(text)
+        return tuple(part.strip() for part in text.split(",") if part.strip())
+    return value
+
+
+def _host_names(value: tuple[str, ...]) -> tuple[str, ...]:
+    # An IPv6 literal may be given with or without its brackets.
+    names = [host_name(f"[{h.strip('[]')}]" if ":" in h else h) for h in value]
+    bad = [h for h, name in zip(value, names, strict=True) if name is None]
+    if bad or not value:
+        raise ValueError(f"not host names: {bad or 'none given'} (e.g. localhost,127.0.0.1)")
+    return tuple(name for name in names if name is not None)
+
+
+def answered_hosts(allowed: tuple[str, ...], listen: str) -> tuple[str, ...]:
+    """The ``Host`` names a server answers: ``allowed``, and the address it listens on
+    unless that is a wildcard (0.0.0.0, ::)."""
+    listen = listen.lower().strip("[]")
+    if listen in _WILDCARD_ADDRESSES or listen in allowed:
+        return allowed
+    return (*allowed, listen)
+
+
 def _receipt_keys_default(data: dict[str, Any]) -> Path | None:
     # ``env`` is declared first (in the base class), so it is validated by now.
     return DEV_RECEIPT_KEYS_PATH if data.get("env") == "dev" else None
@@ -230,6 +265,34 @@ class CheckpointSettings(ServiceSettings):
     host: str = "127.0.0.1"
     #: Port the API listens on.
     port: int = Field(default_factory=lambda data: _dev_port(data, "checkpoint"), gt=0, lt=65536)
+    #: Seconds between writes of repeated refusals, aggregated per caller and code (the
+    #: first of each is written at once); a crash loses at most this long of counts.
+    refusal_interval: int = Field(default=60, gt=0, le=3600)
+    #: Refused requests a token may have in a row before it is refused E_RATE_LIMITED.
+    refusal_burst: int = Field(default=60, gt=0)
+    #: Refused requests a token earns back each minute once over ``refusal_burst``.
+    refusals_per_minute: int = Field(default=60, gt=0)
+    #: Names clients reach the API by (comma-separated or a JSON list); a request with
+    #: any other ``Host`` is refused 400 (DNS rebinding). ``host`` is added unless a
+    #: wildcard. Behind a proxy or in compose, add the name it uses (``checkpoint``).
+    allowed_hosts: Annotated[tuple[str, ...], NoDecode] = LOOPBACK_HOSTS
+
+    @field_validator("allowed_hosts", mode="before")
+    @classmethod
+    def _allowed_hosts_list(cls, value: object) -> object:
+        return _host_list(value)
+
+    @field_validator("allowed_hosts", mode="after")
+    @classmethod
+    def _allowed_hosts_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return _host_names(value)
+
+    def filled_in(self) -> dict[str, Any]:
+        out = super().filled_in()
+        hosts = answered_hosts(self.allowed_hosts, self.host)
+        if hosts != self.allowed_hosts:
+            out["allowed_hosts"] = hosts
+        return out
 
     @model_validator(mode="after")
     def _no_dev_defaults_in_prod(self) -> CheckpointSettings:
@@ -439,6 +502,20 @@ class WebappSettings(ServiceSettings):
     secure_cookies: bool | None = None
     #: How often the queue page asks for new proposals, seconds.
     queue_poll_seconds: int = Field(default=5, gt=0, le=3600)
+    #: Names people reach the web app by (comma-separated or a JSON list); a request
+    #: with any other ``Host`` is refused 400 (DNS rebinding). ``host`` is added unless
+    #: a wildcard. Behind a proxy, add the name people type.
+    allowed_hosts: Annotated[tuple[str, ...], NoDecode] = LOOPBACK_HOSTS
+
+    @field_validator("allowed_hosts", mode="before")
+    @classmethod
+    def _allowed_hosts_list(cls, value: object) -> object:
+        return _host_list(value)
+
+    @field_validator("allowed_hosts", mode="after")
+    @classmethod
+    def _allowed_hosts_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return _host_names(value)
 
     @model_validator(mode="after")
     def _no_dev_defaults_in_prod(self) -> WebappSettings:
@@ -455,6 +532,9 @@ class WebappSettings(ServiceSettings):
         out = super().filled_in()
         if self.secure_cookies is None:
             out["secure_cookies"] = self.cookies_secure()
+        hosts = answered_hosts(self.allowed_hosts, self.host)
+        if hosts != self.allowed_hosts:
+            out["allowed_hosts"] = hosts
         return out
 
     def cookies_secure(self) -> bool:

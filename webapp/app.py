@@ -33,8 +33,8 @@ from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from airlock.api import Proposal
-from airlock.asgi import BodyLimit
-from airlock.settings import WebappSettings
+from airlock.asgi import BodyLimit, HostAllowlist
+from airlock.settings import WebappSettings, answered_hosts
 from airlock.tls import checkpoint_verify
 
 from . import bulk, present
@@ -911,6 +911,14 @@ def create_app(
         _, me = signed_in(request)
         return render(request, "keys.html", {"me": me, "nav": "keys", "keys": client.keys()})
 
+    # Outermost: a page from another name (DNS rebinding to a loopback web app) is
+    # answered before anything reads its cookies.
+    app.add_middleware(
+        HostAllowlist,
+        hosts=answered_hosts(settings.allowed_hosts, settings.host),
+        body=b"E_HOST: unknown Host\n",
+        content_type="text/plain; charset=utf-8",
+    )
     return app
 
 

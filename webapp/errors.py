@@ -73,6 +73,10 @@ _MESSAGES: Final = {
     "otherwise than the checkpoint records: check the resource in the cloud and both records.",
     "E_BUSY": "The checkpoint is busy with many sign-ins at once. Wait a few seconds and "
     "sign in again.",
+    "E_HOST": "The checkpoint does not answer to the name this web app calls it by: "
+    "an administrator must add it to the checkpoint's allowed host names.",
+    "E_RATE_LIMITED": "Too many of your requests were refused in a short time. Wait a minute "
+    "and try again. Nothing was changed.",
 }
 
 

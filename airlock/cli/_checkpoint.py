@@ -63,6 +63,8 @@ def checkpoint_command(
     # same configuration again when it starts).
     logging.config.dictConfig(inert_log_config("INFO"))
     settings = _settings()
+    if host is not None:  # the address it listens on is a name it answers to
+        settings = settings.model_copy(update={"host": host})
     try:
         app = build(settings)
     except (ConfigError, StoreError) as exc:
@@ -71,7 +73,7 @@ def checkpoint_command(
     server = ServerAnsweringOnStop(
         uvicorn.Config(
             app,
-            host=host or settings.host,
+            host=settings.host,
             port=port or settings.port,
             log_level="info",
             # Every line escaped (airlock.text), a traceback's too: its text can be a request's.

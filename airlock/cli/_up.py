@@ -67,6 +67,9 @@ __all__ = ["up_command"]
 
 DEMO_PEOPLE = (("alice", "approver"), ("bob", "approver"), ("admin", "admin"))
 _STOP_GRACE_SECONDS = 10.0
+#: The Host names up's checkpoint and web app answer to: those of the URLs up gives
+#: out (127.0.0.1) and localhost; any other is refused 400 (DNS rebinding).
+_UP_HOSTS = "127.0.0.1,localhost"
 DEFAULT_HOME = Path(".airlock")
 #: What `up` writes first into its state directory; a session directory holds none of it.
 _STATE_MARKERS = ("keys", "checkpoint.db", "executor-receipt.pem", "demo-credentials")
@@ -431,6 +434,8 @@ class _Stack:
             AIRLOCK_CHECKPOINT_KEYS_DIR=self.home / "keys",
             AIRLOCK_CHECKPOINT_RECEIPT_KEYS_PATH=self.home / "receipt-keys.json",
             AIRLOCK_CHECKPOINT_PORT=str(self.ports["checkpoint"]),
+            # The names up's own URLs use (and localhost): any other Host is refused.
+            AIRLOCK_CHECKPOINT_ALLOWED_HOSTS=_UP_HOSTS,
         )
 
     def executor_env(self, token: str = "") -> dict[str, str]:
@@ -464,7 +469,10 @@ class _Stack:
         return env
 
     def webapp_env(self) -> dict[str, str]:
-        return self._env(AIRLOCK_WEBAPP_CHECKPOINT_URL=self.checkpoint_url)
+        return self._env(
+            AIRLOCK_WEBAPP_CHECKPOINT_URL=self.checkpoint_url,
+            AIRLOCK_WEBAPP_ALLOWED_HOSTS=_UP_HOSTS,
+        )
 
     # ------------------------------------------------------------------ first-run state
 

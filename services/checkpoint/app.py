@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -20,19 +22,29 @@ from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 from fastapi.openapi.utils import get_openapi
 
+from airlock.asgi import LOOPBACK_HOSTS, HostAllowlist
 from airlock.protocol import KeySet, KeySetError
-from airlock.settings import CheckpointSettings
+from airlock.settings import CheckpointSettings, answered_hosts
 from airlock.store import upgrade
 
 from ._db import Database
 from .auth import Accounts
-from .errors import ConfigError
+from .errors import ConfigError, ErrorCode
 from .keys import KeyDirectory, KeyRing
 from .policy import load_policy
+from .refusals import RefusalRecorder
 from .routes import FeedSignal, Metrics, install
 from .service import Checkpoint, CheckpointConfig
 
-__all__ = ["DEFAULT_POLICY", "MIGRATIONS", "bare_app", "build", "create_app", "openapi_schema"]
+__all__ = [
+    "DEFAULT_POLICY",
+    "MIGRATIONS",
+    "RefusalLimits",
+    "bare_app",
+    "build",
+    "create_app",
+    "openapi_schema",
+]
 
 DEFAULT_POLICY: Final = Path(__file__).with_name("default-policy.toml")
 MIGRATIONS: Final = Path(__file__).with_name("migrations")
@@ -83,6 +95,12 @@ def build(
         signal=signal,
         feed_max_wait=settings.feed_max_wait,
         sweep_interval=sweep_interval,
+        refusal_limits=RefusalLimits(
+            interval=settings.refusal_interval,
+            burst=settings.refusal_burst,
+            per_minute=settings.refusals_per_minute,
+        ),
+        allowed_hosts=answered_hosts(settings.allowed_hosts, settings.host),
     )
 
 
@@ -103,6 +121,18 @@ def _receipt_keys(path: Path | None) -> KeySet:
         raise ConfigError(f"receipt key set {path}: {exc}") from None
 
 
+@dataclass(frozen=True, slots=True)
+class RefusalLimits:
+    """How refusals are aggregated and rate-limited (``refusals.RefusalRecorder``)."""
+
+    #: Seconds between writes of the counted refusals (and the most a crash loses).
+    interval: int = 60
+    #: Refusals a token may have in a row before it is refused E_RATE_LIMITED.
+    burst: int = 60
+    #: Refusals a token earns back each minute.
+    per_minute: int = 60
+
+
 def create_app(
     checkpoint: Checkpoint,
     accounts: Accounts,
@@ -110,23 +140,58 @@ def create_app(
     signal: FeedSignal | None = None,
     feed_max_wait: int = 30,
     sweep_interval: float | None = None,
+    refusal_limits: RefusalLimits | None = None,
+    monotonic: Callable[[], float] = time.monotonic,
+    allowed_hosts: Iterable[str] = LOOPBACK_HOSTS,
 ) -> FastAPI:
-    """The ASGI app over an already-built service (tests build the service themselves)."""
+    """The ASGI app over an already-built service (tests build the service themselves).
+
+    A request whose ``Host`` names none of ``allowed_hosts`` is refused 400 ``E_HOST``.
+
+    While it runs (its lifespan), a task writes the counted refusals every
+    ``refusal_limits.interval`` seconds, and once more when it stops.
+    """
+    limits = refusal_limits or RefusalLimits()
+    refusals = RefusalRecorder(
+        write_one=lambda event: checkpoint.audit_refusals([event]),
+        write_many=checkpoint.audit_refusals,
+        now=checkpoint.now,
+        interval=limits.interval,
+        burst=limits.burst,
+        per_minute=limits.per_minute,
+        monotonic=monotonic,
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        task = None
+        tasks = [asyncio.create_task(_flusher(refusals))]
         if sweep_interval is not None:
-            task = asyncio.create_task(_sweeper(checkpoint, sweep_interval))
+            tasks.append(asyncio.create_task(_sweeper(checkpoint, sweep_interval)))
         try:
             yield
         finally:
-            if task is not None:
+            for task in tasks:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            # After the server stopped taking requests: every refusal counted is written.
+            try:
+                await run_in_threadpool(refusals.flush)
+            except Exception:
+                _log.exception("at stop, %d counted refusals were not written", refusals.pending())
 
     app = bare_app(lifespan)
+    # Outermost: a page on another name resolving to this address (DNS rebinding) is
+    # answered before anything else is done for it.
+    app.add_middleware(
+        HostAllowlist,
+        hosts=allowed_hosts,
+        body=json.dumps(
+            {"error": {"code": ErrorCode.E_HOST.value, "message": "unknown Host"}}
+        ).encode(),
+        content_type="application/json",
+    )
+    app.state.refusals = refusals
     app.state.checkpoint = checkpoint
     app.state.accounts = accounts
     app.state.metrics = Metrics()
@@ -163,6 +228,15 @@ async def _sweeper(checkpoint: Checkpoint, interval: float) -> None:
         except Exception:  # a failed sweep must not stop the next one
             _log.exception("sweep failed")
         await asyncio.sleep(interval)
+
+
+async def _flusher(refusals: RefusalRecorder) -> None:
+    while True:
+        await asyncio.sleep(refusals.interval)
+        try:
+            await run_in_threadpool(refusals.flush)
+        except Exception:  # kept for the next flush; a failed one must not stop it
+            _log.exception("writing the counted refusals failed; kept for the next try")
 
 
 def openapi_schema(app: FastAPI) -> dict[str, Any]:

@@ -47,6 +47,9 @@ class ErrorCode(enum.StrEnum):
     E_RESOLUTION_CONFLICT = "E_RESOLUTION_CONFLICT"
     E_NO_SIGNING_KEY = "E_NO_SIGNING_KEY"  # no active signing key (all revoked or retired)
     E_BUSY = "E_BUSY"  # too many sign-ins waiting already; retry after Retry-After seconds
+    # this token's requests were refused too often; retry after Retry-After seconds
+    E_RATE_LIMITED = "E_RATE_LIMITED"
+    E_HOST = "E_HOST"  # the Host header names none of the names this server answers to
 
 
 class CheckpointError(Exception):

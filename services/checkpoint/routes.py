@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import re
 import threading
 import time
 from typing import Annotated, Any, Final
@@ -21,8 +23,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security.utils import get_authorization_scheme_param
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from airlock.asgi import BodyLimit
 from airlock.protocol import ACTION_MAX_BYTES, Refused, loads_strict
@@ -30,7 +36,9 @@ from airlock.protocol import ACTION_MAX_BYTES, Refused, loads_strict
 from ._invalid import plain_invalid
 from .auth import Accounts, Principal
 from .errors import ConfigError, ErrorCode, Refusal, no_signing_key
+from .refusals import RefusalRecorder, RefusedRequest
 from .schemas import (
+    PROPOSED_ACTION_SCHEMA,
     ApproveIn,
     AuditOut,
     ErrorBody,
@@ -201,6 +209,15 @@ def _accounts(request: Request) -> Accounts:
     return accounts
 
 
+def _token_key(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _refusals(request: Request) -> RefusalRecorder:
+    recorder: RefusalRecorder = request.app.state.refusals
+    return recorder
+
+
 def _metrics(request: Request) -> Metrics:
     metrics: Metrics = request.app.state.metrics
     return metrics
@@ -215,6 +232,8 @@ async def _principal(
     token = credentials.credentials
     if not token.isascii() or not token.isprintable() or len(token) > 256:
         raise Refusal(ErrorCode.E_UNAUTHENTICATED, "missing, unknown or expired token", 401)
+    # Whose refusal budget a refusal of this request takes from (_RateLimitGate).
+    request.state.token_key = _token_key(token)
     principal = await run_in_threadpool(_accounts(request).authenticate, token)
     # Kept so that a refusal of this caller's request can be audited under their name.
     request.state.principal = principal
@@ -288,9 +307,10 @@ def me(caller: Caller) -> MeOut:
     openapi_extra={
         "requestBody": {
             "required": True,
-            "description": "A ProposedAction v1 (docs/protocol.md#action), parsed strictly "
-            "(duplicate keys, floats, non-NFC text are refused)",
-            "content": {"application/json": {"schema": {"type": "object"}}},
+            "description": "A ProposedAction v1 (docs/protocol.md#action), parsed strictly: "
+            "duplicate keys, non-NFC text and numbers other than integer literals are "
+            "refused (1.0 and 1e0 too, which JSON Schema counts as integers)",
+            "content": {"application/json": {"schema": PROPOSED_ACTION_SCHEMA}},
         }
     },
 )
@@ -513,19 +533,96 @@ async def _audit_refused(request: Request, code: ErrorCode) -> None:
         # Unauthenticated requests are only counted: auditing them would let anyone
         # write to the chain.
         return
-    # Every refusal of an authenticated caller leaves an audit record, written in its
-    # own transaction after the refused one rolled back (no other effect). That includes
-    # a request refused as malformed after the caller was known (FastAPI authenticates
-    # before it validates parameters and the parsed body).
+    # Every refusal of an authenticated caller has an audit record (refusals.py: a row
+    # of its own, or a count in an aggregated row), never in the refused request's
+    # transaction, which rolled back (no other effect). That includes a request refused
+    # as malformed after the caller was known (FastAPI authenticates before it validates
+    # parameters and the parsed body).
     route = request.scope.get("route")
-    await run_in_threadpool(
-        _service(request).audit_refusal,
+    write = _refusals(request).refused(
         principal,
-        code.value,
-        request.method,
-        getattr(route, "path", "?"),
-        request.path_params.get("proposal_id"),
+        RefusedRequest(
+            by=principal.name,
+            role=principal.role,
+            code=code.value,
+            request=f"{request.method} {getattr(route, 'path', '?')}",
+            proposal_id=request.path_params.get("proposal_id"),
+        ),
+        token_key=getattr(request.state, "token_key", None),
     )
+    if write is not None:
+        await run_in_threadpool(write)
+
+
+class _RateLimitGate:
+    """Refuse 429 ``E_RATE_LIMITED`` (``Retry-After``) every request that bears a token
+    whose refusal budget is spent (``refusals.RefusalRecorder``), before routing, the
+    body or the token's lookup: a flood of them costs a hash and a dict lookup each.
+    The refusal is counted (metrics, and the audit chain under the token's holder) like
+    any other, and takes nothing from the budget."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        scheme, token = get_authorization_scheme_param(Headers(scope=scope).get("authorization"))
+        state = scope["app"].state
+        recorder: RefusalRecorder = state.refusals
+        limited = None
+        if scheme.lower() == "bearer" and token:
+            limited = recorder.limited(_token_key(token))
+        if limited is None:
+            await self.app(scope, receive, send)
+            return
+        principal, retry_after = limited
+        path, proposal_id = _route_of(scope)
+        method = scope["method"] if scope["method"] in _HTTP_METHODS else "other"
+        metrics: Metrics = state.metrics
+        metrics.refusals.labels(ErrorCode.E_RATE_LIMITED.value).inc()
+        metrics.requests.labels(method, path, "429").inc()
+        write = recorder.refused(
+            principal,
+            RefusedRequest(
+                by=principal.name,
+                role=principal.role,
+                code=ErrorCode.E_RATE_LIMITED.value,
+                request=f"{scope['method']} {path}",
+                proposal_id=proposal_id,
+            ),
+            token_key=None,
+            charge=False,
+        )
+        if write is not None:
+            await run_in_threadpool(write)
+        response = _error(
+            429, ErrorCode.E_RATE_LIMITED.value, "too many refused requests with this token"
+        )
+        response.headers["Retry-After"] = str(retry_after)
+        await response(scope, receive, send)
+
+
+def _route_of(scope: Scope) -> tuple[str, str | None]:
+    """The template of the route ``scope`` is for ("unmatched" if none), and the
+    proposal id it names when it names one that fits the pattern."""
+    for route in router.routes:
+        if isinstance(route, APIRoute):
+            match, child = route.matches(scope)
+            if match is not Match.NONE:
+                named = child.get("path_params", {}).get("proposal_id")
+                fits = isinstance(named, str) and re.fullmatch(_PROPOSAL_ID, named) is not None
+                return route.path, named if fits else None
+    return "unmatched", None
+
+
+def _allowed_methods(request: Request, named: str | None) -> str:
+    methods = {m.strip() for m in (named or "").split(",") if m.strip()}
+    for route in router.routes:  # this API's routes (the app holds them in a wrapper)
+        if isinstance(route, APIRoute) and route.matches(request.scope)[0] is not Match.NONE:
+            methods |= route.methods or set()
+    return ", ".join(sorted(methods))
 
 
 def install(app: FastAPI) -> None:
@@ -560,7 +657,15 @@ def install(app: FastAPI) -> None:
             403: ErrorCode.E_FORBIDDEN,
         }.get(exc.status_code, ErrorCode.E_INVALID)
         await _audit_refused(request, code)
-        return _error(exc.status_code, code.value, str(exc.detail)[:300])
+        response = _error(exc.status_code, code.value, str(exc.detail)[:300])
+        # WWW-Authenticate on a 401: what Starlette set.
+        for name, value in (exc.headers or {}).items():
+            response.headers[name] = value
+        if exc.status_code == 405:
+            # Every method the path takes (RFC 9110 §15.5.6), not only those of the first
+            # route that matched it, which is all Starlette names.
+            response.headers["Allow"] = _allowed_methods(request, (exc.headers or {}).get("Allow"))
+        return response
 
     @app.middleware("http")
     async def _count(request: Request, call_next: Any) -> Response:
@@ -572,3 +677,6 @@ def install(app: FastAPI) -> None:
         method = request.method if request.method in _HTTP_METHODS else "other"
         request.app.state.metrics.requests.labels(method, path, str(response.status_code)).inc()
         return response
+
+    # Outside the counting middleware (added last: outermost): it counts what it refuses.
+    app.add_middleware(_RateLimitGate)

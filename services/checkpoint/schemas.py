@@ -6,11 +6,14 @@ caller asked for (a login returns its own session token, once).
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
 
 __all__ = [
+    "PROPOSED_ACTION_SCHEMA",
+    "RECEIPT_ENVELOPE_SCHEMA",
+    "STORABLE_PATTERN",
     "ApprovalOut",
     "ApproveIn",
     "AuditHeadOut",
@@ -62,8 +65,162 @@ def _storable(text: str) -> str:
     return text
 
 
-Text = Annotated[str, AfterValidator(_storable)]
+#: What ``_storable`` (and the strict JSON parser before it) lets through, as a JSON
+#: Schema pattern: no NUL, no UTF-16 surrogate. Only in the document: pydantic's regex
+#: engine cannot name surrogates, so the check is ``_storable``.
+STORABLE_PATTERN: Final = r"^[^\u0000\ud800-\udfff]*$"
+Text = Annotated[
+    str, AfterValidator(_storable), Field(json_schema_extra={"pattern": STORABLE_PATTERN})
+]
 Note = Annotated[Text, Field(max_length=2000)]
+
+#: Standard base64 with padding, canonical (the unused bits of the last quantum zero),
+#: as ``airlock.protocol``'s strict decoder takes it.
+_BASE64: Final = (
+    r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/][AQgw]==|[A-Za-z0-9+/]{2}[AEIMQUYcgkosw048]=)?$"
+)
+#: The executor's receipt as a DSSE envelope (``airlock.protocol.Envelope.from_value``):
+#: exactly these three fields, 1 to 4 signatures, a payload of at most 64 KiB.
+RECEIPT_ENVELOPE_SCHEMA: Final[dict[str, Any]] = {
+    "type": "object",
+    "description": "A DSSE envelope of an airlock.receipt/v1 payload, signed by the "
+    "executor's receipt key",
+    "required": ["payloadType", "payload", "signatures"],
+    "additionalProperties": False,
+    "properties": {
+        "payloadType": {"type": "string", "enum": ["application/vnd.airlock.receipt.v1+json"]},
+        "payload": {"type": "string", "pattern": _BASE64, "maxLength": 87384},
+        "signatures": {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": 4,
+            "items": {
+                "type": "object",
+                "required": ["keyid", "sig"],
+                "additionalProperties": False,
+                "properties": {
+                    "keyid": {"type": "string", "maxLength": 128, "pattern": STORABLE_PATTERN},
+                    "sig": {"type": "string", "pattern": _BASE64, "maxLength": 172},
+                },
+            },
+        },
+    },
+}
+Receipt = Annotated[dict[str, Any], WithJsonSchema(RECEIPT_ENVELOPE_SCHEMA)]
+
+
+def _action_schema() -> dict[str, Any]:
+    """A ProposedAction v1 (docs/protocol.md#action; ``airlock.protocol.ProposedAction``) as JSON
+    Schema: one schema per allowlisted call (resource type, operation, params).
+
+    Where the server's rule cannot be said in JSON Schema, the schema says less than the
+    server takes, never more: text is printable ASCII or Latin-1 (always NFC), a date's
+    day at most 28, evidence flat and bounded so that the action stays under 16 KiB."""
+    # Printable ASCII and Latin-1: NFC whatever follows, no control character.
+    text = r"^[ -~\u00a0-\u00ff]*$"
+    time = (
+        r"^[1-9][0-9]{3}-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])"
+        r"T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]Z$"
+    )
+    safe = 2**53 - 1
+    integer = {"type": "integer", "minimum": -safe, "maximum": safe}
+    evidence = {
+        "type": "object",
+        "description": "What the agent observed (open-ended, signed with the action)",
+        "maxProperties": 8,
+        "properties": {
+            "tags": {
+                "type": "object",
+                "description": "The resource's tags as the agent read them",
+                "maxProperties": 8,
+                "additionalProperties": {"type": "string", "maxLength": 64, "pattern": text},
+                "propertyNames": {"maxLength": 32, "pattern": text},
+            }
+        },
+        "propertyNames": {"maxLength": 32, "pattern": r"^[A-Za-z0-9_]+$"},
+        "additionalProperties": {
+            "anyOf": [
+                {"type": "string", "maxLength": 64, "pattern": text},
+                integer,
+                {"type": "boolean"},
+                {"type": "null"},
+                {"type": "array", "maxItems": 14, "items": integer},
+            ]
+        },
+    }
+    common: dict[str, Any] = {
+        "type": {"type": "string", "enum": ["airlock.action/v1"]},
+        "proposal_id": {"type": "string", "pattern": r"^prop_[A-Za-z0-9_-]{8,80}$"},
+        "provider": {"type": "string", "enum": ["alibaba"]},
+        "account": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"},
+        "region": {"type": "string", "pattern": r"^[a-z0-9]+(-[a-z0-9]+){0,5}$", "maxLength": 40},
+        "precondition": {
+            "type": "object",
+            "required": ["status", "absent_tags", "observed_at"],
+            "additionalProperties": False,
+            "properties": {
+                "status": {"type": "string", "pattern": r"^[A-Za-z]{1,32}$"},
+                "absent_tags": {
+                    "type": "array",
+                    "maxItems": 8,
+                    "items": {"type": "string", "maxLength": 64, "pattern": text},
+                },
+                "observed_at": {"type": "string", "pattern": time},
+            },
+        },
+        "evidence": evidence,
+        "reason": {"type": "string", "minLength": 1, "maxLength": 2000, "pattern": text},
+        "proposed_by": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$"},
+        "created_at": {"type": "string", "pattern": time},
+    }
+    calls = [
+        (
+            "ecs.instance",
+            r"^i-[0-9a-z]{4,64}$",
+            "stop",
+            {"stopped_mode": ["StopCharging", "KeepCharging"]},
+        ),
+        ("ecs.instance", r"^i-[0-9a-z]{4,64}$", "delete", {}),
+        ("rds.instance", r"^(rm|pgm|pc)-[0-9a-z]{4,64}$", "stop", {}),
+    ]
+    variants = []
+    for resource_type, id_pattern, operation, params in calls:
+        variants.append(
+            {
+                "type": "object",
+                "title": f"{resource_type} {operation}",
+                "required": [*common, "resource", "operation", "params"],
+                "additionalProperties": False,
+                "properties": {
+                    **common,
+                    "resource": {
+                        "type": "object",
+                        "required": ["type", "id"],
+                        "additionalProperties": False,
+                        "properties": {
+                            "type": {"type": "string", "enum": [resource_type]},
+                            "id": {"type": "string", "pattern": id_pattern, "maxLength": 80},
+                        },
+                    },
+                    "operation": {"type": "string", "enum": [operation]},
+                    "params": {
+                        "type": "object",
+                        "required": sorted(params),
+                        "additionalProperties": False,
+                        "properties": {
+                            name: {"type": "string", "enum": values}
+                            for name, values in params.items()
+                        },
+                    },
+                },
+            }
+        )
+    return {"oneOf": variants}
+
+
+#: The submit body (``POST /v1/proposals``), parsed strictly by the server (duplicate
+#: keys, floats, non-NFC text are refused).
+PROPOSED_ACTION_SCHEMA: Final = _action_schema()
 
 
 class _In(BaseModel):
@@ -114,13 +271,13 @@ class ResolveIn(_In):
 class OutcomeIn(_In):
     #: The executor's DSSE receipt (payload type application/vnd.airlock.receipt.v1+json);
     #: approval id, action hash, outcome and refusal code are read from its signed payload.
-    receipt: dict[str, Any]
+    receipt: Receipt
 
 
 class RefusalIn(_In):
     #: The executor's DSSE receipt of a refusal before consuming (verify steps 1-12):
     #: outcome ``refused``, its approval id and refusal code read from the signed payload.
-    receipt: dict[str, Any]
+    receipt: Receipt
 
 
 class LoginIn(_In):

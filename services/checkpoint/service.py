@@ -1326,26 +1326,13 @@ class Checkpoint:
             states=applied,
         )
 
-    def audit_refusal(
-        self,
-        principal: Principal,
-        code: str,
-        method: str,
-        route: str,
-        proposal_id: str | None,
-    ) -> None:
-        """Record that a caller's request was refused (its own transaction, nothing else)."""
-        event: dict[str, Any] = {
-            "by": principal.name,
-            "role": principal.role,
-            "code": code,
-            "request": f"{method} {route}",
-        }
-        if proposal_id is not None:
-            event["proposal_id"] = proposal_id
+    def audit_refusals(self, events: Sequence[Mapping[str, Any]]) -> None:
+        """Append ``checkpoint.refused`` events (built by ``refusals.RefusalRecorder``) in
+        one transaction of their own, which writes nothing else."""
         now = self.now()
         with self.engine.begin() as conn:
-            self._audit(conn, now, "checkpoint.refused", **event)
+            for event in events:
+                self._audit(conn, now, "checkpoint.refused", **event)
 
     def audit_status(self, principal: Principal) -> AuditOut:
         _require(principal, {"viewer", "approver", "admin"}, "read the audit status")

@@ -26,6 +26,7 @@ _RUNS = {
     "bench_checkpoint": (["--rounds", "1", "--batch", "3"], "ratio HTTP approvals"),
     "bench_agent": (["--instances", "20", "--workers", "2"], "scan / bare"),
     "bench_e2e": (["--db", "sqlite", "--n", "3", "--burst", "3"], "ratio: approval->write"),
+    "bench_refusal_flood": (["--rounds", "1", "--batch", "3"], "ratio flooded / alone"),
 }
 
 

@@ -45,6 +45,8 @@ AUDIENCE = "airlock-executor/test"
 PASSWORD = "correct horse battery staple"
 APPROVERS = ("alice", "bob", "carol")
 SESSION_TTL = 48 * 3600
+#: The names the tests' clients send in Host (TestClient's, and 127.0.0.1).
+TEST_HOSTS = ("testserver", "checkpoint.test", "127.0.0.1")
 
 
 @dataclass
@@ -159,7 +161,7 @@ def make_world(
         lockout_seconds=600,
         hasher=hasher,
     )
-    app = create_app(checkpoint, accounts, feed_max_wait=5)
+    app = create_app(checkpoint, accounts, feed_max_wait=5, allowed_hosts=TEST_HOSTS)
     world = World(url, keys_dir, clock, checkpoint, accounts, hasher, app, TestClient(app))
     for name in APPROVERS:
         accounts.add_user(name, PASSWORD, "approver")

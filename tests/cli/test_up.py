@@ -453,3 +453,25 @@ def test_up_says_how_to_put_airlock_on_path_when_a_new_shell_lacks_it(tmp_path: 
     assert cli_hint({"PATH": f"{elsewhere}:{venv / 'bin'}"}, venv) == ""  # activated
     (venv / "bin" / "activate").unlink()  # not a venv: name the directory instead
     assert cli_hint({"PATH": str(elsewhere)}, venv) == f"put {venv}/bin on PATH, then "
+
+
+def test_up_gives_the_checkpoint_and_the_web_app_the_host_names_its_urls_use(
+    tmp_path: Path,
+) -> None:
+    """Any other Host is refused (DNS rebinding); the executor, the agent and the web app
+    call the checkpoint by the URL up gives them, people open the web app's."""
+    import httpx
+
+    from airlock.cli._up import _Stack
+
+    stack = _Stack(tmp_path / ".airlock", {"webapp": 1, "checkpoint": 2, "devcloud": 3}, 4, 5)
+    answered = set(stack.checkpoint_env()["AIRLOCK_CHECKPOINT_ALLOWED_HOSTS"].split(","))
+    for env, key in (
+        (stack.executor_env(), "AIRLOCK_EXECUTOR_CHECKPOINT_URL"),
+        (stack.agent_env("t"), "AIRLOCK_AGENT_CHECKPOINT_URL"),
+        (stack.webapp_env(), "AIRLOCK_WEBAPP_CHECKPOINT_URL"),
+    ):
+        assert httpx.URL(env[key]).host in answered
+    assert "evil.example" not in answered
+    web = set(stack.webapp_env()["AIRLOCK_WEBAPP_ALLOWED_HOSTS"].split(","))
+    assert {"127.0.0.1", "localhost"} <= web

@@ -68,7 +68,11 @@ class Site:
 
 def make_site(*, base_url: str = "http://testserver", secure: bool = False) -> Site:
     fake = FakeCheckpoint()
-    settings = WebappSettings(checkpoint_url="http://checkpoint.invalid", secure_cookies=secure)
+    settings = WebappSettings(
+        checkpoint_url="http://checkpoint.invalid",
+        secure_cookies=secure,
+        allowed_hosts=(httpx.URL(base_url).host,),
+    )
     app = create_app(settings, transport=fake.transport(), now=lambda: NOW)
     return Site(fake, TestClient(app, base_url=base_url))
 

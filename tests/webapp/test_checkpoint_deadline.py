@@ -45,7 +45,10 @@ def test_a_checkpoint_dripping_its_answer_to_a_sign_in_is_given_up_at_the_deadli
     ]
     with serving_drips(answers) as server:
         settings = WebappSettings(
-            checkpoint_url=server.url, checkpoint_timeout=_TIMEOUT_S, secure_cookies=False
+            checkpoint_url=server.url,
+            checkpoint_timeout=_TIMEOUT_S,
+            secure_cookies=False,
+            allowed_hosts="testserver",
         )
         with TestClient(create_app(settings, now=lambda: NOW)) as browser:
 

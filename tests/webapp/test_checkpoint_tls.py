@@ -40,7 +40,9 @@ def tls_checkpoint(sqlite_url: str, tmp_path: Path) -> Iterator[TlsCheckpoint]:
 def _sign_in(settings: WebappSettings) -> tuple[int, str]:
     """Sign alice in through the web app built from ``settings``: (status, page text)."""
     # The test client speaks plain http to the web app: cookies must not be Secure-only.
-    settings = settings.model_copy(update={"secure_cookies": False})
+    settings = settings.model_copy(
+        update={"secure_cookies": False, "allowed_hosts": ("testserver",)}
+    )
     with TestClient(create_app(settings)) as browser:
         page = browser.get("/login")
         response = browser.post(

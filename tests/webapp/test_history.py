@@ -214,7 +214,9 @@ def test_the_real_checkpoint_echoes_what_the_history_asks_so_a_page_is_one_call(
     # The fakes above answer as the web app expects; this is the checkpoint itself.
     world = make_world(sqlite_url, tmp_path)
     to_checkpoint = ToCheckpoint(world.client)
-    settings = WebappSettings(checkpoint_url="http://checkpoint.invalid", secure_cookies=False)
+    settings = WebappSettings(
+        checkpoint_url="http://checkpoint.invalid", secure_cookies=False, allowed_hosts="testserver"
+    )
     app = create_app(settings, transport=to_checkpoint, now=world.clock)
     try:
         with TestClient(app) as web:

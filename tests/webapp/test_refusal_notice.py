@@ -49,7 +49,9 @@ class Stack:
 @pytest.fixture
 def stack(sqlite_url: str, tmp_path: Path) -> Iterator[Stack]:
     world = make_world(sqlite_url, tmp_path)
-    settings = WebappSettings(checkpoint_url="http://checkpoint.invalid", secure_cookies=False)
+    settings = WebappSettings(
+        checkpoint_url="http://checkpoint.invalid", secure_cookies=False, allowed_hosts="testserver"
+    )
     app = create_app(settings, transport=ToCheckpoint(world.client), now=world.clock)
     try:
         with TestClient(app) as web:
