@@ -74,6 +74,7 @@ def build(
         db,
         now,
         session_ttl=settings.session_ttl,
+        session_idle=settings.session_idle,
         lockout_threshold=settings.lockout_threshold,
         lockout_seconds=settings.lockout_seconds,
     )
@@ -83,6 +84,7 @@ def build(
         signal=signal,
         feed_max_wait=settings.feed_max_wait,
         sweep_interval=sweep_interval,
+        trusted_proxies=settings.trusted_proxies,
     )
 
 
@@ -110,14 +112,18 @@ def create_app(
     signal: FeedSignal | None = None,
     feed_max_wait: int = 30,
     sweep_interval: float | None = None,
+    trusted_proxies: tuple[str, ...] = (),
 ) -> FastAPI:
-    """The ASGI app over an already-built service (tests build the service themselves)."""
+    """The ASGI app over an already-built service (tests build the service themselves).
+
+    ``trusted_proxies``: addresses whose ``X-Forwarded-For`` names the client of a
+    sign-in (``routes.client_address``); from any other peer the header is ignored."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         task = None
         if sweep_interval is not None:
-            task = asyncio.create_task(_sweeper(checkpoint, sweep_interval))
+            task = asyncio.create_task(_sweeper(checkpoint, accounts, sweep_interval))
         try:
             yield
         finally:
@@ -125,12 +131,15 @@ def create_app(
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            # The tally of refused sign-ins not yet written: a stop must not lose it.
+            await run_in_threadpool(lambda: accounts.flush_refused_sign_ins(force=True))
 
     app = bare_app(lifespan)
     app.state.checkpoint = checkpoint
     app.state.accounts = accounts
     app.state.metrics = Metrics()
     app.state.feed_max_wait = feed_max_wait
+    app.state.trusted_proxies = frozenset(trusted_proxies)
     app.state.feed_signal = signal or FeedSignal()
     if signal is None:
         checkpoint.on_change = app.state.feed_signal.bump
@@ -154,12 +163,13 @@ def bare_app(lifespan: Any = None) -> FastAPI:
     return app
 
 
-async def _sweeper(checkpoint: Checkpoint, interval: float) -> None:
+async def _sweeper(checkpoint: Checkpoint, accounts: Accounts, interval: float) -> None:
     while True:
         try:
             counts = await run_in_threadpool(checkpoint.sweep)
             if any(counts.values()):
                 _log.info("sweep: %(expired)d expired, %(lapsed)d lapsed", counts)
+            await run_in_threadpool(accounts.flush_refused_sign_ins)
         except Exception:  # a failed sweep must not stop the next one
             _log.exception("sweep failed")
         await asyncio.sleep(interval)

@@ -46,6 +46,11 @@ class ErrorCode(enum.StrEnum):
     E_RESOLUTION_CONFLICT = "E_RESOLUTION_CONFLICT"
     E_NO_SIGNING_KEY = "E_NO_SIGNING_KEY"  # no active signing key (all revoked or retired)
     E_BUSY = "E_BUSY"  # too many sign-ins waiting already; retry after Retry-After seconds
+    # Sign-ins from this client address (or for this name from it) are being slowed after
+    # failures: retry after Retry-After seconds. Nothing was checked or recorded.
+    E_THROTTLED = "E_THROTTLED"
+    # A new password is too short, too common (the shipped blocklist) or the user name.
+    E_WEAK_PASSWORD = "E_WEAK_PASSWORD"  # noqa: S105 - an error code, not a password
 
 
 class CheckpointError(Exception):

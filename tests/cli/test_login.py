@@ -90,24 +90,45 @@ def test_wrong_password_is_refused_with_exit_1(served: Served) -> None:
 
 def test_login_to_a_locked_account_is_refused_like_a_wrong_password(served: Served) -> None:
     # The checkpoint never says which (a distinct 423 E_LOCKED told anyone that a name
-    # exists); its one message for a refused sign-in names the lockout; the CLI shows it.
+    # exists); its one message for a refused sign-in names the lock; the CLI shows it.
     def login(username: str, password: str) -> Any:
         return served.run(
             "login", "--url", served.url, "-u", username, "--password-stdin", stdin=password + "\n"
         )
 
-    for _ in range(3):  # the harness locks after 3 failures
-        assert login("alice", "wrong").exit_code == 1
+    # The last-resort lock needs failures from two addresses (3 counted from each).
+    for address in ("10.0.0.1", "10.0.0.2"):
+        guesser = served.world.client_from(address)
+        for _ in range(3):
+            body = {"username": "alice", "password": "wrong"}
+            assert guesser.post("/v1/sessions", json=body).status_code == 401
     locked = login("alice", PASSWORD)
     unknown = login("nobody", PASSWORD)
     assert (locked.exit_code, unknown.exit_code) == (1, 1)
     assert locked.stderr == unknown.stderr
     assert locked.stderr.startswith(
-        "refused: E_UNAUTHENTICATED: wrong username or password, or too many failed sign-ins"
+        "refused: E_UNAUTHENTICATED: wrong username or password, or the account is locked"
     )
-    assert "locked for a while" in locked.stderr
+    assert "an admin can unlock it" in locked.stderr
     assert "run `airlock login`" not in locked.stderr  # no session hint: this was the login
     assert not (served.home / "session.json").exists()
+
+
+def test_login_after_failures_from_this_address_is_slowed_with_exit_1(served: Served) -> None:
+    def login(password: str) -> Any:
+        return served.run(
+            "login", "--url", served.url, "-u", "alice", "--password-stdin", stdin=password + "\n"
+        )
+
+    for _ in range(3):  # throttle.PAIR_FREE free failures
+        assert "E_UNAUTHENTICATED" in login("wrong").stderr
+    slowed = login(PASSWORD)
+    assert slowed.exit_code == 1
+    assert slowed.stderr == (
+        "refused: E_THROTTLED: too many failed sign-ins from this address; try again in 1 s\n"
+    )
+    served.world.clock.advance(1)
+    assert login(PASSWORD).exit_code == 0
 
 
 def test_login_without_terminal_or_stdin_flag_is_a_usage_error(served: Served) -> None:
