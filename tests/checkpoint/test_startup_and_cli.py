@@ -174,6 +174,9 @@ def test_cli_checkpoint_answers_open_feed_long_polls_when_asked_to_stop(
     app = server.config.app
     assert server._on_exit == app.state.feed_signal.close
     assert server.config.port == 1
+    # uvicorn's own X-Forwarded-For handling trusts any loopback peer: off, the app
+    # trusts only AIRLOCK_CHECKPOINT_TRUSTED_PROXIES (tests/checkpoint/test_client_address).
+    assert server.config.proxy_headers is False
 
 
 def test_cli_keys_users_and_tokens(tmp_path: Path) -> None:

@@ -276,3 +276,17 @@ def test_failing_to_store_the_session_is_a_clear_error_and_ends_the_session(
     # No one holds the issued session any more, so it was ended at the checkpoint.
     me = served.world.client.get("/v1/me", headers={"Authorization": f"Bearer {token}"})
     assert me.status_code == 401
+
+
+def test_a_cli_session_left_idle_ends(served: Served) -> None:
+    # The harness's sessions idle as long as they live; this one's end after 10 minutes.
+    served.world.accounts._session_idle = 600
+    served.login("alice")
+    served.world.clock.advance(599)
+    assert served.run("approvals", "list").exit_code == 0  # used: kept alive
+    served.world.clock.advance(599)
+    assert served.run("approvals", "list").exit_code == 0
+    served.world.clock.advance(600)
+    ended = served.run("approvals", "list")
+    assert ended.exit_code == 1
+    assert "E_UNAUTHENTICATED" in ended.stderr and "airlock login" in ended.stderr
