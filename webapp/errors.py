@@ -76,6 +76,7 @@ _MESSAGES: Final = {
     "E_BUSY": "The checkpoint is busy with many sign-ins at once. Wait a few seconds and "
     "sign in again.",
     "E_THROTTLED": "Too many failed sign-ins from your address. Wait a while, then sign in again.",
+    "E_WEAK_PASSWORD": "That password is too short or too common; nothing was changed.",
 }
 
 
