@@ -140,8 +140,9 @@ def users_add_command(
 ) -> None:
     """Add a person. The password is prompted for, read from stdin, or generated.
 
-    A password needs 12+ characters and must not be a common one (a list of 30,000
-    shipped with Airlock), one character repeated or the user name: else E_WEAK_PASSWORD.
+    A password needs 12+ characters; a common one (30,000 ship with Airlock) is refused.
+
+    So are one character repeated and the user name: E_WEAK_PASSWORD.
     """
     from services.checkpoint.errors import Refusal
 
@@ -175,8 +176,9 @@ def users_unlock_command(
 ) -> None:
     """End a sign-in lock now (audited); it also ends by itself after the lockout time.
 
-    An account locks only as a last resort, after failed sign-ins from many addresses
-    (one address is slowed instead); `airlock users sign-ins` shows where they came from.
+    An account locks only after failed sign-ins from many addresses; one address is slowed.
+
+    `airlock users sign-ins` shows where the failed sign-ins came from.
     """
     from services.checkpoint.errors import Refusal
 
@@ -246,9 +248,9 @@ def users_sign_ins_command(
 ) -> None:
     """Refused sign-ins by client address, from the audit chain: a guessing campaign.
 
-    Per address: wrong passwords (and for whom), and unknown names plus throttled
-    attempts (tallied once a minute; a name is only its keyed hash). Then the totals and
-    the accounts locked.
+    Per address: wrong passwords (and for whom), then unknown names and throttled attempts.
+
+    Unknown names are kept only as keyed hashes; the accounts locked come last.
     """
     import json
 

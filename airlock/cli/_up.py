@@ -341,6 +341,9 @@ class _Stack:
             AIRLOCK_CHECKPOINT_KEYS_DIR=self.home / "keys",
             AIRLOCK_CHECKPOINT_RECEIPT_KEYS_PATH=self.home / "receipt-keys.json",
             AIRLOCK_CHECKPOINT_PORT=str(self.ports["checkpoint"]),
+            # The web app calls from 127.0.0.1 and names each browser in X-Forwarded-For,
+            # so that sign-ins are slowed per browser, not for everyone at once.
+            AIRLOCK_CHECKPOINT_TRUSTED_PROXIES="127.0.0.1",
         )
 
     def executor_env(self, token: str = "") -> dict[str, str]:

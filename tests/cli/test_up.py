@@ -433,3 +433,12 @@ def test_the_agent_grace_reaches_the_agent_alone_and_its_settings_take_it(
     assert AgentSettings().grace_seconds == 120
     result = airlock("up", "--agent-grace", "-1")
     assert result.exit_code == 2 and "--agent-grace" in result.output
+
+
+def test_up_has_its_checkpoint_trust_its_web_apps_forwarded_for(tmp_path: Path) -> None:
+    """Every sign-in through up's web app comes from 127.0.0.1: untrusted, its
+    X-Forwarded-For is ignored, and one guesser would slow everyone's sign-in."""
+    from airlock.cli._up import _Stack
+
+    stack = _Stack(tmp_path, {"webapp": 1, "checkpoint": 2, "devcloud": 3}, 4, 5)
+    assert stack.checkpoint_env()["AIRLOCK_CHECKPOINT_TRUSTED_PROXIES"] == "127.0.0.1"
