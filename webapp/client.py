@@ -111,7 +111,9 @@ class CheckpointClient:
 
     # -- sessions -------------------------------------------------------------------
 
-    def login(self, username: str, password: str, *, client_address: str | None) -> LoginAnswer:
+    def login(
+        self, username: str, password: str, *, client_address: str | None = None
+    ) -> LoginAnswer:
         """Sign in for the browser at ``client_address`` (its socket's peer), sent as
         ``X-Forwarded-For``: the checkpoint slows failed sign-ins per client address,
         and trusts the header from this web app's address only when configured to
