@@ -10,6 +10,7 @@ Every setting is documented in ``docs/configuration.md`` (``airlock config --mar
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -253,12 +254,19 @@ class CheckpointSettings(ServiceSettings):
     approval_window: int = Field(default=24 * 3600, gt=0)
     #: Approval lifetime ``expires_at - issued_at``, seconds (docs/protocol.md#proposals: 15 min).
     execution_window: int = Field(default=15 * 60, gt=0)
-    #: Lifetime of a login session token, seconds.
+    #: Lifetime of a login session token, seconds (however active it is).
     session_ttl: int = Field(default=8 * 3600, gt=0)
-    #: Failed logins in a row before an account locks.
-    lockout_threshold: int = Field(default=5, gt=0)
-    #: How long a locked account stays locked, seconds.
+    #: A person's session ends after this many seconds without use (web app and CLI).
+    session_idle: int = Field(default=30 * 60, gt=0)
+    #: Failed logins in a row before an account locks: a last resort, as each (client
+    #: address, account) pair counts at most 3 of them (SECURITY.md, sign-in).
+    lockout_threshold: int = Field(default=100, gt=0)
+    #: How long a locked account stays locked, seconds (``airlock users unlock`` ends it).
     lockout_seconds: int = Field(default=15 * 60, gt=0)
+    #: Addresses whose ``X-Forwarded-For`` names the client of a sign-in (the web app's,
+    #: a TLS proxy's): comma-separated or a JSON list. Empty: the socket's peer is the
+    #: client, and the header is ignored.
+    trusted_proxies: Annotated[tuple[str, ...], NoDecode] = ()
     #: Longest long-poll a feed request may ask for, seconds.
     feed_max_wait: int = Field(default=30, gt=0)
     #: Address the API listens on (``airlock checkpoint --host``).
@@ -293,6 +301,24 @@ class CheckpointSettings(ServiceSettings):
         if hosts != self.allowed_hosts:
             out["allowed_hosts"] = hosts
         return out
+
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _proxies(cls, value: object) -> object:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return tuple(part.strip() for part in text.split(",") if part.strip())
+        return value
+
+    @field_validator("trusted_proxies", mode="after")
+    @classmethod
+    def _proxy_addresses(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        try:
+            return tuple(str(ipaddress.ip_address(v)) for v in value)
+        except ValueError:
+            raise ValueError(f"not IP addresses: {list(value)}") from None
 
     @model_validator(mode="after")
     def _no_dev_defaults_in_prod(self) -> CheckpointSettings:

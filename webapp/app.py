@@ -529,19 +529,26 @@ def create_app(
         if refused is not None:
             return refused
         try:
-            session = client.login(username, password)
+            session = client.login(
+                username,
+                password,
+                client_address=request.client.host if request.client is not None else None,
+            )
         except CheckpointRefused as exc:
             message = (
                 SIGN_IN_REFUSED
                 if exc.code in ("E_UNAUTHENTICATED", "E_INVALID")
                 else human_message(exc.code)
             )
-            return render(
+            page = render(
                 request,
                 "login.html",
                 {"next": _safe_next(next), "error": message, "username": username},
                 status=401 if exc.status == 401 else exc.status,
             )
+            if exc.retry_after is not None:
+                page.headers["Retry-After"] = str(exc.retry_after)
+            return page
         # A sign-in over a session this browser still holds replaces it: end that one at
         # the checkpoint too, or it would stay valid, unheld, until it expired.
         previous = cookies(request).session(request)
@@ -596,13 +603,20 @@ def create_app(
                 out[name] = value
         return out
 
-    def queue_items(token: str, filters: dict[str, str]) -> list[Proposal]:
+    def queue_items(
+        token: str, filters: dict[str, str], *, background: bool = False
+    ) -> list[Proposal]:
+        """``background``: the page's own refresh, which keeps no idle session alive."""
         if "state" in filters:
-            return client.proposals(token, limit=_PAGE, **filters).items
+            return client.proposals(token, limit=_PAGE, background=background, **filters).items
         # Pending first (the work to do), then everything else newest first.
-        pending = client.proposals(token, limit=_PAGE, state="pending", **filters).items
+        pending = client.proposals(
+            token, limit=_PAGE, state="pending", background=background, **filters
+        ).items
         rest = [
-            p for p in client.proposals(token, limit=100, **filters).items if p.state != "pending"
+            p
+            for p in client.proposals(token, limit=100, background=background, **filters).items
+            if p.state != "pending"
         ]
         return pending + rest
 
@@ -643,7 +657,7 @@ def create_app(
         if token is None:
             return PlainTextResponse("sign in again", 401)
         try:
-            items = queue_items(token, queue_filters(request))
+            items = queue_items(token, queue_filters(request), background=True)
         except CheckpointRefused as exc:
             return PlainTextResponse(human_message(exc.code), exc.status)
         return render(

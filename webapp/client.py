@@ -111,9 +111,16 @@ class CheckpointClient:
 
     # -- sessions -------------------------------------------------------------------
 
-    def login(self, username: str, password: str) -> LoginAnswer:
+    def login(
+        self, username: str, password: str, *, client_address: str | None = None
+    ) -> LoginAnswer:
+        """Sign in for the browser at ``client_address`` (its socket's peer), sent as
+        ``X-Forwarded-For``: the checkpoint slows failed sign-ins per client address,
+        and trusts the header from this web app's address only when configured to
+        (``AIRLOCK_CHECKPOINT_TRUSTED_PROXIES``)."""
         body = {"username": username, "password": password}
-        data = self._call("POST", "/v1/sessions", None, json=body)
+        headers = {"X-Forwarded-For": client_address} if client_address else {}
+        data = self._call("POST", "/v1/sessions", None, json=body, headers=headers)
         return _parse(LoginAnswer, data)
 
     def logout(self, token: str) -> None:
@@ -129,10 +136,12 @@ class CheckpointClient:
         token: str,
         *,
         state: str | Sequence[str] | None = None,
+        background: bool = False,
         **filters: str | int | None,
     ) -> ProposalPage:
         """``state``: one, or several (sent as ``state`` repeated: a proposal in any of
-        them). Only a checkpoint whose answer's ``states`` names them applied them all."""
+        them). Only a checkpoint whose answer's ``states`` names them applied them all.
+        ``background``: a page's own refresh (it keeps no idle session alive)."""
         params: dict[str, Any] = {k: v for k, v in filters.items() if v not in (None, "")}
         if isinstance(state, str):
             if state:
@@ -142,7 +151,12 @@ class CheckpointClient:
                 # Sent as nothing at all, it would list every state.
                 raise ValueError("state: an empty sequence; pass None for every state")
             params["state"] = list(state)
-        return _parse(ProposalPage, self._call("GET", "/v1/proposals", token, params=params))
+        # A page's own refresh is no one's activity: it must not keep an idle session alive.
+        headers = {"Airlock-Activity": "background"} if background else {}
+        return _parse(
+            ProposalPage,
+            self._call("GET", "/v1/proposals", token, params=params, headers=headers),
+        )
 
     def proposal(self, token: str, proposal_id: str) -> Proposal:
         return _parse(Proposal, self._call("GET", f"/v1/proposals/{proposal_id}", token))
@@ -187,8 +201,11 @@ class CheckpointClient:
         *,
         json: Any = None,
         params: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
     ) -> Any:
-        headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+        headers = dict(headers or {})
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token}"
         try:
             with within(self._deadline_s):
                 response = self._http.request(
@@ -219,7 +236,13 @@ class CheckpointClient:
             and isinstance(error.get("code"), str)
             and isinstance(error.get("message"), str)
         ):
-            raise CheckpointRefused(error["code"], error["message"], response.status_code)
+            wait = response.headers.get("retry-after", "")
+            raise CheckpointRefused(
+                error["code"],
+                error["message"],
+                response.status_code,
+                retry_after=int(wait) if wait.isdigit() and len(wait) < 10 else None,
+            )
         raise CheckpointUnavailable(f"the checkpoint answered {response.status_code}")
 
 

@@ -30,11 +30,15 @@ class WebappError(Exception):
 class CheckpointRefused(WebappError):
     """A refusal from the checkpoint, with its stable code."""
 
-    def __init__(self, code: str, message: str, status: int) -> None:
+    def __init__(
+        self, code: str, message: str, status: int, *, retry_after: int | None = None
+    ) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
         self.status = status
+        #: The answer's ``Retry-After``, seconds, when it had one (E_THROTTLED, E_BUSY).
+        self.retry_after = retry_after
 
 
 class CheckpointUnavailable(WebappError):
@@ -77,15 +81,17 @@ _MESSAGES: Final = {
     "an administrator must add it to the checkpoint's allowed host names.",
     "E_RATE_LIMITED": "Too many of your requests were refused in a short time. Wait a minute "
     "and try again. Nothing was changed.",
+    "E_THROTTLED": "Too many failed sign-ins from your address. Wait a while, then sign in again.",
+    "E_WEAK_PASSWORD": "That password is too short or too common; nothing was changed.",
 }
 
 
 #: The sign-in page's answer to a refused sign-in. The checkpoint answers an unknown
 #: name, a wrong password and a locked account alike (so that no one can learn which
-#: names exist); this names the lockout so a locked-out person knows what to do.
+#: names exist); this names the lock so a locked-out person knows what to do.
 SIGN_IN_REFUSED: Final = (
-    "Wrong username or password, or too many failed sign-ins: the account is then locked "
-    "for a while. Try again later or ask an administrator."
+    "Wrong username or password, or the account is locked after failed sign-ins from many "
+    "places: an administrator can unlock it."
 )
 
 

@@ -79,6 +79,10 @@ def checkpoint_command(
             # Every line escaped (airlock.text), a traceback's too: its text can be a request's.
             log_config=inert_log_config("INFO"),
             access_log=False,  # paths are harmless, but keep one policy: no request logging
+            # Off: uvicorn would otherwise take X-Forwarded-For from any loopback peer as
+            # the client, and a guesser could name a new address with each sign-in. The
+            # app trusts it only from AIRLOCK_CHECKPOINT_TRUSTED_PROXIES.
+            proxy_headers=False,
             workers=1,
             # Requests still running this long after a stop began are cut. Open feed
             # long-polls are not among them: a stop answers them at once.
@@ -112,6 +116,7 @@ def _accounts() -> Accounts:
         db,
         lambda: int(time.time()),
         session_ttl=settings.session_ttl,
+        session_idle=settings.session_idle,
         lockout_threshold=settings.lockout_threshold,
         lockout_seconds=settings.lockout_seconds,
     )
@@ -135,7 +140,12 @@ def users_add_command(
         bool, typer.Option("--generate", help="Generate a password and print it once.")
     ] = False,
 ) -> None:
-    """Add a person. The password is prompted for, read from stdin, or generated."""
+    """Add a person. The password is prompted for, read from stdin, or generated.
+
+    A password needs 12+ characters; a common one (30,000 ship with Airlock) is refused.
+
+    So are one character repeated and the user name: E_WEAK_PASSWORD.
+    """
     from services.checkpoint.errors import Refusal
 
     password = _new_password("users add", password_stdin, generate)
@@ -166,7 +176,12 @@ def users_disable_command(
 def users_unlock_command(
     username: Annotated[str, typer.Argument(help="The person whose lockout to end.")],
 ) -> None:
-    """End a login lockout now (audited); it also ends by itself after the lockout time."""
+    """End a sign-in lock now (audited); it also ends by itself after the lockout time.
+
+    An account locks only after failed sign-ins from many addresses; one address is slowed.
+
+    `airlock users sign-ins` shows where the failed sign-ins came from.
+    """
     from services.checkpoint.errors import Refusal
 
     try:
@@ -187,6 +202,8 @@ def users_set_password_command(
     ] = False,
 ) -> None:
     """Replace a person's password (audited): their sessions end and a lockout is cleared.
+
+    The password rules are those of `users add` (E_WEAK_PASSWORD).
 
     Example: airlock users set-password alice --generate
     """
@@ -224,6 +241,43 @@ def users_list_command() -> None:
             until = datetime.fromtimestamp(user["locked_until"], UTC).strftime("%H:%M:%S UTC")
             flags += f" locked until {until} (users unlock)"
         typer.echo(f"{user['username']:24} {user['role']:9}{flags}")
+
+
+@users_app.command("sign-ins")
+def users_sign_ins_command(
+    hours: Annotated[int, typer.Option(min=1, help="How far back to look, hours.")] = 24,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Refused sign-ins by client address, from the audit chain: a guessing campaign.
+
+    Per address: wrong passwords (and for whom), then unknown names and throttled attempts.
+
+    Unknown names are kept only as keyed hashes; the accounts locked come last.
+    """
+    import json
+
+    report = _accounts().sign_in_report(int(time.time()) - hours * 3600)
+    if as_json:
+        typer.echo(json.dumps(report, indent=2, sort_keys=True))
+        return
+    totals = report["totals"]
+    typer.echo(
+        f"last {hours} h: {totals['wrong_password']} wrong passwords, "
+        f"{totals['unknown_name']} unknown names ({report['distinct_unknown_names']} distinct), "
+        f"{totals['throttled']} throttled"
+    )
+    clients = sorted(
+        report["clients"].items(),
+        key=lambda kv: -(kv[1]["wrong_password"] + kv[1]["unknown_name_or_throttled"]),
+    )
+    typer.echo(f"{'ADDRESS':40} {'WRONG':>6} {'OTHER':>6} USERS")
+    for address, c in clients:
+        users = ", ".join(f"{u} {n}" for u, n in sorted(c["users"].items()))
+        typer.echo(
+            f"{address:40} {c['wrong_password']:>6} {c['unknown_name_or_throttled']:>6} {users}"
+        )
+    for name in report["locked"]:
+        typer.echo(f"locked: {name} (users unlock)")
 
 
 @tokens_app.command("create")

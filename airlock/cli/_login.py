@@ -75,7 +75,9 @@ def login_command(
 
     Example: airlock login --url https://checkpoint.example --username alice
 
-    Exit codes: 0 logged in; 1 refused (wrong password, locked); 2 usage; 3 unreachable.
+    Exit codes: 0 logged in; 1 refused (wrong password, locked, slowed); 2 usage; 3 unreachable.
+
+    E_THROTTLED: failed sign-ins from your address slow the next ones; it says when to retry.
     """
     # Here, not at the top: ``airlock --help`` must not pay for pydantic.
     from pydantic import ValidationError

@@ -436,6 +436,9 @@ class _Stack:
             AIRLOCK_CHECKPOINT_PORT=str(self.ports["checkpoint"]),
             # The names up's own URLs use (and localhost): any other Host is refused.
             AIRLOCK_CHECKPOINT_ALLOWED_HOSTS=_UP_HOSTS,
+            # The web app calls from 127.0.0.1 and names each browser in X-Forwarded-For,
+            # so that sign-ins are slowed per browser, not for everyone at once.
+            AIRLOCK_CHECKPOINT_TRUSTED_PROXIES="127.0.0.1",
         )
 
     def executor_env(self, token: str = "") -> dict[str, str]:

@@ -86,6 +86,7 @@ def build(
         db,
         now,
         session_ttl=settings.session_ttl,
+        session_idle=settings.session_idle,
         lockout_threshold=settings.lockout_threshold,
         lockout_seconds=settings.lockout_seconds,
     )
@@ -101,6 +102,7 @@ def build(
             per_minute=settings.refusals_per_minute,
         ),
         allowed_hosts=answered_hosts(settings.allowed_hosts, settings.host),
+        trusted_proxies=settings.trusted_proxies,
     )
 
 
@@ -143,6 +145,7 @@ def create_app(
     refusal_limits: RefusalLimits | None = None,
     monotonic: Callable[[], float] = time.monotonic,
     allowed_hosts: Iterable[str] = LOOPBACK_HOSTS,
+    trusted_proxies: tuple[str, ...] = (),
 ) -> FastAPI:
     """The ASGI app over an already-built service (tests build the service themselves).
 
@@ -150,6 +153,9 @@ def create_app(
 
     While it runs (its lifespan), a task writes the counted refusals every
     ``refusal_limits.interval`` seconds, and once more when it stops.
+
+    ``trusted_proxies``: addresses whose ``X-Forwarded-For`` names the client of a
+    sign-in (``routes.client_address``); from any other peer the header is ignored.
     """
     limits = refusal_limits or RefusalLimits()
     refusals = RefusalRecorder(
@@ -166,7 +172,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         tasks = [asyncio.create_task(_flusher(refusals))]
         if sweep_interval is not None:
-            tasks.append(asyncio.create_task(_sweeper(checkpoint, sweep_interval)))
+            tasks.append(asyncio.create_task(_sweeper(checkpoint, accounts, sweep_interval)))
         try:
             yield
         finally:
@@ -179,6 +185,11 @@ def create_app(
                 await run_in_threadpool(refusals.flush)
             except Exception:
                 _log.exception("at stop, %d counted refusals were not written", refusals.pending())
+            # The tally of refused sign-ins not yet written: a stop must not lose it.
+            try:
+                await run_in_threadpool(lambda: accounts.flush_refused_sign_ins(force=True))
+            except Exception:
+                _log.exception("at stop, the tally of refused sign-ins was not written")
 
     app = bare_app(lifespan)
     # Outermost: a page on another name resolving to this address (DNS rebinding) is
@@ -196,6 +207,7 @@ def create_app(
     app.state.accounts = accounts
     app.state.metrics = Metrics()
     app.state.feed_max_wait = feed_max_wait
+    app.state.trusted_proxies = frozenset(trusted_proxies)
     app.state.feed_signal = signal or FeedSignal()
     if signal is None:
         checkpoint.on_change = app.state.feed_signal.bump
@@ -219,12 +231,13 @@ def bare_app(lifespan: Any = None) -> FastAPI:
     return app
 
 
-async def _sweeper(checkpoint: Checkpoint, interval: float) -> None:
+async def _sweeper(checkpoint: Checkpoint, accounts: Accounts, interval: float) -> None:
     while True:
         try:
             counts = await run_in_threadpool(checkpoint.sweep)
             if any(counts.values()):
                 _log.info("sweep: %(expired)d expired, %(lapsed)d lapsed", counts)
+            await run_in_threadpool(accounts.flush_refused_sign_ins)
         except Exception:  # a failed sweep must not stop the next one
             _log.exception("sweep failed")
         await asyncio.sleep(interval)

@@ -1,20 +1,32 @@
-"""People and services: argon2 passwords, hashed session and service tokens, lockout.
+"""People and services: argon2 passwords, hashed session and service tokens, sign-in limits.
 
 A token is 32 random bytes (URL-safe base64) handed out once; the database keeps only
-its SHA-256, so a copy of the database authenticates nobody. Sessions expire and can be
-revoked (logout). After ``lockout_threshold`` failed logins in a row an account is
-locked for ``lockout_seconds``; each attempt is counted by one conditional UPDATE before
-its password is verified, never read-then-write (see :meth:`Accounts.login`). A sign-in
-never tells which user names exist: an unknown name, a wrong password and a locked
-account get the same answer after the same argon2 work; only the log and the audit
-chain say which it was.
+its SHA-256, so a copy of the database authenticates nobody. A person's session ends
+``session_ttl`` after sign-in, or ``session_idle`` after its last use, or at logout.
 
-Nothing here logs or stores a password or a token; audit events name the user only.
+Sign-in is slowed where a guesser guesses from: every attempt is admitted by the
+per-address and per-(address, name) throttle of ``throttle.py``, which refuses early
+(``E_THROTTLED``, ``Retry-After``) while a growing delay runs, so the person whose name
+is guessed signs in at once from another address. An account locks for
+``lockout_seconds`` only as a last resort, after ``lockout_threshold`` failed logins in
+a row of which each (address, name) pair counts at most ``throttle.PAIR_FREE``: many
+addresses must fail at it, and ``airlock users unlock`` (an admin) lifts it. Each
+counted attempt is claimed by one conditional UPDATE before its password is verified,
+never read-then-write (see :meth:`Accounts._login`). A sign-in never tells which user
+names exist: an unknown name, a wrong password and a locked account get the same answer
+after the same argon2 work; only the log and the audit chain say which it was.
+
+Nothing here logs or stores a password or a token, nor a user name as typed at a
+refused sign-in: the log and the record name it by its keyed hash (:meth:`Accounts.name_key`,
+HMAC-SHA-256 under the database's ``sign_in_key``), and the log gives only its length
+when no such user exists. New passwords are checked by ``passwords.py``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
+import json
 import logging
 import re
 import secrets
@@ -33,15 +45,22 @@ from sqlalchemy.engine import Connection, Engine
 from airlock.store import AuditLog
 
 from ._db import Database
-from .errors import ErrorCode, Refusal
-from .models import ROLES, SERVICE_ROLES, service_tokens, sessions, users
+from .errors import ConfigError, ErrorCode, Refusal
+from .models import ROLES, SERVICE_ROLES, service_tokens, sessions, sign_in_key, users
+from .passwords import check_new_password
+from .signins import RefusedSignIns
+from .throttle import PAIR_FREE, Admission, SignInThrottle, Throttled
 
 _log = logging.getLogger("airlock.checkpoint.auth")
 
 __all__ = ["Accounts", "Principal", "hash_token", "password_hasher"]
 
 _USERNAME: Final = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
-_MIN_PASSWORD: Final = 12
+#: A session's last use is written at most this often, seconds: its idle end may come
+#: up to this much early, and a busy session costs one UPDATE a minute, not one a request.
+_TOUCH_EVERY: Final = 60
+#: The address of a sign-in made in this process, not over HTTP (tests, tools).
+LOCAL: Final = "local"
 #: Password checks running at once. Each argon2 verify holds 64 MiB and anyone can ask
 #: for one (a login for a user who does not exist verifies too): unbounded, 40 parallel
 #: logins held ~2.4 GB. The rest wait their turn; people sign in a few times a day.
@@ -49,19 +68,19 @@ _CONCURRENT_VERIFIES: Final = 2
 #: Sign-ins that may wait for one of those checks. Each waits in a thread of the worker
 #: pool that also runs every other request (approvals, the executor's feed): unbounded,
 #: anyone sending a few dozen sign-ins at once would take them all. Past this, a sign-in
-#: is refused at once with E_BUSY and Retry-After, before it counts as an attempt.
+#: is refused at once with E_BUSY (429) and Retry-After, before it is checked.
 _WAITING_SIGN_INS: Final = 8
 _BUSY_RETRY_AFTER: Final = 2
 #: A flood of refused sign-ins is logged as one line per this many seconds.
 _BUSY_LOG_EVERY: Final = 10.0
 #: The one answer to a refused sign-in, whatever the cause: an unknown name, a wrong
-#: password, a disabled or a locked account. A distinct answer for a locked account (it
-#: was 423 E_LOCKED) told anyone who sent threshold+1 guesses that the name exists
-#: (OWASP Authentication Cheat Sheet, "Authentication and Error Messages"); the lockout
-#: is named here so that a person locked out still learns why the right password fails.
+#: password, a disabled or a locked account. A distinct answer for a locked account
+#: would tell anyone who can lock one that the name exists (OWASP Authentication Cheat
+#: Sheet, "Authentication and Error Messages"); the lock is named here so that a person
+#: locked out still learns why the right password fails.
 _SIGN_IN_REFUSED: Final = (
-    "wrong username or password, or too many failed sign-ins (the account is then locked "
-    "for a while)"
+    "wrong username or password, or the account is locked after failed sign-ins from "
+    "many places (an admin can unlock it)"
 )
 
 Role = Literal["viewer", "approver", "admin", "agent", "executor"]
@@ -112,6 +131,11 @@ def _refused() -> Refusal:
     return Refusal(ErrorCode.E_UNAUTHENTICATED, _SIGN_IN_REFUSED, 401)
 
 
+def _name_hmac(key: bytes, name: str) -> str:
+    digest = hmac.new(key, name.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
+    return "hmac:" + digest[:32]
+
+
 def _end_sessions(conn: Connection, username: str, now: int) -> None:
     """Revoke every live session of ``username`` in the caller's transaction."""
     conn.execute(
@@ -132,14 +156,22 @@ class Accounts:
         session_ttl: int,
         lockout_threshold: int,
         lockout_seconds: int,
+        session_idle: int = 30 * 60,
         hasher: PasswordHasher | None = None,
+        throttle: SignInThrottle | None = None,
     ) -> None:
+        """``session_idle``: seconds of no use after which a person's session ends;
+        ``throttle``: the sign-in throttle (one per process; a new one if not given)."""
         self._db = db
         self._now = now
         self._session_ttl = session_ttl
+        self._session_idle = session_idle
         self._threshold = lockout_threshold
         self._lockout = lockout_seconds
         self._hasher = hasher or password_hasher()
+        self.throttle = throttle or SignInThrottle()
+        self._refused_sign_ins = RefusedSignIns()
+        self._key: bytes | None = None
         self._verifying = threading.BoundedSemaphore(_CONCURRENT_VERIFIES)
         self._admission = threading.Lock()
         self._signing_in = 0  # verifying, or waiting for a verify slot
@@ -159,10 +191,7 @@ class Accounts:
             raise Refusal(ErrorCode.E_INVALID, "username: lowercase letters, digits, . _ -", 422)
         if role not in ROLES:
             raise Refusal(ErrorCode.E_INVALID, f"role must be one of {', '.join(ROLES)}", 422)
-        if len(password) < _MIN_PASSWORD:
-            raise Refusal(
-                ErrorCode.E_INVALID, f"password must have at least {_MIN_PASSWORD} characters", 422
-            )
+        check_new_password(password, username)
         now = self._now()
         password_hash = self._hasher.hash(password)  # ~100 ms: not under the lock
         with self._engine.begin() as conn:
@@ -218,11 +247,13 @@ class Accounts:
 
     def set_password(self, username: str, password: str) -> None:
         """Replace a person's password (an admin's call, audited): their sessions end and
-        any lockout is cleared. A disabled account stays disabled."""
-        if len(password) < _MIN_PASSWORD:
-            raise Refusal(
-                ErrorCode.E_INVALID, f"password must have at least {_MIN_PASSWORD} characters", 422
-            )
+        any lockout is cleared. A disabled account stays disabled.
+
+        Raises:
+            Refusal: ``E_WEAK_PASSWORD`` (``passwords.check_new_password``), or
+                ``E_NOT_FOUND``.
+        """
+        check_new_password(password, username)
         encoded = self._hasher.hash(password)  # slow by design: outside the transaction
         now = self._now()
         with self._engine.begin() as conn:
@@ -306,16 +337,57 @@ class Accounts:
 
     # -- sign-in ------------------------------------------------------------------
 
-    def login(self, username: str, password: str) -> tuple[str, int, str]:
-        """Return ``(token, expires_at, role)`` or refuse: E_UNAUTHENTICATED, alike for an
-        unknown name, a wrong password and a locked account, or E_BUSY past
-        ``_WAITING_SIGN_INS`` waiting, refused before anything is recorded."""
-        self._admit()
+    def name_key(self, name: str) -> str:
+        """``hmac:`` and 32 hex digits of HMAC-SHA-256 of ``name`` under the database's
+        ``sign_in_key``: how a user name from a sign-in is logged and recorded.
+
+        Raises:
+            ConfigError: the database has no ``sign_in_key`` (not migrated).
+        """
+        if self._key is None:
+            with self._engine.connect() as conn:
+                hexkey = conn.execute(
+                    sa.select(sign_in_key.c.key).where(sign_in_key.c.id == 1)
+                ).scalar()
+            if not hexkey:
+                raise ConfigError("the checkpoint database has no sign_in_key (migration 0007)")
+            self._key = bytes.fromhex(hexkey)
+        return _name_hmac(self._key, name)
+
+    def login(self, username: str, password: str, *, client: str = LOCAL) -> tuple[str, int, str]:
+        """Sign in from the address ``client``: return ``(token, expires_at, role)``.
+
+        Raises:
+            Refusal: ``E_THROTTLED`` (429, ``retry_after``) while the address or the
+                (address, name) pair is being slowed after failures, or when the address
+                has sign-ins in progress already, before anything is checked;
+                ``E_BUSY`` (429, ``retry_after``) past ``_WAITING_SIGN_INS`` waiting;
+                ``E_UNAUTHENTICATED`` (401), alike for an unknown name, a wrong password,
+                a disabled and a locked account.
+        """
+        now = self._now()
+        key = self.name_key(username)
         try:
-            return self._login(username, password)
+            admission = self.throttle.admit(client, key, now)
+        except Throttled as exc:
+            self._tally("throttled", client, key, now)
+            raise Refusal(
+                ErrorCode.E_THROTTLED,
+                f"too many failed sign-ins from this address; try again in {exc.retry_after} s",
+                429,
+                retry_after=exc.retry_after,
+            ) from None
+        try:
+            self._admit()
+            try:
+                answer = self._login(username, password, admission)
+            finally:
+                with self._admission:
+                    self._signing_in -= 1
+            self.throttle.succeeded(admission)
+            return answer
         finally:
-            with self._admission:
-                self._signing_in -= 1
+            self.throttle.done(admission)
 
     @property
     def signing_in(self) -> int:
@@ -342,23 +414,59 @@ class Accounts:
                 _CONCURRENT_VERIFIES + _WAITING_SIGN_INS,
                 _BUSY_LOG_EVERY,
             )
+        # 429, not 503: the server is well, it limits how many sign-ins it checks at once.
         raise Refusal(
             ErrorCode.E_BUSY,
             "too many sign-ins at once; try again in a few seconds",
-            503,
+            429,
             retry_after=_BUSY_RETRY_AFTER,
         )
 
-    def _login(self, username: str, password: str) -> tuple[str, int, str]:
-        """Sign in: return ``(token, expires_at, role)`` or refuse.
+    def _tally(
+        self, kind: Literal["unknown_name", "throttled"], client: str, key: str, now: int
+    ) -> None:
+        """Count a refused sign-in that involved no account; write the interval's event
+        (``signins.py``) when this one closed it."""
+        event = self._refused_sign_ins.add(kind, client, key, now)
+        if event is not None:
+            self._write_refused_sign_ins(event, now)
 
-        Claim, then act (STYLE §6): (1) one conditional UPDATE counts the attempt as a
-        failure *before* the slow argon2 verify, and only while the account is neither
+    def flush_refused_sign_ins(self, *, force: bool = False) -> None:
+        """Write the tally of refused sign-ins if its interval is over (or now, with
+        ``force``: the server is stopping). The sweeper calls this."""
+        now = self._now()
+        event = self._refused_sign_ins.drain(now, force=force)
+        if event is not None:
+            self._write_refused_sign_ins(event, now)
+
+    def _write_refused_sign_ins(self, event: dict[str, Any], now: int) -> None:
+        with self._engine.begin() as conn:
+            _audit(conn, now, event)
+        top = event["clients"][0] if event["clients"] else {"address": "-", "count": 0}
+        _log.warning(
+            "refused sign-ins from %d to %d: %d unknown names, %d throttled; most from %s (%d)",
+            event["from"],
+            event["to"],
+            event["unknown_name"],
+            event["throttled"],
+            top["address"],
+            top["count"],
+        )
+
+    def _login(self, username: str, password: str, admission: Admission) -> tuple[str, int, str]:
+        """Sign in an admitted attempt: return ``(token, expires_at, role)`` or refuse.
+
+        Claim, then act (STYLE §6): (1) when the attempt is among its (address, name)
+        pair's first ``PAIR_FREE``, one conditional UPDATE counts it as a failure of the
+        account *before* the slow argon2 verify, and only while the account is neither
         locked nor has ``lockout_threshold`` unproven attempts already, so concurrent
-        guesses can never verify more than the threshold per lockout window; (2) verify;
-        (3) a right password clears the count only while the account is still unlocked.
-        A guess that was verified after another one locked the account is answered as a
-        wrong password, right or not: the answer never tells which.
+        guesses can never verify more than the threshold per lockout window; a later
+        attempt of the pair (the throttle slowed it already) is not counted, so one
+        address cannot lock an account; it is verified only while the account is
+        unlocked; (2) verify; (3) a right password clears the count only while the
+        account is still unlocked. A guess that was verified after another one locked
+        the account is answered as a wrong password, right or not: the answer never
+        tells which.
 
         An unknown name and an attempt that could not claim (a locked account) verify the
         password against a dummy hash through the same slot-limited :meth:`_verify`, and
@@ -368,18 +476,27 @@ class Accounts:
         guess at the account's password, so the threshold still bounds those.
         """
         now = self._now()
+        client, key = admission.address, admission.name_key
+        counts = admission.pair_failures <= PAIR_FREE
         unlocked = sa.or_(users.c.locked_until.is_(None), users.c.locked_until <= now)
         with self._engine.begin() as conn:
-            # (1) claim one attempt
-            claimed = conn.execute(
-                users.update()
-                .where(
-                    users.c.username == username,
-                    unlocked,
-                    users.c.failed_logins < self._threshold,
-                )
-                .values(failed_logins=users.c.failed_logins + 1)
-            ).rowcount
+            if counts:
+                # (1) claim one attempt
+                claimed = conn.execute(
+                    users.update()
+                    .where(
+                        users.c.username == username,
+                        unlocked,
+                        users.c.failed_logins < self._threshold,
+                    )
+                    .values(failed_logins=users.c.failed_logins + 1)
+                ).rowcount
+            else:
+                claimed = conn.execute(
+                    sa.select(sa.func.count())
+                    .select_from(users)
+                    .where(users.c.username == username, unlocked)
+                ).scalar_one()
             row = conn.execute(sa.select(users).where(users.c.username == username)).first()
             if row is not None and not claimed:
                 # Locked, or the threshold's worth of attempts is in flight or was never
@@ -389,19 +506,20 @@ class Accounts:
             # The same argon2 work as a wrong password, so its time does not tell either.
             self._verify(self._dummy, password)
         if row is None:
-            # Not in the audit chain (anyone can send these, and the chain would grow
-            # with them), but an operator must be able to see password spraying.
-            # A name that cannot be a user may be a password typed in the wrong field:
-            # log only its length then, never the text.
-            if _USERNAME.fullmatch(username):
-                _log.warning("failed login: no such user %r", username)
-            else:
-                _log.warning("failed login: a malformed user name (%d characters)", len(username))
+            # Not one audit row each (anyone can send these): tallied into one row per
+            # interval. The name may be a password typed in the wrong field: the log
+            # gives only its length, the record only its keyed hash.
+            _log.warning(
+                "failed sign-in from %s: no such user (a name of %d characters)",
+                client,
+                len(username),
+            )
+            self._tally("unknown_name", client, key, now)
             raise _refused()
         if not claimed:
             # Answered like a wrong password; the operator sees the lock here, in the
             # audit chain (checkpoint.user.locked) and in ``airlock users list``.
-            _log.warning("failed login: %r is locked", username[:64])
+            _log.warning("failed sign-in from %s: user %s is locked", client, key)
             raise _refused()
         # (2) verify, outside any transaction (it takes ~100 ms by design)
         ok = self._verify(row.password_hash, password) and not row.disabled
@@ -417,10 +535,14 @@ class Accounts:
                     ).rowcount
                 )
             if not ok:
-                # The failure stays counted (from the claim); it may complete the lock.
-                _log.warning("failed login: wrong password for %r", username[:64])
-                if not self._lock_if_saturated(conn, username, now, unlocked):
-                    _audit(conn, now, {"type": "checkpoint.login.failed", "user": username})
+                # A counted failure stays counted (from the claim); it may complete the lock.
+                _log.warning("failed sign-in from %s: wrong password for user %s", client, key)
+                if not (counts and self._lock_if_saturated(conn, username, now, unlocked)):
+                    _audit(
+                        conn,
+                        now,
+                        {"type": "checkpoint.login.failed", "user": username, "client": client},
+                    )
             else:
                 token = _new_token("als_")
                 expires = now + self._session_ttl
@@ -430,9 +552,14 @@ class Accounts:
                         username=username,
                         created_at=now,
                         expires_at=expires,
+                        last_seen_at=now,
                     )
                 )
-                _audit(conn, now, {"type": "checkpoint.session.created", "user": username})
+                _audit(
+                    conn,
+                    now,
+                    {"type": "checkpoint.session.created", "user": username, "client": client},
+                )
         # Refused only after the commit: a rolled-back count would never lock anyone.
         if not ok:
             raise _refused()
@@ -473,31 +600,97 @@ class Accounts:
             )
             _audit(conn, now, {"type": "checkpoint.session.revoked", "user": principal.name})
 
-    def authenticate(self, token: str) -> Principal:
-        """The principal behind a bearer token, or refuse with E_UNAUTHENTICATED."""
+    def authenticate(self, token: str, *, activity: bool = True) -> Principal:
+        """The principal behind a bearer token, or refuse with E_UNAUTHENTICATED.
+
+        A person's session is refused once ``session_ttl`` has passed since sign-in or
+        ``session_idle`` since its last use. With ``activity`` (a person's request, not
+        a page's own background refresh) this use keeps it alive: its last use is
+        written, at most once per ``_TOUCH_EVERY`` seconds.
+        """
         digest = hash_token(token)
         now = self._now()
         with self._engine.connect() as conn:
             row = conn.execute(
-                sa.select(users.c.username, users.c.role)
+                sa.select(users.c.username, users.c.role, sessions.c.last_seen_at)
                 .select_from(sessions.join(users, sessions.c.username == users.c.username))
                 .where(
                     sessions.c.token_hash == digest,
                     sessions.c.revoked_at.is_(None),
                     sessions.c.expires_at > now,
+                    sessions.c.last_seen_at > now - self._session_idle,
                     users.c.disabled.is_(False),
                 )
             ).first()
-            if row is not None:
-                return Principal(row.username, "user", row.role, session=digest)
-            svc = conn.execute(
-                sa.select(service_tokens.c.name, service_tokens.c.role).where(
-                    service_tokens.c.token_hash == digest, service_tokens.c.revoked_at.is_(None)
-                )
-            ).first()
+            svc = None
+            if row is None:
+                svc = conn.execute(
+                    sa.select(service_tokens.c.name, service_tokens.c.role).where(
+                        service_tokens.c.token_hash == digest,
+                        service_tokens.c.revoked_at.is_(None),
+                    )
+                ).first()
+        if row is not None:
+            if activity and now - row.last_seen_at >= _TOUCH_EVERY:
+                with self._engine.begin() as conn:
+                    conn.execute(
+                        sessions.update()
+                        .where(sessions.c.token_hash == digest, sessions.c.last_seen_at < now)
+                        .values(last_seen_at=now)
+                    )
+            return Principal(row.username, "user", row.role, session=digest)
         if svc is not None:
             return Principal(svc.name, "service", svc.role)
         raise Refusal(ErrorCode.E_UNAUTHENTICATED, "missing, unknown or expired token", 401)
+
+    def sign_in_report(self, since: int) -> dict[str, Any]:
+        """Refused sign-ins recorded in the audit chain since ``since`` (Unix seconds), by
+        client address: wrong passwords (by user), unknown names and throttled attempts
+        (from the ``checkpoint.sign_in.refused`` tallies, their top addresses), and the
+        accounts locked. What ``airlock users sign-ins`` prints."""
+        kinds = ("checkpoint.login.failed", "checkpoint.sign_in.refused", "checkpoint.user.locked")
+        clients: dict[str, dict[str, Any]] = {}
+        locked: list[str] = []
+        totals = {"wrong_password": 0, "unknown_name": 0, "throttled": 0}
+        names: set[str] = set()
+        with self._engine.connect() as conn:
+            texts = conn.execute(
+                sa.text("SELECT event FROM audit_log WHERE seq > 0 ORDER BY seq")
+            ).scalars()
+            for text in texts:
+                if not any(f'"type":"{k}"' in text for k in kinds):
+                    continue
+                event = json.loads(text)
+                at = int(datetime.fromisoformat(event["at"]).timestamp())
+                if at < since:
+                    continue
+
+                def client(address: str) -> dict[str, Any]:
+                    return clients.setdefault(
+                        address,
+                        {"wrong_password": 0, "users": {}, "unknown_name_or_throttled": 0},
+                    )
+
+                if event["type"] == "checkpoint.user.locked":
+                    locked.append(event["user"])
+                elif event["type"] == "checkpoint.login.failed":
+                    entry = client(str(event.get("client", "?")))
+                    entry["wrong_password"] += 1
+                    entry["users"][event["user"]] = entry["users"].get(event["user"], 0) + 1
+                    totals["wrong_password"] += 1
+                else:
+                    totals["unknown_name"] += event["unknown_name"]
+                    totals["throttled"] += event["throttled"]
+                    for c in event["clients"]:
+                        client(c["address"])["unknown_name_or_throttled"] += c["count"]
+                    names.update(n["name_hmac"] for n in event["names"])
+        return {
+            "since": since,
+            "totals": totals,
+            "clients": clients,
+            "distinct_unknown_names": len(names),
+            "locked": locked,
+        }
 
 
 def _audit(conn: Connection, now: int, event: dict[str, Any]) -> None:

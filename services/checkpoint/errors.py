@@ -50,6 +50,11 @@ class ErrorCode(enum.StrEnum):
     # this token's requests were refused too often; retry after Retry-After seconds
     E_RATE_LIMITED = "E_RATE_LIMITED"
     E_HOST = "E_HOST"  # the Host header names none of the names this server answers to
+    # Sign-ins from this client address (or for this name from it) are being slowed after
+    # failures: retry after Retry-After seconds. Nothing was checked or recorded.
+    E_THROTTLED = "E_THROTTLED"
+    # A new password is too short, too common (the shipped blocklist) or the user name.
+    E_WEAK_PASSWORD = "E_WEAK_PASSWORD"  # noqa: S105 - an error code, not a password
 
 
 class CheckpointError(Exception):

@@ -41,6 +41,7 @@ __all__ = [
     "rejections",
     "service_tokens",
     "sessions",
+    "sign_in_key",
     "signing_keys",
     "users",
     "votes",
@@ -250,6 +251,18 @@ sessions = sa.Table(
     sa.Column("created_at", sa.BigInteger, nullable=False),
     sa.Column("expires_at", sa.BigInteger, nullable=False),
     sa.Column("revoked_at", sa.BigInteger, nullable=True),
+    #: When the session was last used (migration 0007): it ends ``session_idle`` after.
+    sa.Column("last_seen_at", sa.BigInteger, nullable=True),
+)
+
+#: The HMAC key of user names from refused sign-ins (migration 0007): one row, made by
+#: the migration, never changed.
+sign_in_key = sa.Table(
+    "sign_in_key",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("key", sa.String(64), nullable=False),
+    sa.CheckConstraint("id = 1", name="single_row"),
 )
 
 service_tokens = sa.Table(

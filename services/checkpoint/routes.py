@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import ipaddress
 import re
 import threading
 import time
@@ -58,7 +59,7 @@ from .schemas import (
 )
 from .service import Checkpoint
 
-__all__ = ["FeedSignal", "Metrics", "install", "router"]
+__all__ = ["FeedSignal", "Metrics", "client_address", "install", "router"]
 
 _PROPOSAL_ID: Final = r"^prop_[A-Za-z0-9_-]{8,80}$"
 _SHORT_ID: Final = r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$"
@@ -223,6 +224,39 @@ def _metrics(request: Request) -> Metrics:
     return metrics
 
 
+def _address(text: str) -> str | None:
+    """``text`` as an IP address, an IPv6 one as its /64 (one host holds a whole /64)."""
+    try:
+        ip = ipaddress.ip_address(text.strip())
+    except ValueError:
+        return None
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return str(ip)
+
+
+def client_address(request: Request) -> str:
+    """The address a request comes from, for sign-in throttling: the socket's peer, or,
+    when that peer is one of ``app.state.trusted_proxies`` (a web app or a TLS proxy in
+    front, ``AIRLOCK_CHECKPOINT_TRUSTED_PROXIES``), the last address its
+    ``X-Forwarded-For`` names. From anyone else the header is ignored: it would let a
+    guesser name a new address with each guess."""
+    peer = request.client.host if request.client is not None else ""
+    address = _address(peer) or "unknown"
+    trusted: frozenset[str] = request.app.state.trusted_proxies
+    if address in trusted:
+        forwarded = ",".join(request.headers.getlist("x-forwarded-for")).split(",")[-1]
+        return _address(forwarded) or address
+    return address
+
+
+#: A page's own periodic refresh sends this (``Airlock-Activity: background``): it is
+#: no one's activity, so it does not keep an idle session alive.
+_ACTIVITY_HEADER: Final = "airlock-activity"
+
+
 async def _principal(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
@@ -234,7 +268,10 @@ async def _principal(
         raise Refusal(ErrorCode.E_UNAUTHENTICATED, "missing, unknown or expired token", 401)
     # Whose refusal budget a refusal of this request takes from (_RateLimitGate).
     request.state.token_key = _token_key(token)
-    principal = await run_in_threadpool(_accounts(request).authenticate, token)
+    activity = request.headers.get(_ACTIVITY_HEADER) != "background"
+    principal = await run_in_threadpool(
+        lambda: _accounts(request).authenticate(token, activity=activity)
+    )
     # Kept so that a refusal of this caller's request can be audited under their name.
     request.state.principal = principal
     return principal
@@ -279,9 +316,18 @@ def metrics(request: Request) -> Response:
 # -- sessions ---------------------------------------------------------------------------
 
 
-@router.post("/v1/sessions", status_code=201, tags=["sessions"])
+@router.post(
+    "/v1/sessions",
+    status_code=201,
+    tags=["sessions"],
+    responses={429: {"model": ErrorBody, "description": "E_THROTTLED or E_BUSY; see Retry-After"}},
+)
 def login(request: Request, body: LoginIn) -> LoginOut:
-    token, expires, role = _accounts(request).login(body.username, body.password)
+    """Sign in. Refused sign-ins slow the next ones from the same client address (429
+    ``E_THROTTLED`` with ``Retry-After`` until a growing delay passes)."""
+    token, expires, role = _accounts(request).login(
+        body.username, body.password, client=client_address(request)
+    )
     return LoginOut(token=token, expires_at=expires, username=body.username, role=role)
 
 

@@ -47,6 +47,9 @@ APPROVERS = ("alice", "bob", "carol")
 SESSION_TTL = 48 * 3600
 #: The names the tests' clients send in Host (TestClient's, and 127.0.0.1).
 TEST_HOSTS = ("testserver", "checkpoint.test", "127.0.0.1")
+#: Two client addresses' worth of counted failures (throttle.PAIR_FREE each).
+LOCKOUT_THRESHOLD = 6
+LOCKOUT_SECONDS = 600
 
 
 @dataclass
@@ -103,6 +106,10 @@ class World:
                 ).scalar_one()
             )
 
+    def client_from(self, address: str) -> TestClient:
+        """A client of the app whose requests come from the socket address ``address``."""
+        return TestClient(self.app, client=(address, 50000))
+
     def key_audit(self) -> ChainKeyAudit:
         """What ``airlock keys rotate|revoke`` record key changes in: this chain."""
         return ChainKeyAudit(self.checkpoint.db, self.clock)
@@ -135,10 +142,19 @@ def approved(world: World, **kwargs: Any) -> tuple[dict[str, Any], str]:
 
 
 def make_world(
-    url: str, tmp_path: Path, policy: Policy | None = None, *, trust_receipts: bool = True
+    url: str,
+    tmp_path: Path,
+    policy: Policy | None = None,
+    *,
+    trust_receipts: bool = True,
+    session_idle: int = SESSION_TTL,
+    trusted_proxies: tuple[str, ...] = (),
 ) -> World:
     """A checkpoint trusting the test executor's receipt key (``tests.executor.support``);
-    with ``trust_receipts=False`` it has no receipt key set at all."""
+    with ``trust_receipts=False`` it has no receipt key set at all. Sessions end only
+    ``SESSION_TTL`` after sign-in unless ``session_idle`` is shorter. An account locks
+    after ``LOCKOUT_THRESHOLD`` failures (each client address counts at most
+    ``throttle.PAIR_FREE`` of them) for ``LOCKOUT_SECONDS``."""
     clock = Clock()
     keys_dir = tmp_path / "keys"
     KeyDirectory(keys_dir).generate(clock())
@@ -157,11 +173,18 @@ def make_world(
         db,
         clock,
         session_ttl=SESSION_TTL,
-        lockout_threshold=3,
-        lockout_seconds=600,
+        session_idle=session_idle,
+        lockout_threshold=LOCKOUT_THRESHOLD,
+        lockout_seconds=LOCKOUT_SECONDS,
         hasher=hasher,
     )
-    app = create_app(checkpoint, accounts, feed_max_wait=5, allowed_hosts=TEST_HOSTS)
+    app = create_app(
+        checkpoint,
+        accounts,
+        feed_max_wait=5,
+        allowed_hosts=TEST_HOSTS,
+        trusted_proxies=trusted_proxies,
+    )
     world = World(url, keys_dir, clock, checkpoint, accounts, hasher, app, TestClient(app))
     for name in APPROVERS:
         accounts.add_user(name, PASSWORD, "approver")

@@ -107,14 +107,17 @@ def test_parallel_sign_ins_never_hash_more_than_two_passwords_at_once(
     world.accounts._hasher = WatchedHasher()  # type: ignore[assignment]
     statuses: list[int] = []
 
-    def sign_in(username: str, password: str) -> None:
+    def sign_in(i: int, username: str, password: str) -> None:
+        # Each from an address of its own: one address has at most two in progress.
         body = {"username": username, "password": password}
-        statuses.append(world.client.post("/v1/sessions", json=body).status_code)
+        response = world.client_from(f"10.0.0.{i + 1}").post("/v1/sessions", json=body)
+        statuses.append(response.status_code)
 
     threads = [
-        threading.Thread(target=sign_in, args=(f"nobody-{i}", "wrong password")) for i in range(7)
+        threading.Thread(target=sign_in, args=(i, f"nobody-{i}", "wrong password"))
+        for i in range(7)
     ]
-    threads.append(threading.Thread(target=sign_in, args=("alice", PASSWORD)))
+    threads.append(threading.Thread(target=sign_in, args=(7, "alice", PASSWORD)))
     for t in threads:
         t.start()
     for t in threads:
@@ -134,9 +137,10 @@ def test_sign_ins_past_those_waiting_are_refused_at_once_and_count_for_nothing(
 ) -> None:
     # Sign-ins waiting for a password check each hold a thread of the pool that runs every
     # other request too (the executor's feed, approvals): a few dozen at once from anyone
-    # took them all. Two verify and eight wait; the rest are refused with E_BUSY, before
-    # anything is recorded: a refused guess at alice's password does not count toward
-    # her lockout, and leaves no audit event.
+    # took them all. Two verify and eight wait; the rest are refused with 429 E_BUSY
+    # (never a 5xx), before anything is recorded: a refused guess at alice's password
+    # does not count toward her lockout, and leaves no audit event. Each sign-in comes
+    # from an address of its own (one address has at most two in progress).
     world = sqlite_world
     accounts = world.accounts
     real = accounts._hasher
@@ -155,14 +159,16 @@ def test_sign_ins_past_those_waiting_are_refused_at_once_and_count_for_nothing(
     events_before = len(_all_events(world))
     statuses: list[int] = []
 
-    def sign_in(username: str, password: str) -> None:
+    def sign_in(i: int, username: str, password: str) -> None:
         body = {"username": username, "password": password}
-        statuses.append(world.client.post("/v1/sessions", json=body).status_code)
+        response = world.client_from(f"10.0.0.{i + 1}").post("/v1/sessions", json=body)
+        statuses.append(response.status_code)
 
     admitted = [
-        threading.Thread(target=sign_in, args=(f"nobody-{i}", "wrong password")) for i in range(9)
+        threading.Thread(target=sign_in, args=(i, f"nobody-{i}", "wrong password"))
+        for i in range(9)
     ]
-    admitted.append(threading.Thread(target=sign_in, args=("alice", PASSWORD)))
+    admitted.append(threading.Thread(target=sign_in, args=(9, "alice", PASSWORD)))
 
     def alice_count() -> int:
         with world.checkpoint.engine.connect() as conn:
@@ -183,10 +189,10 @@ def test_sign_ins_past_those_waiting_are_refused_at_once_and_count_for_nothing(
 
         # Each further sign-in is answered at once, whoever it names, and not counted.
         for password in ("a wrong guess", PASSWORD):
-            response = world.client.post(
+            response = world.client_from("10.0.1.1").post(
                 "/v1/sessions", json={"username": "alice", "password": password}
             )
-            assert _error(response) == (503, "E_BUSY")
+            assert _error(response) == (429, "E_BUSY")
             assert response.headers["Retry-After"] == "2"
         assert accounts.signing_in == 10 and inside[0] == 2
         assert alice_count() == 1

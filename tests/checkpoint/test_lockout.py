@@ -1,14 +1,20 @@
-"""Login lockout: attempts are claimed before the slow verify, and a locked account is
-refused exactly like a wrong password, so a lockout tells no one that a name exists.
+"""Sign-in limits: a guesser is slowed per client address and per (address, name), and
+an account locks only as a last resort, after failures from several addresses.
 
-The password check is made to wait on events, so the tests decide exactly which guesses
-are "still hashing" while others run; nothing sleeps. The harness locks an account after
-3 failures (``lockout_threshold=3``) for 600 s, and its hasher is a test double that
-records which stored hash each argon2 verify was against (``CountingHasher``).
+A counted attempt is claimed before the slow verify, and a locked account is refused
+exactly like a wrong password, so a lock tells no one that a name exists. The password
+check is made to wait on events, so the tests decide exactly which guesses are "still
+hashing" while others run; nothing sleeps. The harness locks an account after 6 counted
+failures (``LOCKOUT_THRESHOLD``; each address counts at most ``throttle.PAIR_FREE`` = 3)
+for 600 s, and its hasher is a test double that records which stored hash each argon2
+verify was against (``CountingHasher``).
 """
 
 from __future__ import annotations
 
+import hashlib
+import http.client
+import json
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -17,22 +23,30 @@ import pytest
 import sqlalchemy as sa
 
 from airlock.store import verify_chain
-from services.checkpoint import auth
+from services.checkpoint import auth, throttle
 from services.checkpoint.errors import Refusal
 from services.checkpoint.models import sessions, users
 
-from .harness import PASSWORD, World, audit_events
+from .harness import (
+    LOCKOUT_SECONDS,
+    LOCKOUT_THRESHOLD,
+    PASSWORD,
+    World,
+    audit_events,
+    served,
+)
 
-THRESHOLD = 3
-LOCKOUT = 600
+THRESHOLD = LOCKOUT_THRESHOLD
+LOCKOUT = LOCKOUT_SECONDS
 WAIT = 30.0  # an upper bound for a thread to reach a point; never a synchronization sleep
 #: Headers a server or proxy may add that differ per response whatever it answers (the
 #: test client adds none today); every other header must match.
 _PER_RESPONSE = frozenset({"date", "x-request-id"})
 
 
-def _login(world: World, password: str, username: str = "alice") -> Any:
-    return world.client.post("/v1/sessions", json={"username": username, "password": password})
+def _login(world: World, password: str, username: str = "alice", address: str = "10.9.9.9") -> Any:
+    body = {"username": username, "password": password}
+    return world.client_from(address).post("/v1/sessions", json=body)
 
 
 def _assert_refused(response: Any) -> None:
@@ -44,8 +58,10 @@ def _assert_refused(response: Any) -> None:
 
 
 def _lock(world: World, username: str = "alice") -> None:
+    """Lock ``username``: PAIR_FREE counted failures from each of two addresses."""
     for i in range(THRESHOLD):
-        _assert_refused(_login(world, f"wrong-{i}", username))
+        address = f"10.0.{i // throttle.PAIR_FREE}.1"
+        _assert_refused(_login(world, f"wrong-{i}", username, address))
     assert audit_events(world, "checkpoint.user.locked")[-1]["user"] == username
 
 
@@ -88,8 +104,8 @@ def test_concurrent_guesses_never_verify_more_than_the_threshold(world: World) -
     results: list[Refusal] = []
 
     def guess(i: int) -> None:
-        try:
-            world.accounts.login("alice", f"wrong-password-{i:02d}")
+        try:  # each from an address of its own, so that every guess counts
+            world.accounts.login("alice", f"wrong-password-{i:02d}", client=f"10.1.0.{i}")
         except Refusal as exc:
             results.append(exc)
         finally:
@@ -139,16 +155,16 @@ def test_guess_verified_after_the_account_locked_does_not_tell_right_from_wrong(
     in_flight.start()
     try:
         assert entered.acquire(timeout=WAIT)  # the held guess is "still hashing"
-        # meanwhile other wrong guesses lock the account
+        # meanwhile other wrong guesses, from two other addresses, lock the account
         for i in range(THRESHOLD):
-            _login(world, f"other-wrong-{i}")
-        _assert_refused(_login(world, "anything-at-all"))
+            _login(world, f"other-wrong-{i}", address=f"10.2.{i // throttle.PAIR_FREE}.1")
+        _assert_refused(_login(world, "anything-at-all", address="10.3.0.1"))
     finally:
         release.set()
         in_flight.join(WAIT)
 
     wrong = box["r"]
-    reference = _login(world, "wrong-password-yy", username="nobody")
+    reference = _login(world, "wrong-password-yy", username="nobody", address="10.4.0.1")
     _assert_refused(reference)
     assert wrong.status_code == 401
     assert wrong.json() == reference.json()  # byte for byte what a wrong password gets
@@ -159,10 +175,10 @@ def test_probing_for_user_names_gets_one_answer_for_unknown_wrong_and_locked(
     world: World,
 ) -> None:
     """With 423 E_LOCKED for a locked account, threshold+1 guesses told anyone that a
-    name exists, and the locked answer came at once, without an argon2 verify. Now an
+    name exists, and the locked answer came at once, without an argon2 verify. An
     unknown name, a wrong password and a locked account (even with the right password)
     get the same status, body and headers, each after one verify through the same
-    slot-limited path."""
+    slot-limited path; the throttle slows an unknown name as it slows a known one."""
     _lock(world, "bob")
     alice, bob = world.password_hash("alice"), world.password_hash("bob")
     calls: list[str] = []
@@ -176,7 +192,7 @@ def test_probing_for_user_names_gets_one_answer_for_unknown_wrong_and_locked(
 
     def probe(username: str, password: str) -> tuple[Any, list[str]]:
         start = len(world.hasher.verified)
-        response = _login(world, password, username)
+        response = _login(world, password, username, address=f"10.5.0.{len(calls)}")
         hashed = world.hasher.verified[start:]
         assert calls[-len(hashed) :] == hashed  # every argon2 verify went through _verify
         return response, hashed
@@ -204,7 +220,7 @@ def test_probing_for_user_names_gets_one_answer_for_unknown_wrong_and_locked(
 
 
 def test_right_password_after_failures_below_the_threshold_signs_in(world: World) -> None:
-    for i in range(THRESHOLD - 1):
+    for i in range(throttle.PAIR_FREE - 1):
         _assert_refused(_login(world, f"wrong-{i}"))
     assert _login(world, PASSWORD).status_code == 201
     with world.checkpoint.engine.connect() as conn:
@@ -243,29 +259,110 @@ def test_attempts_claimed_but_never_settled_lock_instead_of_sticking(world: Worl
     assert _login(world, PASSWORD).status_code == 201
 
 
-def test_every_failed_login_is_logged_even_where_it_is_not_audited(
+def test_a_password_typed_as_the_user_name_is_never_logged_or_recorded(
     world: World, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A login for a user that does not exist is not put in the audit chain (anyone can
-    send them), which left password spraying invisible to an operator (found in review).
-    A locked account is answered like a wrong password: only the log says it is locked."""
+    """An all-lowercase passphrase fits the user-name pattern, and a failed sign-in
+    logged the name as typed: a password typed into the name field landed in the log.
+    The log names a known user by its keyed hash and an unknown name by its length
+    only; the audit chain gets a keyed hash of an unknown name, tallied once per
+    interval, never the name."""
     caplog.set_level("WARNING", logger="airlock.checkpoint.auth")
-    world.client.post("/v1/sessions", json={"username": "mallory", "password": "x"})
-    # A password typed into the user name field is never logged (found in review).
-    world.client.post("/v1/sessions", json={"username": "Tr0ub4dor&3-horse", "password": "x"})
-    for _ in range(THRESHOLD):
-        _assert_refused(_login(world, "wrong"))
-    _assert_refused(_login(world, PASSWORD))
+    typed = "correcthorsebatterystaple"
+    _assert_refused(_login(world, "x", username=typed, address="10.6.0.1"))
+    _assert_refused(_login(world, "Tr0ub4dor&3-horse", username="Tr0ub4dor&3-horse"))
+    for _ in range(throttle.PAIR_FREE):
+        _assert_refused(_login(world, "wrong", address="10.6.0.2"))
+    world.clock.advance(60)
+    world.accounts.flush_refused_sign_ins()
+    key = world.accounts.name_key("alice")
+    assert key.startswith("hmac:") and len(key) == 37
+    assert key != "hmac:" + hashlib.sha256(b"alice").hexdigest()[:32]  # keyed, not bare
     messages = [r.getMessage() for r in caplog.records if r.name == "airlock.checkpoint.auth"]
-    assert messages[0] == "failed login: no such user 'mallory'"
-    assert messages[1] == "failed login: a malformed user name (17 characters)"
-    assert "Tr0ub4dor" not in caplog.text
-    assert messages[2:] == ["failed login: wrong password for 'alice'"] * THRESHOLD + [
-        "failed login: 'alice' is locked"
-    ]
-    failed = [e["user"] for e in audit_events(world, "checkpoint.login.failed")]
-    assert failed == ["alice"] * (THRESHOLD - 1)  # the last failure is audited as the lock
-    assert [e["user"] for e in audit_events(world, "checkpoint.user.locked")] == ["alice"]
+    assert messages[0] == "failed sign-in from 10.6.0.1: no such user (a name of 25 characters)"
+    assert messages[1] == "failed sign-in from 10.9.9.9: no such user (a name of 17 characters)"
+    assert messages[2:5] == [f"failed sign-in from 10.6.0.2: wrong password for user {key}"] * 3
+    assert messages[5].startswith("refused sign-ins from ")
+    for text in (caplog.text, json.dumps(_chain(world))):
+        assert typed not in text and "Tr0ub4dor" not in text
+    [tally] = audit_events(world, "checkpoint.sign_in.refused")
+    assert tally["unknown_name"] == 2 and tally["throttled"] == 0
+    assert {n["name_hmac"] for n in tally["names"]} == {
+        world.accounts.name_key(typed),
+        world.accounts.name_key("Tr0ub4dor&3-horse"),
+    }
+    failed = audit_events(world, "checkpoint.login.failed")
+    assert [(e["user"], e["client"]) for e in failed] == [("alice", "10.6.0.2")] * 3
+
+
+def test_unknown_names_and_throttled_attempts_are_tallied_not_audited_one_by_one(
+    world: World,
+) -> None:
+    """Anyone can send sign-ins for names that do not exist; one audit row each would let
+    anyone grow the chain. 600 of them, from 50 addresses, within one interval (each
+    address is throttled after its first ADDRESS_FREE), are one checkpoint.sign_in.refused
+    row naming the addresses that sent most."""
+    rows_before = len(_chain(world))
+    statuses: list[int] = []
+    for i in range(600):
+        address = f"10.7.{i % 50}.1"
+        statuses.append(_login(world, "guess", f"user-{i}", address).status_code)
+    assert set(statuses) == {401, 429}  # no 5xx, whatever the load
+    world.clock.advance(60)
+    world.accounts.flush_refused_sign_ins()
+    new_rows = _chain(world)[rows_before:]
+    assert [e["type"] for e in new_rows] == ["checkpoint.sign_in.refused"]
+    [tally] = new_rows
+    assert (tally["unknown_name"], tally["throttled"]) == (500, 100)
+    assert statuses.count(401) == 50 * throttle.ADDRESS_FREE
+    assert len(tally["clients"]) == 10 and tally["other_clients"] == 40
+    assert {c["count"] for c in tally["clients"]} == {12}
+
+
+def _chain(world: World) -> list[dict[str, Any]]:
+    with world.checkpoint.engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT event FROM audit_log ORDER BY seq")).scalars()
+        return [json.loads(e) for e in rows]
+
+
+def test_parallel_sign_ins_from_one_address_are_slowed_never_answered_5xx(world: World) -> None:
+    """40 parallel sign-ins with unknown names got 26 x 503. One address has at most two
+    in progress; the rest are refused at once with 429 E_THROTTLED and Retry-After."""
+    release, entered, _ = _gate_verify(world, lambda _encoded, _pw: True)
+    guesser = world.client_from("10.8.0.1")
+    answers: list[Any] = []
+    lock = threading.Lock()
+
+    def sign_in(i: int) -> None:
+        response = guesser.post("/v1/sessions", json={"username": f"n-{i}", "password": "x"})
+        with lock:
+            answers.append(response)
+
+    threads = [threading.Thread(target=sign_in, args=(i,)) for i in range(40)]
+    for t in threads:
+        t.start()
+    try:
+        for _ in range(throttle.IN_FLIGHT_PER_ADDRESS):
+            assert entered.acquire(timeout=WAIT)  # two are verifying, held
+        # every other one is answered while those two still hold their places
+        deadline = threading.Event()
+        for _ in range(400):
+            with lock:
+                if len(answers) == 40 - throttle.IN_FLIGHT_PER_ADDRESS:
+                    break
+            deadline.wait(0.05)  # polling a condition under a bound, not a race
+        with lock:
+            early = list(answers)
+    finally:
+        release.set()
+        for t in threads:
+            t.join(WAIT)
+    assert len(early) == 40 - throttle.IN_FLIGHT_PER_ADDRESS
+    for response in early:
+        assert response.status_code == 429
+        assert response.json()["error"]["code"] == "E_THROTTLED"
+        assert int(response.headers["Retry-After"]) >= 1
+    assert sorted(r.status_code for r in answers) == [401] * 2 + [429] * 38
 
 
 def test_an_admin_unlocks_an_account_or_sets_its_password(world: World) -> None:
@@ -296,3 +393,90 @@ def test_an_admin_unlocks_an_account_or_sets_its_password(world: World) -> None:
         world.accounts.unlock_user("nobody")
     with pytest.raises(Refusal):
         world.accounts.set_password("alice", "short")
+
+
+class _Connection:
+    """A keep-alive HTTP/1.1 connection to 127.0.0.1:``port`` from the local address
+    ``source`` (Linux routes all of 127/8 to loopback)."""
+
+    def __init__(self, port: int, source: str) -> None:
+        self._conn = http.client.HTTPConnection("127.0.0.1", port, source_address=(source, 0))
+
+    def post(self, body: dict[str, str]) -> tuple[int, dict[str, str], Any]:
+        self._conn.request(
+            "POST",
+            "/v1/sessions",
+            body=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        response = self._conn.getresponse()
+        data = json.loads(response.read())
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, data
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+def test_a_thousand_guesses_from_one_address_slow_it_and_never_keep_alice_out(
+    sqlite_world: World,
+) -> None:
+    """Five wrong passwords locked any known name for 15 minutes: anyone who could reach
+    the sign-in could keep an approver out. Over real HTTP (uvicorn on loopback), 1,000
+    wrong passwords for alice from 127.0.0.2, each tried first too early (refused 429
+    E_THROTTLED at once, Retry-After its delay) and then once the delay passed: every
+    delay is longer than the one before until it reaches the cap, the account is never
+    locked, and alice signs in at once from 127.0.0.1. The attacker's address is in the
+    audit chain (each verified guess, and the tally of throttled ones) and in
+    ``airlock users sign-ins``' report."""
+    world = sqlite_world
+    alice_hash = world.password_hash("alice")
+    verifies_before = world.hasher.verifies_of(alice_hash)
+    delays: list[int] = []
+    # The campaign through the app with the socket address given to it (the test
+    # client's seam): a request over loopback TCP costs ~45 ms here, 2,000 of them 90 s.
+    campaign = world.client_from("127.0.0.2")
+    guess = {"username": "alice", "password": "not alices password"}
+    for _ in range(1000):
+        response = campaign.post("/v1/sessions", json=guess)
+        if response.status_code == 429:
+            assert response.json()["error"]["code"] == "E_THROTTLED"
+            delays.append(int(response.headers["Retry-After"]))
+            world.clock.advance(delays[-1])
+            response = campaign.post("/v1/sessions", json=guess)
+        assert response.status_code == 401, response.text
+    # Then over real sockets: the attacker's address is still slowed, and alice, from
+    # another address, signs in at once (the clock has not moved).
+    with served(world.app) as (_server, port, _thread):
+        attacker = _Connection(port, "127.0.0.2")
+        alice = _Connection(port, "127.0.0.1")
+        try:
+            status, headers, _ = attacker.post(guess)
+            assert (status, headers["retry-after"]) == (429, str(throttle.CAP))
+            status, _, body = alice.post({"username": "alice", "password": PASSWORD})
+            assert status == 201, body
+        finally:
+            attacker.close()
+            alice.close()
+    # Slowed: 1,000 - PAIR_FREE guesses each waited, every delay longer than the last
+    # until the cap (an hour), and the guesses together took weeks, not seconds.
+    assert len(delays) == 1000 - throttle.PAIR_FREE
+    growing = delays[: delays.index(throttle.CAP)]
+    assert growing == sorted(set(growing)) and len(growing) >= 10
+    assert set(delays[len(growing) :]) == {throttle.CAP}
+    assert sum(delays) > 30 * 24 * 3600
+    # Each guess was checked once (no more), and none of them locked the account.
+    assert world.hasher.verifies_of(alice_hash) - verifies_before == 1000 + 1
+    assert audit_events(world, "checkpoint.user.locked") == []
+    # Recorded: every wrong password with the address, and the throttled attempts.
+    failed = audit_events(world, "checkpoint.login.failed")
+    assert len(failed) == 1000 and {e["client"] for e in failed} == {"127.0.0.2"}
+    world.accounts.flush_refused_sign_ins(force=True)
+    tallies = audit_events(world, "checkpoint.sign_in.refused")
+    assert sum(t["throttled"] for t in tallies) == len(delays) + 1
+    assert {c["address"] for t in tallies for c in t["clients"]} == {"127.0.0.2"}
+    report = world.accounts.sign_in_report(since=0)
+    assert report["clients"]["127.0.0.2"]["users"] == {"alice": 1000}
+    assert report["totals"]["throttled"] == len(delays) + 1
+    assert "127.0.0.1" not in report["clients"]
+    created = audit_events(world, "checkpoint.session.created")
+    assert created[-1] == {**created[-1], "user": "alice", "client": "127.0.0.1"}

@@ -175,6 +175,9 @@ def test_cli_checkpoint_answers_open_feed_long_polls_when_asked_to_stop(
     app = server.config.app
     assert server._on_exit == app.state.feed_signal.close
     assert server.config.port == 1
+    # uvicorn's own X-Forwarded-For handling trusts any loopback peer: off, the app
+    # trusts only AIRLOCK_CHECKPOINT_TRUSTED_PROXIES (tests/checkpoint/test_client_address).
+    assert server.config.proxy_headers is False
 
 
 def test_cli_keys_users_and_tokens(tmp_path: Path) -> None:
@@ -418,3 +421,44 @@ def test_cli_tokens_list_and_revoke(tmp_path: Path) -> None:
     assert again.exit_code == 1 and "already revoked" in again.stderr
     unknown = _airlock(tmp_path, "tokens", "revoke", "ghost")
     assert unknown.exit_code == 1 and "no service token named ghost" in unknown.stderr
+
+
+def test_cli_users_sign_ins_shows_a_guessing_campaign_by_address(tmp_path: Path) -> None:
+    """Sign-ins for names that do not exist were in no record at all: an admin could not
+    see password spraying. `users sign-ins` reads the audit chain: wrong passwords by
+    address and user, unknown names and throttled attempts by address (tallied)."""
+    added = _airlock(tmp_path, "users", "add", "dora", "--password-stdin", stdin="long enough pw\n")
+    assert added.exit_code == 0, added.output
+    db = Database(f"sqlite:///{tmp_path / 'checkpoint.db'}")
+    clock = [int(time.time())]
+    try:
+        accounts = Accounts(
+            db,
+            lambda: clock[0],
+            session_ttl=3600,
+            lockout_threshold=100,
+            lockout_seconds=3600,
+            hasher=CountingHasher(),
+        )
+        for name, client in (
+            [("dora", "192.0.2.7")] * 2
+            + [("nobody", "192.0.2.7")] * 8
+            + [("carla", "198.51.100.3")]
+        ):
+            with pytest.raises(Refusal):
+                accounts.login(name, "a wrong guess", client=client)
+        clock[0] += 60
+        accounts.flush_refused_sign_ins()
+    finally:
+        db.dispose()
+    shown = _airlock(tmp_path, "users", "sign-ins")
+    assert shown.exit_code == 0, shown.output
+    lines = shown.stdout.splitlines()
+    # nobody from 192.0.2.7: 3 free guesses, then 5 refused by the throttle
+    assert lines[0] == "last 24 h: 2 wrong passwords, 4 unknown names (2 distinct), 5 throttled"
+    rows = {line.split()[0]: line.split()[1:] for line in lines[2:]}
+    assert rows["192.0.2.7"] == ["2", "8", "dora", "2"]
+    assert rows["198.51.100.3"] == ["0", "1"]
+    as_json = json.loads(_airlock(tmp_path, "users", "sign-ins", "--json").stdout)
+    assert as_json["clients"]["192.0.2.7"]["users"] == {"dora": 2}
+    assert "nobody" not in shown.stdout + json.dumps(as_json)  # only its keyed hash is kept

@@ -90,24 +90,45 @@ def test_wrong_password_is_refused_with_exit_1(served: Served) -> None:
 
 def test_login_to_a_locked_account_is_refused_like_a_wrong_password(served: Served) -> None:
     # The checkpoint never says which (a distinct 423 E_LOCKED told anyone that a name
-    # exists); its one message for a refused sign-in names the lockout; the CLI shows it.
+    # exists); its one message for a refused sign-in names the lock; the CLI shows it.
     def login(username: str, password: str) -> Any:
         return served.run(
             "login", "--url", served.url, "-u", username, "--password-stdin", stdin=password + "\n"
         )
 
-    for _ in range(3):  # the harness locks after 3 failures
-        assert login("alice", "wrong").exit_code == 1
+    # The last-resort lock needs failures from two addresses (3 counted from each).
+    for address in ("10.0.0.1", "10.0.0.2"):
+        guesser = served.world.client_from(address)
+        for _ in range(3):
+            body = {"username": "alice", "password": "wrong"}
+            assert guesser.post("/v1/sessions", json=body).status_code == 401
     locked = login("alice", PASSWORD)
     unknown = login("nobody", PASSWORD)
     assert (locked.exit_code, unknown.exit_code) == (1, 1)
     assert locked.stderr == unknown.stderr
     assert locked.stderr.startswith(
-        "refused: E_UNAUTHENTICATED: wrong username or password, or too many failed sign-ins"
+        "refused: E_UNAUTHENTICATED: wrong username or password, or the account is locked"
     )
-    assert "locked for a while" in locked.stderr
+    assert "an admin can unlock it" in locked.stderr
     assert "run `airlock login`" not in locked.stderr  # no session hint: this was the login
     assert not (served.home / "session.json").exists()
+
+
+def test_login_after_failures_from_this_address_is_slowed_with_exit_1(served: Served) -> None:
+    def login(password: str) -> Any:
+        return served.run(
+            "login", "--url", served.url, "-u", "alice", "--password-stdin", stdin=password + "\n"
+        )
+
+    for _ in range(3):  # throttle.PAIR_FREE free failures
+        assert "E_UNAUTHENTICATED" in login("wrong").stderr
+    slowed = login(PASSWORD)
+    assert slowed.exit_code == 1
+    assert slowed.stderr == (
+        "refused: E_THROTTLED: too many failed sign-ins from this address; try again in 1 s\n"
+    )
+    served.world.clock.advance(1)
+    assert login(PASSWORD).exit_code == 0
 
 
 def test_login_without_terminal_or_stdin_flag_is_a_usage_error(served: Served) -> None:
@@ -255,3 +276,17 @@ def test_failing_to_store_the_session_is_a_clear_error_and_ends_the_session(
     # No one holds the issued session any more, so it was ended at the checkpoint.
     me = served.world.client.get("/v1/me", headers={"Authorization": f"Bearer {token}"})
     assert me.status_code == 401
+
+
+def test_a_cli_session_left_idle_ends(served: Served) -> None:
+    # The harness's sessions idle as long as they live; this one's end after 10 minutes.
+    served.world.accounts._session_idle = 600
+    served.login("alice")
+    served.world.clock.advance(599)
+    assert served.run("approvals", "list").exit_code == 0  # used: kept alive
+    served.world.clock.advance(599)
+    assert served.run("approvals", "list").exit_code == 0
+    served.world.clock.advance(600)
+    ended = served.run("approvals", "list")
+    assert ended.exit_code == 1
+    assert "E_UNAUTHENTICATED" in ended.stderr and "airlock login" in ended.stderr

@@ -475,3 +475,12 @@ def test_up_gives_the_checkpoint_and_the_web_app_the_host_names_its_urls_use(
     assert "evil.example" not in answered
     web = set(stack.webapp_env()["AIRLOCK_WEBAPP_ALLOWED_HOSTS"].split(","))
     assert {"127.0.0.1", "localhost"} <= web
+
+
+def test_up_has_its_checkpoint_trust_its_web_apps_forwarded_for(tmp_path: Path) -> None:
+    """Every sign-in through up's web app comes from 127.0.0.1: untrusted, its
+    X-Forwarded-For is ignored, and one guesser would slow everyone's sign-in."""
+    from airlock.cli._up import _Stack
+
+    stack = _Stack(tmp_path, {"webapp": 1, "checkpoint": 2, "devcloud": 3}, 4, 5)
+    assert stack.checkpoint_env()["AIRLOCK_CHECKPOINT_TRUSTED_PROXIES"] == "127.0.0.1"

@@ -320,6 +320,8 @@ def running_stack(
                     "AIRLOCK_CHECKPOINT_RECEIPT_KEYS_PATH": str(workdir / "receipt-keys.json"),
                     "AIRLOCK_CHECKPOINT_AUDIENCE": AUDIENCE,
                     "AIRLOCK_CHECKPOINT_FEED_MAX_WAIT": "5",
+                    # The web app's address: its X-Forwarded-For names each browser.
+                    "AIRLOCK_CHECKPOINT_TRUSTED_PROXIES": "127.0.0.1",
                 }
             ),
             workdir,

@@ -12,8 +12,10 @@ refused by up, so ``make up`` after ``make test`` would fail on a fresh clone.
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -763,3 +765,50 @@ def test_people_read_words_not_codes_for_reasons_outcomes_and_resolutions(
     page.goto("/")
     option = page.locator("#f-state option[value=in_doubt]")
     expect(option).to_have_text("in doubt — needs a person")
+
+
+def test_a_thousand_guesses_through_the_web_app_slow_the_guesser_not_alice(
+    stack: Stack, browser: Browser
+) -> None:
+    """Five wrong passwords locked a name for 15 minutes, through the web app too. 1,000
+    wrong sign-ins for alice through the web app's form from 127.0.0.2 (each with its
+    CSRF token, as a browser sends them): after the free ones each is refused at once
+    (429, Retry-After), never a 5xx; then alice, in a browser at 127.0.0.1, signs in at
+    once. The checkpoint recorded the guesser's address, forwarded by the web app."""
+    guesser = httpx.Client(
+        base_url=stack.webapp_url,
+        transport=httpx.HTTPTransport(local_address="127.0.0.2"),
+        trust_env=False,
+        timeout=10.0,
+    )
+    statuses: list[int] = []
+    waits: list[int] = []
+    with guesser:
+        token = re.search(r'name="csrf_token" value="([0-9a-f]{64})"', guesser.get("/login").text)
+        assert token is not None
+        form = {"username": "alice", "password": "not her password", "csrf_token": token[1]}
+        for _ in range(1000):
+            answer = guesser.post("/login", data=form)
+            statuses.append(answer.status_code)
+            if answer.status_code == 429:
+                waits.append(int(answer.headers["Retry-After"]))
+                assert "Too many failed sign-ins from your address" in answer.text
+    assert set(statuses) == {401, 429}
+    # Only the free guesses and those made after a delay passed were checked: a handful
+    # in the seconds the 1,000 took, not 1,000.
+    assert statuses[:3] == [401] * 3 and statuses[3] == 429
+    assert statuses.count(401) <= 12
+    assert min(waits) >= 1
+    alice = Person(browser, stack, "alice")  # signs in, and sees her queue
+    try:
+        expect(alice.page.locator("h1")).to_be_visible()
+    finally:
+        alice.close()
+    with sqlite3.connect(stack.workdir / "checkpoint.db") as db:
+        events = [json.loads(e) for (e,) in db.execute("SELECT event FROM audit_log")]
+    failed = [e for e in events if e["type"] == "checkpoint.login.failed"]
+    assert {e["client"] for e in failed} == {"127.0.0.2"}
+    assert len(failed) == statuses.count(401)
+    created = [e for e in events if e["type"] == "checkpoint.session.created"]
+    assert created[-1]["user"] == "alice" and created[-1]["client"] == "127.0.0.1"
+    assert not [e for e in events if e["type"] == "checkpoint.user.locked"]
