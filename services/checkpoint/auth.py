@@ -30,6 +30,7 @@ from argon2 import PasswordHasher, Type
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
 from sqlalchemy.engine import Connection, Engine
 
+from airlock.events import CheckpointEvent
 from airlock.store import AuditLog
 
 from ._db import Database
@@ -190,7 +191,7 @@ class Accounts:
                     created_at=now,
                 )
             )
-            _audit(conn, now, {"type": "checkpoint.user.added", "user": username, "role": role})
+            _audit(conn, now, {"type": CheckpointEvent.USER_ADDED, "user": username, "role": role})
 
     def disable_user(self, username: str) -> None:
         now = self._now()
@@ -201,7 +202,7 @@ class Accounts:
             if not done:
                 raise Refusal(ErrorCode.E_NOT_FOUND, f"no user {username}", 404)
             _end_sessions(conn, username, now)
-            _audit(conn, now, {"type": "checkpoint.user.disabled", "user": username})
+            _audit(conn, now, {"type": CheckpointEvent.USER_DISABLED, "user": username})
 
     def unlock_user(self, username: str) -> None:
         """End a lockout now and clear the failed-login count (an admin's call, audited)."""
@@ -214,7 +215,7 @@ class Accounts:
             ).rowcount
             if not done:
                 raise Refusal(ErrorCode.E_NOT_FOUND, f"no user {username}", 404)
-            _audit(conn, now, {"type": "checkpoint.user.unlocked", "user": username})
+            _audit(conn, now, {"type": CheckpointEvent.USER_UNLOCKED, "user": username})
 
     def set_password(self, username: str, password: str) -> None:
         """Replace a person's password (an admin's call, audited): their sessions end and
@@ -234,7 +235,7 @@ class Accounts:
             if not done:
                 raise Refusal(ErrorCode.E_NOT_FOUND, f"no user {username}", 404)
             _end_sessions(conn, username, now)
-            _audit(conn, now, {"type": "checkpoint.user.password_set", "user": username})
+            _audit(conn, now, {"type": CheckpointEvent.USER_PASSWORD_SET, "user": username})
 
     def list_users(self) -> list[dict[str, Any]]:
         with self._engine.connect() as conn:
@@ -270,7 +271,7 @@ class Accounts:
                     token_hash=hash_token(token), name=name, role=role, created_at=now
                 )
             )
-            _audit(conn, now, {"type": "checkpoint.token.created", "name": name, "role": role})
+            _audit(conn, now, {"type": CheckpointEvent.TOKEN_CREATED, "name": name, "role": role})
         return token
 
     def revoke_service_token(self, name: str) -> None:
@@ -289,7 +290,7 @@ class Accounts:
                 if exists is None:
                     raise Refusal(ErrorCode.E_NOT_FOUND, f"no service token named {name}", 404)
                 raise Refusal(ErrorCode.E_STATE, f"the token {name} is already revoked", 409)
-            _audit(conn, now, {"type": "checkpoint.token.revoked", "name": name})
+            _audit(conn, now, {"type": CheckpointEvent.TOKEN_REVOKED, "name": name})
 
     def list_service_tokens(self) -> list[dict[str, Any]]:
         """Name, role, created_at and revoked_at of every service token (never the token)."""
@@ -420,7 +421,7 @@ class Accounts:
                 # The failure stays counted (from the claim); it may complete the lock.
                 _log.warning("failed login: wrong password for %r", username[:64])
                 if not self._lock_if_saturated(conn, username, now, unlocked):
-                    _audit(conn, now, {"type": "checkpoint.login.failed", "user": username})
+                    _audit(conn, now, {"type": CheckpointEvent.LOGIN_FAILED, "user": username})
             else:
                 token = _new_token("als_")
                 expires = now + self._session_ttl
@@ -432,7 +433,7 @@ class Accounts:
                         expires_at=expires,
                     )
                 )
-                _audit(conn, now, {"type": "checkpoint.session.created", "user": username})
+                _audit(conn, now, {"type": CheckpointEvent.SESSION_CREATED, "user": username})
         # Refused only after the commit: a rolled-back count would never lock anyone.
         if not ok:
             raise _refused()
@@ -451,7 +452,7 @@ class Accounts:
             .values(failed_logins=0, locked_until=now + self._lockout)
         ).rowcount
         if locked:
-            _audit(conn, now, {"type": "checkpoint.user.locked", "user": username})
+            _audit(conn, now, {"type": CheckpointEvent.USER_LOCKED, "user": username})
         return bool(locked)
 
     def _verify(self, encoded: str, password: str) -> bool:
@@ -471,7 +472,7 @@ class Accounts:
                 .where(sessions.c.token_hash == principal.session, sessions.c.revoked_at.is_(None))
                 .values(revoked_at=now)
             )
-            _audit(conn, now, {"type": "checkpoint.session.revoked", "user": principal.name})
+            _audit(conn, now, {"type": CheckpointEvent.SESSION_REVOKED, "user": principal.name})
 
     def authenticate(self, token: str) -> Principal:
         """The principal behind a bearer token, or refuse with E_UNAUTHENTICATED."""

@@ -53,6 +53,7 @@ from cryptography.hazmat.primitives.serialization import (
     load_pem_private_key,
 )
 
+from airlock.events import CheckpointEvent
 from airlock.protocol import (
     KeySet,
     KeySetError,
@@ -300,7 +301,7 @@ class KeyDirectory:
                 data = self._serialize([*records, record])
                 audit.record(
                     {
-                        "type": "checkpoint.key.staged",
+                        "type": CheckpointEvent.KEY_STAGED,
                         "next": record.kid,
                         "keyset_before": before,
                         "keyset_after": _digest(data),
@@ -371,7 +372,7 @@ class KeyDirectory:
                 data = self._serialize(updated)
                 audit.record(
                     {
-                        "type": "checkpoint.key.rotated",
+                        "type": CheckpointEvent.KEY_ROTATED,
                         "active": record.kid,
                         "staged": bool(staged),
                         "retired": sorted(bounded),
@@ -400,7 +401,7 @@ class KeyDirectory:
             data = self._serialize([revoked if r.kid == kid else r for r in records])
             audit.record(
                 {
-                    "type": "checkpoint.key.revoked",
+                    "type": CheckpointEvent.KEY_REVOKED,
                     "kid": kid,
                     "was": found.status.value,
                     "keyset_before": before,

@@ -32,6 +32,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine, Row
 from sqlalchemy.exc import IntegrityError
 
+from airlock.events import CheckpointEvent
 from airlock.protocol import (
     APPROVAL_PAYLOAD_TYPE,
     APPROVAL_TYPE,
@@ -290,7 +291,7 @@ class Checkpoint:
         self._audit(
             conn,
             now,
-            "checkpoint.proposal.submitted",
+            CheckpointEvent.PROPOSAL_SUBMITTED,
             proposal_id=action.proposal_id,
             action_hash=digest,
             by=principal.name,
@@ -361,7 +362,7 @@ class Checkpoint:
             self._audit(
                 conn,
                 now,
-                "checkpoint.vote.approve",
+                CheckpointEvent.VOTE_APPROVE,
                 proposal_id=proposal_id,
                 action_hash=row.action_hash,
                 by=principal.name,
@@ -453,7 +454,7 @@ class Checkpoint:
         self._audit(
             conn,
             now,
-            "checkpoint.approval.issued",
+            CheckpointEvent.APPROVAL_ISSUED,
             proposal_id=row.id,
             approval_id=approval_id,
             action_hash=row.action_hash,
@@ -505,7 +506,7 @@ class Checkpoint:
             self._audit(
                 conn,
                 now,
-                "checkpoint.proposal.rejected",
+                CheckpointEvent.PROPOSAL_REJECTED,
                 proposal_id=proposal_id,
                 by=principal.name,
                 reason_code=reason_code,
@@ -549,7 +550,7 @@ class Checkpoint:
         self._audit(
             conn,
             now,
-            "checkpoint.approval.revoked",
+            CheckpointEvent.APPROVAL_REVOKED,
             proposal_id=proposal_id,
             approval_id=approval.approval_id,
             by=by,
@@ -581,7 +582,7 @@ class Checkpoint:
             self._audit(
                 conn,
                 now,
-                "checkpoint.proposal.withdrawn",
+                CheckpointEvent.PROPOSAL_WITHDRAWN,
                 proposal_id=proposal_id,
                 by=principal.name,
                 note=note,
@@ -625,7 +626,7 @@ class Checkpoint:
             self._audit(
                 conn,
                 now,
-                "checkpoint.execution.resolved",
+                CheckpointEvent.EXECUTION_RESOLVED,
                 proposal_id=proposal_id,
                 by=principal.name,
                 decision=decision,
@@ -731,7 +732,7 @@ class Checkpoint:
                 self._audit(
                     conn,
                     now,
-                    "checkpoint.feed.raised",
+                    CheckpointEvent.FEED_RAISED,
                     by=principal.name,
                     feed_head=last,
                     to=after,
@@ -833,7 +834,7 @@ class Checkpoint:
             self._audit(
                 conn,
                 now,
-                "checkpoint.outcome.reported",
+                CheckpointEvent.OUTCOME_REPORTED,
                 proposal_id=row.id,
                 approval_id=approval_id,
                 outcome=outcome,
@@ -955,7 +956,7 @@ class Checkpoint:
                 self._audit(
                     conn,
                     now,
-                    "checkpoint.executor_resolution",
+                    CheckpointEvent.EXECUTOR_RESOLUTION,
                     proposal_id=row.id,
                     approval_id=approval_id,
                     decision=decision,
@@ -1054,7 +1055,7 @@ class Checkpoint:
                 self._audit(
                     conn,
                     now,
-                    "checkpoint.executor_refusal",
+                    CheckpointEvent.EXECUTOR_REFUSAL,
                     proposal_id=row.id,
                     approval_id=note.approval_id,
                     refusal_code=note.refusal_code,
@@ -1115,7 +1116,7 @@ class Checkpoint:
             self._audit(
                 conn,
                 now,
-                "checkpoint.proposal.withdrawn",
+                CheckpointEvent.PROPOSAL_WITHDRAWN,
                 proposal_id=holder.id,
                 by="checkpoint",
                 reason="in_doubt",
@@ -1225,12 +1226,12 @@ class Checkpoint:
             ).all()
             for (pid,) in stale:
                 self._set_state(conn, pid, "pending", "expired", now)
-                self._audit(conn, now, "checkpoint.proposal.expired", proposal_id=pid)
+                self._audit(conn, now, CheckpointEvent.PROPOSAL_EXPIRED, proposal_id=pid)
                 counts["expired"] += 1
             for pid, aid in lapsing:
                 self._set_state(conn, pid, "approved", "lapsed", now)
                 self._audit(
-                    conn, now, "checkpoint.approval.lapsed", proposal_id=pid, approval_id=aid
+                    conn, now, CheckpointEvent.APPROVAL_LAPSED, proposal_id=pid, approval_id=aid
                 )
                 counts["lapsed"] += 1
         return counts
@@ -1325,7 +1326,7 @@ class Checkpoint:
             event["proposal_id"] = proposal_id
         now = self.now()
         with self.engine.begin() as conn:
-            self._audit(conn, now, "checkpoint.refused", **event)
+            self._audit(conn, now, CheckpointEvent.REFUSED, **event)
 
     def audit_status(self, principal: Principal) -> AuditOut:
         _require(principal, {"viewer", "approver", "admin"}, "read the audit status")

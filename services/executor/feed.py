@@ -85,6 +85,7 @@ from airlock.api import (
     FeedPage,
     ReceiptReport,
 )
+from airlock.events import ExecutorEvent
 from airlock.httpdeadline import deadline_passed, deadline_transport, within
 from airlock.protocol import (
     APPROVAL_ID_PATTERN,
@@ -537,7 +538,7 @@ class CheckpointFeedSource:
             AuditLog.append(
                 conn,
                 {
-                    "type": "executor.ledger_behind",
+                    "type": ExecutorEvent.LEDGER_BEHIND,
                     "feed": self._feed,
                     "checkpoint_records": {"seq": head.seq, "hash": head.hash, "at": head.at},
                     "own_head": {"seq": own.seq, "hash": own.row_hash},
@@ -698,7 +699,7 @@ class CheckpointFeedSource:
         AuditLog.append(
             conn,
             {
-                "type": "executor.checkpoint_head",
+                "type": ExecutorEvent.CHECKPOINT_HEAD,
                 "feed": self._feed,
                 "seq": head.seq,
                 "hash": head.hash,
@@ -726,7 +727,7 @@ class CheckpointFeedSource:
             AuditLog.append(
                 conn,
                 {
-                    "type": "executor.revocation_received",
+                    "type": ExecutorEvent.REVOCATION_RECEIVED,
                     "approval_id": r.approval_id,
                     "feed_seq": r.seq,
                 },
