@@ -76,6 +76,7 @@ import pydantic
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from airlock import apiclient
 from airlock.api import (
     OUTCOMES_PATH,
     REFUSALS_PATH,
@@ -86,7 +87,7 @@ from airlock.api import (
     ReceiptReport,
 )
 from airlock.events import ExecutorEvent
-from airlock.httpdeadline import deadline_passed, deadline_transport, within
+from airlock.httpdeadline import within
 from airlock.protocol import (
     APPROVAL_ID_PATTERN,
     BUNDLE_MAX_BYTES,
@@ -200,16 +201,13 @@ def checkpoint_client(
     the CA file the executor names (``AIRLOCK_EXECUTOR_CHECKPOINT_CA_FILE``, as
     :func:`airlock.tls.checkpoint_verify`'s context). There is no way to pass ``False``.
     """
-    if verify is not True and not isinstance(verify, ssl.SSLContext):
-        raise TypeError("verify must be True or an ssl.SSLContext; verification stays on")
-    return httpx.Client(
-        base_url=base_url,
-        headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
+    return apiclient.checkpoint_http(
+        base_url,
+        verify=verify,
         timeout=httpx.Timeout(connect=5.0, read=poll_wait_s + _PAGE_GRACE_S, write=10.0, pool=5.0),
+        headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
         trust_env=False,
-        verify=verify,  # unused beside a transport: ours below is built with it
-        follow_redirects=False,
-        transport=deadline_transport(verify) if transport is None else transport,
+        transport=transport,
     )
 
 
@@ -245,40 +243,19 @@ class Backoff:
 
 
 def _read_at_most(
-    response: httpx.Response,
-    *,
-    until: float,
-    monotonic: Callable[[], float],
-    limit: int = _ANSWER_MAX_BYTES,
+    response: httpx.Response, *, until: float, monotonic: Callable[[], float]
 ) -> bytes:
-    """The first ``limit`` bytes of a streamed answer's body, or what arrived by its
-    deadline: ``until`` (a ``monotonic`` time) or the exchange's on the wire, whichever
-    notices first. The rest is never read, so a broken checkpoint or a proxy in front can
-    neither exhaust our memory with one nor hold us by dripping it. The status decides;
-    this body only explains it."""
-    body = bytearray()
-    try:
-        for chunk in response.iter_bytes():
-            body += chunk
-            if len(body) >= limit or monotonic() > until:
-                break
-    except httpx.ReadTimeout:
-        if not deadline_passed():  # a read timeout of its own: the answer never came
-            raise
-    return bytes(body[:limit])
+    """At most ``_ANSWER_MAX_BYTES`` of an answer that is not a feed page, by ``until``
+    (:func:`airlock.apiclient.read_at_most`): the status decides; this only explains it."""
+    return apiclient.read_at_most(
+        response, limit=_ANSWER_MAX_BYTES, until=until, monotonic=monotonic
+    )
 
 
 def _error_code(status: int, body: bytes) -> str:
-    """The checkpoint's ``{"error": {"code": …}}``, or ``HTTP <status>``."""
-    try:
-        code = loads_strict(body, max_bytes=_ANSWER_MAX_BYTES, nfc=False)["error"]["code"]
-        # Printable too: a NUL cannot be stored in PostgreSQL text (the record would fail
-        # on every flush), and an escape sequence must not reach an operator's terminal.
-        if isinstance(code, str) and code.isascii() and code.isprintable() and len(code) <= 64:
-            return code
-    except (Refused, KeyError, TypeError):
-        pass
-    return f"HTTP {status}"
+    """The checkpoint's ``{"error": {"code": …}}``, or ``HTTP <status>``
+    (:meth:`airlock.apiclient.Answer.error_code`)."""
+    return apiclient.Answer(status, body).error_code()
 
 
 def _check_auth(status: int, body: bytes, what: str) -> None:
