@@ -38,6 +38,7 @@ __all__ = [
     "OUTCOMES_PATH",
     "REFUSALS_PATH",
     "Approval",
+    "ApproveRequest",
     "ChainHead",
     "ExecutorHead",
     "ExecutorRefusal",
@@ -45,6 +46,7 @@ __all__ = [
     "FeedItem",
     "FeedPage",
     "LoginAnswer",
+    "NoteRequest",
     "Outcome",
     "Policy",
     "Proposal",
@@ -52,8 +54,11 @@ __all__ = [
     "ReceiptEnvelope",
     "ReceiptReport",
     "ReceiptSignature",
+    "RejectRequest",
     "Rejection",
+    "ResolveRequest",
     "Vote",
+    "request_body",
 ]
 
 
@@ -318,3 +323,36 @@ class ReceiptReport(_Request):
     def to_json_bytes(self) -> bytes:
         """The request body: RFC 8785 bytes."""
         return canonical_bytes(self.model_dump(mode="json", by_alias=True))
+
+
+# -- what a person's client sends (POST /v1/proposals/{id}/approve|reject|revoke|resolve) --
+
+
+class ApproveRequest(_Request):
+    """``approve``: the hash of the action the person was shown, and for a high-risk
+    operation the resource id they typed."""
+
+    action_hash: str
+    confirm: str | None = None
+    note: str = ""
+
+
+class RejectRequest(_Request):
+    reason_code: str
+    note: str = ""
+
+
+class NoteRequest(_Request):
+    """``revoke`` and ``withdraw``: a note only."""
+
+    note: str = ""
+
+
+class ResolveRequest(_Request):
+    decision: str
+    note: str = ""
+
+
+def request_body(request: _Request) -> dict[str, object]:
+    """What a client sends as JSON for ``request`` (a field left None is not sent)."""
+    return request.model_dump(mode="json", by_alias=True, exclude_none=True)

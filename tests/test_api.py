@@ -385,3 +385,30 @@ def test_a_receipt_report_is_a_body_the_checkpoint_takes() -> None:
     for broken in ("[]", '{"payload": "e30="}', '{"a": 1, "a": 2}', "{"):
         with pytest.raises(ValueError, match="not"):
             api.ReceiptReport.of(broken)
+
+
+@pytest.mark.parametrize(
+    ("request_", "server_model"),
+    [
+        (api.ApproveRequest(action_hash="sha256:" + "0" * 64, note="ok"), schemas.ApproveIn),
+        (
+            api.ApproveRequest(action_hash="sha256:" + "0" * 64, confirm="i-t4n0example"),
+            schemas.ApproveIn,
+        ),
+        (api.RejectRequest(reason_code="not_idle", note="busy"), schemas.RejectIn),
+        (api.NoteRequest(note="changed my mind"), schemas.RevokeIn),
+        (api.NoteRequest(), schemas.WithdrawIn),
+        (api.ResolveRequest(decision="happened"), schemas.ResolveIn),
+    ],
+)
+def test_every_request_a_client_sends_is_one_the_checkpoint_takes(
+    request_: pydantic.BaseModel, server_model: type[pydantic.BaseModel]
+) -> None:
+    """The server's request models forbid unknown fields: a field a client sends that the
+    checkpoint does not take fails here, not as a 422 in front of a person."""
+    body = api.request_body(request_)  # type: ignore[arg-type]
+    assert server_model.model_validate(body).model_dump(exclude_defaults=True) == {
+        k: v for k, v in body.items() if v != ""
+    }
+    if isinstance(request_, api.ApproveRequest) and request_.confirm is None:
+        assert "confirm" not in body  # no typed id is sent as none at all

@@ -18,7 +18,16 @@ import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from airlock import apiclient
-from airlock.api import LoginAnswer, Proposal, ProposalPage
+from airlock.api import (
+    ApproveRequest,
+    LoginAnswer,
+    NoteRequest,
+    Proposal,
+    ProposalPage,
+    RejectRequest,
+    ResolveRequest,
+    request_body,
+)
 
 from .errors import CheckpointRefused, CheckpointUnavailable
 
@@ -142,23 +151,30 @@ class CheckpointClient:
     def approve(
         self, token: str, proposal_id: str, *, action_hash: str, confirm: str | None, note: str
     ) -> Proposal:
-        body: dict[str, Any] = {"action_hash": action_hash, "note": note}
-        if confirm is not None:
-            body["confirm"] = confirm
+        body = ApproveRequest(action_hash=action_hash, confirm=confirm, note=note)
         return self._decide(token, proposal_id, "approve", body)
 
     def reject(self, token: str, proposal_id: str, *, reason_code: str, note: str) -> Proposal:
-        body = {"reason_code": reason_code, "note": note}
+        body = RejectRequest(reason_code=reason_code, note=note)
         return self._decide(token, proposal_id, "reject", body)
 
     def revoke(self, token: str, proposal_id: str, *, note: str) -> Proposal:
-        return self._decide(token, proposal_id, "revoke", {"note": note})
+        return self._decide(token, proposal_id, "revoke", NoteRequest(note=note))
 
     def resolve(self, token: str, proposal_id: str, *, decision: str, note: str) -> Proposal:
-        return self._decide(token, proposal_id, "resolve", {"decision": decision, "note": note})
+        body = ResolveRequest(decision=decision, note=note)
+        return self._decide(token, proposal_id, "resolve", body)
 
-    def _decide(self, token: str, proposal_id: str, verb: str, body: dict[str, Any]) -> Proposal:
-        data = self._call("POST", f"/v1/proposals/{proposal_id}/{verb}", token, json=body)
+    def _decide(
+        self,
+        token: str,
+        proposal_id: str,
+        verb: str,
+        body: ApproveRequest | RejectRequest | NoteRequest | ResolveRequest,
+    ) -> Proposal:
+        data = self._call(
+            "POST", f"/v1/proposals/{proposal_id}/{verb}", token, json=request_body(body)
+        )
         return _parse(Proposal, data)
 
     # -- audit and keys -------------------------------------------------------------
@@ -177,7 +193,7 @@ class CheckpointClient:
         path: str,
         token: str | None,
         *,
-        json: Any = None,
+        json: Mapping[str, object] | None = None,
         params: Mapping[str, str | int | list[str]] | None = None,
     ) -> Any:
         headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
