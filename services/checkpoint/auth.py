@@ -20,7 +20,7 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
@@ -501,5 +501,5 @@ class Accounts:
         raise Refusal(ErrorCode.E_UNAUTHENTICATED, "missing, unknown or expired token", 401)
 
 
-def _audit(conn: Connection, now: int, event: dict[str, Any]) -> None:
+def _audit(conn: Connection, now: int, event: Mapping[str, object]) -> None:
     AuditLog.append(conn, event, at=datetime.fromtimestamp(now, UTC))

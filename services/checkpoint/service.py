@@ -1316,7 +1316,7 @@ class Checkpoint:
         proposal_id: str | None,
     ) -> None:
         """Record that a caller's request was refused (its own transaction, nothing else)."""
-        event: dict[str, Any] = {
+        event: dict[str, object] = {
             "by": principal.name,
             "role": principal.role,
             "code": code,

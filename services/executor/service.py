@@ -28,10 +28,10 @@ import os
 import re
 import secrets
 import socket
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 from pydantic import ValidationError
 from sqlalchemy.engine import Connection, Engine
@@ -674,7 +674,7 @@ class Executor:
 
     # -- recording -----------------------------------------------------------------------
 
-    def _audit(self, conn: Connection, now: int, event: dict[str, Any]) -> AuditEntry:
+    def _audit(self, conn: Connection, now: int, event: Mapping[str, object]) -> AuditEntry:
         return AuditLog.append(conn, event, at=_at(now))
 
     def _receipt(
@@ -734,7 +734,7 @@ class Executor:
             and code is not RefusalCode.E_REPLAY
             and ledger.refusal_to_report(conn, approval_id)
         )
-        event: dict[str, Any] = {
+        event: dict[str, object] = {
             "type": ExecutorEvent.REFUSED,
             "code": code.value,
             "detail": detail,
