@@ -104,8 +104,8 @@ class KeyRecord:
         trusted by executors for ever. ``keys list`` and ``doctor`` warn of it."""
         return self.status is KeyStatus.RETIRED and self.not_after is None
 
-    def to_value(self) -> dict[str, Any]:
-        value: dict[str, Any] = {
+    def to_value(self) -> dict[str, object]:
+        value: dict[str, object] = {
             "kid": self.kid,
             "public_key": b64encode(self.public_key),
             "status": self.status.value,
