@@ -1,5 +1,6 @@
-"""The checkpoint's answers as its clients read them (the CLI, the web app): a login, and
-the proposal records.
+"""The checkpoint's answers as its clients read them (the CLI, the web app, the
+executor): a login, the proposal records and the executor's feed page; and the one
+request body the executor sends (a receipt report).
 
 One set of shapes for every client, so that a field the checkpoint adds is added here once.
 An answer only one client reads (``/v1/me``, ``/v1/audit``, ``/v1/keys`` for the web app)
@@ -19,21 +20,45 @@ only inside the commands that run (``airlock --help`` must not pay for it).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Final
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+)
+
+from airlock.protocol import RECEIPT_MAX_BYTES, Refused, canonical_bytes, loads_strict
 
 __all__ = [
+    "OUTCOMES_PATH",
+    "REFUSALS_PATH",
     "Approval",
+    "ApproveRequest",
+    "ChainHead",
+    "ExecutorHead",
     "ExecutorRefusal",
     "ExecutorResolution",
+    "FeedItem",
+    "FeedPage",
     "LoginAnswer",
+    "NoteRequest",
     "Outcome",
     "Policy",
     "Proposal",
     "ProposalPage",
+    "ReceiptEnvelope",
+    "ReceiptReport",
+    "ReceiptSignature",
+    "RejectRequest",
     "Rejection",
+    "ResolveRequest",
     "Vote",
+    "request_body",
 ]
 
 
@@ -178,3 +203,156 @@ class ProposalPage(_Answer):
     #: The state filter the checkpoint applied, sorted (null: none). Absent from a
     #: checkpoint older than the repeatable ``state``, which keeps only the last one.
     states: list[str] | None = None
+
+
+# -- the executor's feed (GET /v1/feed) ---------------------------------------------------
+
+
+def _absent_if_malformed(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """A field that is evidence, never a condition: malformed, it reads as absent."""
+    try:
+        return handler(value)
+    except ValidationError:
+        return None
+
+
+#: A field added after version 1's first feed, or an item the reader judges in order:
+#: read as None when malformed rather than refusing the page.
+_Lenient = WrapValidator(_absent_if_malformed)
+_Hex64 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+_Seq = Annotated[StrictInt, Field(ge=0)]
+
+
+class ChainHead(_Answer):
+    """A feed page's ``audit_head``: the checkpoint chain's last row (its ``row_hash``)."""
+
+    seq: _Seq
+    hash: _Hex64
+
+
+class ExecutorHead(_Answer):
+    """A feed page's ``executor_head``: the executor chain's head as the receipt the
+    checkpoint accepted last named it, and that receipt's time (None if malformed)."""
+
+    seq: _Seq
+    hash: _Hex64
+    at: Annotated[_Seq | None, _Lenient] = None
+
+
+class FeedItem(_Answer):
+    """One feed item. Only ``seq`` is required here: the reader skips an item of a kind
+    it does not know, or a revocation naming no approval id, and hands an approval's
+    ``bundle`` (whatever it is) to the verifier, which judges it; the feed is not
+    authenticated, only what a bundle carries is."""
+
+    seq: StrictInt
+    kind: Any = None
+    approval_id: Any = None
+    #: For ``approval``: ``{"action": b64(JCS(action)), "envelope": {...}}``; present or
+    #: not is ``"bundle" in item.model_fields_set``.
+    bundle: Any = None
+
+    @property
+    def has_bundle(self) -> bool:
+        return "bundle" in self.model_fields_set
+
+
+class FeedPage(_Answer):
+    """``GET /v1/feed``: the items after the cursor asked for, and where the feed is.
+
+    An item that is not an object with an integer ``seq`` reads as None: the reader cuts
+    the page before it. ``audit_head``, ``feed_head`` and ``executor_head`` came after
+    version 1's first feed: absent or malformed, each is None (evidence, never a
+    condition of executing)."""
+
+    items: list[Annotated[FeedItem | None, _Lenient]]
+    cursor: StrictInt
+    audit_head: Annotated[ChainHead | None, _Lenient] = None
+    feed_head: Annotated[_Seq | None, _Lenient] = None
+    executor_head: Annotated[ExecutorHead | None, _Lenient] = None
+
+    @property
+    def has_approval(self) -> bool:
+        return any(item is not None and item.kind == "approval" for item in self.items)
+
+
+# -- what the executor reports (POST /v1/outcomes, POST /v1/refusals) ----------------------
+
+#: Where an outcome's receipt goes; a refusal before the consume goes to REFUSALS_PATH.
+OUTCOMES_PATH: Final = "/v1/outcomes"
+REFUSALS_PATH: Final = "/v1/refusals"
+
+
+class _Request(BaseModel):
+    # What this side sends: exactly the fields the checkpoint takes.
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, populate_by_name=True)
+
+
+class ReceiptSignature(_Request):
+    keyid: str
+    sig: str
+
+
+class ReceiptEnvelope(_Request):
+    """A receipt's DSSE envelope as it travels (base64 payload); the checkpoint verifies
+    it (:func:`airlock.protocol.verify_receipt`)."""
+
+    payload_type: str = Field(alias="payloadType")
+    payload: str
+    signatures: list[ReceiptSignature]
+
+
+class ReceiptReport(_Request):
+    """The body of ``POST /v1/outcomes`` and ``POST /v1/refusals``: one signed receipt."""
+
+    receipt: ReceiptEnvelope
+
+    @classmethod
+    def of(cls, envelope_json: str) -> ReceiptReport:
+        """The report of a receipt envelope stored as JSON text, or raise ValueError
+        (not strict JSON, or not an envelope's shape)."""
+        try:
+            value = loads_strict(envelope_json.encode("utf-8"), max_bytes=2 * RECEIPT_MAX_BYTES)
+        except Refused as exc:
+            raise ValueError(f"not strict JSON: {exc.code.value}") from None
+        try:
+            return cls.model_validate({"receipt": value})
+        except ValidationError as exc:
+            raise ValueError(f"not a receipt envelope: {exc.error_count()} problems") from None
+
+    def to_json_bytes(self) -> bytes:
+        """The request body: RFC 8785 bytes."""
+        return canonical_bytes(self.model_dump(mode="json", by_alias=True))
+
+
+# -- what a person's client sends (POST /v1/proposals/{id}/approve|reject|revoke|resolve) --
+
+
+class ApproveRequest(_Request):
+    """``approve``: the hash of the action the person was shown, and for a high-risk
+    operation the resource id they typed."""
+
+    action_hash: str
+    confirm: str | None = None
+    note: str = ""
+
+
+class RejectRequest(_Request):
+    reason_code: str
+    note: str = ""
+
+
+class NoteRequest(_Request):
+    """``revoke`` and ``withdraw``: a note only."""
+
+    note: str = ""
+
+
+class ResolveRequest(_Request):
+    decision: str
+    note: str = ""
+
+
+def request_body(request: _Request) -> dict[str, object]:
+    """What a client sends as JSON for ``request`` (a field left None is not sent)."""
+    return request.model_dump(mode="json", by_alias=True, exclude_none=True)

@@ -60,6 +60,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from airlock.events import CheckpointEvent, ExecutorEvent
 from airlock.store import GENESIS_TYPE, ChainReport, verify_export
 from airlock.text import inert
 
@@ -76,21 +77,21 @@ __all__ = [
 CHECKPOINT_CHAIN: Final = "checkpoint"
 EXECUTOR_CHAIN: Final = "executor"
 
-# Checkpoint events read here.
-_ISSUED: Final = "checkpoint.approval.issued"
-_REVOKED: Final = "checkpoint.approval.revoked"
-_LAPSED: Final = "checkpoint.approval.lapsed"
-_REPORTED: Final = "checkpoint.outcome.reported"
-_REFUSAL_NOTE: Final = "checkpoint.executor_refusal"
-_PERSON_RESOLVED: Final = "checkpoint.execution.resolved"  # names the proposal only
-_EXECUTOR_RESOLUTION: Final = "checkpoint.executor_resolution"  # after a person's
+# Checkpoint events read here (airlock.events).
+_ISSUED: Final = CheckpointEvent.APPROVAL_ISSUED
+_REVOKED: Final = CheckpointEvent.APPROVAL_REVOKED
+_LAPSED: Final = CheckpointEvent.APPROVAL_LAPSED
+_REPORTED: Final = CheckpointEvent.OUTCOME_REPORTED
+_REFUSAL_NOTE: Final = CheckpointEvent.EXECUTOR_REFUSAL
+_PERSON_RESOLVED: Final = CheckpointEvent.EXECUTION_RESOLVED  # names the proposal only
+_EXECUTOR_RESOLUTION: Final = CheckpointEvent.EXECUTOR_RESOLUTION  # after a person's
 # Executor events read here.
-_CONSUMED: Final = "executor.consumed"
-_EXECUTING: Final = "executor.executing"
-_OUTCOME: Final = "executor.outcome"
-_RESOLVED: Final = "executor.resolved"
-_REFUSED: Final = "executor.refused"
-_CHECKPOINT_HEAD: Final = "executor.checkpoint_head"
+_CONSUMED: Final = ExecutorEvent.CONSUMED
+_EXECUTING: Final = ExecutorEvent.EXECUTING
+_OUTCOME: Final = ExecutorEvent.OUTCOME
+_RESOLVED: Final = ExecutorEvent.RESOLVED
+_REFUSED: Final = ExecutorEvent.REFUSED
+_CHECKPOINT_HEAD: Final = ExecutorEvent.CHECKPOINT_HEAD
 #: Executor events a receipt's audit head may point at: the receipt is signed over the
 #: head right after the event that records it is appended.
 _RECEIPT_EVENTS: Final = frozenset({_OUTCOME, _RESOLVED, _REFUSED})

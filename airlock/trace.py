@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from airlock.events import CheckpointEvent
 from airlock.protocol import APPROVAL_ID_PATTERN
 
 __all__ = ["ID_PATTERN", "Trace", "TracedEvent", "trace"]
@@ -116,10 +117,10 @@ def trace(asked: str, chains: Mapping[str, Callable[[], Iterable[str]]]) -> Trac
 #: events (submitted, voted, issued...) before them.
 _AFTER_THE_EXECUTOR: Final = frozenset(
     {
-        "checkpoint.outcome.reported",
-        "checkpoint.execution.resolved",
-        "checkpoint.executor_resolution",  # an executor's resolution after a person's
-        "checkpoint.approval.lapsed",
+        CheckpointEvent.OUTCOME_REPORTED,
+        CheckpointEvent.EXECUTION_RESOLVED,
+        CheckpointEvent.EXECUTOR_RESOLUTION,  # an executor's resolution after a person's
+        CheckpointEvent.APPROVAL_LAPSED,
     }
 )
 

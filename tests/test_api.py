@@ -164,6 +164,12 @@ def test_the_sample_is_what_the_checkpoint_sends() -> None:
         (api.Outcome, schemas.OutcomeOut),
         (api.ExecutorResolution, schemas.ExecutorResolutionOut),
         (api.ExecutorRefusal, schemas.ExecutorRefusalOut),
+        (api.FeedPage, schemas.FeedOut),
+        (api.FeedItem, schemas.FeedItem),
+        (api.ChainHead, schemas.AuditHeadOut),
+        (api.ExecutorHead, schemas.ExecutorHeadOut),
+        (api.ReceiptReport, schemas.OutcomeIn),
+        (api.ReceiptReport, schemas.RefusalIn),
     ],
 )
 def test_every_field_a_client_reads_is_one_the_checkpoint_sends(
@@ -291,3 +297,118 @@ def test_a_read_answer_cannot_be_changed_afterwards() -> None:
     assert p.outcome is not None
     with pytest.raises(pydantic.ValidationError):
         p.outcome.outcome = "succeeded"  # type: ignore[misc]
+
+
+# -- the executor's feed page and receipt reports -----------------------------------------
+
+
+def _feed_page(**changes: Any) -> dict[str, Any]:
+    """A feed page as a checkpoint sends it: an approval and a revocation."""
+    page: dict[str, Any] = {
+        "items": [
+            {
+                "seq": 11,
+                "kind": "approval",
+                "approval_id": "apv_shared000001",
+                "bundle": {"action": "e30=", "envelope": {"payloadType": "x"}},
+            },
+            {"seq": 12, "kind": "revocation", "approval_id": "apv_shared000002", "bundle": None},
+        ],
+        "cursor": 12,
+        "audit_head": {"seq": 40, "hash": "a" * 64},
+        "feed_head": 12,
+        "executor_head": {"seq": 7, "hash": "b" * 64, "at": _AT},
+    }
+    page.update(changes)
+    return page
+
+
+def test_the_feed_sample_is_what_the_checkpoint_sends_and_the_executor_reads_it() -> None:
+    schemas.FeedOut.model_validate(_feed_page())
+    page = api.FeedPage.model_validate(_feed_page())
+    assert page.has_approval and page.cursor == 12 and page.feed_head == 12
+    first, second = page.items
+    assert first is not None and first.has_bundle and first.bundle["action"] == "e30="
+    assert second is not None and second.kind == "revocation"
+    assert page.audit_head == api.ChainHead(seq=40, hash="a" * 64)
+    assert page.executor_head == api.ExecutorHead(seq=7, hash="b" * 64, at=_AT)
+
+
+def test_an_older_checkpoints_feed_page_reads_without_its_heads() -> None:
+    page = api.FeedPage.model_validate({"items": [], "cursor": 0})
+    assert (page.audit_head, page.feed_head, page.executor_head) == (None, None, None)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"audit_head": {"seq": 1, "hash": "not hex"}},
+        {"audit_head": {"seq": "1", "hash": "a" * 64}},
+        {"feed_head": -1},
+        {"feed_head": True},
+        {"executor_head": {"seq": -3, "hash": "b" * 64}},
+    ],
+)
+def test_a_malformed_head_reads_as_absent_not_as_a_refused_page(changes: dict[str, Any]) -> None:
+    page = api.FeedPage.model_validate(_feed_page(**changes))
+    assert None in (page.audit_head, page.feed_head, page.executor_head)
+    assert page.items[0] is not None
+
+
+def test_a_malformed_item_reads_as_none_for_the_reader_to_cut_the_page_at() -> None:
+    page = api.FeedPage.model_validate(
+        _feed_page(items=[{"seq": 11, "kind": "approval"}, "junk", {"seq": "13"}])
+    )
+    assert page.items[0] is not None and not page.items[0].has_bundle
+    assert page.items[1:] == [None, None]
+
+
+@pytest.mark.parametrize("changes", [{"items": None}, {"cursor": "12"}, {"cursor": True}])
+def test_a_feed_page_without_items_or_an_integer_cursor_is_refused(
+    changes: dict[str, Any],
+) -> None:
+    with pytest.raises(pydantic.ValidationError):
+        api.FeedPage.model_validate(_feed_page(**changes))
+
+
+def test_a_receipt_report_is_a_body_the_checkpoint_takes() -> None:
+    envelope = {
+        "payloadType": "application/vnd.airlock.receipt.v1+json",
+        "payload": "e30=",
+        "signatures": [{"keyid": "ed25519:" + "3" * 32, "sig": "AA=="}],
+    }
+    report = api.ReceiptReport.of(json.dumps(envelope))
+    body = json.loads(report.to_json_bytes())
+    assert body == {"receipt": envelope}
+    schemas.OutcomeIn.model_validate(body)
+    schemas.RefusalIn.model_validate(body)
+    for broken in ("[]", '{"payload": "e30="}', '{"a": 1, "a": 2}', "{"):
+        with pytest.raises(ValueError, match="not"):
+            api.ReceiptReport.of(broken)
+
+
+@pytest.mark.parametrize(
+    ("request_", "server_model"),
+    [
+        (api.ApproveRequest(action_hash="sha256:" + "0" * 64, note="ok"), schemas.ApproveIn),
+        (
+            api.ApproveRequest(action_hash="sha256:" + "0" * 64, confirm="i-t4n0example"),
+            schemas.ApproveIn,
+        ),
+        (api.RejectRequest(reason_code="not_idle", note="busy"), schemas.RejectIn),
+        (api.NoteRequest(note="changed my mind"), schemas.RevokeIn),
+        (api.NoteRequest(), schemas.WithdrawIn),
+        (api.ResolveRequest(decision="happened"), schemas.ResolveIn),
+    ],
+)
+def test_every_request_a_client_sends_is_one_the_checkpoint_takes(
+    request_: pydantic.BaseModel, server_model: type[pydantic.BaseModel]
+) -> None:
+    """The server's request models forbid unknown fields: a field a client sends that the
+    checkpoint does not take fails here, not as a 422 in front of a person."""
+    body = api.request_body(request_)  # type: ignore[arg-type]
+    assert server_model.model_validate(body).model_dump(exclude_defaults=True) == {
+        k: v for k, v in body.items() if v != ""
+    }
+    if isinstance(request_, api.ApproveRequest) and request_.confirm is None:
+        assert "confirm" not in body  # no typed id is sent as none at all

@@ -100,7 +100,7 @@ def test_the_kernel_imports_from_a_base_install_without_fastapi(tmp_path: Path) 
     probe = (
         "import importlib.metadata, importlib.util, sys\n"
         "import airlock, airlock.protocol, airlock.store, airlock.api\n"
-        "from services.executor.receipts import verify_receipt\n"
+        "from airlock.protocol import verify_receipt\n"
         "assert importlib.metadata.version('airlock') == airlock.__version__\n"
         f"present = [m for m in {HEAVY!r} if importlib.util.find_spec(m) is not None]\n"
         "assert present == [], present\n"

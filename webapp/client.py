@@ -11,24 +11,29 @@ the CLI; the answers only the web app reads are here.
 from __future__ import annotations
 
 import ssl
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal, TypeVar
 
 import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from airlock.api import LoginAnswer, Proposal, ProposalPage
-from airlock.httpdeadline import with_deadlines, within
-from airlock.protocol import Refused, loads_strict
+from airlock import apiclient
+from airlock.api import (
+    ApproveRequest,
+    LoginAnswer,
+    NoteRequest,
+    Proposal,
+    ProposalPage,
+    RejectRequest,
+    ResolveRequest,
+    request_body,
+)
 
 from .errors import CheckpointRefused, CheckpointUnavailable
 
 __all__ = ["AuditView", "CheckpointClient", "KeyView", "Me"]
 
 _USER_AGENT: Final = "airlock-webapp/1"
-#: The largest answer read as JSON: a page of proposals with their action texts (each at
-#: most 16 KiB canonical, escaped once more as a string) is a few MiB.
-_ANSWER_MAX_BYTES: Final = 32 * 1024 * 1024
 _M = TypeVar("_M", bound=BaseModel)
 
 
@@ -88,23 +93,17 @@ class CheckpointClient:
         ``verify``: ``True`` trusts certifi's CA bundle; a checkpoint behind a private
         CA needs the context of its CA file (``AIRLOCK_WEBAPP_CHECKPOINT_CA_FILE``,
         :func:`airlock.tls.checkpoint_verify`). Verification cannot be turned off."""
-        if verify is not True and not isinstance(verify, ssl.SSLContext):
-            raise TypeError("verify must be True or an ssl.SSLContext; verification stays on")
         self._deadline_s = timeout
-        self._http = httpx.Client(
-            base_url=base_url.rstrip("/"),
+        self._http = apiclient.checkpoint_http(
+            base_url.rstrip("/"),
+            verify=verify,
             timeout=timeout,
-            transport=transport,
             headers={"User-Agent": _USER_AGENT, "Accept": "application/json"},
-            # A redirect from the checkpoint would carry the bearer token elsewhere.
-            follow_redirects=False,
             # No ambient proxy or .netrc credentials on a call that carries a session,
             # and no SSL_CERT_FILE: what is trusted is ``verify``, nothing else.
             trust_env=False,
-            verify=verify,
+            transport=transport,
         )
-        if transport is None:  # a test's transport has no sockets to bound
-            with_deadlines(self._http)
 
     def close(self) -> None:
         self._http.close()
@@ -142,7 +141,9 @@ class CheckpointClient:
         """``state``: one, or several (sent as ``state`` repeated: a proposal in any of
         them). Only a checkpoint whose answer's ``states`` names them applied them all.
         ``background``: a page's own refresh (it keeps no idle session alive)."""
-        params: dict[str, Any] = {k: v for k, v in filters.items() if v not in (None, "")}
+        params: dict[str, str | int | list[str]] = {
+            k: v for k, v in filters.items() if v is not None and v != ""
+        }
         if isinstance(state, str):
             if state:
                 params["state"] = state
@@ -164,23 +165,30 @@ class CheckpointClient:
     def approve(
         self, token: str, proposal_id: str, *, action_hash: str, confirm: str | None, note: str
     ) -> Proposal:
-        body: dict[str, Any] = {"action_hash": action_hash, "note": note}
-        if confirm is not None:
-            body["confirm"] = confirm
+        body = ApproveRequest(action_hash=action_hash, confirm=confirm, note=note)
         return self._decide(token, proposal_id, "approve", body)
 
     def reject(self, token: str, proposal_id: str, *, reason_code: str, note: str) -> Proposal:
-        body = {"reason_code": reason_code, "note": note}
+        body = RejectRequest(reason_code=reason_code, note=note)
         return self._decide(token, proposal_id, "reject", body)
 
     def revoke(self, token: str, proposal_id: str, *, note: str) -> Proposal:
-        return self._decide(token, proposal_id, "revoke", {"note": note})
+        return self._decide(token, proposal_id, "revoke", NoteRequest(note=note))
 
     def resolve(self, token: str, proposal_id: str, *, decision: str, note: str) -> Proposal:
-        return self._decide(token, proposal_id, "resolve", {"decision": decision, "note": note})
+        body = ResolveRequest(decision=decision, note=note)
+        return self._decide(token, proposal_id, "resolve", body)
 
-    def _decide(self, token: str, proposal_id: str, verb: str, body: dict[str, Any]) -> Proposal:
-        data = self._call("POST", f"/v1/proposals/{proposal_id}/{verb}", token, json=body)
+    def _decide(
+        self,
+        token: str,
+        proposal_id: str,
+        verb: str,
+        body: ApproveRequest | RejectRequest | NoteRequest | ResolveRequest,
+    ) -> Proposal:
+        data = self._call(
+            "POST", f"/v1/proposals/{proposal_id}/{verb}", token, json=request_body(body)
+        )
         return _parse(Proposal, data)
 
     # -- audit and keys -------------------------------------------------------------
@@ -199,51 +207,42 @@ class CheckpointClient:
         path: str,
         token: str | None,
         *,
-        json: Any = None,
-        params: dict[str, Any] | None = None,
+        json: Mapping[str, object] | None = None,
+        params: Mapping[str, str | int | list[str]] | None = None,
         headers: dict[str, str] | None = None,
     ) -> Any:
         headers = dict(headers or {})
         if token is not None:
             headers["Authorization"] = f"Bearer {token}"
         try:
-            with within(self._deadline_s):
-                response = self._http.request(
-                    method, path, headers=headers, json=json, params=params
-                )
-        except httpx.HTTPError as exc:
-            raise CheckpointUnavailable(
-                f"the checkpoint did not answer ({type(exc).__name__})"
-            ) from None
-        if response.status_code == 204:
-            return None
-        # Strictly (docs/protocol.md#strict-json), never httpx's json(): it keeps the last of
-        # duplicate keys and accepts NaN, so a checkpoint, or anything in between, could show a
-        # person one state while another parser reads another. Not NFC is allowed: the
-        # API relays text it did not write (a person's note).
-        try:
-            data = loads_strict(response.content, max_bytes=_ANSWER_MAX_BYTES, nfc=False)
-        except Refused as exc:
-            raise CheckpointUnavailable(
-                f"the checkpoint answered {response.status_code} without strict JSON "
-                f"({exc.code.value})"
-            ) from None
-        if response.is_success:
-            return data
-        error = data.get("error") if isinstance(data, dict) else None
-        if (
-            isinstance(error, dict)
-            and isinstance(error.get("code"), str)
-            and isinstance(error.get("message"), str)
-        ):
-            wait = response.headers.get("retry-after", "")
-            raise CheckpointRefused(
-                error["code"],
-                error["message"],
-                response.status_code,
-                retry_after=int(wait) if wait.isdigit() and len(wait) < 10 else None,
+            answer = apiclient.exchange(
+                self._http,
+                method,
+                path,
+                deadline_s=self._deadline_s,
+                headers=headers,
+                json=json,
+                params=params,
             )
-        raise CheckpointUnavailable(f"the checkpoint answered {response.status_code}")
+        except apiclient.CheckpointUnavailable as exc:
+            kind = type(exc.cause).__name__ if exc.cause is not None else "no answer"
+            raise CheckpointUnavailable(f"the checkpoint did not answer ({kind})") from None
+        if answer.status == 204:
+            return None
+        try:
+            data = answer.json()
+        except apiclient.NotStrictJSON as exc:
+            raise CheckpointUnavailable(
+                f"the checkpoint answered {answer.status} without strict JSON ({exc.code})"
+            ) from None
+        if answer.ok:
+            return data
+        refused = answer.refusal()
+        if refused is not None:
+            raise CheckpointRefused(
+                refused.code, refused.message, refused.status, retry_after=refused.retry_after
+            )
+        raise CheckpointUnavailable(f"the checkpoint answered {answer.status}")
 
 
 def _parse(model: type[_M], data: Any) -> _M:

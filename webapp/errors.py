@@ -6,6 +6,9 @@ Error hierarchy::
     ├── CheckpointRefused       the checkpoint answered with {"error": {"code", "message"}}
     └── CheckpointUnavailable   the checkpoint could not be reached or answered nonsense
 
+The two checkpoint errors are also :mod:`airlock.apiclient`'s, whose core the web app's
+client wraps.
+
 The checkpoint is the judge of every decision; these messages only explain its verdicts
 to a person. A message never repeats text that came from the cloud or the agent.
 """
@@ -13,6 +16,8 @@ to a person. A message never repeats text that came from the cloud or the agent.
 from __future__ import annotations
 
 from typing import Final
+
+from airlock import apiclient
 
 __all__ = [
     "SIGN_IN_REFUSED",
@@ -27,21 +32,12 @@ class WebappError(Exception):
     """Root of every error the web app raises on purpose."""
 
 
-class CheckpointRefused(WebappError):
-    """A refusal from the checkpoint, with its stable code."""
-
-    def __init__(
-        self, code: str, message: str, status: int, *, retry_after: int | None = None
-    ) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
-        self.status = status
-        #: The answer's ``Retry-After``, seconds, when it had one (E_THROTTLED, E_BUSY).
-        self.retry_after = retry_after
+class CheckpointRefused(WebappError, apiclient.CheckpointRefused):
+    """A refusal from the checkpoint, with its stable code (``code``, ``message``,
+    ``status``, ``retry_after``)."""
 
 
-class CheckpointUnavailable(WebappError):
+class CheckpointUnavailable(WebappError, apiclient.CheckpointUnavailable):
     """The checkpoint did not answer, or answered something that is not its API."""
 
 

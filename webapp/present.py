@@ -19,13 +19,15 @@ from airlock.api import ExecutorRefusal, Outcome, Proposal, Vote
 from airlock.protocol import (
     CURRENCY_EXPONENTS,
     HIGH_RISK_OPERATIONS,
+    RECEIPT_PAYLOAD_TYPE,
     Envelope,
+    InvalidReceipt,
     ProposedAction,
+    Receipt,
     Refused,
     Saving,
     action_hash,
     canonical_bytes,
-    loads_strict,
 )
 from airlock.units import duration, money
 
@@ -344,8 +346,6 @@ _REFUSAL_GENERIC: Final = (
 )
 
 
-_RECEIPT_PAYLOAD_TYPE: Final = "application/vnd.airlock.receipt.v1+json"
-_RECEIPT_MAX_BYTES: Final = 64 * 1024
 _DETAIL_MAX: Final = 2000
 
 
@@ -380,43 +380,31 @@ def receipt_facts(outcome: Outcome) -> ReceiptFacts | None:
 
     Read only from a receipt whose signature the checkpoint checked
     (``receipt_verified``), and only when it names this outcome's approval and outcome:
-    an unchecked or mismatched receipt says nothing here. The payload is parsed strictly
-    (docs/protocol.md#strict-json), as every answer of the checkpoint is.
+    an unchecked or mismatched receipt says nothing here. The payload is the kernel's
+    :class:`~airlock.protocol.Receipt`, parsed strictly (docs/protocol.md#strict-json).
     """
     if not outcome.receipt_verified:
         return None
     try:
-        envelope = Envelope.from_value(outcome.receipt, payload_type=_RECEIPT_PAYLOAD_TYPE)
-        payload = loads_strict(envelope.payload, max_bytes=_RECEIPT_MAX_BYTES, nfc=False)
-    except Refused:
+        envelope = Envelope.from_value(outcome.receipt, payload_type=RECEIPT_PAYLOAD_TYPE)
+        payload = Receipt.from_json_bytes(envelope.payload)
+    except (Refused, InvalidReceipt):
         return None
-    if not isinstance(payload, dict) or payload.get("type") != "airlock.receipt/v1":
-        return None
-    kind, verified, detail = payload.get("outcome"), payload.get("verified"), payload.get("detail")
-    request_id = payload.get("cloud_request_id")
-    if (
-        payload.get("approval_id") != outcome.approval_id
-        or kind != outcome.outcome
-        or type(verified) is not bool
-        or not isinstance(detail, str)
-        or not isinstance(request_id, str | None)
-    ):
+    kind, detail, request_id = payload.outcome, payload.detail, payload.cloud_request_id
+    if payload.approval_id != outcome.approval_id or kind != outcome.outcome:
         return None
     if kind == "succeeded":
-        key = "confirmed" if verified else "accepted"
+        key = "confirmed" if payload.verified else "accepted"
     elif kind == "resolved":
-        resolution = payload.get("resolution")
-        decision = resolution.get("decision") if isinstance(resolution, dict) else None
-        if decision not in ("happened", "did_not_happen"):
+        if payload.resolution is None:
             return None
+        decision = payload.resolution.decision
         said = "it happened" if decision == "happened" else "it did not happen"
         return ReceiptFacts(
             "resolved", f"as resolved by a person: {said}", detail[:_DETAIL_MAX], request_id
         )
     else:
-        key = {"failed": "failed", "in_doubt": "unknown", "refused": "none"}.get(str(kind), "")
-        if not key:
-            return None
+        key = {"failed": "failed", "in_doubt": "unknown", "refused": "none"}[kind]
     return ReceiptFacts(key, _EFFECTS[key], detail[:_DETAIL_MAX], request_id)
 
 

@@ -18,6 +18,9 @@ Error hierarchy::
     ├── CheckpointRefused     a 4xx with the API's {"error": {"code", "message"}}
     └── CheckpointUnavailable transport error, 5xx, or a response that is not the API
 
+The two checkpoint errors are also :mod:`airlock.apiclient`'s, whose core (transport,
+deadline, strict answers, the error mapping) :class:`CheckpointClient` wraps.
+
 Nothing here prints or logs a token, and what it prints of an answer is escaped
 (:mod:`airlock.cli._text`): a checkpoint's text never reaches the terminal raw.
 """
@@ -31,6 +34,8 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Final
 
 import typer
+
+from airlock import apiclient
 
 from ._text import inert_json, say
 
@@ -84,16 +89,12 @@ class ClientError(Exception):
     """Root of what talking to the checkpoint can raise."""
 
 
-class CheckpointRefused(ClientError):
-    def __init__(self, code: str, message: str, status: int) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
-        self.status = status
+class CheckpointRefused(ClientError, apiclient.CheckpointRefused):
+    """The checkpoint's refusal (``code``, ``message``, ``status``): exit 1."""
 
 
-class CheckpointUnavailable(ClientError):
-    pass
+class CheckpointUnavailable(ClientError, apiclient.CheckpointUnavailable):
+    """No answer, a 5xx, or an answer that is not the API: exit 3."""
 
 
 class LocalRefusal(ClientError):
@@ -103,48 +104,6 @@ class LocalRefusal(ClientError):
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
-
-
-#: The largest answer read as JSON: a page of 200 proposals, each with its action text
-#: (at most 16 KiB canonical, escaped once more as a string), is a few MiB.
-_MAX_ANSWER_BYTES: Final = 32 * 1024 * 1024
-
-
-class _NotStrictJSON(ValueError):
-    pass
-
-
-def _json_answer(response: httpx.Response) -> Any:
-    """The checkpoint's answer parsed strictly (docs/protocol.md#strict-json), the one way this CLI
-    reads one.
-
-    ``response.json()`` is Python's ``json.loads``: it keeps the last of duplicate keys
-    (``{"state": "rejected", "state": "approved"}`` reads as approved), and accepts
-    ``NaN``, ``Infinity`` and lone surrogates, so a checkpoint, or anything in between,
-    could show a person one thing while another parser reads another. Refused too:
-    invalid UTF-8, a BOM, trailing data, floats (the API has none), deep nesting. Not NFC
-    is allowed: the API relays text it did not write, and nothing here is signed.
-    """
-    from airlock.protocol import Refused, loads_strict
-
-    try:
-        return loads_strict(response.content, max_bytes=_MAX_ANSWER_BYTES, nfc=False)
-    except Refused as exc:
-        raise _NotStrictJSON(exc.detail) from None
-
-
-def _refusal(response: httpx.Response) -> CheckpointRefused | None:
-    try:
-        body = _json_answer(response)
-    except _NotStrictJSON:
-        return None
-    error = body.get("error") if isinstance(body, dict) else None
-    if not isinstance(error, dict):
-        return None
-    code, message = error.get("code"), error.get("message")
-    if not isinstance(code, str) or not isinstance(message, str):
-        return None
-    return CheckpointRefused(code, message, response.status_code)
 
 
 class CheckpointClient:
@@ -159,22 +118,19 @@ class CheckpointClient:
             raise ValueError("TLS verification of the checkpoint cannot be turned off")
         import httpx
 
-        from airlock.httpdeadline import with_deadlines
-
         self.url = url
         headers = {"User-Agent": _USER_AGENT, "Accept": "application/json"}
         if token is not None:
             headers["Authorization"] = f"Bearer {token}"
-        self._http = httpx.Client(
-            base_url=url,
-            headers=headers,
-            timeout=httpx.Timeout(_TIMEOUT_S, connect=_CONNECT_TIMEOUT_S),
-            follow_redirects=False,
+        # httpx's own pools (with SSL_CERT_FILE and the proxies from the environment),
+        # their sockets bounded by the deadline of each call.
+        self._http = apiclient.checkpoint_http(
+            url,
             verify=verify,
+            timeout=httpx.Timeout(_TIMEOUT_S, connect=_CONNECT_TIMEOUT_S),
+            headers=headers,
+            trust_env=True,
         )
-        # httpx's own pools (with SSL_CERT_FILE and the proxies from the environment, as
-        # before), their sockets bounded by the deadline ``raw`` opens.
-        with_deadlines(self._http)
 
     @classmethod
     def signed_in(cls, credentials: Credentials) -> CheckpointClient:
@@ -206,28 +162,46 @@ class CheckpointClient:
             ) from None
 
     def call(self, method: str, path: str, **kwargs: Any) -> Any:
-        """The parsed JSON body of a 2xx answer (``None`` for 204); raises otherwise."""
-        response = self.raw(method, path, **kwargs)
-        if response.status_code >= 500:
-            refused = _refusal(response)
+        """The parsed JSON body of a 2xx answer (``None`` for 204); raises otherwise.
+
+        Parsed strictly (docs/protocol.md#strict-json): ``response.json()`` is Python's
+        ``json.loads``, which keeps the last of duplicate keys (``{"state": "rejected",
+        "state": "approved"}`` reads as approved), so a checkpoint, or anything in
+        between, could show a person one thing while another parser reads another.
+        """
+        import httpx
+
+        from ._session import SessionError
+
+        try:
+            answer = apiclient.exchange(self._http, method, path, deadline_s=_DEADLINE_S, **kwargs)
+        except httpx.InvalidURL as exc:
+            raise SessionError(f"invalid checkpoint URL {self.url!r}: {exc}") from None
+        except apiclient.CheckpointUnavailable as exc:
+            reason = (str(exc.cause) or type(exc.cause).__name__) if exc.cause else str(exc)
+            raise CheckpointUnavailable(
+                f"cannot reach the checkpoint at {self.url}: {reason}"
+            ) from None
+        if answer.status >= 500:
+            refused = answer.refusal()
             detail = f" ({refused})" if refused else ""
             raise CheckpointUnavailable(
-                f"the checkpoint answered {response.status_code}{detail}; try again later"
+                f"the checkpoint answered {answer.status}{detail}; try again later"
             )
-        if response.status_code >= 400:
-            refused = _refusal(response)
+        if answer.status >= 400:
+            refused = answer.refusal()
             if refused is None:
                 raise CheckpointUnavailable(
-                    f"unexpected {response.status_code} from {self.url} (not the checkpoint API?)"
+                    f"unexpected {answer.status} from {self.url} (not the checkpoint API?)"
                 )
-            raise refused
-        if response.status_code == 204:
+            raise CheckpointRefused(refused.code, refused.message, refused.status)
+        if answer.status == 204:
             return None
-        if not 200 <= response.status_code < 300:
-            raise CheckpointUnavailable(f"unexpected {response.status_code} from {self.url}")
+        if not answer.ok:
+            raise CheckpointUnavailable(f"unexpected {answer.status} from {self.url}")
         try:
-            return _json_answer(response)
-        except _NotStrictJSON as exc:
+            return answer.json()
+        except apiclient.NotStrictJSON as exc:
             raise CheckpointUnavailable(f"{self.url} did not answer JSON: {exc}") from None
 
 

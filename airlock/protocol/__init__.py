@@ -1,8 +1,9 @@
-"""The Airlock protocol, version 1: canonical actions, DSSE approvals, pure verification.
+"""The Airlock protocol, version 1: canonical actions, DSSE approvals and receipts, pure
+verification.
 
 Pure: no I/O, no clock reads, no private keys. Everything here is a function of bytes,
 public keys and an injected ``now``. Signing lives with the key holders
-(``services/checkpoint/signer.py``).
+(``services/checkpoint/signer.py`` for approvals, the executor for receipts).
 """
 
 from ._action import (
@@ -33,8 +34,19 @@ from ._b64 import b64decode_strict, b64encode
 from ._dsse import Envelope, Signature, pae, verify_envelope
 from ._json import MAX_SAFE_INTEGER, canonical_bytes, loads_strict
 from ._keys import KeySet, KeyStatus, TrustedKey, key_id
+from ._receipt import (
+    RECEIPT_MAX_BYTES,
+    RECEIPT_PAYLOAD_TYPE,
+    RECEIPT_TYPE,
+    AuditHead,
+    Receipt,
+    ReceiptOutcome,
+    Resolution,
+    VerifiedReceipt,
+    verify_receipt,
+)
 from ._verify import BUNDLE_MAX_BYTES, Binding, VerifiedApproval, make_bundle, verify_bundle
-from .errors import Error, KeySetError, RefusalCode, Refused
+from .errors import Error, InvalidReceipt, KeySetError, RefusalCode, Refused
 
 __all__ = [
     "ACTION_MAX_BYTES",
@@ -49,24 +61,33 @@ __all__ = [
     "HOURS_PER_MONTH",
     "MAX_HOURLY_MICROS",
     "MAX_SAFE_INTEGER",
+    "RECEIPT_MAX_BYTES",
+    "RECEIPT_PAYLOAD_TYPE",
+    "RECEIPT_TYPE",
     "ApprovalStatement",
     "Approver",
+    "AuditHead",
     "Binding",
     "Envelope",
     "Error",
+    "InvalidReceipt",
     "KeySet",
     "KeySetError",
     "KeyStatus",
     "PolicyRef",
     "Precondition",
     "ProposedAction",
+    "Receipt",
+    "ReceiptOutcome",
     "RefusalCode",
     "Refused",
+    "Resolution",
     "Resource",
     "Saving",
     "Signature",
     "TrustedKey",
     "VerifiedApproval",
+    "VerifiedReceipt",
     "action_hash",
     "b64decode_strict",
     "b64encode",
@@ -79,4 +100,5 @@ __all__ = [
     "pae",
     "verify_bundle",
     "verify_envelope",
+    "verify_receipt",
 ]

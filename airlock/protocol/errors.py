@@ -4,6 +4,7 @@ Error hierarchy::
 
     Error                  root of everything airlock.protocol raises
     ├── Refused            a bundle, action or statement was refused; carries a RefusalCode
+    ├── InvalidReceipt     a receipt's envelope, signature or payload is not valid
     └── KeySetError        a trusted key set file is malformed
 
 Refusal codes are part of the wire contract: they appear in ledgers, audit chains,
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["Error", "KeySetError", "RefusalCode", "Refused"]
+__all__ = ["Error", "InvalidReceipt", "KeySetError", "RefusalCode", "Refused"]
 
 
 class RefusalCode(enum.StrEnum):
@@ -69,3 +70,8 @@ class Refused(Error):
 
 class KeySetError(Error):
     """A trusted key set is malformed (bad JSON, bad key, kid that does not match its key)."""
+
+
+class InvalidReceipt(Error):
+    """A receipt's envelope, signature or payload is not valid; the message names the
+    refusal code of the envelope check or the first invalid field."""

@@ -21,8 +21,8 @@ from typing import Any, Final, Literal, Protocol
 
 import httpx
 
-from airlock.httpdeadline import with_deadlines, within
-from airlock.protocol import ProposedAction, Refused, loads_strict
+from airlock import apiclient
+from airlock.protocol import ProposedAction
 
 from .errors import CheckpointRefused, CheckpointUnavailable
 
@@ -35,12 +35,9 @@ __all__ = [
 
 _RETRY_STATUS: Final = frozenset({429, 500, 502, 503, 504})
 _PAGE: Final = 200  # the checkpoint's largest page
-#: The largest answer read as JSON: a page of 200 proposals with their action texts
-#: (each at most 16 KiB canonical, escaped once more as a string) is a few MiB.
-_ANSWER_MAX_BYTES: Final = 32 * 1024 * 1024
 
 
-def _answer(response: httpx.Response) -> Any:
+def _answer(response: apiclient.Answer) -> Any:
     """The checkpoint's answer parsed strictly (docs/protocol.md#strict-json), the one way the agent
     reads one.
 
@@ -50,10 +47,10 @@ def _answer(response: httpx.Response) -> Any:
     ``pending``. Not NFC is allowed: the API relays text it did not write (a person's note).
     """
     try:
-        return loads_strict(response.content, max_bytes=_ANSWER_MAX_BYTES, nfc=False)
-    except Refused as exc:
+        return response.json()
+    except apiclient.NotStrictJSON as exc:
         raise CheckpointUnavailable(
-            f"the checkpoint answered {response.status_code} with malformed JSON: {exc.detail}"
+            f"the checkpoint answered {response.status} with malformed JSON: {exc.detail}"
         ) from None
 
 
@@ -158,14 +155,12 @@ class HttpCheckpointClient:
             raise ValueError("the agent's checkpoint token is required")
         if attempts < 1:
             raise ValueError("at least one attempt")
-        if verify is not True and not isinstance(verify, ssl.SSLContext):
-            raise TypeError("verify must be True or an ssl.SSLContext; verification stays on")
         # ``verify=True`` with httpx's default trust_env: certifi's bundle, or the file
         # SSL_CERT_FILE names; a context (AIRLOCK_AGENT_CHECKPOINT_CA_FILE) is used alone.
         # The pools httpx builds, proxies from the environment included, are kept; only
-        # the sockets under them are bounded by each attempt's deadline (``within``).
-        self._http = http or with_deadlines(
-            httpx.Client(base_url=base_url, timeout=timeout, verify=verify)
+        # the sockets under them are bounded by each attempt's deadline.
+        self._http = http or apiclient.checkpoint_http(
+            base_url, verify=verify, timeout=timeout, trust_env=True
         )
         self._owns_http = http is None
         #: Each attempt, whole (connect to the answer's last byte), gets at most this long:
@@ -193,7 +188,7 @@ class HttpCheckpointClient:
 
     def _send(
         self, method: str, path: str, *, content_type: str | None = None, **kwargs: Any
-    ) -> httpx.Response:
+    ) -> apiclient.Answer:
         headers = dict(self._headers)
         if content_type is not None:
             headers["Content-Type"] = content_type
@@ -202,14 +197,15 @@ class HttpCheckpointClient:
         for attempt in range(1, self._attempts + 1):
             self.requests += 1
             try:
-                with within(self._deadline_s):
-                    response = self._http.request(method, path, headers=headers, **kwargs)
-            except httpx.TransportError as exc:
-                last = f"{type(exc).__name__}: {exc}"
+                response = apiclient.exchange(
+                    self._http, method, path, deadline_s=self._deadline_s, headers=headers, **kwargs
+                )
+            except apiclient.CheckpointUnavailable as exc:
+                last = str(exc)
             else:
-                if response.status_code not in _RETRY_STATUS:
+                if response.status not in _RETRY_STATUS:
                     return response
-                last = f"HTTP {response.status_code}"
+                last = f"HTTP {response.status}"
             if attempt < self._attempts:
                 self.retries += 1
                 self._sleep(delay)
@@ -219,17 +215,15 @@ class HttpCheckpointClient:
         )
 
     @staticmethod
-    def _error(response: httpx.Response) -> tuple[str, str]:
-        try:
-            body = _answer(response)
-            err = body.get("error") or {}
-            return str(err.get("code", "")), str(err.get("message", ""))[:300]
-        except (CheckpointUnavailable, AttributeError):
-            return "", response.text[:300]
+    def _error(response: apiclient.Answer) -> tuple[str, str]:
+        refused = response.refusal()
+        if refused is None:
+            return "", response.body.decode("utf-8", errors="replace")[:300]
+        return refused.code, refused.message[:300]
 
-    def _refused(self, response: httpx.Response) -> CheckpointRefused:
+    def _refused(self, response: apiclient.Answer) -> CheckpointRefused:
         code, message = self._error(response)
-        return CheckpointRefused(response.status_code, code, message)
+        return CheckpointRefused(response.status, code, message)
 
     # -- the port
 
@@ -240,26 +234,26 @@ class HttpCheckpointClient:
             "POST", "/v1/proposals", content=body, content_type="application/json"
         )
         pid = action.proposal_id
-        if response.status_code in (200, 201):
+        if response.status in (200, 201):
             state = str(_answer(response).get("state", ""))
-            return SubmitResult("created" if response.status_code == 201 else "exists", pid, state)
+            return SubmitResult("created" if response.status == 201 else "exists", pid, state)
         code, message = self._error(response)
-        if response.status_code == 403 and code == "E_POLICY_DENIED":
+        if response.status == 403 and code == "E_POLICY_DENIED":
             return SubmitResult("denied", pid, "denied", message)
-        if response.status_code == 409 and code == "E_CONFLICT":
+        if response.status == 409 and code == "E_CONFLICT":
             return SubmitResult("conflict", pid, None, message)
-        if response.status_code == 409 and code == "E_DUPLICATE_OPEN":
+        if response.status == 409 and code == "E_DUPLICATE_OPEN":
             return SubmitResult("duplicate_open", pid, None, message)
-        raise CheckpointRefused(response.status_code, code, message)
+        raise CheckpointRefused(response.status, code, message)
 
     def withdraw(self, proposal_id: str, note: str) -> str:
         response = self._send(
             "POST", f"/v1/proposals/{proposal_id}/withdraw", json={"note": note[:2000]}
         )
-        if response.status_code == 200:
+        if response.status == 200:
             return str(_answer(response)["state"])
         code, _ = self._error(response)
-        if response.status_code == 409 and code == "E_STATE":
+        if response.status == 409 and code == "E_STATE":
             # Perhaps our own earlier attempt landed and only its answer was lost, or a
             # human decided first: either way, report the state it is in now.
             return self.get(proposal_id).state
@@ -267,7 +261,7 @@ class HttpCheckpointClient:
 
     def get(self, proposal_id: str) -> ProposalRecord:
         response = self._send("GET", f"/v1/proposals/{proposal_id}")
-        if response.status_code != 200:
+        if response.status != 200:
             raise self._refused(response)
         return ProposalRecord.from_api(_answer(response))
 
@@ -284,7 +278,7 @@ class HttpCheckpointClient:
             params["operation"] = operation
         while True:
             response = self._send("GET", "/v1/proposals", params=params)
-            if response.status_code != 200:
+            if response.status != 200:
                 raise self._refused(response)
             page = _answer(response)
             for item in page["items"]:

@@ -10,10 +10,13 @@ Error hierarchy::
         └── CheckpointRefused       a 4xx the agent does not expect (carries the code)
 
 A refusal the agent expects (policy denied, another open proposal, same id with another
-hash) is a result, not an error: see :class:`services.agent.client.SubmitResult`.
+hash) is a result, not an error: see :class:`services.agent.client.SubmitResult`. The two
+checkpoint errors are also :mod:`airlock.apiclient`'s, whose core the agent's client wraps.
 """
 
 from __future__ import annotations
+
+from airlock import apiclient
 
 __all__ = [
     "AgentError",
@@ -41,14 +44,14 @@ class CheckpointError(AgentError):
     pass
 
 
-class CheckpointUnavailable(CheckpointError):
+class CheckpointUnavailable(CheckpointError, apiclient.CheckpointUnavailable):
     """Transport errors or 5xx on every attempt (nothing can be said about the last one),
     or an answer that is not strict JSON (docs/protocol.md#strict-json): not the checkpoint API."""
 
 
-class CheckpointRefused(CheckpointError):
+class CheckpointRefused(CheckpointError, apiclient.CheckpointRefused):
+    """A refusal the agent does not expect: ``status``, ``code``, ``message``."""
+
     def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(f"HTTP {status} {code}: {message}")
-        self.status = status
-        self.code = code
-        self.message = message
+        apiclient.CheckpointRefused.__init__(self, code, message, status)
+        self.args = (f"HTTP {status} {code}: {message}",)

@@ -440,7 +440,7 @@ def _build(make: Any, operation: str, key: Key) -> Step:
     return Submit(action)
 
 
-def _common(obs: Observation, ctx: PlanContext, operation: str, pid: str) -> dict[str, Any]:
+def _common(obs: Observation, ctx: PlanContext, operation: str, pid: str) -> dict[str, object]:
     state = obs.state
     return {
         "type": ACTION_TYPE,
@@ -455,7 +455,7 @@ def _common(obs: Observation, ctx: PlanContext, operation: str, pid: str) -> dic
     }
 
 
-def _describe(obs: Observation) -> dict[str, Any]:
+def _describe(obs: Observation) -> dict[str, object]:
     state = obs.state
     return {
         "name": state.name,
@@ -493,7 +493,7 @@ def _stop_action(obs: Observation, ctx: PlanContext, pid: str) -> ProposedAction
     if usage is None or not obs.verdict.idle:
         raise ValueError("a stop needs an idle verdict with usage")
     policy = ctx.policy
-    evidence: dict[str, Any] = {
+    evidence: dict[str, object] = {
         "policy": POLICY_NAME,
         "window_days": obs.window.days,
         "window_start": rfc3339(obs.window.start),
@@ -533,7 +533,7 @@ def _delete_action(
     obs: Observation, stopped: AirlockStop, ctx: PlanContext, pid: str
 ) -> ProposedAction:
     stopped_for = ctx.now - stopped.executed_at
-    evidence: dict[str, Any] = {
+    evidence: dict[str, object] = {
         "policy": POLICY_NAME,
         "stage": "delete-after-stop",
         "stop_proposal_id": stopped.proposal_id,

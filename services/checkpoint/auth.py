@@ -32,7 +32,7 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
@@ -42,6 +42,7 @@ from argon2 import PasswordHasher, Type
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
 from sqlalchemy.engine import Connection, Engine
 
+from airlock.events import CheckpointEvent
 from airlock.store import AuditLog
 
 from ._db import Database
@@ -219,7 +220,7 @@ class Accounts:
                     created_at=now,
                 )
             )
-            _audit(conn, now, {"type": "checkpoint.user.added", "user": username, "role": role})
+            _audit(conn, now, {"type": CheckpointEvent.USER_ADDED, "user": username, "role": role})
 
     def disable_user(self, username: str) -> None:
         now = self._now()
@@ -230,7 +231,7 @@ class Accounts:
             if not done:
                 raise Refusal(ErrorCode.E_NOT_FOUND, f"no user {username}", 404)
             _end_sessions(conn, username, now)
-            _audit(conn, now, {"type": "checkpoint.user.disabled", "user": username})
+            _audit(conn, now, {"type": CheckpointEvent.USER_DISABLED, "user": username})
 
     def unlock_user(self, username: str) -> None:
         """End a lockout now and clear the failed-login count (an admin's call, audited)."""
@@ -243,7 +244,7 @@ class Accounts:
             ).rowcount
             if not done:
                 raise Refusal(ErrorCode.E_NOT_FOUND, f"no user {username}", 404)
-            _audit(conn, now, {"type": "checkpoint.user.unlocked", "user": username})
+            _audit(conn, now, {"type": CheckpointEvent.USER_UNLOCKED, "user": username})
 
     def set_password(self, username: str, password: str) -> None:
         """Replace a person's password (an admin's call, audited): their sessions end and
@@ -265,7 +266,7 @@ class Accounts:
             if not done:
                 raise Refusal(ErrorCode.E_NOT_FOUND, f"no user {username}", 404)
             _end_sessions(conn, username, now)
-            _audit(conn, now, {"type": "checkpoint.user.password_set", "user": username})
+            _audit(conn, now, {"type": CheckpointEvent.USER_PASSWORD_SET, "user": username})
 
     def list_users(self) -> list[dict[str, Any]]:
         with self._engine.connect() as conn:
@@ -301,7 +302,7 @@ class Accounts:
                     token_hash=hash_token(token), name=name, role=role, created_at=now
                 )
             )
-            _audit(conn, now, {"type": "checkpoint.token.created", "name": name, "role": role})
+            _audit(conn, now, {"type": CheckpointEvent.TOKEN_CREATED, "name": name, "role": role})
         return token
 
     def revoke_service_token(self, name: str) -> None:
@@ -320,7 +321,7 @@ class Accounts:
                 if exists is None:
                     raise Refusal(ErrorCode.E_NOT_FOUND, f"no service token named {name}", 404)
                 raise Refusal(ErrorCode.E_STATE, f"the token {name} is already revoked", 409)
-            _audit(conn, now, {"type": "checkpoint.token.revoked", "name": name})
+            _audit(conn, now, {"type": CheckpointEvent.TOKEN_REVOKED, "name": name})
 
     def list_service_tokens(self) -> list[dict[str, Any]]:
         """Name, role, created_at and revoked_at of every service token (never the token)."""
@@ -541,7 +542,7 @@ class Accounts:
                     _audit(
                         conn,
                         now,
-                        {"type": "checkpoint.login.failed", "user": username, "client": client},
+                        {"type": CheckpointEvent.LOGIN_FAILED, "user": username, "client": client},
                     )
             else:
                 token = _new_token("als_")
@@ -558,7 +559,7 @@ class Accounts:
                 _audit(
                     conn,
                     now,
-                    {"type": "checkpoint.session.created", "user": username, "client": client},
+                    {"type": CheckpointEvent.SESSION_CREATED, "user": username, "client": client},
                 )
         # Refused only after the commit: a rolled-back count would never lock anyone.
         if not ok:
@@ -578,7 +579,7 @@ class Accounts:
             .values(failed_logins=0, locked_until=now + self._lockout)
         ).rowcount
         if locked:
-            _audit(conn, now, {"type": "checkpoint.user.locked", "user": username})
+            _audit(conn, now, {"type": CheckpointEvent.USER_LOCKED, "user": username})
         return bool(locked)
 
     def _verify(self, encoded: str, password: str) -> bool:
@@ -598,7 +599,7 @@ class Accounts:
                 .where(sessions.c.token_hash == principal.session, sessions.c.revoked_at.is_(None))
                 .values(revoked_at=now)
             )
-            _audit(conn, now, {"type": "checkpoint.session.revoked", "user": principal.name})
+            _audit(conn, now, {"type": CheckpointEvent.SESSION_REVOKED, "user": principal.name})
 
     def authenticate(self, token: str, *, activity: bool = True) -> Principal:
         """The principal behind a bearer token, or refuse with E_UNAUTHENTICATED.
@@ -648,7 +649,11 @@ class Accounts:
         client address: wrong passwords (by user), unknown names and throttled attempts
         (from the ``checkpoint.sign_in.refused`` tallies, their top addresses), and the
         accounts locked. What ``airlock users sign-ins`` prints."""
-        kinds = ("checkpoint.login.failed", "checkpoint.sign_in.refused", "checkpoint.user.locked")
+        kinds = (
+            CheckpointEvent.LOGIN_FAILED,
+            CheckpointEvent.SIGN_IN_REFUSED,
+            CheckpointEvent.USER_LOCKED,
+        )
         clients: dict[str, dict[str, Any]] = {}
         locked: list[str] = []
         totals = {"wrong_password": 0, "unknown_name": 0, "throttled": 0}
@@ -671,9 +676,9 @@ class Accounts:
                         {"wrong_password": 0, "users": {}, "unknown_name_or_throttled": 0},
                     )
 
-                if event["type"] == "checkpoint.user.locked":
+                if event["type"] == CheckpointEvent.USER_LOCKED:
                     locked.append(event["user"])
-                elif event["type"] == "checkpoint.login.failed":
+                elif event["type"] == CheckpointEvent.LOGIN_FAILED:
                     entry = client(str(event.get("client", "?")))
                     entry["wrong_password"] += 1
                     entry["users"][event["user"]] = entry["users"].get(event["user"], 0) + 1
@@ -693,5 +698,5 @@ class Accounts:
         }
 
 
-def _audit(conn: Connection, now: int, event: dict[str, Any]) -> None:
+def _audit(conn: Connection, now: int, event: Mapping[str, object]) -> None:
     AuditLog.append(conn, event, at=datetime.fromtimestamp(now, UTC))

@@ -53,6 +53,7 @@ from cryptography.hazmat.primitives.serialization import (
     load_pem_private_key,
 )
 
+from airlock.events import CheckpointEvent
 from airlock.protocol import (
     KeySet,
     KeySetError,
@@ -103,8 +104,8 @@ class KeyRecord:
         trusted by executors for ever. ``keys list`` and ``doctor`` warn of it."""
         return self.status is KeyStatus.RETIRED and self.not_after is None
 
-    def to_value(self) -> dict[str, Any]:
-        value: dict[str, Any] = {
+    def to_value(self) -> dict[str, object]:
+        value: dict[str, object] = {
             "kid": self.kid,
             "public_key": b64encode(self.public_key),
             "status": self.status.value,
@@ -300,7 +301,7 @@ class KeyDirectory:
                 data = self._serialize([*records, record])
                 audit.record(
                     {
-                        "type": "checkpoint.key.staged",
+                        "type": CheckpointEvent.KEY_STAGED,
                         "next": record.kid,
                         "keyset_before": before,
                         "keyset_after": _digest(data),
@@ -371,7 +372,7 @@ class KeyDirectory:
                 data = self._serialize(updated)
                 audit.record(
                     {
-                        "type": "checkpoint.key.rotated",
+                        "type": CheckpointEvent.KEY_ROTATED,
                         "active": record.kid,
                         "staged": bool(staged),
                         "retired": sorted(bounded),
@@ -400,7 +401,7 @@ class KeyDirectory:
             data = self._serialize([revoked if r.kid == kid else r for r in records])
             audit.record(
                 {
-                    "type": "checkpoint.key.revoked",
+                    "type": CheckpointEvent.KEY_REVOKED,
                     "kid": kid,
                     "was": found.status.value,
                     "keyset_before": before,

@@ -32,20 +32,25 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine, Row
 from sqlalchemy.exc import IntegrityError
 
+from airlock.events import CheckpointEvent
 from airlock.protocol import (
     APPROVAL_PAYLOAD_TYPE,
     APPROVAL_TYPE,
+    RECEIPT_PAYLOAD_TYPE,
     ApprovalStatement,
+    AuditHead,
     Envelope,
+    InvalidReceipt,
     KeySet,
     ProposedAction,
+    Receipt,
     RefusalCode,
     Refused,
+    VerifiedReceipt,
     action_hash,
     b64encode,
-    loads_strict,
     make_bundle,
-    verify_envelope,
+    verify_receipt,
 )
 from airlock.store import AuditLog, read_transaction, verify_chain
 from airlock.text import inert
@@ -91,10 +96,6 @@ __all__ = ["RECEIPT_PAYLOAD_TYPE", "REFUSAL_NOTES_MAX", "Checkpoint", "Checkpoin
 
 _log = logging.getLogger("airlock.checkpoint")
 
-#: The executor's receipt envelope type (docs/protocol.md#executor-checks step 16;
-#: services/executor/receipts).
-RECEIPT_PAYLOAD_TYPE: Final = "application/vnd.airlock.receipt.v1+json"
-_RECEIPT_MAX_BYTES: Final = 64 * 1024
 #: Executor outcome → proposal state. ``resolved`` is mapped from its resolution.
 _OUTCOME_STATE: Final = {
     "succeeded": "executed",
@@ -290,7 +291,7 @@ class Checkpoint:
         self._audit(
             conn,
             now,
-            "checkpoint.proposal.submitted",
+            CheckpointEvent.PROPOSAL_SUBMITTED,
             proposal_id=action.proposal_id,
             action_hash=digest,
             by=principal.name,
@@ -361,7 +362,7 @@ class Checkpoint:
             self._audit(
                 conn,
                 now,
-                "checkpoint.vote.approve",
+                CheckpointEvent.VOTE_APPROVE,
                 proposal_id=proposal_id,
                 action_hash=row.action_hash,
                 by=principal.name,
@@ -453,7 +454,7 @@ class Checkpoint:
         self._audit(
             conn,
             now,
-            "checkpoint.approval.issued",
+            CheckpointEvent.APPROVAL_ISSUED,
             proposal_id=row.id,
             approval_id=approval_id,
             action_hash=row.action_hash,
@@ -508,7 +509,7 @@ class Checkpoint:
             self._audit(
                 conn,
                 now,
-                "checkpoint.proposal.rejected",
+                CheckpointEvent.PROPOSAL_REJECTED,
                 proposal_id=proposal_id,
                 by=principal.name,
                 reason_code=reason_code,
@@ -552,7 +553,7 @@ class Checkpoint:
         self._audit(
             conn,
             now,
-            "checkpoint.approval.revoked",
+            CheckpointEvent.APPROVAL_REVOKED,
             proposal_id=proposal_id,
             approval_id=approval.approval_id,
             by=by,
@@ -584,7 +585,7 @@ class Checkpoint:
             self._audit(
                 conn,
                 now,
-                "checkpoint.proposal.withdrawn",
+                CheckpointEvent.PROPOSAL_WITHDRAWN,
                 proposal_id=proposal_id,
                 by=principal.name,
                 note=note,
@@ -628,7 +629,7 @@ class Checkpoint:
             self._audit(
                 conn,
                 now,
-                "checkpoint.execution.resolved",
+                CheckpointEvent.EXECUTION_RESOLVED,
                 proposal_id=proposal_id,
                 by=principal.name,
                 decision=decision,
@@ -734,7 +735,7 @@ class Checkpoint:
                 self._audit(
                     conn,
                     now,
-                    "checkpoint.feed.raised",
+                    CheckpointEvent.FEED_RAISED,
                     by=principal.name,
                     feed_head=last,
                     to=after,
@@ -768,9 +769,8 @@ class Checkpoint:
     def _report_outcome(self, principal: Principal, receipt: Mapping[str, Any]) -> ProposalOut:
         _require(principal, {"executor"}, "report outcomes")
         now = self.now()
-        payload, keyid = self._check_receipt(receipt, now)
-        approval_id = payload["approval_id"]
-        outcome = payload["outcome"]
+        payload, keyid, approval_id = self._check_receipt(receipt, now)
+        outcome = payload.outcome
         with self.engine.begin() as conn:
             approval = conn.execute(
                 sa.select(approvals).where(approvals.c.approval_id == approval_id)
@@ -780,12 +780,12 @@ class Checkpoint:
             # The approval row is the proposal's only one (UNIQUE proposal_id), so these two
             # checks bind the receipt to the issued approval and the action it signed.
             row = self._lock(conn, approval.proposal_id)
-            if payload["action_hash"] != row.action_hash:
+            if payload.action_hash != row.action_hash:
                 raise Refusal(ErrorCode.E_RECEIPT, "receipt names another action hash", 422)
             target = _OUTCOME_STATE.get(outcome)
             if outcome == "resolved":
-                resolution = payload.get("resolution") or {}
-                target = "executed" if resolution.get("decision") == "happened" else "failed"
+                decision = payload.resolution.decision if payload.resolution else None
+                target = "executed" if decision == "happened" else "failed"
             if target is None:
                 raise Refusal(ErrorCode.E_RECEIPT, f"unknown outcome {outcome!r}", 422)
             receipt_text = json.dumps(dict(receipt), sort_keys=True)
@@ -814,7 +814,7 @@ class Checkpoint:
             state, held_by = self._land_state(conn, row, target, approval_id, now)
             values = {
                 "outcome": outcome,
-                "refusal_code": payload.get("refusal_code"),
+                "refusal_code": payload.refusal_code,
                 "receipt": receipt_text,
                 "receipt_verified": True,  # _check_receipt refuses anything else
                 "receipt_keyid": keyid,
@@ -837,11 +837,11 @@ class Checkpoint:
             self._audit(
                 conn,
                 now,
-                "checkpoint.outcome.reported",
+                CheckpointEvent.OUTCOME_REPORTED,
                 proposal_id=row.id,
                 approval_id=approval_id,
                 outcome=outcome,
-                refusal_code=payload.get("refusal_code"),
+                refusal_code=payload.refusal_code,
                 receipt_verified=True,
                 late=late,
                 from_state=row.state,
@@ -851,9 +851,8 @@ class Checkpoint:
                 # later `airlock audit reconcile` can hold the executor's chain to it.
                 executor_head=executor,
             )
-            at = payload.get("at")
-            if executor is not None and type(at) is int and 0 <= at <= _FEED_SEQ_MAX:
-                self._advance_executor_head(conn, executor, at, now)
+            if payload.at <= _FEED_SEQ_MAX:
+                self._advance_executor_head(conn, executor, payload.at, now)
             return self._view(
                 conn, conn.execute(sa.select(proposals).where(proposals.c.id == row.id)).one()
             )
@@ -919,15 +918,12 @@ class Checkpoint:
         """
         now = self.now()
         payload, keyid, signed = self._verified_receipt(receipt, now)
-        resolution = payload.get("resolution")
-        if not isinstance(resolution, dict) or resolution.get("decision") not in (
-            "happened",
-            "did_not_happen",
-        ):
+        resolution = payload.resolution
+        if resolution is None or payload.approval_id is None:
             raise Refusal(ErrorCode.E_RECEIPT, "a resolution receipt names no decision", 422)
-        decision = str(resolution["decision"])
+        decision = resolution.decision
         digest = hashlib.sha256(signed).hexdigest()
-        approval_id = payload["approval_id"]
+        approval_id = payload.approval_id
         with self.engine.begin() as conn:
             approval = conn.execute(
                 sa.select(approvals.c.proposal_id).where(approvals.c.approval_id == approval_id)
@@ -948,9 +944,9 @@ class Checkpoint:
                         approval_id=approval_id,
                         proposal_id=row.id,
                         decision=decision,
-                        decided_by=inert(str(resolution.get("by", "")))[:128],
-                        decided_at=_int_or_zero(resolution.get("at")),
-                        note=inert(str(resolution.get("note", "")))[:_DETAIL_MAX],
+                        decided_by=inert(resolution.by)[:128],
+                        decided_at=_int_or_zero(resolution.at),
+                        note=inert(resolution.note)[:_DETAIL_MAX],
                         checkpoint_decision=outcome.resolution,
                         checkpoint_resolved_by=outcome.resolved_by,
                         agrees=agrees,
@@ -963,11 +959,11 @@ class Checkpoint:
                 self._audit(
                     conn,
                     now,
-                    "checkpoint.executor_resolution",
+                    CheckpointEvent.EXECUTOR_RESOLUTION,
                     proposal_id=row.id,
                     approval_id=approval_id,
                     decision=decision,
-                    by=inert(str(resolution.get("by", "")))[:128],
+                    by=inert(resolution.by)[:128],
                     checkpoint_decision=outcome.resolution,
                     checkpoint_resolved_by=outcome.resolved_by,
                     agrees=agrees,
@@ -976,10 +972,9 @@ class Checkpoint:
                     receipt_sha256=digest,
                     executor_head=_receipt_head(payload),
                 )
-                head, at = _receipt_head(payload), payload.get("at")
-                if head is not None and type(at) is int and 0 <= at <= _FEED_SEQ_MAX:
+                if payload.at <= _FEED_SEQ_MAX:
                     # A verified receipt of the executor's chain, as an outcome's is.
-                    self._advance_executor_head(conn, head, at, now)
+                    self._advance_executor_head(conn, _receipt_head(payload), payload.at, now)
             elif known.receipt_sha256 != digest:
                 # A ledger resolves a row once; another receipt is from another ledger.
                 raise Refusal(
@@ -996,7 +991,7 @@ class Checkpoint:
             f"recorded, in conflict: a person at the checkpoint ({outcome.resolved_by}) "
             f"resolved {row.id} as {outcome.resolution!r} and it is {row.state}; the "
             f"executor's ledger, the record of what the executor did, says {decision!r} "
-            f"(resolved by {inert(str(resolution.get('by', '')))[:128]}). The checkpoint "
+            f"(resolved by {inert(resolution.by)[:128]}). The checkpoint "
             "keeps its state and shows the conflict on the proposal; sending this receipt "
             "again changes nothing. Check the resource in the cloud (its state, the "
             "provider's own record of the call) and this receipt, then tell whoever "
@@ -1063,7 +1058,7 @@ class Checkpoint:
                 self._audit(
                     conn,
                     now,
-                    "checkpoint.executor_refusal",
+                    CheckpointEvent.EXECUTOR_REFUSAL,
                     proposal_id=row.id,
                     approval_id=note.approval_id,
                     refusal_code=note.refusal_code,
@@ -1124,7 +1119,7 @@ class Checkpoint:
             self._audit(
                 conn,
                 now,
-                "checkpoint.proposal.withdrawn",
+                CheckpointEvent.PROPOSAL_WITHDRAWN,
                 proposal_id=holder.id,
                 by="checkpoint",
                 reason="in_doubt",
@@ -1167,9 +1162,9 @@ class Checkpoint:
             .values(state=state, updated_at=now)
         )
 
-    def _verified_receipt(self, receipt: Mapping[str, Any], now: int) -> tuple[Any, str, bytes]:
-        """The parsed payload of a receipt signed by a trusted executor receipt key, the
-        key id, and the payload bytes as signed; its shape is the caller's to check."""
+    def _verified_receipt(self, receipt: Mapping[str, Any], now: int) -> VerifiedReceipt:
+        """A receipt signed by a trusted executor receipt key (the kernel's
+        :func:`~airlock.protocol.verify_receipt`), or refuse it (E_RECEIPT)."""
         # Fail closed: without the executor's receipt key set nothing can be verified, and
         # an unverified receipt would let any executor-token holder close a proposal (and
         # block the revocation of its still-valid approval). build() refuses to start
@@ -1182,41 +1177,30 @@ class Checkpoint:
                 422,
             )
         try:
-            envelope = Envelope.from_value(dict(receipt), payload_type=RECEIPT_PAYLOAD_TYPE)
-            keyid = verify_envelope(envelope, self.receipt_keys, now)
-            payload = loads_strict(envelope.payload, max_bytes=_RECEIPT_MAX_BYTES)
-        except Refused as exc:
-            raise Refusal(ErrorCode.E_RECEIPT, f"{exc.code.value}: {exc.detail}", 422) from None
-        return payload, keyid, envelope.payload
+            return verify_receipt(receipt, self.receipt_keys, now)
+        except InvalidReceipt as exc:
+            raise Refusal(ErrorCode.E_RECEIPT, str(exc), 422) from None
 
-    def _check_receipt(self, receipt: Mapping[str, Any], now: int) -> tuple[dict[str, Any], str]:
-        """The verified receipt payload and the key id that signed it, or refuse."""
+    def _check_receipt(self, receipt: Mapping[str, Any], now: int) -> tuple[Receipt, str, str]:
+        """An outcome's verified receipt, the key id that signed it and the approval id
+        it names, or refuse."""
         payload, keyid, _ = self._verified_receipt(receipt, now)
-        if (
-            not isinstance(payload, dict)
-            or payload.get("type") != "airlock.receipt/v1"
-            or not isinstance(payload.get("approval_id"), str)
-            or not isinstance(payload.get("action_hash"), str)
-            or not isinstance(payload.get("outcome"), str)
-            or not isinstance(payload.get("refusal_code"), str | None)
-            or not isinstance(payload.get("executor"), str)
-        ):
+        if payload.approval_id is None or payload.action_hash is None:
             raise Refusal(
                 ErrorCode.E_RECEIPT,
-                "receipt payload must be an airlock.receipt/v1 naming executor, approval, "
-                "hash, outcome",
+                "an outcome's receipt must name its approval and action hash",
                 422,
             )
         # A receipt speaks for the executor that signed it: one bound to another audience
         # (another environment sharing a receipt key) says nothing about our approvals.
-        if payload["executor"] != self.config.audience:
+        if payload.executor != self.config.audience:
             raise Refusal(
                 ErrorCode.E_RECEIPT,
-                f"receipt is from executor {payload['executor'][:128]!r}, "
+                f"receipt is from executor {payload.executor[:128]!r}, "
                 f"not this checkpoint's audience {self.config.audience!r}",
                 422,
             )
-        return payload, keyid
+        return payload, keyid, payload.approval_id
 
     # -- the sweeper -----------------------------------------------------------------
 
@@ -1245,12 +1229,12 @@ class Checkpoint:
             ).all()
             for (pid,) in stale:
                 self._set_state(conn, pid, "pending", "expired", now)
-                self._audit(conn, now, "checkpoint.proposal.expired", proposal_id=pid)
+                self._audit(conn, now, CheckpointEvent.PROPOSAL_EXPIRED, proposal_id=pid)
                 counts["expired"] += 1
             for pid, aid in lapsing:
                 self._set_state(conn, pid, "approved", "lapsed", now)
                 self._audit(
-                    conn, now, "checkpoint.approval.lapsed", proposal_id=pid, approval_id=aid
+                    conn, now, CheckpointEvent.APPROVAL_LAPSED, proposal_id=pid, approval_id=aid
                 )
                 counts["lapsed"] += 1
         return counts
@@ -1326,13 +1310,13 @@ class Checkpoint:
             states=applied,
         )
 
-    def audit_refusals(self, events: Sequence[Mapping[str, Any]]) -> None:
+    def audit_refusals(self, events: Sequence[Mapping[str, object]]) -> None:
         """Append ``checkpoint.refused`` events (built by ``refusals.RefusalRecorder``) in
         one transaction of their own, which writes nothing else."""
         now = self.now()
         with self.engine.begin() as conn:
             for event in events:
-                self._audit(conn, now, "checkpoint.refused", **event)
+                self._audit(conn, now, CheckpointEvent.REFUSED, **event)
 
     def audit_status(self, principal: Principal) -> AuditOut:
         _require(principal, {"viewer", "approver", "admin"}, "read the audit status")
@@ -1532,23 +1516,15 @@ class _ResolvedHere(Exception):
     (``_report_outcome`` raises it before writing; ``report_outcome`` handles it)."""
 
 
-def _int_or_zero(value: object) -> int:
-    return value if type(value) is int and 0 <= value <= _AT_MAX else 0
+def _int_or_zero(value: int) -> int:
+    return value if 0 <= value <= _AT_MAX else 0
 
 
-def _receipt_head(payload: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The ``audit_head`` a verified receipt names, if it has the receipt's shape."""
-    head = payload.get("audit_head")
-    if (
-        isinstance(head, dict)
-        and set(head) == {"seq", "hash"}
-        and type(head["seq"]) is int
-        and head["seq"] >= 0
-        and isinstance(head["hash"], str)
-        and len(head["hash"]) <= 100
-    ):
-        return {"seq": head["seq"], "hash": head["hash"]}
-    return None
+def _receipt_head(payload: Receipt) -> dict[str, int | str]:
+    """The ``audit_head`` a verified receipt names, as the audit event and the
+    ``executor_head`` row keep it."""
+    head: AuditHead = payload.audit_head
+    return {"seq": head.seq, "hash": head.hash}
 
 
 @dataclass(frozen=True, slots=True)
@@ -1563,42 +1539,35 @@ class _RefusalNote:
     at: int
 
 
-def _refusal_note(payload: Any) -> _RefusalNote:
-    """The note a verified receipt payload makes, or refuse it (E_RECEIPT)."""
+def _refusal_note(payload: Receipt) -> _RefusalNote:
+    """The note a verified receipt makes, or refuse it (E_RECEIPT): what a note may say,
+    beyond what a valid receipt says."""
 
     def refuse(why: str) -> Refusal:
         return Refusal(ErrorCode.E_RECEIPT, f"not a refusal receipt: {why}", 422)
 
-    if not isinstance(payload, dict) or payload.get("type") != "airlock.receipt/v1":
-        raise refuse("the payload must be an airlock.receipt/v1")
-    if payload.get("outcome") != "refused":
+    if payload.outcome != "refused":
         raise refuse("its outcome must be 'refused' (other outcomes go to /v1/outcomes)")
-    code = payload.get("refusal_code")
-    if not isinstance(code, str) or code not in _NOTE_CODES:
+    code = payload.refusal_code
+    if code is None or code not in _NOTE_CODES:
         raise refuse(
             "refusal_code must be one an executor reports before the consume: "
             + ", ".join(sorted(_NOTE_CODES))
         )
-    approval_id = payload.get("approval_id")
-    if not isinstance(approval_id, str):
+    if payload.approval_id is None:
         raise refuse("approval_id must name the approval (its signature verified)")
-    digest = payload.get("action_hash")
-    if not isinstance(digest, str | None):
-        raise refuse("action_hash must be a hash or null")
-    executor = payload.get("executor")
+    executor = payload.executor
     # Not held to this checkpoint's audience, unlike an outcome: an executor configured
     # for another audience is what E_AUDIENCE reports, and the note changes nothing.
-    if not isinstance(executor, str) or not 1 <= len(executor) <= _EXECUTOR_MAX:
+    if not 1 <= len(executor) <= _EXECUTOR_MAX:
         raise refuse(f"executor must name the executor (1 to {_EXECUTOR_MAX} characters)")
     if not executor.isprintable():
         raise refuse("executor must be printable text")
-    at = payload.get("at")
-    if type(at) is not int or not 0 <= at <= _AT_MAX:
+    if payload.at > _AT_MAX:
         raise refuse("at must be the time of the refusal (Unix seconds, before the year 10000)")
-    detail = payload.get("detail", "")
-    if not isinstance(detail, str):
-        raise refuse("detail must be text")
-    return _RefusalNote(approval_id, digest, code, _shown(detail), executor, at)
+    return _RefusalNote(
+        payload.approval_id, payload.action_hash, code, _shown(payload.detail), executor, payload.at
+    )
 
 
 def _shown(text: str) -> str:

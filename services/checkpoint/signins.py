@@ -18,9 +18,11 @@ import threading
 from collections import Counter
 from typing import Any, Final, Literal
 
+from airlock.events import CheckpointEvent
+
 __all__ = ["EVENT_TYPE", "INTERVAL", "TOP", "RefusedSignIns"]
 
-EVENT_TYPE: Final = "checkpoint.sign_in.refused"
+EVENT_TYPE: Final = CheckpointEvent.SIGN_IN_REFUSED
 #: Seconds one event covers at most.
 INTERVAL: Final = 60
 #: Addresses and names named in an event; the rest are counted.

@@ -72,10 +72,22 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar, Final, Literal
 
 import httpx
+import pydantic
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from airlock.httpdeadline import deadline_passed, deadline_transport, within
+from airlock import apiclient
+from airlock.api import (
+    OUTCOMES_PATH,
+    REFUSALS_PATH,
+    ChainHead,
+    ExecutorHead,
+    FeedItem,
+    FeedPage,
+    ReceiptReport,
+)
+from airlock.events import ExecutorEvent
+from airlock.httpdeadline import within
 from airlock.protocol import (
     APPROVAL_ID_PATTERN,
     BUNDLE_MAX_BYTES,
@@ -152,7 +164,6 @@ DEFAULT_LEDGER_HOLD_S: Final = 15 * 60 + 30
 _HOLD_POLL_S: Final = 5.0
 _HOLD_LOG_EVERY_S: Final = 60.0
 _APPROVAL_ID: Final = re.compile(APPROVAL_ID_PATTERN)
-_HEX64: Final = re.compile(r"[0-9a-f]{64}")
 
 Idle = Callable[[], AbstractContextManager[None]]
 
@@ -190,16 +201,13 @@ def checkpoint_client(
     the CA file the executor names (``AIRLOCK_EXECUTOR_CHECKPOINT_CA_FILE``, as
     :func:`airlock.tls.checkpoint_verify`'s context). There is no way to pass ``False``.
     """
-    if verify is not True and not isinstance(verify, ssl.SSLContext):
-        raise TypeError("verify must be True or an ssl.SSLContext; verification stays on")
-    return httpx.Client(
-        base_url=base_url,
-        headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
+    return apiclient.checkpoint_http(
+        base_url,
+        verify=verify,
         timeout=httpx.Timeout(connect=5.0, read=poll_wait_s + _PAGE_GRACE_S, write=10.0, pool=5.0),
+        headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
         trust_env=False,
-        verify=verify,  # unused beside a transport: ours below is built with it
-        follow_redirects=False,
-        transport=deadline_transport(verify) if transport is None else transport,
+        transport=transport,
     )
 
 
@@ -235,40 +243,19 @@ class Backoff:
 
 
 def _read_at_most(
-    response: httpx.Response,
-    *,
-    until: float,
-    monotonic: Callable[[], float],
-    limit: int = _ANSWER_MAX_BYTES,
+    response: httpx.Response, *, until: float, monotonic: Callable[[], float]
 ) -> bytes:
-    """The first ``limit`` bytes of a streamed answer's body, or what arrived by its
-    deadline: ``until`` (a ``monotonic`` time) or the exchange's on the wire, whichever
-    notices first. The rest is never read, so a broken checkpoint or a proxy in front can
-    neither exhaust our memory with one nor hold us by dripping it. The status decides;
-    this body only explains it."""
-    body = bytearray()
-    try:
-        for chunk in response.iter_bytes():
-            body += chunk
-            if len(body) >= limit or monotonic() > until:
-                break
-    except httpx.ReadTimeout:
-        if not deadline_passed():  # a read timeout of its own: the answer never came
-            raise
-    return bytes(body[:limit])
+    """At most ``_ANSWER_MAX_BYTES`` of an answer that is not a feed page, by ``until``
+    (:func:`airlock.apiclient.read_at_most`): the status decides; this only explains it."""
+    return apiclient.read_at_most(
+        response, limit=_ANSWER_MAX_BYTES, until=until, monotonic=monotonic
+    )
 
 
 def _error_code(status: int, body: bytes) -> str:
-    """The checkpoint's ``{"error": {"code": …}}``, or ``HTTP <status>``."""
-    try:
-        code = loads_strict(body, max_bytes=_ANSWER_MAX_BYTES, nfc=False)["error"]["code"]
-        # Printable too: a NUL cannot be stored in PostgreSQL text (the record would fail
-        # on every flush), and an escape sequence must not reach an operator's terminal.
-        if isinstance(code, str) and code.isascii() and code.isprintable() and len(code) <= 64:
-            return code
-    except (Refused, KeyError, TypeError):
-        pass
-    return f"HTTP {status}"
+    """The checkpoint's ``{"error": {"code": …}}``, or ``HTTP <status>``
+    (:meth:`airlock.apiclient.Answer.error_code`)."""
+    return apiclient.Answer(status, body).error_code()
 
 
 def _check_auth(status: int, body: bytes, what: str) -> None:
@@ -344,68 +331,9 @@ class _Revocation:
     approval_id: str
 
 
-@dataclass(frozen=True, slots=True)
-class _Head:
-    """The checkpoint audit chain's head a feed page carried (``audit_head``)."""
-
-    seq: int
-    hash: str
-
-
-def _page_head(page: Mapping[str, Any]) -> _Head | None:
-    """The page's ``audit_head`` if it has the shape, else None: a checkpoint from before
-    the field sends none, and a malformed one is not worth refusing a page over (the
-    head is evidence for ``airlock audit reconcile``, never a condition of executing)."""
-    head = page.get("audit_head")
-    if not isinstance(head, dict):
-        return None
-    seq, digest = head.get("seq"), head.get("hash")
-    if type(seq) is not int or seq < 0 or not isinstance(digest, str):
-        return None
-    if not _HEX64.fullmatch(digest):
-        return None
-    return _Head(seq, digest)
-
-
-@dataclass(frozen=True, slots=True)
-class _ExecutorHead:
-    """Our chain's head as the receipt the checkpoint accepted last named it, and that
-    receipt's time (``executor_head`` on a feed page)."""
-
-    seq: int
-    hash: str
-    at: int | None
-
-
-def _page_executor_head(page: Mapping[str, Any]) -> _ExecutorHead | None:
-    """The page's ``executor_head`` if it has the shape, else None (none yet, or an
-    older checkpoint; the field is the checkpoint's claim, unsigned like the page)."""
-    head = page.get("executor_head")
-    if not isinstance(head, dict):
-        return None
-    seq, digest, at = head.get("seq"), head.get("hash"), head.get("at")
-    if type(seq) is not int or seq < 0 or not isinstance(digest, str):
-        return None
-    if not _HEX64.fullmatch(digest):
-        return None
-    return _ExecutorHead(seq, digest, at if type(at) is int and at >= 0 else None)
-
-
-def _has_approval(page: Mapping[str, Any]) -> bool:
-    return any(isinstance(i, dict) and i.get("kind") == "approval" for i in page["items"])
-
-
-def _page_feed_head(page: Mapping[str, Any]) -> int | None:
-    """The page's ``feed_head`` if it is a non-negative integer, else None (a checkpoint
-    from before the field sends none)."""
-    head = page.get("feed_head")
-    return head if type(head) is int and head >= 0 else None
-
-
-def _in_order(item: object, last: int, end: int) -> bool:
-    """Is ``item`` an object whose ``seq`` comes after ``last``, at most the page's cursor?"""
-    seq = item.get("seq") if isinstance(item, dict) else None
-    return isinstance(seq, int) and last < seq <= end
+def _in_order(item: FeedItem | None, last: int, end: int) -> bool:
+    """Is ``item`` well formed, its ``seq`` after ``last`` and at most the page's cursor?"""
+    return item is not None and last < item.seq <= end
 
 
 class CheckpointFeedSource:
@@ -493,19 +421,19 @@ class CheckpointFeedSource:
         if self._backoff.failures:
             _log.info("feed reachable again at cursor %d", after)
         self._backoff.reset()
-        _log.debug("feed polled after %d: %d item(s)", after, len(page["items"]))
-        self._warn_if_behind(after, _page_feed_head(page))
-        head = _page_executor_head(page)
+        _log.debug("feed polled after %d: %d item(s)", after, len(page.items))
+        self._warn_if_behind(after, page.feed_head)
+        head = page.executor_head
         if not self.ledger_checked:
             self._hold_if_foreign(head, self._clock())
             self.ledger_checked = True
-        if _has_approval(page) and self._holding(head):
+        if page.has_approval and self._holding(head):
             self._accept(after, page, hold=True)  # its revocations still count
             with self._idle():
                 self._sleep(_HOLD_POLL_S)
             return ()
         early = min(wait_s, _EMPTY_POLL_MIN_S) - (self._mono() - asked)
-        if not page["items"] and page["cursor"] == after and early > 0:
+        if not page.items and page.cursor == after and early > 0:
             with self._idle():
                 self._sleep(early)  # an empty answer before the wait: not asked again yet
         return self._accept(after, page)
@@ -520,10 +448,10 @@ class CheckpointFeedSource:
         except _Transient as exc:
             _log.warning("the ledger could not be checked against the feed now: %s", exc)
             return
-        self._hold_if_foreign(_page_executor_head(page), self._clock())
+        self._hold_if_foreign(page.executor_head, self._clock())
         self.ledger_checked = True
 
-    def _hold_if_foreign(self, head: _ExecutorHead | None, now: int) -> None:
+    def _hold_if_foreign(self, head: ExecutorHead | None, now: int) -> None:
         """Record a hold for ``head`` if this chain does not hold it."""
         if head is None:
             return
@@ -532,7 +460,7 @@ class CheckpointFeedSource:
         if not ours:
             self._hold_for(head, now)
 
-    def _holding(self, head: _ExecutorHead | None) -> bool:
+    def _holding(self, head: ExecutorHead | None) -> bool:
         """Must this page's approvals wait, because this ledger may have forgotten
         approvals it used?
 
@@ -563,7 +491,7 @@ class CheckpointFeedSource:
             )
         return True
 
-    def _hold_for(self, head: _ExecutorHead, now: int) -> None:
+    def _hold_for(self, head: ExecutorHead, now: int) -> None:
         """Record a hold for ``head`` unless one exists (UNIQUE per feed and head)."""
         # Not before the receipt's time: on a host whose clock is behind the old one's,
         # approvals used just before the backup expire later than ``now`` suggests. At
@@ -588,7 +516,7 @@ class CheckpointFeedSource:
             AuditLog.append(
                 conn,
                 {
-                    "type": "executor.ledger_behind",
+                    "type": ExecutorEvent.LEDGER_BEHIND,
                     "feed": self._feed,
                     "checkpoint_records": {"seq": head.seq, "hash": head.hash, "at": head.at},
                     "own_head": {"seq": own.seq, "hash": own.row_hash},
@@ -626,7 +554,7 @@ class CheckpointFeedSource:
             after,
         )
 
-    def _get(self, after: int, wait_s: float) -> dict[str, Any]:
+    def _get(self, after: int, wait_s: float) -> FeedPage:
         wait = max(0, int(wait_s))
         params = {"after": after, "wait": wait, "limit": PAGE_LIMIT}
         deadline = self._mono() + wait + _PAGE_GRACE_S
@@ -653,40 +581,35 @@ class CheckpointFeedSource:
         except httpx.HTTPError as exc:
             raise _Transient(f"{type(exc).__name__}: {exc}") from None
         try:
-            page = loads_strict(bytes(body), max_bytes=_PAGE_MAX_BYTES)
+            page = FeedPage.model_validate(loads_strict(bytes(body), max_bytes=_PAGE_MAX_BYTES))
         except Refused as exc:
             raise _Transient(f"malformed feed page: {exc.code.value}") from None
-        if (
-            not isinstance(page, dict)
-            or not isinstance(page.get("items"), list)
-            or not isinstance(page.get("cursor"), int)
-            or page["cursor"] < after
-        ):
+        except pydantic.ValidationError:
+            page = None
+        if page is None or page.cursor < after:
             raise _Transient("malformed feed page: want {items: [...], cursor >= after}")
-        items = page["items"]
-        if items and not _in_order(items[0], after, page["cursor"]):
+        items = page.items
+        if items and not _in_order(items[0], after, page.cursor):
             # Nothing on the page can be taken (a checkpoint that replays old items, a
             # malformed first item): answered as an empty page, the loop would ask again
             # at once and get it again, polling in a tight loop (seen in review).
             raise _Transient(f"feed page's first item is malformed or not after {after}")
         return page
 
-    def _accept(
-        self, after: int, page: dict[str, Any], *, hold: bool = False
-    ) -> Sequence[Delivery]:
+    def _accept(self, after: int, page: FeedPage, *, hold: bool = False) -> Sequence[Delivery]:
         """Record the page's revocations (and the checkpoint's head) and hand over its
         approvals; with ``hold``, hand over none and leave the cursor before them."""
         approvals: list[tuple[int, bytes]] = []
         revoked: list[_Revocation] = []
-        last, end = after, int(page["cursor"])
-        for item in page["items"]:
-            if not _in_order(item, last, end):
+        last, end = after, page.cursor
+        for item in page.items:
+            if item is None or not _in_order(item, last, end):
                 # Out of order or malformed: stop here; the cursor stays before it.
                 _log.error("feed item after %d is malformed or out of order; page cut", last)
                 end = last
                 break
-            seq = last = item["seq"]
-            kind, approval_id = item.get("kind"), item.get("approval_id")
+            seq = last = item.seq
+            kind, approval_id = item.kind, item.approval_id
             if kind == "revocation":
                 if isinstance(approval_id, str) and _APPROVAL_ID.fullmatch(approval_id):
                     revoked.append(_Revocation(seq, approval_id))
@@ -699,19 +622,19 @@ class CheckpointFeedSource:
                         seq,
                         _clip(ascii(approval_id), 120),
                     )
-            elif kind == "approval" and "bundle" in item:
+            elif kind == "approval" and item.has_bundle:
                 # The bundle goes to the verifier as bytes; JCS keeps the exact base64
                 # strings of action and payload, which is all the signature covers. A
                 # bundle that is not even an object goes too: the verifier refuses it
                 # and the refusal is recorded, rather than skipped with a log line.
-                approvals.append((seq, canonical_bytes(item["bundle"])))
+                approvals.append((seq, canonical_bytes(item.bundle)))
             else:
                 # Unknown kinds are recorded nowhere and skipped: the feed is not
                 # authenticated, only what a bundle carries is.
                 _log.warning("feed item %d of kind %s ignored", seq, _clip(ascii(kind), 120))
         now = self._clock()
         # Only a page with items: an empty long-poll answer must not grow the chain.
-        head = _page_head(page) if page["items"] else None
+        head = page.audit_head if page.items else None
         # Revocations first: one in the same page as an approval can only help (E_REVOKED).
         with self._engine.begin() as conn:
             if revoked or head is not None:
@@ -736,7 +659,7 @@ class CheckpointFeedSource:
             out.append(Delivery(ref, raw))
         return out
 
-    def _record_head(self, conn: Connection, head: _Head, now: int) -> None:
+    def _record_head(self, conn: Connection, head: ChainHead, now: int) -> None:
         """Anchor the checkpoint's chain in ours: append ``executor.checkpoint_head`` when
         the head differs from the one last recorded for this feed.
 
@@ -754,7 +677,7 @@ class CheckpointFeedSource:
         AuditLog.append(
             conn,
             {
-                "type": "executor.checkpoint_head",
+                "type": ExecutorEvent.CHECKPOINT_HEAD,
                 "feed": self._feed,
                 "seq": head.seq,
                 "hash": head.hash,
@@ -782,7 +705,7 @@ class CheckpointFeedSource:
             AuditLog.append(
                 conn,
                 {
-                    "type": "executor.revocation_received",
+                    "type": ExecutorEvent.REVOCATION_RECEIVED,
                     "approval_id": r.approval_id,
                     "feed_seq": r.seq,
                 },
@@ -1178,11 +1101,16 @@ class OutboxReporter:
         )
 
     def _deliver(self, item: PendingReceipt) -> None:
-        body = b'{"receipt":' + item.receipt.encode("utf-8") + b"}"
+        try:
+            body = ReceiptReport.of(item.receipt).to_json_bytes()
+        except ValueError as exc:
+            # Written by this executor as an envelope; one that no longer reads as one is
+            # never sent (the checkpoint would refuse it) and waits, logged, for a person.
+            raise _Transient(f"the stored receipt is {exc}") from None
         until = self._mono() + _ANSWER_DEADLINE_S
         # A refusal before the consume is a note on the proposal, never its outcome: the
         # checkpoint takes it at its own endpoint, which changes no proposal's state.
-        path = "/v1/refusals" if item.kind == "refusal" else "/v1/outcomes"
+        path = REFUSALS_PATH if item.kind == "refusal" else OUTCOMES_PATH
         try:
             with (
                 self._idle(),

@@ -1,10 +1,12 @@
-"""Signed receipts: the executor's own DSSE statement of what it did with one bundle.
+"""Signed receipts: the executor signs its own DSSE statement of what it did with one bundle.
 
 Each terminal outcome (succeeded, failed, in_doubt, refused, and a human's resolution of
 an in_doubt row) produces a receipt signed with the executor's **receipt** key — an
 Ed25519 key of its own, never the approval key — naming the approval, the action hash,
 the outcome, the refusal code, the cloud request id, the time and the executor's audit
 chain head at that moment, so a receipt can be checked against the audit chain later.
+The statement and its verification are the kernel's (:mod:`airlock.protocol`,
+docs/protocol.md#receipts); this module holds the key.
 
 The receipt key file must be a regular file readable by its owner only (0600 or 0400);
 anything else is refused at load. This module never logs or returns key material.
@@ -15,7 +17,6 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import Annotated, Final, Literal
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import (
@@ -25,19 +26,20 @@ from cryptography.hazmat.primitives.serialization import (
     PublicFormat,
     load_pem_private_key,
 )
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from airlock import protocol
 from airlock.protocol import (
+    RECEIPT_PAYLOAD_TYPE,
+    RECEIPT_TYPE,
+    AuditHead,
     Envelope,
     KeySet,
-    Refused,
+    Receipt,
+    Resolution,
     Signature,
     TrustedKey,
-    canonical_bytes,
     key_id,
-    loads_strict,
     pae,
-    verify_envelope,
 )
 
 from .errors import ConfigError, InvalidReceipt
@@ -52,50 +54,6 @@ __all__ = [
     "generate_receipt_key",
     "verify_receipt",
 ]
-
-RECEIPT_TYPE: Final = "airlock.receipt/v1"
-RECEIPT_PAYLOAD_TYPE: Final = "application/vnd.airlock.receipt.v1+json"
-RECEIPT_MAX_BYTES: Final = 64 * 1024
-
-Outcome = Literal["succeeded", "failed", "in_doubt", "refused", "resolved"]
-
-
-class _Wire(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-
-class AuditHead(_Wire):
-    """The executor audit chain's last row when the receipt was made."""
-
-    seq: Annotated[int, Field(ge=0)]
-    hash: Annotated[str, Field(min_length=1, max_length=100)]
-
-
-class Resolution(_Wire):
-    """A human's decision on an in_doubt row."""
-
-    decision: Literal["happened", "did_not_happen"]
-    by: Annotated[str, Field(min_length=1, max_length=128)]
-    at: Annotated[int, Field(ge=0)]
-    note: Annotated[str, Field(max_length=2000)]
-
-
-class Receipt(_Wire):
-    type: Literal["airlock.receipt/v1"]
-    executor: str  # this executor's audience
-    approval_id: str | None  # None when the bundle was refused before its statement parsed
-    action_hash: str | None
-    outcome: Outcome
-    verified: bool  # succeeded because live state showed the effect, not the call's answer
-    refusal_code: str | None
-    cloud_request_id: str | None
-    resolution: Resolution | None
-    at: Annotated[int, Field(ge=0)]
-    audit_head: AuditHead
-    detail: Annotated[str, Field(max_length=2000)]
-
-    def canonical_bytes(self) -> bytes:
-        return canonical_bytes(self.model_dump(mode="json"))
 
 
 def _check_key_file(path: Path) -> None:
@@ -154,18 +112,9 @@ def generate_receipt_key(path: Path) -> ReceiptSigner:
 
 
 def verify_receipt(data: bytes, keys: KeySet, now: int) -> Receipt:
-    """Verify a receipt envelope against trusted receipt keys and parse its payload."""
+    """:func:`airlock.protocol.verify_receipt`'s receipt, or :class:`InvalidReceipt`
+    (the executor's error tree)."""
     try:
-        envelope = Envelope.from_json_bytes(
-            data, payload_type=RECEIPT_PAYLOAD_TYPE, max_bytes=RECEIPT_MAX_BYTES
-        )
-        verify_envelope(envelope, keys, now)
-        value = loads_strict(envelope.payload, max_bytes=RECEIPT_MAX_BYTES)
-    except Refused as exc:
-        raise InvalidReceipt(f"{exc.code.value}: {exc.detail}") from None
-    try:
-        return Receipt.model_validate(value)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "receipt"
-        raise InvalidReceipt(f"not a receipt/v1: {where}: {err['msg']}") from None
+        return protocol.verify_receipt(data, keys, now).receipt
+    except protocol.InvalidReceipt as exc:
+        raise InvalidReceipt(str(exc)) from None

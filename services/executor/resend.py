@@ -48,6 +48,7 @@ from typing import Final, Literal
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from airlock.events import ExecutorEvent
 from airlock.protocol import APPROVAL_ID_PATTERN
 from airlock.store import AuditLog
 
@@ -539,7 +540,7 @@ def request_resend(
         lambda conn: plan_resend(conn, approval_ids),
         approval_ids,
         {},
-        "executor.receipt_resend",
+        (ExecutorEvent.RECEIPT_RESEND_REQUESTED, ExecutorEvent.RECEIPT_RESEND_REFUSED),
         by=by,
         note=note,
         now=now,
@@ -573,7 +574,7 @@ def request_redelivery(
         lambda conn: plan_redelivery(conn, approval_ids, since=since),
         approval_ids,
         {"delivered_since": since},
-        "executor.receipt_redelivery",
+        (ExecutorEvent.RECEIPT_REDELIVERY_REQUESTED, ExecutorEvent.RECEIPT_REDELIVERY_REFUSED),
         by=by,
         note=note,
         now=now,
@@ -589,22 +590,22 @@ def _request(
     plan: Callable[[Connection], list[Resend]],
     approval_ids: Sequence[str] | None,
     extra: dict[str, int | None],
-    event: str,
+    events: tuple[ExecutorEvent, ExecutorEvent],
     *,
     by: str,
     note: str,
     now: int,
 ) -> list[Resend]:
-    """Queue ``plan``'s attempts, audited as ``<event>_requested``; a refusal is audited
-    as ``<event>_refused`` and raised."""
+    """Queue ``plan``'s attempts, audited as ``events[0]`` (requested); a refusal is
+    audited as ``events[1]`` (refused) and raised."""
     try:
-        return _queue(engine, plan, extra, event, by=by, note=note, now=now)
+        return _queue(engine, plan, extra, events[0], by=by, note=note, now=now)
     except ResendRefused as exc:
         with engine.begin() as conn:
             AuditLog.append(
                 conn,
                 {
-                    "type": f"{event}_refused",
+                    "type": events[1],
                     "code": exc.code.value,
                     "approval_ids": None
                     if approval_ids is None
@@ -625,7 +626,7 @@ def _queue(
     engine: Engine,
     plan_of: Callable[[Connection], list[Resend]],
     extra: dict[str, int | None],
-    event: str,
+    event: ExecutorEvent,
     *,
     by: str,
     note: str,
@@ -679,7 +680,7 @@ def _queue(
             AuditLog.append(
                 conn,
                 {
-                    "type": f"{event}_requested",
+                    "type": event,
                     "kind": r.kind,
                     "approval_id": r.approval_id,
                     "attempt": r.attempt,

@@ -28,10 +28,10 @@ import os
 import re
 import secrets
 import socket
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 from pydantic import ValidationError
 from sqlalchemy.engine import Connection, Engine
@@ -45,6 +45,7 @@ from airlock.cloud.ports import (
     WriteResult,
 )
 from airlock.cloud.tags import ProductionTags
+from airlock.events import ExecutorEvent
 from airlock.protocol import (
     Binding,
     Envelope,
@@ -286,7 +287,7 @@ class Executor:
                     conn,
                     now,
                     {
-                        "type": "executor.trusted_keys",
+                        "type": ExecutorEvent.TRUSTED_KEYS,
                         "worker": self.worker_id,
                         "path": str(self._keys.path),
                         "sha256": version.sha256,
@@ -380,7 +381,7 @@ class Executor:
                     conn,
                     now,
                     {
-                        "type": "executor.consumed",
+                        "type": ExecutorEvent.CONSUMED,
                         "approval_id": st.approval_id,
                         "action_hash": verified.action_hash,
                         "nonce": st.nonce,
@@ -462,7 +463,7 @@ class Executor:
                         conn,
                         now,
                         {
-                            "type": "executor.lease_released",
+                            "type": ExecutorEvent.LEASE_RELEASED,
                             "approval_id": work.approval_id,
                             "owner": work.owner,
                             "epoch": work.epoch,
@@ -502,7 +503,7 @@ class Executor:
                     conn,
                     now,
                     {
-                        "type": "executor.executing",
+                        "type": ExecutorEvent.EXECUTING,
                         "approval_id": work.approval_id,
                         "owner": work.owner,
                         "epoch": work.epoch,
@@ -673,7 +674,7 @@ class Executor:
 
     # -- recording -----------------------------------------------------------------------
 
-    def _audit(self, conn: Connection, now: int, event: dict[str, Any]) -> AuditEntry:
+    def _audit(self, conn: Connection, now: int, event: Mapping[str, object]) -> AuditEntry:
         return AuditLog.append(conn, event, at=_at(now))
 
     def _receipt(
@@ -733,8 +734,8 @@ class Executor:
             and code is not RefusalCode.E_REPLAY
             and ledger.refusal_to_report(conn, approval_id)
         )
-        event: dict[str, Any] = {
-            "type": "executor.refused",
+        event: dict[str, object] = {
+            "type": ExecutorEvent.REFUSED,
             "code": code.value,
             "detail": detail,
             "approval_id": approval_id,
@@ -801,7 +802,7 @@ class Executor:
                 conn,
                 now,
                 {
-                    "type": "executor.outcome",
+                    "type": ExecutorEvent.OUTCOME,
                     "approval_id": work.approval_id,
                     "action_hash": work.action_hash,
                     "state": to_state.value,
@@ -897,7 +898,7 @@ class Executor:
                 conn,
                 now,
                 {
-                    "type": "executor.lease_taken_over",
+                    "type": ExecutorEvent.LEASE_TAKEN_OVER,
                     "approval_id": row.approval_id,
                     "state": row.state.value,
                     "from_owner": row.lease_owner,
@@ -926,7 +927,7 @@ class Executor:
                     conn,
                     self.clock(),
                     {
-                        "type": "executor.resolution_refused",
+                        "type": ExecutorEvent.RESOLUTION_REFUSED,
                         "code": exc.code.value,
                         # Whatever was passed, as text: the record of a refusal must not
                         # fail on the input it refuses.
@@ -990,7 +991,7 @@ class Executor:
                 conn,
                 now,
                 {
-                    "type": "executor.resolved",
+                    "type": ExecutorEvent.RESOLVED,
                     "approval_id": approval_id,
                     "action_hash": row.action_hash,
                     "decision": decision,
