@@ -28,6 +28,17 @@ from ._b64 import b64decode_strict, b64encode
 from ._dsse import Envelope, Signature, pae, verify_envelope
 from ._json import MAX_SAFE_INTEGER, canonical_bytes, loads_strict
 from ._keys import KeySet, KeyStatus, TrustedKey, key_id
+from ._tool_call import (
+    ARGUMENTS_MAX_BYTES,
+    ARGUMENTS_MAX_DEPTH,
+    TOOL_APPROVAL_TYPE,
+    TOOL_CALL_MAX_BYTES,
+    TOOL_CALL_TYPE,
+    ToolApprovalStatement,
+    ToolBinding,
+    ToolCall,
+    VerifiedToolCall,
+)
 from ._verify import BUNDLE_MAX_BYTES, Binding, VerifiedApproval, make_bundle, verify_bundle
 from .errors import Error, KeySetError, RefusalCode, Refused
 
@@ -69,4 +80,16 @@ __all__ = [
     "pae",
     "verify_bundle",
     "verify_envelope",
+]
+# Tool calls (docs/protocol.md#tool-call), kept in one block.
+__all__ += [
+    "ARGUMENTS_MAX_BYTES",
+    "ARGUMENTS_MAX_DEPTH",
+    "TOOL_APPROVAL_TYPE",
+    "TOOL_CALL_MAX_BYTES",
+    "TOOL_CALL_TYPE",
+    "ToolApprovalStatement",
+    "ToolBinding",
+    "ToolCall",
+    "VerifiedToolCall",
 ]
