@@ -23,6 +23,9 @@ from airlock.protocol import (
     KeySet,
     ProposedAction,
     Refused,
+    ToolApprovalStatement,
+    ToolBinding,
+    ToolCall,
     action_hash,
     canonical_bytes,
     pae,
@@ -171,9 +174,68 @@ def approval_cases(root: Path) -> Iterator[Case]:
         yield Case("Airlock approvals", vector["name"], check)
 
 
+def tool_call_cases(root: Path) -> Iterator[Case]:
+    for vector in json.loads((root / "airlock" / "tool_calls.json").read_bytes()):
+
+        def check(v: dict[str, Any] = vector) -> None:
+            expected = bytes.fromhex(v["canonical_hex"])
+            from_value = ToolCall.model_validate(v["tool_call"])
+            _expect(from_value.canonical_bytes() == expected, "canonical bytes differ")
+            from_bytes = ToolCall.from_json_bytes(expected)
+            _expect(from_bytes == from_value, "strict parse of the canonical bytes differs")
+            _expect(action_hash(expected) == v["action_hash"], "action_hash differs")
+            _expect(from_value.action_hash() == v["action_hash"], "model action_hash differs")
+
+        yield Case("Airlock tool calls", vector["name"], check)
+
+
+def tool_approval_cases(root: Path) -> Iterator[Case]:
+    for vector in json.loads((root / "airlock" / "tool_approvals.json").read_bytes()):
+
+        def check(v: dict[str, Any] = vector) -> None:
+            payload = bytes.fromhex(v["payload_hex"])
+            statement = ToolApprovalStatement.model_validate(v["statement"])
+            _expect(statement.canonical_bytes() == payload, "statement JCS differs from payload")
+            _expect(canonical_bytes(v["statement"]) == payload, "JCS of the value differs")
+            message = pae(v["payload_type"], payload)
+            _expect(message == bytes.fromhex(v["pae_hex"]), "PAE bytes differ")
+            public = Ed25519PublicKey.from_public_bytes(bytes.fromhex(v["public_key_hex"]))
+            try:
+                public.verify(base64.b64decode(v["signature_b64"]), message)
+            except InvalidSignature:
+                raise Mismatch("signature does not verify over the PAE bytes") from None
+            bundle = base64.b64decode(v["bundle_b64"])
+            _expect(
+                json.loads(bundle)["action"]
+                == base64.b64encode(bytes.fromhex(v["action_hex"])).decode(),
+                "bundle action differs",
+            )
+            try:
+                verify_bundle(
+                    bundle,
+                    KeySet.from_value(v["trusted_keys"]),
+                    ToolBinding(**v["binding"]),
+                    v["now"],
+                )
+                observed = "ok"
+            except Refused as exc:
+                observed = exc.code.value
+            _expect(observed == v["expected"], f"expected {v['expected']}, got {observed}")
+
+        yield Case("Airlock tool approvals", vector["name"], check)
+
+
 def all_sets(root: Path = DEFAULT_VECTORS) -> dict[str, list[Case]]:
     sets: dict[str, list[Case]] = {}
-    for make in (jcs_cases, wycheproof_cases, dsse_cases, action_cases, approval_cases):
+    for make in (
+        jcs_cases,
+        wycheproof_cases,
+        dsse_cases,
+        action_cases,
+        approval_cases,
+        tool_call_cases,
+        tool_approval_cases,
+    ):
         for case in make(root):
             sets.setdefault(case.set_name, []).append(case)
     return sets

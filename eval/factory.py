@@ -11,11 +11,15 @@ import copy
 from typing import Any, Final
 
 from airlock.protocol import (
+    APPROVAL_PAYLOAD_TYPE,
     ApprovalStatement,
     Binding,
     Envelope,
     KeySet,
     ProposedAction,
+    ToolApprovalStatement,
+    ToolBinding,
+    ToolCall,
     action_hash,
     canonical_bytes,
     make_bundle,
@@ -33,6 +37,14 @@ __all__ = [
     "signer",
     "statement_value",
 ]
+__all__ += [
+    "GATE_AUDIENCE",
+    "TOOL_BINDING",
+    "sign_tool_value",
+    "tool_bundle_for",
+    "tool_call_value",
+    "tool_statement_value",
+]
 
 #: RFC 8032 §7.1, TEST 1 / TEST 2 / TEST 3 secret keys (public test vectors).
 RFC8032_SEEDS: Final = {
@@ -47,6 +59,9 @@ REGION: Final = "ap-southeast-1"
 #: 2025-11-29T07:06:40Z: a fixed "now" inside every default statement's window.
 NOW: Final = 1764400000 + 100
 BINDING: Final = Binding(AUDIENCE, "alibaba", ACCOUNT, REGION)
+#: The gate of the payments service in the tool-call vectors.
+GATE_AUDIENCE: Final = "airlock-gate/payments-prod"
+TOOL_BINDING: Final = ToolBinding(GATE_AUDIENCE)
 
 
 def signer(name: str = "rfc8032-test1") -> Signer:
@@ -152,3 +167,69 @@ def bundle_for(
         action_bytes = canonical_bytes(action)
     statement = statement if statement is not None else statement_value(action)
     return make_bundle(action_bytes, sign_value(statement, key))
+
+
+def tool_call_value(**overrides: Any) -> dict[str, Any]:
+    """A refund of 125.00 EUR (12500 minor units) on order 881, as a plain JSON value."""
+    value: dict[str, Any] = {
+        "type": "airlock.tool-call/v1",
+        "proposal_id": "prop_7a1d3e5c9b2f4a60",
+        "tool": "refund",
+        "arguments": {"order": "order-881", "amount": 12500, "currency": "EUR"},
+        "target": "order-881",
+        "effect_key": "refund:order-881",
+        "premises": {"refunded_total": 0, "order_status": "paid"},
+        "risk": "high",
+        "summary": "Refund 125.00 EUR on order-881",
+        "audience": GATE_AUDIENCE,
+        "proposed_by": "agent:support-bot",
+        "created_at": "2025-11-29T06:00:05Z",
+    }
+    value.update(copy.deepcopy(overrides))
+    return value
+
+
+def tool_statement_value(tool_call: dict[str, Any], **overrides: Any) -> dict[str, Any]:
+    """A tool-call approval for ``tool_call`` valid at :data:`NOW` for :data:`TOOL_BINDING`."""
+    parsed = ToolCall.model_validate(tool_call)
+    value: dict[str, Any] = {
+        "type": "airlock.tool-call-approval/v1",
+        "approval_id": "apv_5d4c3b2a1f0e9d8c",
+        "proposal_id": parsed.proposal_id,
+        "action_hash": parsed.action_hash(),
+        "tool": parsed.tool,
+        "target": parsed.target,
+        "effect_key": parsed.effect_key,
+        "audience": GATE_AUDIENCE,
+        "nonce": "0a1b2c3d4e5f60718293a4b5c6d7e8f9",
+        "issued_at": 1764400000,
+        "not_before": 1764400000,
+        "expires_at": 1764400900,
+        "approvers": [{"id": "alice", "at": 1764399950}, {"id": "bob", "at": 1764399990}],
+        "quorum": 2,
+        "policy": {"rule": "refund-large", "hash": "sha256:" + "7a" * 32},
+        "risk": parsed.risk,
+    }
+    value.update(copy.deepcopy(overrides))
+    return value
+
+
+def sign_tool_value(statement: dict[str, Any], key: str = "rfc8032-test1") -> Envelope:
+    """Sign a tool-call statement value (validated first), as the checkpoint would."""
+    payload = ToolApprovalStatement.model_validate(statement).canonical_bytes()
+    return signer(key).sign_payload(APPROVAL_PAYLOAD_TYPE, payload)
+
+
+def tool_bundle_for(
+    tool_call: dict[str, Any] | None = None,
+    statement: dict[str, Any] | None = None,
+    *,
+    key: str = "rfc8032-test1",
+    action_bytes: bytes | None = None,
+) -> bytes:
+    """A bundle over ``tool_call`` (or raw ``action_bytes``) approved by ``statement``."""
+    tool_call = tool_call if tool_call is not None else tool_call_value()
+    if action_bytes is None:
+        action_bytes = canonical_bytes(tool_call)
+    statement = statement if statement is not None else tool_statement_value(tool_call)
+    return make_bundle(action_bytes, sign_tool_value(statement, key))

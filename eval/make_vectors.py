@@ -1,8 +1,8 @@
 """Generate Airlock's own conformance vectors from fixed inputs: ``python -m eval.make_vectors``.
 
-Writes ``eval/vectors/airlock/{actions,approvals}.json``. Inputs are fixed and Ed25519
-(RFC 8032) signing is deterministic, so the output never changes unless the protocol
-does; ``tests/protocol/test_vectors.py`` fails on any drift.
+Writes ``eval/vectors/airlock/{actions,approvals,tool_calls,tool_approvals}.json``.
+Inputs are fixed and Ed25519 (RFC 8032) signing is deterministic, so the output never
+changes unless the protocol does; ``tests/protocol/test_vectors.py`` fails on any drift.
 """
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ from airlock.protocol import (
     ApprovalStatement,
     ProposedAction,
     Refused,
+    ToolApprovalStatement,
+    ToolCall,
+    action_hash,
     canonical_bytes,
     make_bundle,
     pae,
@@ -249,13 +252,153 @@ def approvals() -> list[dict[str, Any]]:
     return out
 
 
+def _tool_call_cases() -> list[tuple[str, dict[str, Any]]]:
+    t = factory.tool_call_value
+    return [
+        ("refund-high", t()),
+        (
+            "email-low",
+            t(
+                proposal_id="prop_0e1f2a3b4c5d6e7f",
+                tool="send_email",
+                arguments={"to": "ana@example.com", "subject": "Your refund", "body": "Done."},
+                target="ana@example.com",
+                effect_key="email:refund-notice:order-881",
+                premises={},
+                risk="low",
+                summary="Email ana@example.com that the refund is done",
+            ),
+        ),
+        (
+            "amount-as-decimal-string",
+            t(arguments={"order": "order-881", "amount": "125.00", "currency": "EUR"}),
+        ),
+        (
+            "non-ascii-arguments-and-summary",
+            t(
+                arguments={"note": "Rückerstattung für café — 退款 ✓ 😀", "größe": 1},
+                summary="Rückerstattung 125,00 € für Bestellung order-881",
+            ),
+        ),
+        (
+            "integers-near-2-53",
+            t(arguments={"max": MAX_SAFE_INTEGER, "min": -MAX_SAFE_INTEGER, "zero": 0}),
+        ),
+        (
+            "nested-arguments-at-depth-cap",
+            t(arguments={"a": {"b": {"c": {"d": {"e": {"f": {"g": [1, True, None]}}}}}}}),
+        ),
+        (
+            "premise-scalars",
+            t(premises={"count": -3, "flag": False, "none": None, "text": "paid in full"}),
+        ),
+        ("dotted-tool-name", t(tool="payments.refund_v2", risk="medium")),
+    ]
+
+
+def tool_calls() -> list[dict[str, Any]]:
+    out = []
+    for name, value in _tool_call_cases():
+        parsed = ToolCall.model_validate(value)
+        raw = parsed.canonical_bytes()
+        out.append(
+            {
+                "name": name,
+                "tool_call": value,
+                "canonical_hex": raw.hex(),
+                "action_hash": parsed.action_hash(),
+            }
+        )
+    return out
+
+
+def _tool_approval_cases() -> list[tuple[str, dict[str, Any], dict[str, Any], str]]:
+    t, s = factory.tool_call_value, factory.tool_statement_value
+    refund = t()
+    tampered = t(arguments={"order": "order-881", "amount": 125000, "currency": "EUR"})
+    cloud = factory.action_value()
+    return [
+        ("refund-two-approvers", refund, s(refund), "ok"),
+        (
+            "other-audience",
+            refund,
+            s(refund, audience="airlock-gate/payments-staging"),
+            "E_AUDIENCE",
+        ),
+        (
+            "expired",
+            refund,
+            s(refund, issued_at=1764399000, not_before=1764399000, expires_at=1764399900),
+            "E_EXPIRED",
+        ),
+        ("tampered-arguments", tampered, s(refund), "E_ACTION_HASH"),
+        ("swapped-target", refund, s(refund, target="order-882"), "E_MISMATCH"),
+        ("swapped-effect-key", refund, s(refund, effect_key="refund:order-882"), "E_MISMATCH"),
+        (
+            "cloud-action-under-tool-approval",
+            cloud,
+            s(refund, action_hash=action_hash(canonical_bytes(cloud))),
+            "E_MISMATCH",
+        ),
+    ]
+
+
+def tool_approvals() -> list[dict[str, Any]]:
+    keys = factory.keyset("rfc8032-test1")
+    signer = factory.signer("rfc8032-test1")
+    binding = factory.TOOL_BINDING
+    out = []
+    for name, tool_call, statement_value, expected in _tool_approval_cases():
+        payload = ToolApprovalStatement.model_validate(statement_value).canonical_bytes()
+        envelope = factory.sign_tool_value(statement_value)
+        action_bytes = canonical_bytes(tool_call)
+        bundle = make_bundle(action_bytes, envelope)
+        try:
+            verify_bundle(bundle, keys, binding, factory.NOW)
+            observed = "ok"
+        except Refused as exc:
+            observed = exc.code.value
+        if observed != expected:
+            raise SystemExit(f"vector {name}: expected {expected}, generator observed {observed}")
+        out.append(
+            {
+                "name": name,
+                "seed_hex": factory.RFC8032_SEEDS["rfc8032-test1"],
+                "keyid": signer.keyid,
+                "public_key_hex": signer.public_raw.hex(),
+                "trusted_keys": keys.to_value(),
+                "binding": {
+                    "audience": binding.audience,
+                    "max_ttl": binding.max_ttl,
+                    "skew": binding.skew,
+                },
+                "now": factory.NOW,
+                "action_hex": action_bytes.hex(),
+                "statement": statement_value,
+                "payload_hex": payload.hex(),
+                "payload_type": APPROVAL_PAYLOAD_TYPE,
+                "pae_hex": pae(APPROVAL_PAYLOAD_TYPE, payload).hex(),
+                "signature_b64": base64.b64encode(envelope.signatures[0].sig).decode(),
+                "envelope": envelope.to_value(),
+                "bundle_b64": base64.b64encode(bundle).decode(),
+                "expected": expected,
+            }
+        )
+    return out
+
+
 def render() -> dict[str, bytes]:
     """File name -> exact bytes to write."""
 
     def dump(value: Any) -> bytes:
         return (json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False) + "\n").encode()
 
-    return {"actions.json": dump(actions()), "approvals.json": dump(approvals())}
+    return {
+        "actions.json": dump(actions()),
+        "approvals.json": dump(approvals()),
+        "tool_calls.json": dump(tool_calls()),
+        "tool_approvals.json": dump(tool_approvals()),
+    }
 
 
 def main() -> int:

@@ -102,6 +102,8 @@ def test_the_kernel_imports_from_a_base_install_without_fastapi(tmp_path: Path) 
         "import airlock, airlock.protocol, airlock.store, airlock.api\n"
         "from airlock.protocol import verify_receipt\n"
         "assert importlib.metadata.version('airlock') == airlock.__version__\n"
+        "import airlock.ledger\n"
+        "assert (airlock.ledger.MIGRATIONS_DIR / 'versions' / '0001_ledger.py').is_file()\n"
         f"present = [m for m in {HEAVY!r} if importlib.util.find_spec(m) is not None]\n"
         "assert present == [], present\n"
         f"leaked = [m for m in sys.modules if m.split('.')[0] in {HEAVY!r}]\n"

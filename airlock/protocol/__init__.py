@@ -45,6 +45,17 @@ from ._receipt import (
     VerifiedReceipt,
     verify_receipt,
 )
+from ._tool_call import (
+    ARGUMENTS_MAX_BYTES,
+    ARGUMENTS_MAX_DEPTH,
+    TOOL_APPROVAL_TYPE,
+    TOOL_CALL_MAX_BYTES,
+    TOOL_CALL_TYPE,
+    ToolApprovalStatement,
+    ToolBinding,
+    ToolCall,
+    VerifiedToolCall,
+)
 from ._verify import BUNDLE_MAX_BYTES, Binding, VerifiedApproval, make_bundle, verify_bundle
 from .errors import Error, InvalidReceipt, KeySetError, RefusalCode, Refused
 
@@ -101,4 +112,16 @@ __all__ = [
     "verify_bundle",
     "verify_envelope",
     "verify_receipt",
+]
+# Tool calls (docs/protocol.md#tool-call), kept in one block.
+__all__ += [
+    "ARGUMENTS_MAX_BYTES",
+    "ARGUMENTS_MAX_DEPTH",
+    "TOOL_APPROVAL_TYPE",
+    "TOOL_CALL_MAX_BYTES",
+    "TOOL_CALL_TYPE",
+    "ToolApprovalStatement",
+    "ToolBinding",
+    "ToolCall",
+    "VerifiedToolCall",
 ]

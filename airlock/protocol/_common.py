@@ -5,13 +5,15 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import unicodedata
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo
 
 from ._json import MAX_SAFE_INTEGER, PARSED_STRICTLY, check_no_floats
 
 __all__ = [
+    "DEFAULT_MAX_TTL",
+    "DEFAULT_SKEW",
     "ID",
     "AccountId",
     "Hash",
@@ -22,6 +24,13 @@ __all__ = [
     "WireModel",
     "sha256_tag",
 ]
+
+
+#: Default longest approval lifetime an executor or gate accepts (the default execution
+#: window), seconds.
+DEFAULT_MAX_TTL: Final = 15 * 60
+#: Default tolerated clock skew between the checkpoint and an executor or gate, seconds.
+DEFAULT_SKEW: Final = 30
 
 
 def _prechecked(info: ValidationInfo) -> bool:

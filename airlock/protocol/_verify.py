@@ -1,5 +1,6 @@
 """``verify_bundle``: steps 1–12 of docs/protocol.md#executor-checks, in that order, as a pure
-function.
+function, for a cloud action (a :class:`Binding`) or a tool call (a :class:`ToolBinding`,
+docs/protocol.md#tool-call-checks).
 
 The trust decision is a function of bytes, keys, the executor's binding, ``now`` and the
 set of revoked approval ids — no network, no database, no clock read. Consuming the
@@ -15,31 +16,38 @@ from __future__ import annotations
 import hmac
 from collections.abc import Container
 from dataclasses import dataclass
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, overload
 
 from ._action import ACTION_MAX_BYTES, ProposedAction, action_hash, parse_plain_action
 from ._action import parse_action_value as _parse_action_value
 from ._approval import APPROVAL_PAYLOAD_TYPE, ApprovalStatement
 from ._b64 import b64decode_strict, b64encode
+from ._common import DEFAULT_MAX_TTL, DEFAULT_SKEW
 from ._dsse import ENVELOPE_MAX_SIGNATURES, Envelope, Signature, verify_envelope
 from ._json import canonical_bytes, loads_strict
 from ._keys import KeySet
+from ._tool_call import (
+    TOOL_CALL_MAX_BYTES,
+    TOOL_CALL_TYPE,
+    ToolApprovalStatement,
+    ToolBinding,
+    VerifiedToolCall,
+    parse_tool_call_value,
+)
 from .errors import RefusalCode, Refused
 
 __all__ = [
     "BUNDLE_MAX_BYTES",
     "Binding",
+    "ToolBinding",
     "VerifiedApproval",
+    "VerifiedToolCall",
     "make_bundle",
     "verify_bundle",
 ]
 
 #: docs/protocol.md#strict-json: a bundle is at most 64 KiB.
 BUNDLE_MAX_BYTES: Final = 64 * 1024
-#: Default longest approval lifetime an executor accepts (the default execution window).
-DEFAULT_MAX_TTL: Final = 15 * 60
-#: Default tolerated clock skew between checkpoint and executor, seconds.
-DEFAULT_SKEW: Final = 30
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,17 +81,24 @@ class VerifiedApproval(NamedTuple):
     payload: bytes
 
 
-def _check_statement(statement: ApprovalStatement, binding: Binding, now: int) -> None:
-    """Steps (6)-(8): the authenticated statement is for this executor, here, now."""
-    apv = statement.approval_id
-    # (6) addressed to this executor
+def _check_audience(
+    statement: ApprovalStatement | ToolApprovalStatement, binding: Binding | ToolBinding
+) -> None:
+    """Step (6): the authenticated statement is addressed to this executor or gate."""
     if statement.audience != binding.audience:
         raise Refused(
             RefusalCode.E_AUDIENCE,
             f"approval is for {statement.audience!r}, this executor is {binding.audience!r}",
-            approval_id=apv,
+            approval_id=statement.approval_id,
             issued_at=statement.issued_at,
         )
+
+
+def _check_statement(statement: ApprovalStatement, binding: Binding, now: int) -> None:
+    """Steps (6)-(8): the authenticated statement is for this executor, here, now."""
+    apv = statement.approval_id
+    # (6) addressed to this executor
+    _check_audience(statement, binding)
     # (7) for this executor's provider, account and region
     if (statement.provider, statement.account, statement.region) != (
         binding.provider,
@@ -97,6 +112,14 @@ def _check_statement(statement: ApprovalStatement, binding: Binding, now: int) -
             issued_at=statement.issued_at,
         )
     # (8) validity window and lifetime
+    _check_window(statement, binding, now)
+
+
+def _check_window(
+    statement: ApprovalStatement | ToolApprovalStatement, binding: Binding | ToolBinding, now: int
+) -> None:
+    """Step (8): ``not_before - skew <= now < expires_at``, and the lifetime is bounded."""
+    apv = statement.approval_id
     if now < statement.not_before - binding.skew:
         raise Refused(
             RefusalCode.E_NOT_YET_VALID,
@@ -218,14 +241,8 @@ def make_bundle(action_bytes: bytes, envelope: Envelope) -> bytes:
     return canonical_bytes({"action": b64encode(action_bytes), "envelope": envelope.to_value()})
 
 
-def verify_bundle(
-    raw: bytes,
-    keys: KeySet,
-    binding: Binding,
-    now: int,
-    revoked: Container[str] = frozenset(),
-) -> VerifiedApproval:
-    """Verify a bundle, or raise :class:`Refused`: docs/protocol.md#executor-checks, 1–12."""
+def _open(raw: bytes, keys: KeySet, now: int) -> tuple[Envelope, bytes, str]:
+    """Steps (1)-(4): the envelope, the action bytes as received, and the signing key id."""
     # (1) size, before anything reads the bytes
     if len(raw) > BUNDLE_MAX_BYTES:
         raise Refused(RefusalCode.E_SIZE, f"bundle is {len(raw)} bytes, cap {BUNDLE_MAX_BYTES}")
@@ -247,18 +264,78 @@ def verify_bundle(
     if len(action_bytes) > ACTION_MAX_BYTES:
         raise Refused(RefusalCode.E_SIZE, f"action is {len(action_bytes)} bytes")
     # (4) a trusted, unrevoked key whose id matches verifies PAE(type, payload as received)
-    keyid = verify_envelope(envelope, keys, now)
-    # (5) only now parse the authenticated statement
-    statement = ApprovalStatement.from_json_bytes(envelope.payload)
-    # (4, again) A retired key's not_after is its rotation plus the execution window (and
-    # skew): everything it signed while active expires by then. An approval that outlives
-    # it was signed after the rotation, with a key that no longer signs: forged.
+    return envelope, action_bytes, verify_envelope(envelope, keys, now)
+
+
+def _check_not_after(
+    keys: KeySet, keyid: str, statement: ApprovalStatement | ToolApprovalStatement
+) -> None:
+    """Step (4, again), once the statement is parsed. A retired key's not_after is its
+    rotation plus the execution window (and skew): everything it signed while active
+    expires by then. An approval that outlives it was signed after the rotation, with a
+    key that no longer signs: forged."""
     not_after = keys[keyid].not_after
     if not_after is not None and statement.expires_at > not_after:
         raise Refused(
             RefusalCode.E_KEY_REVOKED,
             f"expires at {statement.expires_at}, after its key's not_after {not_after}",
         )
+
+
+def _check_revoked(
+    statement: ApprovalStatement | ToolApprovalStatement, revoked: Container[str]
+) -> None:
+    """Step (12): the approval was not revoked."""
+    if statement.approval_id in revoked:
+        raise Refused(
+            RefusalCode.E_REVOKED,
+            f"approval {statement.approval_id} was revoked",
+            approval_id=statement.approval_id,
+            issued_at=statement.issued_at,
+        )
+
+
+@overload
+def verify_bundle(
+    raw: bytes,
+    keys: KeySet,
+    binding: Binding,
+    now: int,
+    revoked: Container[str] = ...,
+) -> VerifiedApproval: ...
+
+
+@overload
+def verify_bundle(
+    raw: bytes,
+    keys: KeySet,
+    binding: ToolBinding,
+    now: int,
+    revoked: Container[str] = ...,
+) -> VerifiedToolCall: ...
+
+
+def verify_bundle(
+    raw: bytes,
+    keys: KeySet,
+    binding: Binding | ToolBinding,
+    now: int,
+    revoked: Container[str] = frozenset(),
+) -> VerifiedApproval | VerifiedToolCall:
+    """Verify a bundle, or raise :class:`Refused`: docs/protocol.md#executor-checks, 1–12.
+
+    With a :class:`Binding` (an executor) only a cloud action's approval verifies; with a
+    :class:`ToolBinding` (a gate) only a tool call's (docs/protocol.md#tool-call-checks).
+    An approval of the other kind is refused at step (5), ``E_STATEMENT``.
+    """
+    if isinstance(binding, ToolBinding):
+        return _verify_tool_call(raw, keys, binding, now, revoked)
+    if not isinstance(binding, Binding):
+        raise TypeError(f"verify_bundle takes a Binding or a ToolBinding, not {type(binding)}")
+    envelope, action_bytes, keyid = _open(raw, keys, now)
+    # (5) only now parse the authenticated statement
+    statement = ApprovalStatement.from_json_bytes(envelope.payload)
+    _check_not_after(keys, keyid, statement)
     # (6)-(8) are properties of the authenticated approval itself: refusals name it.
     _check_statement(statement, binding, now)
     # (9) hash the presented bytes, compare in constant time, only then parse
@@ -283,14 +360,55 @@ def verify_bundle(
     else:
         action = _parse_action_bytes(action_bytes, statement)
     # (12) not revoked
-    if statement.approval_id in revoked:
-        raise Refused(
-            RefusalCode.E_REVOKED,
-            f"approval {statement.approval_id} was revoked",
-            approval_id=statement.approval_id,
-            issued_at=statement.issued_at,
-        )
+    _check_revoked(statement, revoked)
     return VerifiedApproval(
+        statement=statement,
+        action=action,
+        action_bytes=action_bytes,
+        action_hash=presented,
+        keyid=keyid,
+        payload=envelope.payload,
+    )
+
+
+def _verify_tool_call(
+    raw: bytes,
+    keys: KeySet,
+    binding: ToolBinding,
+    now: int,
+    revoked: Container[str],
+) -> VerifiedToolCall:
+    """Steps 1–12 for a tool call: docs/protocol.md#tool-call-checks."""
+    envelope, action_bytes, keyid = _open(raw, keys, now)
+    # (5) only now parse the authenticated statement: a tool call's, or E_STATEMENT
+    statement = ToolApprovalStatement.from_json_bytes(envelope.payload)
+    _check_not_after(keys, keyid, statement)
+    # (6) addressed to this gate; (7) a tool call has no provider, account or region: the
+    # audience is the whole binding; (8) validity window and lifetime
+    _check_audience(statement, binding)
+    _check_window(statement, binding, now)
+    # (9) hash the presented bytes, compare in constant time, only then parse
+    presented = action_hash(action_bytes)
+    if not hmac.compare_digest(presented, statement.action_hash):  # both ASCII by pattern
+        raise Refused(RefusalCode.E_ACTION_HASH, "the action is not the one approved")
+    action_value = loads_strict(action_bytes, max_bytes=TOOL_CALL_MAX_BYTES)
+    # (10) the statement and the tool call agree on the kind, the proposal, the tool, its
+    # target, its effect and the audience, compared on the parsed value so that (11) is
+    # the one place the model is checked
+    if not isinstance(action_value, dict) or (
+        action_value.get("type") != TOOL_CALL_TYPE
+        or action_value.get("proposal_id") != statement.proposal_id
+        or action_value.get("tool") != statement.tool
+        or action_value.get("target") != statement.target
+        or action_value.get("effect_key") != statement.effect_key
+        or action_value.get("audience") != statement.audience
+    ):
+        raise Refused(RefusalCode.E_MISMATCH, "statement and tool call name different targets")
+    # (11) a valid tool call: E_OPERATION for the tool or its arguments, E_PARSE otherwise
+    action = parse_tool_call_value(action_value)
+    # (12) not revoked
+    _check_revoked(statement, revoked)
+    return VerifiedToolCall(
         statement=statement,
         action=action,
         action_bytes=action_bytes,

@@ -2,9 +2,9 @@
 
 Not public: use ``airlock.store.upgrade`` and ``airlock.store.run_migrations``.
 
-How a service sets up its migrations (``services/executor/migrations`` as the example)::
+How a service sets up its migrations (``airlock/ledger/migrations`` as the example)::
 
-    services/executor/migrations/
+    airlock/ledger/migrations/
         env.py            three lines, below
         script.py.mako    copy of alembic's templates/generic/script.py.mako
         versions/
@@ -13,7 +13,7 @@ How a service sets up its migrations (``services/executor/migrations`` as the ex
 ``env.py``::
 
     from airlock.store import run_migrations
-    from services.executor.models import metadata  # or None if you write DDL by hand
+    from airlock.ledger import metadata  # or None if you write DDL by hand
     run_migrations(target_metadata=metadata)
 
 The first revision creates the service's audit chain next to its own tables::

@@ -10,10 +10,11 @@ redelivery of delivered ones after a checkpoint restore (:func:`request_redelive
 daemon loop (:func:`serve`), the receipt signer and verifier.
 """
 
-from pathlib import Path
 from typing import Final
 
 from sqlalchemy.engine import Engine
+
+from airlock import ledger
 
 from .daemon import Heartbeat, Shutdown, heartbeat_age, serve
 from .errors import (
@@ -121,11 +122,11 @@ __all__ = [
     "without_receipt",
 ]
 
-MIGRATIONS_DIR: Final = Path(__file__).parent / "migrations"
+#: The ledger's migrations (:data:`airlock.ledger.MIGRATIONS_DIR`): the executor's
+#: database is a ledger database.
+MIGRATIONS_DIR: Final = ledger.MIGRATIONS_DIR
 
 
 def migrate(engine: Engine) -> None:
     """Bring the ledger database to the latest revision (safe from several processes)."""
-    from airlock.store import upgrade  # noqa: PLC0415 - keep `import services.executor` light
-
-    upgrade(engine, MIGRATIONS_DIR)
+    ledger.migrate(engine)

@@ -4,8 +4,6 @@ Error hierarchy::
 
     ExecutorError            root of everything services.executor raises
     ├── ConfigError          refusing to start: bad key file mode, failpoints outside dev, ...
-    ├── Fenced               a conditional ledger update matched zero rows: another worker
-    │                        took the lease over (epoch bumped); this worker must stop
     ├── SimulatedCrash       raised by a test failpoint to abandon work mid-flight
     ├── ResolutionError      a human resolution was refused (row not in_doubt, bad input)
     ├── ResendRefused        a request to send receipts again was refused as a whole
@@ -17,6 +15,9 @@ Error hierarchy::
                              the checkpoint answered 401/403 to the executor's token: a
                              misconfiguration that retrying cannot fix, so the daemon stops
 
+:class:`Fenced` (a conditional ledger update matched zero rows: another worker took the
+lease over) is the ledger's, :class:`airlock.ledger.Fenced`, and is named here too.
+
 A bundle that is refused is not an error here: it is an outcome (``Outcome`` with a
 ``RefusalCode``), recorded in the ledger and the audit chain like any other.
 """
@@ -25,6 +26,8 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
+
+from airlock.ledger import Fenced
 
 __all__ = [
     "CheckpointUnauthorized",
@@ -60,15 +63,6 @@ class ExecutorError(Exception):
 
 class ConfigError(ExecutorError):
     """The executor refuses to start with this configuration."""
-
-
-class Fenced(ExecutorError):
-    """This worker no longer owns the row (lease taken over, or state moved on)."""
-
-    def __init__(self, approval_id: str, transition: str) -> None:
-        super().__init__(f"{approval_id}: {transition} matched no row; the lease is lost")
-        self.approval_id = approval_id
-        self.transition = transition
 
 
 class SimulatedCrash(ExecutorError):

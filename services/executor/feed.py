@@ -88,6 +88,7 @@ from airlock.api import (
 )
 from airlock.events import ExecutorEvent
 from airlock.httpdeadline import within
+from airlock.ledger import held_until, insert_ignore, reportable_refusal
 from airlock.protocol import (
     APPROVAL_ID_PATTERN,
     BUNDLE_MAX_BYTES,
@@ -99,7 +100,6 @@ from airlock.store import AuditLog, read_transaction
 
 from .errors import CheckpointUnauthorized
 from .failpoints import Failpoints
-from .ledger import held_until, reportable_refusal
 from .models import (
     TERMINAL_STATES,
     checkpoint_head,
@@ -299,12 +299,6 @@ class LedgerRevocations(Container[str]):
         return found is not None
 
 
-def _insert_ignore(conn: Connection, table: sa.Table) -> Any:
-    from .ledger import _insert_ignore as insert_ignore  # noqa: PLC0415 - one definition
-
-    return insert_ignore(conn, table)
-
-
 def read_cursor(conn: Connection, feed: str) -> int:
     seq = conn.execute(sa.select(feed_cursor.c.seq).where(feed_cursor.c.feed == feed)).scalar()
     return 0 if seq is None else int(seq)
@@ -313,7 +307,7 @@ def read_cursor(conn: Connection, feed: str) -> int:
 def advance_cursor(conn: Connection, feed: str, seq: int, now: int) -> None:
     """Move the cursor forward to ``seq`` (never back: another executor may be ahead)."""
     inserted = conn.execute(
-        _insert_ignore(conn, feed_cursor)
+        insert_ignore(conn, feed_cursor)
         .values(feed=feed, seq=seq, updated_at=now)
         .returning(feed_cursor.c.feed)
     ).first()
@@ -500,7 +494,7 @@ class CheckpointFeedSource:
         with self._engine.begin() as conn:
             AuditLog.lock(conn)  # the chain lock before the row, as everywhere
             inserted = conn.execute(
-                _insert_ignore(conn, ledger_holds)
+                insert_ignore(conn, ledger_holds)
                 .values(
                     feed=self._feed,
                     head_seq=head.seq,
@@ -697,7 +691,7 @@ class CheckpointFeedSource:
 
     def _record_revocation(self, conn: Connection, r: _Revocation, now: int) -> None:
         inserted = conn.execute(
-            _insert_ignore(conn, revocations)
+            insert_ignore(conn, revocations)
             .values(approval_id=r.approval_id, feed=self._feed, feed_seq=r.seq, received_at=now)
             .returning(revocations.c.approval_id)
         ).first()
@@ -821,7 +815,7 @@ def requeue_undelivered(conn: Connection) -> int:
 
     Not a refusal's first attempt: whether a refusal is reported is decided when it is
     recorded, by whether the ledger had consumed its approval then (see
-    :func:`~services.executor.ledger.refusal_to_report`), and only its queue row says so;
+    :func:`~airlock.ledger.refusal_to_report`), and only its queue row says so;
     the refusals recorded before executor migration 0007 are not reported."""
 
     def undelivered(kind: str, approval_id: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
@@ -867,7 +861,7 @@ def requeue_undelivered(conn: Connection) -> int:
         # RETURNING, not rowcount: psycopg reports -1 for INSERT … ON CONFLICT DO NOTHING.
         count = len(
             conn.execute(
-                _insert_ignore(conn, outbox)
+                insert_ignore(conn, outbox)
                 .from_select(columns, select)
                 .returning(outbox.c.approval_id)
             ).all()
@@ -1183,7 +1177,7 @@ class OutboxReporter:
             # the first record stands. Only this attempt's queue row goes: a resend
             # queued since (the next attempt) must stay.
             conn.execute(
-                _insert_ignore(conn, deliveries).values(
+                insert_ignore(conn, deliveries).values(
                     kind=item.kind,
                     approval_id=item.approval_id,
                     attempt=item.attempt,

@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.exc import DBAPIError
 
-from . import ledger
+from airlock import ledger
+
 from .errors import Fenced, LedgerHeld
 from .models import Outcome, State
 from .sources import BundleSource

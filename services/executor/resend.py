@@ -49,12 +49,12 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from airlock.events import ExecutorEvent
+from airlock.ledger import insert_ignore
 from airlock.protocol import APPROVAL_ID_PATTERN
 from airlock.store import AuditLog
 
 from .errors import OperatorRefusal, ResendRefused, recordable
 from .feed import RESOLUTION_CONFLICT_CODE, approval_unknown, resolution_contested
-from .ledger import _insert_ignore
 from .models import TERMINAL_STATES, deliveries, ledger, outbox, resends, resolutions
 
 __all__ = [
@@ -640,7 +640,7 @@ def _queue(
         plan = plan_of(conn)
         for r in plan:
             claimed = conn.execute(
-                _insert_ignore(conn, resends)
+                insert_ignore(conn, resends)
                 .values(
                     kind=r.kind,
                     approval_id=r.approval_id,

@@ -36,6 +36,7 @@ from typing import Final, Literal
 from pydantic import ValidationError
 from sqlalchemy.engine import Connection, Engine
 
+from airlock import ledger
 from airlock.cloud.ports import (
     CloudError,
     CloudReader,
@@ -58,7 +59,6 @@ from airlock.protocol import (
 )
 from airlock.store import AuditEntry, AuditLog
 
-from . import ledger
 from .errors import Fenced, LedgerHeld, OperatorRefusal, ResolutionError, recordable
 from .failpoints import Failpoints
 from .keys import TrustedKeysFile

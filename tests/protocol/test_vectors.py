@@ -25,6 +25,8 @@ def test_every_vendored_set_is_complete() -> None:
     assert len(SETS["DSSE v1 PAE"]) == 1
     assert len(SETS["Airlock actions"]) >= 12
     assert len(SETS["Airlock approvals"]) >= 6
+    assert len(SETS["Airlock tool calls"]) >= 8
+    assert len(SETS["Airlock tool approvals"]) >= 7
 
 
 @pytest.mark.parametrize("case", ALL, ids=[f"{c.set_name}:{c.name}" for c in ALL])

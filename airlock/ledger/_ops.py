@@ -4,9 +4,10 @@ Every function runs inside the caller's open transaction and commits nothing. Cl
 then act (STYLE 6): consuming is a single INSERT whose UNIQUE columns decide a race, and
 every later step is an UPDATE conditional on (approval_id, state, owner, epoch) — a
 worker whose lease was taken over (epoch bumped) matches zero rows and must stop
-(:class:`~services.executor.errors.Fenced`). Nothing here ever checks and then acts.
+(:class:`~airlock.ledger.errors.Fenced`). Nothing here ever checks and then acts.
 
-This module must never delete a ledger row, change a terminal row, or write to the cloud.
+This module must never delete a ledger row, change a terminal row, or write anywhere
+but the ledger's own tables. Not public: use :mod:`airlock.ledger`.
 """
 
 from __future__ import annotations
@@ -35,16 +36,19 @@ from .models import (
 )
 
 __all__ = [
+    "begin_executing",
     "consume",
     "expired",
     "forgotten_before",
     "get",
     "held_until",
+    "insert_ignore",
     "insert_refusal",
     "insert_resolution",
     "of_proposal",
     "queue_receipt",
     "refusal_to_report",
+    "release",
     "reportable_refusal",
     "take_over",
     "transition",
@@ -57,7 +61,8 @@ _NEXT: Mapping[State, frozenset[State]] = {
 }
 
 
-def _insert_ignore(conn: Connection, table: sa.Table) -> Any:
+def insert_ignore(conn: Connection, table: sa.Table) -> Any:
+    """An INSERT into ``table`` that does nothing on a conflict with any UNIQUE key."""
     # ON CONFLICT DO NOTHING with no target covers every UNIQUE constraint at once
     # (nonce, approval_id, action_hash); PostgreSQL waits for a racing inserter to commit
     # or roll back before deciding, so exactly one of the racers inserts.
@@ -388,6 +393,6 @@ def queue_receipt(conn: Connection, *, kind: str, approval_id: str, now: int) ->
 def insert_resolution(conn: Connection, values: Mapping[str, Any]) -> bool:
     """Record a human decision; False if the row was already resolved."""
     inserted = conn.execute(
-        _insert_ignore(conn, resolutions).values(**values).returning(resolutions.c.approval_id)
+        insert_ignore(conn, resolutions).values(**values).returning(resolutions.c.approval_id)
     ).first()
     return inserted is not None

@@ -1,4 +1,5 @@
-"""Alembic environment for the executor's ledger database (see airlock.store._migrate)."""
+"""Alembic environment for a ledger database, an executor's or a gate's (see
+airlock.store._migrate)."""
 
 from airlock.store import run_migrations
 

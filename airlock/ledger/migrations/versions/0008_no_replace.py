@@ -19,7 +19,7 @@ refuses an insert whose row conflicts with a row kept, on any of its keys. It ru
 conflict resolution, so REPLACE then has nothing to delete. Which refusal:
 
 ``RAISE(IGNORE)``, where our code inserts with ``ON CONFLICT DO NOTHING`` (the consume
-in ``ledger.py`` and every ``_insert_ignore``): a conflict there is expected (a replay,
+in ``airlock.ledger`` and every ``insert_ignore``): a conflict there is expected (a replay,
 a racing executor, a hold or head seen again) and must stay "nothing inserted, nothing
 returned", which IGNORE gives exactly, row by row, also within an ``INSERT … SELECT``.
 An ABORT would turn each replay into an error instead of ``E_REPLAY``. The cost: a
