@@ -22,18 +22,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Final
 
-from fastapi import FastAPI, Form, Query, Request
+from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import Response
-from pydantic import BeforeValidator
 
 from airlock.api import Proposal
 
 from . import present
-from .client import CheckpointClient, Me
+from .client import Me
+from .deps import ClientDep, Csrf, Note, Session, Web, WebDep
 from .errors import CheckpointRefused, CheckpointUnavailable, human_message
-from .security import CSRF_FIELD
 
-__all__ = ["MAX_SELECTED", "install"]
+__all__ = ["MAX_SELECTED", "router"]
+
+router = APIRouter()
 
 #: At most this many proposals in one action (the queue shows 200).
 MAX_SELECTED: Final = 200
@@ -51,15 +52,6 @@ class _Result:
     code: str | None = None
 
 
-def _lf(value: object) -> object:
-    # As the decision forms' notes (webapp.app): a textarea's CRLF counts as one character.
-    if isinstance(value, str):
-        return value.replace("\r\n", "\n").replace("\r", "\n")
-    return value
-
-
-_Note = Annotated[str, BeforeValidator(_lf), Form(max_length=2000)]
-_Csrf = Annotated[str, Form(alias=CSRF_FIELD)]
 _Items = Annotated[list[str], Form(alias="item")]
 _Kind = Annotated[str, Form(max_length=32)]
 
@@ -84,188 +76,191 @@ def _selection(items: list[str]) -> list[tuple[str, str]]:
     return pairs
 
 
-def install(
-    app: FastAPI,
+def _refused_page(web: Web, request: Request, me: Me, message: str, status: int = 422) -> Response:
+    return web.render(
+        request,
+        "error.html",
+        {"me": me, "title": "Nothing was sent", "message": message, "code": None},
+        status=status,
+    )
+
+
+@router.get("/bulk")
+def review(
+    request: Request,
+    web: WebDep,
+    session: Session,
+    id: Annotated[list[str] | None, Query()] = None,
+) -> Response:
+    token, me = session
+    wanted: list[str] = []
+    for proposal_id in id or ():
+        if _PROPOSAL_ID.fullmatch(proposal_id) and proposal_id not in wanted:
+            wanted.append(proposal_id)
+    if not wanted:
+        return _refused_page(web, request, me, "Nothing was selected: tick proposals in the queue.")
+    if len(wanted) > MAX_SELECTED:
+        return _refused_page(web, request, me, f"More than {MAX_SELECTED} proposals were selected.")
+    chosen: list[Proposal] = []
+    left_out: list[tuple[Proposal, str]] = []
+    for proposal_id in wanted:
+        p = web.client.proposal(token, proposal_id)
+        problem = present.bulk_problem(p)
+        if problem is None:
+            chosen.append(p)
+        else:
+            left_out.append((p, problem))
+    kinds = {(p.operation, p.risk) for p in chosen}
+    if len(kinds) > 1:
+        return _refused_page(
+            web,
+            request,
+            me,
+            "Select proposals of one operation and one risk to decide them together.",
+        )
+    return web.render(
+        request,
+        "bulk.html",
+        {
+            "me": me,
+            "nav": "queue",
+            "chosen": chosen,
+            "left_out": left_out,
+            "kind": next(iter(kinds), None),
+            "total": present.savings(chosen),
+        },
+    )
+
+
+def _decide_each(
+    web: Web,
+    request: Request,
     *,
-    client: CheckpointClient,
-    render: Callable[..., Response],
-    signed_in: Callable[[Request], tuple[str, Me]],
-    refuse_csrf: Callable[[Request, str | None], Response | None],
-) -> None:
-    """Add the bulk routes to the web app (``create_app`` passes its own helpers)."""
-
-    def refused_page(request: Request, me: Me, message: str, status: int = 422) -> Response:
-        return render(
-            request,
-            "error.html",
-            {"me": me, "title": "Nothing was sent", "message": message, "code": None},
-            status=status,
-        )
-
-    @app.get("/bulk")
-    def review(request: Request, id: Annotated[list[str] | None, Query()] = None) -> Response:
-        token, me = signed_in(request)
-        wanted: list[str] = []
-        for proposal_id in id or ():
-            if _PROPOSAL_ID.fullmatch(proposal_id) and proposal_id not in wanted:
-                wanted.append(proposal_id)
-        if not wanted:
-            return refused_page(request, me, "Nothing was selected: tick proposals in the queue.")
-        if len(wanted) > MAX_SELECTED:
-            return refused_page(request, me, f"More than {MAX_SELECTED} proposals were selected.")
-        chosen: list[Proposal] = []
-        left_out: list[tuple[Proposal, str]] = []
-        for proposal_id in wanted:
-            p = client.proposal(token, proposal_id)
-            problem = present.bulk_problem(p)
-            if problem is None:
-                chosen.append(p)
-            else:
-                left_out.append((p, problem))
-        kinds = {(p.operation, p.risk) for p in chosen}
-        if len(kinds) > 1:
-            return refused_page(
-                request,
-                me,
-                "Select proposals of one operation and one risk to decide them together.",
-            )
-        return render(
-            request,
-            "bulk.html",
-            {
-                "me": me,
-                "nav": "queue",
-                "chosen": chosen,
-                "left_out": left_out,
-                "kind": next(iter(kinds), None),
-                "total": present.savings(chosen),
-            },
-        )
-
-    def decide_each(
-        request: Request,
-        *,
-        csrf: str,
-        items: list[str],
-        operation: str,
-        risk: str,
-        send: Callable[[str, Proposal, str], _Result],
-        verb: str,
-    ) -> Response:
-        refused = refuse_csrf(request, csrf)
-        if refused is not None:
-            return refused
-        token, me = signed_in(request)
+    csrf: str,
+    items: list[str],
+    operation: str,
+    risk: str,
+    send: Callable[[str, Proposal, str], _Result],
+    verb: str,
+) -> Response:
+    refused = web.refuse_csrf(request, csrf)
+    if refused is not None:
+        return refused
+    token, me = web.signed_in(request)
+    try:
+        pairs = _selection(items)
+    except _BadSelection as exc:
+        return _refused_page(web, request, me, f"Nothing was sent: {exc}.")
+    if not me.can_decide:
+        return _refused_page(web, request, me, "Nothing was sent: you may not decide.", 403)
+    results: list[_Result] = []
+    stop: str | None = None
+    for proposal_id, seen_hash in pairs:
+        if stop is not None:
+            results.append(_Result(proposal_id, seen_hash, "not_sent", stop))
+            continue
         try:
-            pairs = _selection(items)
-        except _BadSelection as exc:
-            return refused_page(request, me, f"Nothing was sent: {exc}.")
-        if not me.can_decide:
-            return refused_page(request, me, "Nothing was sent: you may not decide.", 403)
-        results: list[_Result] = []
-        stop: str | None = None
-        for proposal_id, seen_hash in pairs:
-            if stop is not None:
+            p = web.client.proposal(token, proposal_id)
+            problem = present.bulk_problem(p)
+            if problem is None and (p.operation, p.risk) != (operation, risk):
+                problem = f"it is a {p.risk}-risk {p.operation}, not a {risk}-risk {operation}"
+            if problem is not None:
+                results.append(_Result(proposal_id, seen_hash, "refused", problem))
+                continue
+            results.append(send(token, p, seen_hash))
+        except CheckpointRefused as exc:
+            if exc.code == "E_UNAUTHENTICATED":
+                stop = "your session ended before it was sent"
                 results.append(_Result(proposal_id, seen_hash, "not_sent", stop))
                 continue
-            try:
-                p = client.proposal(token, proposal_id)
-                problem = present.bulk_problem(p)
-                if problem is None and (p.operation, p.risk) != (operation, risk):
-                    problem = f"it is a {p.risk}-risk {p.operation}, not a {risk}-risk {operation}"
-                if problem is not None:
-                    results.append(_Result(proposal_id, seen_hash, "refused", problem))
-                    continue
-                results.append(send(token, p, seen_hash))
-            except CheckpointRefused as exc:
-                if exc.code == "E_UNAUTHENTICATED":
-                    stop = "your session ended before it was sent"
-                    results.append(_Result(proposal_id, seen_hash, "not_sent", stop))
-                    continue
-                results.append(
-                    _Result(proposal_id, seen_hash, "refused", human_message(exc.code), exc.code)
-                )
-            except CheckpointUnavailable as exc:
-                # The checkpoint may or may not have recorded this one: its page says.
-                stop = "the checkpoint did not answer; nothing more was sent"
-                results.append(
-                    _Result(
-                        proposal_id,
-                        seen_hash,
-                        "unknown",
-                        f"no answer ({exc}): open it to see whether it was recorded",
-                    )
-                )
-        return render(
-            request,
-            "bulk_done.html",
-            {
-                "me": me,
-                "nav": "queue",
-                "verb": verb,
-                "results": results,
-                "done": [r for r in results if r.outcome in ("approved", "voted", "rejected")],
-                "not_done": [
-                    r for r in results if r.outcome not in ("approved", "voted", "rejected")
-                ],
-            },
-        )
-
-    @app.post("/bulk/approve")
-    def approve(
-        request: Request,
-        *,
-        items: _Items,
-        operation: _Kind,
-        risk: _Kind,
-        csrf: _Csrf = "",
-        note: _Note = "",
-    ) -> Response:
-        def send(token: str, p: Proposal, seen_hash: str) -> _Result:
-            # The hash this person was shown goes with the vote: the checkpoint refuses it
-            # (E_STALE_VIEW) unless it is this proposal's.
-            after = client.approve(token, p.id, action_hash=seen_hash, confirm=None, note=note)
-            if after.state == "approved":
-                return _Result(p.id, seen_hash, "approved", "quorum reached: approval signed")
-            return _Result(
-                p.id, seen_hash, "voted", f"vote recorded; {after.votes_needed} more needed"
+            results.append(
+                _Result(proposal_id, seen_hash, "refused", human_message(exc.code), exc.code)
             )
-
-        return decide_each(
-            request,
-            csrf=csrf,
-            items=items,
-            operation=operation,
-            risk=risk,
-            send=send,
-            verb="approve",
-        )
-
-    @app.post("/bulk/reject")
-    def reject(
-        request: Request,
-        *,
-        items: _Items,
-        operation: _Kind,
-        risk: _Kind,
-        reason_code: _Kind,
-        csrf: _Csrf = "",
-        note: _Note = "",
-    ) -> Response:
-        def send(token: str, p: Proposal, seen_hash: str) -> _Result:
-            if p.action_hash != seen_hash:
-                return _Result(
-                    p.id, seen_hash, "refused", "its action is not the one you reviewed", None
+        except CheckpointUnavailable as exc:
+            # The checkpoint may or may not have recorded this one: its page says.
+            stop = "the checkpoint did not answer; nothing more was sent"
+            results.append(
+                _Result(
+                    proposal_id,
+                    seen_hash,
+                    "unknown",
+                    f"no answer ({exc}): open it to see whether it was recorded",
                 )
-            client.reject(token, p.id, reason_code=reason_code, note=note)
-            return _Result(p.id, seen_hash, "rejected", "rejected")
+            )
+    return web.render(
+        request,
+        "bulk_done.html",
+        {
+            "me": me,
+            "nav": "queue",
+            "verb": verb,
+            "results": results,
+            "done": [r for r in results if r.outcome in ("approved", "voted", "rejected")],
+            "not_done": [r for r in results if r.outcome not in ("approved", "voted", "rejected")],
+        },
+    )
 
-        return decide_each(
-            request,
-            csrf=csrf,
-            items=items,
-            operation=operation,
-            risk=risk,
-            send=send,
-            verb="reject",
-        )
+
+@router.post("/bulk/approve")
+def approve(
+    request: Request,
+    web: WebDep,
+    client: ClientDep,
+    *,
+    items: _Items,
+    operation: _Kind,
+    risk: _Kind,
+    csrf: Csrf = "",
+    note: Note = "",
+) -> Response:
+    def send(token: str, p: Proposal, seen_hash: str) -> _Result:
+        # The hash this person was shown goes with the vote: the checkpoint refuses it
+        # (E_STALE_VIEW) unless it is this proposal's.
+        after = client.approve(token, p.id, action_hash=seen_hash, confirm=None, note=note)
+        if after.state == "approved":
+            return _Result(p.id, seen_hash, "approved", "quorum reached: approval signed")
+        return _Result(p.id, seen_hash, "voted", f"vote recorded; {after.votes_needed} more needed")
+
+    return _decide_each(
+        web,
+        request,
+        csrf=csrf,
+        items=items,
+        operation=operation,
+        risk=risk,
+        send=send,
+        verb="approve",
+    )
+
+
+@router.post("/bulk/reject")
+def reject(
+    request: Request,
+    web: WebDep,
+    client: ClientDep,
+    *,
+    items: _Items,
+    operation: _Kind,
+    risk: _Kind,
+    reason_code: _Kind,
+    csrf: Csrf = "",
+    note: Note = "",
+) -> Response:
+    def send(token: str, p: Proposal, seen_hash: str) -> _Result:
+        if p.action_hash != seen_hash:
+            return _Result(
+                p.id, seen_hash, "refused", "its action is not the one you reviewed", None
+            )
+        client.reject(token, p.id, reason_code=reason_code, note=note)
+        return _Result(p.id, seen_hash, "rejected", "rejected")
+
+    return _decide_each(
+        web,
+        request,
+        csrf=csrf,
+        items=items,
+        operation=operation,
+        risk=risk,
+        send=send,
+        verb="reject",
+    )

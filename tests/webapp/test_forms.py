@@ -122,6 +122,17 @@ def test_other_invalid_requests_are_an_html_page_without_the_input(site: Site) -
     assert "Nothing was changed" in response.text
 
 
+def test_invalid_query_is_answered_before_the_session_is_looked_at(site: Site) -> None:
+    """The history's ``before`` is validated before anyone is asked to sign in: the
+    route signs in inside its body, not through a dependency (deps.Session), which
+    FastAPI would run first."""
+    probe = "zz-" + "q" * 200
+    response = site.client.get(f"/history?before={probe}", follow_redirects=False)
+    assert response.status_code == 422
+    assert probe not in response.text
+    assert "Nothing was changed" in response.text
+
+
 CAP = 64 * 1024  # webapp/app.py: _FORM_MAX_BYTES
 
 
