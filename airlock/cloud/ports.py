@@ -33,6 +33,7 @@ __all__ = [
     "PermissionDenied",
     "Price",
     "PriceReader",
+    "RdsSpec",
     "ResourceNotFound",
     "ResourceType",
     "UnknownOutcome",
@@ -87,6 +88,19 @@ class LiveState:
     #: provider does not say. The agent deletes only what provably stayed stopped since
     #: Airlock stopped it, so "" there means "no delete".
     started_at: str = ""
+    #: What an RDS price depends on besides the class; None for ECS, or when not reported.
+    rds: RdsSpec | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RdsSpec:
+    """An RDS instance's engine, storage type, zone and billing, as its describe reports them."""
+
+    engine: str  # MySQL, PostgreSQL, SQLServer, MariaDB
+    engine_version: str  # e.g. "8.0"
+    storage_type: str  # e.g. "cloud_essd"; "" when not reported
+    zone_id: str  # e.g. "ap-southeast-1a"
+    pay_type: str  # Postpaid (pay-as-you-go) or Prepaid (subscription)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,10 +173,16 @@ class PriceReader(Protocol):
     """Optional extension of a reader: the price of an instance type (``AlibabaReader``)."""
 
     def get_price(
-        self, region: str, resource_type: ResourceType, instance_type: str
+        self,
+        region: str,
+        resource_type: ResourceType,
+        instance_type: str,
+        *,
+        rds: RdsSpec | None = None,
     ) -> Price | None:
         """Its pay-as-you-go compute price per hour; None when the reader prices no such
-        resource type. Raises CloudError when the provider does not answer."""
+        resource (an RDS class without ``rds``, a subscription). Raises CloudError when
+        the provider does not answer or its answer yields no price."""
         ...
 
 

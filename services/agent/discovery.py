@@ -17,7 +17,8 @@ several instance dimensions per ``DescribeMetricList`` call; when the reader off
 3. only for instances whose CPU is idle: memory and network as **daily** points
    (period 86400: the day's average rate, so ``avg × 86400 / 8`` is the day's bytes);
 4. for an idle or stopped instance (what may be proposed), when the reader offers
-   ``get_price``: its type's price, read once per type and region in a scan, for the
+   ``get_price``: its type's price, read once per type and region in a scan (for RDS,
+   per class, engine, storage type, zone and billing), for the
    saving the planner signs into the evidence. A price that cannot be read leaves the
    saving out; it never blocks a proposal.
 
@@ -47,6 +48,7 @@ from airlock.cloud.ports import (
     MetricsBatchReader,
     Price,
     PriceReader,
+    RdsSpec,
     ResourceType,
 )
 from airlock.protocol import Resource
@@ -149,7 +151,7 @@ class Discovery:
         self._retry_delay = retry_delay
         self._sleep = sleep
         self.stats = ScanStats()
-        self._prices: dict[tuple[str, str, str], Price | None] = {}
+        self._prices: dict[tuple[str, str, str, RdsSpec | None], Price | None] = {}
         self._prices_lock = threading.Lock()
 
     @property
@@ -268,12 +270,14 @@ class Discovery:
             return None
         if not isinstance(reader, PriceReader):
             return None
-        key = (state.region, state.resource_type, state.instance_type)
+        key = (state.region, state.resource_type, state.instance_type, state.rds)
         with self._prices_lock:
             if key in self._prices:
                 return self._prices[key]
         try:
-            price = reader.get_price(state.region, state.resource_type, state.instance_type)
+            price = reader.get_price(
+                state.region, state.resource_type, state.instance_type, rds=state.rds
+            )
         except CloudError as exc:
             _log.warning(
                 "%s",

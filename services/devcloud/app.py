@@ -32,6 +32,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any, Final
 
 from fastapi import FastAPI, Request
@@ -41,7 +42,14 @@ from airlock.settings import DevcloudSettings
 
 from .errors import AcsError
 from .fleet import METRIC_KIND, InstanceSpec, datapoint, generate_fleet
-from .prices import CURRENCY, ECS_HOURLY, SYSTEM_DISK_HOURLY
+from .prices import (
+    CURRENCY,
+    ECS_HOURLY,
+    RDS_ENGINES,
+    RDS_HOURLY,
+    RDS_STORAGE_GB_HOURLY,
+    SYSTEM_DISK_HOURLY,
+)
 from .signing import parse_authorization, verify
 from .store import Faults, Instance, Store
 
@@ -55,6 +63,7 @@ _READ_ACTIONS: Final = frozenset(
         ("ecs", "DescribeInstances"),
         ("ecs", "DescribePrice"),
         ("rds", "DescribeDBInstances"),
+        ("rds", "DescribePrice"),
         ("rds", "ListTagResources"),
         ("cms", "DescribeMetricList"),
     }
@@ -184,6 +193,7 @@ def _ecs_json(inst: Instance) -> dict[str, Any]:
 
 
 def _rds_json(inst: Instance) -> dict[str, Any]:
+    engine, version = RDS_ENGINES.get(inst.instance_type, ("MySQL", "8.0"))
     return {
         "DBInstanceId": inst.id,
         "DBInstanceDescription": inst.name,
@@ -192,8 +202,9 @@ def _rds_json(inst: Instance) -> dict[str, Any]:
         "CreateTime": _rds_time(inst.created_at),
         "RegionId": inst.region,
         "ZoneId": f"{inst.region}-a",
-        "Engine": "MySQL",
-        "EngineVersion": "8.0",
+        "Engine": engine,
+        "EngineVersion": version,
+        "DBInstanceStorageType": "cloud_essd",
         "PayType": "Postpaid",
         "LockMode": "Unlock",
     }
@@ -589,6 +600,49 @@ class _Api:
                 },
                 "Rules": {"Rule": []},
             }
+        }
+
+    def _rds_DescribePrice(self, p: dict[str, str], _k: str, _r: str) -> dict[str, Any]:
+        """Pay-as-you-go price per hour of one RDS class with ``DBInstanceStorage`` GB.
+
+        The answer has the real API's shape: ``PriceInfo`` quotes the class and its
+        storage together, in ``Currency``, and does not split them.
+        """
+        _required(p, "RegionId")
+        engine = _required(p, "Engine")
+        version = _required(p, "EngineVersion")
+        rds_class = _required(p, "DBInstanceClass")
+        storage = _int(p, "DBInstanceStorage", 0, 5, 64000)
+        if storage == 0:
+            raise AcsError(
+                "MissingParameter.DBInstanceStorage",
+                "The input parameter DBInstanceStorage is mandatory.",
+                400,
+            )
+        _int(p, "Quantity", 1, 1, 30)
+        if p.get("PayType") != "Postpaid":
+            raise AcsError(
+                "InvalidPayType.ValueNotSupported", "devcloud quotes PayType=Postpaid only.", 400
+            )
+        hourly = RDS_HOURLY.get(rds_class)
+        if hourly is None or RDS_ENGINES[rds_class] != (engine, version):
+            raise AcsError(
+                "InvalidDBInstanceClass.NotFound",
+                "The specified DBInstanceClass is not found for this engine and version.",
+                400,
+            )
+        total = float(Decimal(hourly) + Decimal(RDS_STORAGE_GB_HOURLY) * storage)
+        return {
+            "PriceInfo": {
+                "Currency": CURRENCY,
+                "OriginalPrice": total,
+                "DiscountPrice": 0.0,
+                "TradePrice": total,
+                "RuleIds": {"RuleId": []},
+                "Coupons": {"Coupon": []},
+            },
+            "Rules": {"Rule": []},
+            "ShowDiscount": False,
         }
 
     # CloudMonitor

@@ -24,7 +24,7 @@ def _submit(
     served: Served, n: int, *, hourly_micros: int | None = None, **kwargs: Any
 ) -> dict[str, Any]:
     value = action_value(
-        proposal_id=f"prop_bulk{n:08d}", resource_id=f"i-t4n0bulk{n:04d}", **kwargs
+        **{"proposal_id": f"prop_bulk{n:08d}", "resource_id": f"i-t4n0bulk{n:04d}", **kwargs}
     )
     if hourly_micros is not None:
         value["evidence"]["saving"] = {
@@ -172,6 +172,22 @@ def test_list_shows_each_signed_saving_and_the_pending_total(served: Served) -> 
     assert (
         f"pending on this page: 4 proposals, est. USD {total // 100}.{total % 100:02d} a month "
         "saved (1 without an estimate)"
+    ) in result.stdout
+
+
+def test_list_totals_an_rds_stops_signed_saving(served: Served) -> None:
+    _submit(served, 1, hourly_micros=113000)
+    record = _submit(
+        served, 2, hourly_micros=250000, resource_type="rds.instance", resource_id="rm-t4n0bulk0002"
+    )
+    assert json.loads(record["action_jcs"])["evidence"]["saving"]["monthly_minor"] == 18250
+    served.login("alice")
+    result = served.run("approvals", "list")
+    assert result.exit_code == 0, result.output
+    assert "USD 182.50" in result.stdout
+    total = monthly_minor(113000, "USD") + 18250
+    assert (
+        f"pending on this page: 2 proposals, est. USD {total // 100}.{total % 100:02d} a month"
     ) in result.stdout
 
 

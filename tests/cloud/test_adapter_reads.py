@@ -7,9 +7,16 @@ from datetime import UTC, datetime
 import pytest
 
 from airlock.cloud.alibaba import AlibabaReader
-from airlock.cloud.ports import CloudReader, DefiniteRefusal, MetricsBatchReader, Price
+from airlock.cloud.ports import (
+    CloudError,
+    CloudReader,
+    DefiniteRefusal,
+    MetricsBatchReader,
+    Price,
+    RdsSpec,
+)
 from services.devcloud import generate_fleet
-from services.devcloud.prices import ECS_HOURLY
+from services.devcloud.prices import ECS_HOURLY, RDS_ENGINES, RDS_HOURLY
 from tests.support.devcloud import DevcloudHandle
 
 from .conftest import FLEET_ECS, FLEET_NOW, FLEET_RDS, FLEET_SEED
@@ -188,6 +195,42 @@ def test_describe_price_quotes_the_instance_types_compute_per_hour(
 def test_every_ecs_type_of_the_fleet_has_a_price() -> None:
     fleet = generate_fleet(seed=FLEET_SEED, instances=FLEET_ECS, rds=FLEET_RDS, now=FLEET_NOW)
     assert {s.instance_type for s in fleet if s.kind == "ecs"} <= set(ECS_HOURLY)
+
+
+def test_rds_describe_reads_what_its_price_needs(devcloud: DevcloudHandle) -> None:
+    state = next(devcloud.reader().list_instances(REGION, "rds.instance"))
+    engine, version = RDS_ENGINES[state.instance_type]
+    assert state.rds == RdsSpec(engine, version, "cloud_essd", f"{REGION}-a", "Postpaid")
+
+
+def test_rds_describe_price_quotes_the_class_compute_without_its_storage(
+    devcloud: DevcloudHandle,
+) -> None:
+    reader = devcloud.reader()
+    spec = RdsSpec("MySQL", "8.0", "cloud_essd", f"{REGION}-a", "Postpaid")
+    price = reader.get_price(REGION, "rds.instance", "rds.mysql.s3.large", rds=spec)
+    assert price == Price(currency="USD", hourly_micros=250000, source="rds:DescribePrice")
+    assert RDS_HOURLY["rds.mysql.s3.large"] == "0.2500"
+    assert reader.calls["rds:DescribePrice"] == 2  # at 100 and at 200 GB
+
+
+def test_a_subscription_rds_instance_is_not_priced(devcloud: DevcloudHandle) -> None:
+    reader = devcloud.reader()
+    spec = RdsSpec("MySQL", "8.0", "cloud_essd", f"{REGION}-a", "Prepaid")
+    assert reader.get_price(REGION, "rds.instance", "rds.mysql.s3.large", rds=spec) is None
+    assert "rds:DescribePrice" not in reader.calls
+
+
+def test_an_rds_class_of_another_engine_is_not_priced(devcloud: DevcloudHandle) -> None:
+    spec = RdsSpec("PostgreSQL", "14.0", "cloud_essd", f"{REGION}-a", "Postpaid")
+    with pytest.raises(CloudError) as err:
+        devcloud.reader().get_price(REGION, "rds.instance", "rds.mysql.s3.large", rds=spec)
+    assert err.value.code == "InvalidDBInstanceClass.NotFound"
+
+
+def test_every_rds_class_of_the_fleet_has_a_price() -> None:
+    fleet = generate_fleet(seed=FLEET_SEED, instances=FLEET_ECS, rds=FLEET_RDS, now=FLEET_NOW)
+    assert {s.instance_type for s in fleet if s.kind == "rds"} <= set(RDS_HOURLY)
 
 
 def test_an_unknown_instance_type_is_a_definite_refusal(devcloud: DevcloudHandle) -> None:

@@ -25,7 +25,7 @@ WRITES = {
     )
 }
 #: The executor re-reads live state; only the agent reads metrics and prices.
-EXECUTOR_READS = READ_ACTIONS - {"cms:DescribeMetricList", "ecs:DescribePrice"}
+EXECUTOR_READS = READ_ACTIONS - {"cms:DescribeMetricList", "ecs:DescribePrice", "rds:DescribePrice"}
 
 
 def test_the_adapter_actions_were_found() -> None:
@@ -33,6 +33,7 @@ def test_the_adapter_actions_were_found() -> None:
         "ecs:DescribeInstances",
         "ecs:DescribePrice",
         "rds:DescribeDBInstances",
+        "rds:DescribePrice",
         "rds:ListTagResources",
         "cms:DescribeMetricList",
     } == READ_ACTIONS

@@ -53,6 +53,20 @@ def test_the_queue_total_is_the_sum_of_the_signed_savings(site: Site) -> None:
     assert "Pending: 6 proposals, 1 without an estimate" in html
 
 
+def test_the_queue_total_counts_an_rds_stops_signed_saving(site: Site) -> None:
+    site.fake.add(_priced(1, 113000))
+    rds = _priced(2, 250000)
+    rds["resource"] = {"type": "rds.instance", "id": "rm-t4n0bulk0002"}
+    rds["params"] = {}
+    rds["evidence"]["saving"]["source"] = "rds:DescribePrice"
+    site.fake.add(rds)
+    site.sign_in()
+    html = site.client.get("/").text
+    cents = monthly_minor(113000, "USD") + monthly_minor(250000, "USD")
+    assert _total(html) == f"USD {cents // 100:,}.{cents % 100:02d}"
+    assert "Pending: 2 proposals</td>" in html  # none without an estimate
+
+
 def test_a_saving_that_is_not_in_the_signed_text_is_not_counted(site: Site) -> None:
     """The record's parsed copy claims a saving its hashed text does not carry."""
     site.fake.add(_priced(1, 113000))

@@ -35,7 +35,14 @@ Prices (ECS ``DescribePrice``, ``ResourceType=instance``, ``PriceUnit=Hour``): t
 pay-as-you-go price of an instance type, read from the ``instanceType`` entry of
 ``PriceInfo.Price.DetailInfos`` (compute only: the system disk is priced apart) as
 ``TradePrice`` (after discounts) in ``Currency``. The decimal the API printed becomes
-integer millionths here, the one place a price is a float. RDS prices are not read.
+integer millionths here, the one place a price is a float.
+
+RDS prices (RDS ``DescribePrice``, ``PayType=Postpaid``): the API quotes a class with its
+storage and does not split them, and a stopped RDS instance keeps paying for its storage.
+The class is quoted twice, at 100 and at 200 GB of the instance's storage type, engine,
+version and zone (from ``DescribeDBInstances``); storage is priced per GB, so the compute
+part is what the quote would be at 0 GB: ``2 × quote(100) − quote(200)``. A subscription
+instance is not priced (a stop saves nothing before its term ends).
 """
 
 from __future__ import annotations
@@ -56,6 +63,7 @@ from airlock.cloud.ports import (
     LiveState,
     MetricPoint,
     Price,
+    RdsSpec,
     ResourceNotFound,
     ResourceType,
     UnknownOutcome,
@@ -81,6 +89,9 @@ _ECS_NAMESPACE: Final = "acs_ecs_dashboard"
 _RDS_NAMESPACE: Final = "acs_rds_dashboard"
 _MAX_PAGE: Final = 100  # ECS and RDS both cap MaxResults at 100
 _METRIC_PAGE: Final = 1440  # CloudMonitor's cap on Length
+#: The storage sizes (GB) an RDS class is quoted at; 100 to 200 GB is valid for every
+#: engine's cloud and local disks, and 2 × the first − the second leaves the compute part.
+_RDS_QUOTE_GB: Final = (100, 200)
 _TAG_BATCH: Final = 50  # RDS ListTagResources takes at most 50 ResourceId.N
 # Instances per DescribeMetricList call. The dimensions travel in the query string on
 # every page, so a longer list costs more per call than it saves in calls.
@@ -121,6 +132,13 @@ def _ecs_state(region: str, inst: Any) -> LiveState:
 
 
 def _rds_state(region: str, inst: Any, tags: Mapping[str, str]) -> LiveState:
+    spec = RdsSpec(
+        engine=str(inst.engine or ""),
+        engine_version=str(inst.engine_version or ""),
+        storage_type=str(inst.dbinstance_storage_type or ""),
+        zone_id=str(inst.zone_id or ""),
+        pay_type=str(inst.pay_type or ""),
+    )
     return LiveState(
         resource_type="rds.instance",
         resource_id=str(inst.dbinstance_id),
@@ -130,6 +148,7 @@ def _rds_state(region: str, inst: Any, tags: Mapping[str, str]) -> LiveState:
         instance_type=str(inst.dbinstance_class or ""),
         created_at=_norm_time(inst.create_time),
         name=str(inst.dbinstance_description or ""),
+        rds=spec,
     )
 
 
@@ -345,11 +364,25 @@ class AlibabaReader:
     # -- prices
 
     def get_price(
-        self, region: str, resource_type: ResourceType, instance_type: str
+        self,
+        region: str,
+        resource_type: ResourceType,
+        instance_type: str,
+        *,
+        rds: RdsSpec | None = None,
     ) -> Price | None:
-        """The pay-as-you-go compute price of an ECS instance type; None for RDS."""
-        if resource_type != "ecs.instance":
-            return None
+        """The pay-as-you-go compute price per hour of an ECS instance type or RDS class.
+
+        Args:
+            rds: the RDS instance's engine, storage type, zone and billing; an RDS class
+                without it, or billed by subscription, is not priced (None).
+
+        Raises:
+            CloudError: the provider refused or did not answer, or its answer yields no
+                price (no usable ``TradePrice``, quotes that leave no compute part).
+        """
+        if resource_type == "rds.instance":
+            return self._rds_price(region, instance_type, rds)
         client = self._clients.get("ecs", region)
         request = ecs_models.DescribePriceRequest(
             region_id=region,
@@ -382,6 +415,48 @@ class AlibabaReader:
             code="MalformedResponse",
             request_id=request_id,
         )
+
+    def _rds_price(self, region: str, rds_class: str, spec: RdsSpec | None) -> Price | None:
+        if spec is None or spec.pay_type != "Postpaid" or not spec.engine:
+            return None
+        (currency, low), (other, high) = (
+            self._rds_quote(region, rds_class, spec, gb) for gb in _RDS_QUOTE_GB
+        )
+        compute = 2 * low - high
+        if currency != other or high < low or compute <= 0:
+            raise UnknownOutcome(
+                "RDS DescribePrice quotes leave no compute price", code="MalformedResponse"
+            )
+        return Price(currency=currency, hourly_micros=compute, source="rds:DescribePrice")
+
+    def _rds_quote(
+        self, region: str, rds_class: str, spec: RdsSpec, storage_gb: int
+    ) -> tuple[str, int]:
+        """(currency, hourly millionths) of the class with ``storage_gb`` of storage."""
+        client = self._clients.get("rds", region)
+        request = rds_models.DescribePriceRequest(
+            region_id=region,
+            zone_id=spec.zone_id or None,
+            engine=spec.engine,
+            engine_version=spec.engine_version,
+            dbinstance_class=rds_class,
+            dbinstance_storage=storage_gb,
+            dbinstance_storage_type=spec.storage_type or None,
+            pay_type="Postpaid",
+            instance_used_type=0,
+            order_type="BUY",
+            quantity=1,
+        )
+        self._count("rds:DescribePrice")
+        body = call(client.describe_price_with_options, request, self._clients.runtime()).body
+        request_id = str(body.request_id or "")
+        info = body.price_info
+        currency = str(info.currency or "") if info is not None else ""
+        if info is None or len(currency) != 3 or not currency.isupper():
+            raise UnknownOutcome(
+                "DescribePrice returned no price", code="MalformedResponse", request_id=request_id
+            )
+        return currency, _micros(info.trade_price, request_id=request_id)
 
     # -- metrics
 
