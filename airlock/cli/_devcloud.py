@@ -156,12 +156,14 @@ _ADMIN_HELP = (
 )
 
 UrlOpt = Annotated[
-    str,
+    str | None,
     typer.Option(
         "--url",
         metavar="URL",
         envvar="AIRLOCK_DEVCLOUD_URL",
-        help="devcloud's address (up's --devcloud-port).",
+        help="devcloud's address (default: the one a running up in --home serves, else "
+        "http://127.0.0.1:8788).",
+        show_default=False,
     ),
 ]
 HomeOpt = Annotated[
@@ -194,13 +196,25 @@ def _admin_token(home: Path) -> str:
         raise typer.Exit(2) from None
 
 
-def _admin_call(method: str, url: str, home: Path, path: str, **kwargs: Any) -> Any:
+def _devcloud_url(url: str | None, home: Path) -> str:
+    """``url``, else the devcloud a running ``up`` with state ``home`` recorded serving
+    (``up.json``: ``up --devcloud-port``), else the usual port."""
+    if url:
+        return url
+    from airlock.settings import up_ports
+
+    port = up_ports(home / "up.json").get("devcloud")
+    return _DEFAULT_URL if port is None else f"http://127.0.0.1:{port}"
+
+
+def _admin_call(method: str, url: str | None, home: Path, path: str, **kwargs: Any) -> Any:
     """One admin API call; exit 1 with one line when devcloud refuses or is not there."""
     import httpx
 
     from ._text import inert
 
     token = _admin_token(home)
+    url = _devcloud_url(url, home)
     try:
         with httpx.Client(base_url=url, timeout=10.0, trust_env=False) as client:
             response = client.request(
@@ -265,7 +279,7 @@ def faults_command(
         int | None, typer.Option(metavar="MS", min=0, help="Delay added to every write.")
     ] = None,
     clear: Annotated[bool, typer.Option("--clear", help="Remove every fault.")] = False,
-    url: UrlOpt = _DEFAULT_URL,
+    url: UrlOpt = None,
     home: HomeOpt = _DEFAULT_HOME,
 ) -> None:
     """Show or set the faults devcloud injects; with no option, show them.
@@ -310,7 +324,7 @@ def writes_command(
         str | None, typer.Option(metavar="ACTION", help="Only this call (StopInstance…).")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="The write log as JSON.")] = False,
-    url: UrlOpt = _DEFAULT_URL,
+    url: UrlOpt = None,
     home: HomeOpt = _DEFAULT_HOME,
 ) -> None:
     """List the writes devcloud carried out: what really happened in the cloud.

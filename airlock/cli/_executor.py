@@ -439,7 +439,8 @@ def resolve_command(
 
     ID is the apv_ approval id, or the prop_ id of the proposal it approved.
 
-    With AIRLOCK_EXECUTOR_CHECKPOINT_URL set, the receipt is delivered at once, as the daemon does.
+    With AIRLOCK_EXECUTOR_CHECKPOINT_URL set, the receipt is delivered at once, as the daemon does;
+    with AIRLOCK_ENV=dev on a running `airlock up`'s state, to up's checkpoint.
 
     Prints what was recorded and whether the checkpoint has it; --json prints the receipt.
 
@@ -450,7 +451,7 @@ def resolve_command(
     from airlock.protocol import canonical_bytes
     from services.executor import ResolutionError
 
-    settings = _settings()
+    settings = _up_checkpoint(_settings())
     executor = _build(settings)
     try:
         try:
@@ -476,6 +477,37 @@ _DELIVERY = {
     "rejected": "receipt refused by the checkpoint: airlock executor receipts list {id}",
     "pending": "receipt not delivered yet (see above): the executor daemon delivers it later",
 }
+
+
+#: Where ``airlock up`` keeps the agent's and the executor's service tokens (0600).
+_DEV_SERVICE_TOKENS = Path(".airlock/service-tokens.json")
+
+
+def _up_checkpoint(settings: ExecutorSettings) -> ExecutorSettings:
+    """``settings`` with the checkpoint of a running ``airlock up`` filled in: in dev, with
+    no AIRLOCK_EXECUTOR_CHECKPOINT_URL set, the checkpoint ``up`` recorded in
+    ``.airlock/up.json`` and the executor's token from ``.airlock/service-tokens.json``,
+    so ``executor resolve`` on up's state delivers its receipt at once as the daemon
+    would. Unchanged outside dev, with a URL set, or with no running ``up`` or token.
+    """
+    import json
+
+    from pydantic import SecretStr
+
+    from airlock.settings import is_dev, up_ports
+
+    if not is_dev(settings) or settings.checkpoint_url:
+        return settings
+    port = up_ports().get("checkpoint")
+    try:
+        token = json.loads(_DEV_SERVICE_TOKENS.read_text()).get("executor")
+    except (OSError, ValueError, AttributeError):
+        return settings
+    if port is None or not isinstance(token, str) or not token:
+        return settings
+    return settings.model_copy(
+        update={"checkpoint_url": f"http://127.0.0.1:{port}", "checkpoint_token": SecretStr(token)}
+    )
 
 
 def _deliver_now(settings: ExecutorSettings, executor: Executor, approval_id: str) -> str | None:

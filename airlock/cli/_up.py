@@ -697,7 +697,10 @@ def cli_hint(environ: Mapping[str, str], prefix: Path = Path(sys.prefix)) -> str
 
 def _admin_hint(home: Path) -> str:
     """Where admin commands find this state: the dev defaults are relative ``.airlock/…``."""
-    head = "Admin commands on this state (users, keys, tokens, doctor) need AIRLOCK_ENV=dev"
+    head = (
+        "Admin commands on this state (users, keys, tokens, doctor, executor resolve) need "
+        "AIRLOCK_ENV=dev"
+    )
     if home.name != DEFAULT_HOME.name:
         return (
             f"{head} and their AIRLOCK_CHECKPOINT_* / AIRLOCK_EXECUTOR_* paths set into\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from pathlib import Path
 
@@ -178,3 +179,19 @@ def test_devcloud_faults_without_a_token_or_with_a_wrong_one_say_so(
     (tmp_path / "devcloud-admin-token").write_text("not-the-token-at-all")
     wrong = CliRunner().invoke(app, ["devcloud", "writes"], env=env)
     assert wrong.exit_code == 1 and "refused the admin token" in wrong.output
+
+
+def test_devcloud_writes_follows_the_port_up_serves(
+    devcloud: DevcloudHandle, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After ``up --devcloud-port N`` the commands ask devcloud on N, not 8788."""
+    monkeypatch.delenv("AIRLOCK_DEVCLOUD_ADMIN_TOKEN", raising=False)
+    monkeypatch.delenv("AIRLOCK_DEVCLOUD_URL", raising=False)
+    (tmp_path / "devcloud-admin-token").write_text(devcloud.admin.token)
+    port = int(devcloud.base_url.rsplit(":", 1)[1])
+    (tmp_path / "up.json").write_text(
+        json.dumps({"status": "running", "pid": os.getpid(), "ports": {"devcloud": port}})
+    )
+    result = CliRunner().invoke(app, ["devcloud", "faults"], env={"AIRLOCK_UP_HOME": str(tmp_path)})
+    assert result.exit_code == 0, result.output
+    assert "fail_next_writes" in result.output

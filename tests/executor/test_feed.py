@@ -600,6 +600,44 @@ def test_executor_resolve_reports_to_the_checkpoint_at_once_and_once(world: Worl
     assert world.stack.agent_view(proposal["id"]) == record
 
 
+def test_executor_resolve_on_up_state_reports_to_ups_checkpoint_at_once(world: World) -> None:
+    """`AIRLOCK_ENV=dev airlock executor resolve` in up's directory, as docs/operations.md
+    says, with no checkpoint settings: it delivers to the checkpoint up recorded."""
+    proposal = world.propose(1, "ru")
+    world.stack.devcloud.admin.set_faults(fail_next_writes=1, fail_kind="internal")
+    try:
+        world.approve(proposal)
+        world.stack.wait_state(proposal["id"], {"in_doubt"})
+    finally:
+        world.stack.devcloud.admin.reset_faults()
+    world.stack.executor.stop(signal.SIGTERM, timeout=30.0)
+    env = dict(world.stack.executor.env)
+    url = env.pop("AIRLOCK_EXECUTOR_CHECKPOINT_URL")
+    token = env.pop("AIRLOCK_EXECUTOR_CHECKPOINT_TOKEN")
+    state = world.stack.workdir / ".airlock"
+    state.mkdir(mode=0o700)
+    port = int(url.rsplit(":", 1)[1])
+    (state / "up.json").write_text(
+        json.dumps({"status": "running", "pid": os.getpid(), "ports": {"checkpoint": port}})
+    )
+    (state / "service-tokens.json").write_text(json.dumps({"executor": token}))
+
+    result = subprocess.run(
+        [*_CLI, "executor", "resolve", proposal["id"], "--by", "admin", "--did-not-happen"],
+        env=env,
+        cwd=world.stack.workdir,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    delivered = "receipt delivered: the checkpoint shows the decision now"
+    assert result.stdout.splitlines()[1] == delivered
+    assert world.stack.agent_view(proposal["id"])["state"] == "failed"
+
+
 def test_a_wrong_executor_token_stops_the_daemon_with_a_clear_error(idle_world: World) -> None:
     env = {**idle_world.stack.executor.env, "AIRLOCK_EXECUTOR_CHECKPOINT_TOKEN": "not-a-token"}
     proc = subprocess.run(
