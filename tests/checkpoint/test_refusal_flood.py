@@ -4,7 +4,9 @@ refusal is still counted in it (services/checkpoint/refusals.py)."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import concurrent.futures
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 import httpx
 from fastapi.testclient import TestClient
@@ -13,6 +15,8 @@ from airlock.store import verify_chain
 from services.checkpoint.app import RefusalLimits, create_app
 
 from .harness import PASSWORD, TEST_HOSTS, World, audit_events
+
+_T = TypeVar("_T")
 
 FLOOD = 10_000
 BURST = 60
@@ -63,6 +67,14 @@ async def _flood(app: Any, headers: dict[str, str], n: int, every: int, flush: A
     return statuses
 
 
+def _run(make: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
+    """``asyncio.run`` in a thread of its own: the worker's main thread may hold an
+    event loop another test file left running (a browser driver's), where asyncio.run
+    refuses to start."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(lambda: asyncio.run(make())).result()
+
+
 def test_a_flood_of_forbidden_requests_adds_a_bounded_number_of_rows(
     sqlite_world: World,
 ) -> None:
@@ -71,8 +83,8 @@ def test_a_flood_of_forbidden_requests_adds_a_bounded_number_of_rows(
     app = _app(world, clock)
     before = _rows(world)
     flushes = 10
-    statuses = asyncio.run(
-        _flood(app, world.auth("viewer"), FLOOD, FLOOD // flushes, app.state.refusals.flush)
+    statuses = _run(
+        lambda: _flood(app, world.auth("viewer"), FLOOD, FLOOD // flushes, app.state.refusals.flush)
     )
     app.state.refusals.flush()  # what the app does at stop
     # The bound: two codes (E_FORBIDDEN, E_RATE_LIMITED), each one row at once and at
