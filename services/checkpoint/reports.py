@@ -184,12 +184,11 @@ def _report_outcome(cp: _tx.Parts, principal: Principal, receipt: Mapping[str, A
 def _advance_executor_head(conn: Connection, head: Mapping[str, Any], at: int, now: int) -> None:
     """Move the record of the executor's chain head to ``head`` if it is newer.
 
-    After the audit append (the chain lock before this row, as everywhere). Receipts
+    After the audit append (``_tx``'s order: the chain lock before this row). Receipts
     are accepted out of order (one backs off alone, a resend comes late), and a head
     that went back would hide a ledger restored to between the two; one that stays
     behind hides a ledger restored to after it. So never by the receipt's time first
-    (an executor clock that jumped ahead once pinned the record there: no later
-    receipt moved it, seen in review):
+    (an executor clock that jumped ahead would pin the record there):
 
     1. a higher seq is newer: a chain's seq only grows;
     2. a lower (or equal) seq with another hash is newer only if the receipt's time is
@@ -222,9 +221,7 @@ def _executor_resolution_after_person(cp: _tx.Parts, receipt: Mapping[str, Any])
 
     The in_doubt can be resolved in two places (``airlock approvals resolve`` here,
     ``airlock executor resolve`` in the ledger), and the second one to arrive cannot
-    replace the first: the proposal has moved on. It used to be refused ``E_STATE``
-    like any outcome over another, and the executor listed it as one to send again,
-    for ever, while the two records disagreed and nothing said so. Now it is kept
+    replace the first: the proposal has moved on. It is kept
     (``executor_resolutions``, audited ``checkpoint.executor_resolution`` with the
     receipt's digest and head, so ``airlock audit reconcile`` can anchor it) and shown
     on the proposal, and the proposal keeps the state the person here gave it:
@@ -308,18 +305,23 @@ def _executor_resolution_after_person(cp: _tx.Parts, receipt: Mapping[str, Any])
         view = views.view(conn, row)
     if agrees:
         return view
-    message = (
+    message = _conflict_message(outcome, row, decision, resolution.by)
+    _tx.log.warning("executor resolution of %s: %s", approval_id, message)
+    raise Refusal(ErrorCode.E_RESOLUTION_CONFLICT, message, 409)
+
+
+def _conflict_message(outcome: Row[Any], row: Row[Any], decision: str, by: str) -> str:
+    """The 409 ``E_RESOLUTION_CONFLICT`` answer: the two decisions and who made each."""
+    return (
         f"recorded, in conflict: a person at the checkpoint ({outcome.resolved_by}) "
         f"resolved {row.id} as {outcome.resolution!r} and it is {row.state}; the "
         f"executor's ledger, the record of what the executor did, says {decision!r} "
-        f"(resolved by {inert(resolution.by)[:128]}). The checkpoint "
+        f"(resolved by {inert(by)[:128]}). The checkpoint "
         "keeps its state and shows the conflict on the proposal; sending this receipt "
         "again changes nothing. Check the resource in the cloud (its state, the "
         "provider's own record of the call) and this receipt, then tell whoever "
         "recorded the wrong one"
     )
-    _tx.log.warning("executor resolution of %s: %s", approval_id, message)
-    raise Refusal(ErrorCode.E_RESOLUTION_CONFLICT, message, 409)
 
 
 def report_refusal(cp: _tx.Parts, principal: Principal, receipt: Mapping[str, Any]) -> ProposalOut:
@@ -338,9 +340,8 @@ def report_refusal(cp: _tx.Parts, principal: Principal, receipt: Mapping[str, An
     receipt_text = json.dumps(dict(receipt), sort_keys=True)
     try:
         with cp.engine.begin() as conn:
-            # The chain lock first: every note is written under it, so the count
-            # below and the insert are one step. No proposal row is locked here (a
-            # vote holds its row, then waits for this lock): no deadlock between them.
+            # No proposal row (_tx's order): the chain lock first, and every note is
+            # written under it, so the count below and the insert are one step.
             AuditLog.lock(conn)
             row = _approved_proposal(conn, note.approval_id)
             # Null for a refusal before the action was hashed (verify steps 1-8).

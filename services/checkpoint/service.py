@@ -528,11 +528,10 @@ class Checkpoint:
         now = self.now()
         counts = {"expired": 0, "lapsed": 0}
         with self.engine.begin() as conn:
-            # Every row this pass changes is locked before its first audit append: votes,
-            # revokes, withdrawals and outcomes lock their proposal, then the chain, and
-            # a sweeper holding the chain while it waited for a row they hold deadlocked
-            # with them on PostgreSQL (seen in review). In id order, so two sweepers
-            # take the rows in one order too.
+            # Every row this pass changes is locked before its first audit append
+            # (_tx's order): a sweeper holding the chain while it waited for a row that a
+            # vote or an outcome holds would deadlock with it on PostgreSQL. In id
+            # order, so two sweepers take the rows in one order too.
             stale = conn.execute(
                 sa.select(proposals.c.id)
                 .where(proposals.c.state == "pending", proposals.c.approval_deadline <= now)

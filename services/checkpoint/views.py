@@ -197,24 +197,7 @@ def view(conn: Connection, row: Row[Any]) -> ProposalOut:
             by=rejection.by,
             at=rejection.at,
         ),
-        outcome=None
-        if outcome is None
-        else OutcomeOut(
-            approval_id=outcome.approval_id,
-            outcome=outcome.outcome,
-            refusal_code=outcome.refusal_code,
-            receipt_verified=outcome.receipt_verified,
-            receipt_keyid=outcome.receipt_keyid,
-            receipt=json.loads(outcome.receipt),
-            late=outcome.late,
-            target_held_by=outcome.target_held_by,
-            reported_at=outcome.reported_at,
-            resolution=outcome.resolution,
-            resolved_by=outcome.resolved_by,
-            resolved_at=outcome.resolved_at,
-            resolution_note=outcome.resolution_note,
-            executor_resolution=executor_resolution_out(conn, outcome.approval_id),
-        ),
+        outcome=None if outcome is None else _outcome_out(conn, outcome),
         executor_refusals=[
             ExecutorRefusalOut(
                 approval_id=n.approval_id,
@@ -226,6 +209,25 @@ def view(conn: Connection, row: Row[Any]) -> ProposalOut:
             )
             for n in notes
         ],
+    )
+
+
+def _outcome_out(conn: Connection, outcome: Row[Any]) -> OutcomeOut:
+    return OutcomeOut(
+        approval_id=outcome.approval_id,
+        outcome=outcome.outcome,
+        refusal_code=outcome.refusal_code,
+        receipt_verified=outcome.receipt_verified,
+        receipt_keyid=outcome.receipt_keyid,
+        receipt=json.loads(outcome.receipt),
+        late=outcome.late,
+        target_held_by=outcome.target_held_by,
+        reported_at=outcome.reported_at,
+        resolution=outcome.resolution,
+        resolved_by=outcome.resolved_by,
+        resolved_at=outcome.resolved_at,
+        resolution_note=outcome.resolution_note,
+        executor_resolution=executor_resolution_out(conn, outcome.approval_id),
     )
 
 
