@@ -99,7 +99,7 @@ def checkpoint_command(
 def _accounts() -> Accounts:
     from airlock.store import Error as StoreError
     from airlock.store import upgrade
-    from services.checkpoint._db import Database
+    from services.checkpoint import Database
     from services.checkpoint.app import MIGRATIONS
     from services.checkpoint.auth import Accounts
 

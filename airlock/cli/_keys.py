@@ -25,7 +25,7 @@ import typer
 from ._help import Typer
 
 if TYPE_CHECKING:
-    from services.checkpoint._db import Database
+    from services.checkpoint import Database
 
 __all__ = ["keys_app", "public_keyset_text", "replace_file"]
 
@@ -58,7 +58,7 @@ def _audited() -> tuple[Database, int]:
     from airlock.settings import CheckpointSettings
     from airlock.store import Error as StoreError
     from airlock.store import upgrade
-    from services.checkpoint._db import Database
+    from services.checkpoint import Database
     from services.checkpoint.app import MIGRATIONS
 
     why = "a key change is recorded in the checkpoint's audit chain, which needs its database"

@@ -481,23 +481,7 @@ class Accounts:
         counts = admission.pair_failures <= PAIR_FREE
         unlocked = sa.or_(users.c.locked_until.is_(None), users.c.locked_until <= now)
         with self._engine.begin() as conn:
-            if counts:
-                # (1) claim one attempt
-                claimed = conn.execute(
-                    users.update()
-                    .where(
-                        users.c.username == username,
-                        unlocked,
-                        users.c.failed_logins < self._threshold,
-                    )
-                    .values(failed_logins=users.c.failed_logins + 1)
-                ).rowcount
-            else:
-                claimed = conn.execute(
-                    sa.select(sa.func.count())
-                    .select_from(users)
-                    .where(users.c.username == username, unlocked)
-                ).scalar_one()
+            claimed = self._claim(conn, username, counts, unlocked)  # (1)
             row = conn.execute(sa.select(users).where(users.c.username == username)).first()
             if row is not None and not claimed:
                 # Locked, or the threshold's worth of attempts is in flight or was never
@@ -565,6 +549,31 @@ class Accounts:
         if not ok:
             raise _refused()
         return token, expires, str(row.role)
+
+    def _claim(
+        self, conn: Connection, username: str, counts: bool, unlocked: sa.ColumnElement[bool]
+    ) -> int:
+        """Step (1) of :meth:`_login`: count one attempt against an unlocked account below
+        the threshold when ``counts``, else only check that it is unlocked; 1 if so."""
+        if counts:
+            return int(
+                conn.execute(
+                    users.update()
+                    .where(
+                        users.c.username == username,
+                        unlocked,
+                        users.c.failed_logins < self._threshold,
+                    )
+                    .values(failed_logins=users.c.failed_logins + 1)
+                ).rowcount
+            )
+        return int(
+            conn.execute(
+                sa.select(sa.func.count())
+                .select_from(users)
+                .where(users.c.username == username, unlocked)
+            ).scalar_one()
+        )
 
     def _lock_if_saturated(
         self, conn: Connection, username: str, now: int, unlocked: sa.ColumnElement[bool]

@@ -178,7 +178,7 @@ outcomes = sa.Table(
     sa.Column("receipt_keyid", sa.String(64), nullable=True),
     sa.Column("late", sa.Boolean, nullable=False),  # landed after the proposal lapsed
     # A late in_doubt outcome while another open proposal held the same target: the id of
-    # that proposal. This proposal then kept its closed state (see Checkpoint._land_state).
+    # that proposal. This proposal then kept its closed state (see reports._land_state).
     sa.Column("target_held_by", sa.String(96), nullable=True),
     sa.Column("reported_at", sa.BigInteger, nullable=False),
     sa.Column("resolution", sa.String(16), nullable=True),  # happened | did_not_happen
@@ -198,7 +198,7 @@ refusal_notes = sa.Table(
     sa.Column("approval_id", sa.ForeignKey("approvals.approval_id"), nullable=False, index=True),
     sa.Column("proposal_id", sa.String(96), nullable=False, index=True),
     sa.Column("refusal_code", sa.String(32), nullable=False),
-    sa.Column("detail", sa.Text, nullable=False),  # printable, clipped (service.py)
+    sa.Column("detail", sa.Text, nullable=False),  # printable, clipped (views.shown)
     sa.Column("executor", sa.String(256), nullable=False),  # the receipt's audience
     sa.Column("at", sa.BigInteger, nullable=False),
     sa.Column("reported_at", sa.BigInteger, nullable=False),
@@ -293,7 +293,7 @@ feed_head = sa.Table(
 )
 
 #: The latest executor audit chain head a receipt named (by chain seq, or by receipt
-#: time for another chain: ``Checkpoint._advance_executor_head``), and that receipt's
+#: time for another chain: ``reports._advance_executor_head``), and that receipt's
 #: time, bounded by the checkpoint's clock (migration 0003): one row, NULLs until the
 #: first receipt. The feed hands it back to executors, so one whose chain lacks it
 #: knows its ledger went back.

@@ -109,22 +109,9 @@ RECEIPT_ENVELOPE_SCHEMA: Final[dict[str, Any]] = {
 Receipt = Annotated[dict[str, Any], WithJsonSchema(RECEIPT_ENVELOPE_SCHEMA)]
 
 
-def _action_schema() -> dict[str, Any]:
-    """A ProposedAction v1 (docs/protocol.md#action; ``airlock.protocol.ProposedAction``) as JSON
-    Schema: one schema per allowlisted call (resource type, operation, params).
-
-    Where the server's rule cannot be said in JSON Schema, the schema says less than the
-    server takes, never more: text is printable ASCII or Latin-1 (always NFC), a date's
-    day at most 28, evidence flat and bounded so that the action stays under 16 KiB."""
-    # Printable ASCII and Latin-1: NFC whatever follows, no control character.
-    text = r"^[ -~\u00a0-\u00ff]*$"
-    time = (
-        r"^[1-9][0-9]{3}-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])"
-        r"T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]Z$"
-    )
-    safe = 2**53 - 1
-    integer = {"type": "integer", "minimum": -safe, "maximum": safe}
-    evidence = {
+def _evidence_schema(text: str, integer: dict[str, Any]) -> dict[str, Any]:
+    """The action's ``evidence`` as JSON Schema: flat, bounded, ``tags`` a string map."""
+    return {
         "type": "object",
         "description": "What the agent observed (open-ended, signed with the action)",
         "maxProperties": 8,
@@ -148,6 +135,24 @@ def _action_schema() -> dict[str, Any]:
             ]
         },
     }
+
+
+def _action_schema() -> dict[str, Any]:
+    """A ProposedAction v1 (docs/protocol.md#action; ``airlock.protocol.ProposedAction``) as JSON
+    Schema: one schema per allowlisted call (resource type, operation, params).
+
+    Where the server's rule cannot be said in JSON Schema, the schema says less than the
+    server takes, never more: text is printable ASCII or Latin-1 (always NFC), a date's
+    day at most 28, evidence flat and bounded so that the action stays under 16 KiB."""
+    # Printable ASCII and Latin-1: NFC whatever follows, no control character.
+    text = r"^[ -~\u00a0-\u00ff]*$"
+    time = (
+        r"^[1-9][0-9]{3}-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])"
+        r"T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]Z$"
+    )
+    safe = 2**53 - 1
+    integer = {"type": "integer", "minimum": -safe, "maximum": safe}
+    evidence = _evidence_schema(text, integer)
     common: dict[str, Any] = {
         "type": {"type": "string", "enum": ["airlock.action/v1"]},
         "proposal_id": {"type": "string", "pattern": r"^prop_[A-Za-z0-9_-]{8,80}$"},

@@ -14,8 +14,9 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from airlock.protocol import Envelope, Signature, canonical_bytes, pae
+from services.checkpoint import reports
 from services.checkpoint.models import outcomes
-from services.checkpoint.service import RECEIPT_PAYLOAD_TYPE, Checkpoint
+from services.checkpoint.service import RECEIPT_PAYLOAD_TYPE
 from tests.executor.support import RECEIPT_SEED, receipt_signer
 
 from .harness import START, World, approved, audit_events, signed_receipt
@@ -251,14 +252,14 @@ def test_target_taken_between_the_check_and_the_update_still_lands(
     old, approval_id = approved(world)
     _close(world, old["id"], "revoked")
     newer, _ = approved(world, proposal_id="prop_test0000002")
-    real = Checkpoint._slot_holder
+    real = reports.slot_holder
     calls: list[str] = []
 
-    def blind_once(self: Checkpoint, conn: Any, row: Any) -> Any:
+    def blind_once(conn: Any, row: Any) -> Any:
         calls.append(row.id)
-        return None if len(calls) == 1 else real(self, conn, row)
+        return None if len(calls) == 1 else real(conn, row)
 
-    monkeypatch.setattr(Checkpoint, "_slot_holder", blind_once)
+    monkeypatch.setattr(reports, "slot_holder", blind_once)
     response = _report(world, signed_receipt(approval_id, old["action_hash"], "in_doubt"))
     assert response.status_code == 200, response.text
     assert len(calls) == 2

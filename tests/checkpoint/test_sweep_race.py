@@ -24,7 +24,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from airlock.store import verify_chain
-from services.checkpoint.service import Checkpoint
+from services.checkpoint import _tx
 
 from .harness import World, approved, make_world, signed_receipt
 
@@ -99,19 +99,17 @@ def test_the_sweeper_and_a_write_holding_a_proposal_do_not_deadlock(
     racer_pid: list[int] = []
     errors: dict[str, BaseException] = {}
     swept: list[dict[str, int]] = []
-    audit = Checkpoint._audit
+    audit = _tx.audit
 
-    def audit_after_the_sweeper_waits(
-        self: Checkpoint, conn: Connection, now: int, kind: str, **fields: Any
-    ) -> None:
+    def audit_after_the_sweeper_waits(conn: Connection, now: int, kind: str, **fields: Any) -> None:
         # The racer's first append: its proposal's row is locked, the chain not yet.
         if threading.current_thread().name == "racer" and not racer_pid:
             racer_pid.append(int(conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()))
             holding.set()
             assert go.wait(_BOUND_S), "the sweeper never waited for the racer's row"
-        audit(self, conn, now, kind, **fields)
+        audit(conn, now, kind, **fields)
 
-    monkeypatch.setattr(Checkpoint, "_audit", audit_after_the_sweeper_waits)
+    monkeypatch.setattr(_tx, "audit", audit_after_the_sweeper_waits)
 
     def run(name: str, fn: Callable[[], Any]) -> threading.Thread:
         def body() -> None:

@@ -1,0 +1,586 @@
+"""What executors report back: outcomes from signed receipts (the executor's ledger is
+the truth), and refusals of approvals they did not consume, kept as notes.
+
+Every report is verified against the executor's receipt key set before anything is
+read or written, and lands in one transaction in :mod:`services.checkpoint._tx`'s order.
+This module must never record an unverified receipt, never let an outcome take a slot
+from an approved proposal, and never undo a person's resolution.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Row
+from sqlalchemy.exc import IntegrityError
+
+from airlock.events import CheckpointEvent
+from airlock.protocol import (
+    AuditHead,
+    InvalidReceipt,
+    Receipt,
+    RefusalCode,
+    VerifiedReceipt,
+    verify_receipt,
+)
+from airlock.store import AuditLog
+from airlock.text import inert
+
+from . import _tx, views
+from .auth import Principal
+from .errors import ErrorCode, Refusal
+from .models import (
+    OPEN_STATES,
+    approvals,
+    executor_head,
+    executor_resolutions,
+    outcomes,
+    proposals,
+    refusal_notes,
+)
+from .schemas import ProposalOut
+
+__all__ = ["REFUSAL_NOTES_MAX", "report_outcome", "report_refusal", "slot_holder"]
+
+#: Executor outcome → proposal state. ``resolved`` is mapped from its resolution.
+_OUTCOME_STATE: Final = {
+    "succeeded": "executed",
+    "failed": "failed",
+    "refused": "refused",
+    "in_doubt": "in_doubt",
+}
+#: Refusal notes kept per approval (``report_refusal``): enough for every executor
+#: sharing a ledger to say why, a bound on what one executor token can pile up.
+REFUSAL_NOTES_MAX: Final = 20
+#: The refusals an executor reports before the consume (the kernel's verify steps 6–8
+#: and 12, which name the authenticated approval): the only codes a note may carry, so
+#: nothing else (a signature refusal, a code made up) is ever shown on a proposal.
+_NOTE_CODES: Final = frozenset(
+    c.value
+    for c in (
+        RefusalCode.E_AUDIENCE,
+        RefusalCode.E_ACCOUNT,
+        RefusalCode.E_NOT_YET_VALID,
+        RefusalCode.E_EXPIRED,
+        RefusalCode.E_TTL,
+        RefusalCode.E_REVOKED,
+    )
+)
+#: Closed states an outcome may still land on (docs/protocol.md#proposals: the ledger is the truth).
+_LATE_STATES: Final = ("lapsed", "revoked", "withdrawn")
+#: How far past this clock a receipt's time is kept as the time of the executor head it
+#: names, seconds (``_advance_executor_head``): clocks differ, but not by more.
+_RECEIPT_AHEAD_MAX_S: Final = 300
+
+
+def report_outcome(cp: _tx.Parts, principal: Principal, receipt: Mapping[str, Any]) -> ProposalOut:
+    """Record the executor's outcome from its signed receipt (the ledger is the truth)."""
+    try:
+        return _report_outcome(cp, principal, receipt)
+    except _ResolvedHere:
+        # Nothing was written: the transaction that found the person's resolution
+        # rolled back. Kept apart (its own transaction) so that a conflict is
+        # committed before it is answered 409.
+        return _executor_resolution_after_person(cp, receipt)
+
+
+def _report_outcome(cp: _tx.Parts, principal: Principal, receipt: Mapping[str, Any]) -> ProposalOut:
+    _tx.require(principal, {"executor"}, "report outcomes")
+    now = cp.now()
+    payload, keyid, approval_id = _check_receipt(cp, receipt, now)
+    outcome = payload.outcome
+    with cp.engine.begin() as conn:
+        approval = conn.execute(
+            sa.select(approvals).where(approvals.c.approval_id == approval_id)
+        ).first()
+        if approval is None:
+            raise Refusal(ErrorCode.E_NOT_FOUND, "no such approval", 404)
+        # The approval row is the proposal's only one (UNIQUE proposal_id), so these two
+        # checks bind the receipt to the issued approval and the action it signed.
+        row = _tx.lock(conn, approval.proposal_id)
+        if payload.action_hash != row.action_hash:
+            raise Refusal(ErrorCode.E_RECEIPT, "receipt names another action hash", 422)
+        target = _OUTCOME_STATE.get(outcome)
+        if outcome == "resolved":
+            decision = payload.resolution.decision if payload.resolution else None
+            target = "executed" if decision == "happened" else "failed"
+        if target is None:
+            raise Refusal(ErrorCode.E_RECEIPT, f"unknown outcome {outcome!r}", 422)
+        receipt_text = json.dumps(dict(receipt), sort_keys=True)
+        previous = conn.execute(
+            sa.select(outcomes).where(outcomes.c.approval_id == approval_id)
+        ).first()
+        if previous is not None:
+            if previous.receipt == receipt_text:
+                return views.view(conn, row)  # the executor retried: same answer
+            if (
+                outcome == "resolved"
+                and previous.outcome == "in_doubt"
+                and previous.resolution is not None
+            ):
+                raise _ResolvedHere  # a person resolved it here first: see report_outcome
+            # Only the executor's resolution of an unresolved in_doubt replaces an
+            # outcome; the proposal is in_doubt, or kept closed because the target
+            # was held when the in_doubt landed (see _land_state).
+            if (
+                previous.outcome != "in_doubt"
+                or previous.resolution is not None
+                or (row.state != "in_doubt" and previous.target_held_by is None)
+            ):
+                raise Refusal(ErrorCode.E_STATE, "an outcome is already recorded", 409)
+        late = row.state in _LATE_STATES
+        state, held_by = _land_state(conn, row, target, approval_id, now)
+        values = {
+            "outcome": outcome,
+            "refusal_code": payload.refusal_code,
+            "receipt": receipt_text,
+            "receipt_verified": True,  # _check_receipt refuses anything else
+            "receipt_keyid": keyid,
+            "reported_at": now,
+            "target_held_by": held_by,
+        }
+        if previous is not None:
+            # The executor resolved its own in_doubt row: the newer receipt replaces
+            # the in_doubt one here; both stay in the audit chain and its ledger.
+            conn.execute(
+                outcomes.update().where(outcomes.c.approval_id == approval_id).values(**values)
+            )
+        else:
+            conn.execute(
+                outcomes.insert().values(
+                    approval_id=approval_id, proposal_id=row.id, late=late, **values
+                )
+            )
+        executor = _receipt_head(payload)
+        _tx.audit(
+            conn,
+            now,
+            CheckpointEvent.OUTCOME_REPORTED,
+            proposal_id=row.id,
+            approval_id=approval_id,
+            outcome=outcome,
+            refusal_code=payload.refusal_code,
+            receipt_verified=True,
+            late=late,
+            from_state=row.state,
+            state=state,
+            target_held_by=held_by,
+            # The executor's chain head the receipt names: kept in this chain so a
+            # later `airlock audit reconcile` can hold the executor's chain to it.
+            executor_head=executor,
+        )
+        if payload.at <= _tx.FEED_SEQ_MAX:
+            _advance_executor_head(conn, executor, payload.at, now)
+        return views.view(
+            conn, conn.execute(sa.select(proposals).where(proposals.c.id == row.id)).one()
+        )
+
+
+def _advance_executor_head(conn: Connection, head: Mapping[str, Any], at: int, now: int) -> None:
+    """Move the record of the executor's chain head to ``head`` if it is newer.
+
+    After the audit append (``_tx``'s order: the chain lock before this row). Receipts
+    are accepted out of order (one backs off alone, a resend comes late), and a head
+    that went back would hide a ledger restored to between the two; one that stays
+    behind hides a ledger restored to after it. So never by the receipt's time first
+    (an executor clock that jumped ahead would pin the record there):
+
+    1. a higher seq is newer: a chain's seq only grows;
+    2. a lower (or equal) seq with another hash is newer only if the receipt's time is
+       later than the one recorded: a late receipt of the same chain was signed
+       before the one recorded, so this one comes from another chain, one restored
+       from a backup or replaced. The executor held for the head recorded (it reads
+       the feed before it sends a receipt), and following the new chain keeps a
+       second restore in sight. Otherwise it is a late receipt: the head stays.
+
+    The time kept (compared in step 2, handed back on the feed, where a hold starts
+    at the earliest) is at most ``_RECEIPT_AHEAD_MAX_S`` past this clock, so a time
+    far ahead holds step 2 off for that long at most; the receipt itself is recorded
+    as signed.
+    """
+    at = min(at, now + _RECEIPT_AHEAD_MAX_S)
+    newer = sa.or_(
+        executor_head.c.seq.is_(None),
+        executor_head.c.seq < head["seq"],
+        sa.and_(executor_head.c.hash != head["hash"], executor_head.c.at < at),
+    )
+    conn.execute(
+        executor_head.update()
+        .where(executor_head.c.id == 1, newer)
+        .values(**head, at=at, recorded_at=now)
+    )
+
+
+def _executor_resolution_after_person(cp: _tx.Parts, receipt: Mapping[str, Any]) -> ProposalOut:
+    """The executor's resolution of an in_doubt that a person already resolved here.
+
+    The in_doubt can be resolved in two places (``airlock approvals resolve`` here,
+    ``airlock executor resolve`` in the ledger), and the second one to arrive cannot
+    replace the first: the proposal has moved on. It is kept
+    (``executor_resolutions``, audited ``checkpoint.executor_resolution`` with the
+    receipt's digest and head, so ``airlock audit reconcile`` can anchor it) and shown
+    on the proposal, and the proposal keeps the state the person here gave it:
+
+    * the same decision: 200, the proposal as it is (the ledger now agrees);
+    * the other decision: committed, then answered 409 ``E_RESOLUTION_CONFLICT``, a
+      code of its own so that the executor records it for good and says what it means
+      rather than "send it again" (a 200 would read as "landed" to every executor,
+      older ones included, and the conflict would be silent on the side where the
+      person who resolved it looks). The same receipt again: the same answer.
+
+    The caller (``_report_outcome``) verified the receipt and found the person's
+    resolution; this transaction locks the proposal and reads it all again.
+    """
+    now = cp.now()
+    payload, keyid, signed = _verified_receipt(cp, receipt, now)
+    resolution = payload.resolution
+    if resolution is None or payload.approval_id is None:
+        raise Refusal(ErrorCode.E_RECEIPT, "a resolution receipt names no decision", 422)
+    decision = resolution.decision
+    digest = hashlib.sha256(signed).hexdigest()
+    approval_id = payload.approval_id
+    with cp.engine.begin() as conn:
+        approval = conn.execute(
+            sa.select(approvals.c.proposal_id).where(approvals.c.approval_id == approval_id)
+        ).one()  # found by the caller; approvals are never deleted
+        row = _tx.lock(conn, approval.proposal_id)
+        outcome = conn.execute(
+            sa.select(outcomes).where(outcomes.c.approval_id == approval_id)
+        ).one()  # resolved here: a resolution is never undone
+        known = conn.execute(
+            sa.select(executor_resolutions).where(executor_resolutions.c.approval_id == approval_id)
+        ).first()
+        if known is None:
+            agrees = decision == outcome.resolution
+            conn.execute(
+                executor_resolutions.insert().values(
+                    approval_id=approval_id,
+                    proposal_id=row.id,
+                    decision=decision,
+                    decided_by=inert(resolution.by)[:128],
+                    decided_at=_int_or_zero(resolution.at),
+                    note=inert(resolution.note)[: _tx.DETAIL_MAX],
+                    checkpoint_decision=outcome.resolution,
+                    checkpoint_resolved_by=outcome.resolved_by,
+                    agrees=agrees,
+                    reported_at=now,
+                    receipt=json.dumps(dict(receipt), sort_keys=True),
+                    receipt_keyid=keyid,
+                    receipt_sha256=digest,
+                )
+            )
+            _tx.audit(
+                conn,
+                now,
+                CheckpointEvent.EXECUTOR_RESOLUTION,
+                proposal_id=row.id,
+                approval_id=approval_id,
+                decision=decision,
+                by=inert(resolution.by)[:128],
+                checkpoint_decision=outcome.resolution,
+                checkpoint_resolved_by=outcome.resolved_by,
+                agrees=agrees,
+                state=row.state,  # unchanged
+                receipt_verified=True,
+                receipt_sha256=digest,
+                executor_head=_receipt_head(payload),
+            )
+            if payload.at <= _tx.FEED_SEQ_MAX:
+                # A verified receipt of the executor's chain, as an outcome's is.
+                _advance_executor_head(conn, _receipt_head(payload), payload.at, now)
+        elif known.receipt_sha256 != digest:
+            # A ledger resolves a row once; another receipt is from another ledger.
+            raise Refusal(
+                ErrorCode.E_STATE,
+                "an executor resolution of this approval is recorded already",
+                409,
+            )
+        else:
+            agrees = bool(known.agrees)  # the executor retried: the same answer
+        view = views.view(conn, row)
+    if agrees:
+        return view
+    message = _conflict_message(outcome, row, decision, resolution.by)
+    _tx.log.warning("executor resolution of %s: %s", approval_id, message)
+    raise Refusal(ErrorCode.E_RESOLUTION_CONFLICT, message, 409)
+
+
+def _conflict_message(outcome: Row[Any], row: Row[Any], decision: str, by: str) -> str:
+    """The 409 ``E_RESOLUTION_CONFLICT`` answer: the two decisions and who made each."""
+    return (
+        f"recorded, in conflict: a person at the checkpoint ({outcome.resolved_by}) "
+        f"resolved {row.id} as {outcome.resolution!r} and it is {row.state}; the "
+        f"executor's ledger, the record of what the executor did, says {decision!r} "
+        f"(resolved by {inert(by)[:128]}). The checkpoint "
+        "keeps its state and shows the conflict on the proposal; sending this receipt "
+        "again changes nothing. Check the resource in the cloud (its state, the "
+        "provider's own record of the call) and this receipt, then tell whoever "
+        "recorded the wrong one"
+    )
+
+
+def report_refusal(cp: _tx.Parts, principal: Principal, receipt: Mapping[str, Any]) -> ProposalOut:
+    """Record an executor's signed refusal of an approval it did not consume.
+
+    A note on the proposal, never a state change: one executor refusing (another
+    audience, a clock behind) does not mean another sharing the ledger will not run
+    the approval, so the proposal still lapses or gets its outcome as ever. The same
+    receipt posted again is the same note (the executor retries a lost answer).
+    """
+    _tx.require(principal, {"executor"}, "report executor refusals")
+    now = cp.now()
+    payload, keyid, signed = _verified_receipt(cp, receipt, now)
+    note = _refusal_note(payload)
+    digest = hashlib.sha256(signed).hexdigest()
+    receipt_text = json.dumps(dict(receipt), sort_keys=True)
+    try:
+        with cp.engine.begin() as conn:
+            # No proposal row (_tx's order): the chain lock first, and every note is
+            # written under it, so the count below and the insert are one step.
+            AuditLog.lock(conn)
+            row = _approved_proposal(conn, note.approval_id)
+            # Null for a refusal before the action was hashed (verify steps 1-8).
+            if note.action_hash is not None and note.action_hash != row.action_hash:
+                raise Refusal(ErrorCode.E_RECEIPT, "receipt names another action hash", 422)
+            known = conn.execute(
+                sa.select(refusal_notes.c.id).where(refusal_notes.c.receipt_sha256 == digest)
+            ).first()
+            if known is not None:
+                return views.view(conn, row)  # the executor retried: same answer
+            count = conn.execute(
+                sa.select(sa.func.count())
+                .select_from(refusal_notes)
+                .where(refusal_notes.c.approval_id == note.approval_id)
+            ).scalar_one()
+            if count >= REFUSAL_NOTES_MAX:
+                raise Refusal(
+                    ErrorCode.E_STATE,
+                    f"{REFUSAL_NOTES_MAX} executor refusals are recorded for this "
+                    "approval already; no more are kept",
+                    409,
+                )
+            conn.execute(
+                refusal_notes.insert().values(
+                    approval_id=note.approval_id,
+                    proposal_id=row.id,
+                    refusal_code=note.refusal_code,
+                    detail=note.detail,
+                    executor=note.executor,
+                    at=note.at,
+                    reported_at=now,
+                    receipt=receipt_text,
+                    receipt_keyid=keyid,
+                    receipt_sha256=digest,
+                )
+            )
+            _tx.audit(
+                conn,
+                now,
+                CheckpointEvent.EXECUTOR_REFUSAL,
+                proposal_id=row.id,
+                approval_id=note.approval_id,
+                refusal_code=note.refusal_code,
+                executor=note.executor,
+                refused_at=note.at,  # the executor's clock ("at" is this event's own)
+                receipt_sha256=digest,
+                # Kept in the chain as the outcome path keeps it; the executor_head
+                # row (what the feed hands back) moves with outcomes only.
+                executor_head=_receipt_head(payload),
+            )
+            return views.view(conn, row)
+    except IntegrityError:
+        # Not reachable under the chain lock; the UNIQUE digest is the judge if it is.
+        with cp.engine.connect() as conn:
+            known = conn.execute(
+                sa.select(refusal_notes.c.id).where(refusal_notes.c.receipt_sha256 == digest)
+            ).first()
+            if known is None:
+                raise
+            return views.view(conn, _approved_proposal(conn, note.approval_id))
+
+
+def _approved_proposal(conn: Connection, approval_id: str) -> Row[Any]:
+    """The proposal an issued approval is for (read, not locked), or 404."""
+    approval = conn.execute(
+        sa.select(approvals.c.proposal_id).where(approvals.c.approval_id == approval_id)
+    ).first()
+    if approval is None:
+        raise Refusal(ErrorCode.E_NOT_FOUND, "no such approval", 404)
+    return conn.execute(sa.select(proposals).where(proposals.c.id == approval.proposal_id)).one()
+
+
+def _land_state(
+    conn: Connection, row: Row[Any], target: str, approval_id: str, now: int
+) -> tuple[str, str | None]:
+    """Move the proposal to the outcome's state; return ``(state, target_held_by)``.
+
+    An outcome always lands (docs/protocol.md#proposals: the executor's ledger is the truth),
+    but ``in_doubt`` is an open state: a late in_doubt on a lapsed, revoked or withdrawn
+    proposal takes its (account, resource, operation) slot again, which a newer
+    proposal may hold by now. The rule, in one transaction with the outcome row:
+
+    (1) nobody else holds the slot: the proposal becomes in_doubt and holds it until
+        a person or the executor resolves it (nobody may propose the same write);
+    (2) a newer *pending* proposal holds it: nothing was signed for that one yet, so
+        it is withdrawn (audited, with the reason) and this proposal becomes in_doubt;
+    (3) a newer *approved* or in_doubt proposal holds it: its approval is a human
+        decision, never touched here. This proposal keeps its closed state, and the
+        outcome row, its audit event and the API name the holder
+        (``target_held_by``); the in_doubt still needs resolving.
+    """
+    if target not in OPEN_STATES or row.state in OPEN_STATES:
+        _tx.move(conn, row.id, target, now)  # no slot changes hands
+        return target, None
+    holder = slot_holder(conn, row)
+    if holder is not None and holder.state == "pending":
+        _tx.set_state(conn, holder.id, "pending", "withdrawn", now)
+        _tx.audit(
+            conn,
+            now,
+            CheckpointEvent.PROPOSAL_WITHDRAWN,
+            proposal_id=holder.id,
+            by="checkpoint",
+            reason="in_doubt",
+            note=f"a late in_doubt outcome of {row.id} (approval {approval_id}) means "
+            "the same write may have happened; resolve it before proposing again",
+        )
+        holder = None
+    if holder is None:
+        try:
+            with conn.begin_nested():
+                _tx.move(conn, row.id, target, now)
+            return target, None
+        except IntegrityError:
+            # A proposal for the target was submitted concurrently (PostgreSQL; SQLite
+            # writers are serialized): it holds the slot now, so rule (3) applies.
+            holder = slot_holder(conn, row)
+            if holder is None:  # fail closed: the index refused for another reason
+                raise
+    _tx.move(conn, row.id, row.state, now)
+    return row.state, str(holder.id)
+
+
+def slot_holder(conn: Connection, row: Row[Any]) -> Row[Any] | None:
+    return conn.execute(
+        sa.select(proposals)
+        .where(
+            proposals.c.account == row.account,
+            proposals.c.resource_type == row.resource_type,
+            proposals.c.resource_id == row.resource_id,
+            proposals.c.operation == row.operation,
+            proposals.c.state.in_(OPEN_STATES),
+            proposals.c.id != row.id,
+        )
+        .with_for_update()
+    ).first()
+
+
+def _verified_receipt(cp: _tx.Parts, receipt: Mapping[str, Any], now: int) -> VerifiedReceipt:
+    """A receipt signed by a trusted executor receipt key (the kernel's
+    :func:`~airlock.protocol.verify_receipt`), or refuse it (E_RECEIPT)."""
+    # Fail closed: without the executor's receipt key set nothing can be verified, and
+    # an unverified receipt would let any executor-token holder close a proposal (and
+    # block the revocation of its still-valid approval). build() refuses to start
+    # without one; this guards every other way of constructing the service.
+    if cp.receipt_keys is None:
+        raise Refusal(
+            ErrorCode.E_RECEIPT,
+            "no receipt key set is configured (AIRLOCK_CHECKPOINT_RECEIPT_KEYS_PATH); "
+            "receipts cannot be verified",
+            422,
+        )
+    try:
+        return verify_receipt(receipt, cp.receipt_keys, now)
+    except InvalidReceipt as exc:
+        raise Refusal(ErrorCode.E_RECEIPT, str(exc), 422) from None
+
+
+def _check_receipt(cp: _tx.Parts, receipt: Mapping[str, Any], now: int) -> tuple[Receipt, str, str]:
+    """An outcome's verified receipt, the key id that signed it and the approval id
+    it names, or refuse."""
+    payload, keyid, _ = _verified_receipt(cp, receipt, now)
+    if payload.approval_id is None or payload.action_hash is None:
+        raise Refusal(
+            ErrorCode.E_RECEIPT,
+            "an outcome's receipt must name its approval and action hash",
+            422,
+        )
+    # A receipt speaks for the executor that signed it: one bound to another audience
+    # (another environment sharing a receipt key) says nothing about our approvals.
+    if payload.executor != cp.config.audience:
+        raise Refusal(
+            ErrorCode.E_RECEIPT,
+            f"receipt is from executor {payload.executor[:128]!r}, "
+            f"not this checkpoint's audience {cp.config.audience!r}",
+            422,
+        )
+    return payload, keyid, payload.approval_id
+
+
+class _ResolvedHere(Exception):
+    """An executor resolution receipt for an in_doubt a person already resolved here
+    (``_report_outcome`` raises it before writing; ``report_outcome`` handles it)."""
+
+
+def _int_or_zero(value: int) -> int:
+    return value if 0 <= value <= _tx.AT_MAX else 0
+
+
+def _receipt_head(payload: Receipt) -> dict[str, int | str]:
+    """The ``audit_head`` a verified receipt names, as the audit event and the
+    ``executor_head`` row keep it."""
+    head: AuditHead = payload.audit_head
+    return {"seq": head.seq, "hash": head.hash}
+
+
+@dataclass(frozen=True, slots=True)
+class _RefusalNote:
+    """What a refusal receipt says, checked: exists only for a receipt fit to be a note."""
+
+    approval_id: str
+    action_hash: str | None
+    refusal_code: str
+    detail: str
+    executor: str
+    at: int
+
+
+def _refusal_note(payload: Receipt) -> _RefusalNote:
+    """The note a verified receipt makes, or refuse it (E_RECEIPT): what a note may say,
+    beyond what a valid receipt says."""
+
+    def refuse(why: str) -> Refusal:
+        return Refusal(ErrorCode.E_RECEIPT, f"not a refusal receipt: {why}", 422)
+
+    if payload.outcome != "refused":
+        raise refuse("its outcome must be 'refused' (other outcomes go to /v1/outcomes)")
+    code = payload.refusal_code
+    if code is None or code not in _NOTE_CODES:
+        raise refuse(
+            "refusal_code must be one an executor reports before the consume: "
+            + ", ".join(sorted(_NOTE_CODES))
+        )
+    if payload.approval_id is None:
+        raise refuse("approval_id must name the approval (its signature verified)")
+    executor = payload.executor
+    # Not held to this checkpoint's audience, unlike an outcome: an executor configured
+    # for another audience is what E_AUDIENCE reports, and the note changes nothing.
+    if not 1 <= len(executor) <= _tx.EXECUTOR_MAX:
+        raise refuse(f"executor must name the executor (1 to {_tx.EXECUTOR_MAX} characters)")
+    if not executor.isprintable():
+        raise refuse("executor must be printable text")
+    if payload.at > _tx.AT_MAX:
+        raise refuse("at must be the time of the refusal (Unix seconds, before the year 10000)")
+    return _RefusalNote(
+        payload.approval_id,
+        payload.action_hash,
+        code,
+        views.shown(payload.detail),
+        executor,
+        payload.at,
+    )

@@ -1,0 +1,260 @@
+"""The checkpoint's read views: a proposal as the API shows it, one or a page of them,
+and the audit chain's status.
+
+Reads only: nothing here opens a write transaction or appends to the audit chain.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Row
+
+from airlock.store import verify_chain
+from airlock.text import inert
+
+from . import _tx
+from .auth import Principal
+from .models import (
+    approvals,
+    executor_resolutions,
+    outcomes,
+    proposals,
+    refusal_notes,
+    rejections,
+    votes,
+)
+from .schemas import (
+    ApprovalOut,
+    AuditOut,
+    ExecutorRefusalOut,
+    ExecutorResolutionOut,
+    OutcomeOut,
+    PolicyOut,
+    ProposalList,
+    ProposalOut,
+    RejectionOut,
+    VoteOut,
+)
+
+__all__ = ["audit_status", "executor_resolution_out", "get", "list_proposals", "shown", "view"]
+
+
+def get(cp: _tx.Parts, principal: Principal, proposal_id: str) -> ProposalOut:
+    _tx.require(principal, _tx.READER_ROLES, "read proposals")
+    with cp.engine.connect() as conn:
+        row = conn.execute(sa.select(proposals).where(proposals.c.id == proposal_id)).first()
+        if row is None:
+            raise _tx.not_found(proposal_id)
+        return view(conn, row)
+
+
+def list_proposals(
+    cp: _tx.Parts,
+    principal: Principal,
+    *,
+    state: str | Sequence[str] | None = None,
+    operation: str | None = None,
+    account: str | None = None,
+    region: str | None = None,
+    resource_id: str | None = None,
+    proposed_by: str | None = None,
+    before: str | None = None,
+    limit: int = 50,
+) -> ProposalList:
+    """Newest first; pending proposals sort like any other (filter by state for a queue).
+    ``state``: one, or several (a proposal in any of them)."""
+    _tx.require(principal, _tx.READER_ROLES, "read proposals")
+    limit = max(1, min(limit, _tx.MAX_PAGE))
+    query = sa.select(proposals)
+    # The filter applied is the one echoed (``ProposalList.states``): both from here.
+    applied: list[str] | None = None
+    if state is not None:
+        applied = sorted({state} if isinstance(state, str) else set(state))
+        if not applied:
+            raise ValueError("state: an empty sequence lists nothing; pass None for all")
+        query = query.where(proposals.c.state.in_(applied))
+    for column, value in (
+        (proposals.c.operation, operation),
+        (proposals.c.account, account),
+        (proposals.c.region, region),
+        (proposals.c.resource_id, resource_id),
+        (proposals.c.proposed_by, proposed_by),
+    ):
+        if value is not None:
+            query = query.where(column == value)
+    with cp.engine.connect() as conn:
+        if before is not None:
+            anchor = conn.execute(
+                sa.select(proposals.c.created_at).where(proposals.c.id == before)
+            ).first()
+            if anchor is None:
+                raise _tx.not_found(before)
+            query = query.where(
+                sa.or_(
+                    proposals.c.created_at < anchor.created_at,
+                    sa.and_(proposals.c.created_at == anchor.created_at, proposals.c.id < before),
+                )
+            )
+        rows = conn.execute(
+            query.order_by(proposals.c.created_at.desc(), proposals.c.id.desc()).limit(limit + 1)
+        ).all()
+        items = [view(conn, row) for row in rows[:limit]]
+    return ProposalList(
+        items=items,
+        next_before=items[-1].id if len(rows) > limit and items else None,
+        states=applied,
+    )
+
+
+def audit_status(cp: _tx.Parts, principal: Principal) -> AuditOut:
+    _tx.require(principal, {"viewer", "approver", "admin"}, "read the audit status")
+    report = verify_chain(cp.engine)
+    return AuditOut(
+        ok=report.ok,
+        rows=report.rows,
+        head_seq=report.head_seq,
+        head_hash=report.head_hash,
+        fault=str(report.fault) if report.fault is not None else None,
+    )
+
+
+def view(conn: Connection, row: Row[Any]) -> ProposalOut:
+    vote_rows = conn.execute(
+        sa.select(votes.c.voter, votes.c.at, votes.c.note)
+        .where(votes.c.proposal_id == row.id)
+        .order_by(votes.c.at, votes.c.id)
+    ).all()
+    counted = {voter for voter, _ in _tx.counted_votes(conn, row.id)}
+    approval = conn.execute(sa.select(approvals).where(approvals.c.proposal_id == row.id)).first()
+    rejection = conn.execute(
+        sa.select(rejections).where(rejections.c.proposal_id == row.id)
+    ).first()
+    outcome = conn.execute(sa.select(outcomes).where(outcomes.c.proposal_id == row.id)).first()
+    notes = conn.execute(
+        sa.select(  # what is shown; not the receipts, read on every list page
+            refusal_notes.c.approval_id,
+            refusal_notes.c.refusal_code,
+            refusal_notes.c.detail,
+            refusal_notes.c.executor,
+            refusal_notes.c.at,
+            refusal_notes.c.reported_at,
+        )
+        .where(refusal_notes.c.proposal_id == row.id)
+        .order_by(refusal_notes.c.id)
+    ).all()
+    action_bytes = bytes(row.action)
+    return ProposalOut(
+        id=row.id,
+        state=row.state,
+        action_hash=row.action_hash,
+        action_jcs=action_bytes.decode("utf-8"),
+        action=json.loads(action_bytes),
+        provider=row.provider,
+        account=row.account,
+        region=row.region,
+        resource_type=row.resource_type,
+        resource_id=row.resource_id,
+        operation=row.operation,
+        risk=row.risk,
+        proposed_by=row.proposed_by,
+        submitted_by=row.submitted_by,
+        policy=PolicyOut(
+            rule=row.rule,
+            effect=row.effect,
+            quorum=row.quorum,
+            confirm=row.confirm,
+            hash=row.policy_hash,
+        ),
+        deny_reason=row.deny_reason,
+        votes=[
+            VoteOut(voter=v.voter, at=v.at, note=v.note, counts=v.voter in counted)
+            for v in vote_rows
+        ],
+        votes_needed=max(0, row.quorum - len(counted)) if row.state == "pending" else 0,
+        approval_deadline=row.approval_deadline,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        approval=None
+        if approval is None
+        else ApprovalOut(
+            approval_id=approval.approval_id,
+            keyid=approval.keyid,
+            issued_at=approval.issued_at,
+            expires_at=approval.expires_at,
+            revoked_at=approval.revoked_at,
+            revoked_by=approval.revoked_by,
+            envelope=json.loads(approval.envelope),
+        ),
+        rejection=None
+        if rejection is None
+        else RejectionOut(
+            reason_code=rejection.reason_code,
+            note=rejection.note,
+            by=rejection.by,
+            at=rejection.at,
+        ),
+        outcome=None if outcome is None else _outcome_out(conn, outcome),
+        executor_refusals=[
+            ExecutorRefusalOut(
+                approval_id=n.approval_id,
+                refusal_code=n.refusal_code,
+                detail=n.detail,
+                executor=n.executor,
+                at=n.at,
+                reported_at=n.reported_at,
+            )
+            for n in notes
+        ],
+    )
+
+
+def _outcome_out(conn: Connection, outcome: Row[Any]) -> OutcomeOut:
+    return OutcomeOut(
+        approval_id=outcome.approval_id,
+        outcome=outcome.outcome,
+        refusal_code=outcome.refusal_code,
+        receipt_verified=outcome.receipt_verified,
+        receipt_keyid=outcome.receipt_keyid,
+        receipt=json.loads(outcome.receipt),
+        late=outcome.late,
+        target_held_by=outcome.target_held_by,
+        reported_at=outcome.reported_at,
+        resolution=outcome.resolution,
+        resolved_by=outcome.resolved_by,
+        resolved_at=outcome.resolved_at,
+        resolution_note=outcome.resolution_note,
+        executor_resolution=executor_resolution_out(conn, outcome.approval_id),
+    )
+
+
+def executor_resolution_out(conn: Connection, approval_id: str) -> ExecutorResolutionOut | None:
+    known = conn.execute(
+        sa.select(executor_resolutions).where(executor_resolutions.c.approval_id == approval_id)
+    ).first()
+    if known is None:
+        return None
+    return ExecutorResolutionOut(
+        decision=known.decision,
+        by=known.decided_by,
+        at=known.decided_at,
+        note=known.note,
+        checkpoint_decision=known.checkpoint_decision,
+        checkpoint_resolved_by=known.checkpoint_resolved_by,
+        conflict=not known.agrees,
+        reported_at=known.reported_at,
+        receipt_keyid=known.receipt_keyid,
+        receipt=json.loads(known.receipt),
+    )
+
+
+def shown(text: str) -> str:
+    """Executor text as stored and shown: every character that is not printable (NUL,
+    an escape sequence, a bidi override) escaped as everything shown to a person is
+    (airlock.text), clipped to ``_tx.DETAIL_MAX`` between escapes. Only a copy for showing:
+    the receipt it came from is stored as received, so rows stored in the older
+    ``\\x1b`` style lose nothing and are left as they are."""
+    return inert(text, limit=_tx.DETAIL_MAX)
