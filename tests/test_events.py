@@ -41,6 +41,15 @@ def _event_type(node: ast.expr) -> str | None:
     return None
 
 
+def _called(func: ast.expr) -> str | None:
+    """The name a call calls: ``f`` of ``f(…)`` and of ``obj.f(…)``."""
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    if isinstance(func, ast.Name):
+        return func.id
+    return None
+
+
 def _events_built() -> Iterator[tuple[str, str, set[str]]]:
     """(where, type, field names) for each event literal a service builds."""
     for path, tree in _sources():
@@ -55,8 +64,7 @@ def _events_built() -> Iterator[tuple[str, str, set[str]]]:
                     yield f"{path.relative_to(ROOT)}:{node.lineno}", kind, fields
             elif (
                 isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute)
-                and node.func.attr == "_audit"
+                and _called(node.func) in {"_audit", "audit"}
                 and len(node.args) == 3
             ):
                 kind = _event_type(node.args[2])
