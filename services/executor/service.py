@@ -865,25 +865,7 @@ class Executor:
             state = None if row is None else row.state
             return Outcome(work.approval_id, state, detail=f"lease lost: {exc}")
 
-    # -- recovery and human resolution ---------------------------------------------------
-
-    def recover(
-        self,
-        *,
-        revoked: Container[str] = frozenset(),
-        limit: int = 100,
-        continue_claimed: bool = True,
-    ) -> list[Outcome]:
-        """Take over expired leases and finish their rows verify-first.
-
-        Verify-first as docs/protocol.md#recovery describes it.
-        """
-        from .recover import recover_expired  # noqa: PLC0415 - recover builds on this module
-
-        outcomes: list[Outcome] = recover_expired(
-            self, revoked=revoked, limit=limit, continue_claimed=continue_claimed
-        )
-        return outcomes
+    # -- recovery's take-over and human resolution --------------------------------------
 
     def take_over(self, row: LedgerRow) -> Work | None:
         """Bump the epoch of an expired row and own it, or None if someone else did."""

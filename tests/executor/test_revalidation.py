@@ -27,6 +27,7 @@ from services.executor import Executor, Failpoints, State, TrustedKeysFile
 from services.executor import ledger as ledger_ops
 from services.executor.errors import SimulatedCrash
 from services.executor.models import LedgerRow, ledger, revocations
+from services.executor.recover import recover_expired
 from services.executor.service import Work
 
 from .conftest import Env
@@ -90,7 +91,7 @@ def test_recovery_reissues_a_delete_only_while_the_approval_still_allows_it(
     elif change == "protected":
         env.cloud.tag("ecs.instance", b.resource_id, "airlock:protect", "yes")
 
-    [outcome] = env.executor.recover(revoked=revoked)
+    [outcome] = recover_expired(env.executor, revoked=revoked)
 
     if change == "none":
         assert outcome.state is State.SUCCEEDED
@@ -225,7 +226,7 @@ def test_recovery_does_not_write_a_row_whose_signing_key_was_revoked_since(
         _write_keys(keys, KeyStatus.REVOKED)  # the operator revokes the compromised key
         clock.advance(LEASE)
 
-        [outcome] = rescuer.recover()
+        [outcome] = recover_expired(rescuer)
     finally:
         crashy.engine.dispose()
         rescuer.engine.dispose()
