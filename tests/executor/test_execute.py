@@ -16,8 +16,8 @@ from airlock.cloud.tags import ProductionTags
 from airlock.protocol import ProposedAction, RefusalCode, b64decode_strict, canonical_bytes
 from airlock.store import verify_chain
 from services.executor import State, client_token, recover_expired, verify_receipt
+from services.executor.checks import precondition_problem
 from services.executor.models import ledger, refusals
-from services.executor.service import precondition_problem
 
 from .conftest import Env
 from .support import T0, TTL, make_test_bundle, receipt_keyset

@@ -139,7 +139,7 @@ def test_a_fenced_off_owner_cannot_record_an_outcome(env: Env) -> None:
     assert recovered.state is State.IN_DOUBT and env.cloud.calls == []
     # The slow worker wakes up and tries to go on with its old epoch.
     from services.executor.errors import Fenced
-    from services.executor.service import Work
+    from services.executor.models import Work
 
     with env.engine.connect() as conn:
         row = conn.execute(sa.select(ledger).where(ledger.c.approval_id == b.approval_id))
@@ -155,7 +155,7 @@ def test_a_fenced_off_owner_cannot_record_an_outcome(env: Env) -> None:
         )
     stale = Work.from_row(LedgerRow.from_mapping(mapping), owner="slow", epoch=1)
     with pytest.raises(Fenced):
-        slow._finish(stale, State.EXECUTING, State.SUCCEEDED, request_id="late")
+        slow.recorder.finish(stale, State.EXECUTING, State.SUCCEEDED, request_id="late")
     assert _state(env, b.approval_id) == "in_doubt"
     assert verify_chain(env.engine).ok
 

@@ -26,9 +26,8 @@ from airlock.store import make_engine, verify_chain
 from services.executor import Executor, Failpoints, State, TrustedKeysFile
 from services.executor import ledger as ledger_ops
 from services.executor.errors import SimulatedCrash
-from services.executor.models import LedgerRow, ledger, revocations
+from services.executor.models import LedgerRow, Work, ledger, revocations
 from services.executor.recover import recover_expired
-from services.executor.service import Work
 
 from .conftest import Env
 from .support import (
@@ -256,14 +255,14 @@ def test_an_owner_finishing_while_a_rescuer_takes_over_does_not_deadlock(env: En
     row = _row(env, b.approval_id)
     rescuer = env.another_worker("rescuer")
     in_take_over, owner_waiting = threading.Event(), threading.Event()
-    real_audit = rescuer._audit
+    real_audit = rescuer.recorder.audit
 
     def rescuer_audit(conn: Any, now: int, event: dict[str, Any]) -> Any:
         in_take_over.set()
         assert owner_waiting.wait(30)
         return real_audit(conn, now, event)
 
-    rescuer._audit = rescuer_audit  # type: ignore[method-assign]
+    rescuer.recorder.audit = rescuer_audit  # type: ignore[method-assign]
     errors: dict[str, BaseException] = {}
     results: dict[str, Any] = {}
 
@@ -281,7 +280,9 @@ def test_an_owner_finishing_while_a_rescuer_takes_over_does_not_deadlock(env: En
         target=run,
         args=(
             "finish",
-            lambda: slow._finish(stale, State.EXECUTING, State.SUCCEEDED, request_id="late"),
+            lambda: slow.recorder.finish(
+                stale, State.EXECUTING, State.SUCCEEDED, request_id="late"
+            ),
         ),
     )
     finisher.start()
