@@ -775,7 +775,7 @@ def _history_lines(history: ReceiptHistory) -> list[str]:
 
 def _approval_unknown_lines(histories: list[ReceiptHistory]) -> list[str]:
     """What a 404 means, said once under the receipts that got one, and what can help
-    (services/executor/feed.py APPROVAL_UNKNOWN; the checkpoint's receipt routes)."""
+    (services/executor/outbox.py APPROVAL_UNKNOWN; the checkpoint's receipt routes)."""
     lines = [
         "A 404 means the checkpoint verified the receipt and has no such approval; it answers",
         "that receipt so every time it is sent. Either:",
@@ -801,7 +801,7 @@ def _approval_unknown_lines(histories: list[ReceiptHistory]) -> list[str]:
 
 def _resolution_contested_lines(histories: list[ReceiptHistory]) -> list[str]:
     """What a 409 for a resolution means, said once under the receipts that got one
-    (services/executor/feed.py resolution_contested)."""
+    (services/executor/outbox.py resolution_contested)."""
     lines = [
         "A 409 for a resolution means the checkpoint holds another decision for that in_doubt:",
         "a person resolved it there (airlock approvals resolve, or the web app) before this",

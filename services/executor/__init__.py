@@ -3,11 +3,12 @@
 The only process with a cloud write credential. It must never hold the approval signing
 key, and never import the checkpoint or the agent.
 
-Public face: :class:`Executor` (execute, recover, resolve), :func:`migrate`, the bundle
-sources (a directory, a file, the checkpoint feed) and outcome sinks, the outcome outbox
-reporter, the operator's resend of rejected receipts (:func:`request_resend`) and
-redelivery of delivered ones after a checkpoint restore (:func:`request_redelivery`), the
-daemon loop (:func:`serve`), the receipt signer and verifier.
+Public face: :class:`Executor` (execute, resolve), recovery (:func:`recover_expired`),
+:func:`migrate`, the bundle sources (a directory, a file, the checkpoint feed) and
+outcome sinks, the outcome outbox reporter, the operator's resend of rejected receipts
+(:func:`request_resend`) and redelivery of delivered ones after a checkpoint restore
+(:func:`request_redelivery`), the daemon loop (:func:`serve`), the receipt signer and
+verifier.
 """
 
 from typing import Final
@@ -16,6 +17,7 @@ from sqlalchemy.engine import Engine
 
 from airlock import ledger
 
+from ._http import Backoff, checkpoint_client, feed_name
 from .daemon import Heartbeat, Shutdown, heartbeat_age, serve
 from .errors import (
     CheckpointUnauthorized,
@@ -28,16 +30,10 @@ from .errors import (
     ResolutionError,
 )
 from .failpoints import FAILPOINTS, FEED_FAILPOINTS, Failpoints
-from .feed import (
-    Backoff,
-    CheckpointFeedSource,
-    LedgerRevocations,
-    OutboxReporter,
-    checkpoint_client,
-    feed_name,
-)
+from .feed import CheckpointFeedSource, LedgerRevocations
 from .keys import TrustedKeysFile, TrustedKeysUnavailable
 from .models import Outcome, State
+from .outbox import OutboxReporter
 from .receipts import (
     RECEIPT_PAYLOAD_TYPE,
     Receipt,
@@ -45,6 +41,7 @@ from .receipts import (
     generate_receipt_key,
     verify_receipt,
 )
+from .recover import recover_expired
 from .resend import (
     ReceiptHistory,
     Resend,
@@ -115,6 +112,7 @@ __all__ = [
     "plan_resend",
     "read_revocations_file",
     "receipt_history",
+    "recover_expired",
     "request_redelivery",
     "request_resend",
     "serve",

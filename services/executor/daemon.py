@@ -4,7 +4,7 @@
 from a :class:`~services.executor.sources.BundleSource` (the checkpoint feed long-polls;
 a directory is looked at every 0.1 s while it waits), executes each, acknowledges it
 once recorded, and lets the
-:class:`~services.executor.feed.OutboxReporter` deliver receipts — with the feed as the
+:class:`~services.executor.outbox.OutboxReporter` deliver receipts — with the feed as the
 source, only once it has answered, so the ledger was checked against it first. It
 touches a heartbeat file on every turn, so a health check can tell a live loop from a
 wedged one. Each step
@@ -33,10 +33,11 @@ from types import FrameType
 
 from airlock.heartbeat import Heartbeat, heartbeat_age
 
+from ._http import Backoff
 from .errors import CheckpointUnauthorized, LedgerHeld
-from .feed import Backoff, OutboxReporter
 from .models import Outcome
-from .recover import check_ledger, ledger_checked
+from .outbox import OutboxReporter
+from .recover import check_ledger, ledger_checked, recover_expired
 from .service import Executor
 from .sources import BundleSource
 
@@ -139,7 +140,9 @@ def _drain(
 
 
 def _recover(executor: Executor, source: BundleSource) -> int:
-    outcomes = executor.recover(revoked=source.revoked(), continue_claimed=ledger_checked(source))
+    outcomes = recover_expired(
+        executor, revoked=source.revoked(), continue_claimed=ledger_checked(source)
+    )
     for outcome in outcomes:
         _show(outcome, "recovered")
     return len(outcomes)

@@ -2,8 +2,8 @@
 
 The tables are the ledger's (:mod:`airlock.ledger`, docs/protocol.md#ledger), shared with
 a gate and named here for the executor's modules; :class:`Outcome` is the executor's
-own: what happened to one bundle. Nothing in this module reads a clock or talks to the
-cloud.
+own: what happened to one bundle, and :class:`Work` a row one worker holds the lease on.
+Nothing in this module reads a clock or talks to the cloud.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from airlock.ledger import (
     resolutions,
     revocations,
 )
-from airlock.protocol import Envelope, RefusalCode
+from airlock.protocol import Envelope, ProposedAction, RefusalCode
 
 __all__ = [
     "ACTIVE_STATES",
@@ -35,6 +35,7 @@ __all__ = [
     "LedgerRow",
     "Outcome",
     "State",
+    "Work",
     "checkpoint_head",
     "deliveries",
     "feed_cursor",
@@ -69,3 +70,28 @@ class Outcome:
     @property
     def terminal(self) -> bool:
         return self.state is None or self.state in TERMINAL_STATES
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """One ledger row this worker holds the lease on, with its authenticated action."""
+
+    approval_id: str
+    action_hash: str
+    action: ProposedAction
+    expires_at: int
+    owner: str
+    epoch: int
+
+    @classmethod
+    def from_row(cls, row: LedgerRow, *, owner: str, epoch: int) -> Work:
+        # The bytes were authenticated (hash-checked against a verified signature) when
+        # they were consumed; the ledger is the executor's own trusted store.
+        return cls(
+            approval_id=row.approval_id,
+            action_hash=row.action_hash,
+            action=ProposedAction.from_json_bytes(row.action),
+            expires_at=row.expires_at,
+            owner=owner,
+            epoch=epoch,
+        )

@@ -1,6 +1,6 @@
 """Sending a receipt the checkpoint refused for good once more, on an operator's request.
 
-The outbox (:class:`~services.executor.feed.OutboxReporter`) records a receipt the
+The outbox (:class:`~services.executor.outbox.OutboxReporter`) records a receipt the
 checkpoint refuses with a 4xx that is not "not now" as ``rejected`` and never posts it
 again by itself: the refusal is about the receipt (its key not trusted yet, say), so a
 retry would only be refused again. Once an operator has fixed the cause,
@@ -54,8 +54,8 @@ from airlock.protocol import APPROVAL_ID_PATTERN
 from airlock.store import AuditLog
 
 from .errors import OperatorRefusal, ResendRefused, recordable
-from .feed import RESOLUTION_CONFLICT_CODE, approval_unknown, resolution_contested
 from .models import TERMINAL_STATES, deliveries, ledger, outbox, resends, resolutions
+from .outbox import RESOLUTION_CONFLICT_CODE, approval_unknown, resolution_contested
 
 __all__ = [
     "Attempt",
@@ -567,7 +567,7 @@ def request_redelivery(
     or a receipt another request queued meanwhile, refuses the whole request
     (:class:`ResendRefused`, audited as ``executor.receipt_redelivery_refused``). A
     resolution queued with its outcome is posted only once the outcome's new attempt is
-    recorded (:func:`~services.executor.feed.pending_receipts`).
+    recorded (:func:`~services.executor.outbox.pending_receipts`).
     """
     return _request(
         engine,

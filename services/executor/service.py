@@ -17,6 +17,10 @@ The rules it keeps (docs/protocol.md#executor-checks and #ledger):
 * the outcome, its audit event and its receipt commit in one transaction, conditional
   on still holding the lease.
 
+The checks on live state are pure functions (:mod:`services.executor.checks`); each
+outcome, refusal and receipt is written by its :class:`~services.executor.record.Recorder`;
+recovery (:mod:`services.executor.recover`) builds on this module, never the reverse.
+
 It must never sign an approval, hold the approval key, or import another service.
 """
 
@@ -25,12 +29,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import re
 import secrets
 import socket
-from collections.abc import Callable, Container, Mapping
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from collections.abc import Callable, Container
 from typing import Final, Literal
 
 from pydantic import ValidationError
@@ -42,176 +43,44 @@ from airlock.cloud.ports import (
     CloudReader,
     CloudWriter,
     DefiniteRefusal,
-    LiveState,
     WriteResult,
 )
 from airlock.cloud.tags import ProductionTags
 from airlock.events import ExecutorEvent
 from airlock.protocol import (
     Binding,
-    Envelope,
     KeySet,
-    ProposedAction,
     RefusalCode,
     Refused,
-    canonical_bytes,
+    VerifiedApproval,
     verify_bundle,
 )
-from airlock.store import AuditEntry, AuditLog
+from airlock.store import AuditLog
 
+from .checks import (
+    client_token,
+    effect_visible,
+    no_longer_valid,
+    precondition_problem,
+    reissue_blocked,
+)
 from .errors import Fenced, LedgerHeld, OperatorRefusal, ResolutionError, recordable
 from .failpoints import Failpoints
 from .keys import TrustedKeysFile
-from .models import LedgerRow, Outcome, State
-from .receipts import RECEIPT_TYPE, AuditHead, Receipt, ReceiptSigner, Resolution
+from .models import LedgerRow, Outcome, State, Work
+from .receipts import ReceiptSigner, Resolution
+from .record import DETAIL_MAX, Recorder, clip, envelope_text
 from .sources import OutcomeSink
 
-__all__ = [
-    "DEFAULT_LEASE_SECONDS",
-    "Executor",
-    "Work",
-    "client_token",
-    "effect_visible",
-    "precondition_problem",
-]
+__all__ = ["DEFAULT_LEASE_SECONDS", "Executor", "client_token"]
 
 _log = logging.getLogger("airlock.executor")
 
 #: How long a worker owns a ledger row before another may take it over. Must exceed the
 #: longest cloud call (the adapter's timeout), or a slow write ends up in_doubt.
 DEFAULT_LEASE_SECONDS: Final = 120
-_DETAIL_MAX: Final = 2000
 #: The longest name of who resolved an in_doubt row: ``Resolution.by`` in the receipt.
 _RESOLVER_MAX: Final = 128
-_STOPPED: Final = frozenset({"Stopping", "Stopped"})
-_RFC3339_UTC: Final = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
-
-
-def client_token(approval_id: str) -> str:
-    """The ECS ``ClientToken`` for an approval: deterministic, so a re-issue after an
-    unknown outcome is deduplicated by the provider (ECS allows 64 ASCII characters)."""
-    digest = hashlib.sha256(b"airlock.executor/client-token/v1\x00" + approval_id.encode())
-    return "airlock-" + digest.hexdigest()[:48]
-
-
-def precondition_problem(
-    action: ProposedAction, live: LiveState | None, production: ProductionTags | None = None
-) -> str | None:
-    """(14) Why live state no longer matches the signed precondition, or None if it does.
-
-    With ``production``, a production tag now on the resource also stops the write: the
-    agent never proposes a production resource, so one there now was added after the
-    state the approval rests on was observed. It only ever refuses more.
-    """
-    if live is None:
-        return f"{action.resource.type} {action.resource.id} no longer exists"
-    if (live.resource_type, live.resource_id) != (action.resource.type, action.resource.id):
-        return "the provider answered for a different resource"
-    want = action.precondition
-    if live.status != want.status:
-        return f"status is {live.status!r}, the approval requires {want.status!r}"
-    # A protect tag counts in any case, as a key or as a value (``note=Airlock:Protect``),
-    # which is how the agent reads protection when it proposes; refusing more is safe.
-    absent = {tag.casefold() for tag in want.absent_tags}
-    present = sorted(
-        key if key.casefold() in absent else f"{key}={value}"
-        for key, value in live.tags.items()
-        if key.casefold() in absent or value.casefold() in absent
-    )
-    if present:
-        return f"protected tag(s) now present: {', '.join(present)}"
-    marked = None if production is None else production.match(live.tags)
-    if marked is not None:
-        return f"production tag now present: {marked[0]}={marked[1]}"
-    if action.operation == "delete":
-        # Stopped now is not "stayed stopped" (docs/architecture.md#staged-clean-up): an instance
-        # someone started after the agent observed it stopped, and stopped again, may be in use.
-        # Deletes only; both times are "YYYY-MM-DDTHH:MM:SSZ", so they compare as text.
-        started = live.started_at
-        if _RFC3339_UTC.fullmatch(started) is None:
-            return (
-                "the provider reports no last start time: cannot establish that it "
-                "stayed stopped since it was observed"
-            )
-        # ECS gives StartTime to the minute: a start in the observation's own minute may
-        # have come after it, so that minute counts as after (found in review).
-        if started[:16] >= want.observed_at[:16]:
-            return (
-                f"started at {started}, not before the minute the state this approval rests "
-                f"on was observed ({want.observed_at})"
-            )
-    return None
-
-
-def effect_visible(action: ProposedAction, live: LiveState | None) -> bool:
-    """Does live state show the operation's effect (docs/protocol.md#recovery verify-first)?"""
-    if action.operation == "delete":
-        return live is None
-    if action.operation == "stop":
-        return live is not None and live.status in _STOPPED
-    return False
-
-
-@dataclass(frozen=True, slots=True)
-class Work:
-    """One ledger row this worker holds the lease on, with its authenticated action."""
-
-    approval_id: str
-    action_hash: str
-    action: ProposedAction
-    expires_at: int
-    owner: str
-    epoch: int
-
-    @classmethod
-    def from_row(cls, row: LedgerRow, *, owner: str, epoch: int) -> Work:
-        # The bytes were authenticated (hash-checked against a verified signature) when
-        # they were consumed; the ledger is the executor's own trusted store.
-        return cls(
-            approval_id=row.approval_id,
-            action_hash=row.action_hash,
-            action=ProposedAction.from_json_bytes(row.action),
-            expires_at=row.expires_at,
-            owner=owner,
-            epoch=epoch,
-        )
-
-
-def _no_longer_valid(
-    work: Work, now: int, revoked: Container[str]
-) -> tuple[RefusalCode, str] | None:
-    """Why a consumed approval may not be written any more (expired, revoked), or None."""
-    if now >= work.expires_at:
-        return RefusalCode.E_EXPIRED, f"expired at {work.expires_at} before the write"
-    if work.approval_id in revoked:
-        return RefusalCode.E_REVOKED, "revoked before the write"
-    return None
-
-
-def _reissue_blocked(
-    work: Work,
-    live: LiveState | None,
-    now: int,
-    revoked: Container[str],
-    production: ProductionTags | None,
-) -> str | None:
-    """Why an ECS delete may not be re-issued now, or None if it may."""
-    late = _no_longer_valid(work, now, revoked)
-    if late is not None:
-        return late[1]
-    return precondition_problem(work.action, live, production)
-
-
-def _at(now: int) -> datetime:
-    return datetime.fromtimestamp(now, UTC)
-
-
-def _envelope_text(envelope: Envelope) -> str:
-    return canonical_bytes(envelope.to_value()).decode("utf-8")
-
-
-def _clip(text: str) -> str:
-    return text if len(text) <= _DETAIL_MAX else text[: _DETAIL_MAX - 1] + "…"
 
 
 def _as_text(value: object) -> str:
@@ -224,6 +93,38 @@ def _problems(exc: ValidationError) -> str:
         f"{'.'.join(str(part) for part in error['loc']) or 'value'}: {error['msg']}"
         for error in exc.errors()
     )
+
+
+def _claimed_row(
+    verified: VerifiedApproval, raw: bytes, *, owner: str, epoch: int, now: int, lease_expires: int
+) -> dict[str, object]:
+    """(13) The ledger row a consume inserts: ``claimed``, leased to ``owner``."""
+    st = verified.statement
+    return {
+        "approval_id": st.approval_id,
+        "nonce": st.nonce,
+        "action_hash": verified.action_hash,
+        "proposal_id": st.proposal_id,
+        "resource_type": st.resource.type,
+        "resource_id": st.resource.id,
+        "region": st.region,
+        "operation": st.operation,
+        "action": verified.action_bytes,
+        "bundle": raw,
+        "keyid": verified.keyid,
+        "expires_at": st.expires_at,
+        "state": State.CLAIMED.value,
+        "lease_owner": owner,
+        "lease_epoch": epoch,
+        "lease_expires": lease_expires,
+        "claimed_at": now,
+        "updated_at": now,
+        "refusal_code": None,
+        "cloud_request_id": None,
+        "verified": False,
+        "detail": "",
+        "receipt": None,
+    }
 
 
 def default_worker_id() -> str:
@@ -257,17 +158,28 @@ class Executor:
         self._binding = binding
         self._reader = reader
         self._writer = writer
-        self._signer = signer
         self.clock = clock
         self.worker_id = worker_id or default_worker_id()
         self.lease_seconds = lease_seconds
         self._fp = failpoints or Failpoints.inert()
-        self._sink = sink
+        self._rec = Recorder(
+            engine=engine,
+            signer=signer,
+            binding=binding,
+            clock=clock,
+            failpoints=self._fp,
+            sink=sink,
+        )
         self._production = production_tags
 
     @property
     def engine(self) -> Engine:
         return self._engine
+
+    @property
+    def recorder(self) -> Recorder:
+        """Where this executor's outcomes, refusals and receipts are written."""
+        return self._rec
 
     def trusted_keys(self) -> KeySet:
         """The approval keys to verify against now.
@@ -283,7 +195,7 @@ class Executor:
         if version.sha256 != self._trusted_sha:
             now = self.clock()
             with self._engine.begin() as conn:
-                self._audit(
+                self._rec.audit(
                     conn,
                     now,
                     {
@@ -323,7 +235,7 @@ class Executor:
             # exc.approval_id is set only for refusals that are properties of an
             # authenticated approval (expired, revoked, another audience...).
             with self._engine.begin() as conn:
-                receipt = self._record_refusal(
+                receipt = self._rec.refusal(
                     conn,
                     now,
                     exc.code,
@@ -332,8 +244,8 @@ class Executor:
                     approval_id=exc.approval_id,
                     issued_at=exc.issued_at,
                 )
-            return self._report(
-                Outcome(exc.approval_id, None, exc.code, detail=_clip(exc.detail), receipt=receipt)
+            return self._rec.report(
+                Outcome(exc.approval_id, None, exc.code, detail=clip(exc.detail), receipt=receipt)
             )
         st = verified.statement
         owner, epoch = self.worker_id, 1
@@ -345,31 +257,14 @@ class Executor:
             # force; why it did not is asked below, still under the lock.
             consumed = ledger.consume(
                 conn,
-                {
-                    "approval_id": st.approval_id,
-                    "nonce": st.nonce,
-                    "action_hash": verified.action_hash,
-                    "proposal_id": st.proposal_id,
-                    "resource_type": st.resource.type,
-                    "resource_id": st.resource.id,
-                    "region": st.region,
-                    "operation": st.operation,
-                    "action": verified.action_bytes,
-                    "bundle": raw,
-                    "keyid": verified.keyid,
-                    "expires_at": st.expires_at,
-                    "state": State.CLAIMED.value,
-                    "lease_owner": owner,
-                    "lease_epoch": epoch,
-                    "lease_expires": now + self.lease_seconds,
-                    "claimed_at": now,
-                    "updated_at": now,
-                    "refusal_code": None,
-                    "cloud_request_id": None,
-                    "verified": False,
-                    "detail": "",
-                    "receipt": None,
-                },
+                _claimed_row(
+                    verified,
+                    raw,
+                    owner=owner,
+                    epoch=epoch,
+                    now=now,
+                    lease_expires=now + self.lease_seconds,
+                ),
                 now=now,
             )
             if not consumed:
@@ -377,7 +272,7 @@ class Executor:
                 if held_until is not None and now < held_until:
                     raise LedgerHeld(held_until)  # rolls back: nothing is recorded
             if consumed:
-                self._audit(
+                self._rec.audit(
                     conn,
                     now,
                     {
@@ -398,7 +293,7 @@ class Executor:
                 replay_receipt = None
             else:
                 detail = f"approval {st.approval_id} (or its nonce or action) was already used"
-                replay_receipt = self._record_refusal(
+                replay_receipt = self._rec.refusal(
                     conn,
                     now,
                     RefusalCode.E_REPLAY,
@@ -408,7 +303,7 @@ class Executor:
                     action_hash=verified.action_hash,
                 )
         if not consumed:
-            return self._report(
+            return self._rec.report(
                 Outcome(
                     st.approval_id,
                     None,
@@ -430,14 +325,16 @@ class Executor:
 
     def continue_claimed(self, work: Work, *, revoked: Container[str] = frozenset()) -> Outcome:
         """From ``claimed``: re-check expiry and revocation, (14) re-read, (15) write."""
-        late = _no_longer_valid(work, self.clock(), revoked)
+        late = no_longer_valid(work, self.clock(), revoked)
         if late is not None:
-            return self._finish(work, State.CLAIMED, State.REFUSED, code=late[0], detail=late[1])
+            return self._rec.finish(
+                work, State.CLAIMED, State.REFUSED, code=late[0], detail=late[1]
+            )
         action = work.action
         try:
             plan = self._plan(work)
         except ValueError as exc:  # unreachable after verify_bundle's allowlist; fail closed
-            return self._finish(
+            return self._rec.finish(
                 work, State.CLAIMED, State.REFUSED, code=RefusalCode.E_OPERATION, detail=str(exc)
             )
         try:
@@ -450,7 +347,7 @@ class Executor:
             # again in recovery keeps its lease: a provider that keeps refusing (throttling,
             # a RAM policy) is asked once a lease, not once a pass, each with two events.
             _log.warning("live state of %s unreadable: %s", action.resource.id, exc)
-            detail = _clip(f"re-read failed: {exc}")
+            detail = clip(f"re-read failed: {exc}")
             if work.epoch != 1:
                 return Outcome(work.approval_id, State.CLAIMED, detail=detail)
             now = self.clock()
@@ -459,7 +356,7 @@ class Executor:
                 if ledger.release(
                     conn, approval_id=work.approval_id, owner=work.owner, epoch=work.epoch, now=now
                 ):
-                    self._audit(
+                    self._rec.audit(
                         conn,
                         now,
                         {
@@ -473,7 +370,7 @@ class Executor:
             return Outcome(work.approval_id, State.CLAIMED, detail=detail)
         problem = precondition_problem(action, live, self._production)
         if problem is not None:
-            return self._finish(
+            return self._rec.finish(
                 work,
                 State.CLAIMED,
                 State.REFUSED,
@@ -484,9 +381,11 @@ class Executor:
         # the moment we commit to it. Checked here (revocations from every source), and
         # again by the UPDATE itself (expiry, revocations recorded in the ledger).
         now = self.clock()
-        late = _no_longer_valid(work, now, revoked)
+        late = no_longer_valid(work, now, revoked)
         if late is not None:
-            return self._finish(work, State.CLAIMED, State.REFUSED, code=late[0], detail=late[1])
+            return self._rec.finish(
+                work, State.CLAIMED, State.REFUSED, code=late[0], detail=late[1]
+            )
         # (15) commit executing before the call, renewing the lease for the call's length.
         with self._engine.begin() as conn:
             AuditLog.lock(conn)  # the chain lock before the row lock, as everywhere
@@ -499,7 +398,7 @@ class Executor:
                 lease_expires=now + self.lease_seconds,
             )
             if refused is None:
-                self._audit(
+                self._rec.audit(
                     conn,
                     now,
                     {
@@ -512,7 +411,7 @@ class Executor:
                 )
         if refused is not None:
             why = "expired" if refused is RefusalCode.E_EXPIRED else "revoked"
-            return self._finish(
+            return self._rec.finish(
                 work,
                 State.CLAIMED,
                 State.REFUSED,
@@ -537,7 +436,7 @@ class Executor:
 
     def refuse_claimed(self, work: Work, refusal: Refused) -> Outcome:
         """Record ``claimed`` → ``refused`` for a row that no longer verifies."""
-        return self._finish(
+        return self._rec.finish(
             work,
             State.CLAIMED,
             State.REFUSED,
@@ -565,23 +464,23 @@ class Executor:
             live = self._reader.get_state(action.region, action.resource.type, action.resource.id)
         except CloudError as exc:
             _log.warning("probe of %s failed: %s", action.resource.id, exc)
-            return Outcome(work.approval_id, State.EXECUTING, detail=_clip(f"probe failed: {exc}"))
+            return Outcome(work.approval_id, State.EXECUTING, detail=clip(f"probe failed: {exc}"))
         if effect_visible(action, live):
-            return self._finish(
+            return self._rec.finish(
                 work,
                 State.EXECUTING,
                 State.SUCCEEDED,
                 verified=True,
-                detail=_clip(f"effect verified in live state ({reason})"),
+                detail=clip(f"effect verified in live state ({reason})"),
             )
         if may_reissue and action.operation == "delete":
-            blocked = _reissue_blocked(work, live, self.clock(), revoked, self._production)
+            blocked = reissue_blocked(work, live, self.clock(), revoked, self._production)
             if blocked is not None:
-                return self._finish(
+                return self._rec.finish(
                     work,
                     State.EXECUTING,
                     State.IN_DOUBT,
-                    detail=_clip(
+                    detail=clip(
                         f"effect not visible; a write may have happened ({reason}); "
                         f"not re-issued: {blocked}"
                     ),
@@ -595,18 +494,18 @@ class Executor:
                 return self.settle_executing(
                     work, f"{reason}; re-issue of {name} failed: {exc}", may_reissue=False
                 )
-            return self._finish(
+            return self._rec.finish(
                 work,
                 State.EXECUTING,
                 State.SUCCEEDED,
                 request_id=result.request_id,
                 detail=f"re-issued {name} with the same ClientToken ({reason})",
             )
-        return self._finish(
+        return self._rec.finish(
             work,
             State.EXECUTING,
             State.IN_DOUBT,
-            detail=_clip(f"effect not visible; a write may have happened ({reason})"),
+            detail=clip(f"effect not visible; a write may have happened ({reason})"),
         )
 
     def _plan(self, work: Work) -> tuple[str, Callable[[], WriteResult]]:
@@ -648,7 +547,7 @@ class Executor:
             unknown = exc
         self._fp.hit("after_cloud_call")
         if result is not None:
-            return self._finish(
+            return self._rec.finish(
                 work,
                 State.EXECUTING,
                 State.SUCCEEDED,
@@ -656,204 +555,19 @@ class Executor:
                 detail=f"{name} accepted",
             )
         if refused is not None:
-            return self._finish(
+            return self._rec.finish(
                 work,
                 State.EXECUTING,
                 State.FAILED,
                 request_id=refused.request_id or None,
-                detail=_clip(
-                    f"{name} refused: {refused.code or type(refused).__name__}: {refused}"
-                ),
+                detail=clip(f"{name} refused: {refused.code or type(refused).__name__}: {refused}"),
             )
         return self.settle_executing(
             work,
-            _clip(f"{name} outcome unknown: {type(unknown).__name__}: {unknown}"),
+            clip(f"{name} outcome unknown: {type(unknown).__name__}: {unknown}"),
             may_reissue=True,
             revoked=revoked,
         )
-
-    # -- recording -----------------------------------------------------------------------
-
-    def _audit(self, conn: Connection, now: int, event: Mapping[str, object]) -> AuditEntry:
-        return AuditLog.append(conn, event, at=_at(now))
-
-    def _receipt(
-        self,
-        head: AuditEntry,
-        now: int,
-        *,
-        approval_id: str | None,
-        action_hash: str | None,
-        outcome: Literal["succeeded", "failed", "in_doubt", "refused", "resolved"],
-        code: RefusalCode | None = None,
-        request_id: str | None = None,
-        verified: bool = False,
-        detail: str = "",
-        resolution: Resolution | None = None,
-    ) -> Envelope:
-        return self._signer.sign(
-            Receipt(
-                type=RECEIPT_TYPE,
-                executor=self._binding.audience,
-                approval_id=approval_id,
-                action_hash=action_hash,
-                outcome=outcome,
-                verified=verified,
-                refusal_code=None if code is None else code.value,
-                cloud_request_id=request_id,
-                resolution=resolution,
-                at=now,
-                audit_head=AuditHead(seq=head.seq, hash=head.row_hash),
-                detail=_clip(detail),
-            )
-        )
-
-    def _record_refusal(
-        self,
-        conn: Connection,
-        now: int,
-        code: RefusalCode,
-        detail: str,
-        bundle_sha: str,
-        *,
-        approval_id: str | None = None,
-        action_hash: str | None = None,
-        issued_at: int | None = None,
-    ) -> Envelope:
-        detail = _clip(detail)
-        # The checkpoint hears of an approval refused before it was used
-        # (docs/protocol.md#proposals: it would show approved, then lapsed, with no reason): the
-        # first such refusal of an authenticated approval this ledger never consumed is queued for
-        # the outbox in this transaction. A replay is not (its ledger row reports its own outcome),
-        # nor an approval consumed here and presented again once expired (E_EXPIRED, not
-        # E_REPLAY: steps 6–8 come first), which may well have been written. Decided
-        # under the chain lock, which every consume and every refusal is recorded under.
-        AuditLog.lock(conn)
-        report = (
-            approval_id is not None
-            and code is not RefusalCode.E_REPLAY
-            and ledger.refusal_to_report(conn, approval_id)
-        )
-        event: dict[str, object] = {
-            "type": ExecutorEvent.REFUSED,
-            "code": code.value,
-            "detail": detail,
-            "approval_id": approval_id,
-            "action_hash": action_hash,
-            "bundle_sha256": bundle_sha,
-        }
-        # Nor one this ledger may have used and forgotten (migration 0007: a note must
-        # never say an approval went unused that was). A ledger hold means the ledger
-        # went back and lost rows consumed before the hold's `since`; an approval is
-        # consumed no earlier than `not_before - skew >= issued_at - skew`. So one with
-        # `issued_at - skew < since` of any hold ever recorded (ended ones too: a hold
-        # ends the wait, not the gap), or whose issue time is unknown, is not reported;
-        # the refusal is recorded as every one is, its event saying why.
-        if report:
-            since = ledger.forgotten_before(conn)
-            if since is not None and (issued_at is None or issued_at - self._binding.skew < since):
-                report = False
-                event["not_reported"] = (
-                    f"this ledger went back before {since} (a ledger hold) and may have "
-                    "used this approval, issued before it, and forgotten"
-                )
-        head = self._audit(conn, now, event)
-        receipt = self._receipt(
-            head,
-            now,
-            approval_id=approval_id,
-            action_hash=action_hash,
-            outcome="refused",
-            code=code,
-            detail=detail,
-        )
-        ledger.insert_refusal(
-            conn,
-            {
-                "at": now,
-                "code": code.value,
-                "detail": detail,
-                "approval_id": approval_id,
-                "action_hash": action_hash,
-                "bundle_sha256": bundle_sha,
-                "receipt": _envelope_text(receipt),
-            },
-        )
-        if report and approval_id is not None:
-            ledger.queue_receipt(conn, kind="refusal", approval_id=approval_id, now=now)
-        return receipt
-
-    def _finish(
-        self,
-        work: Work,
-        from_state: State,
-        to_state: State,
-        *,
-        code: RefusalCode | None = None,
-        request_id: str | None = None,
-        verified: bool = False,
-        detail: str = "",
-    ) -> Outcome:
-        """(16) Outcome, audit event and receipt in one transaction, if we still hold it."""
-        now = self.clock()
-        detail = _clip(detail)
-        with self._engine.begin() as conn:
-            head = self._audit(
-                conn,
-                now,
-                {
-                    "type": ExecutorEvent.OUTCOME,
-                    "approval_id": work.approval_id,
-                    "action_hash": work.action_hash,
-                    "state": to_state.value,
-                    "refusal_code": None if code is None else code.value,
-                    "cloud_request_id": request_id,
-                    "verified": verified,
-                    "detail": detail,
-                    "owner": work.owner,
-                    "epoch": work.epoch,
-                },
-            )
-            receipt = self._receipt(
-                head,
-                now,
-                approval_id=work.approval_id,
-                action_hash=work.action_hash,
-                outcome=to_state.value,  # type: ignore[arg-type]  # terminal states only
-                code=code,
-                request_id=request_id,
-                verified=verified,
-                detail=detail,
-            )
-            # Conditional on (approval_id, state, owner, epoch): if another worker took
-            # the lease over, this raises Fenced and the audit event rolls back with it.
-            ledger.transition(
-                conn,
-                approval_id=work.approval_id,
-                owner=work.owner,
-                epoch=work.epoch,
-                from_state=from_state,
-                to_state=to_state,
-                now=now,
-                refusal_code=None if code is None else code.value,
-                cloud_request_id=request_id,
-                verified=verified,
-                detail=detail,
-                receipt=_envelope_text(receipt),
-            )
-            ledger.queue_receipt(conn, kind="outcome", approval_id=work.approval_id, now=now)
-        self._fp.hit("after_outcome_commit")
-        return self._report(
-            Outcome(work.approval_id, to_state, code, request_id, verified, detail, receipt)
-        )
-
-    def _report(self, outcome: Outcome) -> Outcome:
-        if self._sink is not None:
-            try:
-                self._sink.report(outcome)
-            except Exception:  # the ledger is the truth; reporting is best effort
-                _log.exception("reporting the outcome of %s failed", outcome.approval_id)
-        return outcome
 
     def _fenced_safe(self, work: Work, step: Callable[[], Outcome]) -> Outcome:
         try:
@@ -865,25 +579,7 @@ class Executor:
             state = None if row is None else row.state
             return Outcome(work.approval_id, state, detail=f"lease lost: {exc}")
 
-    # -- recovery and human resolution ---------------------------------------------------
-
-    def recover(
-        self,
-        *,
-        revoked: Container[str] = frozenset(),
-        limit: int = 100,
-        continue_claimed: bool = True,
-    ) -> list[Outcome]:
-        """Take over expired leases and finish their rows verify-first.
-
-        Verify-first as docs/protocol.md#recovery describes it.
-        """
-        from .recover import recover_expired  # noqa: PLC0415 - recover builds on this module
-
-        outcomes: list[Outcome] = recover_expired(
-            self, revoked=revoked, limit=limit, continue_claimed=continue_claimed
-        )
-        return outcomes
+    # -- recovery's take-over and human resolution --------------------------------------
 
     def take_over(self, row: LedgerRow) -> Work | None:
         """Bump the epoch of an expired row and own it, or None if someone else did."""
@@ -894,7 +590,7 @@ class Executor:
                 conn, row, owner=self.worker_id, now=now, lease_expires=now + self.lease_seconds
             ):
                 return None
-            self._audit(
+            self._rec.audit(
                 conn,
                 now,
                 {
@@ -923,7 +619,7 @@ class Executor:
             return self._resolve(approval_id, happened=happened, by=by, note=note)
         except ResolutionError as exc:
             with self._engine.begin() as conn:
-                self._audit(
+                self._rec.audit(
                     conn,
                     self.clock(),
                     {
@@ -934,7 +630,7 @@ class Executor:
                         "approval_id": recordable(_as_text(approval_id)),
                         "decision": "happened" if happened is True else "did_not_happen",
                         "by": recordable(_as_text(by).strip()),
-                        "detail": _clip(str(exc)),
+                        "detail": clip(str(exc)),
                     },
                 )
             raise
@@ -957,7 +653,7 @@ class Executor:
                 OperatorRefusal.E_INVALID,
                 f"who decided is named in at most {_RESOLVER_MAX} characters",
             )
-        if len(note) > _DETAIL_MAX:
+        if len(note) > DETAIL_MAX:
             raise ResolutionError(OperatorRefusal.E_INVALID, "the note is too long")
         now = self.clock()
         decision: Literal["happened", "did_not_happen"] = (
@@ -987,7 +683,7 @@ class Executor:
                 raise ResolutionError(
                     OperatorRefusal.E_NOT_IN_DOUBT, f"{approval_id} is {row.state}, not in_doubt"
                 )
-            head = self._audit(
+            head = self._rec.audit(
                 conn,
                 now,
                 {
@@ -999,7 +695,7 @@ class Executor:
                     "note": note,
                 },
             )
-            receipt = self._receipt(
+            receipt = self._rec.receipt(
                 head,
                 now,
                 approval_id=approval_id,
@@ -1017,14 +713,14 @@ class Executor:
                     "decided_by": by,
                     "decided_at": now,
                     "note": note,
-                    "receipt": _envelope_text(receipt),
+                    "receipt": envelope_text(receipt),
                 },
             ):
                 raise ResolutionError(
                     OperatorRefusal.E_ALREADY_RESOLVED, f"{approval_id} was already resolved"
                 )
             ledger.queue_receipt(conn, kind="resolution", approval_id=approval_id, now=now)
-        return self._report(
+        return self._rec.report(
             Outcome(approval_id, State.IN_DOUBT, detail=f"resolved: {decision}", receipt=receipt)
         )
 

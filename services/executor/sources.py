@@ -7,7 +7,7 @@ sources for tests and the CLI: a directory inbox and a single file or stdin.
 ``OutcomeSink`` is an immediate, best-effort copy of each terminal outcome (a receipts
 directory), made after the ledger commit: the ledger is the source of truth, and a sink
 failure never changes an outcome. Reporting to the checkpoint is not a sink but an
-outbox over the ledger (:class:`~services.executor.feed.OutboxReporter`), so nothing is
+outbox over the ledger (:class:`~services.executor.outbox.OutboxReporter`), so nothing is
 lost when the checkpoint is down. A source never decides anything: every bundle it hands
 over is verified and consumed by the executor, so delivering the same bundle twice is
 harmless (E_REPLAY).

@@ -27,12 +27,13 @@ from services.executor import (
     OutboxReporter,
     ReceiptSigner,
     State,
+    checkpoint_client,
     migrate,
     receipt_history,
     request_redelivery,
 )
-from services.executor.feed import checkpoint_client, delivery_records
 from services.executor.models import ledger
+from services.executor.outbox import delivery_records
 from tests.executor.support import InMemoryCloud, receipt_keyset, receipt_signer
 
 from .harness import AUDIENCE, START, World, approved, signed_receipt

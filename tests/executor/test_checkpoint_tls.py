@@ -30,7 +30,6 @@ from airlock.protocol import canonical_bytes
 from airlock.store import make_engine
 from airlock.tls import CAFileError, checkpoint_verify
 from services.executor import Backoff, CheckpointFeedSource, checkpoint_client, migrate
-from services.executor import feed as feed_module
 from services.executor.models import checkpoint_head, ledger, refusals, revocations
 from tests.checkpoint.harness import World, make_world
 from tests.support.dripping import Answer, ok_json, serving_drips
@@ -156,12 +155,10 @@ def test_a_checkpoint_dripping_its_headers_over_tls_is_given_up_at_the_deadline_
     ca: TestCA,
     ledger_engine: Engine,
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """The deadline's network backend wraps the TLS stream too, and changes nothing in
     what is trusted: another CA's context is still refused before any request is sent."""
-    monkeypatch.setattr(feed_module, "_PAGE_GRACE_S", 0.5)
     dripped = Answer(dripped=b"HTTP/1.1 200 OK\r\nX-Drip: .....", byte_every_s=0.2)  # 6 s
     answers = [dripped, ok_json(b'{"items": [], "cursor": 0}')]
     other = make_ca(tmp_path / "other-pki", "other-ca")
@@ -178,6 +175,7 @@ def test_a_checkpoint_dripping_its_headers_over_tls_is_given_up_at_the_deadline_
                     backoff=Backoff(rng=lambda: 1.0),
                     sleep=sleeps.append,
                     monotonic=lambda: 0.0,  # the body deadline on this clock never passes
+                    page_grace_s=0.5,
                 )
                 started = time.monotonic()
                 assert source.receive(wait_s=0) == ()

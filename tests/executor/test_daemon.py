@@ -10,6 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from airlock.settings import ExecutorSettings
+from services.executor import Executor, daemon
 from services.executor.daemon import Shutdown, serve
 from services.executor.sources import Delivery
 
@@ -60,13 +61,13 @@ def test_a_poll_wait_longer_than_the_recovery_period_does_not_put_recovery_off(
     clock, shutdown = _FakeClock(), Shutdown()
     source = _LongPollingSourceDouble(clock, shutdown, turns=12)
     recovered_at: list[float] = []
-    recover = env.executor.recover
+    recover = daemon.recover_expired
 
-    def counted(**kw: Any) -> Any:
+    def counted(executor: Executor, **kw: Any) -> Any:
         recovered_at.append(clock.now)
-        return recover(**kw)
+        return recover(executor, **kw)
 
-    monkeypatch.setattr(env.executor, "recover", counted)
+    monkeypatch.setattr(daemon, "recover_expired", counted)
     serve(
         env.executor,
         source,

@@ -15,9 +15,9 @@ from airlock.cloud.ports import LiveState
 from airlock.cloud.tags import ProductionTags
 from airlock.protocol import ProposedAction, RefusalCode, b64decode_strict, canonical_bytes
 from airlock.store import verify_chain
-from services.executor import State, client_token, verify_receipt
+from services.executor import State, client_token, recover_expired, verify_receipt
+from services.executor.checks import precondition_problem
 from services.executor.models import ledger, refusals
-from services.executor.service import precondition_problem
 
 from .conftest import Env
 from .support import T0, TTL, make_test_bundle, receipt_keyset
@@ -271,15 +271,15 @@ def test_unreadable_live_state_leaves_the_row_claimed_for_the_next_recovery_pass
     assert released["approval_id"] == b.approval_id and "re-read failed" in released["detail"]
     # Still unreadable: the pass that continues it writes nothing either, and keeps its
     # lease this time, so a provider that keeps refusing is asked once a lease.
-    (again,) = env.another_worker("worker-b").recover()
+    (again,) = recover_expired(env.another_worker("worker-b"))
     assert again.state is State.CLAIMED and env.cloud.writes == []
     assert len(_events(env, "executor.lease_released")) == 1
-    assert env.another_worker("worker-c").recover() == []
+    assert recover_expired(env.another_worker("worker-c")) == []
     env.cloud.read_fails = False
     env.clock.advance(env.executor.lease_seconds)
-    (recovered,) = env.another_worker("worker-c").recover()
+    (recovered,) = recover_expired(env.another_worker("worker-c"))
     assert recovered.state is State.SUCCEEDED and env.cloud.writes_for(b.resource_id) == 1
-    assert env.executor.recover() == []
+    assert recover_expired(env.executor) == []
     assert env.cloud.writes_for(b.resource_id) == 1
     assert verify_chain(env.engine).ok
 

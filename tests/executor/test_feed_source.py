@@ -42,17 +42,13 @@ from services.executor import (
     Shutdown,
     State,
     checkpoint_client,
+    daemon,
     migrate,
     serve,
 )
 from services.executor import feed as feed_module
 from services.executor.errors import LedgerHeld, SimulatedCrash
-from services.executor.feed import (
-    advance_cursor,
-    pending_receipts,
-    read_cursor,
-    requeue_undelivered,
-)
+from services.executor.feed import DEFAULT_LEDGER_HOLD_S, HOLD_POLL_S, advance_cursor, read_cursor
 from services.executor.models import (
     deliveries,
     feed_cursor,
@@ -62,7 +58,8 @@ from services.executor.models import (
     refusals,
     revocations,
 )
-from services.executor.recover import ledger_checked, run
+from services.executor.outbox import pending_receipts, requeue_undelivered
+from services.executor.recover import ledger_checked, recover_expired, run
 from services.executor.sources import Delivery
 from tests.support.dripping import Answer, ok_json, serving_drips
 
@@ -155,6 +152,7 @@ class Rig:
     reporter: OutboxReporter
     sleeps: list[float]
     mono: list[float]
+    client: httpx.Client
 
     @property
     def executor(self) -> Executor:
@@ -202,7 +200,7 @@ def rig(env: Env) -> Iterator[Rig]:
         monotonic=lambda: mono[0],
         sweep_every_s=30,
     )
-    yield Rig(env, fake, source, reporter, sleeps, mono)
+    yield Rig(env, fake, source, reporter, sleeps, mono, client)
     client.close()
 
 
@@ -673,16 +671,15 @@ def test_a_database_fault_during_recovery_at_start_is_retried_not_fatal(
     b = make_test_bundle(1, tag="fstart")
     env.cloud.add("ecs.instance", b.resource_id, "Running")
     (inbox / "1.json").write_bytes(b.raw)
-    real_recover = env.executor.recover
     calls: list[int] = []
 
-    def recover_failing_once(**kwargs: Any) -> list[Outcome]:
+    def recover_failing_once(executor: Executor, **kwargs: Any) -> list[Outcome]:
         calls.append(1)
         if len(calls) == 1:
             raise sa.exc.OperationalError("SELECT 1", {}, Exception("connection cut"))
-        return real_recover(**kwargs)
+        return recover_expired(executor, **kwargs)
 
-    monkeypatch.setattr(env.executor, "recover", recover_failing_once)
+    monkeypatch.setattr(daemon, "recover_expired", recover_failing_once)
     shutdown = Shutdown()
     beat = tmp_path / "heartbeat"
     seen: list[Outcome] = []
@@ -968,17 +965,23 @@ def test_a_checkpoint_failing_every_receipt_is_paused_after_a_few(rig: Rig) -> N
     assert rig.reporter.flush() == 6
 
 
-def test_the_receipts_backing_off_are_remembered_up_to_a_bound(
-    rig: Rig, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(feed_module, "_RETRY_MAX", 2)
+def test_the_receipts_backing_off_are_remembered_up_to_a_bound(rig: Rig) -> None:
+    rig.reporter = OutboxReporter(
+        engine=rig.env.engine,
+        client=rig.client,
+        clock=rig.env.clock,
+        backoff=Backoff(cap=4.0, rng=lambda: 1.0),
+        monotonic=lambda: rig.mono[0],
+        sweep_every_s=30,
+        retry_max=2,
+    )
     ids = [_executed(rig, n, "fbound") for n in (1, 2, 3)]
     rig.fake.answer_for.update({ids[0]: 500, ids[2]: 500})
     assert rig.reporter.flush() == 1
     rig.fake.answer_for[ids[1]] = 500  # not asked again: delivered
     assert rig.reporter.flush() == 0
     assert [posted_approval_id(p) for p in rig.fake.posted] == ids
-    assert len(rig.reporter._retry) == 2
+    assert rig.reporter.backing_off == 2
 
 
 # -- the checkpoint's audit head, anchored in our chain ----------------------------------
@@ -1328,12 +1331,11 @@ _SLACK_S = 1.5
 
 
 def test_a_checkpoint_dripping_the_head_of_a_feed_page_is_given_up_at_the_deadline(
-    env: Env, monkeypatch: pytest.MonkeyPatch
+    env: Env,
 ) -> None:
     """httpx's read timeout bounds each read only, and the page's deadline started with
     its body: a checkpoint or a proxy sending the status line and headers a byte at a time
     held the executor's one feed request for as long as it liked."""
-    monkeypatch.setattr(feed_module, "_PAGE_GRACE_S", 0.5)
     assert _DRIP_EVERY_S < 1 + 0.5  # the client's read timeout: the long-poll, then grace
     revoked = "apv_dripped000001"
     page = {"items": [revocation(1, revoked)], "cursor": 1}
@@ -1354,6 +1356,7 @@ def test_a_checkpoint_dripping_the_head_of_a_feed_page_is_given_up_at_the_deadli
             backoff=Backoff(rng=lambda: 1.0),
             sleep=sleeps.append,
             monotonic=lambda: 0.0,  # the source's own body deadline never passes here
+            page_grace_s=0.5,
         )
         started = time.monotonic()
         assert source.receive(wait_s=1) == ()
@@ -1373,11 +1376,10 @@ def test_a_checkpoint_dripping_the_head_of_a_feed_page_is_given_up_at_the_deadli
 
 
 def test_a_checkpoint_dripping_the_head_of_its_answer_to_a_receipt_is_given_up_at_the_deadline(
-    env: Env, monkeypatch: pytest.MonkeyPatch
+    env: Env,
 ) -> None:
     """As for the feed: the receipt's deadline started once the status had arrived, so a
     dripped status line held the outbox, and every receipt queued behind, for ever."""
-    monkeypatch.setattr(feed_module, "_ANSWER_DEADLINE_S", 1.0)
     b = make_test_bundle(1, tag="fdriphead")
     env.cloud.add("ecs.instance", b.resource_id, "Running")
     env.executor.execute(b.raw)
@@ -1393,6 +1395,7 @@ def test_a_checkpoint_dripping_the_head_of_its_answer_to_a_receipt_is_given_up_a
             clock=env.clock,
             backoff=Backoff(rng=lambda: 1.0),
             monotonic=lambda: mono[0],  # the body deadline on this clock never passes
+            answer_deadline_s=1.0,
         )
         started = time.monotonic()
         assert reporter.flush() == 0
@@ -1413,12 +1416,11 @@ def test_a_checkpoint_dripping_the_head_of_its_answer_to_a_receipt_is_given_up_a
 
 
 def test_an_answer_to_a_receipt_whose_body_drips_past_the_deadline_is_decided_by_its_status(
-    env: Env, monkeypatch: pytest.MonkeyPatch
+    env: Env,
 ) -> None:
     """The deadline cuts a dripped body on the wire as it does between chunks: what
     arrived explains the status, which decides (here: refused for good, recorded), and
     the flush goes on rather than pausing every receipt as for a checkpoint that is down."""
-    monkeypatch.setattr(feed_module, "_ANSWER_DEADLINE_S", 1.0)
     b = make_test_bundle(1, tag="fdripbody")
     env.cloud.add("ecs.instance", b.resource_id, "Running")
     env.executor.execute(b.raw)
@@ -1434,6 +1436,7 @@ def test_an_answer_to_a_receipt_whose_body_drips_past_the_deadline_is_decided_by
             client=client,
             clock=env.clock,
             monotonic=lambda: 0.0,  # the body deadline on this clock never passes
+            answer_deadline_s=1.0,
         )
         started = time.monotonic()
         assert reporter.flush() == 1
@@ -1506,13 +1509,13 @@ def test_a_ledger_lacking_the_checkpoint_s_record_of_it_holds_the_feed_until_it_
 
     # A receipt of this (restored) ledger accepted since: its head is ours. The hold
     # stays: it ends by time only.
-    rig.env.clock.advance(feed_module.DEFAULT_LEDGER_HOLD_S - 1)
+    rig.env.clock.advance(DEFAULT_LEDGER_HOLD_S - 1)
     rig.fake.pages = [{**page, "executor_head": _receipt_head(ours)}]
     assert rig.turn() == []
     # Restarted: a new source on the same ledger holds as well, and records no new hold.
     restarted = CheckpointFeedSource(
         engine=rig.env.engine,
-        client=rig.source._client,
+        client=rig.client,
         clock=rig.env.clock,
         sleep=rig.sleeps.append,
         monotonic=lambda: 0.0,
@@ -1520,7 +1523,7 @@ def test_a_ledger_lacking_the_checkpoint_s_record_of_it_holds_the_feed_until_it_
     rig.fake.pages = [page]
     assert restarted.receive(wait_s=0) == ()
     assert rig.env.cloud.writes_for(b.resource_id) == 0
-    assert rig.sleeps == [feed_module._HOLD_POLL_S] * 3
+    assert rig.sleeps == [HOLD_POLL_S] * 3
     [behind] = _audit_events(rig.env, "executor.ledger_behind")  # once
     assert behind["checkpoint_records"] == foreign
     assert behind["hold_until"] == rig.env.clock() + 1
@@ -1546,7 +1549,7 @@ def test_a_hold_starts_no_earlier_than_the_receipt_it_comes_from(rig: Rig) -> No
     ]
     assert rig.turn() == []
     [behind] = _audit_events(rig.env, "executor.ledger_behind")
-    assert behind["hold_until"] == rig.env.clock() + 100 + feed_module.DEFAULT_LEDGER_HOLD_S
+    assert behind["hold_until"] == rig.env.clock() + 100 + DEFAULT_LEDGER_HOLD_S
 
 
 def test_a_ledger_restored_from_a_backup_does_not_write_an_approval_it_forgot_twice(
@@ -1622,7 +1625,7 @@ def test_a_claimed_row_in_a_restored_ledger_is_not_continued_a_second_time(
 
     clock.advance(LEASE + 1)
     old = make_executor(sqlite_url, cloud, clock)
-    [written] = old.recover()  # the old ledger went on and wrote A
+    [written] = recover_expired(old)  # the old ledger went on and wrote A
     assert written.state is State.SUCCEEDED and cloud.writes_for(a.resource_id) == 1
     reported = _receipt_head(written)
     old.engine.dispose()
@@ -1652,8 +1655,8 @@ def test_a_claimed_row_in_a_restored_ledger_is_not_continued_a_second_time(
         assert cloud.writes_for(a.resource_id) == 1
         with restored.engine.connect() as conn:
             assert conn.execute(sa.select(ledger.c.state)).scalars().all() == ["claimed"]
-        clock.advance(feed_module.DEFAULT_LEDGER_HOLD_S)
-        [late] = restored.recover()
+        clock.advance(DEFAULT_LEDGER_HOLD_S)
+        [late] = recover_expired(restored)
         assert (late.state, late.refusal_code) == (State.REFUSED, RefusalCode.E_EXPIRED)
         assert cloud.writes_for(a.resource_id) == 1
     finally:
@@ -1685,7 +1688,7 @@ def test_claimed_rows_wait_until_the_ledger_could_be_checked_against_the_checkpo
         assert env.cloud.writes_for(a.resource_id) == 0
         assert source.receive(wait_s=0) == ()  # the feed answers: checked
         assert source.ledger_checked
-        [done] = env.executor.recover(continue_claimed=ledger_checked(source))
+        [done] = recover_expired(env.executor, continue_claimed=ledger_checked(source))
         assert done.state is State.SUCCEEDED
         assert env.cloud.writes_for(a.resource_id) == 1
     finally:

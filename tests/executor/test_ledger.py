@@ -27,6 +27,7 @@ from services.executor import (
 )
 from services.executor.errors import SimulatedCrash
 from services.executor.models import ledger, outbox, refusals, resolutions
+from services.executor.recover import recover_expired
 
 from .conftest import Env
 from .support import TTL, make_test_bundle, receipt_keyset
@@ -133,12 +134,12 @@ def test_a_fenced_off_owner_cannot_record_an_outcome(env: Env) -> None:
     with pytest.raises(SimulatedCrash):
         slow.execute(b.raw)
     env.clock.advance(env.executor.lease_seconds)
-    (recovered,) = env.another_worker("rescuer").recover()
+    (recovered,) = recover_expired(env.another_worker("rescuer"))
     # A stop has no provider token and its effect is not visible: in doubt, no retry.
     assert recovered.state is State.IN_DOUBT and env.cloud.calls == []
     # The slow worker wakes up and tries to go on with its old epoch.
     from services.executor.errors import Fenced
-    from services.executor.service import Work
+    from services.executor.models import Work
 
     with env.engine.connect() as conn:
         row = conn.execute(sa.select(ledger).where(ledger.c.approval_id == b.approval_id))
@@ -154,7 +155,7 @@ def test_a_fenced_off_owner_cannot_record_an_outcome(env: Env) -> None:
         )
     stale = Work.from_row(LedgerRow.from_mapping(mapping), owner="slow", epoch=1)
     with pytest.raises(Fenced):
-        slow._finish(stale, State.EXECUTING, State.SUCCEEDED, request_id="late")
+        slow.recorder.finish(stale, State.EXECUTING, State.SUCCEEDED, request_id="late")
     assert _state(env, b.approval_id) == "in_doubt"
     assert verify_chain(env.engine).ok
 
@@ -179,7 +180,7 @@ def test_recovery_after_a_crash_is_verify_first(
     with pytest.raises(SimulatedCrash):
         crashy.execute(b.raw)
     env.clock.advance(env.executor.lease_seconds)
-    env.executor.recover()
+    recover_expired(env.executor)
     assert _state(env, b.approval_id) == expected
     assert env.cloud.writes_for(b.resource_id) == (0 if expected is State.IN_DOUBT else 1)
     assert verify_chain(env.engine).ok
@@ -192,7 +193,7 @@ def test_claimed_row_past_its_expiry_is_refused_on_recovery(env: Env) -> None:
     with pytest.raises(SimulatedCrash):
         crashy.execute(b.raw)
     env.clock.advance(TTL)
-    (outcome,) = env.executor.recover()
+    (outcome,) = recover_expired(env.executor)
     assert outcome.state is State.REFUSED and outcome.refusal_code is RefusalCode.E_EXPIRED
     assert env.cloud.calls == []
 

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
 from airlock.store import make_engine, upgrade, verify_chain
-from services.executor import MIGRATIONS_DIR, Executor, State, migrate
+from services.executor import MIGRATIONS_DIR, Executor, State, migrate, recover_expired
 from services.executor.feed import advance_cursor
 from services.executor.models import (
     deliveries,
@@ -159,7 +159,7 @@ def test_insert_or_replace_cannot_replace_a_terminal_ledger_row(filled: Ledger) 
         ).scalar()
     assert state == "succeeded"
     filled.clock.advance(120)
-    assert filled.executor.recover() == []
+    assert recover_expired(filled.executor) == []
     assert filled.cloud.writes_for(make_test_bundle(1).resource_id) == 1
     assert verify_chain(filled.executor.engine).ok
 

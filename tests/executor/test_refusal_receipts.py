@@ -24,8 +24,13 @@ from sqlalchemy.exc import DBAPIError
 
 from airlock.protocol import RefusalCode
 from airlock.store import make_engine, upgrade, verify_chain
-from services.executor import MIGRATIONS_DIR, OutboxReporter, migrate, request_resend
-from services.executor.feed import checkpoint_client
+from services.executor import (
+    MIGRATIONS_DIR,
+    OutboxReporter,
+    checkpoint_client,
+    migrate,
+    request_resend,
+)
 from services.executor.models import (
     State,
     deliveries,

@@ -34,7 +34,6 @@ from services.executor import (
     request_redelivery,
     request_resend,
 )
-from services.executor.feed import pending_receipts, requeue_undelivered
 from services.executor.models import (
     deliveries,
     ledger,
@@ -43,6 +42,7 @@ from services.executor.models import (
     resends,
     resolutions,
 )
+from services.executor.outbox import pending_receipts, requeue_undelivered
 
 from .conftest import Env
 from .support import FakeClock, InMemoryCloud, make_executor, make_test_bundle

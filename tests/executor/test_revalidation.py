@@ -26,8 +26,8 @@ from airlock.store import make_engine, verify_chain
 from services.executor import Executor, Failpoints, State, TrustedKeysFile
 from services.executor import ledger as ledger_ops
 from services.executor.errors import SimulatedCrash
-from services.executor.models import LedgerRow, ledger, revocations
-from services.executor.service import Work
+from services.executor.models import LedgerRow, Work, ledger, revocations
+from services.executor.recover import recover_expired
 
 from .conftest import Env
 from .support import (
@@ -90,7 +90,7 @@ def test_recovery_reissues_a_delete_only_while_the_approval_still_allows_it(
     elif change == "protected":
         env.cloud.tag("ecs.instance", b.resource_id, "airlock:protect", "yes")
 
-    [outcome] = env.executor.recover(revoked=revoked)
+    [outcome] = recover_expired(env.executor, revoked=revoked)
 
     if change == "none":
         assert outcome.state is State.SUCCEEDED
@@ -225,7 +225,7 @@ def test_recovery_does_not_write_a_row_whose_signing_key_was_revoked_since(
         _write_keys(keys, KeyStatus.REVOKED)  # the operator revokes the compromised key
         clock.advance(LEASE)
 
-        [outcome] = rescuer.recover()
+        [outcome] = recover_expired(rescuer)
     finally:
         crashy.engine.dispose()
         rescuer.engine.dispose()
@@ -255,14 +255,14 @@ def test_an_owner_finishing_while_a_rescuer_takes_over_does_not_deadlock(env: En
     row = _row(env, b.approval_id)
     rescuer = env.another_worker("rescuer")
     in_take_over, owner_waiting = threading.Event(), threading.Event()
-    real_audit = rescuer._audit
+    real_audit = rescuer.recorder.audit
 
     def rescuer_audit(conn: Any, now: int, event: dict[str, Any]) -> Any:
         in_take_over.set()
         assert owner_waiting.wait(30)
         return real_audit(conn, now, event)
 
-    rescuer._audit = rescuer_audit  # type: ignore[method-assign]
+    rescuer.recorder.audit = rescuer_audit  # type: ignore[method-assign]
     errors: dict[str, BaseException] = {}
     results: dict[str, Any] = {}
 
@@ -280,7 +280,9 @@ def test_an_owner_finishing_while_a_rescuer_takes_over_does_not_deadlock(env: En
         target=run,
         args=(
             "finish",
-            lambda: slow._finish(stale, State.EXECUTING, State.SUCCEEDED, request_id="late"),
+            lambda: slow.recorder.finish(
+                stale, State.EXECUTING, State.SUCCEEDED, request_id="late"
+            ),
         ),
     )
     finisher.start()

@@ -28,6 +28,7 @@ from airlock.store import verify_chain
 from services.executor import FAILPOINTS, Failpoints
 from services.executor.errors import SimulatedCrash
 from services.executor.models import TERMINAL_STATES, State, ledger
+from services.executor.recover import recover_expired
 
 from .support import LEASE, TTL, FakeClock, InMemoryCloud, make_executor, make_test_bundle
 
@@ -126,7 +127,7 @@ class ExecutorMachine(RuleBasedStateMachine):
     @rule()
     def recover(self) -> None:
         try:
-            self.executor.recover()
+            recover_expired(self.executor)
         except SimulatedCrash:
             self.restart()
 

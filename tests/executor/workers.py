@@ -14,7 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from airlock.store import make_engine
-from services.executor import Failpoints, ResendRefused, request_redelivery, request_resend
+from services.executor import (
+    Failpoints,
+    ResendRefused,
+    recover_expired,
+    request_redelivery,
+    request_resend,
+)
 
 from .support import FakeClock, cloud_for, make_executor
 
@@ -119,7 +125,7 @@ def main(argv: list[str]) -> int:
         failpoints=Failpoints.from_env(os.environ),
     )
     if args.recover:
-        for outcome in executor.recover():
+        for outcome in recover_expired(executor):
             print(outcome.approval_id, outcome.state)
     for path in args.bundles:
         outcome = executor.execute(Path(path).read_bytes())

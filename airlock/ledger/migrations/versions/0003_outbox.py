@@ -29,7 +29,7 @@ down_revision: Final = "0002_feed"
 branch_labels: Final = None
 depends_on: Final = None
 
-#: The same statements the reporter runs at start (services/executor/feed.py,
+#: The same statements the reporter runs at start (services/executor/outbox.py,
 #: requeue_undelivered), spelled out here so the migration never depends on app code.
 _QUEUE_OUTCOMES: Final = """
 INSERT INTO executor_outbox (kind, approval_id, queued_at)

@@ -1,0 +1,262 @@
+"""(16) Record: each outcome or refusal, its audit event and its signed receipt, at once.
+
+:class:`Recorder` writes what the execute path, recovery and a person's resolution
+decide: an outcome commits with its audit event and receipt in one transaction,
+conditional on still holding the lease (:meth:`Recorder.finish`), and a refusal with its
+event and receipt, queued for the checkpoint when it must hear of it
+(:meth:`Recorder.refusal`). It never calls the cloud and decides nothing about an
+approval.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Final, Literal
+
+from sqlalchemy.engine import Connection, Engine
+
+from airlock import ledger
+from airlock.events import ExecutorEvent
+from airlock.protocol import Binding, Envelope, RefusalCode, canonical_bytes
+from airlock.store import AuditEntry, AuditLog
+
+from .failpoints import Failpoints
+from .models import Outcome, State, Work
+from .receipts import RECEIPT_TYPE, AuditHead, Receipt, ReceiptSigner, Resolution
+from .sources import OutcomeSink
+
+__all__ = ["DETAIL_MAX", "Recorder", "clip", "envelope_text"]
+
+_log = logging.getLogger("airlock.executor")
+
+#: The longest detail recorded (ledger row, audit event, receipt).
+DETAIL_MAX: Final = 2000
+
+
+def _at(now: int) -> datetime:
+    return datetime.fromtimestamp(now, UTC)
+
+
+def envelope_text(envelope: Envelope) -> str:
+    """The envelope as the ledger stores it: its RFC 8785 JSON text."""
+    return canonical_bytes(envelope.to_value()).decode("utf-8")
+
+
+def clip(text: str) -> str:
+    """``text`` cut to :data:`DETAIL_MAX` characters."""
+    return text if len(text) <= DETAIL_MAX else text[: DETAIL_MAX - 1] + "…"
+
+
+class Recorder:
+    """Writes outcomes, refusals and receipts for one executor (see the module docstring).
+
+    Args: the ledger ``engine``, the receipt ``signer``, the executor's ``binding`` (its
+    audience names the receipts; its skew bounds which refusals are reported), the
+    ``clock``, ``failpoints`` (tests) and an optional ``sink`` told of each outcome.
+    """
+
+    def __init__(
+        self,
+        *,
+        engine: Engine,
+        signer: ReceiptSigner,
+        binding: Binding,
+        clock: Callable[[], int],
+        failpoints: Failpoints,
+        sink: OutcomeSink | None,
+    ) -> None:
+        self._engine = engine
+        self._signer = signer
+        self._binding = binding
+        self._clock = clock
+        self._fp = failpoints
+        self._sink = sink
+
+    def audit(self, conn: Connection, now: int, event: Mapping[str, object]) -> AuditEntry:
+        """Append ``event`` to the audit chain in ``conn``'s transaction, at ``now``."""
+        return AuditLog.append(conn, event, at=_at(now))
+
+    def receipt(
+        self,
+        head: AuditEntry,
+        now: int,
+        *,
+        approval_id: str | None,
+        action_hash: str | None,
+        outcome: Literal["succeeded", "failed", "in_doubt", "refused", "resolved"],
+        code: RefusalCode | None = None,
+        request_id: str | None = None,
+        verified: bool = False,
+        detail: str = "",
+        resolution: Resolution | None = None,
+    ) -> Envelope:
+        """The signed receipt of an outcome, naming the audit row ``head`` that records it."""
+        return self._signer.sign(
+            Receipt(
+                type=RECEIPT_TYPE,
+                executor=self._binding.audience,
+                approval_id=approval_id,
+                action_hash=action_hash,
+                outcome=outcome,
+                verified=verified,
+                refusal_code=None if code is None else code.value,
+                cloud_request_id=request_id,
+                resolution=resolution,
+                at=now,
+                audit_head=AuditHead(seq=head.seq, hash=head.row_hash),
+                detail=clip(detail),
+            )
+        )
+
+    def refusal(
+        self,
+        conn: Connection,
+        now: int,
+        code: RefusalCode,
+        detail: str,
+        bundle_sha: str,
+        *,
+        approval_id: str | None = None,
+        action_hash: str | None = None,
+        issued_at: int | None = None,
+    ) -> Envelope:
+        """Record a refusal in ``conn``'s transaction (refusals table, audit event, signed
+        receipt) and queue it for the checkpoint when it must hear of it; return the
+        receipt."""
+        detail = clip(detail)
+        # The checkpoint hears of an approval refused before it was used
+        # (docs/protocol.md#proposals: it would show approved, then lapsed, with no reason): the
+        # first such refusal of an authenticated approval this ledger never consumed is queued for
+        # the outbox in this transaction. A replay is not (its ledger row reports its own outcome),
+        # nor an approval consumed here and presented again once expired (E_EXPIRED, not
+        # E_REPLAY: steps 6–8 come first), which may well have been written. Decided
+        # under the chain lock, which every consume and every refusal is recorded under.
+        AuditLog.lock(conn)
+        report = (
+            approval_id is not None
+            and code is not RefusalCode.E_REPLAY
+            and ledger.refusal_to_report(conn, approval_id)
+        )
+        event: dict[str, object] = {
+            "type": ExecutorEvent.REFUSED,
+            "code": code.value,
+            "detail": detail,
+            "approval_id": approval_id,
+            "action_hash": action_hash,
+            "bundle_sha256": bundle_sha,
+        }
+        # Nor one this ledger may have used and forgotten (migration 0007: a note must
+        # never say an approval went unused that was). A ledger hold means the ledger
+        # went back and lost rows consumed before the hold's `since`; an approval is
+        # consumed no earlier than `not_before - skew >= issued_at - skew`. So one with
+        # `issued_at - skew < since` of any hold ever recorded (ended ones too: a hold
+        # ends the wait, not the gap), or whose issue time is unknown, is not reported;
+        # the refusal is recorded as every one is, its event saying why.
+        if report:
+            since = ledger.forgotten_before(conn)
+            if since is not None and (issued_at is None or issued_at - self._binding.skew < since):
+                report = False
+                event["not_reported"] = (
+                    f"this ledger went back before {since} (a ledger hold) and may have "
+                    "used this approval, issued before it, and forgotten"
+                )
+        head = self.audit(conn, now, event)
+        receipt = self.receipt(
+            head,
+            now,
+            approval_id=approval_id,
+            action_hash=action_hash,
+            outcome="refused",
+            code=code,
+            detail=detail,
+        )
+        ledger.insert_refusal(
+            conn,
+            {
+                "at": now,
+                "code": code.value,
+                "detail": detail,
+                "approval_id": approval_id,
+                "action_hash": action_hash,
+                "bundle_sha256": bundle_sha,
+                "receipt": envelope_text(receipt),
+            },
+        )
+        if report and approval_id is not None:
+            ledger.queue_receipt(conn, kind="refusal", approval_id=approval_id, now=now)
+        return receipt
+
+    def finish(
+        self,
+        work: Work,
+        from_state: State,
+        to_state: State,
+        *,
+        code: RefusalCode | None = None,
+        request_id: str | None = None,
+        verified: bool = False,
+        detail: str = "",
+    ) -> Outcome:
+        """(16) Outcome, audit event and receipt in one transaction, if we still hold it."""
+        now = self._clock()
+        detail = clip(detail)
+        with self._engine.begin() as conn:
+            head = self.audit(
+                conn,
+                now,
+                {
+                    "type": ExecutorEvent.OUTCOME,
+                    "approval_id": work.approval_id,
+                    "action_hash": work.action_hash,
+                    "state": to_state.value,
+                    "refusal_code": None if code is None else code.value,
+                    "cloud_request_id": request_id,
+                    "verified": verified,
+                    "detail": detail,
+                    "owner": work.owner,
+                    "epoch": work.epoch,
+                },
+            )
+            receipt = self.receipt(
+                head,
+                now,
+                approval_id=work.approval_id,
+                action_hash=work.action_hash,
+                outcome=to_state.value,  # type: ignore[arg-type]  # terminal states only
+                code=code,
+                request_id=request_id,
+                verified=verified,
+                detail=detail,
+            )
+            # Conditional on (approval_id, state, owner, epoch): if another worker took
+            # the lease over, this raises Fenced and the audit event rolls back with it.
+            ledger.transition(
+                conn,
+                approval_id=work.approval_id,
+                owner=work.owner,
+                epoch=work.epoch,
+                from_state=from_state,
+                to_state=to_state,
+                now=now,
+                refusal_code=None if code is None else code.value,
+                cloud_request_id=request_id,
+                verified=verified,
+                detail=detail,
+                receipt=envelope_text(receipt),
+            )
+            ledger.queue_receipt(conn, kind="outcome", approval_id=work.approval_id, now=now)
+        self._fp.hit("after_outcome_commit")
+        return self.report(
+            Outcome(work.approval_id, to_state, code, request_id, verified, detail, receipt)
+        )
+
+    def report(self, outcome: Outcome) -> Outcome:
+        """Tell the sink of ``outcome`` (best effort: the ledger is the truth); return it."""
+        if self._sink is not None:
+            try:
+                self._sink.report(outcome)
+            except Exception:  # the ledger is the truth; reporting is best effort
+                _log.exception("reporting the outcome of %s failed", outcome.approval_id)
+        return outcome
