@@ -439,8 +439,7 @@ def resolve_command(
 
     ID is the apv_ approval id, or the prop_ id of the proposal it approved.
 
-    With AIRLOCK_EXECUTOR_CHECKPOINT_URL set, the receipt is delivered at once, as the daemon does;
-    with AIRLOCK_ENV=dev on a running `airlock up`'s state, to up's checkpoint.
+    The receipt is delivered at once to AIRLOCK_EXECUTOR_CHECKPOINT_URL (in dev, up's).
 
     Prints what was recorded and whether the checkpoint has it; --json prints the receipt.
 

@@ -120,8 +120,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         yield s
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
+    # Per module, never per session: while Playwright's sync API runs, the worker's main
+    # thread holds a running event loop, and a later file on the same xdist worker could
+    # neither start Playwright again nor call asyncio.run.
     with sync_playwright() as p:
         b = p.chromium.launch(
             executable_path=CHROMIUM,
