@@ -11,26 +11,31 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
-from airlock.gate import Gate, Pending, Refused, Rejected
 from airlock.gate import Error as GateError
+from airlock.gate import Gate, Pending, Refused, Rejected
 
 from . import payments
 
-gate = Gate.from_env()
 
+def gated_refund(gate: Gate, *, wait: float) -> Callable[[str, int], str]:
+    """The payments service's refund behind ``gate``: high risk (a person types the
+    order), one refund per order ever, refused if a refund landed since it was proposed."""
 
-@gate.guard(
-    risk="high",
-    target=lambda order, amount: order,
-    effect_key=lambda order, amount: f"refund:{order}",
-    premises=lambda order, amount: {"refunded": payments.refunded_total(order)},
-    lookup=lambda key: payments.find_refund(key) is not None,
-    summary=lambda order, amount: f"Refund {amount} cents on {order}",
-)
-def refund(order: str, amount: int, *, idempotency_key: str) -> str:
-    """Refund ``amount`` cents on ``order``; the refund's id."""
-    return payments.issue_refund(order, amount, idempotency_key=idempotency_key)
+    @gate.guard(
+        risk="high",
+        target=lambda order, amount: order,
+        effect_key=lambda order, amount: f"refund:{order}",
+        premises=lambda order, amount: {"refunded": payments.refunded_total(order)},
+        lookup=lambda key: payments.find_refund(key) is not None,
+        summary=lambda order, amount: f"Refund {amount} cents on {order}",
+        wait=wait,
+    )
+    def refund(order: str, amount: int, *, idempotency_key: str) -> str:
+        return payments.issue_refund(order, amount, idempotency_key=idempotency_key)
+
+    return refund
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,9 +45,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wait", type=float, default=600.0, help="seconds to wait for people")
     args = parser.parse_args(argv)
     payments.seed(payments.connect())
-    gate.recover()
     try:
-        refund_id = refund.wait(args.wait)(args.order, args.amount)
+        gate = Gate.from_env()
+    except GateError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    refund = gated_refund(gate, wait=args.wait)
+    gate.recover()  # settle a refund a crash interrupted, before anything new
+    try:
+        refund_id = refund(args.order, args.amount)
     except Pending as exc:
         print(f"pending: {exc.proposal_id} awaits approval at {exc.url}")
         return 2
@@ -57,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     except GateError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    finally:
+        gate.close()
     print(f"refunded {args.amount} on {args.order}: {refund_id}")
     return 0
 

@@ -173,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{refund_id}: refunded {args.amount} on {args.order} by hand")
     elif args.command == "list":
         for r in refunds(conn):
-            print(f"{r.id}  {r.order_id}  {r.amount:>7}  {r.issued_by:<14} {r.idempotency_key or '-'}")
+            key = r.idempotency_key or "-"
+            print(f"{r.id}  {r.order_id}  {r.amount:>7}  {r.issued_by:<14} {key}")
     else:
         print("seeded order-881 (12000), order-882 (4500), order-883 (30000)")
     return 0
