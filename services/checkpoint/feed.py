@@ -18,7 +18,7 @@ from airlock.store import AuditLog, read_transaction
 
 from . import _tx
 from .auth import Principal
-from .models import approvals, executor_head, feed_events, feed_head, proposals
+from .models import CLOUD_ACTION, approvals, executor_head, feed_events, feed_head, proposals
 from .schemas import AuditHeadOut, ExecutorHeadOut, FeedItem, FeedOut
 
 __all__ = ["feed", "head_seq"]
@@ -49,7 +49,7 @@ def feed(cp: _tx.Parts, principal: Principal, after: int, limit: int = 100) -> F
                     approvals, approvals.c.approval_id == feed_events.c.approval_id
                 ).join(proposals, proposals.c.id == approvals.c.proposal_id)
             )
-            .where(feed_events.c.seq > after)
+            .where(feed_events.c.seq > after, proposals.c.action_type == CLOUD_ACTION)
             .order_by(feed_events.c.seq)
             .limit(limit)
         ).all()
