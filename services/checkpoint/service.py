@@ -543,9 +543,11 @@ class Checkpoint:
 
     # -- the feed, executor reports and read views (their own modules) ----------------
 
-    def feed(self, principal: Principal, after: int, limit: int = 100) -> FeedOut:
+    def feed(
+        self, principal: Principal, after: int, limit: int = 100, audience: str | None = None
+    ) -> FeedOut:
         """See :func:`services.checkpoint.feed.feed`."""
-        return feed.feed(self, principal, after, limit)
+        return feed.feed(self, principal, after, limit, audience)
 
     def feed_head(self) -> int:
         return feed.head_seq(self)
