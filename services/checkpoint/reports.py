@@ -466,16 +466,23 @@ def _land_state(
 
 
 def slot_holder(conn: Connection, row: Row[Any]) -> Row[Any] | None:
-    return conn.execute(
-        sa.select(proposals)
-        .where(
+    """The other open proposal holding ``row``'s slot, locked: (audience, effect key) for
+    a tool call, (account, resource, operation) for a cloud action."""
+    if row.effect_key is not None:
+        same = sa.and_(
+            proposals.c.audience == row.audience, proposals.c.effect_key == row.effect_key
+        )
+    else:
+        same = sa.and_(
             proposals.c.account == row.account,
             proposals.c.resource_type == row.resource_type,
             proposals.c.resource_id == row.resource_id,
             proposals.c.operation == row.operation,
-            proposals.c.state.in_(OPEN_STATES),
-            proposals.c.id != row.id,
+            proposals.c.effect_key.is_(None),
         )
+    return conn.execute(
+        sa.select(proposals)
+        .where(same, proposals.c.state.in_(OPEN_STATES), proposals.c.id != row.id)
         .with_for_update()
     ).first()
 
