@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 
-from tests.support.ports import free_port
+from devstack.ports import free_port
 
 GOAL_SECONDS = 60.0
 GOAL_MB = 300.0

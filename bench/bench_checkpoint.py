@@ -25,7 +25,7 @@ import httpx
 import uvicorn
 
 from bench._harness import ops_per_second
-from tests.support.ports import free_port
+from devstack.ports import free_port
 
 ACCOUNT = "5123456789012345"
 

@@ -2,7 +2,7 @@
 
 ``python -m bench.bench_e2e [--db sqlite|postgres|both] [--n N] [--burst M] [--pg URL]``
 (or ``make bench``). devcloud, the checkpoint and the ``airlock executor`` daemon on the
-checkpoint's feed run as real processes on 127.0.0.1 (tests.support.stack), with the
+checkpoint's feed run as real processes on 127.0.0.1 (devstack.stack), with the
 executor's ledger on SQLite or PostgreSQL (the checkpoint on SQLite). For each approval:
 the agent submits a proposal over HTTP, alice approves it over HTTP, the executor takes
 it from the long-poll feed, verifies, consumes, re-reads and writes at devcloud.
@@ -54,8 +54,8 @@ from psycopg import sql
 from sqlalchemy.engine import Engine, make_url
 
 from airlock.store import make_engine, read_transaction
+from devstack.stack import ACCOUNT, PASSWORD, REGION, Stack, running_stack
 from services.executor.models import deliveries
-from tests.support.stack import ACCOUNT, PASSWORD, REGION, Stack, running_stack
 
 GOAL_P50_MS = 50.0
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"

@@ -14,7 +14,7 @@ import json
 
 from airlock.protocol import APPROVAL_PAYLOAD_TYPE, pae, verify_bundle
 from bench._harness import interleaved
-from eval import factory
+from devstack import factory
 
 GOAL = 0.6
 

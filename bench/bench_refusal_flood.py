@@ -29,7 +29,7 @@ import httpx
 import uvicorn
 
 from bench.bench_checkpoint import _action
-from tests.support.ports import free_port
+from devstack.ports import free_port
 
 GOAL = 1.10
 

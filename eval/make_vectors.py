@@ -27,7 +27,7 @@ from airlock.protocol import (
     pae,
     verify_bundle,
 )
-from eval import factory
+from devstack import factory
 
 OUT = Path(__file__).parent / "vectors" / "airlock"
 

@@ -7,6 +7,7 @@ installs the base alone into a fresh virtual environment and imports the kernel 
 
 from __future__ import annotations
 
+import fnmatch
 import importlib.metadata
 import re
 import shutil
@@ -75,6 +76,14 @@ def test_the_dev_install_holds_every_extra() -> None:
     assert "airlock[all]" in extras["dev"]
     assert "airlock[server,alibaba]" in extras["all"]
     assert "airlock[cli,postgres]" in extras["server"]
+
+
+def test_the_dev_stack_eval_bench_and_tests_are_not_shipped() -> None:
+    """devstack/ holds fixed passwords and test seeds: it must never land in the wheel."""
+    include = PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]
+    for package in ("devstack", "devstack.stack", "eval", "bench", "tests"):
+        assert not any(fnmatch.fnmatchcase(package, pattern) for pattern in include), package
+    assert any(fnmatch.fnmatchcase("services.checkpoint", pattern) for pattern in include)
 
 
 @pytest.mark.slow

@@ -2,7 +2,7 @@
 
 An all-lowercase passphrase fits the user-name pattern, and the checkpoint logged a
 failed sign-in's name as typed: a password typed into the username field was written
-to the log in clear. A real stack (``tests/support/stack.py``: devcloud, the checkpoint,
+to the log in clear. A real stack (``devstack/stack.py``: devcloud, the checkpoint,
 the executor, the web app, each its own process with its own log) takes sign-ins with
 passwords in both fields, through the web app's form, the checkpoint's API and
 ``airlock login``; then every file the stack wrote (logs, databases with their WAL) is
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.stack import running_stack
+from devstack.stack import running_stack
 
 _REPO = Path(__file__).resolve().parents[1]
 _CSRF = re.compile(r'name="csrf_token" value="([0-9a-f]{64})"')

@@ -14,7 +14,7 @@ import json
 import secrets
 
 from airlock.protocol import APPROVAL_PAYLOAD_TYPE, action_hash, canonical_bytes
-from eval import factory
+from devstack import factory
 
 from .common import (
     approved,

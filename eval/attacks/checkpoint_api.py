@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from airlock.protocol import action_hash, canonical_bytes, key_id, pae
-from eval import factory
+from devstack import factory
 
 from .common import api_code, approved, checkpoint_refusal, delete_action, stop_action
 from .registry import Observation, Target, attack

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from airlock.protocol import canonical_bytes
-from eval import factory
+from devstack import factory
 
 from .registry import Observation, Target
 from .rig import Checkpoint, ExecResult, Rig, bundle_of

@@ -2,7 +2,7 @@
 
 One :class:`Rig` per suite run, started once and shared by every attack:
 
-* the whole stack of :func:`tests.support.stack.running_stack` — devcloud, the
+* the whole stack of :func:`devstack.stack.running_stack` — devcloud, the
   checkpoint (``cp``), the executor daemon fed by its feed (E1), and the web app;
 * a second executor daemon (E2) on the **same ledger**, reading bundles from an inbox
   directory: how an attacker who holds bundle bytes presents them (and the "second
@@ -44,10 +44,9 @@ import httpx
 
 from airlock.protocol import KeySet, canonical_bytes
 from airlock.store import verify_chain
-from services.checkpoint.keys import KeyDirectory
-from services.executor import generate_receipt_key
-from tests.support.devcloud import DevcloudHandle, free_port
-from tests.support.stack import (
+from devstack.devcloud import DevcloudHandle
+from devstack.ports import free_port
+from devstack.stack import (
     ACCOUNT,
     AUDIENCE,
     PASSWORD,
@@ -56,6 +55,8 @@ from tests.support.stack import (
     prepare_checkpoint_accounts,
     running_stack,
 )
+from services.checkpoint.keys import KeyDirectory
+from services.executor import generate_receipt_key
 
 __all__ = [
     "ACCOUNT",

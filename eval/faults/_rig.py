@@ -19,7 +19,7 @@ import httpx
 import psycopg
 from sqlalchemy.engine import make_url
 
-from tests.support.stack import ACCOUNT, PASSWORD, REGION, Stack
+from devstack.stack import ACCOUNT, PASSWORD, REGION, Stack
 
 from ._schedule import Fault, Target
 

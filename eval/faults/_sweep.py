@@ -25,7 +25,7 @@ import psycopg
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
-from tests.support.stack import running_stack
+from devstack.stack import running_stack
 
 from ._check import Issued, Judge, NotQuiescent
 from ._rig import EXECUTOR_ENV, Rig, RigError

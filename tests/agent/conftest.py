@@ -19,11 +19,11 @@ import pytest
 
 from airlock.cloud.ports import CloudReader
 from airlock.settings import AgentSettings
+from devstack.devcloud import DevcloudHandle, running_devcloud
 from services.agent.client import HttpCheckpointClient
 from services.agent.service import Agent, build_agent
 from services.executor.receipts import Receipt, ReceiptSigner
 from tests.checkpoint.harness import AUDIENCE, PASSWORD, START, World, make_world
-from tests.support.devcloud import DevcloudHandle, running_devcloud
 
 REGION = "ap-southeast-1"
 #: The fleet is seeded at the checkpoint harness's start time, so the agent's clock, the

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import grimp
 
-from tests.support.ports import free_port
+from devstack.ports import free_port
 
 _REPO = Path(__file__).resolve().parents[2]
 _WRITER = "airlock.cloud.alibaba.writer"

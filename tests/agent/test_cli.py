@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.support.devcloud import running_devcloud
+from devstack.devcloud import running_devcloud
 
 
 def _airlock(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from airlock.heartbeat import Heartbeat
-from tests.support.devcloud import running_devcloud
+from devstack.devcloud import running_devcloud
 from tests.support.polling import wait_for
 
 from .conftest import Harness

@@ -23,9 +23,9 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from airlock.cli import app
+from devstack.ports import free_port
 from tests.checkpoint.harness import PASSWORD, World, make_world
 from tests.checkpoint.harness import served as serving
-from tests.support.ports import free_port
 
 __all__ = ["PASSWORD", "Served", "airlock", "dead_url", "in_terminal"]
 

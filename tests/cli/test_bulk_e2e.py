@@ -1,6 +1,6 @@
 """Twenty proposals approved in one CLI action reach the cloud exactly once each.
 
-The whole stack on loopback (tests/support/stack.py: devcloud, the checkpoint, the
+The whole stack on loopback (devstack/stack.py: devcloud, the checkpoint, the
 executor daemon): ``airlock approvals approve`` with 21 ids and one confirmation, during
 which the agent withdraws one. The judge is devcloud's write log.
 """
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from devstack.stack import PASSWORD, Stack, running_stack
 from tests.support.bulk import assert_each_executed_once, submit_batch
-from tests.support.stack import PASSWORD, Stack, running_stack
 
 from .conftest import airlock
 

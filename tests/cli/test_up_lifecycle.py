@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
+from devstack.ports import free_port
 from tests.support.polling import wait_for
-from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -1,6 +1,6 @@
 """devcloud fixtures for the adapter tests: one seeded server per module, faults reset.
 
-The reusable launcher lives in ``tests.support.devcloud`` (other test directories use it
+The reusable launcher lives in ``devstack.devcloud`` (other tests, eval and bench use it
 directly); these fixtures only pick sizes and scopes for this directory.
 """
 
@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.devcloud import DevcloudHandle, running_devcloud
+from devstack.devcloud import DevcloudHandle, running_devcloud
 
 #: A fixed anchor so the seeded fleet (and its metrics) are the same on every run.
 FLEET_NOW = 1_795_000_000 - 1_795_000_000 % 3600

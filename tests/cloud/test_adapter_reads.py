@@ -15,9 +15,9 @@ from airlock.cloud.ports import (
     Price,
     RdsSpec,
 )
+from devstack.devcloud import DevcloudHandle
 from services.devcloud import generate_fleet
 from services.devcloud.prices import ECS_HOURLY, RDS_ENGINES, RDS_HOURLY
-from tests.support.devcloud import DevcloudHandle
 
 from .conftest import FLEET_ECS, FLEET_NOW, FLEET_RDS, FLEET_SEED
 

@@ -12,7 +12,7 @@ from airlock.cloud.ports import (
     IncorrectState,
     ResourceNotFound,
 )
-from tests.support.devcloud import DevcloudHandle
+from devstack.devcloud import DevcloudHandle
 
 REGION = "ap-southeast-1"
 

@@ -12,8 +12,8 @@ from darabonba.core import DaraCore
 
 from airlock.cloud.ports import PermissionDenied
 from airlock.settings import DevcloudSettings
+from devstack.devcloud import DevcloudHandle
 from services.devcloud import create_app
-from tests.support.devcloud import DevcloudHandle
 
 REGION = "ap-southeast-1"
 

@@ -12,7 +12,7 @@ from typer.testing import CliRunner, Result
 
 from airlock.cli import app
 from airlock.cloud.ports import UnknownOutcome
-from tests.support.devcloud import REGION, DevcloudHandle
+from devstack.devcloud import REGION, DevcloudHandle
 
 
 def _ids(db: Path) -> list[tuple[str, str]]:

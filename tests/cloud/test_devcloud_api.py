@@ -14,7 +14,7 @@ from alibabacloud_tea_openapi.exceptions import ClientException
 from alibabacloud_tea_openapi.models import Config
 from darabonba.runtime import ExtendsParameters, RuntimeOptions
 
-from tests.support.devcloud import DevcloudHandle
+from devstack.devcloud import DevcloudHandle
 
 from .conftest import FLEET_ECS, FLEET_NOW
 

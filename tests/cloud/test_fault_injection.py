@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from airlock.cloud.ports import IncorrectState, ResourceNotFound, UnknownOutcome
-from tests.support.devcloud import DevcloudHandle
+from devstack.devcloud import DevcloudHandle
 
 REGION = "ap-southeast-1"
 

@@ -8,6 +8,7 @@ import unicodedata
 import pytest
 
 from airlock.protocol import Resource
+from devstack.devcloud import DevcloudHandle
 from services.devcloud.fleet import (
     ECS_CLASSES,
     RDS_CLASSES,
@@ -15,7 +16,6 @@ from services.devcloud.fleet import (
     datapoint,
     generate_fleet,
 )
-from tests.support.devcloud import DevcloudHandle
 
 from .conftest import FLEET_ECS, FLEET_NOW, FLEET_RDS, FLEET_SEED
 
@@ -158,7 +158,7 @@ def test_served_ground_truth_matches_the_generator(devcloud: DevcloudHandle) -> 
 def test_admin_reseed_is_deterministic(tmp_path: object) -> None:
     from pathlib import Path
 
-    from tests.support.devcloud import running_devcloud
+    from devstack.devcloud import running_devcloud
 
     assert isinstance(tmp_path, Path)
     with running_devcloud(tmp_path) as dc:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 
-from tests.support.devcloud import DevcloudHandle
+from devstack.devcloud import DevcloudHandle
 
 from ._race_worker import race
 

@@ -593,8 +593,8 @@ def test_the_demo_devcloud_seeds_its_fleet_once_and_serves_the_configured_accoun
     first start, the same fleet after a restart, and AIRLOCK_ACCOUNT in its metrics."""
     from airlock.cloud.alibaba import AlibabaConfig, AlibabaReader
     from airlock.cloud.alibaba.writer import AlibabaWriter
+    from devstack.ports import free_port
     from tests.support.polling import wait_for
-    from tests.support.ports import free_port
 
     account = "1111222233334444"
     region = "cn-hangzhou"  # the agent scans AIRLOCK_REGION: the fleet must be there

@@ -210,7 +210,7 @@ def test_a_ca_file_that_is_not_pem_is_refused_when_the_client_is_built(tmp_path:
 
 
 def _executor_env(tmp_path: Path, url: str, token: str, ca_file: Path | None) -> dict[str, str]:
-    from tests.support.ports import free_port
+    from devstack.ports import free_port
 
     trusted = tmp_path / "trusted.json"
     # Not the checkpoint's key: its approval is refused (E_UNKNOWN_KEY) before any cloud

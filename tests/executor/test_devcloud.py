@@ -25,7 +25,7 @@ _CTX = multiprocessing.get_context("fork")
 
 @pytest.fixture(scope="module")
 def devcloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from tests.support.devcloud import running_devcloud
+    from devstack.devcloud import running_devcloud
 
     with running_devcloud(tmp_path_factory.mktemp("devcloud"), transition_seconds=0.2) as dc:
         yield dc

@@ -1,7 +1,7 @@
 """The executor daemon on the checkpoint feed, end to end, with real processes.
 
 Each test runs the checkpoint (uvicorn), devcloud and the ``airlock executor`` daemon as
-subprocesses (tests.support.stack). devcloud's write log is the judge of exactly-once;
+subprocesses (devstack.stack). devcloud's write log is the judge of exactly-once;
 the checkpoint's proposal record (outcome, ``receipt_verified``) is what people see; the
 executor's own database (ledger, refusals, revocations, cursor, deliveries) is read
 directly. Crashes are real SIGKILLs at named failpoints; every wait is a bounded poll
@@ -28,6 +28,7 @@ import sqlalchemy as sa
 
 from airlock.protocol import KeySet, canonical_bytes
 from airlock.store import make_engine, verify_chain
+from devstack.stack import ACCOUNT, PASSWORD, REGION, Stack, running_stack
 from services.executor import FEED_FAILPOINTS, feed_name, generate_receipt_key
 from services.executor.models import (
     deliveries,
@@ -38,7 +39,6 @@ from services.executor.models import (
     resolutions,
     revocations,
 )
-from tests.support.stack import ACCOUNT, PASSWORD, REGION, Stack, running_stack
 
 pytestmark = pytest.mark.slow
 

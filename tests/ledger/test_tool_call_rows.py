@@ -18,7 +18,7 @@ from sqlalchemy.exc import DBAPIError
 from airlock import ledger
 from airlock.protocol import verify_bundle
 from airlock.store import make_engine
-from eval import factory
+from devstack import factory
 
 NOW = factory.NOW
 LONGEST_TOOL = "t" * 64

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from airlock.protocol import KeySet
-from eval import factory
+from devstack import factory
 
 
 @pytest.fixture

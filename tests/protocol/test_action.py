@@ -14,7 +14,7 @@ from airlock.protocol import (
     Refused,
     canonical_bytes,
 )
-from eval import factory
+from devstack import factory
 
 
 def _refused_code(value: dict[str, Any]) -> RefusalCode:

@@ -31,8 +31,8 @@ from airlock.protocol._action import (
     parse_action_value,
     parse_plain_action,
 )
-from eval import factory
-from eval.factory import BINDING, NOW, bundle_for
+from devstack import factory
+from devstack.factory import BINDING, NOW, bundle_for
 from tests.support.mutations import mutate
 
 

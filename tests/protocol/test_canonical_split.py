@@ -30,8 +30,8 @@ from airlock.protocol import (
 )
 from airlock.protocol._b64 import b64decode_strict
 from airlock.protocol._verify import BUNDLE_MAX_BYTES, _split_canonical
-from eval import factory
-from eval.factory import BINDING, NOW, bundle_for
+from devstack import factory
+from devstack.factory import BINDING, NOW, bundle_for
 from tests.support.mutations import mutate
 
 

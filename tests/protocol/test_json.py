@@ -21,7 +21,7 @@ from airlock.protocol import (
     canonical_bytes,
     loads_strict,
 )
-from eval import factory
+from devstack import factory
 
 CAP = 1024
 

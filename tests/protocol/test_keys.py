@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from airlock.protocol import KeySet, KeySetError, KeyStatus, key_id
-from eval import factory
+from devstack import factory
 
 
 def _value() -> dict[str, Any]:

@@ -17,8 +17,8 @@ from airlock.protocol import (
     monthly_minor,
     verify_bundle,
 )
-from eval import factory
-from eval.factory import BINDING, NOW, bundle_for
+from devstack import factory
+from devstack.factory import BINDING, NOW, bundle_for
 
 
 def _saving(**overrides: Any) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from airlock.protocol._approval import (
     _from_plain_text,
 )
 from airlock.protocol._json import PARSED_STRICTLY
-from eval import factory
+from devstack import factory
 from tests.support.mutations import mutate
 
 

@@ -25,8 +25,14 @@ from airlock.protocol import (
     make_bundle,
     verify_bundle,
 )
-from eval import factory
-from eval.factory import NOW, TOOL_BINDING, tool_bundle_for, tool_call_value, tool_statement_value
+from devstack import factory
+from devstack.factory import (
+    NOW,
+    TOOL_BINDING,
+    tool_bundle_for,
+    tool_call_value,
+    tool_statement_value,
+)
 
 
 def refusal(raw: bytes, *, binding: Any = TOOL_BINDING, **kw: Any) -> RefusalCode:

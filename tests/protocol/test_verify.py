@@ -26,8 +26,8 @@ from airlock.protocol import (
     canonical_bytes,
     verify_bundle,
 )
-from eval import factory
-from eval.factory import BINDING, NOW, bundle_for
+from devstack import factory
+from devstack.factory import BINDING, NOW, bundle_for
 
 OTHER = "rfc8032-test2"
 

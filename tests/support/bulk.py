@@ -15,9 +15,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from airlock.protocol import monthly_minor
+from devstack.stack import Stack
 from tests.checkpoint.builders import action_value
-
-from .stack import Stack
 
 __all__ = ["PRICES", "assert_each_executed_once", "signed_savings_minor", "submit_batch"]
 

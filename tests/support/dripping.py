@@ -3,7 +3,7 @@
 ``httpx.MockTransport`` hands whole responses to httpx, so it cannot show what a socket
 does with a status line and headers that arrive one byte every so often. This one can:
 :func:`serving_drips` accepts connections one after another on 127.0.0.1 (a port from
-:func:`tests.support.ports.free_port`), reads each request whole, and answers it with the
+:func:`devstack.ports.free_port`), reads each request whole, and answers it with the
 next of its scripted :class:`Answer` (the last one again once they run out): some bytes at
 once, then others one at a time, over TLS if given a certificate. It stops by itself when
 the block ends, and closes what it opened. Nothing here is fit for anything but tests.
@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from tests.support.ports import free_port
+from devstack.ports import free_port
 from tests.support.tls import ServerCert
 
 __all__ = ["Answer", "DripServer", "ok_json", "serving_drips"]

@@ -5,7 +5,7 @@
 into a directory of the test's own. :func:`serving_tls` runs uvicorn with that
 certificate in a thread of this process (no ``asyncio.run`` on the test's thread, where a
 Playwright loop may be running) on a socket bound before the server starts, at a port
-from :func:`tests.support.ports.free_port`; it stops by itself when the block ends.
+from :func:`devstack.ports.free_port`; it stops by itself when the block ends.
 Nothing here is fit for anything but tests: keys are unencrypted files in a tmp dir.
 """
 
@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from tests.support.ports import free_port
+from devstack.ports import free_port
 
 if TYPE_CHECKING:
     from tests.checkpoint.harness import World

@@ -24,9 +24,9 @@ from typing import Any
 import httpx
 import pytest
 
+from devstack.stack import ACCOUNT, PASSWORD, REGION, Stack, running_stack
 from services.executor import ReceiptSigner
 from services.executor.receipts import Receipt
-from tests.support.stack import ACCOUNT, PASSWORD, REGION, Stack, running_stack
 
 pytestmark = pytest.mark.browser
 

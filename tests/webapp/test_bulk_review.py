@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 
 from airlock.units import money
+from devstack.stack import Stack, running_stack
 from tests.support.bulk import assert_each_executed_once, signed_savings_minor, submit_batch
-from tests.support.stack import Stack, running_stack
 
 from .test_browser import Person, browser  # noqa: F401 (a fixture, used by name)
 

@@ -1,8 +1,8 @@
-"""Run the whole system on loopback for end-to-end tests: devcloud, checkpoint, executor, webapp.
+"""Run the whole system on loopback: devcloud, checkpoint, executor, webapp.
 
-Usage::
+Used by the end-to-end tests, the attack suite, the fault sweep and the benchmarks::
 
-    from tests.support.stack import running_stack
+    from devstack.stack import running_stack
 
     with running_stack(tmp_path) as stack:
         stack.devcloud.admin.create_instance("i-t4ne2e0001", status="Running")
@@ -18,7 +18,7 @@ executor service token, and the checkpoint set to verify receipts against the
 executor's receipt key. ``stack.executor`` and ``stack.checkpoint`` can be stopped,
 SIGKILLed and started again (same port, same databases) by tests of the feed.
 
-Users are created with cheap Argon2 parameters (tests only; verification reads the
+Users are created with cheap Argon2 parameters (dev only; verification reads the
 parameters from the stored hash). Everything is killed on exit; logs stay in
 ``workdir`` for a failing test to show.
 """
@@ -42,13 +42,11 @@ from argon2 import PasswordHasher, Type
 
 from airlock.protocol import KeySet, canonical_bytes
 from airlock.store import upgrade
-from services.checkpoint._db import Database
-from services.checkpoint.app import MIGRATIONS
-from services.checkpoint.auth import Accounts
-from services.checkpoint.keys import KeyDirectory
+from services.checkpoint import MIGRATIONS, Accounts, Database, KeyDirectory
 from services.executor import generate_receipt_key
 
-from .devcloud import DevcloudHandle, free_port, running_devcloud
+from .devcloud import DevcloudHandle, running_devcloud
+from .ports import free_port
 
 __all__ = ["ACCOUNT", "AUDIENCE", "PASSWORD", "REGION", "Service", "Stack", "running_stack"]
 
@@ -58,7 +56,7 @@ ACCOUNT = "5123456789012345"
 REGION = "ap-southeast-1"
 _READY_TIMEOUT = 30.0
 _CLI = [sys.executable, "-c", "from airlock.cli import main; main()"]
-_REPO = Path(__file__).resolve().parents[2]
+_REPO = Path(__file__).resolve().parents[1]
 
 
 class Service:

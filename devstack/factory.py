@@ -1,6 +1,7 @@
 """Deterministic builders for actions, statements and bundles.
 
-Used by the vector generator, the protocol tests, the benchmarks and the attack suite.
+Used by the vector generator (``eval/make_vectors.py``), the protocol tests, the
+benchmarks and the attack suite.
 Everything is derived from fixed inputs (RFC 8032 seeds, fixed times), so two runs give
 the same bytes. Never use these seeds for anything but tests and vectors.
 """

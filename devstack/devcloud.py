@@ -1,8 +1,8 @@
-"""Run devcloud as a real subprocess for a test, and talk to its admin API.
+"""Run devcloud as a real subprocess, and talk to its admin API.
 
-Usage (any test directory)::
+Usage (tests, eval, bench)::
 
-    from tests.support.devcloud import running_devcloud
+    from devstack.devcloud import running_devcloud
 
     with running_devcloud(tmp_path, instances=40, rds=8, seed=3) as dc:
         reader = dc.reader()                 # AlibabaReader with the read key

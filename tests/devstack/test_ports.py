@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from tests.support import ports
+from devstack import ports
 
 
 def test_ports_are_below_the_ephemeral_range_and_never_handed_out_twice() -> None:
