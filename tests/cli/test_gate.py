@@ -8,12 +8,22 @@ the ledger commands run on a gate's ledger that a real guarded call left behind.
 from __future__ import annotations
 
 import json
+import multiprocessing
+import signal
 import stat
+import time
 from pathlib import Path
+from typing import Any
 
-from airlock.protocol import KeySet, canonical_bytes
+from airlock.gate import ReceiptSigner
+from airlock.protocol import KeySet, canonical_bytes, verify_receipt
+from tests.gate import workers
+from tests.gate.support import FakeCheckpoint, gate_files
+from tests.support.polling import wait_for
 
 from .conftest import Served, airlock, dead_url
+
+_SPAWN = multiprocessing.get_context("spawn")
 
 
 def _published(served: Served) -> KeySet:
@@ -125,3 +135,77 @@ def test_ledger_commands_without_settings_name_what_is_missing() -> None:
         result = airlock("gate", *command)
         assert result.exit_code == 1, command
         assert "E_CONFIG: AIRLOCK_GATE_CHECKPOINT_URL is required" in result.output
+
+
+# -- the ledger commands, on a ledger a SIGKILLed call left behind --------------------------
+
+
+def _gate_env(values: dict[str, Any]) -> dict[str, str]:
+    return {
+        "AIRLOCK_GATE_CHECKPOINT_URL": values["checkpoint_url"],
+        "AIRLOCK_GATE_TOKEN": values["token"],
+        "AIRLOCK_GATE_KEYS": values["keys"],
+        "AIRLOCK_GATE_AUDIENCE": values["audience"],
+        "AIRLOCK_GATE_LEDGER_URL": values["ledger_url"],
+        "AIRLOCK_GATE_RECEIPT_KEY": values["receipt_key"],
+        "AIRLOCK_GATE_LEASE_SECONDS": "1",
+    }
+
+
+def test_status_recover_and_resolve_settle_an_interrupted_call(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    fake = FakeCheckpoint(auto_approve=True)
+    with fake.serve() as url:
+        config = gate_files(tmp_path, checkpoint_url=url, ledger_url=sqlite_url, lease_seconds=1)
+        fake.receipt_keys = ReceiptSigner.from_file(config.receipt_key).key_set()
+        values = workers.config_values(config)
+        env = _gate_env(values)
+        counter = tmp_path / "counter"
+        crashed = _SPAWN.Process(
+            target=workers.call_effects,
+            args=(values, str(counter), ["order-9"], None, str(tmp_path / "r.json")),
+            kwargs={"failpoints": "after_call"},
+        )
+        crashed.start()
+        crashed.join(90)
+        assert crashed.exitcode == -signal.SIGKILL
+        assert workers.counted(counter) == ["refund:order-9"]
+
+        # The lease (1 s) must end before recovery may take the row over: poll, bounded.
+        def recovered() -> str | None:
+            result = airlock("gate", "recover", env=env)
+            assert result.exit_code == 0, result.output
+            return result.output if "in_doubt" in result.output else None
+
+        output = wait_for("the lease to end and recovery to settle the call", recovered, 30)
+        approval_id = output.split(":")[0]
+        assert approval_id.startswith("apv_")
+        assert workers.counted(counter) == ["refund:order-9"]  # recovery never calls
+
+        status = airlock("gate", "status", env=env)
+        assert status.exit_code == 3, status.output
+        assert f"in_doubt: {approval_id}" in status.output
+        assert "refund on order-9" in status.output
+
+        unsaid = airlock("gate", "resolve", approval_id, env=env)
+        assert unsaid.exit_code == 1
+        assert "E_INVALID" in unsaid.output
+        resolved = airlock(
+            "gate", "resolve", approval_id, "--happened", "--by", "carol",
+            "--note", "in the PSP's log", env=env,
+        )  # fmt: skip
+        assert resolved.exit_code == 0, resolved.output
+        again = airlock("gate", "resolve", approval_id, "--did-not-happen", "--by", "dave", env=env)
+        assert again.exit_code == 1
+        assert "E_ALREADY_RESOLVED" in again.output
+
+        after = airlock("gate", "status", env=env)
+        assert after.exit_code == 0, after.output
+        assert "in_doubt:" not in after.output
+        assert "receipts not yet delivered: 0" in after.output
+    decisions = [
+        verify_receipt(envelope, fake.receipt_keys, int(time.time())).receipt.resolution
+        for _, envelope in fake.receipts
+    ]
+    assert [(d.decision, d.by) for d in decisions if d is not None] == [("happened", "carol")]
