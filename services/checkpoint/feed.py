@@ -43,12 +43,15 @@ def feed(
 
     An executor token reads cloud approvals and names no ``audience``; an agent token
     names the gate's ``audience`` and reads the tool-call approvals for it that it
-    submitted. Anything else is refused (403 ``E_FORBIDDEN``, 422 ``E_INVALID``).
+    submitted. Anything else is refused (403 ``E_FORBIDDEN``; 422 ``E_INVALID`` for an
+    executor naming an audience).
     """
     _tx.require(principal, {"executor", "agent"}, "read the feed")
     gate = principal.role == "agent"
-    if gate and audience is None:
-        raise Refusal(ErrorCode.E_INVALID, "an agent's feed names its gate's audience", 422)
+    if gate and audience is None:  # the executor's feed is the executor's alone
+        raise Refusal(
+            ErrorCode.E_FORBIDDEN, "an agent token reads a gate's feed: name its audience", 403
+        )
     if not gate and audience is not None:
         raise Refusal(ErrorCode.E_INVALID, "the executor's feed names no audience", 422)
     which = (

@@ -77,7 +77,7 @@ def test_gate_feed_carries_the_revocation(world: World) -> None:
 @pytest.mark.parametrize(
     ("who", "params", "status", "error"),
     [
-        ("agent", {}, 422, "E_INVALID"),
+        ("agent", {}, 403, "E_FORBIDDEN"),
         ("executor", {"audience": GATE}, 422, "E_INVALID"),
         ("alice", {"audience": GATE}, 403, "E_FORBIDDEN"),
         ("agent", {"audience": "bad audience"}, 422, "E_INVALID"),
