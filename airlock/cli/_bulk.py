@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from ._approvals import _fetch, _pending_total, _saving_label, _signed_saving, _when
+from ._approvals import _fetch, _pending_total, _signed_saving
+from ._approvals_show import _saving_label, _when
 from ._client import (
     CheckpointClient,
     CheckpointRefused,
