@@ -26,7 +26,7 @@ import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 
@@ -42,6 +42,7 @@ from ._approvals_show import (
     _summary,
     _votes,
     _when,
+    _words,
 )
 from ._client import (
     EXIT_CODES_HELP,
@@ -59,7 +60,7 @@ if TYPE_CHECKING:
     # protocol kernel (a test holds it to this).
     from airlock.api import Proposal as _Proposal
     from airlock.api import ProposalPage as _ProposalPage
-    from airlock.protocol import Saving
+    from airlock.protocol import ProposedAction, Saving, ToolCall
 
 __all__ = ["approvals_app"]
 
@@ -102,7 +103,9 @@ class State(enum.StrEnum):
     DENIED = "denied"
 
 
-Reason = Literal["not_idle", "protected", "wrong_target", "needs_more_info", "other"]
+#: A reject reason code: a built-in one, or one the policy adds for a tool call's tool
+#: (the checkpoint judges which the proposal admits).
+_REASON: Final = re.compile(r"[a-z][a-z0-9_]{0,39}")
 
 # -- plumbing --------------------------------------------------------------------------
 
@@ -312,9 +315,10 @@ def _signed_saving(p: _Proposal) -> Saving | None:
     from ._proposal import signed_action
 
     try:
-        return signed_action(p).saving
+        action = signed_action(p)
     except CheckpointUnavailable:
         return None
+    return getattr(action, "saving", None)  # a tool call has none
 
 
 def _pending_total(items: Sequence[_Proposal]) -> str:
@@ -449,7 +453,26 @@ def approve_command(
             as_json=as_json,
         )
         return
-    proposal_id = _check_id(proposal_ids[0])
+    _approve_one(
+        _check_id(proposal_ids[0]),
+        note=note,
+        confirm=confirm,
+        yes=yes,
+        expect_hash=expect_hash,
+        as_json=as_json,
+    )
+
+
+def _approve_one(
+    proposal_id: str,
+    *,
+    note: str,
+    confirm: str | None,
+    yes: bool,
+    expect_hash: str | None,
+    as_json: bool,
+) -> None:
+    """``approve`` of one proposal: show it from its signed text, ask, vote for its hash."""
     if expect_hash is not None and _HASH.fullmatch(expect_hash) is None:
         typer.echo(
             f"error: --action-hash {expect_hash[:80]!r} is not an action hash "
@@ -481,40 +504,7 @@ def approve_command(
                     "E_STATE",
                     f"the proposal is {proposal.state}; only a pending one can be approved",
                 )
-            interactive = sys.stdin.isatty()
-            if proposal.policy.confirm or action.is_high_risk:
-                if confirm is None:
-                    if not interactive:
-                        typer.echo(
-                            "error: this is a high-risk action: type its resource id in a "
-                            "terminal, or pass --confirm RESOURCE_ID",
-                            err=True,
-                        )
-                        raise typer.Exit(ExitCode.USAGE)
-                    typed = typer.prompt(
-                        "High-risk action. Type the resource id to confirm", err=True
-                    ).strip()
-                    if typed != action.resource.id:
-                        raise LocalRefusal(
-                            "E_CONFIRM_MISMATCH",
-                            "the typed resource id does not match the resource",
-                        )
-                    confirm = typed
-                # A --confirm value is sent as given: the checkpoint is the judge of it.
-            elif not yes:
-                if not interactive:
-                    hint = (
-                        " (--confirm is only for high-risk actions such as a delete)"
-                        if confirm is not None
-                        else ""
-                    )
-                    typer.echo(
-                        f"error: no terminal to ask on: pass --yes to approve{hint}", err=True
-                    )
-                    raise typer.Exit(ExitCode.USAGE)
-                if not typer.confirm(f"Approve {proposal.id}?", default=False, err=True):
-                    typer.echo("not approved; nothing was sent", err=True)
-                    raise typer.Exit(ExitCode.REFUSED)
+            confirm = _ask(proposal, action, confirm, yes=yes)
             sent = expect_hash or proposal.action_hash
             payload: dict[str, Any] = {"action_hash": sent, "note": note}
             if confirm is not None:
@@ -537,6 +527,51 @@ def approve_command(
     typer.echo(f"you approved action hash {sent}")
 
 
+def _ask(
+    proposal: _Proposal, action: ProposedAction | ToolCall, confirm: str | None, *, yes: bool
+) -> str | None:
+    """Ask the person before one approve: the typed resource id (a tool call's target)
+    for high risk, else y/N unless ``yes``. Returns the ``confirm`` to send; exits 2
+    when there is no terminal to ask on, 1 when the person says no."""
+    from airlock.protocol import ToolCall
+
+    interactive = sys.stdin.isatty()
+    if proposal.policy.confirm or action.is_high_risk:
+        if confirm is not None:
+            return confirm  # sent as given: the checkpoint is the judge of it
+        what, expected = (
+            ("target", action.target)
+            if isinstance(action, ToolCall)
+            else ("resource id", action.resource.id)
+        )
+        if not interactive:
+            flag = "TARGET" if isinstance(action, ToolCall) else "RESOURCE_ID"
+            typer.echo(
+                f"error: this is a high-risk action: type its {what} in a "
+                f"terminal, or pass --confirm {flag}",
+                err=True,
+            )
+            raise typer.Exit(ExitCode.USAGE)
+        typed = str(typer.prompt(f"High-risk action. Type the {what} to confirm", err=True))
+        typed = typed.strip()
+        if typed != expected:
+            raise LocalRefusal("E_CONFIRM_MISMATCH", f"the typed {what} does not match")
+        return typed
+    if not yes:
+        if not interactive:
+            hint = (
+                " (--confirm is only for high-risk actions such as a delete)"
+                if confirm is not None
+                else ""
+            )
+            typer.echo(f"error: no terminal to ask on: pass --yes to approve{hint}", err=True)
+            raise typer.Exit(ExitCode.USAGE)
+        if not typer.confirm(f"Approve {proposal.id}?", default=False, err=True):
+            typer.echo("not approved; nothing was sent", err=True)
+            raise typer.Exit(ExitCode.REFUSED)
+    return confirm
+
+
 @approvals_app.command("reject")
 def reject_command(
     proposal_ids: Annotated[
@@ -547,10 +582,11 @@ def reject_command(
     ],
     *,
     reason: Annotated[
-        Reason,
+        str,
         typer.Option(
             "--reason",
-            help="Why; the agent reads the code back and remembers it. 'other' needs --note.",
+            help="Why: not_idle, protected, wrong_target, needs_more_info or other (which "
+            "needs --note), or a tool call's own code from the policy. The agent reads it back.",
         ),
     ],
     note: NoteOpt = "",
@@ -563,6 +599,9 @@ def reject_command(
 
     Several ids: as `approve` with several, after one confirmation that lists them all.
     """
+    if _REASON.fullmatch(reason) is None:
+        typer.echo(f"error: --reason {inert(reason, limit=40)!r} is not a reason code", err=True)
+        raise typer.Exit(ExitCode.USAGE)
     if len(proposal_ids) > 1:
         from ._bulk import decide_many
 
@@ -580,7 +619,7 @@ def reject_command(
     if as_json:
         _print_json(body)
         return
-    say(f"rejected {result.id}: {_REASONS[reason]}; state {result.state}")
+    say(f"rejected {result.id}: {_words(_REASONS, reason)}; state {result.state}")
 
 
 @approvals_app.command("revoke")

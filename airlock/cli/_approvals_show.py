@@ -22,7 +22,7 @@ from ._text import inert, say
 
 if TYPE_CHECKING:
     from airlock.api import Proposal as _Proposal
-    from airlock.protocol import ProposedAction, Saving
+    from airlock.protocol import ProposedAction, Saving, ToolCall
 
 
 _KINDS: Final = {"ecs.instance": "ECS instance", "rds.instance": "RDS database instance"}
@@ -211,8 +211,66 @@ def _echo_lines(lines: list[str], *, err: bool = False) -> None:
         say(line, err=err)
 
 
-def _summary(p: _Proposal, action: ProposedAction) -> list[str]:
+def _summary(p: _Proposal, action: ProposedAction | ToolCall) -> list[str]:
     """What a person needs before deciding: what, why, under which rule, and the hash."""
+    from airlock.protocol import ToolCall
+
+    if isinstance(action, ToolCall):
+        lines = _tool_call_lines(p, action)
+    else:
+        lines = _action_lines(p, action)
+    confirm = (
+        f", typed {'target' if p.is_tool_call else 'resource id'} required"
+        if p.policy.confirm
+        else ""
+    )
+    lines.append(
+        f"policy     rule {inert(p.policy.rule)} ({p.policy.effect}, quorum "
+        f"{p.policy.quorum}{confirm}); risk {p.risk}; policy hash {p.policy.hash}"
+    )
+    voters = ", ".join(
+        f"{inert(v.voter)} at {_when(v.at)}" + ("" if v.counts else " (does not count)")
+        for v in p.votes
+    )
+    lines.append(f"votes      {_votes(p)}" + (f" ({voters})" if voters else ""))
+    if p.state == "pending":
+        lines.append(f"deadline   approval window closes {_when(p.approval_deadline)}")
+    lines.append(f"hash       {p.action_hash}")
+    return lines
+
+
+def _tool_call_lines(p: _Proposal, call: ToolCall) -> list[str]:
+    """A tool call from its signed text: the call, its arguments and premises as tables
+    (every value as its canonical JSON, escaped), and who proposed it."""
+    lines = [
+        f"proposal   {p.id}  ({p.state})",
+        f"tool call  the gate {inert(call.audience)} calls {inert(call.tool)} on "
+        f"{inert(call.target)}, once",
+        f"summary    {inert(call.summary)}",
+        f"target     {inert(call.target)}",
+        f"effect key {inert(call.effect_key)} (one effect per key, ever)",
+        f"audience   {inert(call.audience)}",
+    ]
+    for title, values in (("arguments", call.arguments), ("premises", call.premises)):
+        rows = _json_rows(values)
+        lines.append(f"{title:<10} " + ("(none)" if not rows else f"{len(rows)}, as JSON:"))
+        width = max((len(name) for name, _ in rows), default=0)
+        lines.extend(f"           {name:<{width}}  {value}" for name, value in rows)
+    lines.append(f"proposed   by {inert(call.proposed_by)} at {call.created_at}")
+    return lines
+
+
+def _json_rows(values: Mapping[str, Any]) -> list[tuple[str, str]]:
+    from airlock.protocol import canonical_bytes
+
+    return [
+        (inert(str(name)), inert(canonical_bytes(value).decode("utf-8")))
+        for name, value in values.items()
+    ]
+
+
+def _action_lines(p: _Proposal, action: ProposedAction) -> list[str]:
+    """A cloud action from its signed text: what, why, evidence and saving."""
     lines = [
         f"proposal   {p.id}  ({p.state})",
         f"action     {_plain(action)}",
@@ -236,19 +294,6 @@ def _summary(p: _Proposal, action: ProposedAction) -> list[str]:
             f"{money(saving.hourly_price_micros, saving.currency, 6)} an hour from "
             f"{inert(saving.source)}, {saving.hours_per_month} h a month)"
         )
-    confirm = ", typed resource id required" if p.policy.confirm else ""
-    lines.append(
-        f"policy     rule {inert(p.policy.rule)} ({p.policy.effect}, quorum "
-        f"{p.policy.quorum}{confirm}); risk {p.risk}; policy hash {p.policy.hash}"
-    )
-    voters = ", ".join(
-        f"{inert(v.voter)} at {_when(v.at)}" + ("" if v.counts else " (does not count)")
-        for v in p.votes
-    )
-    lines.append(f"votes      {_votes(p)}" + (f" ({voters})" if voters else ""))
-    if p.state == "pending":
-        lines.append(f"deadline   approval window closes {_when(p.approval_deadline)}")
-    lines.append(f"hash       {p.action_hash}")
     return lines
 
 
@@ -320,7 +365,8 @@ def _details(p: _Proposal) -> list[str]:
 
 def _canonical_text(p: _Proposal) -> list[str]:
     shown = inert(p.action_jcs)
-    lines = ["canonical action (RFC 8785), exactly as hashed and signed:", shown]
+    kind = "tool call" if p.is_tool_call else "action"
+    lines = [f"canonical {kind} (RFC 8785), exactly as hashed and signed:", shown]
     if shown != p.action_jcs:
         lines.append(
             "warning: the action holds control or invisible characters, shown above as \\u "

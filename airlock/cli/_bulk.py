@@ -87,6 +87,11 @@ def decide_many(
                     results.append(
                         _Result(p.id, p.action_hash, "left_out", "E_STATE", f"it is {p.state}")
                     )
+                elif p.is_tool_call:
+                    raise LocalRefusal(
+                        "E_BULK_TOOL_CALL",
+                        f"{p.id} is a tool call: decide it alone; nothing was sent",
+                    )
                 elif _high_risk(p):
                     raise LocalRefusal(
                         "E_BULK_HIGH_RISK",
