@@ -14,12 +14,14 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from airlock.protocol import KeySet
+from airlock.reconcile import reconcile
 from airlock.settings import CheckpointSettings
 from services.checkpoint.errors import ConfigError
 from services.checkpoint.gatekeys import GateKeys
 from services.executor import ReceiptSigner
 
 from .harness import AUDIENCE, World, approved, audit_events, signed_receipt
+from .test_reconcile import _lines
 from .test_tool_call_decisions import GATE
 from .tools import approved_tool, code
 
@@ -160,3 +162,13 @@ def test_gate_keys_setting_and_its_dev_default(monkeypatch: pytest.MonkeyPatch) 
     assert CheckpointSettings().gate_keys == Path(".airlock/gate-keys.json")
     monkeypatch.setenv("AIRLOCK_CHECKPOINT_GATE_KEYS", "/etc/airlock/gate-keys.json")
     assert CheckpointSettings().gate_keys == Path("/etc/airlock/gate-keys.json")
+
+
+def test_gate_report_is_not_held_to_the_executors_chain(gated: World, ledger_url: str) -> None:
+    """``airlock audit reconcile`` reads the checkpoint chain against the executor's: a
+    gate's outcome names the gate's chain, never a finding against the executor's."""
+    record = approved_tool(gated)
+    assert report(gated, "agent", gate_receipt(record)).status_code == 200
+    outcome = reconcile(_lines(gated.url), _lines(ledger_url))
+    assert outcome.ok, outcome.findings
+    assert outcome.reported == 0
