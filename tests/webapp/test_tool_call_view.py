@@ -124,3 +124,29 @@ def test_queue_shows_a_tool_call_with_its_summary_and_gate(site: Site) -> None:
     assert "Refund 125.00 EUR on order-881" in html
     assert "gate airlock-gate/payments" in html
     assert f'value="{PID}"' not in html  # never in a bulk decision
+
+
+def test_tool_calls_own_reject_reason_is_sent(site: Site) -> None:
+    site.sign_in()
+    add_tool_call(site)
+    html = site.client.get(f"/proposals/{PID}").text
+    assert 'id="tool_reason"' in html
+    response = site.client.post(
+        f"/proposals/{PID}/reject",
+        data={
+            "csrf_token": site.csrf(f"/proposals/{PID}"),
+            "reason_code": "other",
+            "tool_reason": "fraud_suspected",
+            "note": "chargebacks",
+        },
+    )
+    assert response.status_code in (200, 303), response.text
+    assert site.fake.proposals[PID]["rejection"]["reason_code"] == "fraud_suspected"
+
+
+def test_cloud_action_page_has_no_tool_reason_field(site: Site) -> None:
+    from .fakes import action_value
+
+    site.sign_in()
+    site.fake.add(action_value())
+    assert 'id="tool_reason"' not in site.client.get("/proposals/prop_fake000001").text
