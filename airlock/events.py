@@ -95,11 +95,12 @@ FIELDS: Final[Mapping[str, frozenset[str]]] = {
         _C.APPROVAL_LAPSED: "proposal_id approval_id",
         _C.EXECUTION_RESOLVED: "proposal_id decision by note",
         _C.OUTCOME_REPORTED: "proposal_id approval_id outcome refusal_code receipt_verified "
-        "late from_state state target_held_by executor_head",
+        "late from_state state target_held_by executor_head gate gate_head",
         _C.EXECUTOR_REFUSAL: "proposal_id approval_id refusal_code executor refused_at "
-        "receipt_sha256 executor_head",
+        "receipt_sha256 executor_head gate gate_head",
         _C.EXECUTOR_RESOLUTION: "proposal_id approval_id decision by checkpoint_decision "
-        "checkpoint_resolved_by agrees state receipt_verified receipt_sha256 executor_head",
+        "checkpoint_resolved_by agrees state receipt_verified receipt_sha256 executor_head "
+        "gate gate_head",
         _C.FEED_RAISED: "by feed_head to reason",
         _C.REFUSED: "by role code request proposal_id count first_at last_at interval requests",
         _C.SIGN_IN_REFUSED: "from to unknown_name throttled clients other_clients names "

@@ -298,6 +298,10 @@ class _Checkpoint:
         aid = event.get("approval_id")
         if not isinstance(aid, str):
             return
+        if event.get("gate") is not None:
+            # A gate's report of a tool call: its receipt names the gate's own chain, and
+            # the executor never sees a tool call, so there is nothing here to hold it to.
+            return
         if kind == _ISSUED:
             if isinstance(event.get("proposal_id"), str):
                 self._approval_of[event["proposal_id"]] = aid

@@ -215,15 +215,19 @@ def reject(
     reason_code: Annotated[str, Form(max_length=32)],
     csrf: Csrf = "",
     note: Note = "",
+    # A tool call's own reason (its policy's ``[tools.<tool>] reject_reasons``), typed:
+    # the web app does not read the policy; the checkpoint judges the code.
+    tool_reason: Annotated[str, Form(max_length=40)] = "",
 ) -> Response:
+    code = tool_reason.strip() or reason_code
     return _decide(
         web,
         request,
         proposal_id,
         csrf=csrf,
         verb="reject",
-        call=lambda token: client.reject(token, proposal_id, reason_code=reason_code, note=note),
-        form={"reject_note": note, "reason_code": reason_code},
+        call=lambda token: client.reject(token, proposal_id, reason_code=code, note=note),
+        form={"reject_note": note, "reason_code": reason_code, "tool_reason": tool_reason},
     )
 
 

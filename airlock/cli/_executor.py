@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ._approvals import _when
+from ._approvals_show import _when
 from ._help import Typer
 from ._text import InertLogFormatter, inert, say
 

@@ -508,14 +508,17 @@ async def feed(
 
 @router.post("/v1/outcomes", tags=["executor"])
 def report_outcome(request: Request, caller: Caller, body: OutcomeIn) -> ProposalOut:
-    """The executor reports an outcome with its signed receipt (executor token)."""
+    """The executor reports an outcome with its signed receipt (executor token); a gate
+    reports a tool call's with a receipt signed by its audience's gate key (the agent
+    token that submitted the tool call)."""
     return _service(request).report_outcome(caller, body.receipt)
 
 
 @router.post("/v1/refusals", tags=["executor"])
 def report_refusal(request: Request, caller: Caller, body: RefusalIn) -> ProposalOut:
     """The executor reports, with its signed receipt, that it refused an approval before
-    using it (executor token). A note on the proposal: its state does not change."""
+    using it (executor token; a gate: as for outcomes). A note on the proposal: its state
+    does not change."""
     return _service(request).report_refusal(caller, body.receipt)
 
 

@@ -38,6 +38,7 @@ from ._db import Database
 from ._tx import FEED_SEQ_PER_SECOND, CheckpointConfig
 from .auth import Principal
 from .errors import ConfigError, ErrorCode, Refusal, no_signing_key
+from .gatekeys import GateKeys
 from .keys import KeyRing
 from .models import approvals, outcomes, proposals, rejections, signing_keys, votes
 from .policy import AUTO_APPROVER_PREFIX, Decision, Policy
@@ -66,6 +67,8 @@ class Checkpoint:
         now: Callable[[], int],
         # The executor's receipt public key set; None refuses every outcome (fail closed).
         receipt_keys: KeySet | None = None,
+        # The gates' receipt key sets per audience; None: no gate may report.
+        gate_keys: GateKeys | None = None,
         on_change: Callable[[], None] | None = None,
     ) -> None:
         self.db = db
@@ -74,6 +77,7 @@ class Checkpoint:
         self.config = config
         self.now = now
         self.receipt_keys = receipt_keys
+        self.gate_keys = gate_keys or GateKeys(None)
         self.on_change = on_change or (lambda: None)
 
     @property

@@ -430,8 +430,12 @@ def test_feed_and_outcomes_need_the_executor_role(sqlite_world: World) -> None:
     world = sqlite_world
     for who in ("agent", "admin", "alice"):
         assert _code(world.client.get("/v1/feed", headers=world.auth(who))) == "E_FORBIDDEN"
+    for who in ("admin", "alice"):
         r = world.client.post("/v1/outcomes", json={"receipt": {}}, headers=world.auth(who))
         assert _code(r) == "E_FORBIDDEN"
+    # An agent token reports only a gate's receipt (tests/checkpoint/test_tool_call_reports.py).
+    r = world.client.post("/v1/outcomes", json={"receipt": {}}, headers=world.auth("agent"))
+    assert _code(r) == "E_RECEIPT"
 
 
 def test_logout_revokes_the_session(sqlite_world: World) -> None:
