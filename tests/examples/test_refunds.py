@@ -7,6 +7,7 @@ meanwhile. The judge of "exactly once" is the payments database, not the gate.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -107,6 +108,8 @@ def stack(tmp_path: Path) -> Iterator[_Stack]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 def _finish(proc: subprocess.Popen[str]) -> tuple[int, str]:
@@ -147,7 +150,11 @@ def test_the_refunds_example_runs_once_and_refuses_a_moved_premise(stack: _Stack
     })  # fmt: skip
     code, out = _finish(setup)
     assert code == 0, out
-    alice = stack.person("alice")
+    with contextlib.closing(stack.person("alice")) as alice:
+        _walk_through(stack, alice)
+
+
+def _walk_through(stack: _Stack, alice: httpx.Client) -> None:
 
     # Approved in the checkpoint (as in the web app), run once.
     agent = stack.python("examples.refunds.agent", "order-881", "2500", "--wait", "100")
