@@ -19,7 +19,6 @@ floor: a bare single-row INSERT and commit on a SQLite file with the ledger's se
 from __future__ import annotations
 
 import argparse
-import json
 import sqlite3
 import statistics
 import tempfile
