@@ -104,8 +104,9 @@ def recover_command(
 ) -> None:
     """Settle calls whose process stopped, and send undelivered receipts; never calls.
 
-    A call that never started is refused (E_INTERRUPTED); one that may have run is
-    in_doubt for a person (this command has no lookup of the program's own).
+    A call that never started is refused E_INTERRUPTED.
+
+    One that may have run is in_doubt: this command has no lookup of the program's.
     """
     gate = _gate()
     try:
@@ -188,8 +189,9 @@ def keys_fetch_command(
 ) -> None:
     """Fetch the checkpoint's public key set (GET /v1/keys) and pin it in a file.
 
-    The gate trusts only the pinned file. Compare the key ids printed with what the
-    checkpoint's operator sees in `airlock keys list`, or pass them with --expect.
+    The gate trusts only the pinned file.
+
+    Compare the key ids printed with `airlock keys list` at the checkpoint, or use --expect.
     """
     from airlock.apiclient import ApiError, checkpoint_http, exchange
     from airlock.protocol import KeySet, KeySetError, KeyStatus, canonical_bytes
