@@ -43,8 +43,7 @@ def feed(
 
     An executor token reads cloud approvals and names no ``audience``; an agent token
     names the gate's ``audience`` and reads the tool-call approvals for it that it
-    submitted. Anything else is refused (403 ``E_FORBIDDEN``; 422 ``E_INVALID`` for an
-    executor naming an audience).
+    submitted. Anything else is refused (403 ``E_FORBIDDEN``).
     """
     _tx.require(principal, {"executor", "agent"}, "read the feed")
     gate = principal.role == "agent"
@@ -52,8 +51,8 @@ def feed(
         raise Refusal(
             ErrorCode.E_FORBIDDEN, "an agent token reads a gate's feed: name its audience", 403
         )
-    if not gate and audience is not None:
-        raise Refusal(ErrorCode.E_INVALID, "the executor's feed names no audience", 422)
+    if not gate and audience is not None:  # a gate's feed is its agent token's alone
+        raise Refusal(ErrorCode.E_FORBIDDEN, "an executor token reads no gate's feed", 403)
     which = (
         sa.and_(
             proposals.c.action_type == TOOL_CALL,

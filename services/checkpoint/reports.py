@@ -510,7 +510,7 @@ def _verified_receipt(
         try:
             verified, audience = verify_gate_receipt(cp.gate_keys, receipt, now)
         except ValueError as exc:
-            raise Refusal(ErrorCode.E_RECEIPT, f"gate receipt: {exc}", 422) from None
+            raise Refusal(ErrorCode.E_RECEIPT, str(exc), 422) from None
         return verified, audience
     # Fail closed: without the executor's receipt key set nothing can be verified, and
     # an unverified receipt would let any executor-token holder close a proposal (and

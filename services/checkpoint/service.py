@@ -356,7 +356,8 @@ class Checkpoint:
             if reason_code not in allowed:
                 raise Refusal(
                     ErrorCode.E_INVALID,
-                    f"reason_code {reason_code!r} is not one of {', '.join(allowed)}",
+                    # The code is not echoed: what was sent is the caller's to know.
+                    "reason_code must be one of " + ", ".join(repr(r) for r in allowed),
                     422,
                 )
             _tx.check_pending(row, now)

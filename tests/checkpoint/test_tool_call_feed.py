@@ -78,7 +78,7 @@ def test_gate_feed_carries_the_revocation(world: World) -> None:
     ("who", "params", "status", "error"),
     [
         ("agent", {}, 403, "E_FORBIDDEN"),
-        ("executor", {"audience": GATE}, 422, "E_INVALID"),
+        ("executor", {"audience": GATE}, 403, "E_FORBIDDEN"),
         ("alice", {"audience": GATE}, 403, "E_FORBIDDEN"),
         ("agent", {"audience": "bad audience"}, 422, "E_INVALID"),
     ],
