@@ -150,3 +150,13 @@ def test_cloud_action_page_has_no_tool_reason_field(site: Site) -> None:
     site.sign_in()
     site.fake.add(action_value())
     assert 'id="tool_reason"' not in site.client.get("/proposals/prop_fake000001").text
+
+
+def test_a_tool_call_run_by_its_gate_shows_the_gates_receipt(site: Site) -> None:
+    site.sign_in()
+    record = add_tool_call(site)
+    site.fake.executed(PID, verified=False, detail="refund returned")
+    html = site.client.get(f"/proposals/{PID}").text
+    assert "signature valid" in html
+    assert "refund returned" in html
+    assert record["audience"] in html
