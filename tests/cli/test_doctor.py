@@ -146,9 +146,9 @@ def test_doctor_in_the_directory_of_airlock_up_needs_only_airlock_env_dev(
     """`airlock up` tells people that admin commands on its state, doctor among them, need
     only AIRLOCK_ENV=dev in its directory; the doctor failed there on the receipt key set,
     which `up` passes the checkpoint explicitly. In dev it is found where `up` writes it."""
-    from airlock.cli._up import _Stack
+    from airlock.cli._stack import Stack
 
-    stack = _Stack(tmp_path / ".airlock", {"webapp": 1, "checkpoint": 2, "devcloud": 3}, 4, 5)
+    stack = Stack(tmp_path / ".airlock", {"webapp": 1, "checkpoint": 2, "devcloud": 3}, 4, 5)
     stack.prepare(lambda _line: None)
     # The checkpoint `up` starts signs with the keys `up` generated in .airlock/keys.
     monkeypatch.setattr(served.world.checkpoint, "keys", KeyRing(KeyDirectory(stack.home / "keys")))

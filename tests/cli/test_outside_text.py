@@ -299,12 +299,12 @@ def test_a_cloud_error_in_an_outcome_cannot_send_terminal_controls(
 
 
 def test_a_service_log_cannot_send_terminal_controls_through_up(tmp_path: Path) -> None:
-    from airlock.cli._up import _Service, _Stack
+    from airlock.cli._stack import Service, Stack
 
     log = tmp_path / "executor.log"
     log.write_text(f"write failed: {HOSTILE}\nnext line\n")
-    stack = _Stack(tmp_path, {"webapp": 1, "checkpoint": 2, "devcloud": 3}, 1, 1)
-    tail = stack.tail(_Service("executor", [], {}, lambda: True, log))
+    stack = Stack(tmp_path, {"webapp": 1, "checkpoint": 2, "devcloud": 3}, 1, 1)
+    tail = stack.tail(Service("executor", [], {}, lambda: True, log))
     assert _raw(tail) == []
     assert tail.splitlines()[0].startswith("    write failed: \\u009b2J")
 
