@@ -483,7 +483,7 @@ def _describe(obs: Observation) -> dict[str, object]:
     }
 
 
-def _saving(obs: Observation, *, saves_compute: bool) -> dict[str, Any]:
+def _saving(obs: Observation, *, saves_compute: bool) -> dict[str, object]:
     """``evidence.saving`` from the price the scan read; {} when there is none to sign."""
     price = obs.price
     # A price the protocol would refuse (unknown currency, beyond 10^12 millionths) is no
