@@ -427,7 +427,7 @@ class OutboxReporter:
         self._backoff.reset()
         # This pass read the whole queue: a receipt backing off that is no longer in it was
         # delivered by another executor sharing the ledger. Forget it, or its past due
-        # time would make every later turn flush at once (seen in review).
+        # time would make every later turn flush at once.
         for key in [key for key in self._retry if key not in seen]:
             del self._retry[key]
         self._next = min([self._mono() + self._sweep_every, *(r.due for r in self._retry.values())])
