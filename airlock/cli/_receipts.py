@@ -228,49 +228,29 @@ def _history_lines(history: ReceiptHistory) -> list[str]:
     return lines + [line for _, _, line in sorted(events)]
 
 
-def _approval_unknown_lines(histories: list[ReceiptHistory]) -> list[str]:
-    """What a 404 means, said once under the receipts that got one, and what can help
-    (services/executor/outbox.py APPROVAL_UNKNOWN; the checkpoint's receipt routes)."""
-    lines = [
-        "A 404 means the checkpoint verified the receipt and has no such approval; it answers",
-        "that receipt so every time it is sent. Either:",
-        "  - AIRLOCK_EXECUTOR_CHECKPOINT_URL names another checkpoint than the one that issued",
-        "    the approval (any that trusts this executor's receipt key and signs for its audience,",
-        "    AIRLOCK_EXECUTOR_AUDIENCE, answers 404 for an approval it did not issue): point the",
-        "    executor at the one that issued it, restart it, then resend;",
-        "  - or the checkpoint was restored from a backup taken before the approval was issued:",
-        "    it will never know that approval, and sending its receipts again cannot change it.",
-    ]
-    if any(h.kind == "refusal" for h in histories):
-        lines.append(
-            "  (A refusal receipt also gets 404 from a checkpoint older than POST /v1/refusals: "
-            "upgrade it, then resend.)"
-        )
-    return [
-        *lines,
-        "Such a receipt stays in this ledger, the source of truth: `airlock executor",
-        "receipts list APPROVAL_ID` shows it, and `airlock audit reconcile` counts the",
-        "approval among those finished here and not recorded at the checkpoint.",
-    ]
+#: Where ``receipts list`` sends a person for what a 404 or a 409 means and what helps.
+_RECEIPTS_DOC = "docs/operations.md#receipts-and-their-delivery"
+_IN_DOUBT_DOC = "docs/operations.md#resolving-an-in_doubt"
 
 
-def _resolution_contested_lines(histories: list[ReceiptHistory]) -> list[str]:
-    """What a 409 for a resolution means, said once under the receipts that got one
-    (services/executor/outbox.py resolution_contested)."""
-    lines = [
-        "A 409 for a resolution means the checkpoint holds another decision for that in_doubt:",
-        "a person resolved it there (airlock approvals resolve, or the web app) before this",
-        "ledger's resolution arrived, and the two records disagree on what happened (or, for",
-        "E_STATE, a checkpoint older than E_RESOLUTION_CONFLICT did not say which). This",
-        "ledger is the record of what this executor did and keeps its resolution; the",
-        "checkpoint keeps its own state. Sending the receipt again gets the same answer. Check",
-        "the resource in the cloud (its state, the provider's record of the call), compare the",
-        "proposal at the checkpoint (`airlock approvals show PROPOSAL_ID`; `airlock audit trace",
-        f"APPROVAL_ID` finds it) with this ledger's receipt ({len(histories)} listed above), and",
-        "tell whoever recorded the wrong decision; `airlock audit reconcile` reports each as",
-        "R_RESOLUTION_CONFLICT.",
-    ]
-    return lines
+def _approval_unknown_line(histories: list[ReceiptHistory]) -> str:
+    """One line under the receipts rejected 404 (services/executor/outbox.py
+    APPROVAL_UNKNOWN): what it means, and where the remedy is."""
+    return (
+        f"note E_NOT_FOUND: the checkpoint has no such approval for {len(histories)} "
+        "receipt(s) above (404): another checkpoint than the issuer, or one restored from "
+        f"before the approval; the ledger keeps them. See {_RECEIPTS_DOC}"
+    )
+
+
+def _resolution_contested_line(histories: list[ReceiptHistory]) -> str:
+    """One line under the resolutions answered 409 (services/executor/outbox.py
+    resolution_contested): what it means, and where the remedy is."""
+    return (
+        f"note R_RESOLUTION_CONFLICT: the checkpoint holds another decision for "
+        f"{len(histories)} in_doubt(s) above (409): a person resolved it there; check the "
+        f"resource in the cloud. See {_IN_DOUBT_DOC}"
+    )
 
 
 @executor_receipts_app.command("list")
@@ -312,12 +292,10 @@ def receipts_list_command(
             say(line)
     unknown = [h for h in histories if h.approval_unknown]
     if unknown:
-        for line in _approval_unknown_lines(unknown):
-            typer.echo(line)
+        typer.echo(_approval_unknown_line(unknown))
     contested = [h for h in histories if h.resolution_contested]
     if contested:
-        for line in _resolution_contested_lines(contested):
-            say(line)
+        typer.echo(_resolution_contested_line(contested))
     if not ids and not histories:
         typer.echo("every receipt was delivered")
     for approval_id, why in missing.items():
