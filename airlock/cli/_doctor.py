@@ -56,7 +56,14 @@ if TYPE_CHECKING:
         WebappSettings,
     )
 
-__all__ = ["approval_trust", "clock_check", "doctor_command", "receipt_trust"]
+__all__ = [
+    "Report",
+    "approval_trust",
+    "checkpoint_check",
+    "clock_check",
+    "doctor_command",
+    "receipt_trust",
+]
 
 
 class Service(enum.StrEnum):
@@ -87,7 +94,9 @@ class Check:
     detail: str
 
 
-class _Report:
+class Report:
+    """The checks so far, each printed as it is added (``ok``, ``warn`` or ``fail``)."""
+
     def __init__(self) -> None:
         self.checks: list[Check] = []
 
@@ -141,7 +150,7 @@ class _Loaded:
     devcloud: DevcloudSettings | None = None
 
 
-def _load_settings(report: _Report, expected: set[Service]) -> _Loaded:
+def _load_settings(report: Report, expected: set[Service]) -> _Loaded:
     env = os.environ.get("AIRLOCK_ENV", "")
     if env == "dev":
         report.add(
@@ -180,7 +189,7 @@ def _mode(path: Path) -> int:
     return stat.S_IMODE(path.lstat().st_mode)
 
 
-def _private_file(report: _Report, name: str, path: Path, missing_hint: str) -> None:
+def _private_file(report: Report, name: str, path: Path, missing_hint: str) -> None:
     try:
         info = path.lstat()
     except FileNotFoundError:
@@ -198,7 +207,7 @@ def _private_file(report: _Report, name: str, path: Path, missing_hint: str) -> 
         report.add("ok", name, f"{path} is 0600")
 
 
-def _checkpoint_keys(report: _Report, keys_dir: Path) -> None:
+def _checkpoint_keys(report: Report, keys_dir: Path) -> None:
     from airlock.protocol import Error as ProtocolError
     from airlock.protocol import loads_strict
 
@@ -267,7 +276,7 @@ def _checkpoint_keys(report: _Report, keys_dir: Path) -> None:
 
 
 def _trusted_keys(
-    report: _Report,
+    report: Report,
     path: Path,
     name: str = "keys.trusted",
     made_by: str = "airlock keys export-public",
@@ -297,7 +306,7 @@ def _trusted_keys(
     return keyset
 
 
-def _receipt_keys(report: _Report, settings: CheckpointSettings) -> KeySet | None:
+def _receipt_keys(report: Report, settings: CheckpointSettings) -> KeySet | None:
     """The executor receipt keys the checkpoint verifies every outcome against."""
     path = settings.receipt_keys_path
     if path is None:
@@ -318,7 +327,7 @@ def _receipt_keys(report: _Report, settings: CheckpointSettings) -> KeySet | Non
     return _trusted_keys(report, path, "keys.receipts", made_by)
 
 
-def _production_tags(report: _Report, agent: AgentSettings, executor: ExecutorSettings) -> None:
+def _production_tags(report: Report, agent: AgentSettings, executor: ExecutorSettings) -> None:
     """The agent never proposes what it reads as production, and the executor refuses a
     write to what it reads as production: the two must read tags alike."""
 
@@ -346,7 +355,7 @@ def _production_tags(report: _Report, agent: AgentSettings, executor: ExecutorSe
 # approval (or receipt) at its other side, once people have approved it.
 
 
-def _receipt_key_id(report: _Report, path: Path) -> str | None:
+def _receipt_key_id(report: Report, path: Path) -> str | None:
     """The key id of the executor's receipt key: the public half, derived here. Never the
     key itself, nor a loader's message about its bytes, goes to the output."""
     from cryptography.exceptions import UnsupportedAlgorithm
@@ -373,7 +382,7 @@ def _receipt_key_id(report: _Report, path: Path) -> str | None:
 
 
 def _receipt_trust(
-    report: _Report, receipt_keys: KeySet, path: Path, executor: ExecutorSettings
+    report: Report, receipt_keys: KeySet, path: Path, executor: ExecutorSettings
 ) -> None:
     kid = _receipt_key_id(report, executor.receipt_key_path)
     if kid is not None:
@@ -381,7 +390,7 @@ def _receipt_trust(
         report.add(status, "trust.receipts", detail)
 
 
-def _audience(report: _Report, checkpoint: CheckpointSettings, executor: ExecutorSettings) -> None:
+def _audience(report: Report, checkpoint: CheckpointSettings, executor: ExecutorSettings) -> None:
     """The checkpoint writes its audience into every statement.
 
     The executor refuses any other (docs/protocol.md#executor-checks, step 6).
@@ -398,7 +407,7 @@ def _audience(report: _Report, checkpoint: CheckpointSettings, executor: Executo
     )
 
 
-def _account_binding(report: _Report, agent: AgentSettings, executor: ExecutorSettings) -> None:
+def _account_binding(report: Report, agent: AgentSettings, executor: ExecutorSettings) -> None:
     """The statement's account and region are the action's, which the agent writes; the
     executor refuses any other than its binding (docs/protocol.md#executor-checks, step 7). The
     checkpoint has no binding of its own to compare."""
@@ -427,7 +436,7 @@ def _account_binding(report: _Report, agent: AgentSettings, executor: ExecutorSe
     )
 
 
-def _session_file(report: _Report) -> None:
+def _session_file(report: Report) -> None:
     from ._session import SessionError, read_session, session_path
 
     path = session_path()
@@ -445,7 +454,7 @@ def _session_file(report: _Report) -> None:
 # -- databases -------------------------------------------------------------------------
 
 
-def _database(report: _Report, name: str, url: str) -> None:
+def _database(report: Report, name: str, url: str) -> None:
     import sqlalchemy as sa
     from sqlalchemy.engine import make_url
 
@@ -532,8 +541,8 @@ def _checkpoint_url(option: str | None, loaded: _Loaded) -> tuple[str | None, Pa
     return next(((url, ca) for url, ca in candidates if url), (None, None))
 
 
-def _checkpoint(
-    report: _Report,
+def checkpoint_check(
+    report: Report,
     url: str | None,
     skew: int,
     now: Callable[[], float],
@@ -541,8 +550,13 @@ def _checkpoint(
     *,
     trusted: tuple[Path, KeySet] | None = None,
 ) -> None:
-    """``trusted``: the executor's trusted key file and its key set, when this host has
-    one that parses, to compare with the key set the checkpoint publishes."""
+    """Check the checkpoint at ``url`` into ``report``: ``/healthz``, ``/readyz``, the clock
+    against its ``Date`` within ``skew`` seconds of ``now()``, over ``ca_file`` if given.
+
+    ``trusted``: the executor's trusted key file and its key set, when this host has one
+    that parses, to compare with the key set the checkpoint publishes. Raises nothing: a
+    failure is a ``fail`` line in ``report``.
+    """
     from airlock.tls import CAFileError, checkpoint_verify
 
     from ._session import SessionError, check_url
@@ -588,7 +602,7 @@ def _checkpoint(
 
 
 def _approval_trust(
-    report: _Report, client: CheckpointClient, base: str, trusted: tuple[Path, KeySet], now: int
+    report: Report, client: CheckpointClient, base: str, trusted: tuple[Path, KeySet], now: int
 ) -> None:
     path, keyset = trusted
     from airlock.protocol import Error as ProtocolError
@@ -647,7 +661,7 @@ def doctor_command(
 
     Example: airlock doctor --service checkpoint --service executor
     """
-    report = _Report()
+    report = Report()
     loaded = _load_settings(report, set(service or ()))
     receipt_keys = trusted = None
     if loaded.checkpoint is not None:
@@ -677,7 +691,7 @@ def doctor_command(
     executor_trust = None
     if loaded.executor is not None and trusted is not None:
         executor_trust = (loaded.executor.trusted_keys_path, trusted)
-    _checkpoint(report, checkpoint_url, skew, time.time, ca_file, trusted=executor_trust)
+    checkpoint_check(report, checkpoint_url, skew, time.time, ca_file, trusted=executor_trust)
     typer.echo(f"{report.failed} failed, {report.warned} warnings, {len(report.checks)} checks")
     if report.failed:
         raise typer.Exit(1)

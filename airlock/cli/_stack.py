@@ -151,6 +151,8 @@ def private_home(home: Path) -> str | None:
 
 @dataclass
 class Service:
+    """One service process ``up`` runs: its command, environment, readiness and log."""
+
     name: str
     args: list[str]
     env: dict[str, str]
@@ -279,6 +281,9 @@ def _http_ok(url: str) -> Callable[[], bool]:
 
 
 class Stack:
+    """The five services of one state directory: its first-run state, each service's
+    environment, and their processes (started in order, stopped in reverse)."""
+
     def __init__(
         self,
         home: Path,
