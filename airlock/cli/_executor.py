@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from airlock.settings import ExecutorSettings
     from services.executor import Executor, Outcome
 
-__all__ = ["executor_app"]
+__all__ = ["executor_app", "show_outcome"]
 
 executor_app = Typer(
     name="executor",
@@ -124,7 +124,8 @@ def _build(settings: ExecutorSettings) -> Executor:
     )
 
 
-def _show(outcome: Outcome) -> None:
+def show_outcome(outcome: Outcome) -> None:
+    """Print one outcome as one line: approval id, state or refusal code, detail (escaped)."""
     state = "refused" if outcome.state is None else outcome.state.value
     code = "" if outcome.refusal_code is None else f" {outcome.refusal_code.value}"
     # The detail can quote the cloud provider's answer (a failed write, a re-read).
@@ -256,7 +257,7 @@ def _serve(settings: ExecutorSettings, executor: Executor, *, once: bool) -> Non
     try:
         if once:
             for outcome in run(executor, source, once=True):
-                _show(outcome)
+                show_outcome(outcome)
             if reporter is not None:
                 if ledger_checked(source):
                     reporter.flush()
@@ -371,7 +372,7 @@ def run_bundle_command(
         except (OSError, LedgerHeld) as exc:
             raise _fail(str(exc)) from None
         for outcome in outcomes:
-            _show(outcome)
+            show_outcome(outcome)
             if outcome.receipt is not None:
                 from airlock.protocol import canonical_bytes
 

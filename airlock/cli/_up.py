@@ -57,7 +57,7 @@ import typer
 
 from ._stack import STATE_MARKERS, Interrupted, Stack, UpError, port_free, private_home
 
-__all__ = ["up_command"]
+__all__ = ["admin_hint", "cli_hint", "state_home", "up_command"]
 
 DEFAULT_HOME = Path(".airlock")
 #: What stops `up`, at any point: Ctrl-C, a service manager, a closed terminal.
@@ -163,7 +163,7 @@ def cli_hint(environ: Mapping[str, str], prefix: Path = Path(sys.prefix)) -> str
     return f"put {shlex.quote(str(own.parent))} on PATH, then "
 
 
-def _admin_hint(home: Path) -> str:
+def admin_hint(home: Path) -> str:
     """Where admin commands find this state: the dev defaults are relative ``.airlock/…``."""
     head = (
         "Admin commands on this state (users, keys, tokens, doctor, executor resolve) need "
@@ -404,7 +404,7 @@ def _run(stack: Stack, ready_timeout: float, webapp_port: int) -> None:
         "it out and the page shows the outcome with its signed receipt. A delete needs\n"
         f"alice and bob. From another terminal: {cli_hint(os.environ)}airlock login --url "
         f"{stack.checkpoint_url}, then airlock approvals list.\n"
-        f"{_admin_hint(stack.home)} Ctrl-C stops everything."
+        f"{admin_hint(stack.home)} Ctrl-C stops everything."
     )
     while not stack.stopping.wait(0.5):
         # keys stage|rotate|revoke on this state: the executor must be given the key set.

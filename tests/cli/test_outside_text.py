@@ -289,10 +289,10 @@ def test_cloud_and_checkpoint_text_in_the_agents_table_is_escaped() -> None:
 def test_a_cloud_error_in_an_outcome_cannot_send_terminal_controls(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from airlock.cli._executor import _show
+    from airlock.cli._executor import show_outcome
     from services.executor import Outcome, State
 
-    _show(Outcome("apv_show00000001", State.FAILED, detail="InvalidParameter: " + HOSTILE))
+    show_outcome(Outcome("apv_show00000001", State.FAILED, detail="InvalidParameter: " + HOSTILE))
     out = capsys.readouterr().out
     assert _raw(out) == []
     assert "apv_show00000001 failed InvalidParameter: \\u009b2J" in out

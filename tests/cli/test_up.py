@@ -399,12 +399,12 @@ def test_up_tells_where_admin_commands_find_its_state(
 ) -> None:
     """The dev defaults name .airlock/ relative to where a command runs, so `up` names
     that directory, or says the paths must be set when the state is not called .airlock."""
-    from airlock.cli._up import _admin_hint
+    from airlock.cli._up import admin_hint
 
     monkeypatch.chdir(tmp_path)
-    assert _admin_hint(tmp_path / ".airlock").endswith("AIRLOCK_ENV=dev in\nthis directory.")
-    assert _admin_hint(tmp_path / "x" / ".airlock").endswith(f"in\n{tmp_path / 'x'}.")
-    elsewhere = _admin_hint(tmp_path / "demo-state")
+    assert admin_hint(tmp_path / ".airlock").endswith("AIRLOCK_ENV=dev in\nthis directory.")
+    assert admin_hint(tmp_path / "x" / ".airlock").endswith(f"in\n{tmp_path / 'x'}.")
+    elsewhere = admin_hint(tmp_path / "demo-state")
     assert "AIRLOCK_CHECKPOINT_* / AIRLOCK_EXECUTOR_* paths" in elsewhere
     assert str(tmp_path / "demo-state") in elsewhere
 
