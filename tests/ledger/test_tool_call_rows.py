@@ -57,6 +57,7 @@ def _claimed(tool: str = "refund", **statement: Any) -> tuple[dict[str, Any], st
         "verified": False,
         "detail": "",
         "receipt": None,
+        "effect_key": verified.statement.effect_key,
     }
     return row, st.approval_id
 
