@@ -284,8 +284,10 @@ class Gate:
         proposal = self._await_decision(spec, proposal)
         try:
             return self._run_approved(spec, call, proposal)
-        finally:
-            self._deliver_quietly()
+        except BaseException:
+            if proposal.approval is not None:  # a refusal's receipt, if it has one
+                self._deliver_quietly(proposal.approval.approval_id)
+            raise
 
     def _proposal(self, spec: Guard, call: BoundCall) -> Proposal:
         pid = proposal_id_of(self.config.audience, call.effect_key)
@@ -541,7 +543,7 @@ class Gate:
     def _after_return(self, spec: Guard, work: Work) -> None:
         self._fp.hit("after_call")
         self._finish_quietly(work, State.EXECUTING, State.SUCCEEDED, detail=f"{spec.tool} returned")
-        self._deliver_quietly()
+        self._deliver_quietly(work.approval_id)
 
     def _after_raise(self, spec: Guard, work: Work, exc: BaseException) -> None:
         self._fp.hit("after_call")
@@ -551,7 +553,7 @@ class Gate:
             # It raised: the function says it did not do it. Without a lookup, its word.
             state, detail = State.FAILED, f"the call raised {raised}"
         self._finish_quietly(work, State.EXECUTING, state, verified=verified, detail=detail)
-        self._deliver_quietly()
+        self._deliver_quietly(work.approval_id)
 
     def _ask(self, spec: Guard | None, effect_key: str, why: str) -> tuple[State, bool, str]:
         """Did the effect happen? ``lookup`` says; without one, or if it fails, in_doubt."""
@@ -644,17 +646,23 @@ class Gate:
 
         A receipt the checkpoint refuses for good (a 4xx) is recorded ``rejected`` and
         leaves the outbox; one it cannot take now (no answer, 408, 425, 429, 5xx) stays.
+        At least once: two processes may both send a receipt the outbox holds; the
+        checkpoint takes the same receipt again as it took it first.
 
         Raises:
             Unavailable: the checkpoint did not answer (what was delivered stays so).
         """
+        return self._deliver()
+
+    def _deliver(self, approval_id: str | None = None) -> int:
+        query = sa.select(ledger.outbox).order_by(ledger.outbox.c.queued_at).limit(500)
+        if approval_id is not None:
+            query = query.where(ledger.outbox.c.approval_id == approval_id)
         with self._engine.connect() as conn:
-            queued = conn.execute(
-                sa.select(ledger.outbox).order_by(ledger.outbox.c.queued_at).limit(500)
-            ).all()
+            queued = conn.execute(query).all()
         delivered = 0
-        for kind, approval_id, _queued_at, attempt in queued:
-            text = self._stored_receipt(kind, approval_id)
+        for kind, queued_id, _queued_at, attempt in queued:
+            text = self._stored_receipt(kind, queued_id)
             if text is None:
                 continue
             answer = self._client.report(kind, text)
@@ -668,14 +676,14 @@ class Gate:
                 _log.warning(
                     "the checkpoint refused the %s receipt of %s: %s",
                     kind,
-                    approval_id,
+                    queued_id,
                     answer.error_code(),
                 )
             with self._engine.begin() as conn:
                 conn.execute(
                     ledger.insert_ignore(conn, ledger.deliveries).values(
                         kind=kind,
-                        approval_id=approval_id,
+                        approval_id=queued_id,
                         status=status,
                         http_status=answer.status,
                         error_code=None if answer.ok else answer.error_code(),
@@ -687,7 +695,7 @@ class Gate:
                 conn.execute(
                     sa.delete(ledger.outbox).where(
                         ledger.outbox.c.kind == kind,
-                        ledger.outbox.c.approval_id == approval_id,
+                        ledger.outbox.c.approval_id == queued_id,
                         ledger.outbox.c.attempt == attempt,
                     )
                 )
@@ -712,11 +720,11 @@ class Gate:
             ).scalar()
             return None if found is None else str(found)
 
-    def _deliver_quietly(self) -> None:
+    def _deliver_quietly(self, approval_id: str | None = None) -> None:
         # After the commit, best effort: the outbox keeps what is not delivered, and
-        # deliver() or recover() sends it again.
+        # deliver() or recover() sends it again. A call sends its own receipts only.
         try:
-            self.deliver()
+            self._deliver(approval_id)
         except Error as exc:
             _log.warning("receipts left in the outbox: %s", exc)
 
