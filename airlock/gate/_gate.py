@@ -35,20 +35,18 @@ import ssl
 import time
 from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
-from typing import Any, Final, Literal, NamedTuple, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 import httpx
-import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from airlock import ledger, store
 from airlock.api import Proposal
 from airlock.apiclient import checkpoint_http
 from airlock.events import ExecutorEvent
-from airlock.ledger import Fenced, LedgerRow, State
+from airlock.ledger import Fenced, State
 from airlock.protocol import (
     KeySet,
-    Resolution,
     ToolBinding,
     ToolCall,
     VerifiedToolCall,
@@ -64,13 +62,14 @@ from ._call import BoundCall, Guard, Named, Risk, proposal_id_of, same_json
 from ._checkpoint import CheckpointClient, Submitted
 from ._config import GateConfig
 from ._failpoints import Failpoints
+from ._operator import Operator, Settled, Status
+from ._outbox import Outbox
 from ._receipts import ReceiptSigner
-from ._record import Recorder, Work, clip, envelope_text
+from ._record import Recorder, Work, ask, clip
 from .errors import (
     Change,
     ConfigError,
     EffectKeyConflict,
-    Error,
     GateCode,
     InDoubt,
     Pending,
@@ -96,26 +95,8 @@ _CLOSED: Final = {
     "revoked": protocol_errors.RefusalCode.E_REVOKED.value,
     "lapsed": protocol_errors.RefusalCode.E_EXPIRED.value,
 }
-#: Answers to a receipt that say "not now" rather than "never".
-_NOT_NOW: Final = frozenset({408, 425, 429})
 #: The longest wait between two reads of an undecided proposal.
 _POLL_MAX_S: Final = 2.0
-
-
-class Settled(NamedTuple):
-    """What :meth:`Gate.recover` did with one interrupted call."""
-
-    approval_id: str
-    effect_key: str | None
-    state: str
-    code: str | None
-
-
-class Status(NamedTuple):
-    """:meth:`Gate.status`: ledger rows per state, and receipts not yet delivered."""
-
-    states: Mapping[str, int]
-    undelivered: int
 
 
 class Gate:
@@ -159,6 +140,18 @@ class Gate:
         self._fp = Failpoints.from_env(os.environ)
         self._guards: dict[str, Guard] = {}
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self._outbox = Outbox(self._engine, self._client, self._clock)
+        self._operator = Operator(
+            engine=self._engine,
+            recorder=self._rec,
+            keys=self._keys,
+            binding=self._binding,
+            guards=self._guards,
+            clock=self._clock,
+            worker_id=self.worker_id,
+            lease_seconds=config.lease_seconds,
+            outbox=self._outbox,
+        )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Gate:
@@ -286,7 +279,7 @@ class Gate:
             return self._run_approved(spec, call, proposal)
         except BaseException:
             if proposal.approval is not None:  # a refusal's receipt, if it has one
-                self._deliver_quietly(proposal.approval.approval_id)
+                self._outbox.deliver_quietly(proposal.approval.approval_id)
             raise
 
     def _proposal(self, spec: Guard, call: BoundCall) -> Proposal:
@@ -543,31 +536,17 @@ class Gate:
     def _after_return(self, spec: Guard, work: Work) -> None:
         self._fp.hit("after_call")
         self._finish_quietly(work, State.EXECUTING, State.SUCCEEDED, detail=f"{spec.tool} returned")
-        self._deliver_quietly(work.approval_id)
+        self._outbox.deliver_quietly(work.approval_id)
 
     def _after_raise(self, spec: Guard, work: Work, exc: BaseException) -> None:
         self._fp.hit("after_call")
         raised = type(exc).__name__
-        state, verified, detail = self._ask(spec, work.effect_key, f"the call raised {raised}")
+        state, verified, detail = ask(spec.lookup, work.effect_key, f"the call raised {raised}")
         if spec.lookup is None and isinstance(exc, Exception):
             # It raised: the function says it did not do it. Without a lookup, its word.
             state, detail = State.FAILED, f"the call raised {raised}"
         self._finish_quietly(work, State.EXECUTING, state, verified=verified, detail=detail)
-        self._deliver_quietly(work.approval_id)
-
-    def _ask(self, spec: Guard | None, effect_key: str, why: str) -> tuple[State, bool, str]:
-        """Did the effect happen? ``lookup`` says; without one, or if it fails, in_doubt."""
-        if spec is None or spec.lookup is None:
-            return State.IN_DOUBT, False, f"{why}; no lookup to ask: a person resolves it"
-        try:
-            happened: object = spec.lookup(effect_key)
-        except Exception as exc:
-            return State.IN_DOUBT, False, f"{why}; the lookup raised {type(exc).__name__}"
-        if happened is True:
-            return State.SUCCEEDED, True, f"{why}; the lookup found the effect"
-        if happened is False:
-            return State.FAILED, True, f"{why}; the lookup found no effect"
-        return State.IN_DOUBT, False, f"{why}; the lookup answered {type(happened).__name__}"
+        self._outbox.deliver_quietly(work.approval_id)
 
     def _finish_quietly(
         self,
@@ -640,6 +619,7 @@ class Gate:
         return Refused(code, detail, proposal_id)
 
     # -- receipts -----------------------------------------------------------------------
+    # -- operators (docs/gate.md#recovery) -----------------------------------------------
 
     def deliver(self) -> int:
         """Send every undelivered receipt to the checkpoint; return how many it took.
@@ -652,187 +632,22 @@ class Gate:
         Raises:
             Unavailable: the checkpoint did not answer (what was delivered stays so).
         """
-        return self._deliver()
-
-    def _deliver(self, approval_id: str | None = None) -> int:
-        query = sa.select(ledger.outbox).order_by(ledger.outbox.c.queued_at).limit(500)
-        if approval_id is not None:
-            query = query.where(ledger.outbox.c.approval_id == approval_id)
-        with self._engine.connect() as conn:
-            queued = conn.execute(query).all()
-        delivered = 0
-        for kind, queued_id, _queued_at, attempt in queued:
-            text = self._stored_receipt(kind, queued_id)
-            if text is None:
-                continue
-            answer = self._client.report(kind, text)
-            if answer.ok:
-                status = "delivered"
-                delivered += 1
-            elif answer.status in _NOT_NOW or answer.status >= 500:
-                continue
-            else:
-                status = "rejected"
-                _log.warning(
-                    "the checkpoint refused the %s receipt of %s: %s",
-                    kind,
-                    queued_id,
-                    answer.error_code(),
-                )
-            with self._engine.begin() as conn:
-                conn.execute(
-                    ledger.insert_ignore(conn, ledger.deliveries).values(
-                        kind=kind,
-                        approval_id=queued_id,
-                        status=status,
-                        http_status=answer.status,
-                        error_code=None if answer.ok else answer.error_code(),
-                        detail="",
-                        at=self._clock(),
-                        attempt=attempt,
-                    )
-                )
-                conn.execute(
-                    sa.delete(ledger.outbox).where(
-                        ledger.outbox.c.kind == kind,
-                        ledger.outbox.c.approval_id == queued_id,
-                        ledger.outbox.c.attempt == attempt,
-                    )
-                )
-        return delivered
-
-    def _stored_receipt(self, kind: str, approval_id: str) -> str | None:
-        with self._engine.connect() as conn:
-            if kind == "outcome":
-                row = ledger.get(conn, approval_id)
-                return None if row is None else row.receipt
-            if kind == "resolution":
-                found = conn.execute(
-                    sa.select(ledger.resolutions.c.receipt).where(
-                        ledger.resolutions.c.approval_id == approval_id
-                    )
-                ).scalar()
-                return None if found is None else str(found)
-            found = conn.execute(
-                sa.select(ledger.refusals.c.receipt).where(
-                    ledger.refusals.c.id == ledger.reportable_refusal(sa.literal(approval_id))
-                )
-            ).scalar()
-            return None if found is None else str(found)
-
-    def _deliver_quietly(self, approval_id: str | None = None) -> None:
-        # After the commit, best effort: the outbox keeps what is not delivered, and
-        # deliver() or recover() sends it again. A call sends its own receipts only.
-        try:
-            self._deliver(approval_id)
-        except Error as exc:
-            _log.warning("receipts left in the outbox: %s", exc)
-
-    # -- operators ----------------------------------------------------------------------
+        return self._outbox.deliver()
 
     def status(self) -> Status:
         """Ledger rows per state, and how many receipts are not delivered yet."""
-        with self._engine.connect() as conn:
-            counted = conn.execute(
-                sa.select(ledger.ledger.c.state, sa.func.count()).group_by(ledger.ledger.c.state)
-            ).all()
-            undelivered = conn.execute(sa.select(sa.func.count()).select_from(ledger.outbox))
-            count = int(undelivered.scalar() or 0)
-        return Status({str(k): int(v) for k, v in counted}, count)
+        return self._operator.status()
 
     def recover(self, limit: int = 100) -> list[Settled]:
         """Settle calls whose process stopped (expired leases), verify-first; never call.
 
         ``claimed`` (nothing was called) → ``refused``: ``E_INTERRUPTED``, or the code
         the stored bundle is refused with today. ``executing`` (the call may have
-        happened) → the guard's ``lookup`` decides ``succeeded`` or ``failed``; without a
-        lookup (no guard of that tool registered on this gate, or none given), or when it
-        fails, ``in_doubt``. Then undelivered receipts are sent.
+        happened) → the ``lookup`` of the guard registered for its tool on this gate
+        decides ``succeeded`` or ``failed``; without one, or when it fails, ``in_doubt``.
+        Then undelivered receipts are sent.
         """
-        now = self._clock()
-        with self._engine.connect() as conn:
-            rows = ledger.expired(conn, now, limit)
-        settled: list[Settled] = []
-        for row in rows:
-            if row.resource_type != ledger.TOOL_CALL_RESOURCE_TYPE:
-                continue  # a cloud action's row is the executor's, sharing this database
-            work = self._take_over(row)
-            if work is None:
-                continue
-            refusal = self._reverify(row)
-            if row.state is State.CLAIMED:
-                code = GateCode.E_INTERRUPTED.value if refusal is None else refusal.code.value
-                detail = (
-                    "the process stopped before the call; nothing was called"
-                    if refusal is None
-                    else f"re-verified: {refusal.detail}"
-                )
-                to_state, verified = State.REFUSED, False
-            else:
-                why = "recovered: the process stopped during the call"
-                if refusal is not None:
-                    why += f" (the bundle no longer verifies: {refusal.code.value})"
-                to_state, verified, detail = self._ask(
-                    self._guards.get(row.operation), work.effect_key, why
-                )
-                code = None
-            try:
-                self._rec.finish(
-                    work,
-                    row.state,
-                    to_state,
-                    self._clock(),
-                    code=code,
-                    verified=verified,
-                    detail=detail,
-                )
-            except Fenced as exc:
-                _log.warning("%s", exc)
-                continue
-            settled.append(Settled(row.approval_id, row.effect_key, to_state.value, code))
-        self._deliver_quietly()
-        return settled
-
-    def _take_over(self, row: LedgerRow) -> Work | None:
-        now = self._clock()
-        with self._engine.begin() as conn:
-            AuditLog.lock(conn)
-            if not ledger.take_over(
-                conn,
-                row,
-                owner=self.worker_id,
-                now=now,
-                lease_expires=now + self.config.lease_seconds,
-            ):
-                return None
-            self._rec.audit(
-                conn,
-                now,
-                {
-                    "type": ExecutorEvent.LEASE_TAKEN_OVER,
-                    "approval_id": row.approval_id,
-                    "state": row.state.value,
-                    "owner": self.worker_id,
-                    "epoch": row.lease_epoch + 1,
-                    "from_owner": row.lease_owner,
-                    "from_epoch": row.lease_epoch,
-                },
-            )
-        return Work(
-            row.approval_id,
-            row.action_hash,
-            row.effect_key or "",
-            row.proposal_id,
-            self.worker_id,
-            row.lease_epoch + 1,
-        )
-
-    def _reverify(self, row: LedgerRow) -> ProtocolRefused | None:
-        try:
-            verify_bundle(row.bundle, self._keys, self._binding, self._clock())
-        except ProtocolRefused as exc:
-            return exc
-        return None
+        return self._operator.recover(limit)
 
     def resolve(
         self,
@@ -848,74 +663,7 @@ class Gate:
                 ``E_NOT_IN_DOUBT`` or ``E_ALREADY_RESOLVED``; recorded in the audit
                 chain too (``executor.resolution_refused``).
         """
-        try:
-            self._resolve(approval_id, decision, by, note)
-        except Refused as exc:
-            with self._engine.begin() as conn:
-                self._rec.audit(
-                    conn,
-                    self._clock(),
-                    {
-                        "type": ExecutorEvent.RESOLUTION_REFUSED,
-                        "approval_id": str(approval_id)[:200],
-                        "decision": str(decision)[:32],
-                        "by": str(by)[:128],
-                        "code": exc.code,
-                        "detail": exc.detail,
-                    },
-                )
-            raise
-        self._deliver_quietly()
-
-    def _resolve(self, approval_id: str, decision: str, by: str, note: str) -> None:
-        by = by.strip() if isinstance(by, str) else ""
-        if decision not in ("happened", "did_not_happen") or not by or len(by) > 128:
-            raise Refused(GateCode.E_INVALID, "decision is happened or did_not_happen, by a name")
-        if not isinstance(note, str) or len(note) > 2000:
-            raise Refused(GateCode.E_INVALID, "the note is text of at most 2000 characters")
-        now = self._clock()
-        resolution = Resolution(decision=decision, by=by, at=now, note=note)  # type: ignore[arg-type]
-        with self._engine.begin() as conn:
-            AuditLog.lock(conn)
-            row = ledger.get(conn, approval_id)
-            if row is None:
-                raise Refused(GateCode.E_NOT_FOUND, f"no ledger row for {approval_id}")
-            if row.state is not State.IN_DOUBT:
-                raise Refused(GateCode.E_NOT_IN_DOUBT, f"{approval_id} is {row.state.value}")
-            head = self._rec.audit(
-                conn,
-                now,
-                {
-                    "type": ExecutorEvent.RESOLVED,
-                    "approval_id": approval_id,
-                    "action_hash": row.action_hash,
-                    "decision": decision,
-                    "by": by,
-                    "note": note,
-                },
-            )
-            receipt = self._rec.receipt(
-                head,
-                now,
-                approval_id=approval_id,
-                action_hash=row.action_hash,
-                outcome="resolved",
-                detail=f"in_doubt resolved by {by}: {decision}",
-                resolution=resolution,
-            )
-            if not ledger.insert_resolution(
-                conn,
-                {
-                    "approval_id": approval_id,
-                    "decision": decision,
-                    "decided_by": by,
-                    "decided_at": now,
-                    "note": note,
-                    "receipt": envelope_text(receipt),
-                },
-            ):
-                raise Refused(GateCode.E_ALREADY_RESOLVED, f"{approval_id} was already resolved")
-            ledger.queue_receipt(conn, kind="resolution", approval_id=approval_id, now=now)
+        self._operator.resolve(approval_id, decision, by, note)
 
 
 def _changes(was: Mapping[str, Any], now: Mapping[str, Any]) -> tuple[Change, ...]:

@@ -9,7 +9,7 @@ calls the guarded function and decides nothing about an approval.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Final, Literal, NamedTuple
 
@@ -30,7 +30,7 @@ from airlock.store import AuditEntry, AuditLog
 
 from ._receipts import ReceiptSigner
 
-__all__ = ["DETAIL_MAX", "Recorder", "Work", "clip", "envelope_text"]
+__all__ = ["DETAIL_MAX", "Recorder", "Work", "ask", "clip", "envelope_text"]
 
 #: The longest detail recorded (ledger row, audit event, receipt).
 DETAIL_MAX: Final = 2000
@@ -217,3 +217,18 @@ class Recorder:
             )
             ledger.queue_receipt(conn, kind="outcome", approval_id=work.approval_id, now=now)
         return receipt
+
+
+def ask(lookup: Callable[[str], bool] | None, effect_key: str, why: str) -> tuple[State, bool, str]:
+    """Did the effect happen? ``lookup`` says; without one, or if it fails, in_doubt."""
+    if lookup is None:
+        return State.IN_DOUBT, False, f"{why}; no lookup to ask: a person resolves it"
+    try:
+        happened: object = lookup(effect_key)
+    except Exception as exc:
+        return State.IN_DOUBT, False, f"{why}; the lookup raised {type(exc).__name__}"
+    if happened is True:
+        return State.SUCCEEDED, True, f"{why}; the lookup found the effect"
+    if happened is False:
+        return State.FAILED, True, f"{why}; the lookup found no effect"
+    return State.IN_DOUBT, False, f"{why}; the lookup answered {type(happened).__name__}"

@@ -332,3 +332,22 @@ def test_the_ledger_row_is_the_one_the_bytes_name(gate: Gate, fake: FakeCheckpoi
     assert canonical_bytes(call.arguments) == canonical_bytes(
         {"order": "order-881", "amount": 12500}
     )
+
+
+def test_a_receipt_the_checkpoint_could_not_take_stays_queued_until_delivered(
+    gate: Gate, fake: FakeCheckpoint
+) -> None:
+    refunds = Refunds()
+    refund = _approved(gate, fake, refunds)
+    down = fake.handle
+    fake.handle = lambda method, path, auth, body: (  # type: ignore[method-assign]
+        (503, {"error": {"code": "E_DOWN", "message": "down"}})
+        if path == "/v1/outcomes"
+        else down(method, path, auth, body)
+    )
+    assert refund("order-881", 12500) == "re_order-881"
+    assert gate.status().undelivered == 1
+    fake.handle = down  # type: ignore[method-assign]
+    assert gate.deliver() == 1
+    assert gate.status().undelivered == 0
+    assert [path for path, _ in fake.receipts] == ["/v1/outcomes"]
