@@ -340,7 +340,7 @@ class Gate:
                 if rejection is not None
                 else ("", "", "")
             )
-            self._audit_refusal(GateCode.E_REJECTED, f"rejected by {by}: {reason}", None)
+            self._audit_refusal(GateCode.E_REJECTED, f"rejected by {by}: {reason}", proposal.id)
             raise Rejected(proposal.id, reason, note, by)
         if proposal.approval is None:
             code = _CLOSED.get(proposal.state)
@@ -522,6 +522,11 @@ class Gate:
                     action_hash=verified.action_hash,
                 )
         if not consumed:
+            with self._engine.connect() as conn:
+                used = ledger.get(conn, st.approval_id)
+            if used is not None and used.state is State.IN_DOUBT:
+                # The replay is recorded; what the caller needs to know is the doubt.
+                raise InDoubt(st.approval_id, st.effect_key, "a person resolves it: gate.resolve")
             raise Refused(
                 protocol_errors.RefusalCode.E_REPLAY.value,
                 f"{st.effect_key} was already used here",

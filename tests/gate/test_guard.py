@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -351,3 +352,21 @@ def test_a_receipt_the_checkpoint_could_not_take_stays_queued_until_delivered(
     assert gate.deliver() == 1
     assert gate.status().undelivered == 0
     assert [path for path, _ in fake.receipts] == ["/v1/outcomes"]
+
+
+def test_airlock_receipts_verify_verifies_a_gates_receipt(
+    gate: Gate, fake: FakeCheckpoint, tmp_path: Path
+) -> None:
+    """An auditor holding the gate's public key set checks its receipt with the CLI."""
+    from typer.testing import CliRunner
+
+    from airlock.cli import app
+
+    _approved(gate, fake, Refunds())("order-881", 12500)
+    ((_, envelope),) = fake.receipts
+    receipt = tmp_path / "receipt.json"
+    receipt.write_bytes(canonical_bytes(envelope))
+    keys = tmp_path / "gate-receipt-keys.json"
+    keys.write_bytes(canonical_bytes(gate.receipt_keys.to_value()))
+    result = CliRunner().invoke(app, ["receipts", "verify", str(receipt), "--keys", str(keys)])
+    assert result.exit_code == 0 and "OK: succeeded" in result.output, result.output
