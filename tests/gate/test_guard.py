@@ -370,3 +370,9 @@ def test_airlock_receipts_verify_verifies_a_gates_receipt(
     keys.write_bytes(canonical_bytes(gate.receipt_keys.to_value()))
     result = CliRunner().invoke(app, ["receipts", "verify", str(receipt), "--keys", str(keys)])
     assert result.exit_code == 0 and "OK: succeeded" in result.output, result.output
+
+
+def test_a_tool_guarded_twice_on_one_gate_is_refused(gate: Gate) -> None:
+    Refunds().guard(gate)
+    with pytest.raises(ValueError, match="guarded twice"):
+        Refunds().guard(gate)
