@@ -1,6 +1,6 @@
 """The gate's side of the checkpoint API: propose, read a proposal, report a receipt
-(docs/protocol.md#tool-call-at-the-checkpoint). Every request carries the agent token;
-nothing here logs it.
+(docs/gate.md#the-call-path). Every request carries the agent token; nothing here logs
+it.
 
 Built on :mod:`airlock.apiclient` (one deadline per exchange, strict answers, the API's
 error form). Answers are the checkpoint's word only: what the gate runs is decided by

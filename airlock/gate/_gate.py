@@ -233,6 +233,9 @@ class Gate:
                 summary=summary,
                 wait=wait,
             )
+            if spec.tool in self._guards:
+                # Recovery finds a call's lookup by its tool: one guard per tool.
+                raise ValueError(f"E_CONFIG: tool {spec.tool!r} is guarded twice on this gate")
             self._guards[spec.tool] = spec
             if spec.is_async:
                 return functools.wraps(fn)(self._async_wrapper(spec))  # type: ignore[return-value]

@@ -21,7 +21,7 @@ from sqlalchemy.exc import IntegrityError
 from airlock import ledger as kernel_ledger
 from airlock.protocol import verify_bundle
 from airlock.store import make_engine, upgrade, verify_chain
-from eval import factory
+from devstack import factory
 from services.executor import MIGRATIONS_DIR, Executor, State, migrate, recover_expired
 from services.executor.feed import advance_cursor
 from services.executor.models import (

@@ -45,7 +45,13 @@ from services.executor.models import (
 from services.executor.outbox import pending_receipts, requeue_undelivered
 
 from .conftest import Env
-from .support import FakeClock, InMemoryCloud, make_executor, make_test_bundle
+from .support import (
+    FakeClock,
+    InMemoryCloud,
+    make_executor,
+    make_test_bundle,
+    with_effect_key_column,
+)
 from .test_feed_source import BASE, FakeCheckpoint, posted_approval_id
 from .workers import redelivery_race, resend_race
 
@@ -624,11 +630,12 @@ def test_the_upgrade_to_0005_keeps_every_delivery_record_as_attempt_one(
         with engine.begin() as conn:
             ledger_holds.create(conn)  # today's execute reads it (0006); dropped below
         ids = []
-        for n in (1, 2, 3):
-            b = make_test_bundle(n, tag="rsmig")
-            cloud.add("ecs.instance", b.resource_id, "Running")
-            assert executor.execute(b.raw).state is State.SUCCEEDED
-            ids.append(b.approval_id)
+        with with_effect_key_column(engine):
+            for n in (1, 2, 3):
+                b = make_test_bundle(n, tag="rsmig")
+                cloud.add("ecs.instance", b.resource_id, "Running")
+                assert executor.execute(b.raw).state is State.SUCCEEDED
+                ids.append(b.approval_id)
         executor.engine.dispose()
         with engine.begin() as conn:
             ledger_holds.drop(conn)

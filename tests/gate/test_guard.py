@@ -370,3 +370,21 @@ def test_airlock_receipts_verify_verifies_a_gates_receipt(
     keys.write_bytes(canonical_bytes(gate.receipt_keys.to_value()))
     result = CliRunner().invoke(app, ["receipts", "verify", str(receipt), "--keys", str(keys)])
     assert result.exit_code == 0 and "OK: succeeded" in result.output, result.output
+
+
+def test_a_tool_guarded_twice_on_one_gate_is_refused(gate: Gate) -> None:
+    Refunds().guard(gate)
+    with pytest.raises(ValueError, match="guarded twice"):
+        Refunds().guard(gate)
+
+
+def test_a_second_approval_of_a_used_effect_is_refused(gate: Gate, fake: FakeCheckpoint) -> None:
+    """Another approval (another id and nonce) of an effect already run runs nothing."""
+    refunds = Refunds()
+    refund = _approved(gate, fake, refunds)
+    refund("order-881", 12500)
+    fake.approve(fake.only())  # the checkpoint signs the same call again
+    with pytest.raises(Refused) as refused:
+        refund("order-881", 12500)
+    assert refused.value.code == "E_REPLAY"
+    assert len(refunds.calls) == 1
