@@ -30,9 +30,8 @@ from typing import Any
 
 import httpx
 import sqlalchemy as sa
-import uvicorn
 
-from devstack.ports import free_port
+from bench.bench_checkpoint import checkpoint_values, serve
 
 AUDIENCE = "bench-gate"
 _POLICY = """
@@ -86,64 +85,29 @@ def _commit_floor(engine: sa.Engine, count: int) -> float:
 
 
 def _checkpoint(root: Path, gate_public: dict[str, Any]) -> tuple[Any, str]:
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-    from airlock.gate import ReceiptSigner
+    """The checkpoint app (auto-approving the bench's tool) and an agent token."""
     from airlock.protocol import canonical_bytes
     from airlock.settings import CheckpointSettings
     from services.checkpoint.app import build
-    from services.checkpoint.keys import KeyDirectory
 
-    KeyDirectory(root / "keys").generate(int(time.time()))
-    # The checkpoint refuses to start without the executor's receipt key set; no cloud
-    # outcome is reported here, so a fresh key's public half is enough.
-    executor = ReceiptSigner(Ed25519PrivateKey.generate()).key_set()
-    (root / "receipt-keys.json").write_bytes(canonical_bytes(executor.to_value()))
     (root / "gate-keys.json").write_bytes(canonical_bytes({AUDIENCE: gate_public}))
     (root / "policy.toml").write_text(_POLICY)
-    settings = CheckpointSettings.model_validate(
-        {
-            "database_url": f"sqlite:///{root / 'checkpoint.db'}",
-            "keys_dir": root / "keys",
-            "receipt_keys_path": root / "receipt-keys.json",
-            "gate_keys": root / "gate-keys.json",
-            "policy_path": root / "policy.toml",
-            "audience": "airlock-executor/bench",
-        }
-    )
-    app = build(settings, sweep_interval=None)
+    values = checkpoint_values(root, None)
+    values.update(gate_keys=root / "gate-keys.json", policy_path=root / "policy.toml")
+    app = build(CheckpointSettings.model_validate(values), sweep_interval=None)
     token = app.state.accounts.create_service_token(f"bench-gate-{time.time_ns()}", "agent")
     return app, token
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--calls", type=int, default=60, help="calls per subject per round")
-    args = parser.parse_args(argv)
+class _Subjects:
+    """The function, the same function behind a gate, and the ledger's commit floor."""
 
-    from airlock.gate import Gate, GateConfig, generate_receipt_key
-    from airlock.protocol import canonical_bytes
-    from airlock.store import make_engine
+    def __init__(self, root: Path, url: str, token: str, timed: _TimedTransport) -> None:
+        from airlock.gate import Gate, GateConfig
+        from airlock.store import make_engine
 
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        signer = generate_receipt_key(root / "gate-receipt.pem")
-        app, token = _checkpoint(root, signer.key_set().to_value())
-        (root / "pinned.json").write_bytes(
-            canonical_bytes(app.state.checkpoint.keys.public_keyset().to_value())
-        )
-        port = free_port()
-        server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
-        )
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        while not server.started:
-            time.sleep(0.01)  # readiness poll of the in-process server, not a race wait
-        url = f"http://127.0.0.1:{port}"
-        timed = _TimedTransport()
-        http = httpx.Client(base_url=url, transport=timed, timeout=30.0, follow_redirects=False)
+        self.timed = timed
+        self.http = httpx.Client(base_url=url, transport=timed, timeout=30.0)
         config = GateConfig(
             checkpoint_url=url,
             token=token,
@@ -152,66 +116,52 @@ def main(argv: list[str] | None = None) -> int:
             ledger_url=f"sqlite:///{root / 'gate.db'}",
             receipt_key=root / "gate-receipt.pem",
         )
-        gate = Gate(config, http=http)
-        floor_engine = make_engine(f"sqlite:///{root / 'floor.db'}")
-        payments = _payments(root / "payments.db")
-        lock = threading.Lock()
-
-        def refund(order: str, amount: int, *, idempotency_key: str) -> str:
-            with lock:
-                payments.execute("INSERT INTO refunds VALUES (?, ?)", (idempotency_key, amount))
-            return order
-
-        gated: Callable[..., str] = gate.guard(
+        self.gate = Gate(config, http=self.http)
+        self.floor_engine = make_engine(f"sqlite:///{root / 'floor.db'}")
+        self.payments = _payments(root / "payments.db")
+        self.lock = threading.Lock()
+        self.gated: Callable[..., str] = self.gate.guard(
             risk="low",
             target=lambda order, amount: order,
             effect_key=lambda order, amount: f"refund:{order}",
             premises=lambda order, amount: {"refunded": 0},
             tool="bench_refund",
-        )(refund)
-        counter = 0
+        )(self.refund)
+        self.counter = 0
 
-        def gated_round(n: int) -> tuple[float, float]:
-            nonlocal counter
-            before = timed.seconds
-            start = time.perf_counter()
-            for _ in range(n):
-                counter += 1
-                gated(f"order-g{counter}", 100)
-            total = (time.perf_counter() - start) / n
-            return total, (timed.seconds - before) / n
+    def refund(self, order: str, amount: int, *, idempotency_key: str) -> str:
+        with self.lock:
+            self.payments.execute("INSERT INTO refunds VALUES (?, ?)", (idempotency_key, amount))
+        return order
 
-        def bare_round(n: int) -> float:
-            nonlocal counter
-            start = time.perf_counter()
-            for _ in range(n):
-                counter += 1
-                refund(f"order-b{counter}", 100, idempotency_key=f"bare:{counter}")
-            return (time.perf_counter() - start) / n
+    def gated_round(self, n: int) -> tuple[float, float]:
+        """Seconds per gated call, and the checkpoint's HTTP share of it."""
+        before = self.timed.seconds
+        start = time.perf_counter()
+        for _ in range(n):
+            self.counter += 1
+            self.gated(f"order-g{self.counter}", 100)
+        return (time.perf_counter() - start) / n, (self.timed.seconds - before) / n
 
-        try:
-            gated_round(10)  # warm up: connections, compiled statements, the policy
-            totals, https, bares, floors = [], [], [], []
-            for _ in range(args.rounds):
-                total, share = gated_round(args.calls)
-                totals.append(total)
-                https.append(share)
-                bares.append(bare_round(args.calls))
-                floors.append(_commit_floor(floor_engine, args.calls))
-            exchanges = timed.exchanges / max(counter, 1)
-        finally:
-            gate.close()
-            http.close()
-            floor_engine.dispose()
-            payments.close()
-            server.should_exit = True
-            thread.join(timeout=10)
-            app.state.checkpoint.db.dispose()
+    def bare_round(self, n: int) -> float:
+        start = time.perf_counter()
+        for _ in range(n):
+            self.counter += 1
+            self.refund(f"order-b{self.counter}", 100, idempotency_key=f"bare:{self.counter}")
+        return (time.perf_counter() - start) / n
 
-    total, share = statistics.median(totals), statistics.median(https)
-    bare, floor = statistics.median(bares), statistics.median(floors)
+    def close(self) -> None:
+        self.gate.close()
+        self.http.close()
+        self.floor_engine.dispose()
+        self.payments.close()
+
+
+def _report(rounds: int, calls: int, samples: dict[str, list[float]], exchanges: float) -> None:
+    total, share = statistics.median(samples["total"]), statistics.median(samples["http"])
+    bare, floor = statistics.median(samples["bare"]), statistics.median(samples["floor"])
     own = total - share - bare
-    print(f"gate on SQLite (WAL, synchronous=FULL), {args.rounds} rounds of {args.calls} calls")
+    print(f"gate on SQLite (WAL, synchronous=FULL), {rounds} rounds of {calls} calls")
     rows = [
         ("ledger commit floor", floor),
         ("bare call of the function", bare),
@@ -223,6 +173,43 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:<38} {seconds * 1e6:>9.0f} µs")
     print(f"ratio gate's own overhead / commit floor = {own / floor:.2f} commits")
     print(f"ratio gated / bare call = {total / bare:.1f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=60, help="calls per subject per round")
+    args = parser.parse_args(argv)
+
+    from airlock.gate import generate_receipt_key
+    from airlock.protocol import canonical_bytes
+
+    samples: dict[str, list[float]] = {"total": [], "http": [], "bare": [], "floor": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        signer = generate_receipt_key(root / "gate-receipt.pem")
+        app, token = _checkpoint(root, signer.key_set().to_value())
+        (root / "pinned.json").write_bytes(
+            canonical_bytes(app.state.checkpoint.keys.public_keyset().to_value())
+        )
+        server, thread, url = serve(app)
+        timed = _TimedTransport()
+        subjects = _Subjects(root, url, token, timed)
+        try:
+            subjects.gated_round(10)  # warm up: connections, compiled statements, the policy
+            for _ in range(args.rounds):
+                total, share = subjects.gated_round(args.calls)
+                samples["total"].append(total)
+                samples["http"].append(share)
+                samples["bare"].append(subjects.bare_round(args.calls))
+                samples["floor"].append(_commit_floor(subjects.floor_engine, args.calls))
+            exchanges = timed.exchanges / max(subjects.counter, 1)
+        finally:
+            subjects.close()
+            server.should_exit = True
+            thread.join(timeout=10)
+            app.state.checkpoint.db.dispose()
+    _report(args.rounds, args.calls, samples, exchanges)
     return 0
 
 
