@@ -1,5 +1,5 @@
-"""The checkpoint's answers as its clients read them (the CLI, the web app, the
-executor): a login, the proposal records and the executor's feed page; and the one
+"""The checkpoint's answers as its clients read them (the CLI, the web app, the agent,
+the executor): a login, the proposal records and the executor's feed page; and the one
 request body the executor sends (a receipt report).
 
 One set of shapes for every client, so that a field the checkpoint adds is added here once.

@@ -10,7 +10,7 @@ whose banner comes from a cookie the POST set, never from the URL.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any, Final
+from typing import Annotated, Final
 
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
@@ -24,6 +24,7 @@ from .deps import (
     Note,
     NotSent,
     Session,
+    ShownRefusal,
     SignInRequired,
     Web,
     WebDep,
@@ -60,7 +61,7 @@ def proposal_page(
     me: Me,
     proposal_id: str,
     *,
-    error: dict[str, Any] | None = None,
+    error: ShownRefusal | None = None,
     status: int = 200,
     done: str | None = None,
     form: dict[str, str] | None = None,

@@ -257,7 +257,10 @@ async def _flusher(refusals: RefusalRecorder) -> None:
 
 
 def openapi_schema(app: FastAPI) -> dict[str, Any]:
-    """The OpenAPI document, with every refusal documented as the one error body."""
+    """The OpenAPI document, with every refusal documented as the one error body.
+
+    It replaces ``FastAPI.openapi`` and keeps its type: the document is any JSON object.
+    """
     if app.openapi_schema:
         return app.openapi_schema
     schema = get_openapi(

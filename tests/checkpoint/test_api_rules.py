@@ -8,6 +8,7 @@ suite fast.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -614,10 +615,16 @@ def test_revoked_service_token_is_refused_at_once(world: World) -> None:
     assert world.submit().status_code == 201  # the other token is untouched
     revoked = audit_events(world, "checkpoint.token.revoked")
     assert [e["name"] for e in revoked] == ["executor-1"]
-    listed = {t["name"]: t for t in world.accounts.list_service_tokens()}
-    assert listed["executor-1"]["revoked_at"] == world.clock()
-    assert listed["scanner-1"]["revoked_at"] is None
-    assert set(listed["scanner-1"]) == {"name", "role", "created_at", "revoked_at"}
+    listed = {t.name: t for t in world.accounts.list_service_tokens()}
+    assert listed["executor-1"].revoked_at == world.clock()
+    assert listed["scanner-1"].revoked_at is None
+    # A listing never holds the token nor its hash.
+    assert [f.name for f in dataclasses.fields(listed["scanner-1"])] == [
+        "name",
+        "role",
+        "created_at",
+        "revoked_at",
+    ]
 
 
 def test_revoking_an_unknown_or_revoked_token_is_refused_clearly(sqlite_world: World) -> None:
