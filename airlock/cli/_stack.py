@@ -327,6 +327,9 @@ class Stack:
             AIRLOCK_CHECKPOINT_DATABASE_URL=f"sqlite:///{self.home / 'checkpoint.db'}",
             AIRLOCK_CHECKPOINT_KEYS_DIR=self.home / "keys",
             AIRLOCK_CHECKPOINT_RECEIPT_KEYS_PATH=self.home / "receipt-keys.json",
+            # Gates register their receipt keys here (airlock gate keys init --register);
+            # read again when it changes, so a gate set up while up runs is heard.
+            AIRLOCK_CHECKPOINT_GATE_KEYS=self.home / "gate-keys.json",
             AIRLOCK_CHECKPOINT_PORT=str(self.ports["checkpoint"]),
             # The names up's own URLs use (and localhost): any other Host is refused.
             AIRLOCK_CHECKPOINT_ALLOWED_HOSTS=_UP_HOSTS,
@@ -422,6 +425,9 @@ class Stack:
         # The checkpoint refuses to start without the receipt public key set: derive it
         # from the executor's key every start, so it can never be missing or stale.
         _export_receipt_keys(receipt_key, self.home / "receipt-keys.json")
+        gate_keys = self.home / "gate-keys.json"
+        if not gate_keys.exists():
+            _write_private(gate_keys, "{}")  # no gate yet; named, the file must exist
         credentials = self.home / "demo-credentials"
         if not credentials.exists():
             echo("creating demo people: alice and bob (approvers), admin")
