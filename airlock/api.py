@@ -1,5 +1,5 @@
-"""The checkpoint's answers as its clients read them (the CLI, the web app, the
-executor): a login, the proposal records and the executor's feed page; and the one
+"""The checkpoint's answers as its clients read them (the CLI, the web app, the agent,
+the executor): a login, the proposal records and the executor's feed page; and the one
 request body the executor sends (a receipt report).
 
 One set of shapes for every client, so that a field the checkpoint adds is added here once.
@@ -193,6 +193,21 @@ class Proposal(_Answer):
     outcome: Outcome | None
     #: Oldest first. Absent from a checkpoint older than ``POST /v1/refusals``.
     executor_refusals: list[ExecutorRefusal] = []
+    #: ``airlock.action/v1`` or ``airlock.tool-call/v1`` (absent before tool calls). For a
+    #: tool call the cloud fields read: provider "", account = audience, region "",
+    #: resource_type "tool-call", resource_id = target, operation = tool.
+    action_type: str = "airlock.action/v1"
+    #: A tool call's own fields, the checkpoint's word like the cloud ones (None for a
+    #: cloud action, and from a checkpoint before tool calls).
+    tool: str | None = None
+    target: str | None = None
+    effect_key: str | None = None
+    audience: str | None = None
+    summary: str | None = None
+
+    @property
+    def is_tool_call(self) -> bool:
+        return self.action_type == "airlock.tool-call/v1"
 
 
 class ProposalPage(_Answer):

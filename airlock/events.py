@@ -7,7 +7,13 @@ every place. An event is a JSON object: ``type`` (one of the names below) and th
 :data:`FIELDS` lists for it, no others; ``tests/test_events.py`` holds every event the
 services build to this table.
 
-Names only: this module must never import a service, storage or anything outside the
+The events a service assembles from counts kept in memory, rather than write in one
+call, are typed here as well (:class:`SignInRefused`, :class:`RefusedOnce`,
+:class:`RefusedCounted`), so that the one who builds them and the one who reads them
+back (``airlock users sign-ins``) agree on the values too; their keys are the
+:data:`FIELDS` of their type.
+
+Names and types only: this module must never import a service, storage or anything outside the
 standard library, so that a verifier reading an exported chain needs nothing else.
 """
 
@@ -15,9 +21,18 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from typing import Final
+from typing import Final, NotRequired, TypedDict
 
-__all__ = ["FIELDS", "CheckpointEvent", "ExecutorEvent"]
+__all__ = [
+    "FIELDS",
+    "AddressCount",
+    "CheckpointEvent",
+    "ExecutorEvent",
+    "NameCount",
+    "RefusedCounted",
+    "RefusedOnce",
+    "SignInRefused",
+]
 
 
 class CheckpointEvent(enum.StrEnum):
@@ -95,11 +110,12 @@ FIELDS: Final[Mapping[str, frozenset[str]]] = {
         _C.APPROVAL_LAPSED: "proposal_id approval_id",
         _C.EXECUTION_RESOLVED: "proposal_id decision by note",
         _C.OUTCOME_REPORTED: "proposal_id approval_id outcome refusal_code receipt_verified "
-        "late from_state state target_held_by executor_head",
+        "late from_state state target_held_by executor_head gate gate_head",
         _C.EXECUTOR_REFUSAL: "proposal_id approval_id refusal_code executor refused_at "
-        "receipt_sha256 executor_head",
+        "receipt_sha256 executor_head gate gate_head",
         _C.EXECUTOR_RESOLUTION: "proposal_id approval_id decision by checkpoint_decision "
-        "checkpoint_resolved_by agrees state receipt_verified receipt_sha256 executor_head",
+        "checkpoint_resolved_by agrees state receipt_verified receipt_sha256 executor_head "
+        "gate gate_head",
         _C.FEED_RAISED: "by feed_head to reason",
         _C.REFUSED: "by role code request proposal_id count first_at last_at interval requests",
         _C.SIGN_IN_REFUSED: "from to unknown_name throttled clients other_clients names "
@@ -138,3 +154,68 @@ FIELDS: Final[Mapping[str, frozenset[str]]] = {
         _E.RECEIPT_REDELIVERY_REFUSED: "code approval_ids delivered_since by problems",
     }.items()
 }
+
+
+# -- typed fields (besides ``type``) of the events assembled from counts ---------------
+
+
+class AddressCount(TypedDict):
+    """A client address and how many refused sign-ins came from it."""
+
+    address: str
+    count: int
+
+
+class NameCount(TypedDict):
+    """A user name as its keyed hash (``hmac:`` and 32 hex digits), and how many refused
+    sign-ins gave it: the name as typed is never recorded."""
+
+    name_hmac: str
+    count: int
+
+
+#: ``checkpoint.sign_in.refused``: the sign-ins refused in one interval before any
+#: account was involved. ``from`` and ``to`` (Unix seconds) bound the interval; ``clients``
+#: and ``names`` are the most frequent, most first, and ``other_clients`` and
+#: ``other_names`` count the distinct others. (Functional form: ``from`` is a keyword.)
+SignInRefused = TypedDict(
+    "SignInRefused",
+    {
+        "from": int,
+        "to": int,
+        "unknown_name": int,
+        "throttled": int,
+        "clients": list[AddressCount],
+        "other_clients": int,
+        "names": list[NameCount],
+        "other_names": int,
+    },
+)
+
+
+class RefusedOnce(TypedDict):
+    """``checkpoint.refused``: one refused request of an authenticated caller, the first
+    of its window (it counts one)."""
+
+    by: str
+    role: str
+    code: str
+    #: The route template refused (``POST /v1/proposals/{proposal_id}/approve``).
+    request: str
+    proposal_id: NotRequired[str]
+
+
+class RefusedCounted(TypedDict):
+    """``checkpoint.refused``: the refusals of one caller with one code counted in one
+    window after its first, with the route templates they were for (sorted)."""
+
+    by: str
+    role: str
+    code: str
+    count: int
+    #: Unix seconds of the first and the last refusal counted.
+    first_at: int
+    last_at: int
+    #: Seconds between the checkpoint's flushes of counted refusals.
+    interval: int
+    requests: list[str]

@@ -54,15 +54,27 @@ and reconciles their chains, so a renamed event cannot leave this check empty.
 from __future__ import annotations
 
 import enum
-import json
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from airlock.events import CheckpointEvent, ExecutorEvent
-from airlock.store import GENESIS_TYPE, ChainReport, verify_export
+from airlock.store import ChainReport
 from airlock.text import inert
+
+from ._reconcile_chains import (
+    OUTCOME,
+    REFUSED,
+    RESOLVED,
+    CheckpointChain,
+    CheckpointHead,
+    ExecutorChain,
+    ExecutorResolutionNote,
+    OutcomeReport,
+    ReceiptRow,
+    RefusalNote,
+    scan,
+)
 
 __all__ = [
     "Finding",
@@ -77,24 +89,6 @@ __all__ = [
 CHECKPOINT_CHAIN: Final = "checkpoint"
 EXECUTOR_CHAIN: Final = "executor"
 
-# Checkpoint events read here (airlock.events).
-_ISSUED: Final = CheckpointEvent.APPROVAL_ISSUED
-_REVOKED: Final = CheckpointEvent.APPROVAL_REVOKED
-_LAPSED: Final = CheckpointEvent.APPROVAL_LAPSED
-_REPORTED: Final = CheckpointEvent.OUTCOME_REPORTED
-_REFUSAL_NOTE: Final = CheckpointEvent.EXECUTOR_REFUSAL
-_PERSON_RESOLVED: Final = CheckpointEvent.EXECUTION_RESOLVED  # names the proposal only
-_EXECUTOR_RESOLUTION: Final = CheckpointEvent.EXECUTOR_RESOLUTION  # after a person's
-# Executor events read here.
-_CONSUMED: Final = ExecutorEvent.CONSUMED
-_EXECUTING: Final = ExecutorEvent.EXECUTING
-_OUTCOME: Final = ExecutorEvent.OUTCOME
-_RESOLVED: Final = ExecutorEvent.RESOLVED
-_REFUSED: Final = ExecutorEvent.REFUSED
-_CHECKPOINT_HEAD: Final = ExecutorEvent.CHECKPOINT_HEAD
-#: Executor events a receipt's audit head may point at: the receipt is signed over the
-#: head right after the event that records it is appended.
-_RECEIPT_EVENTS: Final = frozenset({_OUTCOME, _RESOLVED, _REFUSED})
 _SHOWN_MAX: Final = 200
 
 
@@ -214,178 +208,6 @@ class ReconcileReport:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class _Issued:
-    action_hash: object
-    nonce: object
-    keyid: object
-    approvers: object
-
-
-@dataclass(frozen=True, slots=True)
-class _Report:
-    seq: int
-    approval_id: str
-    outcome: object
-    head: object
-
-
-@dataclass(frozen=True, slots=True)
-class _RefusalNote:
-    seq: int
-    approval_id: str
-    refusal_code: object
-    head: object
-
-
-@dataclass(frozen=True, slots=True)
-class _PersonResolution:
-    seq: int
-    decision: object
-    by: object
-
-
-@dataclass(frozen=True, slots=True)
-class _ExecutorResolutionNote:
-    seq: int
-    approval_id: str
-    decision: object
-    head: object
-
-
-@dataclass(frozen=True, slots=True)
-class _ReceiptRow:
-    row_hash: str
-    event: dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class _CheckpointHead:
-    seq: int  # the executor row that recorded it
-    event: dict[str, Any]
-
-
-@dataclass
-class _Checkpoint:
-    #: The rows whose hash an executor.checkpoint_head names (only those are kept).
-    wanted: frozenset[int] = frozenset()
-    issued: dict[str, _Issued] = field(default_factory=dict)
-    revoked: set[str] = field(default_factory=set)
-    lapsed: set[str] = field(default_factory=set)
-    reports: list[_Report] = field(default_factory=list)
-    refusals: list[_RefusalNote] = field(default_factory=list)
-    #: A person's resolution at the checkpoint, by approval (via the proposal's issue).
-    person_resolved: dict[str, _PersonResolution] = field(default_factory=dict)
-    executor_resolutions: list[_ExecutorResolutionNote] = field(default_factory=list)
-    row_hashes: dict[int, str] = field(default_factory=dict)
-    last_seq: int = -1
-    _approval_of: dict[str, str] = field(default_factory=dict)  # proposal id → approval id
-
-    def take(self, seq: int, row_hash: str, event: dict[str, Any]) -> None:
-        self.last_seq = seq
-        if seq in self.wanted:
-            self.row_hashes[seq] = row_hash
-        kind = event.get("type")
-        if kind == _PERSON_RESOLVED:
-            # The event names the proposal; its approval was issued before (one per
-            # proposal: UNIQUE approvals.proposal_id).
-            resolved = self._approval_of.get(str(event.get("proposal_id")))
-            if resolved is not None:
-                self.person_resolved[resolved] = _PersonResolution(
-                    seq, event.get("decision"), event.get("by")
-                )
-            return
-        aid = event.get("approval_id")
-        if not isinstance(aid, str):
-            return
-        if kind == _ISSUED:
-            if isinstance(event.get("proposal_id"), str):
-                self._approval_of[event["proposal_id"]] = aid
-            self.issued[aid] = _Issued(
-                event.get("action_hash"),
-                event.get("nonce"),
-                event.get("keyid"),
-                event.get("approvers"),
-            )
-        elif kind == _REVOKED:
-            self.revoked.add(aid)
-        elif kind == _LAPSED:
-            self.lapsed.add(aid)
-        elif kind == _REPORTED:
-            self.reports.append(_Report(seq, aid, event.get("outcome"), event.get("executor_head")))
-        elif kind == _REFUSAL_NOTE:
-            self.refusals.append(
-                _RefusalNote(seq, aid, event.get("refusal_code"), event.get("executor_head"))
-            )
-        elif kind == _EXECUTOR_RESOLUTION:
-            self.executor_resolutions.append(
-                _ExecutorResolutionNote(seq, aid, event.get("decision"), event.get("executor_head"))
-            )
-
-
-@dataclass
-class _Executor:
-    consumed: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    writes: Counter[str] = field(default_factory=Counter)
-    outcomes: dict[str, dict[str, Any]] = field(default_factory=dict)
-    resolved: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)
-    receipt_rows: dict[int, _ReceiptRow] = field(default_factory=dict)
-    write_before_consume: list[str] = field(default_factory=list)
-    checkpoint_heads: list[_CheckpointHead] = field(default_factory=list)
-    last_seq: int = -1
-
-    def take(self, seq: int, row_hash: str, event: dict[str, Any]) -> None:
-        self.last_seq = seq
-        kind = event.get("type")
-        if kind in _RECEIPT_EVENTS:
-            self.receipt_rows[seq] = _ReceiptRow(row_hash, event)
-        elif kind == _CHECKPOINT_HEAD:
-            self.checkpoint_heads.append(_CheckpointHead(seq, event))
-        aid = event.get("approval_id")
-        if not isinstance(aid, str):
-            return
-        if kind == _CONSUMED:
-            self.consumed.setdefault(aid, []).append(event)
-        elif kind == _EXECUTING:
-            if aid not in self.consumed:
-                self.write_before_consume.append(aid)
-            self.writes[aid] += 1
-        elif kind == _OUTCOME:
-            self.outcomes[aid] = event
-        elif kind == _RESOLVED:
-            self.resolved[aid] = (seq, event)
-
-
-def _scan(
-    lines: Iterable[str], take: Callable[[int, str, dict[str, Any]], None]
-) -> tuple[ChainReport, str | None]:
-    """Verify an export and feed every verified row to ``take``; the report, and the
-    name of the chain its genesis row gives."""
-    names: list[str] = []
-
-    def verified_lines() -> Iterator[str]:
-        pending: str | None = None
-        for line in lines:
-            # A line reaches ``take`` only once the verifier asked for the next one,
-            # that is after it checked this one.
-            if pending is not None:
-                _take_line(pending)
-            yield line
-            pending = line
-        if pending is not None:
-            _take_line(pending)
-
-    def _take_line(line: str) -> None:
-        record = json.loads(line)
-        event = record["event"]
-        if record["seq"] == 0 and event.get("type") == GENESIS_TYPE:
-            names.append(str(event.get("chain")))
-        take(record["seq"], record["row_hash"], event)
-
-    report = verify_export(verified_lines())
-    return report, (names[0] if names else None)
-
-
 def _chain_findings(label: str, chain: str, report: ChainReport, name: str | None) -> list[Finding]:
     if report.fault is not None:
         return [
@@ -424,16 +246,16 @@ def reconcile(
     earlier head must be a row of the later read, or the chain changed in between. None
     checks every receipt (a system at rest).
     """
-    ex = _Executor()
+    ex = ExecutorChain()
     report = ReconcileReport()
     # The executor's chain first: the checkpoint rows its heads name are then the only
     # row hashes of the checkpoint's chain that need keeping.
-    ex_report, ex_name = _scan(executor_lines, ex.take)
+    ex_report, ex_name = scan(executor_lines, ex.take)
     wanted = set(_head_seqs(ex))
     if reports_until is not None:
         wanted.add(reports_until[0])
-    cp = _Checkpoint(wanted=frozenset(wanted))
-    cp_report, cp_name = _scan(checkpoint_lines, cp.take)
+    cp = CheckpointChain(wanted=frozenset(wanted))
+    cp_report, cp_name = scan(checkpoint_lines, cp.take)
     report.checkpoint_rows = cp_report.rows
     report.executor_rows = ex_report.rows
     report.findings += _chain_findings("checkpoint", CHECKPOINT_CHAIN, cp_report, cp_name)
@@ -453,8 +275,23 @@ def reconcile(
     if report.findings:
         return report  # nothing read from a chain that does not verify can be relied on
 
-    findings = report.findings
-    # What the executor consumed, against what the checkpoint issued.
+    # (1) the executor's consumes and writes against what the checkpoint issued;
+    # (2) the receipts the checkpoint recorded against the executor's chain; (3) the
+    # resolutions at both places; (4) the checkpoint rows the executor recorded.
+    report.findings += _check_consumed(cp, ex)
+    report.findings += _check_reports(report, cp, ex, reports_until)
+    report.findings += _check_resolutions(report, cp, ex, reports_until)
+    for head in ex.checkpoint_heads:
+        report.findings.extend(_check_checkpoint_head(head, cp))
+        report.checkpoint_heads += 1
+    _count(report, cp, ex)
+    return report
+
+
+def _check_consumed(cp: CheckpointChain, ex: ExecutorChain) -> list[Finding]:
+    """Step (1): each consume against the approval issued under its id; each write once,
+    after a consume."""
+    findings: list[Finding] = []
     for aid, events in ex.consumed.items():
         if len(events) > 1:
             findings.append(
@@ -508,8 +345,18 @@ def reconcile(
                 "committed to a cloud write with no consume before it",
             )
         )
+    return findings
 
-    # What the checkpoint recorded from receipts, against the executor chain.
+
+def _check_reports(
+    report: ReconcileReport,
+    cp: CheckpointChain,
+    ex: ExecutorChain,
+    reports_until: tuple[int, str] | None,
+) -> list[Finding]:
+    """Step (2): the outcome receipts and refusal notes the checkpoint recorded, against the
+    executor's chain; those recorded after ``reports_until`` are counted, not checked."""
+    findings: list[Finding] = []
     for rep in cp.reports:
         if reports_until is not None and rep.seq > reports_until[0]:
             report.reports_later += 1  # recorded after the executor's chain was read
@@ -541,9 +388,18 @@ def reconcile(
             continue
         findings.extend(_check_refusal_note(note, ex))
         report.refusals_anchored += 1
+    return findings
 
-    # Resolutions: the executor's resolution receipts kept after a person's, anchored
-    # like the others; then the two places' decisions held to each other.
+
+def _check_resolutions(
+    report: ReconcileReport,
+    cp: CheckpointChain,
+    ex: ExecutorChain,
+    reports_until: tuple[int, str] | None,
+) -> list[Finding]:
+    """Step (3): the executor's resolution receipts kept at the checkpoint, anchored like the
+    others; then each in_doubt resolved at both places, held to each other."""
+    findings: list[Finding] = []
     for resolution in cp.executor_resolutions:
         if reports_until is not None and resolution.seq > reports_until[0]:
             report.resolution_receipts_later += 1
@@ -576,12 +432,11 @@ def reconcile(
     report.resolved_at_checkpoint_only = sorted(
         aid for aid in cp.person_resolved if aid not in ex.resolved
     )
+    return findings
 
-    # What the executor recorded of the checkpoint's chain, against that chain.
-    for head in ex.checkpoint_heads:
-        findings.extend(_check_checkpoint_head(head, cp))
-        report.checkpoint_heads += 1
 
+def _count(report: ReconcileReport, cp: CheckpointChain, ex: ExecutorChain) -> None:
+    """Fill in the report's counts of what both chains hold."""
     report.issued = len(cp.issued)
     report.revoked = len(cp.revoked)
     report.lapsed = len(cp.lapsed)
@@ -596,12 +451,11 @@ def reconcile(
     report.not_consumed = sum(1 for aid in cp.issued if aid not in ex.consumed)
     reported_ids = {rep.approval_id for rep in cp.reports}
     report.not_reported = sum(1 for aid in ex.outcomes if aid not in reported_ids)
-    return report
 
 
 def _receipt_row(
-    approval_id: str, where: int, head: object, ex: _Executor
-) -> Finding | tuple[int, _ReceiptRow]:
+    approval_id: str, where: int, head: object, ex: ExecutorChain
+) -> Finding | tuple[int, ReceiptRow]:
     """The executor row a receipt head recorded at checkpoint seq ``where`` names, or
     the finding that it names none the executor chain holds."""
     if (
@@ -636,16 +490,16 @@ def _receipt_row(
     return seq, row
 
 
-def _check_anchored(rep: _Report, ex: _Executor) -> list[Finding]:
+def _check_anchored(rep: OutcomeReport, ex: ExecutorChain) -> list[Finding]:
     found = _receipt_row(rep.approval_id, rep.seq, rep.head, ex)
     if isinstance(found, Finding):
         return [found]
     seq, row = found
     event = row.event
     kind = event.get("type")
-    if kind == _OUTCOME:
+    if kind == OUTCOME:
         said = event.get("state")
-    elif kind == _RESOLVED:
+    elif kind == RESOLVED:
         said = "resolved"
     else:
         said = "refused"
@@ -661,7 +515,7 @@ def _check_anchored(rep: _Report, ex: _Executor) -> list[Finding]:
     return []
 
 
-def _check_refusal_note(note: _RefusalNote, ex: _Executor) -> list[Finding]:
+def _check_refusal_note(note: RefusalNote, ex: ExecutorChain) -> list[Finding]:
     # Unlike an outcome report, a note has no form without the head (the event carried it
     # from the first): a missing one is the malformed head it reads as, not an old row.
     found = _receipt_row(note.approval_id, note.seq, note.head, ex)
@@ -672,13 +526,13 @@ def _check_refusal_note(note: _RefusalNote, ex: _Executor) -> list[Finding]:
     # A refusal before the consume is an executor.refused row; an executor.outcome whose
     # state is refused came after one (E_PRECONDITION), which no note is for.
     if (
-        event.get("type") != _REFUSED
+        event.get("type") != REFUSED
         or event.get("approval_id") != note.approval_id
         or event.get("code") != note.refusal_code
     ):
         said = (
             f"a refusal {event.get('code')!r}"
-            if event.get("type") == _REFUSED
+            if event.get("type") == REFUSED
             else f"{event.get('type')!r}"
         )
         return [
@@ -693,14 +547,14 @@ def _check_refusal_note(note: _RefusalNote, ex: _Executor) -> list[Finding]:
     return []
 
 
-def _check_resolution_receipt(note: _ExecutorResolutionNote, ex: _Executor) -> list[Finding]:
+def _check_resolution_receipt(note: ExecutorResolutionNote, ex: ExecutorChain) -> list[Finding]:
     found = _receipt_row(note.approval_id, note.seq, note.head, ex)
     if isinstance(found, Finding):
         return [found]
     seq, row = found
     event = row.event
     if (
-        event.get("type") != _RESOLVED
+        event.get("type") != RESOLVED
         or event.get("approval_id") != note.approval_id
         or event.get("decision") != note.decision
     ):
@@ -724,14 +578,14 @@ def _head_fields(event: dict[str, Any]) -> tuple[int, str] | None:
     return seq, digest
 
 
-def _head_seqs(ex: _Executor) -> Iterator[int]:
+def _head_seqs(ex: ExecutorChain) -> Iterator[int]:
     for head in ex.checkpoint_heads:
         fields = _head_fields(head.event)
         if fields is not None:
             yield fields[0]
 
 
-def _check_checkpoint_head(head: _CheckpointHead, cp: _Checkpoint) -> list[Finding]:
+def _check_checkpoint_head(head: CheckpointHead, cp: CheckpointChain) -> list[Finding]:
     fields = _head_fields(head.event)
     if fields is None:
         return [

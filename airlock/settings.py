@@ -37,6 +37,7 @@ _REGION = re.compile(r"[a-z0-9]+(-[a-z0-9]+){0,5}")
 __all__ = [
     "DEVCLOUD_READ_KEY",
     "DEVCLOUD_WRITE_KEY",
+    "DEV_GATE_KEYS_PATH",
     "DEV_HEARTBEAT_PATH",
     "DEV_RECEIPT_KEYS_PATH",
     "DEV_UP_STATE_PATH",
@@ -127,6 +128,9 @@ def _ca_file_needs_https(settings: ServiceSettings, url: str | None, ca_file: Pa
 #: Where ``airlock up`` (state in ``.airlock/``) writes the executor's receipt public key
 #: set, and so the checkpoint's receipt key set in dev when none is configured.
 DEV_RECEIPT_KEYS_PATH = Path(".airlock/receipt-keys.json")
+#: Where the checkpoint looks for the gates' receipt key sets in dev when none is
+#: configured (used only when the file is there).
+DEV_GATE_KEYS_PATH = Path(".airlock/gate-keys.json")
 
 
 #: Where ``airlock up`` has its executor write the heartbeat, and so where
@@ -227,6 +231,10 @@ def _receipt_keys_default(data: dict[str, Any]) -> Path | None:
     return DEV_RECEIPT_KEYS_PATH if data.get("env") == "dev" else None
 
 
+def _gate_keys_default(data: dict[str, Any]) -> Path | None:
+    return DEV_GATE_KEYS_PATH if data.get("env") == "dev" else None
+
+
 class CheckpointSettings(ServiceSettings):
     """The checkpoint (``AIRLOCK_CHECKPOINT_*``): its database, keys, policy and windows.
 
@@ -247,6 +255,11 @@ class CheckpointSettings(ServiceSettings):
     #: Every reported outcome must verify against it; required outside dev (unset, the
     #: checkpoint refuses to start). In dev it defaults to the one ``airlock up`` writes.
     receipt_keys_path: Path | None = Field(default_factory=_receipt_keys_default)
+    #: The gates' receipt public key sets: a JSON file ``{"<audience>": <key set>}``,
+    #: read again when it changes. A gate's outcome for a tool call must verify against
+    #: its audience's set. Unset: no gate may report. In dev it defaults to
+    #: ``.airlock/gate-keys.json`` when that file is there.
+    gate_keys: Path | None = Field(default_factory=_gate_keys_default)
     #: The executor audience written into every statement; must equal the executor's
     #: ``AIRLOCK_EXECUTOR_AUDIENCE``. Required outside dev (the dev default is refused).
     audience: str = "airlock-executor/dev"

@@ -61,6 +61,46 @@ def _action(n: int, run: str) -> bytes:
     ).encode()
 
 
+def checkpoint_values(root: Path, database_url: str | None) -> dict[str, Any]:
+    """Checkpoint settings over a fresh signing key in ``root``: SQLite there unless
+    ``database_url`` names another database."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from airlock.protocol import KeySet, canonical_bytes
+    from services.checkpoint.keys import KeyDirectory
+    from services.executor import ReceiptSigner
+
+    KeyDirectory(root / "keys").generate(int(time.time()))
+    # The checkpoint refuses to start without the executor's receipt key set; a bench
+    # receives no outcomes, so a fresh key's public half is enough.
+    receipt_keys = root / "receipt-keys.json"
+    receipt_keys.write_bytes(
+        canonical_bytes(
+            KeySet([ReceiptSigner(Ed25519PrivateKey.generate()).trusted_key()]).to_value()
+        )
+    )
+    return {
+        "database_url": database_url or f"sqlite:///{root / 'checkpoint.db'}",
+        "keys_dir": root / "keys",
+        "receipt_keys_path": receipt_keys,
+        "audience": "airlock-executor/bench",
+    }
+
+
+def serve(app: Any) -> tuple[uvicorn.Server, threading.Thread, str]:
+    """``app`` served by uvicorn on a free loopback port in a daemon thread, started;
+    the server, its thread and its base URL. Stop it with ``server.should_exit = True``."""
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)  # readiness poll of the in-process server, not a race wait
+    return server, thread, f"http://127.0.0.1:{port}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=5)
@@ -68,50 +108,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--database-url", default=None, help="default: SQLite in a temp dir")
     args = parser.parse_args(argv)
 
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-    from airlock.protocol import APPROVAL_PAYLOAD_TYPE, KeySet, canonical_bytes, pae
+    from airlock.protocol import APPROVAL_PAYLOAD_TYPE, pae
     from airlock.settings import CheckpointSettings
     from services.checkpoint.app import build
-    from services.checkpoint.keys import KeyDirectory
-    from services.executor import ReceiptSigner
 
     with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        KeyDirectory(root / "keys").generate(int(time.time()))
-        # The checkpoint refuses to start without the executor's receipt key set; this
-        # run receives no outcomes, so a fresh key's public half is enough.
-        receipt_keys = root / "receipt-keys.json"
-        receipt_keys.write_bytes(
-            canonical_bytes(
-                KeySet([ReceiptSigner(Ed25519PrivateKey.generate()).trusted_key()]).to_value()
-            )
-        )
-        settings = CheckpointSettings.model_validate(
-            {
-                "database_url": args.database_url or f"sqlite:///{root / 'checkpoint.db'}",
-                "keys_dir": root / "keys",
-                "receipt_keys_path": receipt_keys,
-                "audience": "airlock-executor/bench",
-            }
-        )
-        app = build(settings, sweep_interval=None)
+        values = checkpoint_values(Path(tmp), args.database_url)
+        app = build(CheckpointSettings.model_validate(values), sweep_interval=None)
         accounts = app.state.accounts
         accounts.add_user("alice", "bench password 1234", "approver")
         agent_token = accounts.create_service_token(f"bench-{int(time.time())}", "agent")
         user_token = accounts.login("alice", "bench password 1234")[0]
         signer = app.state.checkpoint.keys.signer()
 
-        port = free_port()
-        server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
-        )
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        while not server.started:
-            time.sleep(0.01)  # readiness poll of the in-process server, not a race wait
+        server, thread, base = serve(app)
         try:
-            base = f"http://127.0.0.1:{port}"
             run = format(int(time.time()) % 100000, "05d")
             agent = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {agent_token}"})
             person = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {user_token}"})

@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 import uvicorn
 
-from bench.bench_checkpoint import _action
+from bench.bench_checkpoint import _action, checkpoint_values, serve
 from devstack.ports import free_port
 
 GOAL = 1.10
@@ -113,6 +113,18 @@ def _read_response(sock: socket.socket) -> None:
         body += chunk
 
 
+def _approve_batch(person: httpx.Client, pending: list[tuple[str, str]]) -> list[float]:
+    """Approve each proposal of ``pending`` (id, action hash); the seconds each took."""
+    took: list[float] = []
+    for proposal_id, digest in pending:
+        start = time.perf_counter()
+        response = person.post(f"/v1/proposals/{proposal_id}/approve", json={"action_hash": digest})
+        took.append(time.perf_counter() - start)
+        if response.json().get("state") != "approved":
+            raise RuntimeError(f"approve failed: {response.text[:200]}")
+    return took
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=5)
@@ -121,13 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--database-url", default=None, help="default: SQLite in a temp dir")
     args = parser.parse_args(argv)
 
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-    from airlock.protocol import KeySet, canonical_bytes
     from airlock.settings import CheckpointSettings
     from services.checkpoint.app import build
-    from services.checkpoint.keys import KeyDirectory
-    from services.executor import ReceiptSigner
 
     spawn = multiprocessing.get_context("spawn")  # the server's threads stay here
     alone: list[float] = []
@@ -135,20 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     healthz: list[float] = []
     seconds = [0.0, 0.0]  # flooded with refusals, with /healthz
     with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        KeyDirectory(root / "keys").generate(int(time.time()))
-        receipt_keys = root / "receipt-keys.json"
-        receipt_keys.write_bytes(
-            canonical_bytes(
-                KeySet([ReceiptSigner(Ed25519PrivateKey.generate()).trusted_key()]).to_value()
-            )
-        )
-        values: dict[str, Any] = {
-            "database_url": args.database_url or f"sqlite:///{root / 'checkpoint.db'}",
-            "keys_dir": root / "keys",
-            "receipt_keys_path": receipt_keys,
-            "audience": "airlock-executor/bench",
-        }
+        values = checkpoint_values(Path(tmp), args.database_url)
         app = build(CheckpointSettings.model_validate(values), sweep_interval=None)
         accounts = app.state.accounts
         accounts.add_user("alice", "bench password 1234", "approver")
@@ -157,15 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         user_token = accounts.login("alice", "bench password 1234")[0]
         flood_token = accounts.login("mallory", "bench password 5678")[0]
 
-        port = free_port()
-        server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
-        )
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        while not server.started:
-            time.sleep(0.01)  # readiness poll of the in-process server, not a race wait
-        base = f"http://127.0.0.1:{port}"
+        server, thread, base = serve(app)
         run = format(int(time.time()) % 100000, "05d")
         agent = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {agent_token}"})
         person = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {user_token}"})
@@ -184,38 +170,19 @@ def main(argv: list[str] | None = None) -> int:
                 pending.append((body["id"], body["action_hash"]))
             return pending
 
-        def approve_batch(pending: list[tuple[str, str]]) -> list[float]:
-            took: list[float] = []
-            for proposal_id, digest in pending:
-                start = time.perf_counter()
-                response = person.post(
-                    f"/v1/proposals/{proposal_id}/approve", json={"action_hash": digest}
-                )
-                took.append(time.perf_counter() - start)
-                if response.json().get("state") != "approved":
-                    raise RuntimeError(f"approve failed: {response.text[:200]}")
-            return took
-
         ready, flooding, running, done = (spawn.Event() for _ in range(4))
         sent, control = spawn.Array("q", 2), spawn.Value("b", 0)
+        events = {"ready": ready, "flooding": flooding, "running": running, "done": done}
         flood = spawn.Process(
             target=_flood_process,
             args=(values, flood_token),
-            kwargs={
-                "rate": args.flood_rate,
-                "ready": ready,
-                "flooding": flooding,
-                "running": running,
-                "done": done,
-                "sent": sent,
-                "control": control,
-            },
+            kwargs={"rate": args.flood_rate, "sent": sent, "control": control, **events},
         )
         flood.start()
         try:
             if not ready.wait(120):
                 raise RuntimeError("the flooded checkpoint process did not start")
-            approve_batch(submit_batch(10))  # warm up connections and caches
+            _approve_batch(person, submit_batch(10))  # warm up connections and caches
             kinds: list[tuple[int | None, list[float]]] = [
                 (None, alone),
                 (0, flooded),
@@ -227,14 +194,14 @@ def main(argv: list[str] | None = None) -> int:
                 for kind, into in kinds[turn:] + kinds[:turn]:
                     pending = submit_batch(args.batch)
                     if kind is None:
-                        into.extend(approve_batch(pending))
+                        into.extend(_approve_batch(person, pending))
                         continue
                     control.value = kind
                     flooding.set()
                     if not running.wait(60):
                         raise RuntimeError("the flood did not start")
                     start = time.perf_counter()
-                    into.extend(approve_batch(pending))
+                    into.extend(_approve_batch(person, pending))
                     seconds[kind] += time.perf_counter() - start
                     flooding.clear()
                     while running.is_set():
@@ -250,6 +217,22 @@ def main(argv: list[str] | None = None) -> int:
             rows = _refused_rows(app)
             app.state.checkpoint.db.dispose()
 
+    return _show(
+        args, alone=alone, flooded=flooded, healthz=healthz, sent=sent, seconds=seconds, rows=rows
+    )
+
+
+def _show(
+    args: argparse.Namespace,
+    *,
+    alone: list[float],
+    flooded: list[float],
+    healthz: list[float],
+    sent: Any,
+    seconds: list[float],
+    rows: int,
+) -> int:
+    """Print the medians and ratios; 0 if the flooded ratio meets the goal, else 1."""
     base_ms = statistics.median(alone) * 1e3
     flood_ms = statistics.median(flooded) * 1e3
     control_ms = statistics.median(healthz) * 1e3

@@ -282,6 +282,66 @@ def _beat_since_start(path: Path) -> Callable[[Service], bool]:
     return check
 
 
+def _checkpoint_service(workdir: Path, db_url: str, port: int) -> Service:
+    """The checkpoint process of :func:`running_stack` (not started)."""
+    checkpoint_url = f"http://127.0.0.1:{port}"
+    return Service(
+        "checkpoint",
+        [*_CLI, "checkpoint", "--port", str(port)],
+        _clean_env(
+            {
+                "AIRLOCK_ENV": "dev",
+                "AIRLOCK_CHECKPOINT_DATABASE_URL": db_url,
+                "AIRLOCK_CHECKPOINT_KEYS_DIR": str(workdir / "keys"),
+                "AIRLOCK_CHECKPOINT_RECEIPT_KEYS_PATH": str(workdir / "receipt-keys.json"),
+                "AIRLOCK_CHECKPOINT_AUDIENCE": AUDIENCE,
+                "AIRLOCK_CHECKPOINT_FEED_MAX_WAIT": "5",
+                # The web app's address: its X-Forwarded-For names each browser.
+                "AIRLOCK_CHECKPOINT_TRUSTED_PROXIES": "127.0.0.1",
+            }
+        ),
+        workdir,
+        _http_ok(f"{checkpoint_url}/readyz"),
+    )
+
+
+def _executor_service(
+    workdir: Path,
+    ledger: str,
+    *,
+    checkpoint_url: str,
+    token: str,
+    devcloud: DevcloudHandle,
+    executor_env: Mapping[str, str] | None,
+) -> Service:
+    """The executor daemon of :func:`running_stack` (not started)."""
+    heartbeat = workdir / "executor.heartbeat"
+    return Service(
+        "executor",
+        [*_CLI, "executor"],
+        _clean_env(
+            {
+                "AIRLOCK_ENV": "dev",
+                "AIRLOCK_EXECUTOR_DATABASE_URL": ledger,
+                "AIRLOCK_EXECUTOR_TRUSTED_KEYS_PATH": str(workdir / "trusted-keys.json"),
+                "AIRLOCK_EXECUTOR_RECEIPT_KEY_PATH": str(workdir / "receipt-key.pem"),
+                "AIRLOCK_EXECUTOR_AUDIENCE": AUDIENCE,
+                "AIRLOCK_EXECUTOR_ACCOUNT": ACCOUNT,
+                "AIRLOCK_EXECUTOR_REGION": REGION,
+                "AIRLOCK_EXECUTOR_CHECKPOINT_URL": checkpoint_url,
+                "AIRLOCK_EXECUTOR_CHECKPOINT_TOKEN": token,
+                "AIRLOCK_EXECUTOR_POLL_WAIT": "5",
+                "AIRLOCK_EXECUTOR_RETRY_MAX": "1",
+                "AIRLOCK_EXECUTOR_HEARTBEAT_PATH": str(heartbeat),
+                **devcloud.env("EXECUTOR", write=True),
+                **(executor_env or {}),
+            }
+        ),
+        workdir,
+        _beat_since_start(heartbeat),
+    )
+
+
 @contextlib.contextmanager
 def running_stack(
     workdir: Path,
@@ -304,27 +364,9 @@ def running_stack(
     checkpoint_url = f"http://127.0.0.1:{cp_port}"
     webapp_url = f"http://127.0.0.1:{web_port}"
     ledger = ledger_url or f"sqlite:///{workdir / 'ledger.db'}"
-    heartbeat = workdir / "executor.heartbeat"
     services: list[Service] = []
     try:
-        checkpoint = Service(
-            "checkpoint",
-            [*_CLI, "checkpoint", "--port", str(cp_port)],
-            _clean_env(
-                {
-                    "AIRLOCK_ENV": "dev",
-                    "AIRLOCK_CHECKPOINT_DATABASE_URL": db_url,
-                    "AIRLOCK_CHECKPOINT_KEYS_DIR": str(workdir / "keys"),
-                    "AIRLOCK_CHECKPOINT_RECEIPT_KEYS_PATH": str(workdir / "receipt-keys.json"),
-                    "AIRLOCK_CHECKPOINT_AUDIENCE": AUDIENCE,
-                    "AIRLOCK_CHECKPOINT_FEED_MAX_WAIT": "5",
-                    # The web app's address: its X-Forwarded-For names each browser.
-                    "AIRLOCK_CHECKPOINT_TRUSTED_PROXIES": "127.0.0.1",
-                }
-            ),
-            workdir,
-            _http_ok(f"{checkpoint_url}/readyz"),
-        )
+        checkpoint = _checkpoint_service(workdir, db_url, cp_port)
         services.append(checkpoint)
         checkpoint.spawn()
         if webapp:
@@ -345,29 +387,13 @@ def running_stack(
         with running_devcloud(
             workdir / "devcloud", transition_seconds=transition_seconds
         ) as devcloud:
-            executor = Service(
-                "executor",
-                [*_CLI, "executor"],
-                _clean_env(
-                    {
-                        "AIRLOCK_ENV": "dev",
-                        "AIRLOCK_EXECUTOR_DATABASE_URL": ledger,
-                        "AIRLOCK_EXECUTOR_TRUSTED_KEYS_PATH": str(workdir / "trusted-keys.json"),
-                        "AIRLOCK_EXECUTOR_RECEIPT_KEY_PATH": str(workdir / "receipt-key.pem"),
-                        "AIRLOCK_EXECUTOR_AUDIENCE": AUDIENCE,
-                        "AIRLOCK_EXECUTOR_ACCOUNT": ACCOUNT,
-                        "AIRLOCK_EXECUTOR_REGION": REGION,
-                        "AIRLOCK_EXECUTOR_CHECKPOINT_URL": checkpoint_url,
-                        "AIRLOCK_EXECUTOR_CHECKPOINT_TOKEN": tokens["executor"],
-                        "AIRLOCK_EXECUTOR_POLL_WAIT": "5",
-                        "AIRLOCK_EXECUTOR_RETRY_MAX": "1",
-                        "AIRLOCK_EXECUTOR_HEARTBEAT_PATH": str(heartbeat),
-                        **devcloud.env("EXECUTOR", write=True),
-                        **(executor_env or {}),
-                    }
-                ),
+            executor = _executor_service(
                 workdir,
-                _beat_since_start(heartbeat),
+                ledger,
+                checkpoint_url=checkpoint_url,
+                token=tokens["executor"],
+                devcloud=devcloud,
+                executor_env=executor_env,
             )
             services.append(executor)
             if start_executor:

@@ -12,10 +12,18 @@ import ast
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import get_type_hints
 
 import pytest
 
-from airlock.events import FIELDS, CheckpointEvent, ExecutorEvent
+from airlock.events import (
+    FIELDS,
+    CheckpointEvent,
+    ExecutorEvent,
+    RefusedCounted,
+    RefusedOnce,
+    SignInRefused,
+)
 
 ROOT = Path(__file__).parents[1]
 _VOCABULARY = {e.value: e for e in (*CheckpointEvent, *ExecutorEvent)}
@@ -110,3 +118,28 @@ def test_every_listed_event_type_is_written_somewhere() -> None:
 def test_an_event_type_names_its_chain(member: CheckpointEvent | ExecutorEvent) -> None:
     chain = "checkpoint" if isinstance(member, CheckpointEvent) else "executor"
     assert re.fullmatch(rf"{chain}(\.[a-z_]+)+", member.value)
+
+
+@pytest.mark.parametrize(
+    ("kind", "models"),
+    [
+        (CheckpointEvent.SIGN_IN_REFUSED, [SignInRefused]),
+        (CheckpointEvent.REFUSED, [RefusedOnce, RefusedCounted]),
+    ],
+)
+def test_a_typed_event_holds_exactly_its_listed_fields(
+    kind: CheckpointEvent, models: list[type]
+) -> None:
+    """A field added to a typed event and not to FIELDS (or the reverse) fails here."""
+    keys = [set(get_type_hints(model)) for model in models]
+    assert set().union(*keys) == FIELDS[kind]
+    assert all("type" not in k for k in keys)  # the writer adds it
+
+
+def test_a_counted_refusal_and_a_single_one_share_only_who_and_why() -> None:
+    """A reader tells them apart by ``count``: a row without it counts one."""
+    assert set(get_type_hints(RefusedOnce)) & set(get_type_hints(RefusedCounted)) == {
+        "by",
+        "role",
+        "code",
+    }

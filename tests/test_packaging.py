@@ -88,8 +88,8 @@ def test_the_dev_stack_eval_bench_and_tests_are_not_shipped() -> None:
 
 @pytest.mark.slow
 def test_the_kernel_imports_from_a_base_install_without_fastapi(tmp_path: Path) -> None:
-    """``pip install airlock`` alone, in a fresh environment: the kernel and the receipt
-    verifier import, and nothing heavy was installed for them."""
+    """``pip install airlock`` alone, in a fresh environment: the kernel, the receipt
+    verifier and the gate import, and nothing heavy was installed for them."""
     source = tmp_path / "src"
     source.mkdir()
     for name in ("pyproject.toml", "README.md", "LICENSE"):
@@ -113,6 +113,8 @@ def test_the_kernel_imports_from_a_base_install_without_fastapi(tmp_path: Path) 
         "assert importlib.metadata.version('airlock') == airlock.__version__\n"
         "import airlock.ledger\n"
         "assert (airlock.ledger.MIGRATIONS_DIR / 'versions' / '0001_ledger.py').is_file()\n"
+        "import airlock.gate\n"
+        "from airlock.gate import Gate, GateConfig, Refused\n"
         f"present = [m for m in {HEAVY!r} if importlib.util.find_spec(m) is not None]\n"
         "assert present == [], present\n"
         f"leaked = [m for m in sys.modules if m.split('.')[0] in {HEAVY!r}]\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from airlock.cli._approvals import _evidence
+from airlock.cli._approvals_show import _evidence
 from airlock.units import decimal_bytes, duration, money, span
 from services.agent.idle import format_bytes
 from webapp.charts import human_bytes

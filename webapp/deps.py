@@ -17,8 +17,9 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Final, NamedTuple
+from typing import Annotated, Final, NamedTuple
 
 import jinja2
 from fastapi import Depends, Form, Request
@@ -42,6 +43,7 @@ __all__ = [
     "NotSent",
     "Note",
     "Session",
+    "ShownRefusal",
     "SignInRequired",
     "SignedIn",
     "Web",
@@ -100,14 +102,25 @@ class SignedIn(NamedTuple):
     me: Me
 
 
-def refusal(exc: CheckpointRefused) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class ShownRefusal:
+    """A refused decision as its page shows it (``proposal.html`` reads the fields)."""
+
+    #: What the person reads first.
+    message: str
+    #: The checkpoint's code and its own words; both None when nothing reached it.
+    code: str | None = None
+    detail: str | None = None
+
+
+def refusal(exc: CheckpointRefused) -> ShownRefusal:
     """The checkpoint's refusal as a page shows it: code, words, and its own detail."""
-    return {"code": exc.code, "message": human_message(exc.code), "detail": exc.message}
+    return ShownRefusal(human_message(exc.code), exc.code, exc.message)
 
 
-def not_sent(message: str) -> dict[str, Any]:
+def not_sent(message: str) -> ShownRefusal:
     """The web app's own refusal, as a page shows it: nothing reached the checkpoint."""
-    return {"code": None, "message": message, "detail": None}
+    return ShownRefusal(message)
 
 
 def safe_next(value: str | None) -> str:
@@ -199,7 +212,7 @@ class Web:
         self,
         request: Request,
         name: str,
-        context: dict[str, Any],
+        context: Mapping[str, object],
         *,
         status: int = 200,
         signed_out: bool = False,

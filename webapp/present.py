@@ -26,6 +26,7 @@ from airlock.protocol import (
     Receipt,
     Refused,
     Saving,
+    ToolCall,
     action_hash,
     canonical_bytes,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "executor_conflict",
     "hash_matches",
     "instance_name",
+    "json_rows",
     "latest_refusal",
     "next_step",
     "outcome_label",
@@ -106,7 +108,12 @@ def _kind(resource_type: str) -> str:
 
 
 def plain_action(p: Proposal) -> str:
-    """One sentence: what the executor will do if this is approved."""
+    """One sentence: what the executor (or a tool call's gate) will do if approved."""
+    if p.is_tool_call:
+        return (
+            f"The gate {p.audience} calls the tool “{p.operation}” on {p.resource_id}, "
+            "once, with exactly the arguments below."
+        )
     where = f"in {p.region} (account {p.account})"
     what = f"{_kind(p.resource_type)} {p.resource_id}"
     params = p.action.get("params") or {}
@@ -133,6 +140,13 @@ def next_step(p: Proposal) -> str | None:
     """What happens after this closed proposal, for a person who wonders whether the
     agent will try again (services/agent/planner.py decides it); None while it is open,
     executed or denied."""
+    if p.is_tool_call:
+        if p.state in ("failed", "refused", "expired", "lapsed", "revoked", "withdrawn"):
+            return (
+                "Nothing more happens to this proposal. The caller may propose the same "
+                "call again, as a new proposal that needs its own approval."
+            )
+        return None
     again = (
         f"If the resource still qualifies, the agent proposes the {p.operation} again at "
         "its next scan, as a new proposal with its own hash that needs its own approval."
@@ -219,6 +233,8 @@ def signed_action_problem(p: Proposal) -> str | None:
     if not hash_matches(p):
         return "the action text does not hash to the stated hash"
     data = p.action_jcs.encode("utf-8")
+    if p.is_tool_call:
+        return _tool_call_problem(p, data)
     # (2) The text is a valid action, in the RFC 8785 form that was hashed.
     try:
         action = ProposedAction.from_json_bytes(data)
@@ -249,6 +265,54 @@ def signed_action_problem(p: Proposal) -> str | None:
     if not same:
         return "the details shown are not the signed action text"
     return None
+
+
+def _tool_call_problem(p: Proposal, data: bytes) -> str | None:
+    """:func:`signed_action_problem`'s steps (2) to (4) for a tool call."""
+    try:
+        call = ToolCall.from_json_bytes(data)
+        canonical = call.canonical_bytes()
+    except Refused as exc:
+        return f"the action text is not a valid tool call ({exc.detail})"
+    if canonical != data:
+        return "the action text is not in canonical form (RFC 8785)"
+    fields = (
+        ("proposal id", call.proposal_id, p.id),
+        ("tool", call.tool, p.tool),
+        ("tool", call.tool, p.operation),
+        ("target", call.target, p.target),
+        ("target", call.target, p.resource_id),
+        ("effect key", call.effect_key, p.effect_key),
+        ("audience", call.audience, p.audience),
+        ("audience", call.audience, p.account),
+        ("summary", call.summary, p.summary),
+        ("risk", call.risk, p.risk),
+    )
+    for name, signed, shown in fields:
+        if signed != shown:
+            return f"the page's {name} ({shown}) is not the signed {name} ({signed})"
+    try:
+        same = canonical_bytes(p.action) == data
+    except ValueError:
+        same = False
+    if not same:
+        return "the details shown are not the signed tool call text"
+    return None
+
+
+def json_rows(value: Any) -> list[tuple[str, str]]:
+    """A tool call's ``arguments`` or ``premises`` as (name, value) rows, every value as
+    its canonical JSON text (a string quoted, an object in full), in the signed order."""
+    if not isinstance(value, Mapping):
+        return []
+    rows = []
+    for name, item in value.items():
+        try:
+            shown = canonical_bytes(item).decode("utf-8")
+        except ValueError:  # not what was hashed: signed_action_problem says so
+            shown = repr(item)
+        rows.append((str(name), shown))
+    return rows
 
 
 def signed_saving(p: Proposal) -> Saving | None:
@@ -316,6 +380,8 @@ def bulk_problem(p: Proposal) -> str | None:
     """
     if p.state != "pending":
         return f"it is {STATE_LABELS.get(p.state, p.state)}"
+    if p.is_tool_call:
+        return "it is a tool call: open it and decide it alone"
     if (
         p.risk == "high"
         or p.policy.confirm

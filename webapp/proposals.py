@@ -10,7 +10,7 @@ whose banner comes from a cookie the POST set, never from the URL.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any, Final
+from typing import Annotated, Final
 
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
@@ -24,6 +24,7 @@ from .deps import (
     Note,
     NotSent,
     Session,
+    ShownRefusal,
     SignInRequired,
     Web,
     WebDep,
@@ -60,7 +61,7 @@ def proposal_page(
     me: Me,
     proposal_id: str,
     *,
-    error: dict[str, Any] | None = None,
+    error: ShownRefusal | None = None,
     status: int = 200,
     done: str | None = None,
     form: dict[str, str] | None = None,
@@ -215,15 +216,19 @@ def reject(
     reason_code: Annotated[str, Form(max_length=32)],
     csrf: Csrf = "",
     note: Note = "",
+    # A tool call's own reason (its policy's ``[tools.<tool>] reject_reasons``), typed:
+    # the web app does not read the policy; the checkpoint judges the code.
+    tool_reason: Annotated[str, Form(max_length=40)] = "",
 ) -> Response:
+    code = tool_reason.strip() or reason_code
     return _decide(
         web,
         request,
         proposal_id,
         csrf=csrf,
         verb="reject",
-        call=lambda token: client.reject(token, proposal_id, reason_code=reason_code, note=note),
-        form={"reject_note": note, "reason_code": reason_code},
+        call=lambda token: client.reject(token, proposal_id, reason_code=code, note=note),
+        form={"reject_note": note, "reason_code": reason_code, "tool_reason": tool_reason},
     )
 
 

@@ -20,10 +20,12 @@ from ._config import config_command
 from ._conformance import conformance_command
 from ._devcloud import devcloud_app
 from ._doctor import doctor_command
-from ._executor import executor_app, receipts_app
+from ._executor import executor_app
+from ._gate import gate_app
 from ._help import Typer
 from ._keys import keys_app
 from ._login import login_command, logout_command
+from ._receipts import receipts_app
 from ._up import up_command
 from ._webapp import webapp_command
 
@@ -77,6 +79,7 @@ app.add_typer(receipts_app)
 app.command("login")(login_command)
 app.command("logout")(logout_command)
 app.add_typer(approvals_app)
+app.add_typer(gate_app)
 app.command("doctor")(doctor_command)
 
 

@@ -24,15 +24,26 @@ import enum
 import re
 import shlex
 import sys
-from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 
-from airlock.units import decimal_bytes, duration, money
+from airlock.units import money
 
+from ._approvals_show import (
+    _DECISIONS,
+    _REASONS,
+    _canonical_text,
+    _details,
+    _echo_lines,
+    _saving_label,
+    _summary,
+    _votes,
+    _when,
+    _words,
+)
 from ._client import (
     EXIT_CODES_HELP,
     CheckpointClient,
@@ -49,7 +60,7 @@ if TYPE_CHECKING:
     # protocol kernel (a test holds it to this).
     from airlock.api import Proposal as _Proposal
     from airlock.api import ProposalPage as _ProposalPage
-    from airlock.protocol import ProposedAction, Saving
+    from airlock.protocol import ProposedAction, Saving, ToolCall
 
 __all__ = ["approvals_app"]
 
@@ -72,7 +83,6 @@ approvals_app = Typer(
 _PROPOSAL_ID: Final = re.compile(r"prop_[A-Za-z0-9_-]{8,80}")
 _DEFAULT_LIMIT: Final = 50
 _HASH: Final = re.compile(r"sha256:[0-9a-f]{64}")
-_KINDS: Final = {"ecs.instance": "ECS instance", "rds.instance": "RDS database instance"}
 
 
 class State(enum.StrEnum):
@@ -93,309 +103,9 @@ class State(enum.StrEnum):
     DENIED = "denied"
 
 
-Reason = Literal["not_idle", "protected", "wrong_target", "needs_more_info", "other"]
-
-# Codes in words for people; --json keeps the codes for programs.
-_REASONS: Final = {
-    "not_idle": "not idle, it is in use",
-    "protected": "protected, must never be touched",
-    "wrong_target": "wrong target",
-    "needs_more_info": "needs more information",
-    "other": "other (see the note)",
-}
-_DECISIONS: Final = {"happened": "it happened", "did_not_happen": "it did not happen"}
-_OUTCOMES: Final = {
-    "succeeded": "succeeded",
-    "failed": "failed, nothing was changed",
-    "in_doubt": "in doubt, the executor cannot tell whether it happened",
-    "refused": "refused by the executor, nothing was written",
-    "resolved": "resolved by a person",
-}
-
-
-def _words(words: Mapping[str, str], code: str | None) -> str:
-    """A code in words; one this CLI does not know, escaped as it came."""
-    return words.get(code or "", inert(str(code)))
-
-
-# -- text for people -------------------------------------------------------------------
-
-
-def _when(unix: int | None) -> str:
-    if unix is None:
-        return "-"
-    try:
-        return datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    except (ValueError, OverflowError, OSError):  # out of datetime's range: say it raw
-        return f"{unix} (Unix seconds)"
-
-
-def _bp(value: object) -> str:
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return f"{value // 100}.{value % 100:02d} %"
-    return inert(str(value))
-
-
-def _bytes(value: object) -> str:
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return decimal_bytes(value)
-    return inert(str(value))
-
-
-def _duration(seconds: object) -> str:
-    if isinstance(seconds, int) and not isinstance(seconds, bool):
-        return duration(seconds)
-    return inert(str(seconds))
-
-
-def _plain(action: ProposedAction) -> str:
-    """One sentence: what the executor will do if this is approved."""
-    what = f"{_KINDS.get(action.resource.type, action.resource.type)} {action.resource.id}"
-    where = f"in {action.region} (account {action.account})"
-    if action.operation == "stop":
-        mode = action.params.get("stopped_mode")
-        detail = {
-            "StopCharging": " Compute billing stops; disks and data are kept; it can be "
-            "started again.",
-            "KeepCharging": " It keeps its resources and is still billed; it can be started again.",
-        }.get(str(mode), " It can be started again.")
-        return f"STOP the {what} {where}.{detail}"
-    if action.operation == "delete":
-        return (
-            f"PERMANENTLY DELETE the {what} {where}. This cannot be undone: the instance and "
-            "its system disk are released."
-        )
-    return f"Run {action.operation!r} on the {what} {where}."
-
-
-def _precondition(action: ProposedAction) -> str:
-    pre = action.precondition
-    tags = ", ".join(inert(t) for t in pre.absent_tags) or "none"
-    return (
-        f"only if, when re-read just before acting, its status is still {pre.status} and it "
-        f"carries none of the tags [{tags}] (observed {pre.observed_at})"
-    )
-
-
-_EVIDENCE_SHOWN: Final = frozenset(
-    {
-        "policy",
-        "window_days",
-        "window_start",
-        "window_end",
-        "samples",
-        "samples_expected",
-        "cpu_avg_bp",
-        "cpu_p95_bp",
-        "mem_avg_bp",
-        "net_bytes_per_day",
-        "net_quiet_days",
-        "thresholds",
-        "name",
-        "instance_type",
-        "tags",
-        "stage",
-        "stop_proposal_id",
-        "stopped_at",
-        "stopped_seconds",
-        "grace_seconds",
-        "saving",
-    }
-)
-
-
-def _evidence(evidence: Mapping[str, Any]) -> list[str]:
-    """A few lines summarising the agent's evidence (the full text is in the action)."""
-    lines: list[str] = []
-    e = evidence
-
-    def text(key: str) -> str:
-        return inert(str(e.get(key, "?")))
-
-    if "policy" in e or "window_days" in e:
-        # A delete's evidence names its policy but has no idle window of its own.
-        window = text("policy")
-        if "window_days" in e:
-            window += f" over {text('window_days')} days"
-        if "window_start" in e and "window_end" in e:
-            window += f" ({text('window_start')} to {text('window_end')})"
-        if "samples" in e:
-            expected = f" of {text('samples_expected')}" if "samples_expected" in e else ""
-            window += f"; {text('samples')}{expected} hourly samples"
-        lines.append(window)
-    usage = []
-    raw_thresholds = e.get("thresholds")
-    thresholds: Mapping[str, Any] = raw_thresholds if isinstance(raw_thresholds, Mapping) else {}
-    for key, label, limit in (
-        ("cpu_avg_bp", "CPU avg", "cpu_avg_max_bp"),
-        ("cpu_p95_bp", "CPU p95", "cpu_p95_max_bp"),
-        ("mem_avg_bp", "memory avg", "mem_avg_max_bp"),
-    ):
-        if key in e:
-            bound = f" (limit {_bp(thresholds[limit])})" if limit in thresholds else ""
-            usage.append(f"{label} {_bp(e[key])}{bound}")
-    if "net_bytes_per_day" in e:
-        quiet = f", quiet {text('net_quiet_days')} days" if "net_quiet_days" in e else ""
-        usage.append(f"network {_bytes(e['net_bytes_per_day'])}/day{quiet}")
-    if usage:
-        lines.append(", ".join(usage))
-    if "stage" in e:
-        lines.append(
-            f"{text('stage')}: stopped by Airlock at {text('stopped_at')} "
-            f"({text('stop_proposal_id')}), stopped for {_duration(e.get('stopped_seconds'))}, "
-            f"grace {_duration(e.get('grace_seconds'))}"
-        )
-    about = []
-    if isinstance(e.get("name"), str) and e["name"]:
-        about.append(f"name {inert(e['name'])!s}")
-    if isinstance(e.get("instance_type"), str):
-        about.append(f"type {inert(e['instance_type'])}")
-    tags = e.get("tags")
-    if isinstance(tags, Mapping) and tags:
-        about.append(
-            "tags " + ", ".join(f"{inert(str(k))}={inert(str(v))}" for k, v in tags.items())
-        )
-    if about:
-        lines.append("; ".join(about))
-    for key, value in e.items():
-        if key in _EVIDENCE_SHOWN:
-            continue
-        if isinstance(value, list | dict):
-            lines.append(f"{inert(key)}: ({len(value)} values; see the action)")
-        else:
-            lines.append(f"{inert(key)}: {inert(str(value))}")
-    return lines
-
-
-def _votes(p: _Proposal) -> str:
-    """Votes that count toward the quorum, of the quorum."""
-    return f"{sum(1 for v in p.votes if v.counts)} of {p.policy.quorum}"
-
-
-def _echo_lines(lines: list[str], *, err: bool = False) -> None:
-    # Escaped again as a whole: a field of the answer formatted without ``inert`` (a
-    # state, a code, an id) cannot reach the terminal raw either.
-    for line in lines:
-        say(line, err=err)
-
-
-def _summary(p: _Proposal, action: ProposedAction) -> list[str]:
-    """What a person needs before deciding: what, why, under which rule, and the hash."""
-    lines = [
-        f"proposal   {p.id}  ({p.state})",
-        f"action     {_plain(action)}",
-        f"           {_precondition(action)}",
-        f"reason     {inert(action.reason)}",
-        f"proposed   by {inert(action.proposed_by)} at {action.created_at}",
-    ]
-    evidence = _evidence(action.evidence)
-    if evidence:
-        lines.append(f"evidence   {evidence[0]}")
-        lines.extend(f"           {line}" for line in evidence[1:])
-    saving = action.saving
-    if saving is not None:
-        what = (
-            "its compute price stops"
-            if saving.basis == "compute"
-            else "no charge Airlock prices stops"
-        )
-        lines.append(
-            f"saves      {_saving_label(saving)} a month (est.: {what}; price "
-            f"{money(saving.hourly_price_micros, saving.currency, 6)} an hour from "
-            f"{inert(saving.source)}, {saving.hours_per_month} h a month)"
-        )
-    confirm = ", typed resource id required" if p.policy.confirm else ""
-    lines.append(
-        f"policy     rule {inert(p.policy.rule)} ({p.policy.effect}, quorum "
-        f"{p.policy.quorum}{confirm}); risk {p.risk}; policy hash {p.policy.hash}"
-    )
-    voters = ", ".join(
-        f"{inert(v.voter)} at {_when(v.at)}" + ("" if v.counts else " (does not count)")
-        for v in p.votes
-    )
-    lines.append(f"votes      {_votes(p)}" + (f" ({voters})" if voters else ""))
-    if p.state == "pending":
-        lines.append(f"deadline   approval window closes {_when(p.approval_deadline)}")
-    lines.append(f"hash       {p.action_hash}")
-    return lines
-
-
-def _details(p: _Proposal) -> list[str]:
-    lines = []
-    if p.deny_reason:
-        lines.append(f"denied     {inert(p.deny_reason)}")
-    for v in p.votes:
-        if v.note:
-            lines.append(f"note       {inert(v.voter)}: {inert(v.note)}")
-    if p.approval is not None:
-        a = p.approval
-        revoked = (
-            f"; revoked by {inert(a.revoked_by or '?')} at {_when(a.revoked_at)}"
-            if a.revoked_at
-            else ""
-        )
-        lines.append(
-            f"approval   {a.approval_id} signed by {a.keyid} at {_when(a.issued_at)}, valid until "
-            f"{_when(a.expires_at)}{revoked}"
-        )
-    if p.rejection is not None:
-        r = p.rejection
-        lines.append(
-            f"rejected   {_words(_REASONS, r.reason_code)} by {inert(r.by)} at {_when(r.at)}"
-            + (f": {inert(r.note)}" if r.note else "")
-        )
-    if p.outcome is not None:
-        o = p.outcome
-        code = f" ({o.refusal_code})" if o.refusal_code else ""
-        receipt = "verified receipt" if o.receipt_verified else "receipt NOT verified"
-        late = ", reported late" if o.late else ""
-        outcome = _words(_OUTCOMES, o.outcome)
-        lines.append(f"outcome    {outcome}{code}, {receipt}{late}, at {_when(o.reported_at)}")
-        if o.resolution:
-            lines.append(
-                f"resolved   {_words(_DECISIONS, o.resolution)} by "
-                f"{inert(o.resolved_by or '?')} at {_when(o.resolved_at)}: "
-                f"{inert(o.resolution_note or '')}"
-            )
-        if (x := o.executor_resolution) is not None:
-            # The executor's signed resolution, come after the one above: the ledger's.
-            said = (
-                f"executor   resolved {_words(_DECISIONS, x.decision)} by {inert(x.by)} at "
-                f"{_when(x.at)} in its "
-                f"ledger (reported {_when(x.reported_at)})"
-                + (f": {inert(x.note)}" if x.note else "")
-            )
-            lines.append(said)
-            if x.conflict:
-                lines.append(
-                    f"CONFLICT   the checkpoint says {_words(_DECISIONS, x.checkpoint_decision)} "
-                    f"({inert(x.checkpoint_resolved_by or '?')}), the executor's ledger "
-                    f"{_words(_DECISIONS, x.decision)}; the ledger is the record of what the "
-                    "executor did. "
-                    "Check the resource in the cloud and the receipt (--json), then tell "
-                    "whoever recorded the wrong one"
-                )
-    for note in p.executor_refusals:
-        # A note from the executor's signed receipt; the state above is unchanged by it.
-        detail = f": {inert(note.detail)}" if note.detail else ""
-        lines.append(
-            f"refused    before use by executor {inert(note.executor)} at {_when(note.at)}: "
-            f"{inert(note.refusal_code)}{detail} (reported {_when(note.reported_at)}; "
-            "the state is unchanged)"
-        )
-    return lines
-
-
-def _canonical_text(p: _Proposal) -> list[str]:
-    shown = inert(p.action_jcs)
-    lines = ["canonical action (RFC 8785), exactly as hashed and signed:", shown]
-    if shown != p.action_jcs:
-        lines.append(
-            "warning: the action holds control or invisible characters, shown above as \\u "
-            "escapes; they are part of what is signed"
-        )
-    return lines
-
+#: A reject reason code: a built-in one, or one the policy adds for a tool call's tool
+#: (the checkpoint judges which the proposal admits).
+_REASON: Final = re.compile(r"[a-z][a-z0-9_]{0,39}")
 
 # -- plumbing --------------------------------------------------------------------------
 
@@ -605,17 +315,10 @@ def _signed_saving(p: _Proposal) -> Saving | None:
     from ._proposal import signed_action
 
     try:
-        return signed_action(p).saving
+        action = signed_action(p)
     except CheckpointUnavailable:
         return None
-
-
-def _saving_label(saving: Saving | None) -> str:
-    from airlock.protocol import CURRENCY_EXPONENTS
-
-    if saving is None:
-        return "-"
-    return money(saving.monthly_minor, saving.currency, CURRENCY_EXPONENTS[saving.currency])
+    return getattr(action, "saving", None)  # a tool call has none
 
 
 def _pending_total(items: Sequence[_Proposal]) -> str:
@@ -750,7 +453,26 @@ def approve_command(
             as_json=as_json,
         )
         return
-    proposal_id = _check_id(proposal_ids[0])
+    _approve_one(
+        _check_id(proposal_ids[0]),
+        note=note,
+        confirm=confirm,
+        yes=yes,
+        expect_hash=expect_hash,
+        as_json=as_json,
+    )
+
+
+def _approve_one(
+    proposal_id: str,
+    *,
+    note: str,
+    confirm: str | None,
+    yes: bool,
+    expect_hash: str | None,
+    as_json: bool,
+) -> None:
+    """``approve`` of one proposal: show it from its signed text, ask, vote for its hash."""
     if expect_hash is not None and _HASH.fullmatch(expect_hash) is None:
         typer.echo(
             f"error: --action-hash {expect_hash[:80]!r} is not an action hash "
@@ -782,40 +504,7 @@ def approve_command(
                     "E_STATE",
                     f"the proposal is {proposal.state}; only a pending one can be approved",
                 )
-            interactive = sys.stdin.isatty()
-            if proposal.policy.confirm or action.is_high_risk:
-                if confirm is None:
-                    if not interactive:
-                        typer.echo(
-                            "error: this is a high-risk action: type its resource id in a "
-                            "terminal, or pass --confirm RESOURCE_ID",
-                            err=True,
-                        )
-                        raise typer.Exit(ExitCode.USAGE)
-                    typed = typer.prompt(
-                        "High-risk action. Type the resource id to confirm", err=True
-                    ).strip()
-                    if typed != action.resource.id:
-                        raise LocalRefusal(
-                            "E_CONFIRM_MISMATCH",
-                            "the typed resource id does not match the resource",
-                        )
-                    confirm = typed
-                # A --confirm value is sent as given: the checkpoint is the judge of it.
-            elif not yes:
-                if not interactive:
-                    hint = (
-                        " (--confirm is only for high-risk actions such as a delete)"
-                        if confirm is not None
-                        else ""
-                    )
-                    typer.echo(
-                        f"error: no terminal to ask on: pass --yes to approve{hint}", err=True
-                    )
-                    raise typer.Exit(ExitCode.USAGE)
-                if not typer.confirm(f"Approve {proposal.id}?", default=False, err=True):
-                    typer.echo("not approved; nothing was sent", err=True)
-                    raise typer.Exit(ExitCode.REFUSED)
+            confirm = _ask(proposal, action, confirm, yes=yes)
             sent = expect_hash or proposal.action_hash
             payload: dict[str, Any] = {"action_hash": sent, "note": note}
             if confirm is not None:
@@ -838,6 +527,51 @@ def approve_command(
     typer.echo(f"you approved action hash {sent}")
 
 
+def _ask(
+    proposal: _Proposal, action: ProposedAction | ToolCall, confirm: str | None, *, yes: bool
+) -> str | None:
+    """Ask the person before one approve: the typed resource id (a tool call's target)
+    for high risk, else y/N unless ``yes``. Returns the ``confirm`` to send; exits 2
+    when there is no terminal to ask on, 1 when the person says no."""
+    from airlock.protocol import ToolCall
+
+    interactive = sys.stdin.isatty()
+    if proposal.policy.confirm or action.is_high_risk:
+        if confirm is not None:
+            return confirm  # sent as given: the checkpoint is the judge of it
+        what, expected = (
+            ("target", action.target)
+            if isinstance(action, ToolCall)
+            else ("resource id", action.resource.id)
+        )
+        if not interactive:
+            flag = "TARGET" if isinstance(action, ToolCall) else "RESOURCE_ID"
+            typer.echo(
+                f"error: this is a high-risk action: type its {what} in a "
+                f"terminal, or pass --confirm {flag}",
+                err=True,
+            )
+            raise typer.Exit(ExitCode.USAGE)
+        typed = str(typer.prompt(f"High-risk action. Type the {what} to confirm", err=True))
+        typed = typed.strip()
+        if typed != expected:
+            raise LocalRefusal("E_CONFIRM_MISMATCH", f"the typed {what} does not match")
+        return typed
+    if not yes:
+        if not interactive:
+            hint = (
+                " (--confirm is only for high-risk actions such as a delete)"
+                if confirm is not None
+                else ""
+            )
+            typer.echo(f"error: no terminal to ask on: pass --yes to approve{hint}", err=True)
+            raise typer.Exit(ExitCode.USAGE)
+        if not typer.confirm(f"Approve {proposal.id}?", default=False, err=True):
+            typer.echo("not approved; nothing was sent", err=True)
+            raise typer.Exit(ExitCode.REFUSED)
+    return confirm
+
+
 @approvals_app.command("reject")
 def reject_command(
     proposal_ids: Annotated[
@@ -848,10 +582,11 @@ def reject_command(
     ],
     *,
     reason: Annotated[
-        Reason,
+        str,
         typer.Option(
             "--reason",
-            help="Why; the agent reads the code back and remembers it. 'other' needs --note.",
+            help="Why: not_idle, protected, wrong_target, needs_more_info or other (which "
+            "needs --note), or a tool call's own code from the policy. The agent reads it back.",
         ),
     ],
     note: NoteOpt = "",
@@ -864,6 +599,9 @@ def reject_command(
 
     Several ids: as `approve` with several, after one confirmation that lists them all.
     """
+    if _REASON.fullmatch(reason) is None:
+        typer.echo(f"error: --reason {inert(reason, limit=40)!r} is not a reason code", err=True)
+        raise typer.Exit(ExitCode.USAGE)
     if len(proposal_ids) > 1:
         from ._bulk import decide_many
 
@@ -881,7 +619,7 @@ def reject_command(
     if as_json:
         _print_json(body)
         return
-    say(f"rejected {result.id}: {_REASONS[reason]}; state {result.state}")
+    say(f"rejected {result.id}: {_words(_REASONS, reason)}; state {result.state}")
 
 
 @approvals_app.command("revoke")

@@ -28,6 +28,7 @@ from ._text import inert_json, inert_json_line
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
+    from airlock.reconcile import ReconcileReport
     from airlock.store import ChainReport
 
 __all__ = ["audit_app"]
@@ -347,16 +348,50 @@ def reconcile_command(
     """
     import sys
 
+    from airlock.reconcile import ReconcileCode, shown
+
+    report = _reconcile_inputs(
+        checkpoint_db, checkpoint_file, executor_db, executor_file, checkpoint_before
+    )
+    if as_json:
+        sys.stdout.write(inert_json(report.to_value(), sort_keys=True) + "\n")
+        raise typer.Exit(0 if report.ok else 1)
+    if any(f.code is ReconcileCode.R_CHAIN for f in report.findings):
+        # Nothing is counted from a chain that does not verify: say so, not zeros.
+        typer.echo("not cross-checked: a chain does not verify")
+        for finding in report.findings:
+            typer.echo(f"FAIL: {finding}")
+        raise typer.Exit(1)
+    value = report.to_value()
+    _count_lines(value)
+    _resolution_lines(value["resolutions"])
+    if report.ok:
+        typer.echo("OK: the two chains agree")
+        return
+    first, more = shown(report.findings)
+    typer.echo(f"FAIL: {len(report.findings)} finding(s)")
+    for finding in first:
+        typer.echo(f"  {finding}")
+    if more:
+        typer.echo(f"  … and {more} more (--json lists all)")
+    raise typer.Exit(1)
+
+
+def _reconcile_inputs(
+    checkpoint_db: str | None,
+    checkpoint_file: Path | None,
+    executor_db: str | None,
+    executor_file: Path | None,
+    checkpoint_before: Path | None,
+) -> ReconcileReport:
+    """Read both chains (from a database or an export each) and cross-check them.
+
+    Raises ``typer.Exit(2)`` for a usage error or an input that cannot be read; a chain
+    that does not verify is an R_CHAIN finding.
+    """
     from sqlalchemy.exc import SQLAlchemyError
 
-    from airlock.reconcile import (
-        Finding,
-        ReconcileCode,
-        ReconcileReport,
-        printable,
-        reconcile,
-        shown,
-    )
+    from airlock.reconcile import Finding, ReconcileCode, ReconcileReport, reconcile
     from airlock.store import Error as StoreError
 
     for label, db, file in (
@@ -384,16 +419,13 @@ def reconcile_command(
         report = ReconcileReport(findings=[Finding(ReconcileCode.R_CHAIN, None, str(exc))])
     except (StoreError, SQLAlchemyError, OSError, UnicodeError) as exc:
         raise _fail(str(exc).splitlines()[0]) from None
-    if as_json:
-        sys.stdout.write(inert_json(report.to_value(), sort_keys=True) + "\n")
-        raise typer.Exit(0 if report.ok else 1)
-    if any(f.code is ReconcileCode.R_CHAIN for f in report.findings):
-        # Nothing is counted from a chain that does not verify: say so, not zeros.
-        typer.echo("not cross-checked: a chain does not verify")
-        for finding in report.findings:
-            typer.echo(f"FAIL: {finding}")
-        raise typer.Exit(1)
-    value = report.to_value()
+    return report
+
+
+def _count_lines(value: dict[str, Any]) -> None:
+    """What each chain holds, as ``ReconcileReport.to_value`` counts it: three lines."""
+    from airlock.reconcile import printable
+
     cp_side, ex_side = value["checkpoint"], value["executor"]
     typer.echo(
         f"checkpoint: {_n(cp_side['rows'], 'row')}; {_n(cp_side['issued'], 'approval')} "
@@ -427,17 +459,6 @@ def reconcile_command(
         f"issued, never consumed: {value['not_consumed']}; "
         f"finished, not yet recorded at the checkpoint: {value['not_reported']}"
     )
-    _resolution_lines(value["resolutions"])
-    if report.ok:
-        typer.echo("OK: the two chains agree")
-        return
-    first, more = shown(report.findings)
-    typer.echo(f"FAIL: {len(report.findings)} finding(s)")
-    for finding in first:
-        typer.echo(f"  {finding}")
-    if more:
-        typer.echo(f"  … and {more} more (--json lists all)")
-    raise typer.Exit(1)
 
 
 #: One-sided resolutions listed by id in the text report (``--json`` lists all).

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from ._approvals import _fetch, _pending_total, _saving_label, _signed_saving, _when
+from ._approvals import _fetch, _pending_total, _signed_saving
+from ._approvals_show import _saving_label, _when
 from ._client import (
     CheckpointClient,
     CheckpointRefused,
@@ -85,6 +86,11 @@ def decide_many(
                 if p.state != "pending":
                     results.append(
                         _Result(p.id, p.action_hash, "left_out", "E_STATE", f"it is {p.state}")
+                    )
+                elif p.is_tool_call:
+                    raise LocalRefusal(
+                        "E_BULK_TOOL_CALL",
+                        f"{p.id} is a tool call: decide it alone; nothing was sent",
                     )
                 elif _high_risk(p):
                     raise LocalRefusal(

@@ -236,11 +236,11 @@ def users_list_command() -> None:
     """List people, their roles, and whether each is disabled or locked out (until when)."""
     now = int(time.time())
     for user in _accounts().list_users():
-        flags = " disabled" if user["disabled"] else ""
-        if user["locked_until"] is not None and user["locked_until"] > now:
-            until = datetime.fromtimestamp(user["locked_until"], UTC).strftime("%H:%M:%S UTC")
+        flags = " disabled" if user.disabled else ""
+        if user.locked_until is not None and user.locked_until > now:
+            until = datetime.fromtimestamp(user.locked_until, UTC).strftime("%H:%M:%S UTC")
             flags += f" locked until {until} (users unlock)"
-        typer.echo(f"{user['username']:24} {user['role']:9}{flags}")
+        typer.echo(f"{user.username:24} {user.role:9}{flags}")
 
 
 @users_app.command("sign-ins")
@@ -254,29 +254,28 @@ def users_sign_ins_command(
 
     Unknown names are kept only as keyed hashes; the accounts locked come last.
     """
+    import dataclasses
     import json
 
     report = _accounts().sign_in_report(int(time.time()) - hours * 3600)
     if as_json:
-        typer.echo(json.dumps(report, indent=2, sort_keys=True))
+        typer.echo(json.dumps(dataclasses.asdict(report), indent=2, sort_keys=True))
         return
-    totals = report["totals"]
+    totals = report.totals
     typer.echo(
-        f"last {hours} h: {totals['wrong_password']} wrong passwords, "
-        f"{totals['unknown_name']} unknown names ({report['distinct_unknown_names']} distinct), "
-        f"{totals['throttled']} throttled"
+        f"last {hours} h: {totals.wrong_password} wrong passwords, "
+        f"{totals.unknown_name} unknown names ({report.distinct_unknown_names} distinct), "
+        f"{totals.throttled} throttled"
     )
     clients = sorted(
-        report["clients"].items(),
-        key=lambda kv: -(kv[1]["wrong_password"] + kv[1]["unknown_name_or_throttled"]),
+        report.clients.items(),
+        key=lambda kv: -(kv[1].wrong_password + kv[1].unknown_name_or_throttled),
     )
     typer.echo(f"{'ADDRESS':40} {'WRONG':>6} {'OTHER':>6} USERS")
     for address, c in clients:
-        users = ", ".join(f"{u} {n}" for u, n in sorted(c["users"].items()))
-        typer.echo(
-            f"{address:40} {c['wrong_password']:>6} {c['unknown_name_or_throttled']:>6} {users}"
-        )
-    for name in report["locked"]:
+        users = ", ".join(f"{u} {n}" for u, n in sorted(c.users.items()))
+        typer.echo(f"{address:40} {c.wrong_password:>6} {c.unknown_name_or_throttled:>6} {users}")
+    for name in report.locked:
         typer.echo(f"locked: {name} (users unlock)")
 
 
@@ -314,18 +313,17 @@ def tokens_list_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """List service tokens: name, role, created, revoked (never the token itself)."""
+    import dataclasses
     import json
 
     tokens = _accounts().list_service_tokens()
     if as_json:
-        typer.echo(json.dumps(tokens, indent=2))
+        typer.echo(json.dumps([dataclasses.asdict(t) for t in tokens], indent=2))
         return
     typer.echo(f"{'NAME':24} {'ROLE':9} {'CREATED':20} REVOKED")
     for token in tokens:
-        revoked = _when(token["revoked_at"]) if token["revoked_at"] is not None else "-"
-        typer.echo(
-            f"{token['name']:24} {token['role']:9} {_when(token['created_at']):20} {revoked}"
-        )
+        revoked = _when(token.revoked_at) if token.revoked_at is not None else "-"
+        typer.echo(f"{token.name:24} {token.role:9} {_when(token.created_at):20} {revoked}")
 
 
 def _when(unix: int) -> str:

@@ -37,15 +37,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Final, Literal
+from typing import TYPE_CHECKING, Annotated, Final
 
 import typer
 
 from ._client import CheckpointClient, CheckpointRefused, CheckpointUnavailable
+from ._doctor_trust import Status, approval_trust, receipt_trust
 from ._text import say
 
 if TYPE_CHECKING:
-    from airlock.protocol import KeySet, TrustedKey
+    from airlock.protocol import KeySet
     from airlock.settings import (
         AgentSettings,
         CheckpointSettings,
@@ -55,9 +56,14 @@ if TYPE_CHECKING:
         WebappSettings,
     )
 
-__all__ = ["approval_trust", "clock_check", "doctor_command", "receipt_trust"]
-
-Status = Literal["ok", "warn", "fail"]
+__all__ = [
+    "Report",
+    "approval_trust",
+    "checkpoint_check",
+    "clock_check",
+    "doctor_command",
+    "receipt_trust",
+]
 
 
 class Service(enum.StrEnum):
@@ -88,7 +94,9 @@ class Check:
     detail: str
 
 
-class _Report:
+class Report:
+    """The checks so far, each printed as it is added (``ok``, ``warn`` or ``fail``)."""
+
     def __init__(self) -> None:
         self.checks: list[Check] = []
 
@@ -142,7 +150,7 @@ class _Loaded:
     devcloud: DevcloudSettings | None = None
 
 
-def _load_settings(report: _Report, expected: set[Service]) -> _Loaded:
+def _load_settings(report: Report, expected: set[Service]) -> _Loaded:
     env = os.environ.get("AIRLOCK_ENV", "")
     if env == "dev":
         report.add(
@@ -181,7 +189,7 @@ def _mode(path: Path) -> int:
     return stat.S_IMODE(path.lstat().st_mode)
 
 
-def _private_file(report: _Report, name: str, path: Path, missing_hint: str) -> None:
+def _private_file(report: Report, name: str, path: Path, missing_hint: str) -> None:
     try:
         info = path.lstat()
     except FileNotFoundError:
@@ -199,7 +207,7 @@ def _private_file(report: _Report, name: str, path: Path, missing_hint: str) -> 
         report.add("ok", name, f"{path} is 0600")
 
 
-def _checkpoint_keys(report: _Report, keys_dir: Path) -> None:
+def _checkpoint_keys(report: Report, keys_dir: Path) -> None:
     from airlock.protocol import Error as ProtocolError
     from airlock.protocol import loads_strict
 
@@ -268,7 +276,7 @@ def _checkpoint_keys(report: _Report, keys_dir: Path) -> None:
 
 
 def _trusted_keys(
-    report: _Report,
+    report: Report,
     path: Path,
     name: str = "keys.trusted",
     made_by: str = "airlock keys export-public",
@@ -298,7 +306,7 @@ def _trusted_keys(
     return keyset
 
 
-def _receipt_keys(report: _Report, settings: CheckpointSettings) -> KeySet | None:
+def _receipt_keys(report: Report, settings: CheckpointSettings) -> KeySet | None:
     """The executor receipt keys the checkpoint verifies every outcome against."""
     path = settings.receipt_keys_path
     if path is None:
@@ -319,7 +327,7 @@ def _receipt_keys(report: _Report, settings: CheckpointSettings) -> KeySet | Non
     return _trusted_keys(report, path, "keys.receipts", made_by)
 
 
-def _production_tags(report: _Report, agent: AgentSettings, executor: ExecutorSettings) -> None:
+def _production_tags(report: Report, agent: AgentSettings, executor: ExecutorSettings) -> None:
     """The agent never proposes what it reads as production, and the executor refuses a
     write to what it reads as production: the two must read tags alike."""
 
@@ -347,130 +355,7 @@ def _production_tags(report: _Report, agent: AgentSettings, executor: ExecutorSe
 # approval (or receipt) at its other side, once people have approved it.
 
 
-def _unusable(key: TrustedKey, now: int) -> str | None:
-    """Why a verifier refuses this key's signatures (E_KEY_REVOKED), if it does; as
-    airlock.protocol's verify_envelope decides (revoked, or past its ``not_after``)."""
-    from airlock.protocol import KeyStatus
-
-    if key.status is KeyStatus.REVOKED:
-        return "revoked"
-    if key.not_after is not None and now > key.not_after:
-        return f"past its not_after ({key.not_after})"
-    return None
-
-
-def approval_trust(
-    published: KeySet, trusted: KeySet, path: Path, now: int
-) -> list[tuple[Status, str]]:
-    """The key set the checkpoint publishes (``GET /v1/keys``) against the one the
-    executor trusts (its file at ``path``), pure: a (status, detail) per finding."""
-    from airlock.protocol import KeyStatus
-
-    fix = f"at the checkpoint run airlock keys export-public --out FILE and install FILE as {path}"
-    found: list[tuple[Status, str]] = []
-    active = [kid for kid, key in published.items() if key.status is KeyStatus.ACTIVE]
-    if not active:
-        found.append(("fail", "the checkpoint publishes no active key: it signs nothing"))
-    for kid in active:
-        ours = trusted.get(kid)
-        if ours is None:
-            found.append(
-                (
-                    "fail",
-                    f"the executor does not trust {kid}, the checkpoint's active key: "
-                    f"every approval is refused E_UNKNOWN_KEY; {fix}",
-                )
-            )
-        elif (why := _unusable(ours, now)) is not None:
-            found.append(
-                (
-                    "fail",
-                    f"the executor's key set has {kid}, the checkpoint's active key, {why}: "
-                    f"every approval is refused E_KEY_REVOKED; {fix}",
-                )
-            )
-        else:
-            found.append(("ok", f"the executor trusts {kid}, the checkpoint's active key"))
-    # A staged key signs nothing yet; `keys rotate` makes it the one that signs, and every
-    # executor that does not trust it by then refuses each approval.
-    for kid in [kid for kid, key in published.items() if key.status is KeyStatus.NEXT]:
-        ours = trusted.get(kid)
-        if ours is None:
-            found.append(
-                (
-                    "warn",
-                    f"the executor does not trust {kid}, the checkpoint's staged key: after "
-                    f"airlock keys rotate every approval would be refused E_UNKNOWN_KEY; {fix}",
-                )
-            )
-        elif (why := _unusable(ours, now)) is not None:
-            found.append(
-                (
-                    "warn",
-                    f"the executor's key set has {kid}, the checkpoint's staged key, {why}: "
-                    f"after airlock keys rotate every approval would be refused "
-                    f"E_KEY_REVOKED; {fix}",
-                )
-            )
-        else:
-            found.append(
-                (
-                    "ok",
-                    f"the executor trusts {kid}, the checkpoint's staged key (ready for "
-                    "airlock keys rotate)",
-                )
-            )
-    # A retired key still verifies approvals in flight (KeyStatus.RETIRED): trusting one is
-    # what `export-public` writes, until its not_after. A revoked one is revoked only
-    # where the file says so.
-    for kid, key in published.items():
-        ours = trusted.get(kid)
-        if (
-            key.not_after is not None
-            and ours is not None
-            and _unusable(ours, now) is None
-            and (ours.not_after is None or ours.not_after > key.not_after)
-        ):
-            found.append(
-                (
-                    "warn",
-                    f"the executor trusts {kid} longer than the checkpoint does (its not_after "
-                    f"is {key.not_after}, the executor's {ours.not_after}); {fix}",
-                )
-            )
-        if key.status is KeyStatus.REVOKED and ours is not None and _unusable(ours, now) is None:
-            found.append(
-                (
-                    "warn",
-                    f"the executor still trusts {kid}, which the checkpoint revoked: its own "
-                    f"key set decides, and accepts approvals signed with it; {fix}",
-                )
-            )
-    return found
-
-
-def receipt_trust(receipt_keys: KeySet, path: Path, kid: str, now: int) -> tuple[Status, str]:
-    """The executor's receipt key id against the checkpoint's receipt key set (the file at
-    ``path``), pure."""
-    fix = (
-        "install there the public key set written with the executor's key "
-        "(airlock executor keygen --public FILE)"
-    )
-    key = receipt_keys.get(kid)
-    if key is None:
-        found = f"lacks the executor's receipt key {kid}"
-    elif (why := _unusable(key, now)) is not None:
-        found = f"has the executor's receipt key {kid} {why}"
-    else:
-        return "ok", f"the checkpoint's receipt key set trusts the executor's receipt key {kid}"
-    return (
-        "fail",
-        f"the checkpoint's receipt key set {path} {found}: every outcome the executor "
-        f"reports is refused E_RECEIPT; {fix}",
-    )
-
-
-def _receipt_key_id(report: _Report, path: Path) -> str | None:
+def _receipt_key_id(report: Report, path: Path) -> str | None:
     """The key id of the executor's receipt key: the public half, derived here. Never the
     key itself, nor a loader's message about its bytes, goes to the output."""
     from cryptography.exceptions import UnsupportedAlgorithm
@@ -497,7 +382,7 @@ def _receipt_key_id(report: _Report, path: Path) -> str | None:
 
 
 def _receipt_trust(
-    report: _Report, receipt_keys: KeySet, path: Path, executor: ExecutorSettings
+    report: Report, receipt_keys: KeySet, path: Path, executor: ExecutorSettings
 ) -> None:
     kid = _receipt_key_id(report, executor.receipt_key_path)
     if kid is not None:
@@ -505,7 +390,7 @@ def _receipt_trust(
         report.add(status, "trust.receipts", detail)
 
 
-def _audience(report: _Report, checkpoint: CheckpointSettings, executor: ExecutorSettings) -> None:
+def _audience(report: Report, checkpoint: CheckpointSettings, executor: ExecutorSettings) -> None:
     """The checkpoint writes its audience into every statement.
 
     The executor refuses any other (docs/protocol.md#executor-checks, step 6).
@@ -522,7 +407,7 @@ def _audience(report: _Report, checkpoint: CheckpointSettings, executor: Executo
     )
 
 
-def _account_binding(report: _Report, agent: AgentSettings, executor: ExecutorSettings) -> None:
+def _account_binding(report: Report, agent: AgentSettings, executor: ExecutorSettings) -> None:
     """The statement's account and region are the action's, which the agent writes; the
     executor refuses any other than its binding (docs/protocol.md#executor-checks, step 7). The
     checkpoint has no binding of its own to compare."""
@@ -551,7 +436,7 @@ def _account_binding(report: _Report, agent: AgentSettings, executor: ExecutorSe
     )
 
 
-def _session_file(report: _Report) -> None:
+def _session_file(report: Report) -> None:
     from ._session import SessionError, read_session, session_path
 
     path = session_path()
@@ -569,7 +454,7 @@ def _session_file(report: _Report) -> None:
 # -- databases -------------------------------------------------------------------------
 
 
-def _database(report: _Report, name: str, url: str) -> None:
+def _database(report: Report, name: str, url: str) -> None:
     import sqlalchemy as sa
     from sqlalchemy.engine import make_url
 
@@ -656,8 +541,8 @@ def _checkpoint_url(option: str | None, loaded: _Loaded) -> tuple[str | None, Pa
     return next(((url, ca) for url, ca in candidates if url), (None, None))
 
 
-def _checkpoint(
-    report: _Report,
+def checkpoint_check(
+    report: Report,
     url: str | None,
     skew: int,
     now: Callable[[], float],
@@ -665,8 +550,13 @@ def _checkpoint(
     *,
     trusted: tuple[Path, KeySet] | None = None,
 ) -> None:
-    """``trusted``: the executor's trusted key file and its key set, when this host has
-    one that parses, to compare with the key set the checkpoint publishes."""
+    """Check the checkpoint at ``url`` into ``report``: ``/healthz``, ``/readyz``, the clock
+    against its ``Date`` within ``skew`` seconds of ``now()``, over ``ca_file`` if given.
+
+    ``trusted``: the executor's trusted key file and its key set, when this host has one
+    that parses, to compare with the key set the checkpoint publishes. Raises nothing: a
+    failure is a ``fail`` line in ``report``.
+    """
     from airlock.tls import CAFileError, checkpoint_verify
 
     from ._session import SessionError, check_url
@@ -712,7 +602,7 @@ def _checkpoint(
 
 
 def _approval_trust(
-    report: _Report, client: CheckpointClient, base: str, trusted: tuple[Path, KeySet], now: int
+    report: Report, client: CheckpointClient, base: str, trusted: tuple[Path, KeySet], now: int
 ) -> None:
     path, keyset = trusted
     from airlock.protocol import Error as ProtocolError
@@ -771,7 +661,7 @@ def doctor_command(
 
     Example: airlock doctor --service checkpoint --service executor
     """
-    report = _Report()
+    report = Report()
     loaded = _load_settings(report, set(service or ()))
     receipt_keys = trusted = None
     if loaded.checkpoint is not None:
@@ -801,7 +691,7 @@ def doctor_command(
     executor_trust = None
     if loaded.executor is not None and trusted is not None:
         executor_trust = (loaded.executor.trusted_keys_path, trusted)
-    _checkpoint(report, checkpoint_url, skew, time.time, ca_file, trusted=executor_trust)
+    checkpoint_check(report, checkpoint_url, skew, time.time, ca_file, trusted=executor_trust)
     typer.echo(f"{report.failed} failed, {report.warned} warnings, {len(report.checks)} checks")
     if report.failed:
         raise typer.Exit(1)

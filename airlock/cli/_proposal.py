@@ -14,7 +14,7 @@ from typing import TypeVar
 from pydantic import BaseModel, ValidationError
 
 from airlock.api import Proposal
-from airlock.protocol import ProposedAction, Refused, action_hash
+from airlock.protocol import ProposedAction, Refused, ToolCall, action_hash
 
 from ._client import CheckpointUnavailable
 
@@ -34,8 +34,9 @@ def parse(model: type[_M], body: object) -> _M:
         ) from None
 
 
-def signed_action(p: Proposal) -> ProposedAction:
-    """The action parsed from the exact bytes the checkpoint hashed, checked against it.
+def signed_action(p: Proposal) -> ProposedAction | ToolCall:
+    """The action (or tool call) parsed from the exact bytes the checkpoint hashed,
+    checked against it.
 
     Everything a person is shown about *what will happen* comes from here, not from the
     record's convenience fields, and those fields must agree with it.
@@ -46,6 +47,8 @@ def signed_action(p: Proposal) -> ProposedAction:
             f"{p.id}: the action text does not hash to the stated {p.action_hash}; "
             "not trusting this answer"
         )
+    if p.is_tool_call:
+        return _signed_tool_call(p, data)
     try:
         action = ProposedAction.from_json_bytes(data)
     except Refused as exc:
@@ -56,3 +59,20 @@ def signed_action(p: Proposal) -> ProposedAction:
     if fields != (p.id, p.resource_id, p.operation, p.account):
         raise CheckpointUnavailable(f"{p.id}: the record does not match its own signed action")
     return action
+
+
+def _signed_tool_call(p: Proposal, data: bytes) -> ToolCall:
+    """:func:`signed_action` for a tool call (gate contract §2: the cloud fields of its
+    record are its audience, target and tool)."""
+    try:
+        call = ToolCall.from_json_bytes(data)
+    except Refused as exc:
+        raise CheckpointUnavailable(f"{p.id}: the signed tool call does not parse: {exc}") from None
+    if call.canonical_bytes() != data:
+        raise CheckpointUnavailable(f"{p.id}: the tool call text is not canonical (RFC 8785)")
+    signed = (call.proposal_id, call.target, call.tool, call.audience, call.target, call.tool)
+    shown = (p.id, p.resource_id, p.operation, p.account, p.target, p.tool)
+    extra = (call.effect_key, call.audience, call.summary)
+    if signed != shown or extra != (p.effect_key, p.audience, p.summary):
+        raise CheckpointUnavailable(f"{p.id}: the record does not match its own signed tool call")
+    return call

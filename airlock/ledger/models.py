@@ -5,9 +5,10 @@ the table names keep their ``executor_`` prefix, which every existing database h
 The ledger is the only judge of whether an approval was used:
 
 ``executor_ledger``
-    one row per consumed approval. ``approval_id``, ``nonce`` and ``action_hash`` are
-    each UNIQUE, so consuming is one INSERT and a second consume of the same approval
-    conflicts (docs/protocol.md#executor-checks step 13). States (docs/protocol.md#ledger)::
+    one row per consumed approval. ``approval_id``, ``nonce``, ``action_hash`` and a
+    tool call's ``effect_key`` (migration 0011) are each UNIQUE, so consuming is one
+    INSERT and a second consume of the same approval (or effect) conflicts
+    (docs/protocol.md#executor-checks step 13). States (docs/protocol.md#ledger)::
 
         claimed ──> executing ──> succeeded | failed | in_doubt
            └──────> refused
@@ -112,11 +113,15 @@ ledger = sa.Table(
     sa.Column("verified", sa.Boolean, nullable=False),
     sa.Column("detail", sa.Text, nullable=False),
     sa.Column("receipt", sa.Text, nullable=True),
+    # A tool call's effect key (migration 0011): UNIQUE, so one effect runs once per
+    # ledger whichever approval carries it; NULL for a cloud action.
+    sa.Column("effect_key", sa.String(200), nullable=True),
     sa.CheckConstraint(
         "state IN ('claimed','executing','succeeded','failed','in_doubt','refused')",
         name="ck_executor_ledger_state",
     ),
     sa.Index("ix_executor_ledger_active", "state", "lease_expires"),
+    sa.Index("ux_executor_ledger_effect_key", "effect_key", unique=True),
 )
 
 refusals = sa.Table(
@@ -309,6 +314,7 @@ class LedgerRow:
     verified: bool
     detail: str
     receipt: str | None
+    effect_key: str | None
 
     @classmethod
     def from_mapping(cls, row: sa.RowMapping) -> LedgerRow:

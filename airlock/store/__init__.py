@@ -30,21 +30,23 @@ from ._audit import (
     GENESIS_TYPE,
     AuditEntry,
     AuditLog,
-    ChainFault,
-    ChainReport,
-    FaultKind,
     chain_hash,
     count_rows,
     create_audit_log,
     export,
     genesis_event,
     guard_audit_log_against_replace,
+)
+from ._engine import DEFAULT_BUSY_TIMEOUT_S, is_postgresql, is_sqlite, make_engine, read_transaction
+from ._migrate import alembic_config, run_migrations, upgrade
+from ._verify import (
+    ChainFault,
+    ChainReport,
+    FaultKind,
     read_export_lines,
     verify_chain,
     verify_export,
 )
-from ._engine import DEFAULT_BUSY_TIMEOUT_S, is_postgresql, is_sqlite, make_engine, read_transaction
-from ._migrate import alembic_config, run_migrations, upgrade
 from .errors import AuditError, ChainError, ConfigError, Error, ExportLineTooLong, MigrationError
 
 __all__ = [

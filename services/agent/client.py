@@ -17,11 +17,13 @@ import ssl
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal, Protocol
+from typing import Any, Final, Literal, Protocol, TypeVar
 
 import httpx
+from pydantic import BaseModel, ValidationError
 
 from airlock import apiclient
+from airlock.api import Proposal, ProposalPage
 from airlock.protocol import ProposedAction
 
 from .errors import CheckpointRefused, CheckpointUnavailable
@@ -36,21 +38,31 @@ __all__ = [
 _RETRY_STATUS: Final = frozenset({429, 500, 502, 503, 504})
 _PAGE: Final = 200  # the checkpoint's largest page
 
+_M = TypeVar("_M", bound=BaseModel)
 
-def _answer(response: apiclient.Answer) -> Any:
-    """The checkpoint's answer parsed strictly (docs/protocol.md#strict-json), the one way the agent
-    reads one.
+
+def _answer(response: apiclient.Answer, model: type[_M]) -> _M:
+    """The checkpoint's answer parsed strictly (docs/protocol.md#strict-json) into the
+    kernel's ``model`` (:mod:`airlock.api`), the one way the agent reads one.
 
     httpx's ``json()`` keeps the last of duplicate keys and accepts NaN: a checkpoint, or
     anything in between, could tell the agent ``executed`` (which makes an instance a
     candidate for delete, docs/architecture.md#staged-clean-up) where another parser reads
     ``pending``. Not NFC is allowed: the API relays text it did not write (a person's note).
+
+    Raises:
+        CheckpointUnavailable: the answer is not strict JSON, or not ``model``.
     """
     try:
-        return response.json()
+        return model.model_validate(response.json())
     except apiclient.NotStrictJSON as exc:
         raise CheckpointUnavailable(
             f"the checkpoint answered {response.status} with malformed JSON: {exc.detail}"
+        ) from None
+    except ValidationError as exc:
+        raise CheckpointUnavailable(
+            f"the checkpoint answered {response.status} with no {model.__name__} "
+            f"({exc.error_count()} problems)"
         ) from None
 
 
@@ -97,26 +109,24 @@ class ProposalRecord:
     approval_expires_at: int | None = None
 
     @classmethod
-    def from_api(cls, item: dict[str, Any]) -> ProposalRecord:
-        rejection = item.get("rejection") or {}
-        outcome = item.get("outcome") or {}
-        approval = item.get("approval") or {}
+    def from_api(cls, p: Proposal) -> ProposalRecord:
+        """The fields the agent reads of the checkpoint's record."""
         return cls(
-            id=str(item["id"]),
-            state=str(item["state"]),
-            account=str(item["account"]),
-            region=str(item["region"]),
-            resource_type=str(item["resource_type"]),
-            resource_id=str(item["resource_id"]),
-            operation=str(item["operation"]),
-            created_at=int(item["created_at"]),
-            approval_deadline=int(item["approval_deadline"]),
-            rejected_at=int(rejection["at"]) if rejection else None,
-            reject_reason=str(rejection["reason_code"]) if rejection else None,
-            outcome_at=int(outcome["reported_at"]) if outcome else None,
-            outcome=str(outcome["outcome"]) if outcome else None,
-            approved_at=int(approval["issued_at"]) if approval else None,
-            approval_expires_at=int(approval["expires_at"]) if approval else None,
+            id=p.id,
+            state=p.state,
+            account=p.account,
+            region=p.region,
+            resource_type=p.resource_type,
+            resource_id=p.resource_id,
+            operation=p.operation,
+            created_at=p.created_at,
+            approval_deadline=p.approval_deadline,
+            rejected_at=p.rejection.at if p.rejection else None,
+            reject_reason=p.rejection.reason_code if p.rejection else None,
+            outcome_at=p.outcome.reported_at if p.outcome else None,
+            outcome=p.outcome.outcome if p.outcome else None,
+            approved_at=p.approval.issued_at if p.approval else None,
+            approval_expires_at=p.approval.expires_at if p.approval else None,
         )
 
 
@@ -235,7 +245,7 @@ class HttpCheckpointClient:
         )
         pid = action.proposal_id
         if response.status in (200, 201):
-            state = str(_answer(response).get("state", ""))
+            state = _answer(response, Proposal).state
             return SubmitResult("created" if response.status == 201 else "exists", pid, state)
         code, message = self._error(response)
         if response.status == 403 and code == "E_POLICY_DENIED":
@@ -251,7 +261,7 @@ class HttpCheckpointClient:
             "POST", f"/v1/proposals/{proposal_id}/withdraw", json={"note": note[:2000]}
         )
         if response.status == 200:
-            return str(_answer(response)["state"])
+            return _answer(response, Proposal).state
         code, _ = self._error(response)
         if response.status == 409 and code == "E_STATE":
             # Perhaps our own earlier attempt landed and only its answer was lost, or a
@@ -263,7 +273,7 @@ class HttpCheckpointClient:
         response = self._send("GET", f"/v1/proposals/{proposal_id}")
         if response.status != 200:
             raise self._refused(response)
-        return ProposalRecord.from_api(_answer(response))
+        return ProposalRecord.from_api(_answer(response, Proposal))
 
     def proposals(
         self, *, account: str, state: str | Sequence[str], operation: str | None = None
@@ -280,10 +290,9 @@ class HttpCheckpointClient:
             response = self._send("GET", "/v1/proposals", params=params)
             if response.status != 200:
                 raise self._refused(response)
-            page = _answer(response)
-            for item in page["items"]:
+            page = _answer(response, ProposalPage)
+            for item in page.items:
                 yield ProposalRecord.from_api(item)
-            after = page.get("next_before")
-            if not after:
+            if not page.next_before:
                 return
-            params["before"] = str(after)
+            params["before"] = page.next_before

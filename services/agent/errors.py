@@ -46,7 +46,8 @@ class CheckpointError(AgentError):
 
 class CheckpointUnavailable(CheckpointError, apiclient.CheckpointUnavailable):
     """Transport errors or 5xx on every attempt (nothing can be said about the last one),
-    or an answer that is not strict JSON (docs/protocol.md#strict-json): not the checkpoint API."""
+    or an answer that is not strict JSON (docs/protocol.md#strict-json) or not the shape
+    :mod:`airlock.api` gives it: not the checkpoint API."""
 
 
 class CheckpointRefused(CheckpointError, apiclient.CheckpointRefused):

@@ -273,112 +273,129 @@ class PlanContext:
 
 
 def plan(obs: Observation, view: CheckpointView, ctx: PlanContext) -> list[Step]:
+    """The steps for one observed resource: withdraw open proposals that no longer hold,
+    hold with the reason, or propose a stop (running and idle) or a delete (stopped by
+    Airlock and left stopped past the grace period). Marks the resource seen in ``view``.
+    """
     state = obs.state
     key = (state.region, state.resource_id)
     view.mark_seen(key)
     open_ = view.open.get(key, [])
-    verdict = obs.verdict
-    steps: list[Step] = []
-
-    def withdraw(p: OpenProposal, note: str) -> None:
-        steps.append(Withdraw(p.id, p.operation, state.region, state.resource_id, note))
-
-    if verdict.kind == "protected":
-        for p in open_:
-            withdraw(p, verdict.reasons[0])
-        return steps
-
+    if obs.verdict.kind == "protected":
+        return [_withdraw(obs, p, obs.verdict.reasons[0]) for p in open_]
     if state.status in ("Running", "Starting"):
-        for p in open_:
-            if p.operation == "delete":
-                withdraw(p, f"running again (status {state.status})")
-        open_stops = [p for p in open_ if p.operation == "stop"]
-        if verdict.kind == "busy":
-            for p in open_stops:
-                withdraw(p, "no longer idle: " + "; ".join(verdict.reasons))
-            return steps
-        if not verdict.idle or open_stops:
-            return steps
-        until = view.rejected_until.get((state.region, state.resource_id, "stop"), 0)
-        if ctx.now < until:
-            steps.append(
-                Hold("stop", *key, f"rejected; not proposed again before {rfc3339(until)}")
-            )
-            return steps
-        stopped = view.airlock_stops.get(key)
-        if stopped is not None and ctx.now < stopped.executed_at + ctx.window_seconds:
-            steps.append(
-                Hold(
-                    "stop",
-                    *key,
-                    f"running again after Airlock stopped it; left alone until "
-                    f"{rfc3339(stopped.executed_at + ctx.window_seconds)}",
-                )
-            )
-            return steps
-        stop_id = _next_id(obs, view, ctx, "stop")
-        if isinstance(stop_id, Hold):
-            steps.append(stop_id)
-            return steps
-        steps.append(_build(lambda: _stop_action(obs, ctx, stop_id), "stop", key))
-        return steps
-
+        return _plan_running(obs, view, ctx, open_)
     if state.status == "Stopped":
-        for p in open_:
-            if p.operation == "stop" and p.state == "pending":
-                withdraw(p, "already stopped")
-        if state.resource_type != "ecs.instance":
-            return steps  # RDS has no delete on the allowlist
-        stopped = view.airlock_stops.get(key)
-        if stopped is None or any(p.operation == "delete" for p in open_):
-            return steps  # never delete what Airlock did not stop; one delete at a time
-        # Stopped now is not "stayed stopped" (docs/architecture.md#staged-clean-up): someone may
-        # have started it after Airlock's stop and stopped it again by hand, between two scans or
-        # while the agent was down. The provider's last start time settles it; without one, no
-        # delete.
-        started = parse_rfc3339(state.started_at)
-        if started is None:
-            steps.append(
-                Hold(
-                    "delete",
-                    *key,
-                    "the provider reports no last start time: cannot establish that it "
-                    f"stayed stopped since Airlock stopped it ({stopped.proposal_id})",
-                )
+        return _plan_stopped(obs, view, ctx, open_)
+    return []
+
+
+def _withdraw(obs: Observation, p: OpenProposal, note: str) -> Withdraw:
+    return Withdraw(p.id, p.operation, obs.state.region, obs.state.resource_id, note)
+
+
+def _plan_running(
+    obs: Observation, view: CheckpointView, ctx: PlanContext, open_: list[OpenProposal]
+) -> list[Step]:
+    """A running resource: withdraw its deletes (and its stops once busy); propose a stop
+    when it is idle, not rejected lately and not one Airlock stopped within the window."""
+    state, verdict = obs.state, obs.verdict
+    key = (state.region, state.resource_id)
+    steps: list[Step] = []
+    for p in open_:
+        if p.operation == "delete":
+            steps.append(_withdraw(obs, p, f"running again (status {state.status})"))
+    open_stops = [p for p in open_ if p.operation == "stop"]
+    if verdict.kind == "busy":
+        for p in open_stops:
+            steps.append(_withdraw(obs, p, "no longer idle: " + "; ".join(verdict.reasons)))
+        return steps
+    if not verdict.idle or open_stops:
+        return steps
+    until = view.rejected_until.get((state.region, state.resource_id, "stop"), 0)
+    if ctx.now < until:
+        steps.append(Hold("stop", *key, f"rejected; not proposed again before {rfc3339(until)}"))
+        return steps
+    stopped = view.airlock_stops.get(key)
+    if stopped is not None and ctx.now < stopped.executed_at + ctx.window_seconds:
+        steps.append(
+            Hold(
+                "stop",
+                *key,
+                f"running again after Airlock stopped it; left alone until "
+                f"{rfc3339(stopped.executed_at + ctx.window_seconds)}",
             )
-            return steps
-        if started + START_SLACK >= stopped.approved_at:
-            steps.append(
-                Hold(
-                    "delete",
-                    *key,
-                    f"started again at {state.started_at} after Airlock stopped it "
-                    f"({stopped.proposal_id}); not deleted on the strength of that stop",
-                )
+        )
+        return steps
+    stop_id = _next_id(obs, view, ctx, "stop")
+    if isinstance(stop_id, Hold):
+        steps.append(stop_id)
+        return steps
+    steps.append(_build(lambda: _stop_action(obs, ctx, stop_id), "stop", key))
+    return steps
+
+
+def _plan_stopped(
+    obs: Observation, view: CheckpointView, ctx: PlanContext, open_: list[OpenProposal]
+) -> list[Step]:
+    """A stopped resource: withdraw its pending stops; propose a delete only of an ECS
+    instance Airlock stopped, not started since, stopped past the grace period."""
+    state = obs.state
+    key = (state.region, state.resource_id)
+    steps: list[Step] = []
+    for p in open_:
+        if p.operation == "stop" and p.state == "pending":
+            steps.append(_withdraw(obs, p, "already stopped"))
+    if state.resource_type != "ecs.instance":
+        return steps  # RDS has no delete on the allowlist
+    stopped = view.airlock_stops.get(key)
+    if stopped is None or any(p.operation == "delete" for p in open_):
+        return steps  # never delete what Airlock did not stop; one delete at a time
+    # Stopped now is not "stayed stopped" (docs/architecture.md#staged-clean-up): someone may
+    # have started it after Airlock's stop and stopped it again by hand, between two scans or
+    # while the agent was down. The provider's last start time settles it; without one, no
+    # delete.
+    started = parse_rfc3339(state.started_at)
+    if started is None:
+        steps.append(
+            Hold(
+                "delete",
+                *key,
+                "the provider reports no last start time: cannot establish that it "
+                f"stayed stopped since Airlock stopped it ({stopped.proposal_id})",
             )
-            return steps
-        stopped_for = ctx.now - stopped.executed_at
-        if stopped_for < ctx.grace_seconds:
-            steps.append(
-                Hold(
-                    "delete",
-                    *key,
-                    f"stopped {span(stopped_for)}; grace period ends "
-                    f"{rfc3339(stopped.executed_at + ctx.grace_seconds)}",
-                )
+        )
+        return steps
+    if started + START_SLACK >= stopped.approved_at:
+        steps.append(
+            Hold(
+                "delete",
+                *key,
+                f"started again at {state.started_at} after Airlock stopped it "
+                f"({stopped.proposal_id}); not deleted on the strength of that stop",
             )
-            return steps
-        until = view.rejected_until.get((state.region, state.resource_id, "delete"), 0)
-        if ctx.now < until:
-            steps.append(
-                Hold("delete", *key, f"rejected; not proposed again before {rfc3339(until)}")
+        )
+        return steps
+    stopped_for = ctx.now - stopped.executed_at
+    if stopped_for < ctx.grace_seconds:
+        steps.append(
+            Hold(
+                "delete",
+                *key,
+                f"stopped {span(stopped_for)}; grace period ends "
+                f"{rfc3339(stopped.executed_at + ctx.grace_seconds)}",
             )
-            return steps
-        delete_id = _next_id(obs, view, ctx, "delete")
-        if isinstance(delete_id, Hold):
-            steps.append(delete_id)
-            return steps
-        steps.append(_build(lambda: _delete_action(obs, stopped, ctx, delete_id), "delete", key))
+        )
+        return steps
+    until = view.rejected_until.get((state.region, state.resource_id, "delete"), 0)
+    if ctx.now < until:
+        steps.append(Hold("delete", *key, f"rejected; not proposed again before {rfc3339(until)}"))
+        return steps
+    delete_id = _next_id(obs, view, ctx, "delete")
+    if isinstance(delete_id, Hold):
+        steps.append(delete_id)
+        return steps
+    steps.append(_build(lambda: _delete_action(obs, stopped, ctx, delete_id), "delete", key))
     return steps
 
 
@@ -466,7 +483,7 @@ def _describe(obs: Observation) -> dict[str, object]:
     }
 
 
-def _saving(obs: Observation, *, saves_compute: bool) -> dict[str, Any]:
+def _saving(obs: Observation, *, saves_compute: bool) -> dict[str, object]:
     """``evidence.saving`` from the price the scan read; {} when there is none to sign."""
     price = obs.price
     # A price the protocol would refuse (unknown currency, beyond 10^12 millionths) is no

@@ -32,6 +32,7 @@ from airlock.store import AuditLog
 
 from .auth import Principal
 from .errors import ErrorCode, Refusal
+from .gatekeys import GateKeys
 from .models import feed_events, feed_head, proposals, users, votes
 
 __all__ = [
@@ -98,6 +99,9 @@ class Parts(Protocol):
 
     @property
     def receipt_keys(self) -> KeySet | None: ...
+
+    @property
+    def gate_keys(self) -> GateKeys: ...
 
     @property
     def now(self) -> Callable[[], int]: ...

@@ -30,6 +30,7 @@ from airlock.store import upgrade
 from ._db import Database
 from .auth import Accounts
 from .errors import ConfigError, ErrorCode
+from .gatekeys import GateKeys
 from .keys import KeyDirectory, KeyRing
 from .policy import load_policy
 from .refusals import RefusalRecorder
@@ -66,6 +67,8 @@ def build(
     policy = load_policy(settings.policy_path or DEFAULT_POLICY)
     keys = KeyRing(KeyDirectory(settings.keys_dir))
     receipt_keys = _receipt_keys(settings.receipt_keys_path)
+    # Named explicitly, the file must be there; the dev default only when it is.
+    gate_keys = GateKeys(settings.gate_keys, required="gate_keys" in settings.model_fields_set)
     db = Database(settings.database_url)
     upgrade(db.engine, MIGRATIONS)
     signal = FeedSignal()
@@ -80,6 +83,7 @@ def build(
         ),
         now=now,
         receipt_keys=receipt_keys,
+        gate_keys=gate_keys,
         on_change=signal.bump,
     )
     accounts = Accounts(
@@ -253,7 +257,10 @@ async def _flusher(refusals: RefusalRecorder) -> None:
 
 
 def openapi_schema(app: FastAPI) -> dict[str, Any]:
-    """The OpenAPI document, with every refusal documented as the one error body."""
+    """The OpenAPI document, with every refusal documented as the one error body.
+
+    It replaces ``FastAPI.openapi`` and keeps its type: the document is any JSON object.
+    """
     if app.openapi_schema:
         return app.openapi_schema
     schema = get_openapi(

@@ -35,26 +35,26 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 import sqlalchemy as sa
 from argon2 import PasswordHasher, Type
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
 from sqlalchemy.engine import Connection, Engine
 
-from airlock.events import CheckpointEvent
+from airlock.events import AddressCount, CheckpointEvent, SignInRefused
 from airlock.store import AuditLog
 
 from ._db import Database
 from .errors import ConfigError, ErrorCode, Refusal
 from .models import ROLES, SERVICE_ROLES, service_tokens, sessions, sign_in_key, users
 from .passwords import check_new_password
-from .signins import RefusedSignIns
+from .signins import RefusedSignIns, SignInReport, SignInTally
 from .throttle import PAIR_FREE, Admission, SignInThrottle, Throttled
 
 _log = logging.getLogger("airlock.checkpoint.auth")
 
-__all__ = ["Accounts", "Principal", "hash_token", "password_hasher"]
+__all__ = ["Accounts", "ListedToken", "ListedUser", "Principal", "hash_token", "password_hasher"]
 
 _USERNAME: Final = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 #: A session's last use is written at most this often, seconds: its idle end may come
@@ -111,6 +111,28 @@ class Principal:
     role: Role
     #: SHA-256 of the session token (for logout); None for service tokens.
     session: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ListedUser:
+    """A person's account as ``airlock users list`` shows it (never its password hash)."""
+
+    username: str
+    role: str
+    disabled: bool
+    #: Unix seconds; None, or a time past, when the account is not locked.
+    locked_until: int | None
+    created_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class ListedToken:
+    """A service token as ``airlock tokens list`` shows it (never the token, nor its hash)."""
+
+    name: str
+    role: str
+    created_at: int
+    revoked_at: int | None
 
 
 def _name_taken(name: str, by: str) -> Refusal:
@@ -268,7 +290,8 @@ class Accounts:
             _end_sessions(conn, username, now)
             _audit(conn, now, {"type": CheckpointEvent.USER_PASSWORD_SET, "user": username})
 
-    def list_users(self) -> list[dict[str, Any]]:
+    def list_users(self) -> list[ListedUser]:
+        """Every person's account, by user name."""
         with self._engine.connect() as conn:
             rows = conn.execute(
                 sa.select(
@@ -279,7 +302,9 @@ class Accounts:
                     users.c.created_at,
                 ).order_by(users.c.username)
             ).all()
-        return [dict(row._mapping) for row in rows]
+        return [
+            ListedUser(r.username, r.role, r.disabled, r.locked_until, r.created_at) for r in rows
+        ]
 
     def create_service_token(self, name: str, role: str) -> str:
         """A new service token; the caller shows it once. Only its hash is kept."""
@@ -323,7 +348,7 @@ class Accounts:
                 raise Refusal(ErrorCode.E_STATE, f"the token {name} is already revoked", 409)
             _audit(conn, now, {"type": CheckpointEvent.TOKEN_REVOKED, "name": name})
 
-    def list_service_tokens(self) -> list[dict[str, Any]]:
+    def list_service_tokens(self) -> list[ListedToken]:
         """Name, role, created_at and revoked_at of every service token (never the token)."""
         with self._engine.connect() as conn:
             rows = conn.execute(
@@ -334,7 +359,7 @@ class Accounts:
                     service_tokens.c.revoked_at,
                 ).order_by(service_tokens.c.name)
             ).all()
-        return [dict(row._mapping) for row in rows]
+        return [ListedToken(r.name, r.role, r.created_at, r.revoked_at) for r in rows]
 
     # -- sign-in ------------------------------------------------------------------
 
@@ -440,10 +465,10 @@ class Accounts:
         if event is not None:
             self._write_refused_sign_ins(event, now)
 
-    def _write_refused_sign_ins(self, event: dict[str, Any], now: int) -> None:
+    def _write_refused_sign_ins(self, event: SignInRefused, now: int) -> None:
         with self._engine.begin() as conn:
-            _audit(conn, now, event)
-        top = event["clients"][0] if event["clients"] else {"address": "-", "count": 0}
+            _audit(conn, now, {"type": CheckpointEvent.SIGN_IN_REFUSED, **event})
+        top = event["clients"][0] if event["clients"] else AddressCount(address="-", count=0)
         _log.warning(
             "refused sign-ins from %d to %d: %d unknown names, %d throttled; most from %s (%d)",
             event["from"],
@@ -653,7 +678,7 @@ class Accounts:
             return Principal(svc.name, "service", svc.role)
         raise Refusal(ErrorCode.E_UNAUTHENTICATED, "missing, unknown or expired token", 401)
 
-    def sign_in_report(self, since: int) -> dict[str, Any]:
+    def sign_in_report(self, since: int) -> SignInReport:
         """Refused sign-ins recorded in the audit chain since ``since`` (Unix seconds), by
         client address: wrong passwords (by user), unknown names and throttled attempts
         (from the ``checkpoint.sign_in.refused`` tallies, their top addresses), and the
@@ -663,10 +688,7 @@ class Accounts:
             CheckpointEvent.SIGN_IN_REFUSED,
             CheckpointEvent.USER_LOCKED,
         )
-        clients: dict[str, dict[str, Any]] = {}
-        locked: list[str] = []
-        totals = {"wrong_password": 0, "unknown_name": 0, "throttled": 0}
-        names: set[str] = set()
+        tally = SignInTally(since)
         with self._engine.connect() as conn:
             texts = conn.execute(
                 sa.text("SELECT event FROM audit_log WHERE seq > 0 ORDER BY seq")
@@ -674,37 +696,18 @@ class Accounts:
             for text in texts:
                 if not any(f'"type":"{k}"' in text for k in kinds):
                     continue
+                # Our own chain, written by this module to airlock.events' shapes.
                 event = json.loads(text)
                 at = int(datetime.fromisoformat(event["at"]).timestamp())
                 if at < since:
                     continue
-
-                def client(address: str) -> dict[str, Any]:
-                    return clients.setdefault(
-                        address,
-                        {"wrong_password": 0, "users": {}, "unknown_name_or_throttled": 0},
-                    )
-
                 if event["type"] == CheckpointEvent.USER_LOCKED:
-                    locked.append(event["user"])
+                    tally.locked(event["user"])
                 elif event["type"] == CheckpointEvent.LOGIN_FAILED:
-                    entry = client(str(event.get("client", "?")))
-                    entry["wrong_password"] += 1
-                    entry["users"][event["user"]] = entry["users"].get(event["user"], 0) + 1
-                    totals["wrong_password"] += 1
+                    tally.wrong_password(event["user"], str(event.get("client", "?")))
                 else:
-                    totals["unknown_name"] += event["unknown_name"]
-                    totals["throttled"] += event["throttled"]
-                    for c in event["clients"]:
-                        client(c["address"])["unknown_name_or_throttled"] += c["count"]
-                    names.update(n["name_hmac"] for n in event["names"])
-        return {
-            "since": since,
-            "totals": totals,
-            "clients": clients,
-            "distinct_unknown_names": len(names),
-            "locked": locked,
-        }
+                    tally.refused(event)
+        return tally.report()
 
 
 def _audit(conn: Connection, now: int, event: Mapping[str, object]) -> None:

@@ -1,5 +1,7 @@
-"""The executor's feed: issued approvals and revocations in seq order, with the heads of
-both audit chains as of the same snapshot.
+"""The feeds: issued approvals and revocations in seq order, with the heads of both audit
+chains as of the same snapshot. The executor's (executor token, no audience) carries cloud
+approvals only; a gate's (agent token, ``audience``) carries only the tool-call approvals
+for that audience that the same token submitted.
 
 Reads, except one audited write: raising the feed counter to an executor's cursor after
 this database went back (:func:`_follow_cursor`). Seqs are taken only by
@@ -18,16 +20,48 @@ from airlock.store import AuditLog, read_transaction
 
 from . import _tx
 from .auth import Principal
-from .models import approvals, executor_head, feed_events, feed_head, proposals
+from .errors import ErrorCode, Refusal
+from .models import (
+    CLOUD_ACTION,
+    TOOL_CALL,
+    approvals,
+    executor_head,
+    feed_events,
+    feed_head,
+    proposals,
+)
 from .schemas import AuditHeadOut, ExecutorHeadOut, FeedItem, FeedOut
 
 __all__ = ["feed", "head_seq"]
 
 
-def feed(cp: _tx.Parts, principal: Principal, after: int, limit: int = 100) -> FeedOut:
+def feed(
+    cp: _tx.Parts, principal: Principal, after: int, limit: int = 100, audience: str | None = None
+) -> FeedOut:
     """Issued, unrevoked, unexpired bundles and every revocation after ``after``, and
-    the audit chain's head and the feed's last seq as of the same snapshot."""
-    _tx.require(principal, {"executor"}, "read the feed")
+    the audit chain's head and the feed's last seq as of the same snapshot.
+
+    An executor token reads cloud approvals and names no ``audience``; an agent token
+    names the gate's ``audience`` and reads the tool-call approvals for it that it
+    submitted. Anything else is refused (403 ``E_FORBIDDEN``).
+    """
+    _tx.require(principal, {"executor", "agent"}, "read the feed")
+    gate = principal.role == "agent"
+    if gate and audience is None:  # the executor's feed is the executor's alone
+        raise Refusal(
+            ErrorCode.E_FORBIDDEN, "an agent token reads a gate's feed: name its audience", 403
+        )
+    if not gate and audience is not None:  # a gate's feed is its agent token's alone
+        raise Refusal(ErrorCode.E_FORBIDDEN, "an executor token reads no gate's feed", 403)
+    which = (
+        sa.and_(
+            proposals.c.action_type == TOOL_CALL,
+            proposals.c.audience == audience,
+            proposals.c.submitted_by == principal.name,
+        )
+        if gate
+        else proposals.c.action_type == CLOUD_ACTION
+    )
     now = cp.now()
     # One snapshot for the items and the head: a feed row commits with its audit event
     # (issued, revoked) and appends commit in seq order (the chain lock), so the head
@@ -49,7 +83,7 @@ def feed(cp: _tx.Parts, principal: Principal, after: int, limit: int = 100) -> F
                     approvals, approvals.c.approval_id == feed_events.c.approval_id
                 ).join(proposals, proposals.c.id == approvals.c.proposal_id)
             )
-            .where(feed_events.c.seq > after)
+            .where(feed_events.c.seq > after, which)
             .order_by(feed_events.c.seq)
             .limit(limit)
         ).all()
@@ -76,7 +110,7 @@ def feed(cp: _tx.Parts, principal: Principal, after: int, limit: int = 100) -> F
             items.append(
                 FeedItem(seq=row.seq, kind="approval", approval_id=row.approval_id, bundle=bundle)
             )
-    if last < after:
+    if last < after and not gate:  # only an executor's cursor may raise the counter
         _follow_cursor(cp, principal, last, after, now)
     return FeedOut(
         items=items,
@@ -84,7 +118,7 @@ def feed(cp: _tx.Parts, principal: Principal, after: int, limit: int = 100) -> F
         audit_head=AuditHeadOut(seq=head.seq, hash=head.row_hash),
         feed_head=last,
         executor_head=None
-        if executor is None or executor.seq is None
+        if gate or executor is None or executor.seq is None
         else ExecutorHeadOut(seq=executor.seq, hash=executor.hash, at=executor.at),
     )
 

@@ -3,8 +3,9 @@
 Times are integer Unix seconds (the statement's unit). The rules that must hold under
 concurrency are the database's to enforce, never check-then-act:
 
-* at most one open proposal per (account, resource, operation): a partial UNIQUE index
-  over the open states, on SQLite and PostgreSQL alike;
+* at most one open proposal per (account, resource, operation) for a cloud action, and
+  per (audience, effect key) for a tool call: two partial UNIQUE indexes over the open
+  states, on SQLite and PostgreSQL alike (migration 0008);
 * one vote per person per proposal: UNIQUE (proposal_id, voter);
 * at most one approval per proposal, each nonce once: UNIQUE proposal_id, UNIQUE nonce;
 * one outcome per approval: UNIQUE approval_id;
@@ -26,9 +27,12 @@ from typing import Final
 import sqlalchemy as sa
 
 __all__ = [
+    "CLOUD_ACTION",
     "OPEN_STATES",
     "PROPOSAL_STATES",
+    "REASON_CODE_SHAPE",
     "REJECT_REASONS",
+    "TOOL_CALL",
     "approvals",
     "executor_head",
     "executor_resolutions",
@@ -66,7 +70,18 @@ PROPOSAL_STATES: Final = (
 #: States that hold the (account, resource, operation) slot. ``in_doubt`` stays open: a
 #: write may have happened, so nobody may propose the same thing until a human resolves it.
 OPEN_STATES: Final = ("pending", "approved", "in_doubt")
+#: The built-in reject reasons; a policy adds its own per tool (migration 0008).
 REJECT_REASONS: Final = ("not_idle", "protected", "wrong_target", "needs_more_info", "other")
+#: What the database admits as a reason code: 1 to 40 of a-z, 0-9, _, a letter first.
+#: ``trim`` reads alike on SQLite and PostgreSQL (migration 0008 writes the same text).
+REASON_CODE_SHAPE: Final = (
+    "length(reason_code) BETWEEN 1 AND 40"
+    " AND trim(reason_code, 'abcdefghijklmnopqrstuvwxyz0123456789_') = ''"
+    " AND trim(substr(reason_code, 1, 1), 'abcdefghijklmnopqrstuvwxyz') = ''"
+)
+#: ``proposals.action_type`` of a cloud action and of a tool call.
+CLOUD_ACTION: Final = "airlock.action/v1"
+TOOL_CALL: Final = "airlock.tool-call/v1"
 ROLES: Final = ("viewer", "approver", "admin")
 SERVICE_ROLES: Final = ("agent", "executor")
 
@@ -85,7 +100,8 @@ def _in(column: str, values: tuple[str, ...]) -> str:
     return f"{column} IN ({', '.join(repr(v) for v in values)})"
 
 
-_OPEN_WHERE = sa.text(_in("state", OPEN_STATES))
+_CLOUD_OPEN_WHERE = sa.text(_in("state", OPEN_STATES) + " AND effect_key IS NULL")
+_TOOL_OPEN_WHERE = sa.text(_in("state", OPEN_STATES) + " AND effect_key IS NOT NULL")
 
 proposals = sa.Table(
     "proposals",
@@ -94,11 +110,11 @@ proposals = sa.Table(
     sa.Column("action", sa.LargeBinary, nullable=False),  # JCS bytes: what is hashed
     sa.Column("action_hash", sa.String(71), nullable=False),
     sa.Column("provider", sa.String(32), nullable=False),
-    sa.Column("account", sa.String(64), nullable=False),
+    sa.Column("account", sa.String(128), nullable=False),  # a tool call's: its audience
     sa.Column("region", sa.String(40), nullable=False),
-    sa.Column("resource_type", sa.String(32), nullable=False),
-    sa.Column("resource_id", sa.String(80), nullable=False),
-    sa.Column("operation", sa.String(32), nullable=False),
+    sa.Column("resource_type", sa.String(32), nullable=False),  # a tool call's: tool-call
+    sa.Column("resource_id", sa.String(100), nullable=False),  # a tool call's: its target
+    sa.Column("operation", sa.String(64), nullable=False),  # a tool call's: its tool
     sa.Column("proposed_by", sa.String(128), nullable=False),  # the action's proposed_by
     sa.Column("submitted_by", sa.String(128), nullable=False),  # the agent token's name
     sa.Column("state", sa.String(16), nullable=False),
@@ -112,6 +128,14 @@ proposals = sa.Table(
     sa.Column("approval_deadline", sa.BigInteger, nullable=False),
     sa.Column("created_at", sa.BigInteger, nullable=False),
     sa.Column("updated_at", sa.BigInteger, nullable=False),
+    # Migration 0008: the action type; a tool call's effect key, audience and summary
+    # (NULL for a cloud action).
+    sa.Column(
+        "action_type", sa.String(32), nullable=False, server_default=sa.text(f"'{CLOUD_ACTION}'")
+    ),
+    sa.Column("effect_key", sa.String(200), nullable=True),
+    sa.Column("audience", sa.String(128), nullable=True),
+    sa.Column("summary", sa.Text, nullable=True),
     sa.CheckConstraint(_in("state", PROPOSAL_STATES), name="state"),
     sa.CheckConstraint(_in("risk", ("low", "medium", "high")), name="risk"),
     sa.CheckConstraint("quorum >= 1", name="quorum"),
@@ -122,8 +146,16 @@ proposals = sa.Table(
         "resource_id",
         "operation",
         unique=True,
-        sqlite_where=_OPEN_WHERE,
-        postgresql_where=_OPEN_WHERE,
+        sqlite_where=_CLOUD_OPEN_WHERE,
+        postgresql_where=_CLOUD_OPEN_WHERE,
+    ),
+    sa.Index(
+        "uq_proposals_open_effect",
+        "audience",
+        "effect_key",
+        unique=True,
+        sqlite_where=_TOOL_OPEN_WHERE,
+        postgresql_where=_TOOL_OPEN_WHERE,
     ),
     sa.Index("ix_proposals_state_created", "state", "created_at"),
 )
@@ -159,11 +191,11 @@ rejections = sa.Table(
     "rejections",
     metadata,
     sa.Column("proposal_id", sa.ForeignKey("proposals.id"), primary_key=True),
-    sa.Column("reason_code", sa.String(24), nullable=False),
+    sa.Column("reason_code", sa.String(40), nullable=False),
     sa.Column("note", sa.Text, nullable=False),
     sa.Column("by", sa.String(64), nullable=False),
     sa.Column("at", sa.BigInteger, nullable=False),
-    sa.CheckConstraint(_in("reason_code", REJECT_REASONS), name="reason_code"),
+    sa.CheckConstraint(REASON_CODE_SHAPE, name="reason_code"),
 )
 
 outcomes = sa.Table(

@@ -14,6 +14,13 @@ When no rule matches the default is one human (plus the typed id for a high-risk
 operation). The checkpoint never lets a rule weaken the typed confirmation of a high-risk
 operation (docs/protocol.md#policy).
 
+A rule is for one kind of action, never both: a cloud rule (``provider``, ``account``,
+``region``, ``resource_type``, ``operation``, ``tags``, or no match at all) decides only
+``airlock.action/v1``; a tool-call rule (``match.type = "airlock.tool-call/v1"``, or any
+of ``tool``, ``risk``, ``arguments``) decides only ``airlock.tool-call/v1``. A tool call
+that matches no rule needs one human, plus the typed target when its declared risk is
+high. ``[tools.<tool>] reject_reasons`` adds reject reason codes for one tool.
+
 Tags come from the action's ``evidence.tags`` (a JSON object of tag key → value, as the
 agent read them). The checkpoint holds no cloud credential, so it cannot read tags
 itself; the executor re-reads live tags before writing (``precondition.absent_tags``).
@@ -34,14 +41,19 @@ from typing import Annotated, Any, Final, Literal, get_args
 from pydantic import TypeAdapter, ValidationError
 
 from airlock.protocol import (
+    ACTION_TYPE,
     ALLOWED_OPERATIONS,
     HIGH_RISK_OPERATIONS,
+    TOOL_CALL_TYPE,
     Approver,
     PolicyRef,
     ProposedAction,
+    ToolCall,
 )
 
+from ._toolrules import TOOL_PATTERN, ArgCondition, parse_arguments, parse_tools
 from .errors import ConfigError
+from .models import REJECT_REASONS
 
 __all__ = [
     "AUTO_APPROVER_PREFIX",
@@ -59,9 +71,12 @@ Effect = Literal["deny", "approve", "auto"]
 DEFAULT_RULE: Final = "default-one-human"
 #: An ``auto`` decision is signed with the approver id ``policy:<rule name>``.
 AUTO_APPROVER_PREFIX: Final = "policy:"
-_MATCH_FIELDS: Final = frozenset(
+_CLOUD_MATCH: Final = frozenset(
     {"provider", "account", "region", "resource_type", "operation", "tags"}
 )
+_TOOL_MATCH: Final = frozenset({"tool", "risk", "arguments"})
+_MATCH_FIELDS: Final = _CLOUD_MATCH | _TOOL_MATCH | {"type"}
+_RISKS: Final = ("low", "medium", "high")
 _RULE_FIELDS: Final = frozenset({"name", "effect", "match", "quorum", "confirm", "risk", "reason"})
 _ALL_OPERATIONS: Final = frozenset(op for ops in ALLOWED_OPERATIONS.values() for op in ops)
 _HIGH_RISK_NAMES: Final = frozenset(op for _, op in HIGH_RISK_OPERATIONS)
@@ -123,8 +138,23 @@ class _Rule:
     confirm: bool
     risk: Risk | None
     reason: str
+    kind: str = ACTION_TYPE  # the action type this rule decides
+    tool: frozenset[str] | None = None
+    tool_risk: frozenset[str] | None = None  # match.risk: the tool call's declared risk
+    arguments: tuple[ArgCondition, ...] = ()
+
+    def matches_tool_call(self, call: ToolCall) -> bool:
+        if self.kind != TOOL_CALL_TYPE:
+            return False
+        if self.tool is not None and call.tool not in self.tool:
+            return False
+        if self.tool_risk is not None and call.risk not in self.tool_risk:
+            return False
+        return all(cond.holds(call.arguments) for cond in self.arguments)
 
     def matches(self, action: ProposedAction, tags: Mapping[str, str]) -> bool:
+        if self.kind != ACTION_TYPE:
+            return False
         fields = (
             (self.provider, action.provider),
             (self.account, action.account),
@@ -140,18 +170,34 @@ class _Rule:
 class Policy:
     """A loaded policy: ordered rules, the file's hash, and :meth:`decide`."""
 
-    __slots__ = ("_rules", "hash", "source")
+    __slots__ = ("_rules", "_tool_reasons", "hash", "source")
 
-    def __init__(self, rules: tuple[_Rule, ...], digest: str, source: str) -> None:
+    def __init__(
+        self,
+        rules: tuple[_Rule, ...],
+        digest: str,
+        source: str,
+        tool_reasons: Mapping[str, tuple[str, ...]] | None = None,
+    ) -> None:
         self._rules = rules
+        self._tool_reasons = dict(tool_reasons or {})
         self.hash = digest
         self.source = source
+
+    def reject_reasons(self, tool: str | None) -> tuple[str, ...]:
+        """The reason codes a rejection may give: the built-in ones, and for a tool
+        call the ones the file names for its tool (``[tools.<tool>] reject_reasons``)."""
+        extra = self._tool_reasons.get(tool, ()) if tool is not None else ()
+        return (*REJECT_REASONS, *(r for r in extra if r not in REJECT_REASONS))
 
     @property
     def rule_names(self) -> tuple[str, ...]:
         return tuple(rule.name for rule in self._rules)
 
-    def decide(self, action: ProposedAction) -> Decision:
+    def decide(self, action: ProposedAction | ToolCall) -> Decision:
+        """The first matching rule's decision, or the default (one human)."""
+        if isinstance(action, ToolCall):
+            return self._decide_tool_call(action)
         tags = action_tags(action)
         high = action.is_high_risk
         for rule in self._rules:
@@ -178,6 +224,31 @@ class Policy:
             reason="no rule matched: one human approves",
         )
 
+    def _decide_tool_call(self, call: ToolCall) -> Decision:
+        high = call.is_high_risk
+        for rule in self._rules:
+            if not rule.matches_tool_call(call):
+                continue
+            if rule.effect == "auto" and high:
+                # Unreachable for a policy that passed load; fail closed if it ever is not.
+                raise ConfigError(f"rule {rule.name!r}: auto may never approve a high-risk call")
+            return Decision(
+                rule=rule.name,
+                effect=rule.effect,
+                quorum=rule.quorum,
+                confirm=rule.confirm or high,
+                risk=call.risk,
+                reason=rule.reason,
+            )
+        return Decision(
+            rule=DEFAULT_RULE,
+            effect="approve",
+            quorum=1,
+            confirm=high,
+            risk=call.risk,
+            reason="no rule matched: one human approves",
+        )
+
     @classmethod
     def from_bytes(cls, data: bytes, source: str = "<policy>") -> Policy:
         """Parse and check a policy, or raise :class:`ConfigError` naming the problem."""
@@ -185,7 +256,7 @@ class Policy:
             doc = tomllib.loads(data.decode("utf-8"))
         except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"policy {source}: not valid TOML: {exc}") from None
-        unknown = set(doc) - {"version", "rule"}
+        unknown = set(doc) - {"version", "rule", "tools"}
         if unknown:
             raise ConfigError(f"policy {source}: unknown top-level keys {sorted(unknown)}")
         if doc.get("version") != 1:
@@ -202,8 +273,12 @@ class Policy:
         names = [rule.name for rule in rules]
         if len(set(names)) != len(names):
             raise ConfigError(f"policy {source}: rule names must be unique")
+        try:
+            tool_reasons = parse_tools(doc.get("tools", {}))
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"policy {source}: {exc}") from None
         digest = "sha256:" + hashlib.sha256(data).hexdigest()
-        return cls(tuple(rules), digest, source)
+        return cls(tuple(rules), digest, source, tool_reasons)
 
 
 def load_policy(path: Path) -> Policy:
@@ -338,21 +413,14 @@ def _parse_rule(raw: Any) -> _Rule:
         raise ValueError(f"{name}: match is a table")
     if set(match) - _MATCH_FIELDS:
         raise ValueError(f"{name}: unknown match keys {sorted(set(match) - _MATCH_FIELDS)}")
+    kind = _rule_kind(name, match)
+    if kind == TOOL_CALL_TYPE:
+        return _parse_tool_rule(name, effect, raw, match)
     provider, account, region, resource_type, operation = _parse_match(name, match)
-    quorum = raw.get("quorum", 1)
-    if not isinstance(quorum, int) or isinstance(quorum, bool) or not 1 <= quorum <= _MAX_QUORUM:
-        raise ValueError(f"{name}: quorum must be an integer from 1 to {_MAX_QUORUM}")
-    confirm = raw.get("confirm", False)
-    if not isinstance(confirm, bool):
-        raise ValueError(f"{name}: confirm must be true or false")
+    quorum, confirm, reason = _decision_fields(name, effect, raw)
     risk = raw.get("risk")
-    if risk not in (None, "low", "medium", "high"):
+    if risk not in (None, *_RISKS):
         raise ValueError(f"{name}: risk must be low, medium or high")
-    reason = raw.get("reason", "")
-    if not isinstance(reason, str) or len(reason) > 500:
-        raise ValueError(f"{name}: reason must be a string of at most 500 characters")
-    if effect != "approve" and ("quorum" in raw or "confirm" in raw):
-        raise ValueError(f"{name}: quorum and confirm apply only to effect = approve")
     if effect == "auto":
         # docs/protocol.md#policy: auto only where the file names the operations, never for delete.
         if operation is None:
@@ -372,4 +440,82 @@ def _parse_rule(raw: Any) -> _Rule:
         confirm=confirm,
         risk=risk,
         reason=reason,
+    )
+
+
+def _decision_fields(name: str, effect: str, raw: Mapping[str, Any]) -> tuple[int, bool, str]:
+    """A rule's ``quorum``, ``confirm`` and ``reason``, checked."""
+    quorum = raw.get("quorum", 1)
+    if not isinstance(quorum, int) or isinstance(quorum, bool) or not 1 <= quorum <= _MAX_QUORUM:
+        raise ValueError(f"{name}: quorum must be an integer from 1 to {_MAX_QUORUM}")
+    confirm = raw.get("confirm", False)
+    if not isinstance(confirm, bool):
+        raise ValueError(f"{name}: confirm must be true or false")
+    reason = raw.get("reason", "")
+    if not isinstance(reason, str) or len(reason) > 500:
+        raise ValueError(f"{name}: reason must be a string of at most 500 characters")
+    if effect != "approve" and ("quorum" in raw or "confirm" in raw):
+        raise ValueError(f"{name}: quorum and confirm apply only to effect = approve")
+    return quorum, confirm, reason
+
+
+def _rule_kind(name: str, match: Mapping[str, Any]) -> str:
+    """The action type a rule decides: ``match.type``, else what its keys imply. A rule
+    mixing cloud and tool-call keys, or naming a type its keys contradict, is refused."""
+    kind = match.get("type")
+    if kind is not None and kind not in (ACTION_TYPE, TOOL_CALL_TYPE):
+        raise ValueError(f"{name}: match.type must be {ACTION_TYPE!r} or {TOOL_CALL_TYPE!r}")
+    cloud, tool = set(match) & _CLOUD_MATCH, set(match) & _TOOL_MATCH
+    if cloud and tool:
+        raise ValueError(
+            f"{name}: cloud keys {sorted(cloud)} and tool-call keys {sorted(tool)} in one rule"
+        )
+    implied = TOOL_CALL_TYPE if tool else ACTION_TYPE
+    if kind is None:
+        return implied
+    if (kind == TOOL_CALL_TYPE and cloud) or (kind == ACTION_TYPE and tool):
+        raise ValueError(f"{name}: match.type {kind!r} with keys of the other action type")
+    return str(kind)
+
+
+def _parse_tool_rule(
+    name: str, effect: str, raw: Mapping[str, Any], match: Mapping[str, Any]
+) -> _Rule:
+    """A rule for tool calls: ``tool``, ``risk`` (the declared one), ``arguments``."""
+    if "risk" in raw:
+        raise ValueError(
+            f"{name}: a tool call declares its own risk; match it with match.risk instead"
+        )
+    quorum, confirm, reason = _decision_fields(name, effect, raw)
+    tool = _str_set(match.get("tool"), "tool")
+    for unknown in sorted(t for t in tool or () if not TOOL_PATTERN.fullmatch(t)):
+        raise ValueError(f"{name}: match.tool {unknown!r} is not a tool name a call can carry")
+    tool_risk = _str_set(match.get("risk"), "risk")
+    if tool_risk is not None and tool_risk - set(_RISKS):
+        raise ValueError(f"{name}: match.risk must be among low, medium, high")
+    arguments = parse_arguments(name, match.get("arguments"))
+    if effect == "auto":
+        # As for a cloud action: auto only where the file names the tools, and never
+        # for a call that may be high risk.
+        if tool is None:
+            raise ValueError(f"{name}: auto must name its tools in match.tool")
+        if tool_risk is None or "high" in tool_risk:
+            raise ValueError(f"{name}: auto must name its risks in match.risk, never high")
+    return _Rule(
+        name=name,
+        effect=effect,  # type: ignore[arg-type]  # checked by _parse_rule
+        provider=None,
+        account=None,
+        region=None,
+        resource_type=None,
+        operation=None,
+        tags=(),
+        quorum=quorum,
+        confirm=confirm,
+        risk=None,
+        reason=reason,
+        kind=TOOL_CALL_TYPE,
+        tool=tool,
+        tool_risk=tool_risk,
+        arguments=arguments,
     )

@@ -35,7 +35,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
+
+from airlock.events import RefusedCounted, RefusedOnce
 
 from .auth import Principal
 
@@ -57,8 +59,9 @@ class RefusedRequest:
     request: str
     proposal_id: str | None = None
 
-    def event(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def event(self) -> RefusedOnce:
+        """The fields of its ``checkpoint.refused`` event (the writer adds ``type``)."""
+        out: RefusedOnce = {
             "by": self.by,
             "role": self.role,
             "code": self.code,
@@ -89,8 +92,9 @@ class RefusalRecorder:
     """Windows of refusals per (caller, code), and a refusal budget per token.
 
     Args:
-        write_one: appends one ``checkpoint.refused`` event in a transaction of its own.
-        write_many: appends several in one transaction of its own.
+        write_one: appends one ``checkpoint.refused`` event, given its fields, in a
+            transaction of its own.
+        write_many: appends several (counted refusals) in one transaction of its own.
         now: the checkpoint's clock (Unix seconds), for ``first_at``/``last_at``.
         interval: seconds between flushes (the app's task), written into each row.
         burst: refusals a token may have in a row before it is rate-limited.
@@ -101,8 +105,8 @@ class RefusalRecorder:
     def __init__(
         self,
         *,
-        write_one: Callable[[dict[str, Any]], None],
-        write_many: Callable[[list[dict[str, Any]]], None],
+        write_one: Callable[[RefusedOnce], None],
+        write_many: Callable[[list[RefusedCounted]], None],
         now: Callable[[], int],
         interval: int = 60,
         burst: int = 60,
@@ -211,7 +215,7 @@ class RefusalRecorder:
         written. On a failed write the counts are kept for the next flush and the error
         is raised."""
         with self._lock:
-            events: list[dict[str, Any]] = []
+            events: list[RefusedCounted] = []
             taken: dict[tuple[str, str], _Window] = {}
             for key, window in list(self._windows.items()):
                 if window.count == 0:
@@ -219,16 +223,16 @@ class RefusalRecorder:
                     continue
                 by, code = key
                 events.append(
-                    {
-                        "by": by,
-                        "role": window.role,
-                        "code": code,
-                        "count": window.count,
-                        "first_at": window.first_at,
-                        "last_at": window.last_at,
-                        "interval": self.interval,
-                        "requests": sorted(window.requests),
-                    }
+                    RefusedCounted(
+                        by=by,
+                        role=window.role,
+                        code=code,
+                        count=window.count,
+                        first_at=window.first_at,
+                        last_at=window.last_at,
+                        interval=self.interval,
+                        requests=sorted(window.requests),
+                    )
                 )
                 taken[key] = window
                 self._windows[key] = _Window(role=window.role)

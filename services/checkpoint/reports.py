@@ -1,8 +1,12 @@
-"""What executors report back: outcomes from signed receipts (the executor's ledger is
+"""What executors and gates report back: outcomes from signed receipts (the ledger is
 the truth), and refusals of approvals they did not consume, kept as notes.
 
-Every report is verified against the executor's receipt key set before anything is
-read or written, and lands in one transaction in :mod:`services.checkpoint._tx`'s order.
+Every report is verified before anything is read or written: an executor's (executor
+token) against the executor's receipt key set, and only for a cloud action; a gate's
+(the agent token that submitted the tool call) against the gate key set of the tool
+call's audience (:mod:`.gatekeys`), and only for a tool call. A gate's audit head is
+kept in the chain as ``gate_head`` and never moves the executor head. Each report lands
+in one transaction in :mod:`services.checkpoint._tx`'s order.
 This module must never record an unverified receipt, never let an outcome take a slot
 from an approved proposal, and never undo a person's resolution.
 """
@@ -34,8 +38,11 @@ from airlock.text import inert
 from . import _tx, views
 from .auth import Principal
 from .errors import ErrorCode, Refusal
+from .gatekeys import verify_gate_receipt
 from .models import (
+    CLOUD_ACTION,
     OPEN_STATES,
+    TOOL_CALL,
     approvals,
     executor_head,
     executor_resolutions,
@@ -71,6 +78,8 @@ _NOTE_CODES: Final = frozenset(
         RefusalCode.E_REVOKED,
     )
 )
+#: Who reports: the executor for cloud actions, a gate (its agent token) for tool calls.
+_REPORTERS: Final = frozenset({"executor", "agent"})
 #: Closed states an outcome may still land on (docs/protocol.md#proposals: the ledger is the truth).
 _LATE_STATES: Final = ("lapsed", "revoked", "withdrawn")
 #: How far past this clock a receipt's time is kept as the time of the executor head it
@@ -86,13 +95,13 @@ def report_outcome(cp: _tx.Parts, principal: Principal, receipt: Mapping[str, An
         # Nothing was written: the transaction that found the person's resolution
         # rolled back. Kept apart (its own transaction) so that a conflict is
         # committed before it is answered 409.
-        return _executor_resolution_after_person(cp, receipt)
+        return _executor_resolution_after_person(cp, principal, receipt)
 
 
 def _report_outcome(cp: _tx.Parts, principal: Principal, receipt: Mapping[str, Any]) -> ProposalOut:
-    _tx.require(principal, {"executor"}, "report outcomes")
+    _tx.require(principal, _REPORTERS, "report outcomes")
     now = cp.now()
-    payload, keyid, approval_id = _check_receipt(cp, receipt, now)
+    payload, keyid, approval_id, gate = _check_receipt(cp, principal, receipt, now)
     outcome = payload.outcome
     with cp.engine.begin() as conn:
         approval = conn.execute(
@@ -103,6 +112,7 @@ def _report_outcome(cp: _tx.Parts, principal: Principal, receipt: Mapping[str, A
         # The approval row is the proposal's only one (UNIQUE proposal_id), so these two
         # checks bind the receipt to the issued approval and the action it signed.
         row = _tx.lock(conn, approval.proposal_id)
+        _check_reporter(row, principal, gate)
         if payload.action_hash != row.action_hash:
             raise Refusal(ErrorCode.E_RECEIPT, "receipt names another action hash", 422)
         target = _OUTCOME_STATE.get(outcome)
@@ -156,7 +166,7 @@ def _report_outcome(cp: _tx.Parts, principal: Principal, receipt: Mapping[str, A
                     approval_id=approval_id, proposal_id=row.id, late=late, **values
                 )
             )
-        executor = _receipt_head(payload)
+        head = _receipt_head(payload)
         _tx.audit(
             conn,
             now,
@@ -170,12 +180,12 @@ def _report_outcome(cp: _tx.Parts, principal: Principal, receipt: Mapping[str, A
             from_state=row.state,
             state=state,
             target_held_by=held_by,
-            # The executor's chain head the receipt names: kept in this chain so a
-            # later `airlock audit reconcile` can hold the executor's chain to it.
-            executor_head=executor,
+            # The executor's (or gate's) chain head the receipt names: kept in this
+            # chain so a later `airlock audit reconcile` can hold that chain to it.
+            **_heads(head, gate),
         )
-        if payload.at <= _tx.FEED_SEQ_MAX:
-            _advance_executor_head(conn, executor, payload.at, now)
+        if gate is None and payload.at <= _tx.FEED_SEQ_MAX:
+            _advance_executor_head(conn, head, payload.at, now)
         return views.view(
             conn, conn.execute(sa.select(proposals).where(proposals.c.id == row.id)).one()
         )
@@ -216,7 +226,9 @@ def _advance_executor_head(conn: Connection, head: Mapping[str, Any], at: int, n
     )
 
 
-def _executor_resolution_after_person(cp: _tx.Parts, receipt: Mapping[str, Any]) -> ProposalOut:
+def _executor_resolution_after_person(
+    cp: _tx.Parts, principal: Principal, receipt: Mapping[str, Any]
+) -> ProposalOut:
     """The executor's resolution of an in_doubt that a person already resolved here.
 
     The in_doubt can be resolved in two places (``airlock approvals resolve`` here,
@@ -237,7 +249,7 @@ def _executor_resolution_after_person(cp: _tx.Parts, receipt: Mapping[str, Any])
     resolution; this transaction locks the proposal and reads it all again.
     """
     now = cp.now()
-    payload, keyid, signed = _verified_receipt(cp, receipt, now)
+    (payload, keyid, signed), gate = _verified_receipt(cp, principal, receipt, now)
     resolution = payload.resolution
     if resolution is None or payload.approval_id is None:
         raise Refusal(ErrorCode.E_RECEIPT, "a resolution receipt names no decision", 422)
@@ -288,9 +300,9 @@ def _executor_resolution_after_person(cp: _tx.Parts, receipt: Mapping[str, Any])
                 state=row.state,  # unchanged
                 receipt_verified=True,
                 receipt_sha256=digest,
-                executor_head=_receipt_head(payload),
+                **_heads(_receipt_head(payload), gate),
             )
-            if payload.at <= _tx.FEED_SEQ_MAX:
+            if gate is None and payload.at <= _tx.FEED_SEQ_MAX:
                 # A verified receipt of the executor's chain, as an outcome's is.
                 _advance_executor_head(conn, _receipt_head(payload), payload.at, now)
         elif known.receipt_sha256 != digest:
@@ -332,9 +344,9 @@ def report_refusal(cp: _tx.Parts, principal: Principal, receipt: Mapping[str, An
     the approval, so the proposal still lapses or gets its outcome as ever. The same
     receipt posted again is the same note (the executor retries a lost answer).
     """
-    _tx.require(principal, {"executor"}, "report executor refusals")
+    _tx.require(principal, _REPORTERS, "report executor refusals")
     now = cp.now()
-    payload, keyid, signed = _verified_receipt(cp, receipt, now)
+    (payload, keyid, signed), gate = _verified_receipt(cp, principal, receipt, now)
     note = _refusal_note(payload)
     digest = hashlib.sha256(signed).hexdigest()
     receipt_text = json.dumps(dict(receipt), sort_keys=True)
@@ -344,6 +356,7 @@ def report_refusal(cp: _tx.Parts, principal: Principal, receipt: Mapping[str, An
             # written under it, so the count below and the insert are one step.
             AuditLog.lock(conn)
             row = _approved_proposal(conn, note.approval_id)
+            _check_reporter(row, principal, gate)
             # Null for a refusal before the action was hashed (verify steps 1-8).
             if note.action_hash is not None and note.action_hash != row.action_hash:
                 raise Refusal(ErrorCode.E_RECEIPT, "receipt names another action hash", 422)
@@ -390,7 +403,7 @@ def report_refusal(cp: _tx.Parts, principal: Principal, receipt: Mapping[str, An
                 receipt_sha256=digest,
                 # Kept in the chain as the outcome path keeps it; the executor_head
                 # row (what the feed hands back) moves with outcomes only.
-                executor_head=_receipt_head(payload),
+                **_heads(_receipt_head(payload), gate),
             )
             return views.view(conn, row)
     except IntegrityError:
@@ -466,23 +479,39 @@ def _land_state(
 
 
 def slot_holder(conn: Connection, row: Row[Any]) -> Row[Any] | None:
-    return conn.execute(
-        sa.select(proposals)
-        .where(
+    """The other open proposal holding ``row``'s slot, locked: (audience, effect key) for
+    a tool call, (account, resource, operation) for a cloud action."""
+    if row.effect_key is not None:
+        same = sa.and_(
+            proposals.c.audience == row.audience, proposals.c.effect_key == row.effect_key
+        )
+    else:
+        same = sa.and_(
             proposals.c.account == row.account,
             proposals.c.resource_type == row.resource_type,
             proposals.c.resource_id == row.resource_id,
             proposals.c.operation == row.operation,
-            proposals.c.state.in_(OPEN_STATES),
-            proposals.c.id != row.id,
+            proposals.c.effect_key.is_(None),
         )
+    return conn.execute(
+        sa.select(proposals)
+        .where(same, proposals.c.state.in_(OPEN_STATES), proposals.c.id != row.id)
         .with_for_update()
     ).first()
 
 
-def _verified_receipt(cp: _tx.Parts, receipt: Mapping[str, Any], now: int) -> VerifiedReceipt:
-    """A receipt signed by a trusted executor receipt key (the kernel's
-    :func:`~airlock.protocol.verify_receipt`), or refuse it (E_RECEIPT)."""
+def _verified_receipt(
+    cp: _tx.Parts, principal: Principal, receipt: Mapping[str, Any], now: int
+) -> tuple[VerifiedReceipt, str | None]:
+    """The verified receipt and, for a gate's (agent token), the audience whose gate key
+    signed it; or refuse (E_RECEIPT). An executor's receipt verifies against the
+    executor's receipt key set only, a gate's against the gate key sets only."""
+    if principal.role == "agent":
+        try:
+            verified, audience = verify_gate_receipt(cp.gate_keys, receipt, now)
+        except ValueError as exc:
+            raise Refusal(ErrorCode.E_RECEIPT, str(exc), 422) from None
+        return verified, audience
     # Fail closed: without the executor's receipt key set nothing can be verified, and
     # an unverified receipt would let any executor-token holder close a proposal (and
     # block the revocation of its still-valid approval). build() refuses to start
@@ -495,15 +524,17 @@ def _verified_receipt(cp: _tx.Parts, receipt: Mapping[str, Any], now: int) -> Ve
             422,
         )
     try:
-        return verify_receipt(receipt, cp.receipt_keys, now)
+        return verify_receipt(receipt, cp.receipt_keys, now), None
     except InvalidReceipt as exc:
         raise Refusal(ErrorCode.E_RECEIPT, str(exc), 422) from None
 
 
-def _check_receipt(cp: _tx.Parts, receipt: Mapping[str, Any], now: int) -> tuple[Receipt, str, str]:
-    """An outcome's verified receipt, the key id that signed it and the approval id
-    it names, or refuse."""
-    payload, keyid, _ = _verified_receipt(cp, receipt, now)
+def _check_receipt(
+    cp: _tx.Parts, principal: Principal, receipt: Mapping[str, Any], now: int
+) -> tuple[Receipt, str, str, str | None]:
+    """An outcome's verified receipt, the key id that signed it, the approval id it
+    names and the gate's audience (None for the executor's), or refuse."""
+    (payload, keyid, _), gate = _verified_receipt(cp, principal, receipt, now)
     if payload.approval_id is None or payload.action_hash is None:
         raise Refusal(
             ErrorCode.E_RECEIPT,
@@ -511,15 +542,45 @@ def _check_receipt(cp: _tx.Parts, receipt: Mapping[str, Any], now: int) -> tuple
             422,
         )
     # A receipt speaks for the executor that signed it: one bound to another audience
-    # (another environment sharing a receipt key) says nothing about our approvals.
-    if payload.executor != cp.config.audience:
+    # (another environment sharing a receipt key) says nothing about our approvals. A
+    # gate's names its own audience (verify_gate_receipt held it to its key).
+    if gate is None and payload.executor != cp.config.audience:
         raise Refusal(
             ErrorCode.E_RECEIPT,
             f"receipt is from executor {payload.executor[:128]!r}, "
             f"not this checkpoint's audience {cp.config.audience!r}",
             422,
         )
-    return payload, keyid, payload.approval_id
+    return payload, keyid, payload.approval_id, gate
+
+
+def _check_reporter(row: Row[Any], principal: Principal, gate: str | None) -> None:
+    """Refuse a report about ``row`` (a locked or read proposal) from the wrong side: a
+    cloud action's comes from the executor, a tool call's from the agent token that
+    submitted it, signed by its audience's gate key."""
+    if gate is None:
+        if row.action_type != CLOUD_ACTION:
+            raise Refusal(ErrorCode.E_RECEIPT, "a tool call's outcome is reported by its gate", 422)
+        return
+    if row.action_type != TOOL_CALL or row.audience != gate:
+        raise Refusal(
+            ErrorCode.E_RECEIPT,
+            f"the gate key of {gate[:128]!r} speaks only for tool calls to that audience",
+            422,
+        )
+    if row.submitted_by != principal.name:
+        raise Refusal(
+            ErrorCode.E_FORBIDDEN,
+            "only the agent token that submitted a tool call reports its outcome",
+            403,
+        )
+
+
+def _heads(head: dict[str, int | str], gate: str | None) -> dict[str, Any]:
+    """The audit event's chain-head fields: the executor's, or a gate's and its audience."""
+    if gate is None:
+        return {"executor_head": head}
+    return {"gate_head": head, "gate": gate}
 
 
 class _ResolvedHere(Exception):

@@ -63,6 +63,8 @@ __all__ = ["FeedSignal", "Metrics", "client_address", "install", "router"]
 
 _PROPOSAL_ID: Final = r"^prop_[A-Za-z0-9_-]{8,80}$"
 _SHORT_ID: Final = r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$"
+#: A gate's audience, as ``airlock.protocol.ToolCall`` takes it.
+_AUDIENCE: Final = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$"
 #: Room for non-canonical whitespace around a 16 KiB action; refused before parsing.
 _SUBMIT_MAX_BYTES: Final = 4 * ACTION_MAX_BYTES
 #: Every request body, read before the caller is authenticated. The largest one sent in
@@ -474,8 +476,11 @@ async def feed(
     after: Annotated[int, Query(ge=0, le=_MAX_SAFE)] = 0,
     wait: Annotated[int, Query(ge=0, le=600)] = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    audience: Annotated[str | None, Query(pattern=_AUDIENCE)] = None,
 ) -> FeedOut:
-    """Long-poll: bundles and revocations after ``after``; returns at once if any exist."""
+    """Long-poll: bundles and revocations after ``after``; returns at once if any exist.
+    The executor (no ``audience``) gets cloud approvals; an agent token names its gate's
+    ``audience`` and gets the tool-call approvals for it that it submitted."""
     service = _service(request)
     signal: FeedSignal = request.app.state.feed_signal
     deadline = time.monotonic() + min(wait, request.app.state.feed_max_wait)
@@ -491,7 +496,7 @@ async def feed(
                 _accounts(request).authenticate, credentials.credentials
             )
         first = False
-        page = await run_in_threadpool(service.feed, caller, after, limit)
+        page = await run_in_threadpool(service.feed, caller, after, limit, audience)
         if page.items or page.cursor != after or time.monotonic() >= deadline or signal.closed:
             return page
         if await request.is_disconnected():
@@ -503,14 +508,17 @@ async def feed(
 
 @router.post("/v1/outcomes", tags=["executor"])
 def report_outcome(request: Request, caller: Caller, body: OutcomeIn) -> ProposalOut:
-    """The executor reports an outcome with its signed receipt (executor token)."""
+    """The executor reports an outcome with its signed receipt (executor token); a gate
+    reports a tool call's with a receipt signed by its audience's gate key (the agent
+    token that submitted the tool call)."""
     return _service(request).report_outcome(caller, body.receipt)
 
 
 @router.post("/v1/refusals", tags=["executor"])
 def report_refusal(request: Request, caller: Caller, body: RefusalIn) -> ProposalOut:
     """The executor reports, with its signed receipt, that it refused an approval before
-    using it (executor token). A note on the proposal: its state does not change."""
+    using it (executor token; a gate: as for outcomes). A note on the proposal: its state
+    does not change."""
     return _service(request).report_refusal(caller, body.receipt)
 
 

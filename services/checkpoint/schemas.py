@@ -54,7 +54,10 @@ ProposalState = Literal[
     "lapsed",
     "denied",
 ]
-RejectReason = Literal["not_idle", "protected", "wrong_target", "needs_more_info", "other"]
+#: A built-in reason (not_idle, protected, wrong_target, needs_more_info, other) or one
+#: the policy file names for the proposal's tool (``[tools.<tool>] reject_reasons``);
+#: the service checks which the proposal admits.
+RejectReason = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,39}$")]
 
 
 def _storable(text: str) -> str:
@@ -412,6 +415,16 @@ class ProposalOut(_Out):
     submitted_by: str
     policy: PolicyOut
     deny_reason: str | None
+    #: ``airlock.action/v1`` or ``airlock.tool-call/v1``. For a tool call the cloud
+    #: fields read: provider "", account = audience, region "", resource_type
+    #: "tool-call", resource_id = target, operation = tool.
+    action_type: Literal["airlock.action/v1", "airlock.tool-call/v1"] = "airlock.action/v1"
+    #: A tool call's tool, target, effect key, audience and summary (null for a cloud action).
+    tool: str | None = None
+    target: str | None = None
+    effect_key: str | None = None
+    audience: str | None = None
+    summary: str | None = None
     votes: list[VoteOut]
     votes_needed: int
     approval_deadline: int

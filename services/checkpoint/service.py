@@ -31,25 +31,17 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
 from airlock.events import CheckpointEvent
-from airlock.protocol import (
-    APPROVAL_TYPE,
-    RECEIPT_PAYLOAD_TYPE,
-    ApprovalStatement,
-    KeySet,
-    ProposedAction,
-    Refused,
-    action_hash,
-    b64encode,
-)
+from airlock.protocol import RECEIPT_PAYLOAD_TYPE, TOOL_CALL_TYPE, KeySet, Refused, b64encode
 
-from . import _tx, feed, reports, views
+from . import _tx, feed, reports, toolcalls, views
 from ._db import Database
 from ._tx import FEED_SEQ_PER_SECOND, CheckpointConfig
 from .auth import Principal
 from .errors import ConfigError, ErrorCode, Refusal, no_signing_key
+from .gatekeys import GateKeys
 from .keys import KeyRing
 from .models import approvals, outcomes, proposals, rejections, signing_keys, votes
-from .policy import AUTO_APPROVER_PREFIX, Decision, Policy, action_tags
+from .policy import AUTO_APPROVER_PREFIX, Decision, Policy
 from .reports import REFUSAL_NOTES_MAX
 from .schemas import AuditOut, FeedOut, ProposalList, ProposalOut
 
@@ -75,6 +67,8 @@ class Checkpoint:
         now: Callable[[], int],
         # The executor's receipt public key set; None refuses every outcome (fail closed).
         receipt_keys: KeySet | None = None,
+        # The gates' receipt key sets per audience; None: no gate may report.
+        gate_keys: GateKeys | None = None,
         on_change: Callable[[], None] | None = None,
     ) -> None:
         self.db = db
@@ -83,6 +77,7 @@ class Checkpoint:
         self.config = config
         self.now = now
         self.receipt_keys = receipt_keys
+        self.gate_keys = gate_keys or GateKeys(None)
         self.on_change = on_change or (lambda: None)
 
     @property
@@ -93,14 +88,12 @@ class Checkpoint:
         """Record a proposal; return ``(record, created)``. Idempotent on (id, hash)."""
         _tx.require(principal, {"agent"}, "submit proposals")
         try:
-            action = ProposedAction.from_json_bytes(body)
-            canonical = action.canonical_bytes()
-            action_tags(action)  # malformed evidence.tags is refused, never ignored
+            sub = toolcalls.parse_submission(body)
         except Refused as exc:
             raise Refusal(ErrorCode.E_INVALID, f"{exc.code.value}: {exc.detail}", 422) from None
         except ValueError as exc:
             raise Refusal(ErrorCode.E_INVALID, str(exc), 422) from None
-        digest = action_hash(canonical)
+        action, digest = sub.action, sub.digest
         decision = self.policy.decide(action)
         now = self.now()
         try:
@@ -109,13 +102,7 @@ class Checkpoint:
                 if existing is not None:
                     return existing, False
                 self._insert_proposal(
-                    conn,
-                    principal=principal,
-                    action=action,
-                    canonical=canonical,
-                    digest=digest,
-                    decision=decision,
-                    now=now,
+                    conn, principal=principal, sub=sub, decision=decision, now=now
                 )
                 if decision.effect == "auto":
                     self._issue(conn, action.proposal_id, now)
@@ -128,7 +115,9 @@ class Checkpoint:
                     return existing, False
             raise Refusal(
                 ErrorCode.E_DUPLICATE_OPEN,
-                "another open proposal exists for this account, resource and operation",
+                "another open proposal exists for this audience and effect key"
+                if sub.is_tool_call
+                else "another open proposal exists for this account, resource and operation",
                 409,
             ) from None
         if decision.effect == "auto":
@@ -156,24 +145,18 @@ class Checkpoint:
         conn: Connection,
         *,
         principal: Principal,
-        action: ProposedAction,
-        canonical: bytes,
-        digest: str,
+        sub: toolcalls.Submission,
         decision: Decision,
         now: int,
     ) -> None:
         state = "denied" if decision.effect == "deny" else "pending"
+        action, digest = sub.action, sub.digest
         conn.execute(
             proposals.insert().values(
                 id=action.proposal_id,
-                action=canonical,
+                action=sub.canonical,
                 action_hash=digest,
-                provider=action.provider,
-                account=action.account,
-                region=action.region,
-                resource_type=action.resource.type,
-                resource_id=action.resource.id,
-                operation=action.operation,
+                **sub.columns,
                 proposed_by=action.proposed_by,
                 submitted_by=principal.name,
                 state=state,
@@ -228,18 +211,19 @@ class Checkpoint:
                     f"({row.action_hash}): nothing was approved; reload it and review again",
                     409,
                 )
-            # (2) a dangerous action needs its resource id typed
+            # (2) a dangerous action needs its resource id (a tool call's target) typed
+            what = "target" if row.action_type == TOOL_CALL_TYPE else "resource id"
             if row.confirm:
                 if not confirm:
                     raise Refusal(
                         ErrorCode.E_CONFIRM_REQUIRED,
-                        "type the resource id to confirm this high-risk action",
+                        f"type the {what} to confirm this high-risk action",
                         422,
                     )
                 if not secrets.compare_digest(confirm.encode(), row.resource_id.encode()):
                     raise Refusal(
                         ErrorCode.E_CONFIRM_MISMATCH,
-                        "the typed resource id does not match the resource",
+                        f"the typed {what} does not match the proposal's",
                         422,
                     )
             # (3) never the proposer
@@ -303,27 +287,14 @@ class Checkpoint:
         except ConfigError as exc:
             raise no_signing_key(exc) from None
         approval_id = "apv_" + secrets.token_hex(16)
-        statement = ApprovalStatement.model_validate(
-            {
-                "type": APPROVAL_TYPE,
-                "approval_id": approval_id,
-                "proposal_id": row.id,
-                "action_hash": row.action_hash,
-                "provider": row.provider,
-                "account": row.account,
-                "region": row.region,
-                "resource": {"type": row.resource_type, "id": row.resource_id},
-                "operation": row.operation,
-                "audience": self.config.audience,
-                "nonce": secrets.token_hex(16),
-                "issued_at": now,
-                "not_before": now,
-                "expires_at": now + self.config.execution_window,
-                "approvers": approvers,
-                "quorum": row.quorum,
-                "policy": {"rule": row.rule, "hash": row.policy_hash},
-                "risk": row.risk,
-            }
+        statement = toolcalls.statement(
+            row,
+            approval_id=approval_id,
+            nonce=secrets.token_hex(16),
+            approvers=approvers,
+            now=now,
+            expires_at=now + self.config.execution_window,
+            executor_audience=self.config.audience,
         )
         envelope = signer.sign_statement(statement)
         conn.execute(
@@ -379,6 +350,16 @@ class Checkpoint:
         now = self.now()
         with self.engine.begin() as conn:
             row = _tx.lock(conn, proposal_id)
+            # A reason is the built-in ones', or the policy's for this tool call's tool.
+            tool = row.operation if row.action_type == TOOL_CALL_TYPE else None
+            allowed = self.policy.reject_reasons(tool)
+            if reason_code not in allowed:
+                raise Refusal(
+                    ErrorCode.E_INVALID,
+                    # The code is not echoed: what was sent is the caller's to know.
+                    "reason_code must be one of " + ", ".join(repr(r) for r in allowed),
+                    422,
+                )
             _tx.check_pending(row, now)
             conn.execute(
                 rejections.insert().values(
@@ -567,9 +548,11 @@ class Checkpoint:
 
     # -- the feed, executor reports and read views (their own modules) ----------------
 
-    def feed(self, principal: Principal, after: int, limit: int = 100) -> FeedOut:
+    def feed(
+        self, principal: Principal, after: int, limit: int = 100, audience: str | None = None
+    ) -> FeedOut:
         """See :func:`services.checkpoint.feed.feed`."""
-        return feed.feed(self, principal, after, limit)
+        return feed.feed(self, principal, after, limit, audience)
 
     def feed_head(self) -> int:
         return feed.head_seq(self)

@@ -16,6 +16,7 @@ from airlock.protocol import (
     Envelope,
     KeyStatus,
     Signature,
+    ToolApprovalStatement,
     TrustedKey,
     key_id,
     pae,
@@ -46,8 +47,9 @@ class Signer:
         sig = self._key.sign(pae(payload_type, payload))
         return Envelope(payload_type, payload, (Signature(self.keyid, sig),))
 
-    def sign_statement(self, statement: ApprovalStatement) -> Envelope:
-        """DSSE over PAE(approval payload type, JCS(statement))."""
+    def sign_statement(self, statement: ApprovalStatement | ToolApprovalStatement) -> Envelope:
+        """DSSE over PAE(approval payload type, JCS(statement)): a cloud approval or a
+        tool call's, in the same payload type (the statement's ``type`` tells them apart)."""
         return self.sign_payload(APPROVAL_PAYLOAD_TYPE, statement.canonical_bytes())
 
     def __repr__(self) -> str:  # never show key material

@@ -19,6 +19,7 @@ from airlock.text import inert
 from . import _tx
 from .auth import Principal
 from .models import (
+    TOOL_CALL,
     approvals,
     executor_resolutions,
     outcomes,
@@ -170,6 +171,7 @@ def view(conn: Connection, row: Row[Any]) -> ProposalOut:
             hash=row.policy_hash,
         ),
         deny_reason=row.deny_reason,
+        **_tool_fields(row),
         votes=[
             VoteOut(voter=v.voter, at=v.at, note=v.note, counts=v.voter in counted)
             for v in vote_rows
@@ -210,6 +212,20 @@ def view(conn: Connection, row: Row[Any]) -> ProposalOut:
             for n in notes
         ],
     )
+
+
+def _tool_fields(row: Row[Any]) -> dict[str, Any]:
+    """A tool call's own fields of ``ProposalOut`` (none for a cloud action)."""
+    if row.action_type != TOOL_CALL:
+        return {}
+    return {
+        "action_type": TOOL_CALL,
+        "tool": row.operation,
+        "target": row.resource_id,
+        "effect_key": row.effect_key,
+        "audience": row.audience,
+        "summary": row.summary,
+    }
 
 
 def _outcome_out(conn: Connection, outcome: Row[Any]) -> OutcomeOut:

@@ -15,6 +15,7 @@ This module must never log an effect that did not happen, nor apply one without 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 import threading
@@ -25,8 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import TypeAdapter
+
 from .errors import AcsError
 from .fleet import InstanceSpec
+from .wire import JsonObject, WriteRecord
 
 __all__ = ["Faults", "Instance", "Store"]
 
@@ -111,21 +115,18 @@ class Faults:
     drop_mode: str = "timeout"
     fail_next_reads: int = 0  # same as fail_next_writes, for Describe*/List*/metrics
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "latency_ms": self.latency_ms,
-            "write_latency_ms": self.write_latency_ms,
-            "fail_next_writes": self.fail_next_writes,
-            "fail_kind": self.fail_kind,
-            "drop_next_writes": self.drop_next_writes,
-            "drop_delay_ms": self.drop_delay_ms,
-            "drop_mode": self.drop_mode,
-            "fail_next_reads": self.fail_next_reads,
-        }
+    def to_json(self) -> dict[str, int | str]:
+        """The settings as a JSON object, what ``GET /_admin/faults`` answers."""
+        return dataclasses.asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Faults:
-        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+    def from_json(cls, text: str | bytes) -> Faults:
+        """Settings stored with :meth:`to_json`; a field this version does not know is
+        ignored, one it lacks takes its default."""
+        return _FAULTS.validate_json(text)
+
+
+_FAULTS = TypeAdapter(Faults)
 
 
 class Store:
@@ -319,7 +320,7 @@ class Store:
         region: str,
         request_id: str,
         key_id: str,
-        params: dict[str, Any],
+        params: Mapping[str, str],
         client_token: str | None = None,
     ) -> None:
         db.execute(
@@ -413,7 +414,7 @@ class Store:
         key_id: str,
         params: Mapping[str, str],
         dry_run: bool = False,
-    ) -> tuple[dict[str, Any], bool]:
+    ) -> tuple[JsonObject, bool]:
         """Delete the instances; returns (response body, replayed).
 
         With a ``ClientToken`` the first successful result is stored and a repeat with
@@ -472,7 +473,7 @@ class Store:
                     client_token=client_token,
                     params=dict(params),
                 )
-            response = {"RequestId": request_id}
+            response: JsonObject = {"RequestId": request_id}
             if client_token:
                 db.execute(
                     "INSERT INTO idempotency (action, token, fingerprint, response)"
@@ -483,9 +484,9 @@ class Store:
 
     def write_log(
         self, resource_id: str | None = None, action: str | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[WriteRecord]:
         sql = "SELECT * FROM write_log WHERE 1 = 1"
-        args: list[Any] = []
+        args: list[str] = []
         if resource_id is not None:
             sql += " AND resource_id = ?"
             args.append(resource_id)
@@ -577,7 +578,7 @@ class Store:
 
     def get_faults(self) -> Faults:
         row = self._conn().execute("SELECT data FROM faults WHERE id = 1").fetchone()
-        return Faults.from_json(json.loads(row["data"])) if row else Faults()
+        return Faults.from_json(row["data"]) if row else Faults()
 
     def set_faults(self, faults: Faults) -> None:
         with self._tx() as db:
@@ -597,10 +598,10 @@ class Store:
             row = db.execute("SELECT data FROM faults WHERE id = 1").fetchone()
             if row is None:
                 return None
-            faults = Faults.from_json(json.loads(row["data"]))
+            faults = Faults.from_json(row["data"])
             if getattr(faults, counter) <= 0:
                 return None
-            taken = Faults.from_json(faults.to_json())
+            taken = dataclasses.replace(faults)
             setattr(faults, counter, getattr(faults, counter) - 1)
             db.execute("UPDATE faults SET data = ? WHERE id = 1", (json.dumps(faults.to_json()),))
             return taken

@@ -78,7 +78,7 @@ def precondition_problem(
                 "stayed stopped since it was observed"
             )
         # ECS gives StartTime to the minute: a start in the observation's own minute may
-        # have come after it, so that minute counts as after (found in review).
+        # have come after it, so that minute counts as after.
         if started[:16] >= want.observed_at[:16]:
             return (
                 f"started at {started}, not before the minute the state this approval rests "

@@ -220,8 +220,8 @@ def serve(
         while not shutdown.requested:
             beat.beat()
             # A long poll never outlasts the time to the next recovery pass, so recovery
-            # and the heartbeat keep their pace whatever the poll wait (found in review:
-            # a wait longer than AIRLOCK_EXECUTOR_RECOVER_EVERY put both off by as much).
+            # and the heartbeat keep their pace whatever the poll wait (a wait longer than
+            # AIRLOCK_EXECUTOR_RECOVER_EVERY would put both off by as much).
             wait_s = max(0.0, min(poll_wait_s, next_recovery - monotonic()))
             drained = _step(
                 "taking bundles from the source",
@@ -239,7 +239,7 @@ def serve(
             # No receipt before the feed has answered once (the ledger checked against the
             # head it names): a restored ledger's first receipts, of what its recovery
             # settled, would move the checkpoint's record of our head onto the restored
-            # chain, and the check would then find nothing to hold (found in review).
+            # chain, and the check would then find nothing to hold.
             if reporter is not None and (done or reporter.due()) and may_deliver():
                 failed = _step("receipt delivery", reporter.flush) is None or failed
             if failed:

@@ -437,7 +437,7 @@ class CheckpointFeedSource:
         if items and not _in_order(items[0], after, page.cursor):
             # Nothing on the page can be taken (a checkpoint that replays old items, a
             # malformed first item): answered as an empty page, the loop would ask again
-            # at once and get it again, polling in a tight loop (seen in review).
+            # at once and get it again, polling in a tight loop.
             raise Transient(f"feed page's first item is malformed or not after {after}")
         return page
 

@@ -31,7 +31,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final, TypedDict
 
 import httpx
 import sqlalchemy as sa
@@ -62,6 +62,7 @@ __all__ = [
     "APPROVAL_UNKNOWN_CODE",
     "RESOLUTION_CONFLICT_CODE",
     "RETRY_MAX",
+    "DeliveryRecord",
     "OutboxReporter",
     "PendingReceipt",
     "approval_unknown",
@@ -426,7 +427,7 @@ class OutboxReporter:
         self._backoff.reset()
         # This pass read the whole queue: a receipt backing off that is no longer in it was
         # delivered by another executor sharing the ledger. Forget it, or its past due
-        # time would make every later turn flush at once (seen in review).
+        # time would make every later turn flush at once.
         for key in [key for key in self._retry if key not in seen]:
             del self._retry[key]
         self._next = min([self._mono() + self._sweep_every, *(r.due for r in self._retry.values())])
@@ -573,8 +574,32 @@ class OutboxReporter:
             )
 
 
-def delivery_records(engine: Engine) -> Iterator[dict[str, Any]]:
+class DeliveryRecord(TypedDict):
+    """One row of ``executor_deliveries``: a delivery attempt the checkpoint answered."""
+
+    id: int
+    kind: str
+    approval_id: str
+    status: str
+    http_status: int | None
+    error_code: str | None
+    detail: str
+    at: int
+    attempt: int
+
+
+def delivery_records(engine: Engine) -> Iterator[DeliveryRecord]:
     """Every delivery record (one per attempt), oldest first (for operators and tests)."""
     with engine.connect() as conn:
-        for row in conn.execute(sa.select(deliveries).order_by(deliveries.c.id)).mappings():
-            yield dict(row)
+        for row in conn.execute(sa.select(deliveries).order_by(deliveries.c.id)):
+            yield DeliveryRecord(
+                id=row.id,
+                kind=row.kind,
+                approval_id=row.approval_id,
+                status=row.status,
+                http_status=row.http_status,
+                error_code=row.error_code,
+                detail=row.detail,
+                at=row.at,
+                attempt=row.attempt,
+            )

@@ -451,7 +451,7 @@ def _settled(
     The resolution says what became of the write; the in_doubt it settled, sent again to
     a restored checkpoint first, would land there as an open in_doubt on a proposal that
     has moved on (a lapsed one takes its target back, withdrawing a newer pending
-    proposal) before the resolution closed it again (found in review). The checkpoint
+    proposal) before the resolution closed it again. The checkpoint
     takes a resolution alone: it lands on a proposal with no outcome, or over its
     in_doubt.
     """

@@ -124,6 +124,7 @@ def _claimed_row(
         "verified": False,
         "detail": "",
         "receipt": None,
+        "effect_key": None,  # a cloud action has no effect key (migration 0011)
     }
 
 

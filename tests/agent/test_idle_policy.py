@@ -8,6 +8,7 @@ import math
 
 import pytest
 
+from airlock.api import Proposal
 from airlock.cloud.ports import LiveState
 from services.agent.discovery import Observation
 from services.agent.idle import (
@@ -308,29 +309,74 @@ def test_no_readable_last_start_time_means_no_delete(started_at: str) -> None:
     assert "cannot establish that it stayed stopped" in step.reason
 
 
+def _executed_stop(*, approved: bool) -> Proposal:
+    """The checkpoint's record of Airlock's executed stop, as the agent's client parses it."""
+    return Proposal.model_validate(
+        {
+            "id": "prop_stop0000",
+            "state": "executed",
+            "action_hash": "sha256:" + "0" * 64,
+            "action_jcs": "{}",
+            "action": {},
+            "provider": "alibaba",
+            "account": "5123456789012345",
+            "region": "ap-southeast-1",
+            "resource_type": "ecs.instance",
+            "resource_id": "i-abcd1234",
+            "operation": "stop",
+            "risk": "medium",
+            "proposed_by": "agent:scanner-1",
+            "submitted_by": "scanner-1",
+            "policy": {
+                "rule": "stop-default",
+                "effect": "approve",
+                "quorum": 1,
+                "confirm": False,
+                "hash": "sha256:" + "1" * 64,
+            },
+            "deny_reason": None,
+            "votes": [],
+            "votes_needed": 0,
+            "approval_deadline": APPROVED + DAY,
+            "created_at": APPROVED - DAY,
+            "updated_at": APPROVED + 60,
+            "approval": {
+                "approval_id": "apv_stop00000001",
+                "keyid": "ed25519:" + "2" * 32,
+                "issued_at": APPROVED,
+                "expires_at": APPROVED + 900,
+                "revoked_at": None,
+                "revoked_by": None,
+                "envelope": {},
+            }
+            if approved
+            else None,
+            "rejection": None,
+            "outcome": {
+                "approval_id": "apv_stop00000001",
+                "outcome": "succeeded",
+                "refusal_code": None,
+                "receipt_verified": True,
+                "receipt_keyid": None,
+                "receipt": {},
+                "late": False,
+                "reported_at": APPROVED + 60,
+                "resolution": None,
+                "resolved_by": None,
+                "resolved_at": None,
+                "resolution_note": None,
+            },
+        }
+    )
+
+
 def test_the_approval_time_of_airlocks_stop_is_the_reference_for_a_start() -> None:
     from services.agent.client import ProposalRecord
 
-    base = {
-        "id": "prop_stop0000",
-        "state": "executed",
-        "account": "5123456789012345",
-        "region": "ap-southeast-1",
-        "resource_type": "ecs.instance",
-        "resource_id": "i-abcd1234",
-        "operation": "stop",
-        "created_at": APPROVED - DAY,
-        "approval_deadline": APPROVED + DAY,
-        "outcome": {"reported_at": APPROVED + 60, "outcome": "succeeded"},
-    }
     view = CheckpointView()
-    view.add_executed_stop(
-        ProposalRecord.from_api(
-            {**base, "approval": {"issued_at": APPROVED, "expires_at": APPROVED + 900}}
-        )
-    )
+    view.add_executed_stop(ProposalRecord.from_api(_executed_stop(approved=True)))
     assert view.airlock_stops[("ap-southeast-1", "i-abcd1234")] == STOP
     # Without an approval on record, the proposal's time (earlier still) is used.
     view = CheckpointView()
-    view.add_executed_stop(ProposalRecord.from_api(base))
+    view.add_executed_stop(ProposalRecord.from_api(_executed_stop(approved=False)))
     assert view.airlock_stops[("ap-southeast-1", "i-abcd1234")].approved_at == APPROVED - DAY

@@ -45,3 +45,40 @@ def test_a_checkpoint_answer_with_nan_or_infinity_is_refused(value: bytes) -> No
                 list(client.proposals(account=ACCOUNT, state="pending"))
         finally:
             client.close()
+
+
+@pytest.mark.parametrize(
+    "page",
+    [
+        # A record without its approval deadline: the agent would count an open proposal's
+        # window from nothing.
+        b'{"items": [{"id": "prop_x", "state": "pending"}], "next_before": null}',
+        b'{"items": "prop_x", "next_before": null}',
+        b'{"next_before": null}',
+    ],
+)
+def test_a_page_that_is_not_the_api_is_refused_not_read_in_part(page: bytes) -> None:
+    """Parsed once by the kernel's model (airlock.api.ProposalPage): a page the checkpoint
+    would never send is a checkpoint not speaking its API, not a KeyError mid-run."""
+    with serving_drips([ok_json(page)]) as server:
+        agent = build_agent(_settings(server.url, attempts=1), reader=InMemoryCloud())
+        client = agent.client
+        assert isinstance(client, HttpCheckpointClient)
+        try:
+            with pytest.raises(CheckpointUnavailable, match=r"answered 200 with no ProposalPage"):
+                list(client.proposals(account=ACCOUNT, state="pending"))
+        finally:
+            client.close()
+
+
+def test_a_withdrawal_answered_without_a_record_is_refused() -> None:
+    """The state the agent reports comes from the whole record, never a bare ``state``."""
+    with serving_drips([ok_json(b'{"state": "withdrawn"}')]) as server:
+        agent = build_agent(_settings(server.url, attempts=1), reader=InMemoryCloud())
+        client = agent.client
+        assert isinstance(client, HttpCheckpointClient)
+        try:
+            with pytest.raises(CheckpointUnavailable, match=r"answered 200 with no Proposal "):
+                client.withdraw("prop_x", "running again")
+        finally:
+            client.close()

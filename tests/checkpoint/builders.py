@@ -48,3 +48,34 @@ def action_value(
 
 def action(**kwargs: Any) -> ProposedAction:
     return ProposedAction.model_validate(action_value(**kwargs))
+
+
+def tool_call_value(
+    *,
+    proposal_id: str = "prop_tool0000001",
+    tool: str = "refund",
+    arguments: dict[str, Any] | None = None,
+    target: str = "order-881",
+    effect_key: str = "refund:order-881",
+    risk: str = "medium",
+    audience: str = "airlock-gate/payments",
+    summary: str = "Refund 125.00 EUR on order-881",
+    proposed_by: str = "agent:support-bot",
+) -> dict[str, Any]:
+    """A valid ``airlock.tool-call/v1`` as a gate proposes one."""
+    return {
+        "type": "airlock.tool-call/v1",
+        "proposal_id": proposal_id,
+        "tool": tool,
+        "arguments": {"order": target, "amount": 12500, "currency": "EUR"}
+        if arguments is None
+        else arguments,
+        "target": target,
+        "effect_key": effect_key,
+        "premises": {"refunded_total": 0, "order_status": "paid"},
+        "risk": risk,
+        "summary": summary,
+        "audience": audience,
+        "proposed_by": proposed_by,
+        "created_at": "2026-11-29T06:00:05Z",
+    }

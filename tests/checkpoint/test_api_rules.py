@@ -8,6 +8,7 @@ suite fast.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -430,8 +431,12 @@ def test_feed_and_outcomes_need_the_executor_role(sqlite_world: World) -> None:
     world = sqlite_world
     for who in ("agent", "admin", "alice"):
         assert _code(world.client.get("/v1/feed", headers=world.auth(who))) == "E_FORBIDDEN"
+    for who in ("admin", "alice"):
         r = world.client.post("/v1/outcomes", json={"receipt": {}}, headers=world.auth(who))
         assert _code(r) == "E_FORBIDDEN"
+    # An agent token reports only a gate's receipt (tests/checkpoint/test_tool_call_reports.py).
+    r = world.client.post("/v1/outcomes", json={"receipt": {}}, headers=world.auth("agent"))
+    assert _code(r) == "E_RECEIPT"
 
 
 def test_logout_revokes_the_session(sqlite_world: World) -> None:
@@ -610,10 +615,16 @@ def test_revoked_service_token_is_refused_at_once(world: World) -> None:
     assert world.submit().status_code == 201  # the other token is untouched
     revoked = audit_events(world, "checkpoint.token.revoked")
     assert [e["name"] for e in revoked] == ["executor-1"]
-    listed = {t["name"]: t for t in world.accounts.list_service_tokens()}
-    assert listed["executor-1"]["revoked_at"] == world.clock()
-    assert listed["scanner-1"]["revoked_at"] is None
-    assert set(listed["scanner-1"]) == {"name", "role", "created_at", "revoked_at"}
+    listed = {t.name: t for t in world.accounts.list_service_tokens()}
+    assert listed["executor-1"].revoked_at == world.clock()
+    assert listed["scanner-1"].revoked_at is None
+    # A listing never holds the token nor its hash.
+    assert [f.name for f in dataclasses.fields(listed["scanner-1"])] == [
+        "name",
+        "role",
+        "created_at",
+        "revoked_at",
+    ]
 
 
 def test_revoking_an_unknown_or_revoked_token_is_refused_clearly(sqlite_world: World) -> None:

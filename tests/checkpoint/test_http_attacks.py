@@ -375,8 +375,8 @@ def test_a_person_and_a_token_added_at_once_cannot_share_a_name(
         racer.join(timeout=60)
         assert not racer.is_alive()
         assert sorted(results.values()) == ["E_CONFLICT", "added"]
-        tokens = [t["name"] for t in accounts.list_service_tokens()]
-        people = [u["username"] for u in accounts.list_users()]
+        tokens = [t.name for t in accounts.list_service_tokens()]
+        people = [u.username for u in accounts.list_users()]
         assert ("zoe" in tokens) != ("zoe" in people)
     finally:
         watcher.dispose()

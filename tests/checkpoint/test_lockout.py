@@ -369,11 +369,11 @@ def test_an_admin_unlocks_an_account_or_sets_its_password(world: World) -> None:
     """There was no way back from a lockout but waiting, nor any password reset."""
     _lock(world)
     _assert_refused(_login(world, PASSWORD))
-    listed = {u["username"]: u for u in world.accounts.list_users()}
-    assert listed["alice"]["locked_until"] == world.clock() + LOCKOUT  # what `users list` shows
+    listed = {u.username: u for u in world.accounts.list_users()}
+    assert listed["alice"].locked_until == world.clock() + LOCKOUT  # what `users list` shows
     before = _sessions_of(world, "alice")
     world.accounts.unlock_user("alice")
-    assert {u["username"]: u for u in world.accounts.list_users()}["alice"]["locked_until"] is None
+    assert {u.username: u for u in world.accounts.list_users()}["alice"].locked_until is None
     assert _login(world, PASSWORD).status_code == 201
     assert _sessions_of(world, "alice") == before + 1
 
@@ -475,8 +475,8 @@ def test_a_thousand_guesses_from_one_address_slow_it_and_never_keep_alice_out(
     assert sum(t["throttled"] for t in tallies) == len(delays) + 1
     assert {c["address"] for t in tallies for c in t["clients"]} == {"127.0.0.2"}
     report = world.accounts.sign_in_report(since=0)
-    assert report["clients"]["127.0.0.2"]["users"] == {"alice": 1000}
-    assert report["totals"]["throttled"] == len(delays) + 1
-    assert "127.0.0.1" not in report["clients"]
+    assert report.clients["127.0.0.2"].users == {"alice": 1000}
+    assert report.totals.throttled == len(delays) + 1
+    assert "127.0.0.1" not in report.clients
     created = audit_events(world, "checkpoint.session.created")
     assert created[-1] == {**created[-1], "user": "alice", "client": "127.0.0.1"}

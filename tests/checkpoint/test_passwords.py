@@ -56,7 +56,7 @@ def test_the_thousand_most_common_passwords_are_refused_as_new_passwords(
             with pytest.raises(Refusal) as refused:
                 setter(password)
             assert refused.value.code == ErrorCode.E_WEAK_PASSWORD, password
-    assert "newcomer" not in {u["username"] for u in world.accounts.list_users()}
+    assert "newcomer" not in {u.username for u in world.accounts.list_users()}
     assert (
         world.client.post(
             "/v1/sessions", json={"username": "alice", "password": PASSWORD}

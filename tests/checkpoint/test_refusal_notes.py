@@ -235,7 +235,9 @@ def test_the_last_second_a_page_can_show_is_taken(world: World) -> None:
 @pytest.mark.parametrize("who", ["agent", "alice", "admin", "viewer"])
 def test_only_the_executor_token_may_report_a_refusal(world: World, who: str) -> None:
     _, approval_id = approved(world)
-    _refused(_post(world, _refusal(approval_id), who=who), 403, "E_FORBIDDEN")
+    # An agent token reports only a gate's receipt, which this is not.
+    status, error = (422, "E_RECEIPT") if who == "agent" else (403, "E_FORBIDDEN")
+    _refused(_post(world, _refusal(approval_id), who=who), status, error)
     unauthenticated = world.client.post("/v1/refusals", json={"receipt": _refusal(approval_id)})
     _refused(unauthenticated, 401, "E_UNAUTHENTICATED")
     assert _stored(world) == []

@@ -382,7 +382,11 @@ def test_reject_needs_a_known_reason(served: Served) -> None:
     record = served.submit(proposal_id="prop_reject00002")
     served.login("bob")
     assert served.run("approvals", "reject", record["id"]).exit_code == 2
-    assert served.run("approvals", "reject", record["id"], "--reason", "bored").exit_code == 2
+    assert served.run("approvals", "reject", record["id"], "--reason", "Bored!").exit_code == 2
+    # A well-formed code the policy does not name (a tool may add its own): the
+    # checkpoint is the judge of it.
+    unknown = served.run("approvals", "reject", record["id"], "--reason", "bored")
+    assert unknown.exit_code == 1 and "E_INVALID" in unknown.stderr
     assert served.proposal(record["id"])["state"] == "pending"
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from airlock.cli._doctor import _checkpoint, _Report, approval_trust, clock_check
+from airlock.cli._doctor import Report, approval_trust, checkpoint_check, clock_check
 from airlock.protocol import KeySet, KeyStatus, TrustedKey
 from airlock.store import make_engine
 from services.checkpoint.keys import KeyDirectory, KeyRing
@@ -146,9 +146,9 @@ def test_doctor_in_the_directory_of_airlock_up_needs_only_airlock_env_dev(
     """`airlock up` tells people that admin commands on its state, doctor among them, need
     only AIRLOCK_ENV=dev in its directory; the doctor failed there on the receipt key set,
     which `up` passes the checkpoint explicitly. In dev it is found where `up` writes it."""
-    from airlock.cli._up import _Stack
+    from airlock.cli._stack import Stack
 
-    stack = _Stack(tmp_path / ".airlock", {"webapp": 1, "checkpoint": 2, "devcloud": 3}, 4, 5)
+    stack = Stack(tmp_path / ".airlock", {"webapp": 1, "checkpoint": 2, "devcloud": 3}, 4, 5)
     stack.prepare(lambda _line: None)
     # The checkpoint `up` starts signs with the keys `up` generated in .airlock/keys.
     monkeypatch.setattr(served.world.checkpoint, "keys", KeyRing(KeyDirectory(stack.home / "keys")))
@@ -251,8 +251,8 @@ def test_doctor_reaches_a_private_ca_checkpoint_with_the_ca_file_of_the_service_
 def test_doctor_reports_a_ca_file_that_cannot_be_read_any_more_as_a_failure(
     tmp_path: Path,
 ) -> None:
-    report = _Report()
-    _checkpoint(report, "https://127.0.0.1:1", 30, time.time, tmp_path / "gone.pem")
+    report = Report()
+    checkpoint_check(report, "https://127.0.0.1:1", 30, time.time, tmp_path / "gone.pem")
     [check] = report.checks
     assert (check.status, check.name) == ("fail", "checkpoint.tls")
     assert "gone.pem: cannot be read" in check.detail

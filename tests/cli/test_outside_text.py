@@ -289,22 +289,22 @@ def test_cloud_and_checkpoint_text_in_the_agents_table_is_escaped() -> None:
 def test_a_cloud_error_in_an_outcome_cannot_send_terminal_controls(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from airlock.cli._executor import _show
+    from airlock.cli._executor import show_outcome
     from services.executor import Outcome, State
 
-    _show(Outcome("apv_show00000001", State.FAILED, detail="InvalidParameter: " + HOSTILE))
+    show_outcome(Outcome("apv_show00000001", State.FAILED, detail="InvalidParameter: " + HOSTILE))
     out = capsys.readouterr().out
     assert _raw(out) == []
     assert "apv_show00000001 failed InvalidParameter: \\u009b2J" in out
 
 
 def test_a_service_log_cannot_send_terminal_controls_through_up(tmp_path: Path) -> None:
-    from airlock.cli._up import _Service, _Stack
+    from airlock.cli._stack import Service, Stack
 
     log = tmp_path / "executor.log"
     log.write_text(f"write failed: {HOSTILE}\nnext line\n")
-    stack = _Stack(tmp_path, {"webapp": 1, "checkpoint": 2, "devcloud": 3}, 1, 1)
-    tail = stack.tail(_Service("executor", [], {}, lambda: True, log))
+    stack = Stack(tmp_path, {"webapp": 1, "checkpoint": 2, "devcloud": 3}, 1, 1)
+    tail = stack.tail(Service("executor", [], {}, lambda: True, log))
     assert _raw(tail) == []
     assert tail.splitlines()[0].startswith("    write failed: \\u009b2J")
 

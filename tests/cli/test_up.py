@@ -186,9 +186,9 @@ def test_up_runs_the_whole_system_and_stops_cleanly(tmp_path: Path) -> None:
 
         _wait("the outcome at the checkpoint", executed)
 
-        from airlock.cli._up import _Stack
+        from airlock.cli._stack import Stack
 
-        stack = _Stack(state, ports, 24, 5)
+        stack = Stack(state, ports, 24, 5)
         _rotate_while_running(up, stack, cli_home, pending_stop, admin)
 
         # doctor, in the environment `up` gives its services, is all green
@@ -287,13 +287,13 @@ def test_up_gives_the_checkpoint_the_executor_receipt_key_set(
 ) -> None:
     """The checkpoint refuses to start without it; `up` derives it from the executor's
     receipt key on every start, so a state from before (no public file) still starts."""
-    from airlock.cli._up import _Stack
+    from airlock.cli._stack import Stack
     from airlock.protocol import KeySet
     from airlock.settings import CheckpointSettings
     from services.checkpoint.app import build
     from services.executor import ReceiptSigner
 
-    stack = _Stack(tmp_path / ".airlock", {"webapp": 1, "checkpoint": 2, "devcloud": 3}, 4, 5)
+    stack = Stack(tmp_path / ".airlock", {"webapp": 1, "checkpoint": 2, "devcloud": 3}, 4, 5)
     stack.prepare(lambda _line: None)
     env = stack.checkpoint_env()
     public = Path(env["AIRLOCK_CHECKPOINT_RECEIPT_KEYS_PATH"])
@@ -320,14 +320,15 @@ def test_up_gives_the_checkpoint_the_executor_receipt_key_set(
 def state_seen(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[Path]:
     """Run `up` only as far as choosing its state directory, recorded here."""
     from airlock.cli import _up
+    from airlock.cli._stack import Stack, UpError
 
     seen: list[Path] = []
 
-    def prepare(self: _up._Stack, echo: Callable[[str], None]) -> None:
+    def prepare(self: Stack, echo: Callable[[str], None]) -> None:
         seen.append(self.home)
-        raise _up.UpError("stopped by the test before anything was created")
+        raise UpError("stopped by the test before anything was created")
 
-    monkeypatch.setattr(_up._Stack, "prepare", prepare)
+    monkeypatch.setattr(Stack, "prepare", prepare)
     monkeypatch.setattr(_up.signal, "signal", lambda *_: None)  # keep pytest's handlers
     monkeypatch.chdir(tmp_path)
     return seen
@@ -398,12 +399,12 @@ def test_up_tells_where_admin_commands_find_its_state(
 ) -> None:
     """The dev defaults name .airlock/ relative to where a command runs, so `up` names
     that directory, or says the paths must be set when the state is not called .airlock."""
-    from airlock.cli._up import _admin_hint
+    from airlock.cli._up import admin_hint
 
     monkeypatch.chdir(tmp_path)
-    assert _admin_hint(tmp_path / ".airlock").endswith("AIRLOCK_ENV=dev in\nthis directory.")
-    assert _admin_hint(tmp_path / "x" / ".airlock").endswith(f"in\n{tmp_path / 'x'}.")
-    elsewhere = _admin_hint(tmp_path / "demo-state")
+    assert admin_hint(tmp_path / ".airlock").endswith("AIRLOCK_ENV=dev in\nthis directory.")
+    assert admin_hint(tmp_path / "x" / ".airlock").endswith(f"in\n{tmp_path / 'x'}.")
+    elsewhere = admin_hint(tmp_path / "demo-state")
     assert "AIRLOCK_CHECKPOINT_* / AIRLOCK_EXECUTOR_* paths" in elsewhere
     assert str(tmp_path / "demo-state") in elsewhere
 
@@ -413,17 +414,17 @@ def test_the_agent_grace_reaches_the_agent_alone_and_its_settings_take_it(
 ) -> None:
     """``up --agent-grace 120`` is how the demo shows a delete in minutes: the agent's
     setting, in the agent's environment only; without it, the agent's own default."""
-    from airlock.cli._up import _Stack
+    from airlock.cli._stack import Stack
     from airlock.settings import AgentSettings
 
     from .conftest import airlock
 
     ports = {"webapp": 1, "checkpoint": 2, "devcloud": 3}
     monkeypatch.setenv("AIRLOCK_AGENT_GRACE_SECONDS", "5")  # the shell's never reaches it
-    short = _Stack(tmp_path / "a", ports, 4, 5, grace=120)
+    short = Stack(tmp_path / "a", ports, 4, 5, grace=120)
     assert short.agent_env("t")["AIRLOCK_AGENT_GRACE_SECONDS"] == "120"
     assert all("GRACE" not in k for k in (*short.executor_env(), *short.checkpoint_env()))
-    default = _Stack(tmp_path / "b", ports, 4, 5)
+    default = Stack(tmp_path / "b", ports, 4, 5)
     assert "AIRLOCK_AGENT_GRACE_SECONDS" not in default.agent_env("t")
     for key in [k for k in os.environ if k.startswith("AIRLOCK_")]:
         monkeypatch.delenv(key)
@@ -462,9 +463,9 @@ def test_up_gives_the_checkpoint_and_the_web_app_the_host_names_its_urls_use(
     call the checkpoint by the URL up gives them, people open the web app's."""
     import httpx
 
-    from airlock.cli._up import _Stack
+    from airlock.cli._stack import Stack
 
-    stack = _Stack(tmp_path / ".airlock", {"webapp": 1, "checkpoint": 2, "devcloud": 3}, 4, 5)
+    stack = Stack(tmp_path / ".airlock", {"webapp": 1, "checkpoint": 2, "devcloud": 3}, 4, 5)
     answered = set(stack.checkpoint_env()["AIRLOCK_CHECKPOINT_ALLOWED_HOSTS"].split(","))
     for env, key in (
         (stack.executor_env(), "AIRLOCK_EXECUTOR_CHECKPOINT_URL"),
@@ -480,7 +481,7 @@ def test_up_gives_the_checkpoint_and_the_web_app_the_host_names_its_urls_use(
 def test_up_has_its_checkpoint_trust_its_web_apps_forwarded_for(tmp_path: Path) -> None:
     """Every sign-in through up's web app comes from 127.0.0.1: untrusted, its
     X-Forwarded-For is ignored, and one guesser would slow everyone's sign-in."""
-    from airlock.cli._up import _Stack
+    from airlock.cli._stack import Stack
 
-    stack = _Stack(tmp_path, {"webapp": 1, "checkpoint": 2, "devcloud": 3}, 4, 5)
+    stack = Stack(tmp_path, {"webapp": 1, "checkpoint": 2, "devcloud": 3}, 4, 5)
     assert stack.checkpoint_env()["AIRLOCK_CHECKPOINT_TRUSTED_PROXIES"] == "127.0.0.1"

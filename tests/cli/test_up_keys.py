@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from airlock.cli._keys import public_keyset_text
-from airlock.cli._up import UpError, _TrustedKeysExport
+from airlock.cli._stack import TrustedKeysExport, UpError
 from airlock.protocol import KeyStatus
 from services.checkpoint.keys import KeyDirectory
 from services.executor import TrustedKeysFile
@@ -44,8 +44,8 @@ def keys(tmp_path: Path) -> KeyDirectory:
     return directory
 
 
-def _export(keys: KeyDirectory, tmp_path: Path) -> _TrustedKeysExport:
-    return _TrustedKeysExport(keys.path, tmp_path / "trusted-keys.json")
+def _export(keys: KeyDirectory, tmp_path: Path) -> TrustedKeysExport:
+    return TrustedKeysExport(keys.path, tmp_path / "trusted-keys.json")
 
 
 def test_a_key_change_under_up_reaches_the_executor_s_file_at_its_next_look(
@@ -131,7 +131,7 @@ def test_a_manifest_broken_under_up_leaves_the_executor_its_key_set_and_is_told_
 
 
 def test_a_key_set_that_cannot_be_exported_at_start_stops_up(tmp_path: Path) -> None:
-    export = _TrustedKeysExport(tmp_path / "keys", tmp_path / "trusted-keys.json")
+    export = TrustedKeysExport(tmp_path / "keys", tmp_path / "trusted-keys.json")
     with pytest.raises(UpError, match="could not be exported"):
         export.sync()
     assert not export.out.exists()

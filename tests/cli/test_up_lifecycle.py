@@ -55,9 +55,9 @@ def _gone(pid: int) -> bool:
 
 
 def _port_free(port: int) -> bool:
-    from airlock.cli._up import _port_free
+    from airlock.cli._stack import port_free
 
-    return _port_free(port)
+    return port_free(port)
 
 
 class _Up:
@@ -208,32 +208,32 @@ def test_every_file_in_a_pre_existing_home_is_private_after_startup(tmp_path: Pa
 
 
 def test_a_home_others_can_write_to_is_refused(tmp_path: Path) -> None:
-    from airlock.cli._up import UpError, _Stack
+    from airlock.cli._stack import Stack, UpError
 
     home = tmp_path / "shared"
     home.mkdir()
     home.chmod(0o775)
     with pytest.raises(UpError, match="writable by others"):
-        _Stack(home, {"webapp": 1, "checkpoint": 2, "devcloud": 3}, 4, 5).prepare(print)
+        Stack(home, {"webapp": 1, "checkpoint": 2, "devcloud": 3}, 4, 5).prepare(print)
     assert list(home.iterdir()) == []
 
 
 def test_a_readable_directory_up_did_not_make_is_refused_not_changed(tmp_path: Path) -> None:
-    from airlock.cli._up import UpError, _Stack
+    from airlock.cli._stack import Stack, UpError
 
     home = tmp_path / "projects"
     home.mkdir()
     (home / "notes.txt").write_text("mine")
     home.chmod(0o755)
     with pytest.raises(UpError, match="files up did not make"):
-        _Stack(home, {"webapp": 1, "checkpoint": 2, "devcloud": 3}, 4, 5).prepare(print)
+        Stack(home, {"webapp": 1, "checkpoint": 2, "devcloud": 3}, 4, 5).prepare(print)
     assert stat.S_IMODE(home.stat().st_mode) == 0o755
     assert [p.name for p in home.iterdir()] == ["notes.txt"]
 
 
 def test_a_state_from_before_the_umask_is_made_private(tmp_path: Path) -> None:
     """A state an older `up` made has its databases 0644 inside a 0700 directory."""
-    from airlock.cli._up import _private_home
+    from airlock.cli._stack import private_home
 
     home = tmp_path / ".airlock"
     (home / "logs").mkdir(parents=True, mode=0o755)
@@ -245,7 +245,7 @@ def test_a_state_from_before_the_umask_is_made_private(tmp_path: Path) -> None:
     outside.write_text("")
     outside.chmod(0o644)
     (home / "link").symlink_to(outside)
-    assert _private_home(home) is not None
+    assert private_home(home) is not None
     assert _loose(home) == []
     assert stat.S_IMODE(outside.stat().st_mode) == 0o644  # a link's target is left alone
 

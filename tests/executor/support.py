@@ -13,11 +13,14 @@ import json
 import os
 import sqlite3
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
+import sqlalchemy as sa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from sqlalchemy.engine import Engine
 
 from airlock.cloud.ports import (
     IncorrectState,
@@ -445,3 +448,14 @@ class StopAfterFailures(Backoff):
         if self.failures >= self._n:
             self._shutdown.request()
         return 0.0
+
+
+@contextmanager
+def with_effect_key_column(engine: Engine) -> Iterator[None]:
+    """A ledger at a revision before 0011, with the effect key column today's executor
+    writes while in the block, and without it after, as that revision had none."""
+    with engine.begin() as conn:
+        conn.execute(sa.text("ALTER TABLE executor_ledger ADD COLUMN effect_key VARCHAR(200)"))
+    yield
+    with engine.begin() as conn:
+        conn.execute(sa.text("ALTER TABLE executor_ledger DROP COLUMN effect_key"))

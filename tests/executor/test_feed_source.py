@@ -800,6 +800,20 @@ def test_the_upgrade_queues_every_receipt_undelivered_at_the_time(env: Env) -> N
         if not is_postgresql(conn):  # 0008's guards on the tables of 0001 (SQLite only)
             for table in ("executor_ledger", "executor_refusals", "executor_resolutions"):
                 conn.execute(sa.text(f"DROP TRIGGER {table}_no_replace"))
+        # Nor had a ledger of then 0011's effect key.
+        if is_postgresql(conn):
+            conn.execute(sa.text("ALTER TABLE executor_ledger DROP COLUMN effect_key"))
+        else:
+            conn.execute(sa.text("DROP INDEX ux_executor_ledger_effect_key"))
+            conn.execute(sa.text("DROP TRIGGER executor_ledger_guard"))  # it names the column
+            conn.execute(sa.text("ALTER TABLE executor_ledger DROP COLUMN effect_key"))
+            # A stand-in: 0009 drops the guard and makes it again.
+            conn.execute(
+                sa.text(
+                    "CREATE TRIGGER executor_ledger_guard BEFORE UPDATE ON executor_ledger "
+                    "BEGIN SELECT 1; END"
+                )
+            )
         conn.execute(sa.text("UPDATE alembic_version SET version_num = '0001_ledger'"))
     upgrade(env.engine, MIGRATIONS_DIR, revision="0002_feed")
     with env.engine.begin() as conn:

@@ -18,7 +18,10 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
+from airlock import ledger as kernel_ledger
+from airlock.protocol import verify_bundle
 from airlock.store import make_engine, upgrade, verify_chain
+from devstack import factory
 from services.executor import MIGRATIONS_DIR, Executor, State, migrate, recover_expired
 from services.executor.feed import advance_cursor
 from services.executor.models import (
@@ -101,6 +104,36 @@ def _fill(url: str, path: Path) -> Ledger:
                 feed="http://cp", head_seq=7, head_hash="ab" * 32, since=1, until=2
             )
         )
+        # A gate's row: the one that holds an effect key (migration 0011).
+        raw = factory.tool_bundle_for()
+        verified = verify_bundle(raw, factory.keyset(), factory.TOOL_BINDING, factory.NOW)
+        statement = verified.statement
+        assert kernel_ledger.consume(
+            conn,
+            {
+                "approval_id": statement.approval_id,
+                "nonce": statement.nonce,
+                "action_hash": verified.action_hash,
+                **kernel_ledger.target_columns(verified),
+                "action": verified.action_bytes,
+                "bundle": raw,
+                "keyid": verified.keyid,
+                "expires_at": statement.expires_at,
+                "state": "claimed",
+                "lease_owner": "gate-1",
+                "lease_epoch": 1,
+                "lease_expires": clock() + 10**9,  # never recovered by the executor
+                "claimed_at": clock(),
+                "updated_at": clock(),
+                "refusal_code": None,
+                "cloud_request_id": None,
+                "verified": False,
+                "detail": "",
+                "receipt": None,
+                "effect_key": statement.effect_key,
+            },
+            now=clock(),
+        )
     return Ledger(path, url, executor, cloud, clock, done.approval_id)
 
 
@@ -172,6 +205,7 @@ def test_insert_or_replace_in_the_sqlite3_shell_changes_no_kept_row(filled: Ledg
             "executor_ledger on approval_id",
             "executor_ledger on nonce",
             "executor_ledger on action_hash",
+            "executor_ledger on effect_key",
             "executor_refusals on id",
             "executor_resolutions on rowid",
             "executor_resolutions on approval_id",

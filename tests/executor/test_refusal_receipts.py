@@ -42,7 +42,15 @@ from services.executor.models import (
 from services.executor.resend import receipt_history
 
 from .conftest import Env
-from .support import BINDING, TTL, FakeClock, InMemoryCloud, make_executor, make_test_bundle
+from .support import (
+    BINDING,
+    TTL,
+    FakeClock,
+    InMemoryCloud,
+    make_executor,
+    make_test_bundle,
+    with_effect_key_column,
+)
 
 BASE = "http://checkpoint.test"
 
@@ -323,11 +331,12 @@ def test_the_upgrade_to_0007_keeps_every_row_and_takes_refusal_receipts(
         cloud, clock = InMemoryCloud(), FakeClock()
         executor = make_executor(db_url, cloud, clock, worker_id="w-0006")
         ids = []
-        for n in (1, 2):
-            b = make_test_bundle(n, tag="rfmig")
-            cloud.add("ecs.instance", b.resource_id, "Running")
-            assert executor.execute(b.raw).state is State.SUCCEEDED
-            ids.append(b.approval_id)
+        with with_effect_key_column(engine):
+            for n in (1, 2):
+                b = make_test_bundle(n, tag="rfmig")
+                cloud.add("ecs.instance", b.resource_id, "Running")
+                assert executor.execute(b.raw).state is State.SUCCEEDED
+                ids.append(b.approval_id)
         executor.engine.dispose()
         with engine.begin() as conn:
             conn.execute(

@@ -57,6 +57,7 @@ def _claimed(tool: str = "refund", **statement: Any) -> tuple[dict[str, Any], st
         "verified": False,
         "detail": "",
         "receipt": None,
+        "effect_key": verified.statement.effect_key,
     }
     return row, st.approval_id
 
@@ -140,3 +141,29 @@ def test_target_columns_of_a_cloud_approval_are_its_resource_and_operation() -> 
         "region": "ap-southeast-1",
         "operation": "stop",
     }
+
+
+def test_a_second_approval_of_the_same_effect_is_not_consumed(engine: Engine) -> None:
+    """Migration 0011: the effect key is UNIQUE, whichever approval carries it."""
+    row, _ = _claimed()
+    other, other_id = _claimed(
+        approval_id="apv_0f0e0d0c0b0a0908", nonce="ffeeddccbbaa99887766554433221100"
+    )
+    other.update(action_hash="sha256:" + "ab" * 32)  # another proposal's bytes, same effect
+    with engine.begin() as conn:
+        assert ledger.consume(conn, row, now=NOW)
+    with engine.begin() as conn:
+        assert not ledger.consume(conn, other, now=NOW)
+        assert ledger.get(conn, other_id) is None
+
+
+def test_a_rows_effect_key_never_changes(engine: Engine) -> None:
+    row, approval_id = _claimed()
+    with engine.begin() as conn:
+        assert ledger.consume(conn, row, now=NOW)
+    with pytest.raises(DBAPIError), engine.begin() as conn:
+        conn.execute(
+            sa.update(ledger.ledger)
+            .where(ledger.ledger.c.approval_id == approval_id)
+            .values(effect_key="refund:order-999")
+        )

@@ -65,9 +65,14 @@ def test_key_set_with_duplicate_json_keys_is_refused() -> None:
         KeySet.from_json_bytes(b'{"keys": [], "keys": []}')
 
 
+#: The one key the kernel holds: a gate's own receipt key (SECURITY.md), loaded in its
+#: receipts module and used by its recorder. Never an approval key.
+GATE_RECEIPT_KEY_MODULES = {"gate/_receipts.py", "gate/_record.py"}
+
+
 def test_kernel_never_holds_a_private_key() -> None:
     # docs/architecture.md#import-boundaries: signing code lives with the key holders, never in the
-    # shared kernel.
+    # shared kernel; the verification path never holds one.
     from pathlib import Path
 
     import airlock
@@ -79,4 +84,4 @@ def test_kernel_never_holds_a_private_key() -> None:
         if "cli" not in p.parts
         and ("Ed25519PrivateKey" in p.read_text() or ".sign(" in p.read_text())
     ]
-    assert offenders == []
+    assert set(offenders) == GATE_RECEIPT_KEY_MODULES

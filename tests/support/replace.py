@@ -80,16 +80,21 @@ def _change_one_column(key: tuple[str, ...], row: dict[str, Any]) -> str:
 
 def replace_attacks(conn: sqlite3.Connection, table: str) -> Iterator[ReplaceAttack]:
     """One ``INSERT OR REPLACE`` per key of ``table``, each conflicting with the table's
-    first row on that key only (every other key of the new row is fresh)."""
-    cursor = conn.execute(f"SELECT rowid AS rowid_, * FROM {table} ORDER BY rowid LIMIT 1")
+    first row holding every key on that key only (every other key of the new row is fresh)."""
+    unique = _unique_keys(conn, table)
+    # The first row that holds every key: a NULL in a UNIQUE column conflicts with
+    # nothing (a cloud action's effect key), so a row with one cannot be attacked on it.
+    keyed = " AND ".join(f"{c} IS NOT NULL" for key in unique for c in key) or "1"
+    cursor = conn.execute(
+        f"SELECT rowid AS rowid_, * FROM {table} WHERE {keyed} ORDER BY rowid LIMIT 1"
+    )
     found = cursor.fetchone()
     if found is None:
-        raise AssertionError(f"{table} needs a row to attack")
+        raise AssertionError(f"{table} needs a row holding every key to attack")
     names = [d[0] for d in cursor.description]
     first = dict(zip(names, found, strict=True))
     rowid = first.pop("rowid_")
     rowid_column = _rowid_column(conn, table)
-    unique = _unique_keys(conn, table)
     for key in [(rowid_column,), *unique]:
         row = dict(first)
         for other in unique:

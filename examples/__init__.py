@@ -1,0 +1,1 @@
+"""Examples a person can run against ``make up`` (each has its own README)."""

@@ -1,0 +1,1 @@
+"""The refunds example: a support agent's ``refund`` behind an Airlock gate (README.md)."""

@@ -1,0 +1,1 @@
+"""Tests of examples/: each example run as its README says."""
