@@ -86,7 +86,7 @@ _MAX_QUORUM: Final = 16
 def _action_field(name: str) -> TypeAdapter[Any]:
     """The kernel's own check of one ``ProposedAction`` field, to hold a match value to:
     a value the action model refuses can never match, and a deny rule that can never
-    match lets a later rule decide instead (seen in review)."""
+    match lets a later rule decide instead."""
     info = ProposedAction.model_fields[name]
     # Built at run time from the model's own field, so mypy cannot read it as a type.
     form: Any = Annotated[(info.annotation, *info.metadata)]
