@@ -556,7 +556,8 @@ def test_a_checkpoint_restored_from_a_backup_learns_its_lost_outcomes_from_a_red
         assert f"{lost_aid} outcome: rejected: the checkpoint has no such approval (404)" in (
             listed.output
         )
-        assert "restored from a backup taken before the approval was issued" in listed.output
+        assert "note E_NOT_FOUND: the checkpoint has no such approval" in listed.output
+        assert "or one restored from before the approval" in listed.output
         # Nothing in the ledger changed and nothing was written twice.
         assert ledger_after == ledger_before
         for p in (known, doubt, lapsing, approved, lost):
