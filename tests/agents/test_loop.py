@@ -1,0 +1,269 @@
+"""The loop: a scripted run pauses at a sensitive tool, survives a restart (a new Gate
+and a new Agent over the same SQLite files), resumes once a person decided, and the
+model reads a rejection or a refusal as a tool result.
+
+The checkpoint is the gate tests' fake (tests/gate/support.py); the refund function's
+own counter, not the agent's word, says how often it ran.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import closing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airlock.agents import (
+    Agent,
+    Call,
+    Done,
+    Fenced,
+    Message,
+    NotResumable,
+    Paused,
+    ProviderError,
+    Reply,
+    Risk,
+    ScriptedProvider,
+    StepLimit,
+    Tool,
+)
+from airlock.agents._store import RunStore
+from airlock.gate import Gate
+from tests.gate.support import FakeCheckpoint, gate_files
+
+ORDER = {"type": "object", "properties": {"order": {"type": "string"}}, "required": ["order"]}
+REFUND = {
+    "type": "object",
+    "properties": {"order": {"type": "string"}, "amount": {"type": "integer"}},
+    "required": ["order", "amount"],
+}
+
+
+@dataclass
+class Payments:
+    """The service the tools act on, counting its own calls."""
+
+    lookups: int = 0
+    refunds: list[tuple[str, int, str]] = field(default_factory=list)
+    refunded: dict[str, int] = field(default_factory=dict)
+
+    def tools(self) -> list[Tool]:
+        def find_order(order: str) -> dict[str, Any]:
+            self.lookups += 1
+            return {"order": order, "total": 12500}
+
+        def refund(order: str, amount: int, *, idempotency_key: str) -> str:
+            self.refunds.append((order, amount, idempotency_key))
+            self.refunded[order] = self.refunded.get(order, 0) + amount
+            return f"re_{order}"
+
+        return [
+            Tool("find_order", "Look an order up", find_order, ORDER),
+            Tool(
+                "refund",
+                "Refund an order, in cents",
+                refund,
+                REFUND,
+                risk=Risk.SENSITIVE,
+                target=lambda order, amount: order,
+                effect_key=lambda order, amount: f"refund:{order}",
+                premises=lambda order, amount: {"refunded": self.refunded.get(order, 0)},
+            ),
+        ]
+
+
+def _final(messages: Sequence[Message]) -> Reply:
+    return Reply(f"final: {messages[-1].text}")
+
+
+SCRIPT = (
+    Reply("Looking it up.", (Call("c1", "find_order", {"order": "order-881"}),)),
+    Reply("", (Call("c2", "refund", {"order": "order-881", "amount": 12500}),)),
+    _final,
+)
+
+
+@dataclass
+class World:
+    """A checkpoint, a service, and a way to start the agent's process again."""
+
+    tmp: Path
+    fake: FakeCheckpoint
+    payments: Payments
+    gates: list[Gate] = field(default_factory=list)
+
+    def process(self, script: Sequence[Any] = SCRIPT, **options: Any) -> tuple[Agent, Any]:
+        """A new "process": a new Gate and Agent over the same ledger and run files."""
+        config = gate_files(
+            self.tmp,
+            checkpoint_url="http://checkpoint.test",
+            ledger_url=f"sqlite:///{self.tmp / 'gate.db'}",
+        )
+        gate = Gate(config, http=self.fake.client())
+        self.fake.receipt_keys = gate.receipt_keys
+        self.gates.append(gate)
+        provider = ScriptedProvider(script)
+        agent = Agent(
+            provider, self.payments.tools(), gate=gate, state=self.tmp / "runs.db", **options
+        )
+        return agent, provider
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    w = World(tmp_path, FakeCheckpoint(), Payments())
+    yield w
+    for gate in w.gates:
+        gate.close()
+
+
+def _paused(world: World) -> Paused:
+    agent, _ = world.process()
+    paused = agent.run("Refund order 881 in full")
+    assert isinstance(paused, Paused)
+    return paused
+
+
+def test_a_run_pauses_at_a_sensitive_tool_and_resumes_after_a_restart_and_approve(
+    world: World,
+) -> None:
+    paused = _paused(world)
+    assert (paused.tool, paused.call_id, paused.proposal_id) == ("refund", "c2", world.fake.only())
+    assert world.payments.refunds == []
+    assert world.payments.lookups == 1
+
+    # No decision yet: a new process resumes, and pauses at the same proposal.
+    agent, _ = world.process()
+    again = agent.resume(paused.run_id)
+    assert isinstance(again, Paused)
+    assert again.proposal_id == paused.proposal_id
+    assert world.payments.refunds == []
+
+    world.fake.approve(paused.proposal_id)
+    agent, _ = world.process()
+    done = agent.resume(paused.run_id)
+    assert done == Done(paused.run_id, "final: re_order-881")
+    assert world.payments.refunds == [("order-881", 12500, "refund:order-881")]
+    assert world.payments.lookups == 1  # the safe tool's saved result was not recomputed
+    assert agent.load(paused.run_id).status == "done"
+
+
+def test_a_done_run_is_not_resumed_and_the_tool_does_not_run_twice(world: World) -> None:
+    paused = _paused(world)
+    world.fake.approve(paused.proposal_id)
+    agent, _ = world.process()
+    assert isinstance(agent.resume(paused.run_id), Done)
+    with pytest.raises(NotResumable):
+        world.process()[0].resume(paused.run_id)
+    assert len(world.payments.refunds) == 1
+
+
+def test_after_reject_the_models_next_message_reads_the_reason(world: World) -> None:
+    paused = _paused(world)
+    assert paused.proposal_id is not None
+    world.fake.reject(paused.proposal_id, "wrong_amount", "refund 50.00 only", "bob")
+    agent, provider = world.process()
+    done = agent.resume(paused.run_id)
+    assert isinstance(done, Done)
+    result = provider.seen[-1][-1]
+    assert (result.role, result.call_id, result.is_error) == ("tool", "c2", True)
+    assert "E_REJECTED" in result.text
+    assert "wrong_amount" in result.text
+    assert "refund 50.00 only" in result.text
+    assert "bob" in result.text
+    assert world.payments.refunds == []
+
+
+def test_a_premise_moved_since_approval_is_refused_and_the_model_reads_what_changed(
+    world: World,
+) -> None:
+    paused = _paused(world)
+    assert paused.proposal_id is not None
+    world.fake.approve(paused.proposal_id)
+    world.payments.refunded["order-881"] = 500  # refunded by hand meanwhile
+    agent, provider = world.process()
+    assert isinstance(agent.resume(paused.run_id), Done)
+    result = provider.seen[-1][-1]
+    assert result.is_error
+    assert result.text.startswith("E_PREMISES: ")
+    assert "refunded was 0, now 500" in result.text
+    assert world.payments.refunds == []
+
+
+def test_the_model_cannot_pass_the_idempotency_key(world: World) -> None:
+    forged = Call("c9", "refund", {"order": "o-1", "amount": 1, "idempotency_key": "refund:x"})
+    agent, provider = world.process([Reply("", (forged,)), _final])
+    done = agent.run("refund")
+    assert done == Done(done.run_id, f"final: {provider.seen[-1][-1].text}")
+    assert provider.seen[-1][-1].text.startswith("E_ARGUMENTS: ")
+    assert world.fake.proposals == {}
+
+
+def test_unknown_tools_and_wrong_arguments_are_results_not_crashes(world: World) -> None:
+    calls = (Call("c1", "drop_tables", {}), Call("c2", "find_order", {"id": 3}))
+    agent, provider = world.process([Reply("", calls), _final])
+    assert isinstance(agent.run("go"), Done)
+    results = [m for m in provider.seen[-1] if m.role == "tool"]
+    assert [r.text.split(":")[0] for r in results] == ["E_UNKNOWN_TOOL", "E_ARGUMENTS"]
+    assert world.payments.lookups == 0
+
+
+def test_a_run_that_never_ends_stops_at_max_steps(world: World) -> None:
+    loop = Reply("", (Call("c", "find_order", {"order": "o"}),))
+    agent, _ = world.process([loop] * 5, max_steps=3)
+    with pytest.raises(StepLimit):
+        agent.run("spin")
+    assert world.payments.lookups == 3
+
+
+def test_a_provider_failure_leaves_the_run_resumable(world: World) -> None:
+    agent, _ = world.process(SCRIPT[:1])  # the script ends before the model's 2nd turn
+    with pytest.raises(ProviderError):
+        agent.run("Refund order 881 in full")
+    (run_id,) = _run_ids(world.tmp / "runs.db")
+    assert agent.load(run_id).status == "paused"
+    agent, _ = world.process()
+    assert isinstance(agent.resume(run_id), Paused)
+    assert world.payments.lookups == 1
+
+
+def test_a_sensitive_tool_without_a_gate_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="E_CONFIG"):
+        Agent(ScriptedProvider(SCRIPT), Payments().tools(), state=tmp_path / "runs.db")
+
+
+def test_gate_options_on_a_safe_tool_are_refused() -> None:
+    with pytest.raises(ValueError, match="E_CONFIG"):
+        Tool("find", "", lambda: None, target="x")
+
+
+def test_a_run_held_by_a_live_process_is_not_taken(tmp_path: Path) -> None:
+    store = RunStore(tmp_path / "runs.db")
+    run = store.create([Message("user", "t")], now=100, lease=60)
+    with pytest.raises(NotResumable):
+        store.claim(run.id, now=120, lease=60)
+
+
+def test_a_process_whose_run_was_taken_over_saves_nothing(tmp_path: Path) -> None:
+    store = RunStore(tmp_path / "runs.db")
+    stale = store.create([Message("user", "t")], now=100, lease=60)
+    taken = store.claim(stale.id, now=200, lease=60)  # the first process's lease ran out
+    with pytest.raises(Fenced):
+        store.save(
+            stale,
+            [Message("user", "t"), Message("assistant", "x")],
+            status="done",
+            now=201,
+            lease=60,
+        )
+    assert store.load(stale.id).messages == taken.messages
+
+
+def _run_ids(path: Path) -> list[str]:
+    with closing(sqlite3.connect(path)) as conn:
+        return [r[0] for r in conn.execute("SELECT id FROM agent_runs")]
