@@ -9,11 +9,9 @@ own counter, not the agent's word, says how often it ran.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from contextlib import closing
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -27,54 +25,13 @@ from airlock.agents import (
     Paused,
     ProviderError,
     Reply,
-    Risk,
     ScriptedProvider,
     StepLimit,
     Tool,
 )
 from airlock.agents._store import RunStore
-from airlock.gate import Gate
-from tests.gate.support import FakeCheckpoint, gate_files
 
-ORDER = {"type": "object", "properties": {"order": {"type": "string"}}, "required": ["order"]}
-REFUND = {
-    "type": "object",
-    "properties": {"order": {"type": "string"}, "amount": {"type": "integer"}},
-    "required": ["order", "amount"],
-}
-
-
-@dataclass
-class Payments:
-    """The service the tools act on, counting its own calls."""
-
-    lookups: int = 0
-    refunds: list[tuple[str, int, str]] = field(default_factory=list)
-    refunded: dict[str, int] = field(default_factory=dict)
-
-    def tools(self) -> list[Tool]:
-        def find_order(order: str) -> dict[str, Any]:
-            self.lookups += 1
-            return {"order": order, "total": 12500}
-
-        def refund(order: str, amount: int, *, idempotency_key: str) -> str:
-            self.refunds.append((order, amount, idempotency_key))
-            self.refunded[order] = self.refunded.get(order, 0) + amount
-            return f"re_{order}"
-
-        return [
-            Tool("find_order", "Look an order up", find_order, ORDER),
-            Tool(
-                "refund",
-                "Refund an order, in cents",
-                refund,
-                REFUND,
-                risk=Risk.SENSITIVE,
-                target=lambda order, amount: order,
-                effect_key=lambda order, amount: f"refund:{order}",
-                premises=lambda order, amount: {"refunded": self.refunded.get(order, 0)},
-            ),
-        ]
+from .support import Payments, World
 
 
 def _final(messages: Sequence[Message]) -> Reply:
@@ -88,42 +45,8 @@ SCRIPT = (
 )
 
 
-@dataclass
-class World:
-    """A checkpoint, a service, and a way to start the agent's process again."""
-
-    tmp: Path
-    fake: FakeCheckpoint
-    payments: Payments
-    gates: list[Gate] = field(default_factory=list)
-
-    def process(self, script: Sequence[Any] = SCRIPT, **options: Any) -> tuple[Agent, Any]:
-        """A new "process": a new Gate and Agent over the same ledger and run files."""
-        config = gate_files(
-            self.tmp,
-            checkpoint_url="http://checkpoint.test",
-            ledger_url=f"sqlite:///{self.tmp / 'gate.db'}",
-        )
-        gate = Gate(config, http=self.fake.client())
-        self.fake.receipt_keys = gate.receipt_keys
-        self.gates.append(gate)
-        provider = ScriptedProvider(script)
-        agent = Agent(
-            provider, self.payments.tools(), gate=gate, state=self.tmp / "runs.db", **options
-        )
-        return agent, provider
-
-
-@pytest.fixture
-def world(tmp_path: Path) -> Iterator[World]:
-    w = World(tmp_path, FakeCheckpoint(), Payments())
-    yield w
-    for gate in w.gates:
-        gate.close()
-
-
 def _paused(world: World) -> Paused:
-    agent, _ = world.process()
+    agent, _ = world.process(SCRIPT)
     paused = agent.run("Refund order 881 in full")
     assert isinstance(paused, Paused)
     return paused
@@ -138,14 +61,14 @@ def test_a_run_pauses_at_a_sensitive_tool_and_resumes_after_a_restart_and_approv
     assert world.payments.lookups == 1
 
     # No decision yet: a new process resumes, and pauses at the same proposal.
-    agent, _ = world.process()
+    agent, _ = world.process(SCRIPT)
     again = agent.resume(paused.run_id)
     assert isinstance(again, Paused)
     assert again.proposal_id == paused.proposal_id
     assert world.payments.refunds == []
 
     world.fake.approve(paused.proposal_id)
-    agent, _ = world.process()
+    agent, _ = world.process(SCRIPT)
     done = agent.resume(paused.run_id)
     assert done == Done(paused.run_id, "final: re_order-881")
     assert world.payments.refunds == [("order-881", 12500, "refund:order-881")]
@@ -156,10 +79,10 @@ def test_a_run_pauses_at_a_sensitive_tool_and_resumes_after_a_restart_and_approv
 def test_a_done_run_is_not_resumed_and_the_tool_does_not_run_twice(world: World) -> None:
     paused = _paused(world)
     world.fake.approve(paused.proposal_id)
-    agent, _ = world.process()
+    agent, _ = world.process(SCRIPT)
     assert isinstance(agent.resume(paused.run_id), Done)
     with pytest.raises(NotResumable):
-        world.process()[0].resume(paused.run_id)
+        world.process(SCRIPT)[0].resume(paused.run_id)
     assert len(world.payments.refunds) == 1
 
 
@@ -167,7 +90,7 @@ def test_after_reject_the_models_next_message_reads_the_reason(world: World) -> 
     paused = _paused(world)
     assert paused.proposal_id is not None
     world.fake.reject(paused.proposal_id, "wrong_amount", "refund 50.00 only", "bob")
-    agent, provider = world.process()
+    agent, provider = world.process(SCRIPT)
     done = agent.resume(paused.run_id)
     assert isinstance(done, Done)
     result = provider.seen[-1][-1]
@@ -186,7 +109,7 @@ def test_a_premise_moved_since_approval_is_refused_and_the_model_reads_what_chan
     assert paused.proposal_id is not None
     world.fake.approve(paused.proposal_id)
     world.payments.refunded["order-881"] = 500  # refunded by hand meanwhile
-    agent, provider = world.process()
+    agent, provider = world.process(SCRIPT)
     assert isinstance(agent.resume(paused.run_id), Done)
     result = provider.seen[-1][-1]
     assert result.is_error
@@ -227,7 +150,7 @@ def test_a_provider_failure_leaves_the_run_resumable(world: World) -> None:
         agent.run("Refund order 881 in full")
     (run_id,) = _run_ids(world.tmp / "runs.db")
     assert agent.load(run_id).status == "paused"
-    agent, _ = world.process()
+    agent, _ = world.process(SCRIPT)
     assert isinstance(agent.resume(run_id), Paused)
     assert world.payments.lookups == 1
 
