@@ -31,18 +31,7 @@ from airlock.agents import (
 )
 from airlock.agents._store import RunStore
 
-from .support import Payments, World
-
-
-def _final(messages: Sequence[Message]) -> Reply:
-    return Reply(f"final: {messages[-1].text}")
-
-
-SCRIPT = (
-    Reply("Looking it up.", (Call("c1", "find_order", {"order": "order-881"}),)),
-    Reply("", (Call("c2", "refund", {"order": "order-881", "amount": 12500}),)),
-    _final,
-)
+from .support import SCRIPT, Payments, World, final
 
 
 def _paused(world: World) -> Paused:
@@ -120,7 +109,7 @@ def test_a_premise_moved_since_approval_is_refused_and_the_model_reads_what_chan
 
 def test_the_model_cannot_pass_the_idempotency_key(world: World) -> None:
     forged = Call("c9", "refund", {"order": "o-1", "amount": 1, "idempotency_key": "refund:x"})
-    agent, provider = world.process([Reply("", (forged,)), _final])
+    agent, provider = world.process([Reply("", (forged,)), final])
     done = agent.run("refund")
     assert done == Done(done.run_id, f"final: {provider.seen[-1][-1].text}")
     assert provider.seen[-1][-1].text.startswith("E_ARGUMENTS: ")
@@ -129,7 +118,7 @@ def test_the_model_cannot_pass_the_idempotency_key(world: World) -> None:
 
 def test_unknown_tools_and_wrong_arguments_are_results_not_crashes(world: World) -> None:
     calls = (Call("c1", "drop_tables", {}), Call("c2", "find_order", {"id": 3}))
-    agent, provider = world.process([Reply("", calls), _final])
+    agent, provider = world.process([Reply("", calls), final])
     assert isinstance(agent.run("go"), Done)
     results = [m for m in provider.seen[-1] if m.role == "tool"]
     assert [r.text.split(":")[0] for r in results] == ["E_UNKNOWN_TOOL", "E_ARGUMENTS"]
@@ -190,3 +179,42 @@ def test_a_process_whose_run_was_taken_over_saves_nothing(tmp_path: Path) -> Non
 def _run_ids(path: Path) -> list[str]:
     with closing(sqlite3.connect(path)) as conn:
         return [r[0] for r in conn.execute("SELECT id FROM agent_runs")]
+
+
+def test_while_the_checkpoint_is_down_the_run_pauses_without_a_proposal(world: World) -> None:
+    world.down = True
+    agent, _ = world.process(SCRIPT)
+    paused = agent.run("Refund order 881 in full")
+    assert isinstance(paused, Paused)
+    assert (paused.tool, paused.proposal_id) == ("refund", None)
+    assert world.fake.proposals == {}
+
+    world.down = False
+    agent, _ = world.process(SCRIPT)
+    again = agent.resume(paused.run_id)
+    assert isinstance(again, Paused)
+    assert again.proposal_id == world.fake.only()
+    assert world.payments.refunds == []
+
+
+def _stop(messages: Sequence[Message]) -> Reply:
+    raise SystemExit(137)  # the process stops while the model thinks
+
+
+def test_a_run_whose_process_stopped_is_taken_over_only_after_its_lease(world: World) -> None:
+    clock = [1_000.0]
+    agent, _ = world.process([SCRIPT[0], _stop], lease_seconds=60, now=lambda: clock[0])
+    with pytest.raises(SystemExit):
+        agent.run("Refund order 881 in full")
+    (run_id,) = _run_ids(world.tmp / "runs.db")
+    assert agent.load(run_id).status == "running"
+
+    clock[0] += 30
+    with pytest.raises(NotResumable):
+        world.process(SCRIPT, lease_seconds=60, now=lambda: clock[0])[0].resume(run_id)
+
+    clock[0] += 31
+    agent, _ = world.process(SCRIPT, lease_seconds=60, now=lambda: clock[0])
+    paused = agent.resume(run_id)
+    assert isinstance(paused, Paused)
+    assert world.payments.lookups == 1  # saved before the stop: not called again
