@@ -171,6 +171,9 @@ class Proxy:
         #: Gated tools with an output schema: a result without structured content must
         #: be an error for them (MCP: a client validates every other result).
         self._schemas: set[str] = set()
+        #: Gated tools the server lists: a call of another is refused, nothing sent.
+        self._listed: set[str] = set()
+        self._broken: str | None = None
         for name, tool in config.tools.items():
             self._guarded[name] = self._guard(name, tool)
 
@@ -376,6 +379,11 @@ class Proxy:
         name = params.name
         arguments = dict(params.arguments or {})
         await self._recovered.wait()
+        if self._broken is not None:
+            return _text_result(self._broken, error=True, airlock={"status": "refused"})
+        if name not in self._listed:
+            text = f"E_UNKNOWN_TOOL: the server lists no tool {name!r}"
+            return _text_result(text, error=True, airlock={"status": "refused"})
         sha = _arguments_sha(name, arguments)
         try:
             key = render(self.config.tools[name].effect_key, arguments)
@@ -429,25 +437,31 @@ class Proxy:
 
     # -- running ------------------------------------------------------------------------
 
-    async def _learn_schemas(self) -> None:
-        """Note which gated tools declare an ``outputSchema`` (their own tools/list)."""
+    async def _learn_tools(self) -> None:
+        """Note which gated tools the server lists, and which of those declare an
+        ``outputSchema`` (the proxy's own tools/list, all pages)."""
         cursor: str | None = None
         while True:
             page = await self._request("tools/list", {} if cursor is None else {"cursor": cursor})
             listed = types.ListToolsResult.model_validate(page)
-            self._schemas |= {
-                t.name for t in listed.tools if t.name in self._guarded and t.outputSchema
-            }
+            for tool in listed.tools:
+                if tool.name in self._guarded:
+                    self._listed.add(tool.name)
+                    if tool.outputSchema:
+                        self._schemas.add(tool.name)
             cursor = listed.nextCursor
             if not cursor:
                 return
 
-    async def _recover_when_ready(self) -> None:
-        # Recovery asks the lookup tools, so it waits for the agent's initialize.
+    async def _start(self) -> None:
+        """Learn the tools, then recover (it asks the lookup tools): both once the
+        agent's initialize is done. A failure refuses every gated call (fail closed)."""
         await self._ready.wait()
         try:
-            await self._learn_schemas()
+            await self._learn_tools()
             await asyncio.to_thread(self.gate.recover)
+        except Exception as exc:
+            self._broken = f"E_UNAVAILABLE: the proxy could not start: {type(exc).__name__}: {exc}"
         finally:
             self._recovered.set()
 
@@ -463,7 +477,7 @@ class Proxy:
             stdout=asyncio.subprocess.PIPE,
             limit=_LINE_LIMIT,
         )
-        recovery = asyncio.create_task(self._recover_when_ready())
+        recovery = asyncio.create_task(self._start())
 
         async def agent_side() -> None:
             while line := await agent_in.readline():

@@ -2,7 +2,8 @@
 
 ``python refunds_server.py COUNTER``: each ``refund`` appends its order to COUNTER, so
 the file, not the proxy, says how often it ran. ``refunded_total`` is the premise tool,
-``find_refund`` the lookup tool, ``echo`` an ungated tool.
+``find_refund`` the lookup tool, ``echo`` an ungated tool; ``broken_premise``,
+``partial_premise`` and ``garbage_lookup`` answer what the proxy must not trust.
 """
 
 from __future__ import annotations
@@ -40,6 +41,24 @@ def find_refund(effect_key: str) -> bool:
     """Did the refund with this effect key happen?"""
     order = effect_key.removeprefix("refund:")
     return any(line.split(":")[0] == order for line in _refunds())
+
+
+@server.tool()
+def broken_premise(order: str) -> dict[str, int]:
+    """A premise tool that fails."""
+    raise RuntimeError("the ledger is down")
+
+
+@server.tool()
+def partial_premise(order: str) -> dict[str, int]:
+    """A premise tool whose answer lacks the field the config keeps."""
+    return {"other": 1}
+
+
+@server.tool()
+def garbage_lookup(effect_key: str) -> str:
+    """A lookup tool that answers no boolean."""
+    return "maybe"
 
 
 @server.tool()

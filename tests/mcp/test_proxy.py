@@ -5,6 +5,7 @@ refund ran."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import subprocess
 import sys
@@ -240,3 +241,93 @@ def test_every_other_message_is_byte_identical_to_a_direct_connection(setup: Set
     direct = _raw(setup.direct(), setup.env, lines, 4)
     assert direct.count(b"\n") == 4
     assert _raw(setup.proxied(), setup.env, lines, 4) == direct
+
+
+def _refund(order: str, amount: int = 100) -> Any:
+    async def call(session: ClientSession) -> Any:
+        return await session.call_tool("refund", {"order": order, "amount": amount})
+
+    return call
+
+
+@pytest.mark.parametrize(
+    ("premise", "says"),
+    [("broken_premise", "answered an error"), ("partial_premise", "answered no 'refunded'")],
+)
+def test_premise_tool_that_errors_or_omits_a_field_proposes_nothing(
+    setup: Setup, premise: str, says: str
+) -> None:
+    setup.config.write_text(setup.config.read_text().replace("refunded_total", premise))
+    refused = _session(setup.proxied(), setup.env, _refund("order-6"))
+    assert refused.isError
+    assert _text(refused).startswith("E_PREMISE_TOOL") and says in _text(refused)
+    assert setup.fake.proposals == {}
+    assert setup.counted() == []
+
+
+def test_gated_tool_the_server_does_not_list_is_refused(setup: Setup) -> None:
+    setup.config.write_text(
+        setup.config.read_text() + '\n[tools.ghost]\neffect_key = "g:{x}"\n'
+        'target = "x"\nrisk = "low"\n'
+    )
+
+    async def call(session: ClientSession) -> Any:
+        return await session.call_tool("ghost", {"x": "a"})
+
+    refused = _session(setup.proxied(), setup.env, call)
+    assert refused.isError and _text(refused).startswith("E_UNKNOWN_TOOL")
+    assert setup.fake.proposals == {}
+
+
+_INIT: list[dict[str, Any]] = [
+    {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "0"},
+        },
+    },
+    {"jsonrpc": "2.0", "method": "notifications/initialized"},
+]
+
+
+def test_duplicate_key_smuggling_a_gated_call_is_refused_not_forwarded(setup: Setup) -> None:
+    process = subprocess.Popen(
+        setup.proxied(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=setup.env
+    )
+    assert process.stdin is not None and process.stdout is not None
+    for line in _INIT:
+        process.stdin.write(json.dumps(line).encode() + b"\n")
+    # echo to a reader that keeps the first key, refund to one that keeps the last
+    process.stdin.write(
+        b'{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo",'
+        b'"name":"refund","arguments":{"text":"x","order":"order-7","amount":1}}}\n'
+    )
+    process.stdin.flush()
+    # the refusal may come before the server's answer to initialize
+    answers = [json.loads(process.stdout.readline()) for _ in range(2)]
+    (answer,) = [a for a in answers if a["id"] is None]
+    process.stdin.close()
+    process.wait(30)
+    process.stdout.close()
+    assert answer["error"]["code"] == -32600
+    assert answer["error"]["message"].startswith("E_PARSE")
+    assert setup.fake.proposals == {}
+    assert setup.counted() == []
+
+
+def test_lookup_answering_garbage_leaves_the_call_in_doubt(setup: Setup) -> None:
+    """A run that raised is settled by the lookup; one that answers no boolean settles
+    nothing: the call is in_doubt, never resolved on a guess."""
+    setup.config.write_text(setup.config.read_text().replace("find_refund", "garbage_lookup"))
+    setup.fake.auto_approve = True
+    # amount "x" is not an int: the server's tool raises, so the gate asks the lookup.
+    failed = _session(setup.proxied(), setup.env, _refund("order-8", "x"))  # type: ignore[arg-type]
+    assert failed.isError
+    outcome = [r for path, r in setup.fake.receipts if path == "/v1/outcomes"]
+    assert len(outcome) == 1
+    payload = json.loads(base64.b64decode(outcome[0]["payload"]))
+    assert payload["outcome"] == "in_doubt"
