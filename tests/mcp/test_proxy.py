@@ -9,6 +9,7 @@ import base64
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -331,3 +332,68 @@ def test_lookup_answering_garbage_leaves_the_call_in_doubt(setup: Setup) -> None
     assert len(outcome) == 1
     payload = json.loads(base64.b64decode(outcome[0]["payload"]))
     assert payload["outcome"] == "in_doubt"
+
+
+def _start_raw(setup: Setup, env: dict[str, str], call: dict[str, Any]) -> subprocess.Popen[bytes]:
+    process = subprocess.Popen(
+        setup.proxied(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+    )
+    assert process.stdin is not None
+    for line in [*_INIT, call]:
+        process.stdin.write(json.dumps(line).encode() + b"\n")
+    process.stdin.flush()
+    return process
+
+
+def _refund_line(order: str, amount: int = 100) -> dict[str, Any]:
+    params = {"name": "refund", "arguments": {"order": order, "amount": amount}}
+    return {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params}
+
+
+def test_proxy_killed_after_the_run_then_retried_runs_once(setup: Setup) -> None:
+    setup.fake.auto_approve = True
+    setup.write_config(wait=5)
+    env = {
+        **setup.env,
+        "AIRLOCK_ENV": "dev",
+        "AIRLOCK_GATE_FAILPOINTS": "after_call",
+        "AIRLOCK_GATE_LEASE_SECONDS": "1",
+    }
+    process = _start_raw(setup, env, _refund_line("order-9"))
+    assert process.stdout is not None
+    process.stdout.read()  # until the SIGKILL closes it
+    assert process.wait(30) == -9
+    process.stdout.close()
+    assert process.stdin is not None
+    process.stdin.close()
+    assert setup.counted() == ["order-9:100"]
+    # Recovery takes a row only once its lease ran out: a clock, not a race.
+    time.sleep(1.5)
+    retried = _session(setup.proxied(), setup.env, _refund("order-9"))
+    assert retried.isError and _airlock(retried)["code"] == "E_REPLAY"
+    assert setup.counted() == ["order-9:100"]
+    outcomes = [json.loads(base64.b64decode(r["payload"])) for _, r in setup.fake.receipts]
+    assert [o["outcome"] for o in outcomes] == ["succeeded"]  # settled by find_refund
+
+
+def test_refund_by_hand_while_the_proxy_was_down_is_refused_with_what_changed(
+    setup: Setup,
+) -> None:
+    setup.write_config(wait=60)
+    process = _start_raw(setup, setup.env, _refund_line("order-10"))
+    deadline = time.monotonic() + 30
+    while not setup.fake.proposals:  # the proposal is made: the proxy now waits
+        assert time.monotonic() < deadline, "no proposal was made"
+        time.sleep(0.05)
+    process.kill()
+    process.wait(30)
+    for pipe in (process.stdin, process.stdout):
+        assert pipe is not None
+        pipe.close()
+    setup.counter.write_text("order-10:500\n")  # a person refunded by hand
+    setup.fake.approve(setup.fake.only())
+    setup.write_config(wait=0)
+    refused = _session(setup.proxied(), setup.env, _refund("order-10"))
+    assert refused.isError
+    assert _airlock(refused)["changes"] == [{"field": "refunded", "was": 0, "now": 500}]
+    assert setup.counted() == ["order-10:500"]
