@@ -29,10 +29,9 @@ def proxy_command(
         Path, typer.Option("--config", help="The proxy's TOML config (docs/mcp.md).")
     ] = Path("airlock-mcp.toml"),
 ) -> None:
-    """Serve an agent on stdio in front of COMMAND: every message passes untouched except
-    a tools/call of a gated tool, which waits for a person's approval and runs once.
+    """Serve an agent on stdio in front of COMMAND; a gated tools/call runs once approved.
 
-    Reads the gate's AIRLOCK_GATE_* settings (docs/gate.md#settings).
+    Every other message passes byte for byte. Reads the gate's AIRLOCK_GATE_* settings.
     """
     from airlock.gate import ConfigError as GateConfigError
     from airlock.gate import Gate
