@@ -209,7 +209,10 @@ class Proxy:
             if meta is not None:
                 params["_meta"] = meta
             result = await self._request("tools/call", params)
-            types.CallToolResult.model_validate(result)
+            try:
+                types.CallToolResult.model_validate(result)
+            except ValueError:
+                raise UpstreamError(f"E_UPSTREAM: {name} answered no tool result") from None
             if result.get("isError"):
                 raise ToolFailed(result)
             return result
@@ -394,10 +397,11 @@ class Proxy:
             return kept
         _call_meta.set(meta if isinstance(meta, dict) else None)
         status: dict[str, Any]
+        outcome = "executed"
         try:
             result: dict[str, Any] = await self._guarded[name](**arguments)
         except ToolFailed as failed:
-            result = failed.result
+            result, outcome = failed.result, "failed"
         except Pending as p:
             status = {"status": "pending", "proposal_id": p.proposal_id, "url": p.url}
             text = (
@@ -430,7 +434,7 @@ class Proxy:
             return _text_result(f"{code}{exc}", error=True, airlock={"status": "refused"})
         result = dict(result)
         meta_out = dict(result.get("_meta") or {})
-        meta_out["airlock"] = {"status": "executed", "effect_key": key}
+        meta_out["airlock"] = {"status": outcome, "effect_key": key}
         result["_meta"] = meta_out
         self._results.put(key, sha, result)
         return result

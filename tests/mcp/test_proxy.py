@@ -327,7 +327,9 @@ def test_lookup_answering_garbage_leaves_the_call_in_doubt(setup: Setup) -> None
     setup.fake.auto_approve = True
     # amount "x" is not an int: the server's tool raises, so the gate asks the lookup.
     failed = _session(setup.proxied(), setup.env, _refund("order-8", "x"))  # type: ignore[arg-type]
-    assert failed.isError
+    assert failed.isError and _airlock(failed)["status"] == "failed"
+    again = _session(setup.proxied(), setup.env, _refund("order-8", "x"))  # type: ignore[arg-type]
+    assert _text(again) == _text(failed)  # kept: one effect per key, ever
     outcome = [r for path, r in setup.fake.receipts if path == "/v1/outcomes"]
     assert len(outcome) == 1
     payload = json.loads(base64.b64decode(outcome[0]["payload"]))
