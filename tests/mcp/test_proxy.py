@@ -238,10 +238,16 @@ def test_every_other_message_is_byte_identical_to_a_direct_connection(setup: Set
             "params": {"name": "echo", "arguments": {"text": "hi"}},
         },
         {"jsonrpc": "2.0", "id": 4, "method": "no/such/method"},
+        {
+            "jsonrpc": "2.0",
+            "id": 5,
+            "method": "tools/call",
+            "params": {"name": "no_such_tool", "arguments": {}},
+        },
     ]
-    direct = _raw(setup.direct(), setup.env, lines, 4)
-    assert direct.count(b"\n") == 4
-    assert _raw(setup.proxied(), setup.env, lines, 4) == direct
+    direct = _raw(setup.direct(), setup.env, lines, 5)
+    assert direct.count(b"\n") == 5
+    assert _raw(setup.proxied(), setup.env, lines, 5) == direct
 
 
 def _refund(order: str, amount: int = 100) -> Any:
@@ -399,3 +405,27 @@ def test_refund_by_hand_while_the_proxy_was_down_is_refused_with_what_changed(
     assert refused.isError
     assert _airlock(refused)["changes"] == [{"field": "refunded", "was": 0, "now": 500}]
     assert setup.counted() == ["order-10:500"]
+
+
+def test_a_waiting_call_blocks_nothing_and_runs_when_approved_within_the_wait(
+    setup: Setup,
+) -> None:
+    setup.write_config(wait=60)
+
+    async def body(session: ClientSession) -> Any:
+        refund = asyncio.create_task(
+            session.call_tool("refund", {"order": "order-11", "amount": 700})
+        )
+        deadline = time.monotonic() + 30
+        while not setup.fake.proposals:  # proposed: the call now waits for a person
+            assert time.monotonic() < deadline, "no proposal was made"
+            await asyncio.sleep(0.05)
+        echo = await session.call_tool("echo", {"text": "meanwhile"})
+        assert not refund.done()
+        setup.fake.approve(setup.fake.only())
+        return echo, await refund
+
+    echo, ran = _session(setup.proxied(), setup.env, body)
+    assert _text(echo) == "meanwhile"
+    assert _text(ran) == "refunded 700 on order-11"
+    assert setup.counted() == ["order-11:700"]
