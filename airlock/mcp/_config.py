@@ -4,6 +4,7 @@
 
     wait = 30                               # seconds a call waits for a decision
     results = ".airlock/mcp-results.db"     # where results of gated calls are kept
+    approval_url = "https://airlock.example/proposals/{proposal_id}"  # optional
 
     [tools.refund]
     effect_key = "refund:{order}"           # one effect per key, ever
@@ -112,7 +113,17 @@ class ProxyConfig(_Strict):
 
     wait: float = Field(default=30.0, ge=0)
     results: Path = Path(".airlock/mcp-results.db")
+    #: Where a person decides, ``{proposal_id}`` filled in (the web app's
+    #: ``https://…/proposals/{proposal_id}``); default: the checkpoint's API URL.
+    approval_url: str | None = None
     tools: dict[str, GatedTool] = Field(min_length=1)
+
+    @field_validator("approval_url")
+    @classmethod
+    def _approval_url(cls, value: str | None) -> str | None:
+        if value is not None and _fields(value) != ["proposal_id"]:
+            raise ValueError("approval_url must name {proposal_id} once and nothing else")
+        return value
 
     @classmethod
     def load(cls, path: Path) -> ProxyConfig:

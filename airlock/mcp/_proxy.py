@@ -403,9 +403,12 @@ class Proxy:
         except ToolFailed as failed:
             result, outcome = failed.result, "failed"
         except Pending as p:
-            status = {"status": "pending", "proposal_id": p.proposal_id, "url": p.url}
+            url = p.url
+            if self.config.approval_url is not None:
+                url = render(self.config.approval_url, {"proposal_id": p.proposal_id})
+            status = {"status": "pending", "proposal_id": p.proposal_id, "url": url}
             text = (
-                f"E_PENDING: {name} awaits a person's approval ({p.proposal_id}, {p.url}); "
+                f"E_PENDING: {name} awaits a person's approval ({p.proposal_id}, {url}); "
                 "call it again with the same arguments to get its result"
             )
             return _text_result(text, error=name in self._schemas, airlock=status)

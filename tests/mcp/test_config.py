@@ -47,6 +47,7 @@ def test_template_that_evaluates_anything_is_refused(tmp_path: Path, template: s
         GOOD + "surprise = 1\n",
         "wait = 1\n",  # no gated tool: a proxy that gates nothing is a mistake
         GOOD.replace("[tools.refund]", "[tools.refund"),
+        'approval_url = "https://a.test/p/{id}"\n' + GOOD,
     ],
 )
 def test_invalid_config_is_one_error_with_a_code(tmp_path: Path, text: str) -> None:

@@ -25,6 +25,7 @@ SERVER = str(Path(__file__).with_name("refunds_server.py"))
 CONFIG = """
 wait = {wait}
 results = "{results}"
+approval_url = "https://airlock.test/proposals/{{proposal_id}}"
 
 [tools.refund]
 effect_key = "refund:{{order}}"
@@ -119,6 +120,7 @@ def test_gated_call_waits_is_approved_and_runs_once(setup: Setup) -> None:
     assert _text(pending).startswith("E_PENDING")
     assert _airlock(pending)["status"] == "pending"
     assert _airlock(pending)["proposal_id"] == setup.fake.only()
+    assert _airlock(pending)["url"] == f"https://airlock.test/proposals/{setup.fake.only()}"
     assert setup.counted() == []
 
     setup.fake.approve(setup.fake.only())
