@@ -26,8 +26,8 @@ runs it once when approved, or returns the kept result without a second run.
 
 It must never forward a gated ``tools/call`` to the server except through the gate, and
 never answer one on a guess: a premise or lookup tool that errors or omits a field is an
-error, not a default. A line that cannot be read as one unambiguous JSON-RPC message
-(duplicate keys, a batch holding a gated call) is refused, never forwarded.
+error, not a default. A line that cannot be read as one unambiguous JSON value (not
+JSON, duplicate keys) or a batch holding a gated call is refused, never forwarded.
 """
 
 from __future__ import annotations
@@ -65,6 +65,7 @@ _LINE_LIMIT: Final = 32 << 20
 #: How long a premise or lookup tool may take to answer.
 _AUX_TIMEOUT_S: Final = 30.0
 _INVALID_REQUEST: Final = -32600
+_PARSE_ERROR: Final = -32700
 
 #: The ``_meta`` of the agent's gated call being forwarded (its progress token).
 _call_meta: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
@@ -313,8 +314,8 @@ class Proxy:
         message = {"jsonrpc": "2.0", "id": request_id, "result": result}
         self._to_agent(json.dumps(message).encode() + b"\n")
 
-    def _protocol_error(self, request_id: Any, message: str) -> None:
-        error = {"code": _INVALID_REQUEST, "message": message}
+    def _protocol_error(self, request_id: Any, message: str, code: int = _INVALID_REQUEST) -> None:
+        error = {"code": code, "message": message}
         answer = {"jsonrpc": "2.0", "id": request_id, "error": error}
         self._to_agent(json.dumps(answer).encode() + b"\n")
 
@@ -330,11 +331,10 @@ class Proxy:
         try:
             value = _parse(line)
         except ValueError:
-            value = None
-            if b"tools/call" in line:
-                # Unreadable to the proxy but maybe not to the server: never forwarded.
-                self._protocol_error(None, "E_PARSE: a tools/call line that is not plain JSON")
-                return
+            # What the proxy cannot read, a lenient server might (a duplicate key, an
+            # escaped method name): it could be a gated call, so it is never forwarded.
+            self._protocol_error(None, "E_PARSE: not one plain JSON value", _PARSE_ERROR)
+            return
         if isinstance(value, list) and any(self._is_gated(v) for v in value):
             self._protocol_error(None, "E_BATCH: a gated tools/call must not be in a batch")
             return

@@ -303,18 +303,28 @@ _INIT: list[dict[str, Any]] = [
 ]
 
 
-def test_duplicate_key_smuggling_a_gated_call_is_refused_not_forwarded(setup: Setup) -> None:
+@pytest.mark.parametrize(
+    "smuggled",
+    [
+        # echo to a reader that keeps the first key, refund to one that keeps the last
+        b'{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo",'
+        b'"name":"refund","arguments":{"text":"x","order":"order-7","amount":1}}}\n',
+        # the method name escaped, and a duplicate key: no literal "tools/call" to see
+        b'{"jsonrpc":"2.0","id":2,"method":"tools\\/call","params":{"name":"refund",'
+        b'"arguments":{"order":"order-7","amount":1},"arguments":{"order":"order-7","amount":1}}}\n',
+        b"{not json\n",
+    ],
+)
+def test_line_smuggling_a_gated_call_is_refused_not_forwarded(
+    setup: Setup, smuggled: bytes
+) -> None:
     process = subprocess.Popen(
         setup.proxied(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=setup.env
     )
     assert process.stdin is not None and process.stdout is not None
     for line in _INIT:
         process.stdin.write(json.dumps(line).encode() + b"\n")
-    # echo to a reader that keeps the first key, refund to one that keeps the last
-    process.stdin.write(
-        b'{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo",'
-        b'"name":"refund","arguments":{"text":"x","order":"order-7","amount":1}}}\n'
-    )
+    process.stdin.write(smuggled)
     process.stdin.flush()
     # the refusal may come before the server's answer to initialize
     answers = [json.loads(process.stdout.readline()) for _ in range(2)]
@@ -322,7 +332,7 @@ def test_duplicate_key_smuggling_a_gated_call_is_refused_not_forwarded(setup: Se
     process.stdin.close()
     process.wait(30)
     process.stdout.close()
-    assert answer["error"]["code"] == -32600
+    assert answer["error"]["code"] == -32700
     assert answer["error"]["message"].startswith("E_PARSE")
     assert setup.fake.proposals == {}
     assert setup.counted() == []
