@@ -8,7 +8,17 @@ Imports the kernel, :mod:`airlock.gate` and the ``mcp`` SDK; never a service, th
 or the CLI toolkit.
 """
 
-from ._config import ConfigError, GatedTool, Lookup, Premise, ProxyConfig
+from ._config import GatedTool, Lookup, Premise, ProxyConfig
 from ._proxy import Proxy, run
+from .errors import ConfigError, Error
 
-__all__ = ["ConfigError", "GatedTool", "Lookup", "Premise", "Proxy", "ProxyConfig", "run"]
+__all__ = [
+    "ConfigError",
+    "Error",
+    "GatedTool",
+    "Lookup",
+    "Premise",
+    "Proxy",
+    "ProxyConfig",
+    "run",
+]

@@ -27,11 +27,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-__all__ = ["ConfigError", "GatedTool", "Lookup", "Premise", "ProxyConfig", "render"]
+from .errors import ConfigError
 
-
-class ConfigError(Exception):
-    """The config file is missing, not TOML, or not valid."""
+__all__ = ["GatedTool", "Lookup", "Premise", "ProxyConfig", "render"]
 
 
 def _fields(template: str) -> list[str]:

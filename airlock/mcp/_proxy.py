@@ -57,6 +57,7 @@ from airlock.gate import (
 from airlock.gate import Error as GateError
 
 from ._config import GatedTool, ProxyConfig, render
+from .errors import AnswerError, ToolFailed, UpstreamError
 
 __all__ = ["Proxy", "run"]
 
@@ -71,22 +72,6 @@ _PARSE_ERROR: Final = -32700
 _call_meta: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
     "_call_meta", default=None
 )
-
-
-class UpstreamError(Exception):
-    """The server answered the proxy's own request with a JSON-RPC error, or not at all."""
-
-
-class ToolFailed(Exception):
-    """The server ran the gated tool and its result is an error (``isError``)."""
-
-    def __init__(self, result: dict[str, Any]) -> None:
-        super().__init__("the tool's result is an error")
-        self.result = result
-
-
-class AnswerError(Exception):
-    """A premise or lookup tool answered something the proxy cannot use."""
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
