@@ -25,6 +25,7 @@ from ._gate import gate_app
 from ._help import Typer
 from ._keys import keys_app
 from ._login import login_command, logout_command
+from ._mcp import mcp_app
 from ._receipts import receipts_app
 from ._up import up_command
 from ._webapp import webapp_command
@@ -76,6 +77,7 @@ app.add_typer(users_app)
 app.add_typer(tokens_app)
 app.add_typer(executor_app)
 app.add_typer(receipts_app)
+app.add_typer(mcp_app)
 app.command("login")(login_command)
 app.command("logout")(logout_command)
 app.add_typer(approvals_app)
