@@ -71,8 +71,9 @@ class CheckpointClient:
         except (NotStrictJSON, ValidationError):
             raise Unavailable("E_UNAVAILABLE: the answer is not a proposal") from None
 
-    def submit(self, call: ToolCall) -> Submitted:
-        """``POST /v1/proposals`` with the tool call's canonical bytes."""
+    def submit(self, call: ToolCall) -> tuple[Submitted, Proposal | None]:
+        """``POST /v1/proposals`` with the tool call's canonical bytes; the proposal the
+        checkpoint answered with when it took the call (201, or 200 for the same bytes)."""
         answer = self._send(
             "POST",
             "/v1/proposals",
@@ -80,16 +81,18 @@ class CheckpointClient:
             headers={"Content-Type": "application/json"},
         )
         code = "" if answer.ok else answer.error_code()
-        if answer.status == 201:
-            return Submitted.CREATED
-        if answer.status == 200:
-            return Submitted.EXISTS
+        if answer.status in (200, 201):
+            try:
+                proposal = Proposal.model_validate(answer.json())
+            except (NotStrictJSON, ValidationError):
+                raise Unavailable("E_UNAVAILABLE: the answer is not a proposal") from None
+            return (Submitted.CREATED if answer.status == 201 else Submitted.EXISTS), proposal
         if answer.status == 409 and code == "E_CONFLICT":
-            return Submitted.CONFLICT
+            return Submitted.CONFLICT, None
         if answer.status == 409 and code == "E_DUPLICATE_OPEN":
-            return Submitted.DUPLICATE_OPEN
+            return Submitted.DUPLICATE_OPEN, None
         if answer.status == 403 and code == "E_POLICY_DENIED":
-            return Submitted.DENIED
+            return Submitted.DENIED, None
         raise _refused(answer, "POST /v1/proposals")
 
     def report(self, kind: str, envelope_text: str) -> Answer:

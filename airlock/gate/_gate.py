@@ -286,25 +286,26 @@ class Gate:
             raise
 
     def _proposal(self, spec: Guard, call: BoundCall) -> Proposal:
+        # Propose first, read only when the id is taken: a read of an id the checkpoint
+        # does not know is a refusal it records and charges to the token's rate limit.
         pid = proposal_id_of(self.config.audience, call.effect_key)
-        proposal = self._client.proposal(pid)
-        if proposal is None:
-            tool_call = spec.tool_call(
-                call,
-                proposal_id=pid,
-                audience=self.config.audience,
-                proposed_by=self.config.proposed_by,
-                now=self._clock(),
+        tool_call = spec.tool_call(
+            call,
+            proposal_id=pid,
+            audience=self.config.audience,
+            proposed_by=self.config.proposed_by,
+            now=self._clock(),
+        )
+        submitted, proposal = self._client.submit(tool_call)
+        if submitted is Submitted.DENIED:
+            raise self._refuse_unsigned(GateCode.E_DENIED, "the policy denied it", pid)
+        if submitted is Submitted.DUPLICATE_OPEN:
+            raise EffectKeyConflict(
+                call.effect_key, pid, "another open proposal holds this effect key"
             )
-            submitted = self._client.submit(tool_call)
-            if submitted is Submitted.DENIED:
-                raise self._refuse_unsigned(GateCode.E_DENIED, "the policy denied it", pid)
-            if submitted is Submitted.DUPLICATE_OPEN:
-                raise EffectKeyConflict(
-                    call.effect_key, pid, "another open proposal holds this effect key"
-                )
-            # CREATED, EXISTS, or CONFLICT (another process's submission of this
-            # proposal, other premises or time): read it and adopt it if it is this call.
+        if proposal is None:
+            # CONFLICT: this id was proposed before (an earlier call, another process),
+            # with other premises or time: read it and adopt it if it is this call.
             proposal = self._client.proposal(pid)
             if proposal is None:
                 raise Unavailable(f"E_UNAVAILABLE: {pid} was submitted and is not found")

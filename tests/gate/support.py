@@ -195,14 +195,15 @@ class FakeCheckpoint:
             found = self.proposals.get(call.proposal_id)
             if found is not None:
                 if found.call.action_hash() == call.action_hash():
-                    return 200, {"id": call.proposal_id, "state": found.state}
+                    return 200, _proposal(call.proposal_id, found)
                 return 409, _error("E_CONFLICT", "same id, another hash")
             self.proposals[call.proposal_id] = _Record(
                 call, call.canonical_bytes().decode(), created_at=int(time.time())
             )
         if self.auto_approve:
             self.approve(call.proposal_id)
-        return 201, {"id": call.proposal_id, "state": self.proposals[call.proposal_id].state}
+        with self._lock:
+            return 201, _proposal(call.proposal_id, self.proposals[call.proposal_id])
 
     def _report(self, path: str, body: bytes) -> tuple[int, Any]:
         value = loads_strict(body, max_bytes=1 << 20)

@@ -388,3 +388,18 @@ def test_a_second_approval_of_a_used_effect_is_refused(gate: Gate, fake: FakeChe
         refund("order-881", 12500)
     assert refused.value.code == "E_REPLAY"
     assert len(refunds.calls) == 1
+
+
+def test_a_new_call_never_reads_an_id_the_checkpoint_does_not_know(
+    gate: Gate, fake: FakeCheckpoint
+) -> None:
+    # A read of an unknown id is a refusal at the checkpoint, charged to the token's rate
+    # limit: a gate proposing many new effects must not be throttled for it.
+    @gate.guard(risk="low", target=lambda order: order, effect_key=lambda order: f"k:{order}")
+    def touch(order: str) -> str:
+        return order
+
+    for n in range(3):
+        with pytest.raises(Pending):
+            touch(f"order-{n}")
+    assert [m for m, _ in fake.requests] == ["POST"] * 3
