@@ -204,6 +204,8 @@ class Proposal(_Answer):
     effect_key: str | None = None
     audience: str | None = None
     summary: str | None = None
+    #: On a proposal a person's edit withdrew: the proposal that replaced it.
+    superseded_by: str | None = None
 
     @property
     def is_tool_call(self) -> bool:

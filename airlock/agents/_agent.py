@@ -10,6 +10,8 @@ One turn, in order::
             Pending                    → the run is saved paused; run()/resume() return
                                          Paused (resume calls the tool again: the gate
                                          picks the same proposal up by its effect key)
+            approved as edited         → the function gets the person's arguments; the
+                                         result tells the model what was changed
             Rejected / Refused /
             EffectKeyConflict / InDoubt → an error result naming the code, the reason
                                          and the note or what changed; never a crash
@@ -25,6 +27,7 @@ worth a person's approval.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import time
@@ -97,6 +100,8 @@ class Agent:
         self._lease = lease_seconds
         self._now = now
         self._calls: dict[str, Callable[..., Any]] = {}
+        #: The arguments the last sensitive call ran with (a person may have edited them).
+        self._ran_with: dict[str, Any] | None = None
         for tool in tools:
             if tool.risk is Risk.SENSITIVE:
                 if gate is None or tool.target is None or tool.effect_key is None:
@@ -110,9 +115,28 @@ class Agent:
                     summary=tool.summary,
                     tool=tool.name,
                     wait=0.0,
-                )(tool.fn)
+                    editable=tool.editable,
+                )(self._recording(tool.fn))
             else:
                 self._calls[tool.name] = tool.fn
+
+    def _recording(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn``, noting the arguments each call receives in ``_ran_with``."""
+        signature = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            bound = signature.bind(*args, **kwargs)
+            ran: dict[str, Any] = {}
+            for name, value in bound.arguments.items():
+                if signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
+                    ran.update(value)
+                elif name != "idempotency_key":
+                    ran[name] = value
+            self._ran_with = ran
+            return fn(*args, **kwargs)
+
+        return call
 
     def run(self, task: str) -> Paused | Done:
         """Start a run on ``task``; return when it is done or paused.
@@ -192,6 +216,7 @@ class Agent:
             return result(f"E_UNKNOWN_TOOL: there is no tool {call.name}", error=True)
         if not _takes(tool, call.arguments):
             return result(f"E_ARGUMENTS: {call.name} does not take these arguments", error=True)
+        self._ran_with = None
         try:
             value = self._calls[call.name](**call.arguments)
         except gates.Pending as p:
@@ -216,14 +241,24 @@ class Agent:
         except Exception as exc:
             text = f"E_TOOL_FAILED: {type(exc).__name__}: {exc}"[:_ERROR_CHARS]
             return result(text, error=True)
+        edited = _edit_note(call.arguments, self._ran_with)
         if isinstance(value, str):
-            return result(value)
+            return result(edited + value)
         try:
-            return result(json.dumps(value))
+            return result(edited + json.dumps(value))
         except (TypeError, ValueError):
             return result(
                 f"E_TOOL_FAILED: {call.name} returned a {type(value).__name__}", error=True
             )
+
+
+def _edit_note(asked: dict[str, Any], ran: dict[str, Any] | None) -> str:
+    """A line telling the model a person edited its call, and how; "" when nobody did."""
+    edits = () if ran is None else gates.changed(asked, ran)
+    if not edits:
+        return ""
+    what = ", ".join(f"{c.field} was {json.dumps(c.was)}, now {json.dumps(c.now)}" for c in edits)
+    return f"A person edited this call before approving it ({what}). Result: "
 
 
 def _unanswered(messages: Sequence[Message]) -> list[Call]:

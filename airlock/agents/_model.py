@@ -43,6 +43,9 @@ class Tool:
         level, target, effect_key, premises, lookup, summary: for a sensitive tool,
             what ``Gate.guard`` takes (docs/gate.md#use): ``level`` is the gate's risk
             (``low``, ``medium``, ``high``); ``target`` and ``effect_key`` are required.
+        editable: for a sensitive tool, whether a person may edit the call's arguments
+            before approving it (the default): the function then receives the edited
+            arguments and the model reads what was changed with the result.
 
     Raises:
         ValueError: a name the APIs refuse, a sensitive tool without target or effect
@@ -62,6 +65,7 @@ class Tool:
     premises: Callable[..., Mapping[str, Any]] | None = None
     lookup: Callable[[str], bool] | None = None
     summary: Named | None = None
+    editable: bool = True
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):

@@ -21,6 +21,7 @@ dependencies only — never a web framework, a CLI toolkit, a cloud SDK or a ser
 holds one private key, its own receipt key; never an approval key.
 """
 
+from ._call import changed
 from ._config import GateConfig
 from ._gate import Gate, Settled, Status
 from ._receipts import ReceiptSigner, generate_receipt_key
@@ -53,5 +54,6 @@ __all__ = [
     "Settled",
     "Status",
     "Unavailable",
+    "changed",
     "generate_receipt_key",
 ]

@@ -21,10 +21,13 @@ from pydantic import ValidationError
 
 from airlock.protocol import ToolCall, canonical_bytes
 
+from .errors import Change
+
 __all__ = [
     "IDEMPOTENCY_KEY",
     "BoundCall",
     "Guard",
+    "changed",
     "json_value",
     "proposal_id_of",
     "same_json",
@@ -62,6 +65,16 @@ def json_value(value: Any, where: str) -> Any:
 def same_json(a: Any, b: Any) -> bool:
     """Equal as JSON (RFC 8785 bytes): ``True`` is not ``1`` here, as it is in Python."""
     return canonical_bytes(a) == canonical_bytes(b)
+
+
+def changed(was: Mapping[str, Any], now: Mapping[str, Any]) -> tuple[Change, ...]:
+    """The names whose values differ as JSON, sorted; one absent on a side reads None.
+    What moved among a call's premises, or what a person's edit changed."""
+    return tuple(
+        Change(name, was.get(name), now.get(name))
+        for name in sorted({*was, *now})
+        if name not in was or name not in now or not same_json(was[name], now[name])
+    )
 
 
 def proposal_id_of(audience: str, effect_key: str) -> str:
@@ -104,6 +117,8 @@ class Guard:
     lookup: Callable[[str], bool] | None
     summary: Named | None
     wait: float
+    #: May an approver's edit of a call's arguments run (with the edited arguments)?
+    editable: bool
     #: The function's signature without ``idempotency_key``: what a caller passes.
     signature: inspect.Signature
     accepts_key: bool
@@ -122,6 +137,7 @@ class Guard:
         lookup: Callable[[str], bool] | None,
         summary: Named | None,
         wait: float,
+        editable: bool = False,
     ) -> Guard:
         if risk not in ("low", "medium", "high"):
             raise ValueError(f"risk must be low, medium or high, not {risk!r}")
@@ -149,6 +165,7 @@ class Guard:
             lookup=lookup,
             summary=summary,
             wait=float(wait),
+            editable=editable,
             signature=caller,
             accepts_key=accepts_key,
             is_async=inspect.iscoroutinefunction(fn),
@@ -182,6 +199,30 @@ class Guard:
         if self.accepts_key:
             call_kwargs[IDEMPOTENCY_KEY] = effect_key
         return BoundCall(call_args, call_kwargs, arguments, target, effect_key, summary)
+
+    def edited(self, call: BoundCall, approved: ToolCall) -> BoundCall:
+        """The call a person's edit made of ``call``: ``approved``'s arguments, bound.
+
+        Raises:
+            ValueError: this guard takes no edits, or ``approved`` is not an edit of
+                ``call``: another tool, target or effect key, or arguments the function
+                does not take (they are bound by name, as keyword arguments).
+        """
+        if not self.editable:
+            raise ValueError("a person edited the call and this guard takes no edits")
+        if approved.tool != self.tool:
+            raise ValueError(f"the approved call is of {approved.tool}, not {self.tool}")
+        try:
+            edited = self.bind((), dict(approved.arguments))
+        except Exception as exc:  # a target or effect key function may raise anything
+            raise ValueError(f"the edited arguments do not fit {self.tool}: {exc}") from None
+        if edited.target != call.target or approved.target != call.target:
+            raise ValueError("the edit changes the call's target")
+        if edited.effect_key != call.effect_key or approved.effect_key != call.effect_key:
+            raise ValueError("the edit changes the call's effect key")
+        if not same_json(edited.arguments, approved.arguments):
+            raise ValueError(f"the edited arguments do not bind to {self.tool} as they are")
+        return edited
 
     def read_premises(self, call: BoundCall) -> dict[str, Any]:
         """The premises as they are now (empty without a ``premises`` function)."""

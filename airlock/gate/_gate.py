@@ -3,12 +3,15 @@ premises, call once and report (docs/gate.md).
 
 A call of a guarded function goes, in order::
 
-    propose      GET the effect's proposal (its id is derived from audience and effect
-                 key); submit it if absent; adopt another process's only if it names
-                 this very call, else EffectKeyConflict
+    propose      submit the call at the effect's proposal id (derived from audience and
+                 effect key); when the id is taken, read it and adopt it only if it
+                 names this very call, else EffectKeyConflict; follow a person's edit
+                 (``superseded_by``) to the proposal that replaced it
     decide       wait up to the guard's ``wait`` for a decision, else Pending
     (1)–(12)     verify the bundle (airlock.protocol.verify_bundle, ToolBinding)
-    (a)          the approved call is this call: tool, arguments, target, effect key
+    (a)          the approved call is this call (tool, arguments, target, effect key),
+                 or an edit of it the guard takes (``editable``; same tool, target and
+                 effect key): then the edited arguments are what runs
     (13)         consume it in the ledger: one INSERT, UNIQUE on approval, nonce, action
                  hash and effect key; a lost race or a second use is E_REPLAY
     (14)         re-read the premises: any moved is E_PREMISES with its changes
@@ -58,7 +61,7 @@ from airlock.protocol import Refused as ProtocolRefused
 from airlock.protocol import errors as protocol_errors
 from airlock.store import AuditLog, make_engine
 
-from ._call import BoundCall, Guard, Named, Risk, proposal_id_of, same_json
+from ._call import BoundCall, Guard, Named, Risk, changed, proposal_id_of
 from ._checkpoint import CheckpointClient, Submitted
 from ._config import GateConfig
 from ._failpoints import Failpoints
@@ -67,7 +70,6 @@ from ._outbox import Outbox
 from ._receipts import ReceiptSigner
 from ._record import Recorder, Work, ask, clip
 from .errors import (
-    Change,
     ConfigError,
     EffectKeyConflict,
     GateCode,
@@ -95,6 +97,8 @@ _CLOSED: Final = {
     "revoked": protocol_errors.RefusalCode.E_REVOKED.value,
     "lapsed": protocol_errors.RefusalCode.E_EXPIRED.value,
 }
+#: The most edits of one call the gate follows (each a proposal superseding the last).
+_EDITS_MAX: Final = 16
 #: The longest wait between two reads of an undecided proposal.
 _POLL_MAX_S: Final = 2.0
 
@@ -193,6 +197,7 @@ class Gate:
         summary: Named | None = None,
         tool: str | None = None,
         wait: float = 0.0,
+        editable: bool = False,
     ) -> Callable[[Callable[..., T]], Callable[..., T]]:
         """Guard a function (sync or ``async def``): each call is proposed, and runs
         once approved, at most once per effect key.
@@ -212,6 +217,9 @@ class Gate:
             summary: one line a person reads (default ``"<tool> on <target>"``).
             tool: the tool's name (default the function's).
             wait: seconds to wait for a decision before raising :class:`Pending`.
+            editable: run a call a person edited before approving it, with the edited
+                arguments (docs/gate.md#edits); by default such an approval is refused
+                ``E_ARGUMENTS`` and the function is not called.
 
         The function's ``idempotency_key`` parameter, if it has one, is not an argument
         of the call: it receives the effect key. A call raises :class:`Pending`,
@@ -232,6 +240,7 @@ class Gate:
                 lookup=lookup,
                 summary=summary,
                 wait=wait,
+                editable=editable,
             )
             if spec.tool in self._guards:
                 # Recovery finds a call's lookup by its tool: one guard per tool.
@@ -242,10 +251,9 @@ class Gate:
 
             @functools.wraps(fn)
             def call(*args: Any, **kwargs: Any) -> T:
-                bound = spec.bind(args, kwargs)
-                work = self._before_call(spec, bound)
+                work, run = self._before_call(spec, spec.bind(args, kwargs))
                 try:
-                    value = fn(*bound.args, **bound.kwargs)
+                    value = fn(*run.args, **run.kwargs)
                 except BaseException as exc:
                     self._after_raise(spec, work, exc)
                     raise
@@ -260,9 +268,9 @@ class Gate:
         async def call(*args: Any, **kwargs: Any) -> Any:
             bound = spec.bind(args, kwargs)
             # The ledger and the checkpoint are blocking I/O: off the event loop.
-            work = await asyncio.to_thread(self._before_call, spec, bound)
+            work, run = await asyncio.to_thread(self._before_call, spec, bound)
             try:
-                value = await spec.fn(*bound.args, **bound.kwargs)
+                value = await spec.fn(*run.args, **run.kwargs)
             except BaseException as exc:
                 await asyncio.to_thread(self._after_raise, spec, work, exc)
                 raise
@@ -273,9 +281,10 @@ class Gate:
 
     # -- before the call ----------------------------------------------------------------
 
-    def _before_call(self, spec: Guard, call: BoundCall) -> Work:
+    def _before_call(self, spec: Guard, call: BoundCall) -> tuple[Work, BoundCall]:
         """Propose, await, verify, consume, re-read, commit ``executing``: the row this
-        process now holds, or an Error (the function is then never called)."""
+        process now holds and the call to make (``call``, or a person's edit of it), or
+        an Error (the function is then never called)."""
         proposal = self._proposal(spec, call)
         proposal = self._await_decision(spec, proposal)
         try:
@@ -309,6 +318,7 @@ class Gate:
             proposal = self._client.proposal(pid)
             if proposal is None:
                 raise Unavailable(f"E_UNAVAILABLE: {pid} was submitted and is not found")
+        proposal = self._follow(proposal)
         if proposal.approval is not None:
             # Decided: the signed bytes say what was approved, not this text; a call
             # other than this one is refused E_ARGUMENTS once they verify.
@@ -317,7 +327,11 @@ class Gate:
             proposed = ToolCall.from_json_bytes(proposal.action_jcs.encode("utf-8"))
         except ProtocolRefused as exc:
             raise EffectKeyConflict(call.effect_key, pid, f"not a tool call: {exc}") from None
-        if proposed.audience != self.config.audience or not call.same_as(spec.tool, proposed):
+        if proposed.audience != self.config.audience or not (
+            call.same_as(spec.tool, proposed)
+            # A person's edit: checked against the guard when it is approved.
+            or (proposal.id != pid and _same_effect(spec, call, proposed))
+        ):
             raise EffectKeyConflict(
                 call.effect_key, pid, "its proposal names another tool, argument or target"
             )
@@ -336,7 +350,7 @@ class Gate:
             found = self._client.proposal(proposal.id)
             if found is None:
                 raise Unavailable(f"E_UNAVAILABLE: {proposal.id} is no longer found")
-            proposal = found
+            proposal = self._follow(found)
         if proposal.state == "rejected":
             rejection = proposal.rejection
             reason, note, by = (
@@ -353,7 +367,21 @@ class Gate:
             raise self._refuse_unsigned(code, f"the proposal is {proposal.state}", proposal.id)
         return proposal
 
-    def _run_approved(self, spec: Guard, call: BoundCall, proposal: Proposal) -> Work:
+    def _follow(self, proposal: Proposal) -> Proposal:
+        """The proposal a person's edit put in place of ``proposal`` (withdrawn, with
+        ``superseded_by``), link by link; ``proposal`` itself when nobody edited it."""
+        for _ in range(_EDITS_MAX):
+            if proposal.state != "withdrawn" or proposal.superseded_by is None:
+                return proposal
+            found = self._client.proposal(proposal.superseded_by)
+            if found is None:
+                raise Unavailable(f"E_UNAVAILABLE: {proposal.superseded_by} is not found")
+            proposal = found
+        raise Unavailable(f"E_UNAVAILABLE: {proposal.id} was edited over {_EDITS_MAX} times")
+
+    def _run_approved(
+        self, spec: Guard, call: BoundCall, proposal: Proposal
+    ) -> tuple[Work, BoundCall]:
         approval = proposal.approval
         assert approval is not None  # _await_decision returns only a proposal with one
         raw = canonical_bytes(
@@ -374,17 +402,25 @@ class Gate:
                 exc.code.value, exc.detail, bundle_sha, pid, approval_id=exc.approval_id
             ) from None
         st = verified.statement
-        # (a) the approval is for this very call: a checkpoint (or a person) that
-        # approved other arguments under this effect key gets nothing run.
+        # (a) the approval is for this very call, or for a person's edit of it that the
+        # guard takes (the same tool, target and effect key; docs/gate.md#edits).
+        run = call
         if not call.same_as(spec.tool, verified.action):
-            raise self._refuse_bundle(
-                GateCode.E_ARGUMENTS,
-                "the approved call names another tool, argument, target or effect key",
-                bundle_sha,
-                pid,
-                approval_id=st.approval_id,
-                action_hash=verified.action_hash,
-            )
+            why = "the approved call names another tool, argument, target or effect key"
+            if pid != proposal_id_of(self.config.audience, call.effect_key):
+                try:
+                    run = spec.edited(call, verified.action)
+                except ValueError as exc:
+                    why = str(exc)
+            if run is call:
+                raise self._refuse_bundle(
+                    GateCode.E_ARGUMENTS,
+                    why,
+                    bundle_sha,
+                    pid,
+                    approval_id=st.approval_id,
+                    action_hash=verified.action_hash,
+                )
         if proposal.state in _SETTLED:
             self._settled(verified, proposal.state, bundle_sha)
         if proposal.state != "approved":  # revoked or lapsed, by the checkpoint's word
@@ -400,7 +436,7 @@ class Gate:
         self._fp.hit("after_consume")
         # (14) the premises, right before the call
         try:
-            current = spec.read_premises(call)
+            current = spec.read_premises(run)
         except Exception as exc:
             self._finish_quietly(
                 work,
@@ -410,7 +446,7 @@ class Gate:
                 detail=f"the premises could not be read: {type(exc).__name__}",
             )
             raise
-        changes = _changes(verified.action.premises, current)
+        changes = changed(verified.action.premises, current)
         if changes:
             detail = "premises moved: " + ", ".join(
                 f"{c.field} was {c.was!r}, now {c.now!r}" for c in changes
@@ -448,7 +484,7 @@ class Gate:
             self._finish_quietly(work, State.CLAIMED, State.REFUSED, code=late.value, detail=detail)
             raise Refused(late.value, detail, pid)
         self._fp.hit("after_executing")
-        return work
+        return work, run
 
     def _settled(self, verified: VerifiedToolCall, state: str, bundle_sha: str) -> None:
         """The checkpoint says this approval was used already: never run it again. An
@@ -675,12 +711,12 @@ class Gate:
         self._operator.resolve(approval_id, decision, by, note)
 
 
-def _changes(was: Mapping[str, Any], now: Mapping[str, Any]) -> tuple[Change, ...]:
-    """The premises that differ as JSON, by name; one absent on a side reads as None."""
-    return tuple(
-        Change(name, was.get(name), now.get(name))
-        for name in sorted({*was, *now})
-        if name not in was or name not in now or not same_json(was[name], now[name])
+def _same_effect(spec: Guard, call: BoundCall, proposed: ToolCall) -> bool:
+    """Does ``proposed`` act on this call's effect (tool, target, effect key)?"""
+    return (
+        proposed.tool == spec.tool
+        and proposed.target == call.target
+        and proposed.effect_key == call.effect_key
     )
 
 

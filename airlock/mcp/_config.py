@@ -13,6 +13,7 @@
     summary = "refund {amount} on {order}"  # optional
     premise = { tool = "refunded_total", arguments = { order = "order" }, keep = ["refunded"] }
     lookup = { tool = "find_refund", argument = "effect_key" }
+    editable = true                         # a person may edit the arguments (default)
 
 Parsed at the boundary: unknown keys, a template naming anything but plain argument
 names, or a risk other than low/medium/high is a :class:`ConfigError`.
@@ -97,6 +98,9 @@ class GatedTool(_Strict):
     summary: str | None = None
     premise: Premise | None = None
     lookup: Lookup | None = None
+    #: May a person edit a call's arguments before approving it? The server then gets
+    #: the edited call, and the agent's result says what was changed.
+    editable: bool = True
 
     @field_validator("effect_key", "summary")
     @classmethod

@@ -53,6 +53,7 @@ from airlock.gate import (
     Refused,
     Rejected,
     Unavailable,
+    changed,
 )
 from airlock.gate import Error as GateError
 
@@ -71,6 +72,11 @@ _PARSE_ERROR: Final = -32700
 #: The ``_meta`` of the agent's gated call being forwarded (its progress token).
 _call_meta: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
     "_call_meta", default=None
+)
+#: Where the forwarded gated call notes the arguments it sent (a person may have edited
+#: them): the caller reads them back after the gate returns.
+_call_sent: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "_call_sent", default=None
 )
 
 
@@ -125,6 +131,29 @@ class _Results:
 
     def close(self) -> None:
         self._db.close()
+
+
+def _with_status(
+    result: dict[str, Any], status: dict[str, Any], asked: dict[str, Any], sent: dict[str, Any]
+) -> dict[str, Any]:
+    """The server's result with ``_meta.airlock`` set; when a person edited the call, the
+    edit named there and in a first text block the model reads."""
+    result = dict(result)
+    edits = changed(asked, sent)
+    if edits:
+        status["edited"] = {
+            "arguments": sent,
+            "changes": [{"argument": c.field, "was": c.was, "now": c.now} for c in edits],
+        }
+        what = ", ".join(
+            f"{c.field} was {json.dumps(c.was)}, now {json.dumps(c.now)}" for c in edits
+        )
+        note = {"type": "text", "text": f"A person edited this call before approving it ({what})."}
+        result["content"] = [note, *(result.get("content") or [])]
+    meta_out = dict(result.get("_meta") or {})
+    meta_out["airlock"] = status
+    result["_meta"] = meta_out
+    return result
 
 
 def _arguments_sha(tool: str, arguments: dict[str, Any]) -> str:
@@ -194,6 +223,9 @@ class Proxy:
             meta = _call_meta.get()
             if meta is not None:
                 params["_meta"] = meta
+            sent = _call_sent.get()
+            if sent is not None:
+                sent.update(arguments)
             result = await self._request("tools/call", params)
             try:
                 types.CallToolResult.model_validate(result)
@@ -212,6 +244,7 @@ class Proxy:
             summary=None if tool.summary is None else named(tool.summary),
             tool=name,
             wait=self.config.wait,
+            editable=tool.editable,
         )(forward)
 
     def _from_thread(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -381,6 +414,8 @@ class Proxy:
         if kept is not None:
             return kept
         _call_meta.set(meta if isinstance(meta, dict) else None)
+        sent: dict[str, Any] = {}
+        _call_sent.set(sent)
         status: dict[str, Any]
         outcome = "executed"
         try:
@@ -420,10 +455,7 @@ class Proxy:
             # Bad arguments, or a premise tool that could not be read: nothing was run.
             code = "" if str(exc).startswith("E_") else "E_ARGUMENTS: "
             return _text_result(f"{code}{exc}", error=True, airlock={"status": "refused"})
-        result = dict(result)
-        meta_out = dict(result.get("_meta") or {})
-        meta_out["airlock"] = {"status": outcome, "effect_key": key}
-        result["_meta"] = meta_out
+        result = _with_status(result, {"status": outcome, "effect_key": key}, arguments, sent)
         self._results.put(key, sha, result)
         return result
 

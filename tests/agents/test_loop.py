@@ -91,6 +91,39 @@ def test_after_reject_the_models_next_message_reads_the_reason(world: World) -> 
     assert world.payments.refunds == []
 
 
+def test_after_an_edit_the_tool_gets_the_edited_arguments_and_the_model_is_told(
+    world: World,
+) -> None:
+    paused = _paused(world)
+    assert paused.proposal_id is not None
+    edited = world.fake.edit(paused.proposal_id, amount=5000)
+    # A restart before the decision pauses at the edited proposal, not the withdrawn one.
+    agent, _ = world.process(SCRIPT)
+    again = agent.resume(paused.run_id)
+    assert isinstance(again, Paused)
+    assert again.proposal_id == edited
+    world.fake.approve(edited)
+    agent, provider = world.process(SCRIPT)
+    done = agent.resume(paused.run_id)
+    assert isinstance(done, Done)
+    assert world.payments.refunds == [("order-881", 5000, "refund:order-881")]
+    result = provider.seen[-1][-1]
+    assert (result.role, result.call_id, result.is_error) == ("tool", "c2", False)
+    assert result.text == (
+        "A person edited this call before approving it (amount was 12500, now 5000)."
+        " Result: re_order-881"
+    )
+
+
+def test_a_call_approved_unedited_reads_no_edit_note(world: World) -> None:
+    paused = _paused(world)
+    assert paused.proposal_id is not None
+    world.fake.approve(paused.proposal_id)
+    agent, provider = world.process(SCRIPT)
+    agent.resume(paused.run_id)
+    assert provider.seen[-1][-1].text == "re_order-881"
+
+
 def test_a_premise_moved_since_approval_is_refused_and_the_model_reads_what_changed(
     world: World,
 ) -> None:

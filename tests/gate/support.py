@@ -10,6 +10,7 @@ gates run in other processes. A test approves, rejects or tampers with a proposa
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import secrets
@@ -74,6 +75,7 @@ class _Record:
     created_at: int = 0
     approval: dict[str, Any] | None = None
     rejection: dict[str, Any] | None = None
+    superseded_by: str | None = None
 
 
 @dataclass
@@ -149,6 +151,26 @@ class FakeCheckpoint:
             if action_jcs is not None:
                 record.jcs = action_jcs
             return record.approval
+
+    def edit(self, proposal_id: str, **changes: Any) -> str:
+        """A person's edit (/work/edit-contract.md): a new pending proposal with
+        ``changes`` applied to the arguments supersedes ``proposal_id``, which is
+        withdrawn. Returns the new proposal's id."""
+        with self._lock:
+            old = self.proposals[proposal_id]
+            value = old.call.model_dump(mode="json")
+            value["arguments"] = {**value["arguments"], **changes}
+            value["created_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            digest = hashlib.sha256(
+                f"airlock.edit/v1\n{proposal_id}\n".encode() + canonical_bytes(value["arguments"])
+            ).hexdigest()
+            value["proposal_id"] = "prop_" + digest[:40]
+            call = ToolCall.model_validate(value)
+            self.proposals[call.proposal_id] = _Record(
+                call, call.canonical_bytes().decode(), created_at=int(time.time())
+            )
+            old.state, old.superseded_by = "withdrawn", call.proposal_id
+            return call.proposal_id
 
     def reject(self, proposal_id: str, reason_code: str, note: str, by: str) -> None:
         with self._lock:
@@ -312,6 +334,7 @@ def _proposal(proposal_id: str, record: _Record) -> dict[str, Any]:
         "approval": record.approval,
         "rejection": record.rejection,
         "outcome": None,
+        "superseded_by": record.superseded_by,
     }
 
 

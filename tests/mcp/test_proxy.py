@@ -139,6 +139,33 @@ def test_gated_call_waits_is_approved_and_runs_once(setup: Setup) -> None:
     assert [path for path, _ in setup.fake.receipts] == ["/v1/outcomes"]
 
 
+def test_edited_call_runs_the_edited_arguments_once_and_says_so(setup: Setup) -> None:
+    async def call(session: ClientSession) -> Any:
+        return await session.call_tool("refund", {"order": "order-4", "amount": 12500})
+
+    _session(setup.proxied(), setup.env, call)
+    edited = setup.fake.edit(setup.fake.only(), amount=5000)
+    pending = _session(setup.proxied(), setup.env, call)
+    assert _airlock(pending)["proposal_id"] == edited  # the call now waits on the edit
+    setup.fake.approve(edited)
+
+    async def twice(session: ClientSession) -> Any:
+        return await call(session), await call(session)
+
+    ran, kept = _session(setup.proxied(), setup.env, twice)
+    assert not ran.isError
+    assert _text(ran) == (
+        "A person edited this call before approving it (amount was 12500, now 5000)."
+        "refunded 5000 on order-4"
+    )
+    assert _airlock(ran)["edited"] == {
+        "arguments": {"order": "order-4", "amount": 5000},
+        "changes": [{"argument": "amount", "was": 12500, "now": 5000}],
+    }
+    assert _text(kept) == _text(ran)
+    assert setup.counted() == ["order-4:5000"]
+
+
 def test_call_approved_within_the_wait_runs_in_the_same_call(setup: Setup) -> None:
     setup.fake.auto_approve = True
     setup.write_config(wait=5)
