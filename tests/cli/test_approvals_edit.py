@@ -25,7 +25,7 @@ def _submit(served: Served, **kwargs: Any) -> dict[str, Any]:
 
 
 def test_set_values_are_json_when_they_parse_else_text() -> None:
-    assert parse_set(["amount=15", "memo=15 EUR", "q=\"15\"", "ok=true", "n=null", "l=[1,2]"]) == {
+    assert parse_set(["amount=15", "memo=15 EUR", 'q="15"', "ok=true", "n=null", "l=[1,2]"]) == {
         "amount": 15,
         "memo": "15 EUR",
         "q": "15",
@@ -73,7 +73,7 @@ def test_refused_edits_name_the_code_and_change_nothing(served: Served) -> None:
     _submit(served)
     served.login("alice")
     for args, code in (
-        (["--set", "amount=\"1500\""], "E_INVALID"),  # a string for an integer
+        (["--set", 'amount="1500"'], "E_INVALID"),  # a string for an integer
         (["--set", "refund_all=true"], "E_INVALID"),  # no such argument
     ):
         result = served.run("approvals", "edit", PID, *args, "--yes")
