@@ -5,7 +5,8 @@ Nothing signed changes in place: the checkpoint makes a new proposal with the ne
 person's approve vote on the new one; the policy decides the new one afresh (an edit that
 raises an amount may need a second person). What is edited is what was shown: the
 proposal is fetched, its signed text checked against its hash, the changes printed from
-that text, and that hash sent back (``E_STALE_VIEW`` otherwise). docs/tool-calls.md#edit.
+that text, and that hash sent back (``E_STALE_VIEW`` otherwise).
+docs/protocol.md#editing-a-tool-call.
 """
 
 from __future__ import annotations

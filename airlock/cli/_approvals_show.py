@@ -299,7 +299,7 @@ def _action_lines(p: _Proposal, action: ProposedAction) -> list[str]:
 
 
 def _edit_lines(p: _Proposal) -> list[str]:
-    """Where an edited tool call came from, or went (docs/tool-calls.md#edit)."""
+    """Where an edited tool call came from, or went (docs/protocol.md#editing-a-tool-call)."""
     lines = []
     if p.superseded_by:
         lines.append(f"superseded by {p.superseded_by}: edited into it, so this one is withdrawn")

@@ -284,7 +284,8 @@ def _edit_values_schema() -> dict[str, Any]:
 
 
 class EditIn(_In):
-    """An approver's edit of a pending tool call's arguments (docs/tool-calls.md#edit)."""
+    """An approver's edit of a pending tool call's arguments
+    (docs/protocol.md#editing-a-tool-call)."""
 
     #: The hash of the tool call the person was shown; a different one is E_STALE_VIEW.
     action_hash: Annotated[Text, Field(max_length=80)]

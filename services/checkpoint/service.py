@@ -277,8 +277,8 @@ class Checkpoint:
         confirm: str | None,
         note: str,
     ) -> ProposalOut:
-        """Edit a pending tool call's arguments (docs/tool-calls.md#edit): the answer is
-        the new proposal, which supersedes the old one, with the editor's vote on it.
+        """Edit a pending tool call's arguments (docs/protocol.md#editing-a-tool-call): the
+        answer is the new proposal, which supersedes the old one, with the editor's vote.
 
         One transaction: (1) the old one is a pending tool call, what the editor saw,
         not theirs; (2) the edited call (:mod:`.edits`) and the policy's decision on it;

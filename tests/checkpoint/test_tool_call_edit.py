@@ -1,7 +1,7 @@
-"""An approver's edit of a tool call (docs/tool-calls.md#edit): a new proposal with a new
-hash supersedes the old one, which is withdrawn in the same transaction; the editor's vote
-counts on the new one and the policy decides it anew; every refusal changes nothing and
-is audited."""
+"""An approver's edit of a tool call (docs/protocol.md#editing-a-tool-call): a new proposal
+with a new hash supersedes the old one, which is withdrawn in the same transaction; the
+editor's vote counts on the new one and the policy decides it anew; every refusal changes
+nothing and is audited."""
 
 from __future__ import annotations
 
