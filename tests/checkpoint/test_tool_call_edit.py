@@ -15,6 +15,8 @@ import pytest
 import sqlalchemy as sa
 
 from airlock.protocol import KeySet, ToolBinding, ToolCall, action_hash, verify_bundle
+from airlock.store import export, read_transaction
+from airlock.trace import trace
 from services.checkpoint.policy import Policy
 
 from .harness import World, audit_events, make_world
@@ -260,3 +262,19 @@ def test_the_edit_keeps_one_open_proposal_per_effect_key(world: World) -> None:
             )
         ).scalars()
         assert list(open_rows) == [new["id"]]
+
+
+def test_the_trace_of_either_proposal_tells_the_whole_edit(world: World) -> None:
+    old = submit_tool(world).json()
+    new = edit(world, "alice", old, {"amount": 1500}).json()
+    with read_transaction(world.checkpoint.engine) as conn:
+        lines = list(export(conn))
+    for asked in (old["id"], new["id"]):
+        told = trace(asked, {"checkpoint": lambda: iter(lines)})
+        assert told.proposals == sorted([old["id"], new["id"]])
+        assert [e.event["type"] for e in told.events] == [
+            "checkpoint.proposal.submitted",
+            "checkpoint.proposal.edited",
+            "checkpoint.vote.approve",
+            "checkpoint.approval.issued",
+        ]
