@@ -39,7 +39,10 @@ __all__ = [
     "REFUSALS_PATH",
     "Approval",
     "ApproveRequest",
+    "ArgumentChange",
     "ChainHead",
+    "Edit",
+    "EditRequest",
     "ExecutorHead",
     "ExecutorRefusal",
     "ExecutorResolution",
@@ -161,6 +164,25 @@ class ExecutorRefusal(_Answer):
     reported_at: int
 
 
+class ArgumentChange(_Answer):
+    """One argument an edit changed: its value before and after."""
+
+    argument: str
+    was: Any
+    now: Any
+
+
+class Edit(_Answer):
+    """How a proposal came to be: a person edited a tool call's arguments, which made
+    this new proposal and withdrew the one it ``supersedes``."""
+
+    supersedes: str
+    by: str
+    note: str
+    at: int
+    changes: list[ArgumentChange]
+
+
 class Proposal(_Answer):
     """One proposal record. ``action_jcs`` is the exact text that was hashed; the
     convenience fields (``action``, ``provider``, ``account``, …) are the checkpoint's word
@@ -204,8 +226,11 @@ class Proposal(_Answer):
     effect_key: str | None = None
     audience: str | None = None
     summary: str | None = None
-    #: On a proposal a person's edit withdrew: the proposal that replaced it.
+    #: On a tool call withdrawn by an edit: the proposal the edit made, which a gate
+    #: waiting on this one follows. Absent from a checkpoint before edits (migration 0009).
     superseded_by: str | None = None
+    #: On the proposal an edit made: who edited what. Absent before edits.
+    edit: Edit | None = None
 
     @property
     def is_tool_call(self) -> bool:
@@ -342,7 +367,7 @@ class ReceiptReport(_Request):
         return canonical_bytes(self.model_dump(mode="json", by_alias=True))
 
 
-# -- what a person's client sends (POST /v1/proposals/{id}/approve|reject|revoke|resolve) --
+# -- what a person's client sends (POST /v1/proposals/{id}/approve|edit|reject|…) ----------
 
 
 class ApproveRequest(_Request):
@@ -352,6 +377,16 @@ class ApproveRequest(_Request):
     action_hash: str
     confirm: str | None = None
     note: str = ""
+
+
+class EditRequest(_Request):
+    """``edit``: the hash of the tool call the person was shown, the new values of some
+    of its arguments (sent as ``set``), and the typed target when the policy asks."""
+
+    action_hash: str
+    set: dict[str, Any]
+    note: str = ""
+    confirm: str | None = None
 
 
 class RejectRequest(_Request):

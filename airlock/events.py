@@ -42,6 +42,9 @@ class CheckpointEvent(enum.StrEnum):
     PROPOSAL_REJECTED = "checkpoint.proposal.rejected"
     PROPOSAL_WITHDRAWN = "checkpoint.proposal.withdrawn"
     PROPOSAL_EXPIRED = "checkpoint.proposal.expired"
+    #: A person edited a pending tool call: the old proposal is withdrawn, superseded by
+    #: the new one (``new_proposal_id``), whose own vote and approval events follow.
+    PROPOSAL_EDITED = "checkpoint.proposal.edited"
     VOTE_APPROVE = "checkpoint.vote.approve"
     APPROVAL_ISSUED = "checkpoint.approval.issued"
     APPROVAL_REVOKED = "checkpoint.approval.revoked"
@@ -103,6 +106,8 @@ FIELDS: Final[Mapping[str, frozenset[str]]] = {
         _C.PROPOSAL_REJECTED: "proposal_id by reason_code note",
         _C.PROPOSAL_WITHDRAWN: "proposal_id by reason note",
         _C.PROPOSAL_EXPIRED: "proposal_id",
+        _C.PROPOSAL_EDITED: "proposal_id new_proposal_id by note old_action_hash "
+        "new_action_hash changes rule effect quorum policy_hash",
         _C.VOTE_APPROVE: "proposal_id action_hash by note",
         _C.APPROVAL_ISSUED: "proposal_id approval_id action_hash nonce keyid approvers "
         "quorum rule policy_hash expires_at",

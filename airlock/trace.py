@@ -9,7 +9,8 @@ Pure: it reads export lines (:func:`airlock.store.export`, or an export file) of
 the caller has verified from genesis, in two passes over each. The first finds which ids
 belong together: an approval names its proposal where it is issued and where it is
 consumed, so a proposal's approvals (a revoked one, then a second) and an approval's
-proposal are both found. The second keeps the events that name one of those ids.
+proposal are both found; a tool call edited into a new proposal (``proposal.edited``)
+belongs with it. The second keeps the events that name one of those ids.
 """
 
 from __future__ import annotations
@@ -65,6 +66,9 @@ class Trace:
         }
 
 
+_EDITED: Final = CheckpointEvent.PROPOSAL_EDITED.value
+
+
 def _records(lines: Iterable[str]) -> Iterator[tuple[int, str, Mapping[str, Any]]]:
     for line in lines:
         record = json.loads(line)  # a verified chain's export: every line is JSON
@@ -84,12 +88,17 @@ def trace(asked: str, chains: Mapping[str, Callable[[], Iterable[str]]]) -> Trac
     if not ID_PATTERN.fullmatch(asked):
         raise ValueError("an id is a proposal id (prop_…) or an approval id (apv_…)")
     # Pass 1: the (proposal, approval) pairs, few (one per issue and per consume).
+    # And the (old, new) pairs of edits: a tool call edited into a new proposal is one story.
     links: set[tuple[str, str]] = set()
+    edits: set[tuple[str, str]] = set()
     for lines in chains.values():
         for _, _, event in _records(lines()):
             pid, aid = _text(event.get("proposal_id")), _text(event.get("approval_id"))
             if pid is not None and aid is not None:
                 links.add((pid, aid))
+            new = _text(event.get("new_proposal_id"))
+            if pid is not None and new is not None and event.get("type") == _EDITED:
+                edits.add((pid, new))
     proposals = {asked} if asked.startswith("prop_") else set()
     approvals = {asked} if asked.startswith("apv_") else set()
     grown = True
@@ -99,6 +108,9 @@ def trace(asked: str, chains: Mapping[str, Callable[[], Iterable[str]]]) -> Trac
             if pid in proposals or aid in approvals:
                 proposals.add(pid)
                 approvals.add(aid)
+        for old, new in edits:
+            if old in proposals or new in proposals:
+                proposals.update((old, new))
         grown = len(proposals) + len(approvals) > before
     # Pass 2: the events naming one of them, each chain's in its own order.
     streams: list[list[TracedEvent]] = []

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from airlock import apiclient
 from airlock.api import (
     ApproveRequest,
+    EditRequest,
     LoginAnswer,
     NoteRequest,
     Proposal,
@@ -168,6 +169,22 @@ class CheckpointClient:
         body = ApproveRequest(action_hash=action_hash, confirm=confirm, note=note)
         return self._decide(token, proposal_id, "approve", body)
 
+    def edit(
+        self,
+        token: str,
+        proposal_id: str,
+        *,
+        action_hash: str,
+        values: Mapping[str, object],
+        confirm: str | None,
+        note: str,
+    ) -> Proposal:
+        """Edit a tool call's arguments: the answer is the new proposal."""
+        body = EditRequest(
+            action_hash=action_hash, set=dict(values), confirm=confirm or None, note=note
+        )
+        return self._decide(token, proposal_id, "edit", body)
+
     def reject(self, token: str, proposal_id: str, *, reason_code: str, note: str) -> Proposal:
         body = RejectRequest(reason_code=reason_code, note=note)
         return self._decide(token, proposal_id, "reject", body)
@@ -184,7 +201,7 @@ class CheckpointClient:
         token: str,
         proposal_id: str,
         verb: str,
-        body: ApproveRequest | RejectRequest | NoteRequest | ResolveRequest,
+        body: ApproveRequest | EditRequest | RejectRequest | NoteRequest | ResolveRequest,
     ) -> Proposal:
         data = self._call(
             "POST", f"/v1/proposals/{proposal_id}/{verb}", token, json=request_body(body)

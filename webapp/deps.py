@@ -59,7 +59,7 @@ __all__ = [
 
 _HERE: Final = Path(__file__).parent
 PROPOSAL_ID: Final = re.compile(r"^prop_[A-Za-z0-9_-]{8,80}$")
-DECISION_PATH: Final = re.compile(r"^/proposals/([^/]+)/(approve|reject|revoke|resolve)$")
+DECISION_PATH: Final = re.compile(r"^/proposals/([^/]+)/(approve|reject|revoke|resolve|edit)$")
 
 
 def lf(value: object) -> object:

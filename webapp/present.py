@@ -45,6 +45,7 @@ __all__ = [
     "hash_matches",
     "instance_name",
     "json_rows",
+    "json_text",
     "latest_refusal",
     "next_step",
     "outcome_label",
@@ -298,6 +299,14 @@ def _tool_call_problem(p: Proposal, data: bytes) -> str | None:
     if not same:
         return "the details shown are not the signed tool call text"
     return None
+
+
+def json_text(value: Any) -> str:
+    """One value as its canonical JSON text (a string quoted), as the argument tables show it."""
+    try:
+        return canonical_bytes(value).decode("utf-8")
+    except ValueError:  # not a signed value (a float): shown, never taken for one
+        return repr(value)
 
 
 def json_rows(value: Any) -> list[tuple[str, str]]:

@@ -1,4 +1,5 @@
-"""One proposal's page and the decisions on it: approve, reject, revoke, resolve.
+"""One proposal's page and the decisions on it: approve, edit (a tool call's arguments),
+reject, revoke, resolve.
 
 Every decision's form is checked for this session's CSRF token before anything is sent,
 and every decision goes to the checkpoint, which is the only judge: a button hidden or
@@ -9,11 +10,15 @@ whose banner comes from a cookie the POST set, never from the URL.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Annotated, Final
+import json
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+
+from airlock.api import Proposal
+from airlock.protocol import canonical_bytes
 
 from . import present
 from .charts import evidence_charts
@@ -44,6 +49,7 @@ _DONE: Final = {
     "reject": "The proposal was rejected; the agent will read your reason.",
     "revoke": "The approval was revoked; the executor will refuse it.",
     "resolve": "Your decision on the in-doubt execution was recorded.",
+    "edit": "Your edit was recorded as this new proposal, with your approval of it.",
 }
 #: The form field that keeps what was typed in each decision form, as the page reads it.
 NOTE_FIELD: Final = {
@@ -51,7 +57,11 @@ NOTE_FIELD: Final = {
     "reject": "reject_note",
     "revoke": "revoke_note",
     "resolve": "resolve_note",
+    "edit": "edit_note",
 }
+#: The most arguments an edit form sends, and the longest value typed for one.
+_EDIT_MAX_ARGS: Final = 64
+_EDIT_MAX_VALUE: Final = 4000
 
 
 def proposal_page(
@@ -144,7 +154,7 @@ def _decide(
     proposal_id = checked_id(proposal_id)
     token, me = web.signed_in_to_decide(request, proposal_id, verb)
     try:
-        call(token)
+        result = call(token)
     except CheckpointRefused as exc:
         if exc.code == "E_UNAUTHENTICATED":  # the session ended at the checkpoint
             raise SignInRequired(f"/proposals/{proposal_id}", verb) from None
@@ -163,8 +173,10 @@ def _decide(
             status=exc.status,
             form=form,
         )
-    response = RedirectResponse(f"/proposals/{proposal_id}", 303)
-    web.cookies(request).set_flash(response, f"{proposal_id}:{verb}")
+    # An edit's answer is the new proposal: the person is taken there.
+    shown = result.id if verb == "edit" and isinstance(result, Proposal) else proposal_id
+    response = RedirectResponse(f"/proposals/{checked_id(shown)}", 303)
+    web.cookies(request).set_flash(response, f"{shown}:{verb}")
     return response
 
 
@@ -272,4 +284,97 @@ def resolve(
         verb="resolve",
         call=lambda token: client.resolve(token, proposal_id, decision=decision, note=note),
         form={"resolve_note": note},
+    )
+
+
+def _typed_value(name: str, was: Any, text: str) -> Any:
+    """What a person typed for argument ``name`` (shown as JSON): JSON when it parses;
+    for a text argument, the words as typed when they are not a JSON string."""
+    try:
+        value = json.loads(text, parse_float=_no_float, parse_constant=_no_float)
+    except ValueError:
+        if isinstance(was, str):
+            return text
+        raise NotSent(
+            f"Nothing was sent: the value of {name} is not JSON (a number such as 15, "
+            "true, null, or text in double quotes).",
+            422,
+        ) from None
+    return text if isinstance(was, str) and not isinstance(value, str) else value
+
+
+def _no_float(text: str) -> Any:
+    raise ValueError(f"{text} is not an integer")
+
+
+def edited_values(
+    arguments: Mapping[str, Any], names: list[str], texts: list[str]
+) -> dict[str, Any]:
+    """The arguments whose typed value differs from the signed one: name → new value.
+
+    Raises:
+        NotSent: a name the call does not have, a value that is not JSON, or no change.
+    """
+    if len(names) != len(texts) or len(names) > _EDIT_MAX_ARGS:
+        raise NotSent("Nothing was sent: the edit form was not complete.", 422)
+    values: dict[str, Any] = {}
+    for name, text in zip(names, texts, strict=True):
+        if name not in arguments or len(text) > _EDIT_MAX_VALUE:
+            raise NotSent("Nothing was sent: the edit form was not complete.", 422)
+        value = _typed_value(name, arguments[name], text.strip())
+        if canonical_bytes(value) != canonical_bytes(arguments[name]):
+            values[name] = value
+    if not values:
+        raise NotSent("Nothing was sent: you changed no argument's value.", 422)
+    return values
+
+
+@router.post("/proposals/{proposal_id}/edit")
+def edit(
+    request: Request,
+    proposal_id: str,
+    web: WebDep,
+    client: ClientDep,
+    *,
+    action_hash: Annotated[str, Form(max_length=80)],
+    arg_name: Annotated[list[str], Form()],
+    arg_value: Annotated[list[str], Form()],
+    csrf: Csrf = "",
+    note: Note = "",
+    confirm: Annotated[str | None, Form(max_length=128)] = None,
+) -> Response:
+    def call(token: str) -> object:
+        # As approve: only what this page can show is edited, and only from its signed text.
+        current = client.proposal(token, proposal_id)
+        problem = present.signed_action_problem(current)
+        if problem is not None:
+            raise NotSent(
+                f"Nothing was sent: this page cannot show what you would edit, because {problem}.",
+                409,
+            )
+        arguments = current.action.get("arguments")
+        values = edited_values(
+            arguments if isinstance(arguments, dict) else {}, arg_name, arg_value
+        )
+        return client.edit(
+            token,
+            proposal_id,
+            action_hash=action_hash,
+            values=values,
+            confirm=confirm,
+            note=note,
+        )
+
+    return _decide(
+        web,
+        request,
+        proposal_id,
+        csrf=csrf,
+        verb="edit",
+        call=call,
+        form={
+            "edit_note": note,
+            "edit_confirm": confirm or "",
+            **{f"arg:{n}": v for n, v in zip(arg_name, arg_value, strict=False)},
+        },
     )

@@ -32,10 +32,11 @@ _NOT_DONE: Final = {
     "reject": "your rejection was not recorded: the proposal was not rejected",
     "revoke": "your revocation was not recorded: the approval was not revoked",
     "resolve": "your decision on the in-doubt execution was not recorded",
+    "edit": "your edit was not recorded: nothing was changed or approved",
 }
 _SESSION_ENDED: Final = "Your session has ended. Sign in again to continue where you were."
 _ENDED_FLASH: Final = re.compile(
-    r"^ended(?::(approve|reject|revoke|resolve):(prop_[A-Za-z0-9_-]{8,80}))?$"
+    r"^ended(?::(approve|reject|revoke|resolve|edit):(prop_[A-Za-z0-9_-]{8,80}))?$"
 )
 
 

@@ -14,6 +14,7 @@ import typer
 
 from ._agent import agent_app
 from ._approvals import approvals_app
+from ._approvals_edit import edit_command
 from ._audit import audit_app
 from ._checkpoint import checkpoint_command, tokens_app, users_app
 from ._config import config_command
@@ -80,6 +81,8 @@ app.add_typer(receipts_app)
 app.add_typer(mcp_app)
 app.command("login")(login_command)
 app.command("logout")(logout_command)
+# Its own module: _approvals.py is near the module size limit.
+approvals_app.command("edit")(edit_command)
 app.add_typer(approvals_app)
 app.add_typer(gate_app)
 app.command("doctor")(doctor_command)

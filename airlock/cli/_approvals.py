@@ -1,4 +1,5 @@
-"""``airlock approvals list|show|approve|reject|revoke|resolve``: review proposals from a shell.
+"""``airlock approvals list|show|approve|reject|revoke|resolve``: review proposals from a shell
+(``edit``, of a tool call's arguments, is :mod:`airlock.cli._approvals_edit`).
 
 These commands are clients of the checkpoint's HTTP API, signed in as the person who runs
 them (``airlock login`` or ``AIRLOCK_TOKEN``); they import no service. What a person
@@ -75,6 +76,7 @@ approvals_app = Typer(
         "  airlock approvals approve prop_... --confirm i-t4n0example   # high risk, scripted\n\n"
         "  airlock approvals approve prop_a... prop_b... --yes   # several: one confirmation\n\n"
         "  airlock approvals reject prop_... --reason not_idle --note 'batch job on Sundays'\n\n"
+        "  airlock approvals edit prop_... --set amount=1500   # a tool call: new proposal\n\n"
         "  airlock approvals list --json | jq '.items[].id'\n\n" + EXIT_CODES_HELP
     ),
     no_args_is_help=True,

@@ -12,6 +12,7 @@ checking only.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
@@ -297,8 +298,22 @@ def _action_lines(p: _Proposal, action: ProposedAction) -> list[str]:
     return lines
 
 
-def _details(p: _Proposal) -> list[str]:
+def _edit_lines(p: _Proposal) -> list[str]:
+    """Where an edited tool call came from, or went (docs/protocol.md#editing-a-tool-call)."""
     lines = []
+    if p.superseded_by:
+        lines.append(f"superseded by {p.superseded_by}: edited into it, so this one is withdrawn")
+    if (e := p.edit) is not None:
+        said = f": {inert(e.note)}" if e.note else ""
+        lines.append(f"edited     by {inert(e.by)} at {_when(e.at)} from {e.supersedes}{said}")
+        for c in e.changes:
+            was, now = (inert(json.dumps(v, ensure_ascii=False)) for v in (c.was, c.now))
+            lines.append(f"  changed  {inert(c.argument)}: {was} -> {now}")
+    return lines
+
+
+def _details(p: _Proposal) -> list[str]:
+    lines = _edit_lines(p)
     if p.deny_reason:
         lines.append(f"denied     {inert(p.deny_reason)}")
     for v in p.votes:

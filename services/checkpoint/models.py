@@ -136,6 +136,10 @@ proposals = sa.Table(
     sa.Column("effect_key", sa.String(200), nullable=True),
     sa.Column("audience", sa.String(128), nullable=True),
     sa.Column("summary", sa.Text, nullable=True),
+    # Migration 0009: an edited tool call. On the withdrawn original, the id of the
+    # proposal its edit made; on that new proposal, JSON of the edit (``edits.Edit``).
+    sa.Column("superseded_by", sa.String(96), nullable=True),
+    sa.Column("edit", sa.Text, nullable=True),
     sa.CheckConstraint(_in("state", PROPOSAL_STATES), name="state"),
     sa.CheckConstraint(_in("risk", ("low", "medium", "high")), name="risk"),
     sa.CheckConstraint("quorum >= 1", name="quorum"),

@@ -42,6 +42,7 @@ from .schemas import (
     PROPOSED_ACTION_SCHEMA,
     ApproveIn,
     AuditOut,
+    EditIn,
     ErrorBody,
     FeedOut,
     LoginIn,
@@ -427,6 +428,18 @@ def approve(
     """Vote to approve (approver). Quorum reached → the signed approval is issued."""
     record = _service(request).approve(
         caller, proposal_id, body.action_hash, body.confirm, body.note
+    )
+    if record.approval is not None and record.state == "approved":
+        _metrics(request).approvals_issued.inc()
+    return record
+
+
+@router.post("/v1/proposals/{proposal_id}/edit", tags=["decisions"])
+def edit(request: Request, caller: Caller, proposal_id: ProposalId, body: EditIn) -> ProposalOut:
+    """Edit a pending tool call's arguments (approver): answers the new proposal, which
+    supersedes this one (withdrawn), with the editor's vote counted on it."""
+    record = _service(request).edit(
+        caller, proposal_id, body.action_hash, body.set, confirm=body.confirm, note=body.note
     )
     if record.approval is not None and record.state == "approved":
         _metrics(request).approvals_issued.inc()

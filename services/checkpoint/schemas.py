@@ -16,8 +16,11 @@ __all__ = [
     "STORABLE_PATTERN",
     "ApprovalOut",
     "ApproveIn",
+    "ArgumentChangeOut",
     "AuditHeadOut",
     "AuditOut",
+    "EditIn",
+    "EditOut",
     "ErrorBody",
     "ErrorDetail",
     "ExecutorRefusalOut",
@@ -258,6 +261,46 @@ class ApproveIn(_In):
     note: Note = ""
 
 
+def _edit_values_schema() -> dict[str, Any]:
+    """``EditIn.set`` as JSON Schema. The server takes any JSON value but a float (NFC
+    text); the schema says less, never more: printable ASCII or Latin-1 text (always
+    NFC), safe integers, booleans, null, and flat lists of those."""
+    scalars: list[dict[str, Any]] = [
+        {"type": "string", "maxLength": 2000, "pattern": r"^[ -~\u00a0-\u00ff]*$"},
+        {"type": "integer", "minimum": -(2**53 - 1), "maximum": 2**53 - 1},
+        {"type": "boolean"},
+        {"type": "null"},
+    ]
+    return {
+        "type": "object",
+        "description": "Argument name → its new value, of the same JSON type as the old",
+        "minProperties": 1,
+        "maxProperties": 64,
+        "propertyNames": {"maxLength": 64, "pattern": STORABLE_PATTERN},
+        "additionalProperties": {
+            "anyOf": [*scalars, {"type": "array", "maxItems": 16, "items": {"anyOf": scalars}}]
+        },
+    }
+
+
+class EditIn(_In):
+    """An approver's edit of a pending tool call's arguments
+    (docs/protocol.md#editing-a-tool-call)."""
+
+    #: The hash of the tool call the person was shown; a different one is E_STALE_VIEW.
+    action_hash: Annotated[Text, Field(max_length=80)]
+    #: Argument name → its new value: only existing top-level arguments, each keeping its
+    #: JSON type, at least one changed (else E_INVALID).
+    set: Annotated[
+        dict[str, Any],
+        Field(min_length=1, max_length=64),
+        WithJsonSchema(_edit_values_schema()),
+    ]
+    note: Note = ""
+    #: The typed target, when the new proposal's policy asks for it.
+    confirm: Annotated[Text | None, Field(max_length=128)] = None
+
+
 class RejectIn(_In):
     reason_code: RejectReason
     note: Note = ""
@@ -397,6 +440,24 @@ class ExecutorRefusalOut(_Out):
     reported_at: int
 
 
+class ArgumentChangeOut(_Out):
+    argument: str
+    was: Any
+    now: Any
+
+
+class EditOut(_Out):
+    """How this proposal came to be: a person's edit of another one's arguments."""
+
+    #: The proposal it was edited from (now withdrawn, its ``superseded_by`` this one).
+    supersedes: str
+    by: str
+    note: str
+    at: int
+    #: The arguments whose values changed, in the call's order.
+    changes: list[ArgumentChangeOut]
+
+
 class ProposalOut(_Out):
     id: str
     state: ProposalState
@@ -435,6 +496,10 @@ class ProposalOut(_Out):
     outcome: OutcomeOut | None
     #: Refusals before use that executors reported (``POST /v1/refusals``), oldest first.
     executor_refusals: list[ExecutorRefusalOut]
+    #: On a tool call withdrawn by an edit: the proposal the edit made.
+    superseded_by: str | None = None
+    #: On the proposal an edit made: who edited what, from which proposal.
+    edit: EditOut | None = None
 
 
 class ProposalList(_Out):

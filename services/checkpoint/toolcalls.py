@@ -30,7 +30,13 @@ from airlock.protocol import (
 from .models import CLOUD_ACTION
 from .policy import action_tags
 
-__all__ = ["TOOL_RESOURCE_TYPE", "Submission", "parse_submission", "statement"]
+__all__ = [
+    "TOOL_RESOURCE_TYPE",
+    "Submission",
+    "parse_submission",
+    "statement",
+    "tool_submission",
+]
 
 #: ``proposals.resource_type`` of a tool call (and the ledger's, docs/protocol.md#ledger).
 TOOL_RESOURCE_TYPE: Final = "tool-call"
@@ -77,6 +83,11 @@ def parse_submission(body: bytes) -> Submission:
         "summary": None,
     }
     return Submission(action, canonical, action_hash(canonical), columns)
+
+
+def tool_submission(call: ToolCall, canonical: bytes, digest: str) -> Submission:
+    """A tool call made here (an edit's), as a submission of its canonical bytes."""
+    return Submission(call, canonical, digest, _tool_columns(call))
 
 
 def _tool_columns(call: ToolCall) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from .models import (
 from .schemas import (
     ApprovalOut,
     AuditOut,
+    EditOut,
     ExecutorRefusalOut,
     ExecutorResolutionOut,
     OutcomeOut,
@@ -211,6 +212,8 @@ def view(conn: Connection, row: Row[Any]) -> ProposalOut:
             )
             for n in notes
         ],
+        superseded_by=row.superseded_by,
+        edit=None if row.edit is None else EditOut.model_validate(json.loads(row.edit)),
     )
 
 

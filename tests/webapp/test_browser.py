@@ -27,6 +27,7 @@ import pytest
 from devstack.stack import ACCOUNT, PASSWORD, REGION, Stack, running_stack
 from services.executor import ReceiptSigner
 from services.executor.receipts import Receipt
+from tests.checkpoint.builders import tool_call_value
 
 pytestmark = pytest.mark.browser
 
@@ -815,3 +816,60 @@ def test_a_thousand_guesses_through_the_web_app_slow_the_guesser_not_alice(
     created = [e for e in events if e["type"] == "checkpoint.session.created"]
     assert created[-1]["user"] == "alice" and created[-1]["client"] == "127.0.0.1"
     assert not [e for e in events if e["type"] == "checkpoint.user.locked"]
+
+
+EDIT_PID = "prop_browseredit01"
+
+
+def test_alice_edits_a_tool_calls_argument_and_approves_the_edited_call(
+    stack: Stack, people: dict[str, Person]
+) -> None:
+    """An approver changes an argument in the Edit form; the browser lands on the new
+    proposal (changed value, who edited it from what, the vote counted); the old one
+    shows it is superseded. A tool call's approval is its gate's to use: the executor
+    has no part in it."""
+    old = stack.submit(
+        tool_call_value(
+            proposal_id=EDIT_PID,
+            target="order-4242",
+            effect_key="refund:order-4242",
+            arguments={"order": "order-4242", "amount": 12500, "currency": "EUR"},
+            summary="Refund 125.00 EUR on order-4242",
+        )
+    )
+    alice = people["alice"]
+    page = alice.open(EDIT_PID)
+    expect(page.locator("#state")).to_have_attribute("data-state", "pending")
+    page.click("#edit-details > summary")
+    amount = page.locator('input[data-argument="amount"]')
+    expect(amount).to_have_value("12500")
+    expect(page.locator('input[data-argument="currency"]')).to_have_value('"EUR"')
+    amount.fill("1500")
+    page.fill("#edit-note", "only the shipping was lost")
+    page.click("#edit-button")
+
+    # The new proposal's page: the edited value, who edited it from what, the vote.
+    expect(page.locator("#done")).to_contain_text("Your edit was recorded")
+    expect(page.locator("#edited")).to_contain_text(f"Edited by alice from {EDIT_PID}")
+    expect(page.locator("#edited-note")).to_have_text("only the shipping was lost")
+    change = page.locator("#changes tbody tr")
+    expect(change).to_have_count(1)
+    expect(change).to_contain_text("amount")
+    expect(change.locator("td").nth(1)).to_have_text("12500")
+    expect(change.locator("td").nth(2)).to_have_text("1500")
+    expect(page.locator("#arguments")).to_contain_text("1500")
+    expect(page.locator("#state")).to_have_attribute("data-state", "approved")
+    expect(page.locator(".votes-list")).to_contain_text("alice approved")
+    new_id = page.url.rsplit("/", 1)[-1]
+    assert new_id != EDIT_PID and new_id.startswith("prop_")
+    new = stack.agent_view(new_id)
+    assert new["action"]["arguments"]["amount"] == 1500
+    assert new["action_hash"] != old["action_hash"]
+
+    # The old one: superseded, withdrawn, nothing left to decide.
+    page.click("#edited-from")
+    expect(page.locator("#superseded")).to_contain_text(f"Superseded by {new_id}")
+    expect(page.locator("#state")).to_have_attribute("data-state", "withdrawn")
+    expect(page.locator("#edit-form")).to_have_count(0)
+    assert stack.agent_view(EDIT_PID)["superseded_by"] == new_id
+    assert alice.dialogs == []
