@@ -1,0 +1,331 @@
+"""``airlock mcp proxy --http PORT`` against the real FastMCP server subprocess and the
+fake checkpoint, with the SDK's own streamable HTTP client: the agent's side is HTTP,
+the relay and the gated path are the stdio proxy's. One fake checkpoint and one proxy
+process per config for the module; each test uses orders of its own."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+from airlock.mcp import ConfigError, ProxyConfig, serve_http
+from tests.gate.support import FakeCheckpoint, gate_files
+from tests.mcp.test_proxy import CONFIG, SERVER
+
+_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Stack:
+    """The fake checkpoint, the gate's files, and a proxy process per ``wait``."""
+
+    def __init__(self, fake: FakeCheckpoint, tmp: Path, env: dict[str, str]) -> None:
+        self.fake = fake
+        self.tmp = tmp
+        self.env = env
+        self.counter = tmp / "counter"
+        self._proxies: dict[float, tuple[subprocess.Popen[bytes], str]] = {}
+
+    def counted(self) -> list[str]:
+        return self.counter.read_text().split() if self.counter.exists() else []
+
+    def direct(self) -> list[str]:
+        return [sys.executable, SERVER, str(self.counter)]
+
+    def url(self, wait: float = 0) -> str:
+        """The endpoint of a proxy whose gated calls wait ``wait`` s; started once."""
+        if wait not in self._proxies:
+            config = self.tmp / f"airlock-mcp-{wait}.toml"
+            config.write_text(CONFIG.format(wait=wait, results=self.tmp / f"results-{wait}.db"))
+            port = _free_port()
+            command = [sys.executable, "-m", "airlock.cli", "mcp", "proxy", "--config"]
+            command += [str(config), "--http", str(port), "--", *self.direct()]
+            log = (self.tmp / f"proxy-{wait}.log").open("wb")
+            process = subprocess.Popen(command, env=self.env, stderr=log)
+            log.close()
+            self._proxies[wait] = (process, f"http://127.0.0.1:{port}/mcp")
+            deadline = time.monotonic() + 30
+            while True:
+                assert process.poll() is None, self.log(wait)
+                try:
+                    socket.create_connection(("127.0.0.1", port), 0.2).close()
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline, "the proxy did not listen"
+                    time.sleep(0.1)
+        return self._proxies[wait][1]
+
+    def log(self, wait: float = 0) -> str:
+        return (self.tmp / f"proxy-{wait}.log").read_text()
+
+    def proposal(self, effect_key: str) -> str | None:
+        found = [p for p, r in list(self.fake.proposals.items()) if r.call.effect_key == effect_key]
+        return found[0] if found else None
+
+    def stop(self) -> dict[float, int]:
+        codes = {}
+        for wait, (process, _) in self._proxies.items():
+            process.terminate()
+            codes[wait] = process.wait(30)
+        return codes
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    tmp = tmp_path_factory.mktemp("mcp-http")
+    fake = FakeCheckpoint()
+    with fake.serve() as url:
+        config = gate_files(tmp, checkpoint_url=url, ledger_url=f"sqlite:///{tmp / 'gate.db'}")
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "AIRLOCK_GATE_CHECKPOINT_URL": url,
+            "AIRLOCK_GATE_TOKEN": config.token,
+            "AIRLOCK_GATE_KEYS": str(config.keys),
+            "AIRLOCK_GATE_AUDIENCE": config.audience,
+            "AIRLOCK_GATE_LEDGER_URL": config.ledger_url,
+            "AIRLOCK_GATE_RECEIPT_KEY": str(config.receipt_key),
+        }
+        s = Stack(fake, tmp, env)
+        try:
+            yield s
+        finally:
+            codes = s.stop()
+        # SIGTERM ends the proxy (uvicorn re-raises the signal it caught); nothing crashed.
+        assert set(codes.values()) <= {0, -signal.SIGTERM}, codes
+        for wait in codes:
+            assert "Traceback" not in s.log(wait), s.log(wait)
+
+
+def _over_http(url: str, body: Any) -> Any:
+    """``(initialize result, body(session))`` in one MCP session over HTTP."""
+
+    async def main() -> Any:
+        async with (
+            streamable_http_client(url) as (read, write, _),
+            ClientSession(read, write) as session,
+        ):
+            init = await session.initialize()
+            return init, await body(session)
+
+    return asyncio.run(main())
+
+
+def _over_stdio(command: list[str], env: dict[str, str], body: Any) -> Any:
+    async def main() -> Any:
+        params = StdioServerParameters(command=command[0], args=command[1:], env=env)
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            init = await session.initialize()
+            return init, await body(session)
+
+    return asyncio.run(main())
+
+
+def _text(result: Any) -> str:
+    return "".join(c.text for c in result.content)
+
+
+def _airlock(result: Any) -> dict[str, Any]:
+    return dict((result.meta or {}).get("airlock", {}))
+
+
+def _refund(order: str, amount: int, times: int = 1) -> Any:
+    async def call(session: ClientSession) -> Any:
+        return [
+            await session.call_tool("refund", {"order": order, "amount": amount})
+            for _ in range(times)
+        ]
+
+    return call
+
+
+def test_tool_list_and_ungated_result_equal_a_direct_connection(stack: Stack) -> None:
+    async def body(session: ClientSession) -> Any:
+        tools = await session.list_tools()
+        echo = await session.call_tool("echo", {"text": "hi"})
+        return tools.model_dump(), echo.model_dump()
+
+    init, (tools, echo) = _over_http(stack.url(), body)
+    direct_init, (direct_tools, direct_echo) = _over_stdio(stack.direct(), stack.env, body)
+    assert init.model_dump() == direct_init.model_dump()
+    assert tools == direct_tools and echo == direct_echo
+    assert echo["content"][0]["text"] == "hi"
+
+
+def test_gated_call_over_http_waits_is_approved_runs_once_and_is_kept(stack: Stack) -> None:
+    (pending,) = _over_http(stack.url(), _refund("order-h1", 12500))[1]
+    assert pending.isError and _text(pending).startswith("E_PENDING")
+    status = _airlock(pending)
+    assert status["status"] == "pending"
+    assert status["proposal_id"] == stack.proposal("refund:order-h1")
+    assert status["url"] == f"https://airlock.test/proposals/{status['proposal_id']}"
+    assert "order-h1:12500" not in stack.counted()
+
+    stack.fake.approve(status["proposal_id"])
+    ran, kept = _over_http(stack.url(), _refund("order-h1", 12500, times=2))[1]
+    assert not ran.isError and _text(ran) == "refunded 12500 on order-h1"
+    assert _airlock(ran)["status"] == "executed"
+    assert kept.model_dump() == ran.model_dump()
+    assert [c for c in stack.counted() if c.startswith("order-h1:")] == ["order-h1:12500"]
+
+
+def _post(client: httpx.Client, url: str, body: bytes, **headers: str) -> httpx.Response:
+    return client.post(url, content=body, headers={**_HEADERS, **headers})
+
+
+def _sse_messages(response: httpx.Response) -> list[dict[str, Any]]:
+    return [
+        json.loads(line.removeprefix("data:"))
+        for line in response.text.splitlines()
+        if line.startswith("data:") and line.removeprefix("data:").strip()
+    ]
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        (b"{not json", -32700),
+        (b'{"jsonrpc":"2.0","id":1,"method":"tools/list"', -32700),
+        (b'{"jsonrpc":"2.0","id":1}', -32602),  # neither a request nor a response
+        (b'[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]', -32602),  # a batch
+    ],
+)
+def test_malformed_json_rpc_opening_a_session_gets_a_json_rpc_error(
+    stack: Stack, body: bytes, code: int
+) -> None:
+    with httpx.Client(timeout=10) as client:
+        answer = _post(client, stack.url(), body)
+    assert answer.status_code == 400
+    assert answer.json()["jsonrpc"] == "2.0" and answer.json()["error"]["code"] == code
+
+
+def test_malformed_json_rpc_in_a_session_gets_a_json_rpc_error_and_the_session_lives(
+    stack: Stack,
+) -> None:
+    url = stack.url()
+
+    async def main() -> Any:
+        async with (
+            streamable_http_client(url) as (read, write, session_id),
+            ClientSession(read, write) as session,
+        ):
+            init = await session.initialize()
+            headers = {
+                "Mcp-Session-Id": session_id() or "",
+                "Mcp-Protocol-Version": str(init.protocolVersion),
+            }
+            async with httpx.AsyncClient(timeout=10) as client:
+                junk = await client.post(url, content=b"{not json", headers={**_HEADERS, **headers})
+                # valid JSON-RPC, but no tools/call: the relay's own protocol error
+                bad = {
+                    "jsonrpc": "2.0",
+                    "id": "bad-1",
+                    "method": "tools/call",
+                    "params": {"name": "refund", "arguments": "order-h3"},
+                }
+                invalid = await client.post(
+                    url, content=json.dumps(bad).encode(), headers={**_HEADERS, **headers}
+                )
+            echo = await session.call_tool("echo", {"text": "still here"})
+            return junk, invalid, echo
+
+    junk, invalid, echo = asyncio.run(main())
+    assert junk.status_code == 400 and junk.json()["error"]["code"] == -32700
+    (answer,) = _sse_messages(invalid)
+    assert answer["id"] == "bad-1"
+    assert answer["error"]["code"] == -32600
+    assert answer["error"]["message"].startswith("E_INVALID")
+    assert _text(echo) == "still here"
+    assert stack.proposal("refund:order-h3") is None
+
+
+def test_two_agent_sessions_at_once_each_get_their_own_answers(stack: Stack) -> None:
+    url = stack.url(wait=30)
+
+    async def main() -> Any:
+        async with (
+            streamable_http_client(url) as (read_a, write_a, id_a),
+            ClientSession(read_a, write_a) as a,
+            streamable_http_client(url) as (read_b, write_b, id_b),
+            ClientSession(read_b, write_b) as b,
+        ):
+            await asyncio.gather(a.initialize(), b.initialize())
+            refund = asyncio.create_task(
+                a.call_tool("refund", {"order": "order-h4", "amount": 700})
+            )
+            deadline = time.monotonic() + 30
+            while (pid := stack.proposal("refund:order-h4")) is None:
+                assert time.monotonic() < deadline, "no proposal was made"
+                await asyncio.sleep(0.05)
+            # a's call waits for a person; b is served meanwhile
+            echoes = await asyncio.gather(
+                b.call_tool("echo", {"text": "from b"}), a.call_tool("echo", {"text": "from a"})
+            )
+            assert not refund.done()
+            stack.fake.approve(pid)
+            ran = await refund
+            # b's own server subprocess never ran it: the result a's run left is kept
+            kept = await b.call_tool("refund", {"order": "order-h4", "amount": 700})
+            return id_a(), id_b(), echoes, ran, kept
+
+    id_a, id_b, (echo_b, echo_a), ran, kept = asyncio.run(main())
+    assert id_a and id_b and id_a != id_b
+    assert (_text(echo_b), _text(echo_a)) == ("from b", "from a")
+    assert _text(ran) == "refunded 700 on order-h4"
+    assert kept.model_dump() == ran.model_dump()
+    assert [c for c in stack.counted() if c.startswith("order-h4:")] == ["order-h4:700"]
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{"Host": "attacker.example"}, {"Origin": "http://attacker.example"}],
+)
+def test_request_from_a_page_under_another_name_is_refused(
+    stack: Stack, headers: dict[str, str]
+) -> None:
+    """DNS rebinding: a page in the agent's browser reaching the proxy's port."""
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "0"},
+        },
+    }
+    with httpx.Client(timeout=10) as client:
+        answer = _post(client, stack.url(), json.dumps(init).encode(), **headers)
+    assert answer.status_code in (403, 421)
+    assert "Mcp-Session-Id" not in answer.headers
+
+
+def test_binding_a_non_loopback_address_is_refused_without_allow_remote(tmp_path: Path) -> None:
+    (tmp_path / "c.toml").write_text(CONFIG.format(wait=0, results=tmp_path / "r.db"))
+    config = ProxyConfig.load(tmp_path / "c.toml")
+
+    def no_gate() -> Any:
+        raise AssertionError("no gate is made for a refused bind")
+
+    with pytest.raises(ConfigError, match=r"E_CONFIG: --host 0\.0\.0\.0 is not a loopback"):
+        serve_http(config, no_gate, ["true"], port=_free_port(), host="0.0.0.0")
+    with pytest.raises(ConfigError, match="not a loopback"):
+        serve_http(config, no_gate, ["true"], port=_free_port(), host="proxy.example")
