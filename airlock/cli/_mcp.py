@@ -50,9 +50,9 @@ def proxy_command(
 ) -> None:
     """Serve an agent in front of COMMAND; a gated tools/call runs once approved.
 
-    On stdio every other message passes byte for byte; with --http each agent session
-    gets its own COMMAND and every other message passes equal as JSON. Reads the gate's
-    AIRLOCK_GATE_* settings.
+    Other messages pass byte for byte (stdio) or equal as JSON (--http, a COMMAND per session).
+
+    Reads the gate's AIRLOCK_GATE_* settings.
     """
     from airlock.gate import ConfigError as GateConfigError
     from airlock.gate import Gate
