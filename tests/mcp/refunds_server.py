@@ -2,8 +2,9 @@
 
 ``python refunds_server.py COUNTER``: each ``refund`` appends its order to COUNTER, so
 the file, not the proxy, says how often it ran. ``refunded_total`` is the premise tool,
-``find_refund`` the lookup tool, ``echo`` an ungated tool; ``broken_premise``,
-``partial_premise`` and ``garbage_lookup`` answer what the proxy must not trust.
+``find_refund`` the lookup tool, ``echo`` an ungated tool, ``steps`` one that reports
+progress; ``broken_premise``, ``partial_premise`` and ``garbage_lookup`` answer what the
+proxy must not trust.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from mcp.server.fastmcp import FastMCP
+from mcp.server.fastmcp import Context, FastMCP
 
 COUNTER = Path(sys.argv[1])
 server = FastMCP("refunds")
@@ -65,6 +66,14 @@ def garbage_lookup(effect_key: str) -> str:
 def echo(text: str) -> str:
     """Say it back."""
     return text
+
+
+@server.tool()
+async def steps(n: int, ctx: Context) -> str:  # type: ignore[type-arg]
+    """Report n steps of progress, then say done."""
+    for i in range(n):
+        await ctx.report_progress(i + 1, n)
+    return "done"
 
 
 if __name__ == "__main__":

@@ -217,10 +217,9 @@ def test_malformed_json_rpc_opening_a_session_gets_a_json_rpc_error(
     assert answer.json()["jsonrpc"] == "2.0" and answer.json()["error"]["code"] == code
 
 
-def test_malformed_json_rpc_in_a_session_gets_a_json_rpc_error_and_the_session_lives(
-    stack: Stack,
-) -> None:
-    url = stack.url()
+def _raw_in_session(url: str, bodies: list[bytes]) -> tuple[list[httpx.Response], Any]:
+    """Open a session with the SDK's client, POST each of ``bodies`` in it by hand, then
+    call ``echo`` through the client: the raw answers and the echo."""
 
     async def main() -> Any:
         async with (
@@ -229,25 +228,28 @@ def test_malformed_json_rpc_in_a_session_gets_a_json_rpc_error_and_the_session_l
         ):
             init = await session.initialize()
             headers = {
+                **_HEADERS,
                 "Mcp-Session-Id": session_id() or "",
                 "Mcp-Protocol-Version": str(init.protocolVersion),
             }
             async with httpx.AsyncClient(timeout=10) as client:
-                junk = await client.post(url, content=b"{not json", headers={**_HEADERS, **headers})
-                # valid JSON-RPC, but no tools/call: the relay's own protocol error
-                bad = {
-                    "jsonrpc": "2.0",
-                    "id": "bad-1",
-                    "method": "tools/call",
-                    "params": {"name": "refund", "arguments": "order-h3"},
-                }
-                invalid = await client.post(
-                    url, content=json.dumps(bad).encode(), headers={**_HEADERS, **headers}
-                )
-            echo = await session.call_tool("echo", {"text": "still here"})
-            return junk, invalid, echo
+                answers = [await client.post(url, content=b, headers=headers) for b in bodies]
+            return answers, await session.call_tool("echo", {"text": "still here"})
 
-    junk, invalid, echo = asyncio.run(main())
+    return asyncio.run(main())  # type: ignore[no-any-return]
+
+
+def test_malformed_json_rpc_in_a_session_gets_a_json_rpc_error_and_the_session_lives(
+    stack: Stack,
+) -> None:
+    # valid JSON-RPC, but no valid tools/call: the relay's own protocol error
+    bad = {
+        "jsonrpc": "2.0",
+        "id": "bad-1",
+        "method": "tools/call",
+        "params": {"name": "refund", "arguments": "order-h3"},
+    }
+    (junk, invalid), echo = _raw_in_session(stack.url(), [b"{not json", json.dumps(bad).encode()])
     assert junk.status_code == 400 and junk.json()["error"]["code"] == -32700
     (answer,) = _sse_messages(invalid)
     assert answer["id"] == "bad-1"
@@ -255,6 +257,21 @@ def test_malformed_json_rpc_in_a_session_gets_a_json_rpc_error_and_the_session_l
     assert answer["error"]["message"].startswith("E_INVALID")
     assert _text(echo) == "still here"
     assert stack.proposal("refund:order-h3") is None
+
+
+def test_progress_goes_on_the_stream_of_the_request_that_asked_for_it(stack: Stack) -> None:
+    call = {
+        "jsonrpc": "2.0",
+        "id": "steps-1",
+        "method": "tools/call",
+        "params": {"name": "steps", "arguments": {"n": 2}, "_meta": {"progressToken": "t-1"}},
+    }
+    (answer,), _ = _raw_in_session(stack.url(), [json.dumps(call).encode()])
+    messages = _sse_messages(answer)
+    progress = [m["params"] for m in messages if m.get("method") == "notifications/progress"]
+    assert [(p["progressToken"], p["progress"]) for p in progress] == [("t-1", 1), ("t-1", 2)]
+    assert messages[-1]["id"] == "steps-1"
+    assert messages[-1]["result"]["content"][0]["text"] == "done"
 
 
 def test_two_agent_sessions_at_once_each_get_their_own_answers(stack: Stack) -> None:
