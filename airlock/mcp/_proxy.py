@@ -1,4 +1,4 @@
-"""An MCP stdio proxy that puts an Airlock approval in front of the tools it is told to.
+"""An MCP proxy that puts an Airlock approval in front of the tools it is told to.
 
 It is a raw JSON-RPC relay, not an MCP server of its own: each line the agent writes is
 forwarded to the real server's stdin as the very bytes it read, and each line the server
@@ -65,6 +65,8 @@ __all__ = ["Proxy", "run"]
 _LINE_LIMIT: Final = 32 << 20
 #: How long a premise or lookup tool may take to answer.
 _AUX_TIMEOUT_S: Final = 30.0
+#: How long the server may take to exit once the agent is gone, before SIGTERM, SIGKILL.
+_EXIT_GRACE_S: Final = 5.0
 _INVALID_REQUEST: Final = -32600
 _PARSE_ERROR: Final = -32700
 
@@ -133,7 +135,8 @@ def _arguments_sha(tool: str, arguments: dict[str, Any]) -> str:
 
 
 class Proxy:
-    """One proxy between an agent (``agent_in``/``agent_out``) and a server subprocess.
+    """One proxy between an agent and a server subprocess: :meth:`relay` over lines, the
+    agent on stdio (:meth:`serve`) or one session over HTTP (:mod:`._http`).
 
     Args:
         config: the gated tools (:class:`ProxyConfig`).
@@ -492,6 +495,13 @@ class Proxy:
                 await self._from_agent(line)
             assert self._child.stdin is not None
             self._child.stdin.close()
+            # MCP stdio shutdown: the server may take a while to exit, then is stopped.
+            for stop in (self._child.terminate, self._child.kill):
+                try:
+                    await asyncio.wait_for(self._child.wait(), _EXIT_GRACE_S)
+                    return
+                except TimeoutError:
+                    stop()
 
         async def server_side() -> None:
             assert self._child.stdout is not None

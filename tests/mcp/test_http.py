@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -43,7 +44,7 @@ class Stack:
         self.tmp = tmp
         self.env = env
         self.counter = tmp / "counter"
-        self._proxies: dict[float, tuple[subprocess.Popen[bytes], str]] = {}
+        self._proxies: dict[str, tuple[subprocess.Popen[bytes], str, Any]] = {}
 
     def counted(self) -> list[str]:
         return self.counter.read_text().split() if self.counter.exists() else []
@@ -51,41 +52,46 @@ class Stack:
     def direct(self) -> list[str]:
         return [sys.executable, SERVER, str(self.counter)]
 
-    def url(self, wait: float = 0) -> str:
-        """The endpoint of a proxy whose gated calls wait ``wait`` s; started once."""
-        if wait not in self._proxies:
-            config = self.tmp / f"airlock-mcp-{wait}.toml"
-            config.write_text(CONFIG.format(wait=wait, results=self.tmp / f"results-{wait}.db"))
-            port = _free_port()
-            command = [sys.executable, "-m", "airlock.cli", "mcp", "proxy", "--config"]
-            command += [str(config), "--http", str(port), "--", *self.direct()]
-            log = (self.tmp / f"proxy-{wait}.log").open("wb")
-            process = subprocess.Popen(command, env=self.env, stderr=log)
-            log.close()
-            self._proxies[wait] = (process, f"http://127.0.0.1:{port}/mcp")
-            deadline = time.monotonic() + 30
-            while True:
-                assert process.poll() is None, self.log(wait)
-                try:
-                    socket.create_connection(("127.0.0.1", port), 0.2).close()
-                    break
-                except OSError:
-                    assert time.monotonic() < deadline, "the proxy did not listen"
-                    time.sleep(0.1)
-        return self._proxies[wait][1]
+    def url(self, wait: float = 0, server: list[str] | None = None) -> str:
+        """The endpoint of a proxy whose gated calls wait ``wait`` s, in front of
+        ``server`` (default the refunds server); started once."""
+        command = server or self.direct()
+        name = f"{wait}-{len(self._proxies)}"
+        for _, url, started in self._proxies.values():
+            if started == (wait, command):
+                return url
+        config = self.tmp / f"airlock-mcp-{name}.toml"
+        config.write_text(CONFIG.format(wait=wait, results=self.tmp / "results.db"))
+        port = _free_port()
+        proxy = [sys.executable, "-m", "airlock.cli", "mcp", "proxy", "--config", str(config)]
+        proxy += ["--http", str(port), "--", *command]
+        log = (self.tmp / f"proxy-{name}.log").open("wb")
+        process = subprocess.Popen(proxy, env=self.env, stderr=log)
+        log.close()
+        url = f"http://127.0.0.1:{port}/mcp"
+        self._proxies[name] = (process, url, (wait, command))
+        deadline = time.monotonic() + 30
+        while True:
+            assert process.poll() is None, self.log(name)
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                return url
+            except OSError:
+                assert time.monotonic() < deadline, "the proxy did not listen"
+                time.sleep(0.1)
 
-    def log(self, wait: float = 0) -> str:
-        return (self.tmp / f"proxy-{wait}.log").read_text()
+    def log(self, name: str) -> str:
+        return (self.tmp / f"proxy-{name}.log").read_text()
 
     def proposal(self, effect_key: str) -> str | None:
         found = [p for p, r in list(self.fake.proposals.items()) if r.call.effect_key == effect_key]
         return found[0] if found else None
 
-    def stop(self) -> dict[float, int]:
+    def stop(self) -> dict[str, int]:
         codes = {}
-        for wait, (process, _) in self._proxies.items():
+        for name, (process, _, _) in self._proxies.items():
             process.terminate()
-            codes[wait] = process.wait(30)
+            codes[name] = process.wait(30)
         return codes
 
 
@@ -111,8 +117,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             codes = s.stop()
         # SIGTERM ends the proxy (uvicorn re-raises the signal it caught); nothing crashed.
         assert set(codes.values()) <= {0, -signal.SIGTERM}, codes
-        for wait in codes:
-            assert "Traceback" not in s.log(wait), s.log(wait)
+        for name in codes:
+            assert "Traceback" not in s.log(name), s.log(name)
 
 
 def _over_http(url: str, body: Any) -> Any:
@@ -346,3 +352,35 @@ def test_binding_a_non_loopback_address_is_refused_without_allow_remote(tmp_path
         serve_http(config, no_gate, ["true"], port=_free_port(), host="0.0.0.0")
     with pytest.raises(ConfigError, match="not a loopback"):
         serve_http(config, no_gate, ["true"], port=_free_port(), host="proxy.example")
+
+
+def test_server_that_ignores_the_end_of_its_session_is_stopped(stack: Stack) -> None:
+    """A server that does not exit when its stdin closes is stopped (SIGTERM after a
+    grace), not left running for every session that ever ended."""
+    pid_file = stack.tmp / "deaf.pid"
+    deaf = (
+        "import os, runpy, sys, time; "
+        f"open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
+        f"sys.argv = [{SERVER!r}, {str(stack.counter)!r}]; "
+        f"runpy.run_path({SERVER!r}, run_name='__main__'); time.sleep(60)"
+    )
+    url = stack.url(server=[sys.executable, "-c", deaf])
+
+    async def body(session: ClientSession) -> Any:
+        return await session.call_tool("echo", {"text": "hi"})
+
+    _, echo = _over_http(url, body)  # the client ends the session (DELETE) on leaving
+    assert _text(echo) == "hi"
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + 30
+    while _alive(pid):
+        assert time.monotonic() < deadline, "the server outlived its session"
+        time.sleep(0.2)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
