@@ -30,6 +30,18 @@ from tests.mcp.test_proxy import CONFIG, SERVER
 _HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
+_INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "0"},
+    },
+}
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -49,8 +61,24 @@ class Stack:
     def counted(self) -> list[str]:
         return self.counter.read_text().split() if self.counter.exists() else []
 
+    def started(self) -> int:
+        """How many refunds servers were started so far."""
+        starts = self.counter.with_suffix(".starts")
+        return len(starts.read_text().split()) if starts.exists() else 0
+
     def direct(self) -> list[str]:
         return [sys.executable, SERVER, str(self.counter)]
+
+    def deaf(self) -> list[str]:
+        """The refunds server in a process that stays 60 s after its stdin closed; each
+        writes its pid to ``deaf.pid``."""
+        code = (
+            "import os, runpy, sys, time; "
+            f"open({str(self.tmp / 'deaf.pid')!r}, 'w').write(str(os.getpid())); "
+            f"sys.argv = [{SERVER!r}, {str(self.counter)!r}]; "
+            f"runpy.run_path({SERVER!r}, run_name='__main__'); time.sleep(60)"
+        )
+        return [sys.executable, "-c", code]
 
     def url(self, wait: float = 0, server: list[str] | None = None) -> str:
         """The endpoint of a proxy whose gated calls wait ``wait`` s, in front of
@@ -177,16 +205,21 @@ def test_tool_list_and_ungated_result_equal_a_direct_connection(stack: Stack) ->
 
 
 def test_gated_call_over_http_waits_is_approved_runs_once_and_is_kept(stack: Stack) -> None:
-    (pending,) = _over_http(stack.url(), _refund("order-h1", 12500))[1]
+    async def body(session: ClientSession) -> Any:
+        arguments = {"order": "order-h1", "amount": 12500}
+        pending = await session.call_tool("refund", arguments)
+        before = stack.counted()
+        stack.fake.approve(_airlock(pending)["proposal_id"])
+        ran = await session.call_tool("refund", arguments)
+        return pending, before, ran, await session.call_tool("refund", arguments)
+
+    pending, before, ran, kept = _over_http(stack.url(), body)[1]
     assert pending.isError and _text(pending).startswith("E_PENDING")
     status = _airlock(pending)
     assert status["status"] == "pending"
     assert status["proposal_id"] == stack.proposal("refund:order-h1")
     assert status["url"] == f"https://airlock.test/proposals/{status['proposal_id']}"
-    assert "order-h1:12500" not in stack.counted()
-
-    stack.fake.approve(status["proposal_id"])
-    ran, kept = _over_http(stack.url(), _refund("order-h1", 12500, times=2))[1]
+    assert "order-h1:12500" not in before
     assert not ran.isError and _text(ran) == "refunded 12500 on order-h1"
     assert _airlock(ran)["status"] == "executed"
     assert kept.model_dump() == ran.model_dump()
@@ -281,7 +314,7 @@ def test_progress_goes_on_the_stream_of_the_request_that_asked_for_it(stack: Sta
 
 
 def test_two_agent_sessions_at_once_each_get_their_own_answers(stack: Stack) -> None:
-    url = stack.url(wait=30)
+    url = stack.url(wait=30, server=stack.deaf())
 
     async def main() -> Any:
         async with (
@@ -325,20 +358,28 @@ def test_request_from_a_page_under_another_name_is_refused(
     stack: Stack, headers: dict[str, str], status: int
 ) -> None:
     """DNS rebinding: a page in the agent's browser reaching the proxy's port."""
-    init = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "t", "version": "0"},
-        },
-    }
     with httpx.Client(timeout=10) as client:
-        answer = _post(client, stack.url(), json.dumps(init).encode(), **headers)
+        answer = _post(client, stack.url(), json.dumps(_INIT).encode(), **headers)
     assert answer.status_code == status
     assert "Mcp-Session-Id" not in answer.headers
+
+
+def test_requests_that_open_no_session_start_no_server(stack: Stack) -> None:
+    """A bad body, or one from a page under another name, costs the proxy no process:
+    only the good session that follows starts a server (each writes a line at start)."""
+    url = stack.url()
+    started = stack.started()
+    with httpx.Client(timeout=10) as client:
+        for sent in (b"{not json", b'{"jsonrpc":"2.0","id":1}', json.dumps(_INIT).encode()):
+            assert _post(client, url, sent, Host="attacker.example").status_code == 421
+            assert _post(client, url, sent, Origin="http://x.example").status_code == 403
+        assert _post(client, url, b"{not json").status_code == 400
+
+    async def body(session: ClientSession) -> Any:
+        return await session.call_tool("echo", {"text": "hi"})
+
+    _over_http(url, body)
+    assert stack.started() == started + 1
 
 
 def test_binding_a_non_loopback_address_is_refused_without_allow_remote(tmp_path: Path) -> None:
@@ -357,21 +398,14 @@ def test_binding_a_non_loopback_address_is_refused_without_allow_remote(tmp_path
 def test_server_that_ignores_the_end_of_its_session_is_stopped(stack: Stack) -> None:
     """A server that does not exit when its stdin closes is stopped (SIGTERM after a
     grace), not left running for every session that ever ended."""
-    pid_file = stack.tmp / "deaf.pid"
-    deaf = (
-        "import os, runpy, sys, time; "
-        f"open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
-        f"sys.argv = [{SERVER!r}, {str(stack.counter)!r}]; "
-        f"runpy.run_path({SERVER!r}, run_name='__main__'); time.sleep(60)"
-    )
-    url = stack.url(server=[sys.executable, "-c", deaf])
+    url = stack.url(wait=30, server=stack.deaf())
 
     async def body(session: ClientSession) -> Any:
         return await session.call_tool("echo", {"text": "hi"})
 
     _, echo = _over_http(url, body)  # the client ends the session (DELETE) on leaving
     assert _text(echo) == "hi"
-    pid = int(pid_file.read_text())
+    pid = int((stack.tmp / "deaf.pid").read_text())  # this session's: it started last
     deadline = time.monotonic() + 30
     while _alive(pid):
         assert time.monotonic() < deadline, "the server outlived its session"
