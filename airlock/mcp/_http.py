@@ -40,6 +40,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from airlock.gate import Gate
+from airlock.text import inert_log_config
 
 from ._config import ProxyConfig
 from ._proxy import Proxy
@@ -258,6 +259,9 @@ def serve_http(
             port=port,
             lifespan="on",
             log_level="warning",
+            # Every line escaped (airlock.text): the SDK logs a refused request's Host.
+            log_config=inert_log_config("WARNING"),
+            access_log=False,
             # An agent's open GET stream would otherwise hold the shutdown forever.
             timeout_graceful_shutdown=5,
         )
