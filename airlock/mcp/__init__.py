@@ -1,14 +1,15 @@
 """``airlock mcp proxy``: an Airlock approval in front of any MCP tool server (docs/mcp.md).
 
-The proxy relays an agent's stdio MCP session to the real server untouched, except a
-``tools/call`` of a tool the config names: that call goes through :mod:`airlock.gate`
-and runs once a person approved exactly it.
+The proxy relays an agent's MCP session (stdio, or streamable HTTP) to the real server
+untouched, except a ``tools/call`` of a tool the config names: that call goes through
+:mod:`airlock.gate` and runs once a person approved exactly it.
 
 Imports the kernel, :mod:`airlock.gate` and the ``mcp`` SDK; never a service, the web app
 or the CLI toolkit.
 """
 
 from ._config import GatedTool, Lookup, Premise, ProxyConfig
+from ._http import serve_http
 from ._proxy import Proxy, run
 from .errors import ConfigError, Error
 
@@ -21,4 +22,5 @@ __all__ = [
     "Proxy",
     "ProxyConfig",
     "run",
+    "serve_http",
 ]

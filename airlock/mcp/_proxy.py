@@ -1,4 +1,4 @@
-"""An MCP stdio proxy that puts an Airlock approval in front of the tools it is told to.
+"""An MCP proxy that puts an Airlock approval in front of the tools it is told to.
 
 It is a raw JSON-RPC relay, not an MCP server of its own: each line the agent writes is
 forwarded to the real server's stdin as the very bytes it read, and each line the server
@@ -39,7 +39,7 @@ import json
 import secrets
 import sqlite3
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, Final
 
@@ -66,6 +66,8 @@ __all__ = ["Proxy", "run"]
 _LINE_LIMIT: Final = 32 << 20
 #: How long a premise or lookup tool may take to answer.
 _AUX_TIMEOUT_S: Final = 30.0
+#: How long the server may take to exit once the agent is gone, before SIGTERM, SIGKILL.
+_EXIT_GRACE_S: Final = 5.0
 _INVALID_REQUEST: Final = -32600
 _PARSE_ERROR: Final = -32700
 
@@ -162,7 +164,8 @@ def _arguments_sha(tool: str, arguments: dict[str, Any]) -> str:
 
 
 class Proxy:
-    """One proxy between an agent (``agent_in``/``agent_out``) and a server subprocess.
+    """One proxy between an agent and a server subprocess: :meth:`relay` over lines, the
+    agent on stdio (:meth:`serve`) or one session over HTTP (:mod:`._http`).
 
     Args:
         config: the gated tools (:class:`ProxyConfig`).
@@ -325,8 +328,7 @@ class Proxy:
         await self._child.stdin.drain()
 
     def _to_agent(self, line: bytes) -> None:
-        self._out.write(line)
-        self._out.flush()
+        self._send(line)
 
     def _answer(self, request_id: Any, result: dict[str, Any]) -> None:
         message = {"jsonrpc": "2.0", "id": request_id, "result": result}
@@ -490,10 +492,27 @@ class Proxy:
             self._recovered.set()
 
     async def serve(self, agent_in: asyncio.StreamReader, agent_out: Any) -> int:
-        """Relay until the agent closes its input or the server exits; the server's exit
-        code."""
+        """Relay an agent on a byte stream (stdio) until it closes its input or the
+        server exits; the server's exit code."""
+
+        async def lines() -> AsyncIterator[bytes]:
+            while line := await agent_in.readline():
+                yield line
+
+        def send(line: bytes) -> None:
+            agent_out.write(line)
+            agent_out.flush()
+
+        return await self.relay(lines(), send)
+
+    async def relay(self, agent_lines: AsyncIterator[bytes], send: Callable[[bytes], None]) -> int:
+        """The relay under every transport: start the server, pass each of
+        ``agent_lines`` (one JSON-RPC message each) to it or through the gate, and each
+        line the server writes, and the proxy's own answers, to ``send``. Until the
+        lines end or the server exits; the server's exit code. Cancelled, it kills the
+        server."""
         self._loop = asyncio.get_running_loop()
-        self._out = agent_out
+        self._send = send
         self._recovered = asyncio.Event()
         self._child = await asyncio.create_subprocess_exec(
             *self.command,
@@ -504,10 +523,17 @@ class Proxy:
         recovery = asyncio.create_task(self._start())
 
         async def agent_side() -> None:
-            while line := await agent_in.readline():
+            async for line in agent_lines:
                 await self._from_agent(line)
             assert self._child.stdin is not None
             self._child.stdin.close()
+            # MCP stdio shutdown: the server may take a while to exit, then is stopped.
+            for stop in (self._child.terminate, self._child.kill):
+                try:
+                    await asyncio.wait_for(self._child.wait(), _EXIT_GRACE_S)
+                    return
+                except TimeoutError:
+                    stop()
 
         async def server_side() -> None:
             assert self._child.stdout is not None
@@ -515,15 +541,18 @@ class Proxy:
                 self._from_server(line)
 
         agent = asyncio.create_task(agent_side())
-        await server_side()
-        code = await self._child.wait()
-        for future in self._waiting.values():
-            if not future.done():
-                future.set_exception(UpstreamError("E_UPSTREAM: the server exited"))
-        for task in (agent, recovery, *self._tasks):
-            task.cancel()
-        self._results.close()
-        return code
+        try:
+            await server_side()
+            return await self._child.wait()
+        finally:
+            if self._child.returncode is None:
+                self._child.kill()
+            for future in self._waiting.values():
+                if not future.done():
+                    future.set_exception(UpstreamError("E_UPSTREAM: the server exited"))
+            for task in (agent, recovery, *self._tasks):
+                task.cancel()
+            self._results.close()
 
 
 async def _stdin_reader() -> asyncio.StreamReader:

@@ -1,8 +1,9 @@
 """A tiny MCP refunds server (the SDK's FastMCP) for the proxy's tests.
 
 ``python refunds_server.py COUNTER``: each ``refund`` appends its order to COUNTER, so
-the file, not the proxy, says how often it ran. ``refunded_total`` is the premise tool,
-``find_refund`` the lookup tool, ``echo`` an ungated tool; ``broken_premise``,
+the file, not the proxy, says how often it ran; each start appends a line to
+COUNTER.starts. ``refunded_total`` is the premise tool, ``find_refund`` the lookup tool,
+``echo`` an ungated tool, ``steps`` one that reports progress; ``broken_premise``,
 ``partial_premise`` and ``garbage_lookup`` answer what the proxy must not trust.
 """
 
@@ -11,9 +12,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from mcp.server.fastmcp import FastMCP
-
 COUNTER = Path(sys.argv[1])
+# A start is counted before the slow import, so a server stopped at once counts too.
+with COUNTER.with_suffix(".starts").open("a") as starts:
+    starts.write("start\n")
+
+from mcp.server.fastmcp import Context, FastMCP  # noqa: E402
+
 server = FastMCP("refunds")
 
 
@@ -65,6 +70,14 @@ def garbage_lookup(effect_key: str) -> str:
 def echo(text: str) -> str:
     """Say it back."""
     return text
+
+
+@server.tool()
+async def steps(n: int, ctx: Context) -> str:  # type: ignore[type-arg]
+    """Report n steps of progress, then say done."""
+    for i in range(n):
+        await ctx.report_progress(i + 1, n)
+    return "done"
 
 
 if __name__ == "__main__":
