@@ -143,6 +143,18 @@ def test_edit_makes_a_new_proposal_that_supersedes_the_old(world: World) -> None
     assert event["changes"] == [{"argument": "amount", "was": 12500, "now": 1500}]
     vote = audit_events(world, "checkpoint.vote.approve")[-1]
     assert (vote["proposal_id"], vote["by"]) == (new["id"], "alice")
+    # The trace of either proposal tells the whole story (airlock audit trace).
+    with read_transaction(world.checkpoint.engine) as conn:
+        lines = list(export(conn))
+    for asked in (old["id"], new["id"]):
+        told = trace(asked, {"checkpoint": lambda: iter(lines)})
+        assert told.proposals == sorted([old["id"], new["id"]])
+        assert [e.event["type"] for e in told.events] == [
+            "checkpoint.proposal.submitted",
+            "checkpoint.proposal.edited",
+            "checkpoint.vote.approve",
+            "checkpoint.approval.issued",
+        ]
 
 
 def test_high_risk_edit_needs_the_typed_target_and_a_second_person(big_world: World) -> None:
@@ -171,22 +183,22 @@ def test_high_risk_edit_needs_the_typed_target_and_a_second_person(big_world: Wo
     done = world.approve("bob", new["id"], new["action_hash"], confirm="order-881").json()
     assert done["state"] == "approved"
     assert [v["voter"] for v in done["votes"]] == ["alice", "bob"]
-
-
-def test_an_edited_proposal_can_be_edited_again(big_world: World) -> None:
-    world = big_world
-    old = submit_tool(world).json()
-    first = edit(world, "alice", old, {"amount": 50000}, confirm="order-881").json()
-    assert first["state"] == "pending"
-    second = edit(world, "bob", first, {"amount": 20000})
-    assert second.status_code == 200, second.text
-    body = second.json()
-    assert body["state"] == "approved"  # 200.00: one person, and bob's edit is his vote
-    assert [v["voter"] for v in body["votes"]] == ["bob"]  # alice's was for other bytes
-    assert body["edit"]["supersedes"] == first["id"]
-    assert body["edit"]["changes"] == [{"argument": "amount", "was": 50000, "now": 20000}]
-    chain = world.client.get(f"/v1/proposals/{first['id']}", headers=world.auth("bob")).json()
-    assert (chain["state"], chain["superseded_by"]) == ("withdrawn", body["id"])
+    # Another call edited up the same way: bob may instead edit it down again, and his
+    # edit is the one vote it then needs (alice's was for other bytes: not carried over).
+    other = submit_tool(
+        world, proposal_id="prop_tool0000002", effect_key="refund:order-882",
+        target="order-882", arguments={"order": "order-882", "amount": 100, "currency": "EUR"},
+    ).json()  # fmt: skip
+    up = edit(world, "alice", other, {"amount": 50000}, confirm="order-882").json()
+    down = edit(world, "bob", up, {"amount": 20000})
+    assert down.status_code == 200, down.text
+    last = down.json()
+    assert (last["state"], last["policy"]["quorum"]) == ("approved", 1)
+    assert [v["voter"] for v in last["votes"]] == ["bob"]
+    assert last["edit"]["supersedes"] == up["id"]
+    assert last["edit"]["changes"] == [{"argument": "amount", "was": 50000, "now": 20000}]
+    chain = world.client.get(f"/v1/proposals/{up['id']}", headers=world.auth("bob")).json()
+    assert (chain["state"], chain["superseded_by"]) == ("withdrawn", last["id"])
 
 
 #: Edits refused as malformed (E_INVALID), each changing nothing.
@@ -262,19 +274,3 @@ def test_the_edit_keeps_one_open_proposal_per_effect_key(world: World) -> None:
             )
         ).scalars()
         assert list(open_rows) == [new["id"]]
-
-
-def test_the_trace_of_either_proposal_tells_the_whole_edit(world: World) -> None:
-    old = submit_tool(world).json()
-    new = edit(world, "alice", old, {"amount": 1500}).json()
-    with read_transaction(world.checkpoint.engine) as conn:
-        lines = list(export(conn))
-    for asked in (old["id"], new["id"]):
-        told = trace(asked, {"checkpoint": lambda: iter(lines)})
-        assert told.proposals == sorted([old["id"], new["id"]])
-        assert [e.event["type"] for e in told.events] == [
-            "checkpoint.proposal.submitted",
-            "checkpoint.proposal.edited",
-            "checkpoint.vote.approve",
-            "checkpoint.approval.issued",
-        ]
