@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ import sqlalchemy as sa
 from airlock.protocol import KeySet, ToolBinding, ToolCall, action_hash, verify_bundle
 from airlock.store import export, read_transaction
 from airlock.trace import trace
+from services.checkpoint.auth import Principal
+from services.checkpoint.errors import Refusal
 from services.checkpoint.policy import Policy
 
 from .harness import World, audit_events, make_world
@@ -274,3 +277,49 @@ def test_the_edit_keeps_one_open_proposal_per_effect_key(world: World) -> None:
             )
         ).scalars()
         assert list(open_rows) == [new["id"]]
+
+
+@pytest.mark.postgres
+def test_two_people_editing_at_once_make_one_new_proposal(pg_url: str, tmp_path: Path) -> None:
+    """On PostgreSQL, where two transactions really run at once: the row lock lets one
+    edit through; the other finds the call superseded and writes nothing."""
+    world = make_world(pg_url, tmp_path)
+    try:
+        old = submit_tool(world).json()
+        barrier = threading.Barrier(2)
+        answers: dict[str, Any] = {}
+
+        def edit_as(name: str, amount: int) -> None:
+            barrier.wait(10)
+            try:
+                answers[name] = world.checkpoint.edit(
+                    Principal(name, "user", "approver"),
+                    old["id"],
+                    old["action_hash"],
+                    {"amount": amount},
+                    confirm=None,
+                    note="",
+                ).id
+            except Refusal as exc:
+                answers[name] = exc.code.value
+
+        threads = [
+            threading.Thread(target=edit_as, args=(name, amount))
+            for name, amount in (("alice", 1500), ("bob", 1600))
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert sorted(answers) == ["alice", "bob"]
+        made = [v for v in answers.values() if v.startswith("prop_")]
+        assert len(made) == 1 and "E_STATE" in answers.values(), answers
+        with world.checkpoint.engine.connect() as conn:
+            rows = conn.execute(sa.text("SELECT id, state FROM proposals ORDER BY id")).all()
+        assert sorted(tuple(r) for r in rows) == sorted(
+            [(old["id"], "withdrawn"), (made[0], "approved")]
+        )
+        assert len(audit_events(world, "checkpoint.proposal.edited")) == 1
+    finally:
+        world.client.close()
+        world.checkpoint.db.dispose()
