@@ -1,5 +1,6 @@
-"""The proposal lifecycle: submit, vote, sign, reject, revoke, withdraw, resolve and
-sweep; and :class:`Checkpoint`, the one face the routes, the app and the CLI use.
+"""The proposal lifecycle: submit, vote, edit (a tool call), sign, reject, revoke,
+withdraw, resolve and sweep; and :class:`Checkpoint`, the one face the routes, the app
+and the CLI use.
 
 Every state change, the envelope it may issue, its feed entry and its audit event are one
 database transaction, its steps in the order :mod:`services.checkpoint._tx` sets out.

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ import sqlalchemy as sa
 from airlock.protocol import KeySet, ToolBinding, ToolCall, action_hash, verify_bundle
 from airlock.store import export, read_transaction
 from airlock.trace import trace
+from services.checkpoint.auth import Principal
+from services.checkpoint.errors import Refusal
 from services.checkpoint.policy import Policy
 
 from .harness import World, audit_events, make_world
@@ -143,6 +146,18 @@ def test_edit_makes_a_new_proposal_that_supersedes_the_old(world: World) -> None
     assert event["changes"] == [{"argument": "amount", "was": 12500, "now": 1500}]
     vote = audit_events(world, "checkpoint.vote.approve")[-1]
     assert (vote["proposal_id"], vote["by"]) == (new["id"], "alice")
+    # The trace of either proposal tells the whole story (airlock audit trace).
+    with read_transaction(world.checkpoint.engine) as conn:
+        lines = list(export(conn))
+    for asked in (old["id"], new["id"]):
+        told = trace(asked, {"checkpoint": lambda: iter(lines)})
+        assert told.proposals == sorted([old["id"], new["id"]])
+        assert [e.event["type"] for e in told.events] == [
+            "checkpoint.proposal.submitted",
+            "checkpoint.proposal.edited",
+            "checkpoint.vote.approve",
+            "checkpoint.approval.issued",
+        ]
 
 
 def test_high_risk_edit_needs_the_typed_target_and_a_second_person(big_world: World) -> None:
@@ -171,22 +186,22 @@ def test_high_risk_edit_needs_the_typed_target_and_a_second_person(big_world: Wo
     done = world.approve("bob", new["id"], new["action_hash"], confirm="order-881").json()
     assert done["state"] == "approved"
     assert [v["voter"] for v in done["votes"]] == ["alice", "bob"]
-
-
-def test_an_edited_proposal_can_be_edited_again(big_world: World) -> None:
-    world = big_world
-    old = submit_tool(world).json()
-    first = edit(world, "alice", old, {"amount": 50000}, confirm="order-881").json()
-    assert first["state"] == "pending"
-    second = edit(world, "bob", first, {"amount": 20000})
-    assert second.status_code == 200, second.text
-    body = second.json()
-    assert body["state"] == "approved"  # 200.00: one person, and bob's edit is his vote
-    assert [v["voter"] for v in body["votes"]] == ["bob"]  # alice's was for other bytes
-    assert body["edit"]["supersedes"] == first["id"]
-    assert body["edit"]["changes"] == [{"argument": "amount", "was": 50000, "now": 20000}]
-    chain = world.client.get(f"/v1/proposals/{first['id']}", headers=world.auth("bob")).json()
-    assert (chain["state"], chain["superseded_by"]) == ("withdrawn", body["id"])
+    # Another call edited up the same way: bob may instead edit it down again, and his
+    # edit is the one vote it then needs (alice's was for other bytes: not carried over).
+    other = submit_tool(
+        world, proposal_id="prop_tool0000002", effect_key="refund:order-882",
+        target="order-882", arguments={"order": "order-882", "amount": 100, "currency": "EUR"},
+    ).json()  # fmt: skip
+    up = edit(world, "alice", other, {"amount": 50000}, confirm="order-882").json()
+    down = edit(world, "bob", up, {"amount": 20000})
+    assert down.status_code == 200, down.text
+    last = down.json()
+    assert (last["state"], last["policy"]["quorum"]) == ("approved", 1)
+    assert [v["voter"] for v in last["votes"]] == ["bob"]
+    assert last["edit"]["supersedes"] == up["id"]
+    assert last["edit"]["changes"] == [{"argument": "amount", "was": 50000, "now": 20000}]
+    chain = world.client.get(f"/v1/proposals/{up['id']}", headers=world.auth("bob")).json()
+    assert (chain["state"], chain["superseded_by"]) == ("withdrawn", last["id"])
 
 
 #: Edits refused as malformed (E_INVALID), each changing nothing.
@@ -264,17 +279,47 @@ def test_the_edit_keeps_one_open_proposal_per_effect_key(world: World) -> None:
         assert list(open_rows) == [new["id"]]
 
 
-def test_the_trace_of_either_proposal_tells_the_whole_edit(world: World) -> None:
-    old = submit_tool(world).json()
-    new = edit(world, "alice", old, {"amount": 1500}).json()
-    with read_transaction(world.checkpoint.engine) as conn:
-        lines = list(export(conn))
-    for asked in (old["id"], new["id"]):
-        told = trace(asked, {"checkpoint": lambda: iter(lines)})
-        assert told.proposals == sorted([old["id"], new["id"]])
-        assert [e.event["type"] for e in told.events] == [
-            "checkpoint.proposal.submitted",
-            "checkpoint.proposal.edited",
-            "checkpoint.vote.approve",
-            "checkpoint.approval.issued",
+@pytest.mark.postgres
+def test_two_people_editing_at_once_make_one_new_proposal(pg_url: str, tmp_path: Path) -> None:
+    """On PostgreSQL, where two transactions really run at once: the row lock lets one
+    edit through; the other finds the call superseded and writes nothing."""
+    world = make_world(pg_url, tmp_path)
+    try:
+        old = submit_tool(world).json()
+        barrier = threading.Barrier(2)
+        answers: dict[str, Any] = {}
+
+        def edit_as(name: str, amount: int) -> None:
+            barrier.wait(10)
+            try:
+                answers[name] = world.checkpoint.edit(
+                    Principal(name, "user", "approver"),
+                    old["id"],
+                    old["action_hash"],
+                    {"amount": amount},
+                    confirm=None,
+                    note="",
+                ).id
+            except Refusal as exc:
+                answers[name] = exc.code.value
+
+        threads = [
+            threading.Thread(target=edit_as, args=(name, amount))
+            for name, amount in (("alice", 1500), ("bob", 1600))
         ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert sorted(answers) == ["alice", "bob"]
+        made = [v for v in answers.values() if v.startswith("prop_")]
+        assert len(made) == 1 and "E_STATE" in answers.values(), answers
+        with world.checkpoint.engine.connect() as conn:
+            rows = conn.execute(sa.text("SELECT id, state FROM proposals ORDER BY id")).all()
+        assert sorted(tuple(r) for r in rows) == sorted(
+            [(old["id"], "withdrawn"), (made[0], "approved")]
+        )
+        assert len(audit_events(world, "checkpoint.proposal.edited")) == 1
+    finally:
+        world.client.close()
+        world.checkpoint.db.dispose()

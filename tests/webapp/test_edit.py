@@ -154,6 +154,11 @@ def test_only_an_approver_sees_the_edit_form_and_only_on_a_tool_call(stack: Stac
     assert 'id="edit-form"' not in stack.web.get(f"/proposals/{PID}").text
     stack.sign_in("alice")
     assert 'id="edit-form"' not in stack.web.get(f"/proposals/{cloud['id']}").text
+    bare = submit_tool(
+        stack.world, proposal_id="prop_tool0000002", effect_key="ping:1", arguments={}
+    ).json()
+    assert 'id="edit-form"' not in stack.web.get(f"/proposals/{bare['id']}").text  # nothing to edit
+    assert 'id="edit-form"' in stack.web.get(f"/proposals/{PID}").text
 
 
 def test_an_edit_without_the_forms_token_is_refused_and_sends_nothing(stack: Stack) -> None:
