@@ -4,12 +4,16 @@ The proxy relays an agent's stdio MCP session to the real server untouched, exce
 ``tools/call`` of a tool the config names: that call goes through :mod:`airlock.gate`
 and runs once a person approved exactly it.
 
-Imports the kernel, :mod:`airlock.gate` and the ``mcp`` SDK; never a service, the web app
-or the CLI toolkit.
+:class:`McpTools` is the other end: an MCP server's tools (through the proxy) as the tools
+of :mod:`airlock.agents`' loop, which pauses while a gated call awaits a person.
+
+Imports the kernel, :mod:`airlock.gate`, :mod:`airlock.agents` and the ``mcp`` SDK; never
+a service, the web app or the CLI toolkit.
 """
 
 from ._config import GatedTool, Lookup, Premise, ProxyConfig
 from ._proxy import Proxy, run
+from ._tools import McpTools
 from .errors import ConfigError, Error
 
 __all__ = [
@@ -17,6 +21,7 @@ __all__ = [
     "Error",
     "GatedTool",
     "Lookup",
+    "McpTools",
     "Premise",
     "Proxy",
     "ProxyConfig",
