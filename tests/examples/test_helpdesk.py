@@ -1,0 +1,134 @@
+"""examples/helpdesk, run as its README says: ``airlock up``, then the one command.
+
+Real processes on loopback: the whole stack, the demo (the tool loop, ``airlock mcp
+proxy`` and the FastMCP server it starts), and people deciding over the checkpoint's API
+as the web app does. The judge of "exactly once" is the desk's own count of the calls
+its ``refund`` tool received, not the proxy or the loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import threading
+from typing import Any
+
+import httpx
+import pytest
+
+from examples.helpdesk import desk
+from tests.support.polling import wait_for
+
+from .support import DEADLINE, Stack
+
+pytestmark = pytest.mark.slow
+
+_PAGE = re.compile(r"approve \(or edit the amount, then approve\): (\S+)/proposals/(prop_\w+)")
+
+
+class _Demo:
+    """``python -m examples.helpdesk.demo TASK`` as a person runs it, read as it prints."""
+
+    def __init__(self, stack: Stack, task: str) -> None:
+        self.proc = stack.python("examples.helpdesk.demo", task)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        self.lines.extend(line.rstrip("\n") for line in self.proc.stdout)
+
+    def proposal_page(self) -> tuple[str, str]:
+        """The web app address and the proposal id the demo says to decide at."""
+
+        def said() -> tuple[str, str] | None:
+            found = [m for line in self.lines if (m := _PAGE.search(line))]
+            if not found and self.proc.poll() is not None:
+                raise AssertionError("\n".join(self.lines))
+            return (found[0].group(1), found[0].group(2)) if found else None
+
+        return wait_for("the demo to name the proposal", said, DEADLINE, every=0.1)
+
+    def finish(self) -> tuple[int, str]:
+        code = self.proc.wait(timeout=DEADLINE)
+        self._reader.join(timeout=DEADLINE)
+        return code, "\n".join(self.lines)
+
+
+def _pending(person: httpx.Client, proposal_id: str) -> dict[str, Any]:
+    answer = person.get(f"/v1/proposals/{proposal_id}")
+    assert answer.status_code == 200, answer.text
+    proposal: dict[str, Any] = answer.json()
+    assert proposal["state"] == "pending"
+    return proposal
+
+
+def _calls(stack: Stack) -> list[dict[str, Any]]:
+    with contextlib.closing(desk.connect(stack.home / "helpdesk.db")) as conn:
+        return desk.refund_calls(conn)
+
+
+def test_the_demo_pauses_for_a_person_and_goes_on_after_approve_or_reject(
+    stack: Stack,
+) -> None:
+    with (
+        contextlib.closing(stack.person("alice")) as alice,
+        contextlib.closing(stack.person("bob")) as bob,
+    ):
+        _approved(stack, alice)
+        _rejected(stack, bob)
+
+
+def _approved(stack: Stack, alice: httpx.Client) -> None:
+    demo = _Demo(stack, "refund order 881 for 25.00")
+    webapp, proposal_id = demo.proposal_page()
+    assert webapp == json.loads((stack.home / "up.json").read_text())["webapp_url"]
+
+    # The call arrived at the checkpoint as the loop made it, and nothing ran yet.
+    proposal = _pending(alice, proposal_id)
+    action = json.loads(proposal["action_jcs"])
+    assert (action["tool"], action["arguments"]) == (
+        "refund",
+        {"order": "order-881", "amount": 2500},
+    )
+    assert action["premises"] == {"refunded": 0}
+    assert _calls(stack) == []
+
+    answer = alice.post(
+        f"/v1/proposals/{proposal_id}/approve", json={"action_hash": proposal["action_hash"]}
+    )
+    assert answer.status_code == 200, answer.text
+    code, out = demo.finish()
+    assert code == 0, out
+    assert "model: Refunded 25.00 on order-881 (rf_" in out
+    assert "25.00 of 40.00 refunded so far." in out
+    assert "the refund tool was called 1 time(s)" in out
+    assert _calls(stack) == [{"order": "order-881", "amount": 2500}]
+
+    # The same task again: the proxy keeps one refund per order, and never runs another.
+    again = _Demo(stack, "refund order 881 for 25.00")
+    code, out = again.finish()
+    assert code == 0, out
+    assert "model: Refunded 25.00 on order-881" in out
+    assert _calls(stack) == [{"order": "order-881", "amount": 2500}]
+
+
+def _rejected(stack: Stack, bob: httpx.Client) -> None:
+    demo = _Demo(stack, "refund order 882 for 10.00")
+    _, proposal_id = demo.proposal_page()
+    _pending(bob, proposal_id)
+    answer = bob.post(
+        f"/v1/proposals/{proposal_id}/reject",
+        json={"reason_code": "needs_more_info", "note": "which items came back?"},
+    )
+    assert answer.status_code == 200, answer.text
+    code, out = demo.finish()
+    assert code == 0, out
+    assert (
+        "model: The refund on order-882 did not happen: E_REJECTED: refund was rejected "
+        "by bob: needs_more_info which items came back?"
+    ) in out
+    assert "order-882  Grace Hopper   paid  125.00  refunded    0.00" in out
+    assert len(_calls(stack)) == 1
