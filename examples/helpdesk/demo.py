@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
@@ -68,9 +69,10 @@ def _look_up(messages: Sequence[Message]) -> Reply:
 def _refund(messages: Sequence[Message]) -> Reply:
     order, amount = plan(messages[0].text) or ("", 0)
     found = messages[-1]
-    if found.is_error:
+    try:
+        paid = json.loads(found.text)["paid"]
+    except (ValueError, KeyError, TypeError):
         return Reply(f"I could not look {order} up: {found.text}")
-    paid = json.loads(found.text)["paid"]
     return Reply(
         f"{order} was paid {desk.money(paid)}; refunding {desk.money(amount)}.",
         (Call("call-2", "refund", {"order": order, "amount": amount}),),
@@ -126,7 +128,7 @@ def _wait(
 ) -> Paused | Done:
     """Resume every ``every`` seconds until the run is done, ``timeout`` passed or Ctrl-C."""
     shown: str | None = None
-    waited = 0.0
+    deadline = time.monotonic() + timeout
     while isinstance(result, Paused):
         if result.proposal_id is None:
             _say("the checkpoint or the MCP server did not answer; trying again")
@@ -135,9 +137,8 @@ def _wait(
             _say(f"run {result.run_id}: {result.tool} awaits a person's decision")
             _say(f"  approve (or edit the amount, then approve): {webapp}/proposals/{shown}")
             _say(f"  checking every {every:g} s; Ctrl-C stops, --resume {result.run_id} goes on")
-        if waited >= timeout or stop.asked.wait(every):
+        if time.monotonic() >= deadline or stop.asked.wait(every):
             return result
-        waited += every
         result = agent.resume(result.run_id)
     return result
 
