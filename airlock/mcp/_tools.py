@@ -44,7 +44,7 @@ from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import ExitStack, asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import anyio
 from anyio.from_thread import BlockingPortal, start_blocking_portal
@@ -55,6 +55,10 @@ from airlock.agents import Tool, ToolError
 from airlock.gate import Pending, Unavailable
 
 __all__ = ["McpTools"]
+
+#: The code of the SDK's McpError for a request that timed out (its session uses
+#: ``httpx.codes.REQUEST_TIMEOUT``); the session ended is ``types.CONNECTION_CLOSED``.
+_TIMED_OUT: Final = 408
 
 
 class McpTools:
@@ -172,7 +176,7 @@ class McpTools:
         try:
             result = portal.call(session.call_tool, name, arguments)
         except McpError as exc:
-            if exc.error.code in (types.CONNECTION_CLOSED, 408):  # 408: the SDK's timeout
+            if exc.error.code in (types.CONNECTION_CLOSED, _TIMED_OUT):
                 raise Unavailable(f"E_UNAVAILABLE: {name}: {exc.error.message}") from None
             raise ToolError(f"E_MCP: {name}: {exc.error.code}: {exc.error.message}") from None
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import signal
 import threading
 from typing import Any
 
@@ -30,8 +31,8 @@ _PAGE = re.compile(r"approve \(or edit the amount, then approve\): (\S+)/proposa
 class _Demo:
     """``python -m examples.helpdesk.demo TASK`` as a person runs it, read as it prints."""
 
-    def __init__(self, stack: Stack, task: str) -> None:
-        self.proc = stack.python("examples.helpdesk.demo", task)
+    def __init__(self, stack: Stack, *args: str) -> None:
+        self.proc = stack.python("examples.helpdesk.demo", *args)
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -83,7 +84,7 @@ def _calls(stack: Stack) -> list[dict[str, Any]]:
         return desk.refund_calls(conn)
 
 
-def test_the_demo_pauses_for_a_person_and_goes_on_after_approve_or_reject(
+def test_the_demo_waits_for_a_person_runs_once_and_reads_a_reject_after_ctrl_c(
     stack: Stack,
 ) -> None:
     webapp = json.loads((stack.home / "up.json").read_text())["webapp_url"]
@@ -114,17 +115,24 @@ def test_the_demo_pauses_for_a_person_and_goes_on_after_approve_or_reject(
     assert "the refund tool was called 1 time(s)" in out
     assert _calls(stack) == [{"order": "order-881", "amount": 2500}]
 
+    # Ctrl-C while it waits: the run is kept, and a new process goes on after the decision.
     with (
         contextlib.closing(stack.person("bob")) as bob,
         _Demo(stack, "refund order 882 for 10.00") as demo,
     ):
         _, proposal_id = demo.proposal_page()
+        demo.proc.send_signal(signal.SIGINT)
+        code, out = demo.finish()
+        assert code == 130, out
+        resume = re.search(r"--resume (run_\w+)", out)
+        assert resume is not None, out
         _pending(bob, proposal_id)
         answer = bob.post(
             f"/v1/proposals/{proposal_id}/reject",
             json={"reason_code": "needs_more_info", "note": "which items came back?"},
         )
         assert answer.status_code == 200, answer.text
+    with _Demo(stack, "--resume", resume.group(1)) as demo:
         code, out = demo.finish()
     assert code == 0, out
     assert (
