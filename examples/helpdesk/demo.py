@@ -79,13 +79,27 @@ def _refund(messages: Sequence[Message]) -> Reply:
     )
 
 
+def _last_json(text: str) -> dict[str, Any]:
+    """The JSON object that ends ``text``: the desk's answer, after the line the proxy
+    puts first when a person edited the call. ValueError if there is none."""
+    lines = text.splitlines()
+    for start in range(len(lines)):
+        try:
+            value = json.loads("\n".join(lines[start:]))
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    raise ValueError("no JSON object")
+
+
 def _answer(messages: Sequence[Message]) -> Reply:
     order, asked = plan(messages[0].text) or ("", 0)
     result = messages[-1]
     if result.is_error:
         return Reply(f"The refund on {order} did not happen: {result.text}")
     try:
-        issued: dict[str, Any] = json.loads(result.text)
+        issued = _last_json(result.text)
         text = (
             f"Refunded {desk.money(issued['amount'])} on {order} ({issued['refund_id']}); "
             f"{desk.money(issued['refunded'])} of {desk.money(issued['paid'])} refunded so far."
