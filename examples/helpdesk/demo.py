@@ -10,8 +10,8 @@ and calls again every ``--every`` seconds (``Agent.resume``) until a person deci
 then prints the model's answer and the desk's state. Ctrl-C stops between two steps;
 the run is kept in ``.airlock/helpdesk-runs.db`` and ``--resume RUN_ID`` continues it.
 
-Exit codes: 0 the model answered (refunded, or told why not), 2 still waiting after
-``--timeout`` seconds, 130 stopped by Ctrl-C, 1 error.
+Exit codes: 0 the model answered (refunded, or told why not), 3 still waiting after
+``--timeout`` seconds, 130 stopped by Ctrl-C, 2 usage, 1 error.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from airlock.agents import Error as AgentError
 from airlock.mcp import McpTools
 
 from . import desk
-from .setup import settings, setup
+from .setup import ENV_NAME, settings, setup
 
 CONFIG = Path(__file__).with_name("airlock-mcp.toml")
 SYSTEM = "You are a help desk agent. Look an order up before you refund it; amounts in cents."
@@ -170,7 +170,10 @@ def main(argv: list[str] | None = None) -> int:
     home: Path = args.home.resolve()
     try:
         webapp = json.loads((home / "up.json").read_text())["webapp_url"]
-        gate = settings(home) or setup(home)
+        gate = settings(home)
+        if not gate:
+            gate = setup(home)
+            _say(f"set the proxy's gate up for make up's stack: {home / ENV_NAME}")
     except (OSError, ValueError, KeyError, subprocess.CalledProcessError) as exc:
         print(f"error: is `make up` running on {home}? {exc}", file=sys.stderr)
         return 1
@@ -197,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         _say(
             f"still waiting; go on with: python -m examples.helpdesk.demo --resume {result.run_id}"
         )
-        return 130 if stop.asked.is_set() else 2
+        return 130 if stop.asked.is_set() else 3
     _say(f"model: {result.text}")
     _say("desk:")
     _say(desk.describe(desk.connect(db)))
