@@ -79,14 +79,13 @@ def _pending(person: httpx.Client, proposal_id: str) -> dict[str, Any]:
     return proposal
 
 
-def _calls(stack: Stack) -> list[dict[str, Any]]:
+def _calls(stack: Stack, order: str) -> list[dict[str, Any]]:
+    """The calls of the desk's refund tool on ``order``, as the desk counted them."""
     with contextlib.closing(desk.connect(stack.home / "helpdesk.db")) as conn:
-        return desk.refund_calls(conn)
+        return [c for c in desk.refund_calls(conn) if c["order"] == order]
 
 
-def test_the_demo_waits_for_a_person_runs_once_and_reads_a_reject_after_ctrl_c(
-    stack: Stack,
-) -> None:
+def test_the_demo_waits_for_a_person_and_the_approved_refund_runs_once(stack: Stack) -> None:
     webapp = json.loads((stack.home / "up.json").read_text())["webapp_url"]
     with (
         contextlib.closing(stack.person("alice")) as alice,
@@ -102,7 +101,7 @@ def test_the_demo_waits_for_a_person_runs_once_and_reads_a_reject_after_ctrl_c(
             {"order": "order-881", "amount": 2500},
             {"refunded": 0},
         )
-        assert _calls(stack) == []
+        assert _calls(stack, "order-881") == []
 
         answer = alice.post(
             f"/v1/proposals/{proposal_id}/approve", json={"action_hash": proposal["action_hash"]}
@@ -113,9 +112,12 @@ def test_the_demo_waits_for_a_person_runs_once_and_reads_a_reject_after_ctrl_c(
     assert "model: Refunded 25.00 on order-881 (rf_" in out
     assert "25.00 of 40.00 refunded so far." in out
     assert "the refund tool was called 1 time(s)" in out
-    assert _calls(stack) == [{"order": "order-881", "amount": 2500}]
+    assert _calls(stack, "order-881") == [{"order": "order-881", "amount": 2500}]
 
-    # Ctrl-C while it waits: the run is kept, and a new process goes on after the decision.
+
+def test_after_ctrl_c_a_new_process_goes_on_and_the_model_reads_the_rejection(
+    stack: Stack,
+) -> None:
     with (
         contextlib.closing(stack.person("bob")) as bob,
         _Demo(stack, "refund order 882 for 10.00") as demo,
@@ -140,4 +142,4 @@ def test_the_demo_waits_for_a_person_runs_once_and_reads_a_reject_after_ctrl_c(
         "by bob: needs_more_info which items came back?"
     ) in out
     assert "order-882  Grace Hopper   paid  125.00  refunded    0.00" in out
-    assert len(_calls(stack)) == 1
+    assert _calls(stack, "order-882") == []
