@@ -35,6 +35,7 @@ HEAVY = (
     "jinja2",
     "alibabacloud_ecs20140526",
     "alibabacloud_tea_openapi",
+    "mcp",
 )
 
 
@@ -89,7 +90,8 @@ def test_the_dev_stack_eval_bench_and_tests_are_not_shipped() -> None:
 @pytest.mark.slow
 def test_the_kernel_imports_from_a_base_install_without_fastapi(tmp_path: Path) -> None:
     """``pip install airlock`` alone, in a fresh environment: the kernel, the receipt
-    verifier and the gate import, and nothing heavy was installed for them."""
+    verifier, the gate and the tool loop import, and nothing heavy was installed for
+    them (not the ``mcp`` SDK either: the loop's MCP bridge is in the ``mcp`` extra)."""
     source = tmp_path / "src"
     source.mkdir()
     for name in ("pyproject.toml", "README.md", "LICENSE"):
@@ -115,6 +117,7 @@ def test_the_kernel_imports_from_a_base_install_without_fastapi(tmp_path: Path) 
         "assert (airlock.ledger.MIGRATIONS_DIR / 'versions' / '0001_ledger.py').is_file()\n"
         "import airlock.gate\n"
         "from airlock.gate import Gate, GateConfig, Refused\n"
+        "from airlock.agents import Agent, OpenAIChat, ScriptedProvider, ToolError\n"
         f"present = [m for m in {HEAVY!r} if importlib.util.find_spec(m) is not None]\n"
         "assert present == [], present\n"
         f"leaked = [m for m in sys.modules if m.split('.')[0] in {HEAVY!r}]\n"

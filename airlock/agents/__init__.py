@@ -27,7 +27,15 @@ from ._agent import Agent
 from ._model import Call, Done, Message, Paused, Reply, Risk, Tool
 from ._providers import AnthropicMessages, OpenAIChat, Provider, ScriptedProvider
 from ._store import Run
-from .errors import Error, Fenced, NotResumable, ProviderError, RunNotFound, StepLimit
+from .errors import (
+    Error,
+    Fenced,
+    NotResumable,
+    ProviderError,
+    RunNotFound,
+    StepLimit,
+    ToolError,
+)
 
 __all__ = [
     "Agent",
@@ -49,4 +57,5 @@ __all__ = [
     "ScriptedProvider",
     "StepLimit",
     "Tool",
+    "ToolError",
 ]

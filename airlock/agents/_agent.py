@@ -16,6 +16,9 @@ One turn, in order::
             EffectKeyConflict / InDoubt → an error result naming the code, the reason
                                          and the note or what changed; never a crash
             Unavailable                → paused with no proposal; resume retries
+        a tool that raised ToolError   → an error result of exactly its text
+        (a tool of any risk may raise the gate's Pending or Unavailable itself: the MCP
+        tools do when the proxy answers "pending" or cannot be reached)
         each result is saved before the next call
     (2) ask the provider for the next turn and save it; no calls → done
 
@@ -40,7 +43,7 @@ from airlock import gate as gates
 from ._model import Call, Done, Message, Paused, Risk, Tool
 from ._providers import Provider
 from ._store import Run, RunStore
-from .errors import ProviderError, StepLimit
+from .errors import ProviderError, StepLimit, ToolError
 
 __all__ = ["Agent"]
 
@@ -236,6 +239,8 @@ class Agent:
             return result(
                 "E_IN_DOUBT: the call may have happened; a person resolves it", error=True
             )
+        except ToolError as e:
+            return result(e.text, error=True)
         except gates.Error:
             raise  # ConfigError: the gate is unusable, not something the model can fix
         except Exception as exc:

@@ -10,6 +10,9 @@ Error hierarchy::
     ├── ProviderError   the model's API did not answer, or not in its format (E_PROVIDER)
     └── StepLimit       the model asked for more turns than ``max_steps`` (E_STEPS)
 
+    ToolError           not raised by the loop: a tool raises it to answer the model with
+                        an error result of exactly its text (the MCP tools do)
+
 Errors of :mod:`airlock.gate` other than ``Pending``, ``Rejected``, ``Refused``,
 ``EffectKeyConflict`` and ``InDoubt`` (which become tool results the model reads)
 propagate unchanged, except ``Unavailable`` (the checkpoint did not answer, nothing
@@ -18,7 +21,15 @@ ran): the run pauses with no proposal, and ``resume`` calls the tool again.
 
 from __future__ import annotations
 
-__all__ = ["Error", "Fenced", "NotResumable", "ProviderError", "RunNotFound", "StepLimit"]
+__all__ = [
+    "Error",
+    "Fenced",
+    "NotResumable",
+    "ProviderError",
+    "RunNotFound",
+    "StepLimit",
+    "ToolError",
+]
 
 
 class Error(Exception):
@@ -59,3 +70,17 @@ class StepLimit(Error):
     """The run reached ``max_steps`` model turns; it is marked failed."""
 
     code = "E_STEPS"
+
+
+class ToolError(Exception):
+    """Raised by a tool's function: the model reads ``text`` as the call's result, with
+    ``is_error`` set, whole (not cut to 300 characters, not prefixed ``E_TOOL_FAILED``).
+
+    For a tool that already words its failure for the model, such as an MCP tool whose
+    result is ``isError`` (a person rejected the call, the server refused it). Not part
+    of the loop's error tree: the loop never raises it.
+    """
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text

@@ -28,6 +28,7 @@ from airlock.agents import (
     ScriptedProvider,
     StepLimit,
     Tool,
+    ToolError,
 )
 from airlock.agents._store import RunStore
 
@@ -156,6 +157,19 @@ def test_unknown_tools_and_wrong_arguments_are_results_not_crashes(world: World)
     results = [m for m in provider.seen[-1] if m.role == "tool"]
     assert [r.text.split(":")[0] for r in results] == ["E_UNKNOWN_TOOL", "E_ARGUMENTS"]
     assert world.payments.lookups == 0
+
+
+def test_a_tool_that_words_its_own_failure_is_read_whole_as_an_error(tmp_path: Path) -> None:
+    said = "E_REJECTED: refund was rejected by alice: other " + "x" * 400
+
+    def refund(order: str) -> str:
+        raise ToolError(said)
+
+    provider = ScriptedProvider([Reply("", (Call("c1", "refund", {"order": "o"}),)), final])
+    agent = Agent(provider, [Tool("refund", "", refund)], state=tmp_path / "runs.db")
+    assert isinstance(agent.run("go"), Done)
+    (result,) = [m for m in provider.seen[-1] if m.role == "tool"]
+    assert (result.text, result.is_error) == (said, True)
 
 
 def test_a_run_that_never_ends_stops_at_max_steps(world: World) -> None:
