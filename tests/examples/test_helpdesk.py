@@ -143,3 +143,25 @@ def test_after_ctrl_c_a_new_process_goes_on_and_the_model_reads_the_rejection(
     ) in out
     assert "order-882  Grace Hopper   paid  125.00  refunded    0.00" in out
     assert _calls(stack, "order-882") == []
+
+
+def test_a_persons_edit_reaches_the_desk_and_the_model_reads_it(stack: Stack) -> None:
+    with (
+        contextlib.closing(stack.person("alice")) as alice,
+        _Demo(stack, "refund order 883 for 19.99") as demo,
+    ):
+        _, proposal_id = demo.proposal_page()
+        proposal = _pending(alice, proposal_id)
+        answer = alice.post(
+            f"/v1/proposals/{proposal_id}/edit",
+            json={"action_hash": proposal["action_hash"], "set": {"amount": 1500}},
+        )
+        assert answer.status_code == 200, answer.text
+        edited = answer.json()
+        assert edited["edit"]["changes"] == [{"argument": "amount", "was": 1999, "now": 1500}]
+        # One approver suffices for this tool: the editor's vote approved the edit.
+        assert edited["state"] == "approved", edited
+        code, out = demo.finish()
+    assert code == 0, out
+    assert "The approver changed the amount from 19.99." in out
+    assert _calls(stack, "order-883") == [{"order": "order-883", "amount": 1500}]
