@@ -9,7 +9,9 @@ other in a cycle (PostgreSQL would kill one of them as a deadlock):
 3. move the state (:func:`set_state` when the state it leaves is known, :func:`move`
    when the outcome lands on whatever the row is);
 4. :func:`audit`, which takes the audit chain's lock;
-5. :func:`feed_entry`, which takes the feed counter's row, after the chain lock.
+5. :func:`feed_entry`, which takes the feed counter's row, after the chain lock;
+6. ``notify.record`` the event of the change (rows of its own: no lock another writer
+   waits on in another order).
 
 A write that names no proposal row (an executor's refusal note, raising the feed counter)
 takes the chain lock first and no row after it. The sweeper locks every row it changes
@@ -34,6 +36,7 @@ from .auth import Principal
 from .errors import ErrorCode, Refusal
 from .gatekeys import GateKeys
 from .models import feed_events, feed_head, proposals, users, votes
+from .notify.config import NotifyConfig
 
 __all__ = [
     "APPROVER_ROLES",
@@ -105,6 +108,9 @@ class Parts(Protocol):
 
     @property
     def now(self) -> Callable[[], int]: ...
+
+    @property
+    def notify(self) -> NotifyConfig: ...
 
 
 def require(principal: Principal, roles: frozenset[str] | set[str], what: str) -> None:

@@ -40,7 +40,17 @@ from .auth import Principal
 from .errors import ConfigError, ErrorCode, Refusal, no_signing_key
 from .gatekeys import GateKeys
 from .keys import KeyRing
-from .models import approvals, outcomes, proposals, rejections, signing_keys, votes
+from .models import (
+    approvals,
+    notify_events,
+    outcomes,
+    proposals,
+    rejections,
+    signing_keys,
+    votes,
+)
+from .notify import NotifyConfig
+from .notify import record as record_event
 from .policy import AUTO_APPROVER_PREFIX, Decision, Policy
 from .reports import REFUSAL_NOTES_MAX
 from .schemas import AuditOut, FeedOut, ProposalList, ProposalOut
@@ -83,6 +93,11 @@ class Checkpoint:
     @property
     def engine(self) -> Engine:
         return self.db.engine
+
+    @property
+    def notify(self) -> NotifyConfig:
+        """Where notifications go: the policy's ``[notify]`` table."""
+        return self.policy.notify
 
     def submit(self, principal: Principal, body: bytes) -> tuple[ProposalOut, bool]:
         """Record a proposal; return ``(record, created)``. Idempotent on (id, hash)."""
@@ -184,6 +199,8 @@ class Checkpoint:
             state=state,
             policy_hash=self.policy.hash,
         )
+        if state == "pending" and decision.effect == "approve":
+            record_event(conn, self.policy.notify, action.proposal_id, "proposal.needs_vote", now)
 
     # -- votes and signing -----------------------------------------------------------
 
@@ -339,6 +356,7 @@ class Checkpoint:
             expires_at=statement.expires_at,
         )
         _tx.feed_entry(conn, "approval", approval_id, now)
+        record_event(conn, self.policy.notify, row.id, "proposal.approved", now)
 
     def reject(
         self, principal: Principal, proposal_id: str, reason_code: str, note: str
@@ -500,14 +518,17 @@ class Checkpoint:
                 decision=decision,
                 note=note,
             )
+            record_event(conn, self.policy.notify, proposal_id, f"proposal.{target}", now)
         return self.get(principal, proposal_id)
 
     # -- the sweeper -----------------------------------------------------------------
 
     def sweep(self) -> dict[str, int]:
-        """Expire pending proposals past their approval window; lapse unused approvals."""
+        """Expire pending proposals past their approval window; lapse unused approvals;
+        warn (``proposal.expiring``) of windows about to end, once each."""
         now = self.now()
         counts = {"expired": 0, "lapsed": 0}
+        wanted = self.policy.notify
         with self.engine.begin() as conn:
             # Every row this pass changes is locked before its first audit append
             # (_tx's order): a sweeper holding the chain while it waited for a row that a
@@ -526,16 +547,37 @@ class Checkpoint:
                 .order_by(proposals.c.id)
                 .with_for_update(of=proposals)
             ).all()
+            expiring: Sequence[Any] = ()
+            if wanted.channels_for("proposal.expiring"):
+                told = sa.select(notify_events.c.id).where(
+                    notify_events.c.proposal_id == proposals.c.id,
+                    notify_events.c.kind == "proposal.expiring",
+                )
+                expiring = conn.execute(
+                    sa.select(proposals.c.id)
+                    .where(
+                        proposals.c.state == "pending",
+                        proposals.c.approval_deadline > now,
+                        proposals.c.approval_deadline <= now + wanted.expiring_before,
+                        ~told.exists(),
+                    )
+                    .order_by(proposals.c.id)
+                    .with_for_update()
+                ).all()
             for (pid,) in stale:
                 _tx.set_state(conn, pid, "pending", "expired", now)
                 _tx.audit(conn, now, CheckpointEvent.PROPOSAL_EXPIRED, proposal_id=pid)
+                record_event(conn, wanted, pid, "proposal.expired", now)
                 counts["expired"] += 1
             for pid, aid in lapsing:
                 _tx.set_state(conn, pid, "approved", "lapsed", now)
                 _tx.audit(
                     conn, now, CheckpointEvent.APPROVAL_LAPSED, proposal_id=pid, approval_id=aid
                 )
+                record_event(conn, wanted, pid, "approval.lapsed", now)
                 counts["lapsed"] += 1
+            for (pid,) in expiring:
+                record_event(conn, wanted, pid, "proposal.expiring", now)
         return counts
 
     def audit_refusals(self, events: Sequence[Mapping[str, object]]) -> None:
