@@ -42,7 +42,7 @@ _INLINE_SECRETS: Final = {
 _KEYS: Final[dict[str, frozenset[str]]] = {
     "webhook": frozenset({"type", "events", "url", "secret_file", "ca_file"}),
     # A Slack incoming webhook's URL is its secret: anyone holding it may post.
-    "slack": frozenset({"type", "events", "url_file"}),
+    "slack": frozenset({"type", "events", "url_file", "ca_file"}),
     "email": frozenset(
         {"type", "events", "host", "port", "username", "password_file", "from", "to", "ca_file"}
     ),
@@ -188,7 +188,8 @@ def _channel(name: str, raw: Any) -> Channel:
     if kind == "slack":
         if secret is None:
             raise ConfigError(f"{where}.url_file: required (the incoming webhook's URL)")
-        return Channel(name, "slack", frozenset(events), secret)
+        ca_file = _path(raw, "ca_file", where)
+        return Channel(name, "slack", frozenset(events), secret, ca_file=ca_file)
     return _email(name, raw, frozenset(events), where)
 
 
