@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Callable, Mapping, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import sqlalchemy as sa
@@ -356,7 +357,15 @@ class Checkpoint:
             expires_at=statement.expires_at,
         )
         _tx.feed_entry(conn, "approval", approval_id, now)
-        record_event(conn, self.policy.notify, row.id, "proposal.approved", now)
+        record_event(
+            conn,
+            self.policy.notify,
+            row.id,
+            "proposal.approved",
+            now,
+            voters=[voter for voter, _ in voters],
+            row=SimpleNamespace(**{**row._mapping, "state": "approved", "updated_at": now}),
+        )
 
     def reject(
         self, principal: Principal, proposal_id: str, reason_code: str, note: str

@@ -55,7 +55,7 @@ def _checkpoint(env: dict[str, str], port: int) -> Iterator[subprocess.Popen[byt
             except httpx.HTTPError:
                 return False
 
-        wait_for("the checkpoint to answer", up, 30.0, every=0.05)
+        wait_for("the checkpoint to answer", up, 120.0, every=0.05)
         assert process.poll() is None, process.stderr.read() if process.stderr else ""
         yield process
     finally:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import smtplib
 import ssl
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from email.message import EmailMessage
 from pathlib import Path
@@ -58,6 +58,22 @@ class Sender(Protocol):
         """Send ``body`` (an event as :func:`.events.build_body` made it) once, or raise
         :class:`DeliveryError`."""
         ...
+
+    def send_all(self, bodies: Sequence[Mapping[str, Any]]) -> list[str | None]:
+        """Send each of ``bodies`` once: for each, None (taken) or the reason it was not."""
+        ...
+
+
+def _each(sender: Sender, bodies: Sequence[Mapping[str, Any]]) -> list[str | None]:
+    results: list[str | None] = []
+    for body in bodies:
+        try:
+            sender.send(body)
+        except DeliveryError as exc:
+            results.append(str(exc))
+        else:
+            results.append(None)
+    return results
 
 
 def _read_secret(path: Path, where: str) -> str:
@@ -129,6 +145,9 @@ class WebhookSender:
         }
         _post(self._client, self._url, content, headers, self._timeout)
 
+    def send_all(self, bodies: Sequence[Mapping[str, Any]]) -> list[str | None]:
+        return _each(self, bodies)  # one kept-alive connection serves them all
+
 
 def _slack_escape(text: str, limit: int) -> str:
     # Slack's three control characters (api.slack.com/reference/surfaces/formatting#escaping):
@@ -199,6 +218,9 @@ class SlackSender:
         headers = {"content-type": "application/json", "user-agent": _USER_AGENT}
         _post(self._client, self._url, content, headers, self._timeout)
 
+    def send_all(self, bodies: Sequence[Mapping[str, Any]]) -> list[str | None]:
+        return _each(self, bodies)
+
 
 def email_message(body: Mapping[str, Any], sender: str, to: tuple[str, ...]) -> EmailMessage:
     """The plain-text email for ``body``."""
@@ -240,9 +262,15 @@ class EmailSender:
         self._context.verify_mode = ssl.CERT_REQUIRED
 
     def send(self, body: Mapping[str, Any]) -> None:
+        (error,) = self.send_all([body])
+        if error is not None:
+            raise DeliveryError(error)
+
+    def send_all(self, bodies: Sequence[Mapping[str, Any]]) -> list[str | None]:
+        """One SMTP session (one TLS handshake) for all of ``bodies``."""
         ch = self._channel
         assert ch.host is not None and ch.sender is not None
-        message = email_message(body, ch.sender, ch.to)
+        results: list[str | None] = []
         try:
             with smtplib.SMTP(ch.host, ch.port, timeout=self._timeout) as smtp:
                 smtp.ehlo()
@@ -250,10 +278,14 @@ class EmailSender:
                 smtp.ehlo()
                 if ch.username is not None and self._password is not None:
                     smtp.login(ch.username, self._password)
-                smtp.send_message(message)
+                for body in bodies:
+                    smtp.send_message(email_message(body, ch.sender, ch.to))
+                    results.append(None)
         except (OSError, smtplib.SMTPException) as exc:
             # smtplib's texts quote the server, never our password.
-            raise DeliveryError(f"{type(exc).__name__}: {inert(str(exc), limit=200)}") from None
+            error = f"{type(exc).__name__}: {inert(str(exc), limit=200)}"
+            results += [error] * (len(bodies) - len(results))
+        return results
 
 
 def open_channels(config: NotifyConfig) -> dict[str, Sender]:

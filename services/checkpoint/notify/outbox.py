@@ -21,6 +21,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from airlock.ledger import insert_ignore
 from services.checkpoint.models import notify_deliveries, notify_events, proposals, votes
 
 from .config import NotifyConfig
@@ -35,48 +36,59 @@ WAKE = "airlock.notify.wake"
 _ERROR_MAX = 300
 
 
-def record(conn: Connection, notify: NotifyConfig, proposal_id: str, kind: str, now: int) -> None:
+def record(
+    conn: Connection,
+    notify: NotifyConfig,
+    proposal_id: str,
+    kind: str,
+    now: int,
+    *,
+    voters: Sequence[str] | None = None,
+    row: Any = None,
+) -> None:
     """Write the ``kind`` event of ``proposal_id`` and a delivery per channel that wants
-    it, in ``conn`` (the state change's transaction, the proposal row locked).
+        it, in ``conn`` (the state change's transaction, the proposal row locked, its state
+        moved). ``voters`` (the people who approved it) and ``row`` (the proposal's row, as
+    the change left it) save a read when the caller has them at hand.
 
-    Once per (proposal, kind): a second call writes nothing. No channel wants it: nothing.
+        Once per (proposal, kind): a second call writes nothing (an INSERT that does nothing
+        on the UNIQUE key, so it can never abort the state change's transaction). No channel
+        wants it: nothing.
     """
     channels = notify.channels_for(kind)
     if not channels:
         return
-    # Check, then insert: safe because the caller holds the proposal row's lock; the
-    # UNIQUE (proposal_id, kind) is the judge if that ever is not so.
-    known = conn.execute(
-        sa.select(notify_events.c.id).where(
-            notify_events.c.proposal_id == proposal_id, notify_events.c.kind == kind
-        )
-    ).first()
-    if known is not None:
-        return
-    row = conn.execute(sa.select(proposals).where(proposals.c.id == proposal_id)).one()
-    voters = conn.execute(
-        sa.select(votes.c.voter)
-        .where(votes.c.proposal_id == proposal_id)
-        .order_by(votes.c.at, votes.c.id)
-    ).scalars()
+    if row is None:
+        row = conn.execute(sa.select(proposals).where(proposals.c.id == proposal_id)).one()
+    if voters is None:
+        voters = [
+            str(v)
+            for v in conn.execute(
+                sa.select(votes.c.voter)
+                .where(votes.c.proposal_id == proposal_id)
+                .order_by(votes.c.at, votes.c.id)
+            ).scalars()
+        ]
     event_id = "msg_" + secrets.token_hex(16)
     body = build_body(
         row,
         kind=kind,
         event_id=event_id,
-        voters=[str(v) for v in voters],
+        voters=voters,
         now=now,
         proposal_url=notify.proposal_url,
     )
-    conn.execute(
-        notify_events.insert().values(
+    written = conn.execute(
+        insert_ignore(conn, notify_events).values(
             id=event_id,
             kind=kind,
             proposal_id=proposal_id,
             body=json.dumps(body, sort_keys=True, separators=(",", ":")),
             created_at=now,
         )
-    )
+    ).rowcount
+    if written != 1:
+        return  # told already
     conn.execute(
         notify_deliveries.insert(),
         [
@@ -173,48 +185,59 @@ class Outbox:
         with self.engine.connect() as conn:
             return [Delivery(*r) for r in conn.execute(query).all()]
 
-    def claim(self, delivery: Delivery, hold: int) -> bool:
-        """Take ``delivery`` for ``hold`` seconds; False if another worker took it first."""
+    def claim(self, deliveries: Sequence[Delivery], hold: int) -> list[Delivery]:
+        """Take ``deliveries`` for ``hold`` seconds, in one transaction; the ones another
+        worker took first are left out of what is returned."""
+        taken: list[Delivery] = []
+        until = self.now() + hold
         with self.engine.begin() as conn:
-            taken = conn.execute(
-                notify_deliveries.update()
-                .where(
-                    notify_deliveries.c.id == delivery.id,
-                    notify_deliveries.c.state == "pending",
-                    notify_deliveries.c.next_at == delivery.next_at,
-                )
-                .values(next_at=self.now() + hold, attempts=notify_deliveries.c.attempts + 1)
-            ).rowcount
-        return taken == 1
+            for delivery in deliveries:
+                done = conn.execute(
+                    notify_deliveries.update()
+                    .where(
+                        notify_deliveries.c.id == delivery.id,
+                        _PENDING,
+                        notify_deliveries.c.next_at == delivery.next_at,
+                    )
+                    .values(next_at=until, attempts=notify_deliveries.c.attempts + 1)
+                ).rowcount
+                if done == 1:
+                    taken.append(delivery)
+        return taken
 
-    def delivered(self, delivery_id: int) -> None:
-        with self.engine.begin() as conn:
-            conn.execute(
-                notify_deliveries.update()
-                .where(notify_deliveries.c.id == delivery_id)
-                .values(state="delivered", delivered_at=self.now(), last_error=None)
-            )
-
-    def failed(self, delivery: Delivery, error: str, config: NotifyConfig) -> bool:
-        """Record a failed try: retried after the next delay, or dead once the retry
-        window (from the delivery's start) is over. True if it is now dead."""
+    def settle(
+        self, results: Sequence[tuple[Delivery, str | None]], config: NotifyConfig
+    ) -> list[Delivery]:
+        """Record what each try came to, in one transaction: ``None`` delivered; an
+        error retried after the next delay, or dead once the retry window (from the
+        delivery's start) is over. Returns the deliveries now dead."""
         now = self.now()
-        # ``attempts`` is the count before this try's claim added one.
-        delays = config.retry_delays
-        delay = delays[min(delivery.attempts, len(delays) - 1)]
-        dead = now + delay - delivery.created_at > config.retry_for
+        dead: list[Delivery] = []
         with self.engine.begin() as conn:
-            conn.execute(
-                notify_deliveries.update()
-                .where(
-                    notify_deliveries.c.id == delivery.id, notify_deliveries.c.state == "pending"
+            for delivery, error in results:
+                mine = (notify_deliveries.c.id == delivery.id, _PENDING)
+                if error is None:
+                    conn.execute(
+                        notify_deliveries.update()
+                        .where(*mine)
+                        .values(state="delivered", delivered_at=now, last_error=None)
+                    )
+                    continue
+                # ``attempts`` is the count before this try's claim added one.
+                delays = config.retry_delays
+                delay = delays[min(delivery.attempts, len(delays) - 1)]
+                over = now + delay - delivery.created_at > config.retry_for
+                conn.execute(
+                    notify_deliveries.update()
+                    .where(*mine)
+                    .values(
+                        state="dead" if over else "pending",
+                        next_at=now if over else now + delay,
+                        last_error=error[:_ERROR_MAX],
+                    )
                 )
-                .values(
-                    state="dead" if dead else "pending",
-                    next_at=now if dead else now + delay,
-                    last_error=error[:_ERROR_MAX],
-                )
-            )
+                if over:
+                    dead.append(delivery)
         return dead
 
     def kill(self, delivery_id: int, error: str) -> None:
