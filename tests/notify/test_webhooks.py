@@ -188,3 +188,29 @@ def test_the_event_body_names_the_proposal_and_links_its_page(
     assert data["votes"] == {"count": 1, "quorum": 1, "by": ["alice"]}
     assert data["risk"] == "medium" and "i-t4n0example" in data["target"]
     assert data["summary"].startswith("Idle 14 days")
+
+
+@pytest.mark.postgres
+def test_on_postgresql_events_land_once_and_are_delivered(pg_url: str, tmp_path: Path) -> None:
+    secret = webhook_secret()
+    with receiver() as rx:
+        secret_file = write_secret(tmp_path, "hook.secret", secret)
+        policy = notify_policy(
+            f'[notify.channels.ops]\ntype = "webhook"\nurl = "{rx.url}"\n'
+            f'secret_file = "{secret_file}"\n'
+        )
+        world = make_world(pg_url, tmp_path, policy)
+        try:
+            proposal, approval_id = approved(world)
+            report(world, proposal, approval_id, "succeeded")
+            report(world, proposal, approval_id, "succeeded")  # a retry: no second event
+            assert kinds(world) == ["proposal.approved", "proposal.executed", "proposal.needs_vote"]
+            while _dispatcher(world).run_once(wait=True):
+                pass
+            assert delivery_states(world) == {"delivered": 3}
+            for request in rx.got():
+                Webhook(secret).verify(request.body, request.headers)
+        finally:
+            _dispatcher(world).stop()
+            world.client.close()
+            world.checkpoint.db.dispose()

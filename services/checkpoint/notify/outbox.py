@@ -79,15 +79,18 @@ def record(
         proposal_url=notify.proposal_url,
     )
     written = conn.execute(
-        insert_ignore(conn, notify_events).values(
+        insert_ignore(conn, notify_events)
+        .values(
             id=event_id,
             kind=kind,
             proposal_id=proposal_id,
             body=json.dumps(body, sort_keys=True, separators=(",", ":")),
             created_at=now,
         )
-    ).rowcount
-    if written != 1:
+        # RETURNING, not rowcount: psycopg reports -1 for an INSERT … ON CONFLICT.
+        .returning(notify_events.c.id)
+    ).first()
+    if written is None:
         return  # told already
     conn.execute(
         notify_deliveries.insert(),
