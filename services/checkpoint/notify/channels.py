@@ -65,14 +65,15 @@ class Sender(Protocol):
 
 
 def _each(sender: Sender, bodies: Sequence[Mapping[str, Any]]) -> list[str | None]:
+    """Send one by one until one fails: the rest of the batch is not tried (a receiver
+    that hangs costs one timeout a batch) and counts as failed with that reason."""
     results: list[str | None] = []
     for body in bodies:
         try:
             sender.send(body)
         except DeliveryError as exc:
-            results.append(str(exc))
-        else:
-            results.append(None)
+            return results + [str(exc)] * (len(bodies) - len(results))
+        results.append(None)
     return results
 
 

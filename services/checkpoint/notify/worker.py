@@ -51,7 +51,7 @@ class Dispatcher:
         now: Callable[[], int],
         metrics: NotifyMetrics | None = None,
         poll: float = 1.0,
-        gather: float = 0.2,
+        gather: float = 1.0,
         batch: int = 10,
     ) -> None:
         self.outbox = Outbox(engine, now)
