@@ -67,6 +67,7 @@ def test_every_event_arrives_signed_and_verifies_with_standardwebhooks(
         pass
     got = rx.got()
     assert set(kinds(world)) == set(NOTIFY_KINDS)
+    assert kinds(world).count("proposal.expiring") == 1  # three sweeps, one warning
     assert len(got) == len(kinds(world))
     verifier = Webhook(secret)
     seen_types = set()
