@@ -27,6 +27,7 @@ from ._help import Typer
 from ._keys import keys_app
 from ._login import login_command, logout_command
 from ._mcp import mcp_app
+from ._notify import notify_app
 from ._receipts import receipts_app
 from ._up import up_command
 from ._webapp import webapp_command
@@ -79,6 +80,7 @@ app.add_typer(tokens_app)
 app.add_typer(executor_app)
 app.add_typer(receipts_app)
 app.add_typer(mcp_app)
+app.add_typer(notify_app)
 app.command("login")(login_command)
 app.command("logout")(logout_command)
 # Its own module: _approvals.py is near the module size limit.

@@ -9,7 +9,9 @@ other in a cycle (PostgreSQL would kill one of them as a deadlock):
 3. move the state (:func:`set_state` when the state it leaves is known, :func:`move`
    when the outcome lands on whatever the row is);
 4. :func:`audit`, which takes the audit chain's lock;
-5. :func:`feed_entry`, which takes the feed counter's row, after the chain lock.
+5. :func:`feed_entry`, which takes the feed counter's row, after the chain lock;
+6. ``notify.record`` the event of the change (rows of its own: no lock another writer
+   waits on in another order).
 
 A write that names no proposal row (an executor's refusal note, raising the feed counter)
 takes the chain lock first and no row after it. The sweeper locks every row it changes
@@ -19,6 +21,7 @@ before its first append. Nothing here commits: the caller's ``engine.begin()`` d
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -27,13 +30,15 @@ from typing import Any, Final, Protocol
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine, Row
 
-from airlock.protocol import KeySet
+from airlock.protocol import TOOL_CALL_TYPE, KeySet
 from airlock.store import AuditLog
 
 from .auth import Principal
 from .errors import ErrorCode, Refusal
 from .gatekeys import GateKeys
 from .models import feed_events, feed_head, proposals, users, votes
+from .notify.config import NotifyConfig
+from .policy import Decision
 
 __all__ = [
     "APPROVER_ROLES",
@@ -105,6 +110,9 @@ class Parts(Protocol):
 
     @property
     def now(self) -> Callable[[], int]: ...
+
+    @property
+    def notify(self) -> NotifyConfig: ...
 
 
 def require(principal: Principal, roles: frozenset[str] | set[str], what: str) -> None:
@@ -201,3 +209,30 @@ def counted_votes(conn: Connection, proposal_id: str) -> list[tuple[str, int]]:
         .order_by(votes.c.at, votes.c.id)
     ).all()
     return [(str(r.voter), int(r.at)) for r in rows]
+
+
+def check_confirm(row: Any, asked: bool, typed: str | None) -> None:
+    """Refuse a vote on ``row`` without its resource id (a tool call's target) typed,
+    when ``asked`` (the policy's confirm): E_CONFIRM_REQUIRED, E_CONFIRM_MISMATCH."""
+    if not asked:
+        return
+    what = "target" if row.action_type == TOOL_CALL_TYPE else "resource id"
+    if not typed:
+        raise Refusal(
+            ErrorCode.E_CONFIRM_REQUIRED, f"type the {what} to confirm this high-risk action", 422
+        )
+    if not secrets.compare_digest(typed.encode(), row.resource_id.encode()):
+        raise Refusal(
+            ErrorCode.E_CONFIRM_MISMATCH, f"the typed {what} does not match the proposal's", 422
+        )
+
+
+def check_not_proposer(principal: Principal, row: Any) -> None:
+    if principal.name in (row.proposed_by, row.submitted_by):
+        raise Refusal(ErrorCode.E_SELF_APPROVAL, "you may not approve your own proposal", 403)
+
+
+def deny_message(decision: Decision) -> str:
+    return f"denied by policy rule {decision.rule}" + (
+        f": {decision.reason}" if decision.reason else ""
+    )

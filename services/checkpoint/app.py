@@ -13,14 +13,16 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+import sqlalchemy as sa
 from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 from fastapi.openapi.utils import get_openapi
+from prometheus_client import Counter, Gauge
 
 from airlock.asgi import LOOPBACK_HOSTS, HostAllowlist
 from airlock.protocol import KeySet, KeySetError
@@ -32,6 +34,8 @@ from .auth import Accounts
 from .errors import ConfigError, ErrorCode
 from .gatekeys import GateKeys
 from .keys import KeyDirectory, KeyRing
+from .notify import Dispatcher, OutboxStats, Sender, open_channels
+from .notify.outbox import WAKE
 from .policy import load_policy
 from .refusals import RefusalRecorder
 from .routes import FeedSignal, Metrics, install
@@ -69,6 +73,7 @@ def build(
     receipt_keys = _receipt_keys(settings.receipt_keys_path)
     # Named explicitly, the file must be there; the dev default only when it is.
     gate_keys = GateKeys(settings.gate_keys, required="gate_keys" in settings.model_fields_set)
+    senders = open_channels(policy.notify)  # every secret file read now, or refused
     db = Database(settings.database_url)
     upgrade(db.engine, MIGRATIONS)
     signal = FeedSignal()
@@ -107,6 +112,7 @@ def build(
         ),
         allowed_hosts=answered_hosts(settings.allowed_hosts, settings.host),
         trusted_proxies=settings.trusted_proxies,
+        notify_senders=senders,
     )
 
 
@@ -150,6 +156,8 @@ def create_app(
     monotonic: Callable[[], float] = time.monotonic,
     allowed_hosts: Iterable[str] = LOOPBACK_HOSTS,
     trusted_proxies: tuple[str, ...] = (),
+    notify_senders: Mapping[str, Sender] | None = None,
+    notify_poll: float = 1.0,
 ) -> FastAPI:
     """The ASGI app over an already-built service (tests build the service themselves).
 
@@ -160,6 +168,11 @@ def create_app(
 
     ``trusted_proxies``: addresses whose ``X-Forwarded-For`` names the client of a
     sign-in (``routes.client_address``); from any other peer the header is ignored.
+
+    With channels in the policy's ``[notify]`` table, a thread sends the outbox while
+    the app runs (:class:`~services.checkpoint.notify.Dispatcher`), through
+    ``notify_senders`` (None: opened from the policy, reading their secret files), at
+    least every ``notify_poll`` seconds and at once after a commit that wrote an event.
     """
     limits = refusal_limits or RefusalLimits()
     refusals = RefusalRecorder(
@@ -172,8 +185,15 @@ def create_app(
         monotonic=monotonic,
     )
 
+    metrics = Metrics()
+    dispatcher = _dispatcher(checkpoint, metrics, notify_senders, notify_poll)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        forget: Callable[[], None] | None = None
+        if dispatcher is not None:
+            forget = _wake_on_commit(checkpoint.engine, dispatcher)
+            dispatcher.start()
         tasks = [asyncio.create_task(_flusher(refusals))]
         if sweep_interval is not None:
             tasks.append(asyncio.create_task(_sweeper(checkpoint, accounts, sweep_interval)))
@@ -184,6 +204,9 @@ def create_app(
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            if dispatcher is not None and forget is not None:
+                forget()
+                await run_in_threadpool(dispatcher.stop)
             # After the server stopped taking requests: every refusal counted is written.
             try:
                 await run_in_threadpool(refusals.flush)
@@ -209,7 +232,8 @@ def create_app(
     app.state.refusals = refusals
     app.state.checkpoint = checkpoint
     app.state.accounts = accounts
-    app.state.metrics = Metrics()
+    app.state.metrics = metrics
+    app.state.notify = dispatcher
     app.state.feed_max_wait = feed_max_wait
     app.state.trusted_proxies = frozenset(trusted_proxies)
     app.state.feed_signal = signal or FeedSignal()
@@ -245,6 +269,83 @@ async def _sweeper(checkpoint: Checkpoint, accounts: Accounts, interval: float) 
         except Exception:  # a failed sweep must not stop the next one
             _log.exception("sweep failed")
         await asyncio.sleep(interval)
+
+
+def _dispatcher(
+    checkpoint: Checkpoint,
+    metrics: Metrics,
+    senders: Mapping[str, Sender] | None,
+    poll: float,
+) -> Dispatcher | None:
+    """The delivery worker over the checkpoint's outbox, or None with no channel."""
+    if not checkpoint.notify.channels:
+        return None
+    return Dispatcher(
+        checkpoint.engine,
+        checkpoint.notify,
+        open_channels(checkpoint.notify) if senders is None else senders,
+        now=checkpoint.now,
+        metrics=_NotifyMetrics(metrics),
+        poll=poll,
+    )
+
+
+class _NotifyMetrics:
+    """The delivery worker's counts, in the app's registry (``/metrics``)."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        registry = metrics.registry
+        self.deliveries = Counter(
+            "airlock_checkpoint_notify_deliveries",
+            "Notification tries by channel and result (delivered, failed, dead)",
+            ["channel", "result"],
+            registry=registry,
+        )
+        self.pending = Gauge(
+            "airlock_checkpoint_notify_outbox_pending",
+            "Notification deliveries waiting to be sent",
+            registry=registry,
+        )
+        self.dead = Gauge(
+            "airlock_checkpoint_notify_outbox_dead",
+            "Notification deliveries given up on (airlock notify outbox)",
+            registry=registry,
+        )
+        self.oldest = Gauge(
+            "airlock_checkpoint_notify_outbox_age_seconds",
+            "Age of the oldest notification waiting to be sent",
+            registry=registry,
+        )
+
+    def delivery(self, channel: str, result: str) -> None:
+        self.deliveries.labels(channel, result).inc()
+
+    def outbox(self, stats: OutboxStats) -> None:
+        self.pending.set(stats.pending)
+        self.dead.set(stats.dead)
+        self.oldest.set(stats.oldest_age)
+
+
+def _wake_on_commit(engine: sa.Engine, dispatcher: Dispatcher) -> Callable[[], None]:
+    """Wake the worker when a transaction that wrote an event commits (``notify.record``
+    marks its connection), so a message leaves at once, not at the next poll. Returns
+    what removes the listeners."""
+
+    def committed(conn: sa.Connection) -> None:
+        if conn.info.pop(WAKE, False):
+            dispatcher.wake()
+
+    def rolled_back(conn: sa.Connection) -> None:
+        conn.info.pop(WAKE, None)
+
+    sa.event.listen(engine, "commit", committed)
+    sa.event.listen(engine, "rollback", rolled_back)
+
+    def forget() -> None:
+        sa.event.remove(engine, "commit", committed)
+        sa.event.remove(engine, "rollback", rolled_back)
+
+    return forget
 
 
 async def _flusher(refusals: RefusalRecorder) -> None:

@@ -11,6 +11,8 @@ concurrency are the database's to enforce, never check-then-act:
 * one outcome per approval: UNIQUE approval_id;
 * an executor's refusal receipt is one note, however often it is posted: UNIQUE
   receipt_sha256 (migration 0004; the table is insert-only);
+* one notification per (proposal, kind), and one delivery of it per channel: UNIQUE
+  (proposal_id, kind), UNIQUE (event_id, channel) (migration 0010);
 * the feed's sequence is commit-ordered: it is taken from a single counter row that the
   issuing transaction locks, so a reader never skips a row committed later with a lower
   number.
@@ -28,6 +30,8 @@ import sqlalchemy as sa
 
 __all__ = [
     "CLOUD_ACTION",
+    "DELIVERY_STATES",
+    "NOTIFY_KINDS",
     "OPEN_STATES",
     "PROPOSAL_STATES",
     "REASON_CODE_SHAPE",
@@ -39,6 +43,8 @@ __all__ = [
     "feed_events",
     "feed_head",
     "metadata",
+    "notify_deliveries",
+    "notify_events",
     "outcomes",
     "proposals",
     "refusal_notes",
@@ -353,4 +359,55 @@ feed_events = sa.Table(
     sa.Column("at", sa.BigInteger, nullable=False),
     sa.CheckConstraint(_in("kind", ("approval", "revocation")), name="kind"),
     sa.UniqueConstraint("kind", "approval_id"),
+)
+
+#: docs/notifications.md: what a notification may be about (migration 0010).
+NOTIFY_KINDS: Final = (
+    "proposal.needs_vote",
+    "proposal.approved",
+    "proposal.executed",
+    "proposal.failed",
+    "proposal.in_doubt",
+    "proposal.refused",
+    "proposal.expiring",
+    "proposal.expired",
+    "approval.lapsed",
+)
+#: A delivery is waiting (or being sent), delivered, or dead (retried for the channel's
+#: whole retry window, then kept for an admin to see and re-send).
+DELIVERY_STATES: Final = ("pending", "delivered", "dead")
+
+#: The notification outbox (migration 0010): one event per (proposal, kind), written in
+#: the transaction of the state change it tells of; ``body`` is the event's JSON, built
+#: then, and never changed (a receiver dedupes on ``id``).
+notify_events = sa.Table(
+    "notify_events",
+    metadata,
+    sa.Column("id", sa.String(40), primary_key=True),  # msg_<32 hex>: Standard Webhooks' id
+    sa.Column("kind", sa.String(32), nullable=False),
+    sa.Column("proposal_id", sa.String(96), nullable=False),
+    sa.Column("body", sa.Text, nullable=False),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+    sa.CheckConstraint(_in("kind", NOTIFY_KINDS), name="kind"),
+    sa.UniqueConstraint("proposal_id", "kind"),
+)
+
+#: One row per (event, channel): claimed by moving ``next_at`` past the send's deadline
+#: (a conditional update, never check-then-act), so a checkpoint killed mid-send sends
+#: it again once the claim runs out: at least once.
+notify_deliveries = sa.Table(
+    "notify_deliveries",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("event_id", sa.ForeignKey("notify_events.id"), nullable=False),
+    sa.Column("channel", sa.String(64), nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("next_at", sa.BigInteger, nullable=False),
+    sa.Column("last_error", sa.Text, nullable=True),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+    sa.Column("delivered_at", sa.BigInteger, nullable=True),
+    sa.CheckConstraint(_in("state", DELIVERY_STATES), name="state"),
+    sa.UniqueConstraint("event_id", "channel"),
+    sa.Index("ix_notify_deliveries_state_next_at", "state", "next_at"),
 )

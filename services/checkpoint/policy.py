@@ -54,6 +54,7 @@ from airlock.protocol import (
 from ._toolrules import TOOL_PATTERN, ArgCondition, parse_arguments, parse_tools
 from .errors import ConfigError
 from .models import REJECT_REASONS
+from .notify.config import NotifyConfig, parse_notify
 
 __all__ = [
     "AUTO_APPROVER_PREFIX",
@@ -170,7 +171,7 @@ class _Rule:
 class Policy:
     """A loaded policy: ordered rules, the file's hash, and :meth:`decide`."""
 
-    __slots__ = ("_rules", "_tool_reasons", "hash", "source")
+    __slots__ = ("_rules", "_tool_reasons", "hash", "notify", "source")
 
     def __init__(
         self,
@@ -178,8 +179,11 @@ class Policy:
         digest: str,
         source: str,
         tool_reasons: Mapping[str, tuple[str, ...]] | None = None,
+        notify: NotifyConfig | None = None,
     ) -> None:
         self._rules = rules
+        #: Where notifications go (the ``[notify]`` table; docs/notifications.md).
+        self.notify = notify or NotifyConfig()
         self._tool_reasons = dict(tool_reasons or {})
         self.hash = digest
         self.source = source
@@ -256,7 +260,7 @@ class Policy:
             doc = tomllib.loads(data.decode("utf-8"))
         except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"policy {source}: not valid TOML: {exc}") from None
-        unknown = set(doc) - {"version", "rule", "tools"}
+        unknown = set(doc) - {"version", "rule", "tools", "notify"}
         if unknown:
             raise ConfigError(f"policy {source}: unknown top-level keys {sorted(unknown)}")
         if doc.get("version") != 1:
@@ -277,8 +281,12 @@ class Policy:
             tool_reasons = parse_tools(doc.get("tools", {}))
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"policy {source}: {exc}") from None
+        try:
+            notify = parse_notify(doc.get("notify"))
+        except ConfigError as exc:
+            raise ConfigError(f"policy {source}: {exc}") from None
         digest = "sha256:" + hashlib.sha256(data).hexdigest()
-        return cls(tuple(rules), digest, source, tool_reasons)
+        return cls(tuple(rules), digest, source, tool_reasons, notify)
 
 
 def load_policy(path: Path) -> Policy:

@@ -35,7 +35,7 @@ from airlock.protocol import (
 from airlock.store import AuditLog
 from airlock.text import inert
 
-from . import _tx, views
+from . import _tx, notify, views
 from .auth import Principal
 from .errors import ErrorCode, Refusal
 from .gatekeys import verify_gate_receipt
@@ -186,6 +186,7 @@ def _report_outcome(cp: _tx.Parts, principal: Principal, receipt: Mapping[str, A
         )
         if gate is None and payload.at <= _tx.FEED_SEQ_MAX:
             _advance_executor_head(conn, head, payload.at, now)
+        notify.record(conn, cp.notify, row.id, f"proposal.{target}", now)
         return views.view(
             conn, conn.execute(sa.select(proposals).where(proposals.c.id == row.id)).one()
         )

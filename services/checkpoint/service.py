@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Callable, Mapping, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import sqlalchemy as sa
@@ -48,7 +49,17 @@ from .auth import Principal
 from .errors import ConfigError, ErrorCode, Refusal, no_signing_key
 from .gatekeys import GateKeys
 from .keys import KeyRing
-from .models import approvals, outcomes, proposals, rejections, signing_keys, votes
+from .models import (
+    approvals,
+    notify_events,
+    outcomes,
+    proposals,
+    rejections,
+    signing_keys,
+    votes,
+)
+from .notify import NotifyConfig
+from .notify import record as record_event
 from .policy import AUTO_APPROVER_PREFIX, Decision, Policy
 from .reports import REFUSAL_NOTES_MAX
 from .schemas import AuditOut, FeedOut, ProposalList, ProposalOut
@@ -92,6 +103,11 @@ class Checkpoint:
     def engine(self) -> Engine:
         return self.db.engine
 
+    @property
+    def notify(self) -> NotifyConfig:
+        """Where notifications go: the policy's ``[notify]`` table."""
+        return self.policy.notify
+
     def submit(self, principal: Principal, body: bytes) -> tuple[ProposalOut, bool]:
         """Record a proposal; return ``(record, created)``. Idempotent on (id, hash)."""
         _tx.require(principal, {"agent"}, "submit proposals")
@@ -131,7 +147,7 @@ class Checkpoint:
         if decision.effect == "auto":
             self.on_change()
         if decision.effect == "deny":
-            raise Refusal(ErrorCode.E_POLICY_DENIED, _deny_message(decision), 403)
+            raise Refusal(ErrorCode.E_POLICY_DENIED, _tx.deny_message(decision), 403)
         return self.get(principal, action.proposal_id), True
 
     def _existing(self, conn: Connection, proposal_id: str, digest: str) -> ProposalOut | None:
@@ -177,7 +193,7 @@ class Checkpoint:
                 quorum=decision.quorum,
                 confirm=decision.confirm,
                 policy_hash=self.policy.hash,
-                deny_reason=_deny_message(decision) if state == "denied" else None,
+                deny_reason=_tx.deny_message(decision) if state == "denied" else None,
                 approval_deadline=now + self.config.approval_window,
                 created_at=now,
                 updated_at=now,
@@ -198,6 +214,8 @@ class Checkpoint:
             state=state,
             policy_hash=self.policy.hash,
         )
+        if state == "pending" and decision.effect == "approve":
+            record_event(conn, self.policy.notify, action.proposal_id, "proposal.needs_vote", now)
 
     # -- votes and signing -----------------------------------------------------------
 
@@ -226,9 +244,9 @@ class Checkpoint:
                     409,
                 )
             # (2) a dangerous action needs its resource id (a tool call's target) typed
-            _check_confirm(row, row.confirm, confirm)
+            _tx.check_confirm(row, row.confirm, confirm)
             # (3) never the proposer
-            _check_not_proposer(principal, row)
+            _tx.check_not_proposer(principal, row)
             # (4) one vote per person (the UNIQUE constraint is the judge)
             already = conn.execute(
                 sa.select(votes.c.id).where(
@@ -305,7 +323,7 @@ class Checkpoint:
             old = ToolCall.from_json_bytes(bytes(row.action))
             # (1)
             if row.superseded_by is not None:
-                made = _edit_made(
+                made = views.edit_made(
                     conn, row, old, principal, seen_hash=seen_hash, values=values, now=now
                 )
                 if made is not None:
@@ -321,14 +339,14 @@ class Checkpoint:
                     f"({row.action_hash}): nothing was edited; reload it and review again",
                     409,
                 )
-            _check_not_proposer(principal, row)
+            _tx.check_not_proposer(principal, row)
             # (2)
             new_id, edited = edits.edited_call(old, values, now=now)
             decision = self.policy.decide(edited.call)
             if decision.effect == "deny":
-                raise Refusal(ErrorCode.E_POLICY_DENIED, _deny_message(decision), 403)
+                raise Refusal(ErrorCode.E_POLICY_DENIED, _tx.deny_message(decision), 403)
             # (3)
-            _check_confirm(row, decision.confirm, confirm)
+            _tx.check_confirm(row, decision.confirm, confirm)
             # (4) and (5)
             issued = self._supersede(
                 conn,
@@ -482,6 +500,15 @@ class Checkpoint:
             expires_at=statement.expires_at,
         )
         _tx.feed_entry(conn, "approval", approval_id, now)
+        record_event(
+            conn,
+            self.policy.notify,
+            row.id,
+            "proposal.approved",
+            now,
+            voters=[voter for voter, _ in voters],
+            row=SimpleNamespace(**{**row._mapping, "state": "approved", "updated_at": now}),
+        )
 
     def reject(
         self, principal: Principal, proposal_id: str, reason_code: str, note: str
@@ -643,14 +670,17 @@ class Checkpoint:
                 decision=decision,
                 note=note,
             )
+            record_event(conn, self.policy.notify, proposal_id, f"proposal.{target}", now)
         return self.get(principal, proposal_id)
 
     # -- the sweeper -----------------------------------------------------------------
 
     def sweep(self) -> dict[str, int]:
-        """Expire pending proposals past their approval window; lapse unused approvals."""
+        """Expire pending proposals past their approval window; lapse unused approvals;
+        warn (``proposal.expiring``) of windows about to end, once each."""
         now = self.now()
         counts = {"expired": 0, "lapsed": 0}
+        wanted = self.policy.notify
         with self.engine.begin() as conn:
             # Every row this pass changes is locked before its first audit append
             # (_tx's order): a sweeper holding the chain while it waited for a row that a
@@ -669,16 +699,37 @@ class Checkpoint:
                 .order_by(proposals.c.id)
                 .with_for_update(of=proposals)
             ).all()
+            expiring: Sequence[Any] = ()
+            if wanted.channels_for("proposal.expiring"):
+                told = sa.select(notify_events.c.id).where(
+                    notify_events.c.proposal_id == proposals.c.id,
+                    notify_events.c.kind == "proposal.expiring",
+                )
+                expiring = conn.execute(
+                    sa.select(proposals.c.id)
+                    .where(
+                        proposals.c.state == "pending",
+                        proposals.c.approval_deadline > now,
+                        proposals.c.approval_deadline <= now + wanted.expiring_before,
+                        ~told.exists(),
+                    )
+                    .order_by(proposals.c.id)
+                    .with_for_update()
+                ).all()
             for (pid,) in stale:
                 _tx.set_state(conn, pid, "pending", "expired", now)
                 _tx.audit(conn, now, CheckpointEvent.PROPOSAL_EXPIRED, proposal_id=pid)
+                record_event(conn, wanted, pid, "proposal.expired", now)
                 counts["expired"] += 1
             for pid, aid in lapsing:
                 _tx.set_state(conn, pid, "approved", "lapsed", now)
                 _tx.audit(
                     conn, now, CheckpointEvent.APPROVAL_LAPSED, proposal_id=pid, approval_id=aid
                 )
+                record_event(conn, wanted, pid, "approval.lapsed", now)
                 counts["lapsed"] += 1
+            for (pid,) in expiring:
+                record_event(conn, wanted, pid, "proposal.expiring", now)
         return counts
 
     def audit_refusals(self, events: Sequence[Mapping[str, object]]) -> None:
@@ -740,56 +791,3 @@ class Checkpoint:
 
     def audit_status(self, principal: Principal) -> AuditOut:
         return views.audit_status(self, principal)
-
-
-def _edit_made(
-    conn: Connection,
-    row: Any,
-    old: ToolCall,
-    principal: Principal,
-    *,
-    seen_hash: str,
-    values: Mapping[str, Any],
-    now: int,
-) -> ProposalOut | None:
-    """The proposal that this very edit (same person, hash and values) made of ``row``
-    already, or None: a retried edit answers what the first one did."""
-    if seen_hash != row.action_hash:
-        return None
-    try:
-        new_id, _ = edits.edited_call(old, values, now=now)
-    except Refusal:
-        return None
-    new = conn.execute(sa.select(proposals).where(proposals.c.id == new_id)).first()
-    if new_id != row.superseded_by or new is None or new.edit is None:
-        return None
-    if json.loads(new.edit).get("by") != principal.name:
-        return None
-    return views.view(conn, new)
-
-
-def _check_confirm(row: Any, asked: bool, typed: str | None) -> None:
-    """Refuse a vote on ``row`` without its resource id (a tool call's target) typed,
-    when ``asked`` (the policy's confirm): E_CONFIRM_REQUIRED, E_CONFIRM_MISMATCH."""
-    if not asked:
-        return
-    what = "target" if row.action_type == TOOL_CALL_TYPE else "resource id"
-    if not typed:
-        raise Refusal(
-            ErrorCode.E_CONFIRM_REQUIRED, f"type the {what} to confirm this high-risk action", 422
-        )
-    if not secrets.compare_digest(typed.encode(), row.resource_id.encode()):
-        raise Refusal(
-            ErrorCode.E_CONFIRM_MISMATCH, f"the typed {what} does not match the proposal's", 422
-        )
-
-
-def _check_not_proposer(principal: Principal, row: Any) -> None:
-    if principal.name in (row.proposed_by, row.submitted_by):
-        raise Refusal(ErrorCode.E_SELF_APPROVAL, "you may not approve your own proposal", 403)
-
-
-def _deny_message(decision: Decision) -> str:
-    return f"denied by policy rule {decision.rule}" + (
-        f": {decision.reason}" if decision.reason else ""
-    )

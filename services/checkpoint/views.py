@@ -7,17 +7,19 @@ Reads only: nothing here opens a write transaction or appends to the audit chain
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
 
+from airlock.protocol import ToolCall
 from airlock.store import verify_chain
 from airlock.text import inert
 
-from . import _tx
+from . import _tx, edits
 from .auth import Principal
+from .errors import Refusal
 from .models import (
     TOOL_CALL,
     approvals,
@@ -277,3 +279,29 @@ def shown(text: str) -> str:
     the receipt it came from is stored as received, so rows stored in the older
     ``\\x1b`` style lose nothing and are left as they are."""
     return inert(text, limit=_tx.DETAIL_MAX)
+
+
+def edit_made(
+    conn: Connection,
+    row: Any,
+    old: ToolCall,
+    principal: Principal,
+    *,
+    seen_hash: str,
+    values: Mapping[str, Any],
+    now: int,
+) -> ProposalOut | None:
+    """The proposal that this very edit (same person, hash and values) made of ``row``
+    already, or None: a retried edit answers what the first one did."""
+    if seen_hash != row.action_hash:
+        return None
+    try:
+        new_id, _ = edits.edited_call(old, values, now=now)
+    except Refusal:
+        return None
+    new = conn.execute(sa.select(proposals).where(proposals.c.id == new_id)).first()
+    if new_id != row.superseded_by or new is None or new.edit is None:
+        return None
+    if json.loads(new.edit).get("by") != principal.name:
+        return None
+    return view(conn, new)

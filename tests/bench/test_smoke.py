@@ -28,6 +28,7 @@ _RUNS = {
     "bench_gate": (["--rounds", "1", "--calls", "3"], "ratio gate's own overhead"),
     "bench_e2e": (["--db", "sqlite", "--n", "3", "--burst", "3"], "ratio: approval->write"),
     "bench_refusal_flood": (["--rounds", "1", "--batch", "3"], "ratio flooded / alone"),
+    "bench_notify": (["--rounds", "1", "--batch", "3"], "ratio with channels / none"),
 }
 
 
