@@ -402,25 +402,7 @@ class Gate:
                 exc.code.value, exc.detail, bundle_sha, pid, approval_id=exc.approval_id
             ) from None
         st = verified.statement
-        # (a) the approval is for this very call, or for a person's edit of it that the
-        # guard takes (the same tool, target and effect key; docs/gate.md#edits).
-        run = call
-        if not call.same_as(spec.tool, verified.action):
-            why = "the approved call names another tool, argument, target or effect key"
-            if pid != proposal_id_of(self.config.audience, call.effect_key):
-                try:
-                    run = spec.edited(call, verified.action)
-                except ValueError as exc:
-                    why = str(exc)
-            if run is call:
-                raise self._refuse_bundle(
-                    GateCode.E_ARGUMENTS,
-                    why,
-                    bundle_sha,
-                    pid,
-                    approval_id=st.approval_id,
-                    action_hash=verified.action_hash,
-                )
+        run = self._approved_call(spec, call, verified, pid, bundle_sha)
         if proposal.state in _SETTLED:
             self._settled(verified, proposal.state, bundle_sha)
         if proposal.state != "approved":  # revoked or lapsed, by the checkpoint's word
@@ -485,6 +467,35 @@ class Gate:
             raise Refused(late.value, detail, pid)
         self._fp.hit("after_executing")
         return work, run
+
+    def _approved_call(
+        self,
+        spec: Guard,
+        call: BoundCall,
+        verified: VerifiedToolCall,
+        pid: str,
+        bundle_sha: str,
+    ) -> BoundCall:
+        """(a) The call to make: ``call`` when the approval is for it, or a person's edit
+        of it that the guard takes (docs/gate.md#edits); else refused ``E_ARGUMENTS``."""
+        if call.same_as(spec.tool, verified.action):
+            return call
+        why = "the approved call names another tool, argument, target or effect key"
+        # Only a proposal reached through superseded_by is an edit: other arguments
+        # approved under the call's own proposal id are not.
+        if pid != proposal_id_of(self.config.audience, call.effect_key):
+            try:
+                return spec.edited(call, verified.action)
+            except ValueError as exc:
+                why = str(exc)
+        raise self._refuse_bundle(
+            GateCode.E_ARGUMENTS,
+            why,
+            bundle_sha,
+            pid,
+            approval_id=verified.statement.approval_id,
+            action_hash=verified.action_hash,
+        )
 
     def _settled(self, verified: VerifiedToolCall, state: str, bundle_sha: str) -> None:
         """The checkpoint says this approval was used already: never run it again. An
