@@ -417,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             floor_ratio = exec_1 / floor_1
             print(
-                f"   1 worker against its floor: {floor_ratio:.2f} x two durable commits "
+                f"   1 worker against its own floor: {floor_ratio:.2f} x two durable commits "
                 f"(goal >= {FLOOR_GOAL}){'' if floor_ratio >= FLOOR_GOAL else '  BELOW GOAL'}"
             )
             print(
