@@ -211,7 +211,7 @@ def _serve(settings: ExecutorSettings, executor: Executor, *, once: bool) -> Non
     clock = executor.clock
     reporter: OutboxReporter | None = None
     source: BundleSource
-    http = None
+    http = outbox_http = None
     if settings.checkpoint_url:
         try:
             verify = checkpoint_verify(settings.checkpoint_ca_file)
@@ -234,13 +234,19 @@ def _serve(settings: ExecutorSettings, executor: Executor, *, once: bool) -> Non
             extra_revoked=_file_revocations(settings),
             ledger_hold_s=settings.max_ttl + settings.skew,
         )
+        # Its own client and no idle wait: the daemon delivers on a thread of its own.
+        outbox_http = checkpoint_client(
+            settings.checkpoint_url,
+            settings.checkpoint_token.get_secret_value(),
+            poll_wait_s=settings.poll_wait,
+            verify=verify,
+        )
         reporter = OutboxReporter(
             engine=executor.engine,
-            client=http,
+            client=outbox_http,
             clock=clock,
             backoff=Backoff(cap=settings.retry_max),
             failpoints=failpoints,
-            idle=shutdown.idle,
             sweep_every_s=settings.recover_every,
         )
     else:
@@ -274,6 +280,7 @@ def _serve(settings: ExecutorSettings, executor: Executor, *, once: bool) -> Non
             source,
             shutdown=shutdown,
             reporter=reporter,
+            deliver_apart=True,
             poll_wait_s=settings.poll_wait,
             recover_every_s=settings.recover_every,
             heartbeat=Heartbeat(settings.heartbeat_path),
@@ -284,6 +291,8 @@ def _serve(settings: ExecutorSettings, executor: Executor, *, once: bool) -> Non
     finally:
         if http is not None:
             http.close()
+        if outbox_http is not None:
+            outbox_http.close()
 
 
 def _heartbeat_path_setting() -> Path | None:

@@ -36,6 +36,7 @@ from ._ops import (
     reportable_refusal,
     take_over,
     transition,
+    why_not_consumed,
 )
 from .errors import Error, Fenced
 from .models import (
@@ -96,6 +97,7 @@ __all__ = [
     "take_over",
     "target_columns",
     "transition",
+    "why_not_consumed",
 ]
 
 #: The ledger database's Alembic migrations. Revision ids are those the executor's

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
@@ -52,6 +52,7 @@ __all__ = [
     "reportable_refusal",
     "take_over",
     "transition",
+    "why_not_consumed",
 ]
 
 # Which state may follow which (docs/protocol.md#ledger); the database triggers enforce the same.
@@ -76,18 +77,29 @@ def insert_ignore(conn: Connection, table: sa.Table) -> Any:
 #: The parameter of the consume statement that is not a column: the time a hold is
 #: judged at (``consume``'s ``now``).
 _HOLD_NOW: Final = "consume_hold_now"
+#: The states a ledger row may be born in: ``claimed`` (the gate, and the executor when
+#: the live state could not be read), and ``executing`` or ``refused`` (the executor's
+#: consume after its live re-read: docs/protocol.md#ledger).
+_BORN: Final = frozenset({State.CLAIMED, State.EXECUTING, State.REFUSED})
 
 
 @functools.cache
-def _consume_statement(dialect: str) -> sa.Insert:
+def _consume_statement(dialect: str, born_executing: bool) -> sa.Insert:
     # One statement per dialect with the row as parameters: SQLAlchemy then reuses its
     # compiled form instead of building and caching a statement per consumed approval.
     # INSERT … SELECT rather than VALUES, so that the row comes with the hold check: no
     # row while a hold is in force, in the same statement (one round trip, not two).
+    # A row born executing also demands, at that instant, an unexpired approval and no
+    # revocation recorded: the commitment to write and both checks are one statement.
     if dialect not in ("postgresql", "sqlite"):
         raise RuntimeError(f"unsupported dialect {dialect!r}")
-    held = sa.exists().where(ledger_holds.c.until > sa.bindparam(_HOLD_NOW, type_=sa.BigInteger))
-    row = sa.select(*(sa.bindparam(c.name, type_=c.type) for c in ledger.c)).where(~held)
+    now = sa.bindparam(_HOLD_NOW, type_=sa.BigInteger)
+    conditions = [~sa.exists().where(ledger_holds.c.until > now)]
+    if born_executing:
+        approval_id = sa.bindparam("approval_id", type_=ledger.c.approval_id.type)
+        conditions.append(sa.bindparam("expires_at", type_=sa.BigInteger) > now)
+        conditions.append(~sa.exists().where(revocations.c.approval_id == approval_id))
+    row = sa.select(*(sa.bindparam(c.name, type_=c.type) for c in ledger.c)).where(*conditions)
     insert = postgresql.insert(ledger) if dialect == "postgresql" else sqlite.insert(ledger)
     return (
         insert.from_select(list(ledger.c), row)
@@ -97,16 +109,58 @@ def _consume_statement(dialect: str) -> sa.Insert:
 
 
 def consume(conn: Connection, row: Mapping[str, Any], *, now: int) -> bool:
-    """(13) Insert the ledger row in state ``claimed``, unless a ledger hold is in force
-    at ``now``; False if nothing was inserted: a UNIQUE key is taken, or a hold is in
-    force (ask :func:`held_until` which, under the same chain lock, before acting)."""
-    if row["state"] != State.CLAIMED:
-        raise ValueError("a ledger row is born claimed")
+    """(13) Insert the ledger row, unless a ledger hold is in force at ``now``; False if
+    nothing was inserted: a UNIQUE key is taken, or a hold is in force (ask
+    :func:`why_not_consumed`, under the same chain lock, before acting).
+
+    A row is born ``claimed`` (then moved to ``executing`` by :func:`begin_executing`),
+    or, by the executor after its live re-read, straight into ``executing`` or
+    ``refused``. A row born ``executing`` is inserted only while its approval is
+    unexpired at ``now`` and no revocation of it is recorded, in the same statement.
+    """
+    state = State(row["state"])
+    if state not in _BORN:
+        raise ValueError(f"a ledger row is not born {state}")
     if set(row) != {c.name for c in ledger.c}:
         raise ValueError("a ledger row names every column")
+    statement = _consume_statement(conn.dialect.name, state is State.EXECUTING)
     # RETURNING, not rowcount: psycopg reports -1 for INSERT … ON CONFLICT DO NOTHING.
-    inserted = conn.execute(_consume_statement(conn.dialect.name), {**row, _HOLD_NOW: now}).first()
+    inserted = conn.execute(statement, {**row, _HOLD_NOW: now}).first()
     return inserted is not None
+
+
+def why_not_consumed(
+    conn: Connection, row: Mapping[str, Any], *, now: int
+) -> Literal["held", "taken", "revoked", "expired"]:
+    """Why :func:`consume` inserted nothing for ``row`` at ``now``, asked in the same
+    transaction under the chain lock: a hold in force, a UNIQUE key (approval id, nonce
+    or action hash) taken, or, for a row born ``executing``, a revocation recorded or
+    the approval expired. Raises RuntimeError when none of them holds (fail closed)."""
+    until = held_until(conn)
+    if until is not None and now < until:
+        return "held"
+    taken = conn.execute(
+        sa.select(ledger.c.approval_id)
+        .where(
+            (ledger.c.approval_id == row["approval_id"])
+            | (ledger.c.nonce == row["nonce"])
+            | (ledger.c.action_hash == row["action_hash"])
+        )
+        .limit(1)
+    ).first()
+    if taken is not None:
+        return "taken"
+    if row["state"] == State.EXECUTING.value:
+        revoked = conn.execute(
+            sa.select(revocations.c.approval_id).where(
+                revocations.c.approval_id == row["approval_id"]
+            )
+        ).first()
+        if revoked is not None:
+            return "revoked"
+        if row["expires_at"] <= now:
+            return "expired"
+    raise RuntimeError(f"the consume of {row['approval_id']} inserted nothing, for no reason known")
 
 
 # Built once, values as parameters (see _consume_statement).

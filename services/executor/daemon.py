@@ -26,10 +26,12 @@ from __future__ import annotations
 import functools
 import logging
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import Final
 
 from airlock.heartbeat import Heartbeat, heartbeat_age
 
@@ -39,7 +41,7 @@ from .models import Outcome
 from .outbox import OutboxReporter
 from .recover import check_ledger, ledger_checked, recover_expired
 from .service import Executor
-from .sources import BundleSource
+from .sources import AckInTransaction, BundleSource
 
 __all__ = ["Heartbeat", "Interrupted", "Shutdown", "heartbeat_age", "serve"]
 
@@ -122,8 +124,12 @@ def _drain(
     for delivery in source.receive(wait_s=wait_s):
         if shutdown.requested:
             break  # not acknowledged: delivered again after the restart
+        # A source that records its acknowledgement in a transaction (the feed's
+        # cursor) does it in the one that records the bundle, not in a commit of its own.
+        in_tx = source if isinstance(source, AckInTransaction) else None
+        also = None if in_tx is None else functools.partial(in_tx.ack_in, delivery=delivery)
         try:
-            outcome = executor.execute(delivery.raw, revoked=source.revoked())
+            outcome = executor.execute(delivery.raw, revoked=source.revoked(), record_also=also)
         except LedgerHeld as exc:
             _log.warning("%s: %s; left where it is", delivery.ref, exc)
             # Not acknowledged: delivered again once the hold is over. A source hands
@@ -131,7 +137,10 @@ def _drain(
             # here, idle, or the loop would retry it as fast as it can for the hold.
             shutdown.sleep(wait_s)
             break
-        source.ack(delivery)
+        if in_tx is None:
+            source.ack(delivery)
+        else:
+            in_tx.forget(delivery)
         _show(outcome, delivery.ref)
         if on_outcome is not None:
             on_outcome(outcome)
@@ -169,12 +178,68 @@ def _step(what: str, step: Callable[[], int]) -> int | None:
         return None
 
 
+class _Courier:
+    """Receipt delivery on a thread of its own, so that no POST to the checkpoint holds up
+    the execute loop: woken after each turn that recorded outcomes, and every
+    :data:`_COURIER_TICK_S` for retries and sweeps that fall due.
+
+    Its ``reporter`` must not wait in :meth:`Shutdown.idle` (a signal would then
+    interrupt the loop's thread mid-item); its faults are logged and retried after the
+    reporter's own backoff, except :class:`CheckpointUnauthorized`, kept for the loop to
+    raise (a wrong token is fixed by a person).
+    """
+
+    def __init__(self, reporter: OutboxReporter, may_deliver: Callable[[], bool]) -> None:
+        self._reporter = reporter
+        self._may_deliver = may_deliver
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self.unauthorized: CheckpointUnauthorized | None = None
+        self._thread = threading.Thread(target=self._run, name="airlock-outbox", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self) -> None:
+        """Ask the thread to stop, and wait for a delivery in flight (its own deadline)."""
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout=_COURIER_JOIN_S)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            woken = self._wake.wait(timeout=_COURIER_TICK_S)
+            self._wake.clear()
+            if self._stop.is_set() or not (woken or self._reporter.due()):
+                continue
+            if not self._may_deliver():
+                continue
+            try:
+                self._reporter.flush()
+            except CheckpointUnauthorized as exc:
+                self.unauthorized = exc
+                return
+            except Exception:  # a database or network fault: logged, tried again when due
+                _log.exception("receipt delivery failed")
+                self._stop.wait(_COURIER_TICK_S)
+
+
+#: How often the courier asks whether a retry or a sweep is due, when not woken.
+_COURIER_TICK_S: Final = 0.5
+#: How long a stop waits for a delivery in flight (each POST has its own deadline).
+_COURIER_JOIN_S: Final = 15.0
+
+
 def serve(
     executor: Executor,
     source: BundleSource,
     *,
     shutdown: Shutdown,
     reporter: OutboxReporter | None = None,
+    deliver_apart: bool = False,
     poll_wait_s: float = 5.0,
     recover_every_s: float = 30.0,
     heartbeat: Heartbeat | None = None,
@@ -182,11 +247,14 @@ def serve(
     monotonic: Callable[[], float] = time.monotonic,
     on_outcome: Callable[[Outcome], None] | None = None,
 ) -> None:
-    """Run until ``shutdown`` is requested (see the module docstring)."""
+    """Run until ``shutdown`` is requested (see the module docstring). With
+    ``deliver_apart``, receipts are delivered on a thread of their own after the start
+    (:class:`_Courier`), never inside a turn of the execute loop."""
     beat = heartbeat or Heartbeat(None)
     errors = error_backoff or Backoff()
     long_poll = bool(getattr(source, "long_poll", False))
     told = False
+    courier: _Courier | None = None
 
     def may_deliver() -> bool:
         nonlocal told
@@ -214,6 +282,10 @@ def serve(
             _log.warning("recovery at start failed; retrying in %.1fs", delay)
             shutdown.sleep(delay)
         errors.reset()
+        if reporter is not None and deliver_apart:
+            courier = _Courier(reporter, may_deliver)
+            courier.start()
+            reporter = None  # the loop below delivers nothing itself
         beat.beat()  # the first beat says: recovered at start, serving
         next_recovery = monotonic() + recover_every_s
         _log.info("executor %s serving", executor.worker_id)
@@ -240,7 +312,12 @@ def serve(
             # head it names): a restored ledger's first receipts, of what its recovery
             # settled, would move the checkpoint's record of our head onto the restored
             # chain, and the check would then find nothing to hold.
-            if reporter is not None and (done or reporter.due()) and may_deliver():
+            if courier is not None:
+                if courier.unauthorized is not None:
+                    raise courier.unauthorized
+                if done:
+                    courier.wake()
+            elif reporter is not None and (done or reporter.due()) and may_deliver():
                 failed = _step("receipt delivery", reporter.flush) is None or failed
             if failed:
                 delay = errors.failure()
@@ -253,4 +330,7 @@ def serve(
                 shutdown.sleep(max(0.0, min(poll_wait_s, next_recovery - monotonic())))
     except Interrupted:
         pass
+    finally:
+        if courier is not None:
+            courier.stop()
     _log.info("executor %s stopped (signal %s)", executor.worker_id, shutdown.signum)

@@ -2,14 +2,17 @@
 
 The points, in the order the execute path reaches them::
 
-    after_consume            the ledger row is committed as ``claimed``
-    after_executing_commit   ``executing`` is committed; the cloud call has not been made
+    before_consume           live state is re-read and the precondition holds; nothing
+                             is committed (the feed delivers the bundle again)
+    after_executing_commit   the consume into ``executing`` is committed; the cloud call
+                             has not been made
     after_cloud_call         the cloud call returned; the outcome is not committed
     after_outcome_commit     the outcome, audit event and receipt are committed
 
 and two on the feed side, where at-least-once delivery is decided::
 
-    before_cursor_commit     a feed item is recorded (ledger/refusals); the cursor is not
+    before_cursor_commit     a feed item's record (ledger/refusals) and the cursor past it
+                             are written in one transaction, not committed
     after_outcome_post       the checkpoint accepted a receipt; the delivery is not recorded
 
 They are inert unless enabled. A test process enables them with
@@ -33,7 +36,7 @@ from .errors import ConfigError
 __all__ = ["FAILPOINTS", "FAILPOINTS_ENV", "FEED_FAILPOINTS", "Failpoints"]
 
 FAILPOINTS: Final = (
-    "after_consume",
+    "before_consume",
     "after_executing_commit",
     "after_cloud_call",
     "after_outcome_commit",

@@ -143,6 +143,11 @@ class LedgerRevocations(Container[str]):
             ).first()
         return found is not None
 
+    @property
+    def beyond_ledger(self) -> Container[str]:
+        """The ids from elsewhere: the rest is the ledger's (see sources.beyond_ledger)."""
+        return self._extra
+
 
 def read_cursor(conn: Connection, feed: str) -> int:
     seq = conn.execute(sa.select(feed_cursor.c.seq).where(feed_cursor.c.feed == feed)).scalar()
@@ -560,7 +565,17 @@ class CheckpointFeedSource:
 
     def ack(self, delivery: Delivery) -> None:
         """The approval is recorded in the ledger: move the cursor past it."""
-        to = self._ack_to.pop(delivery.ref)
-        self._fp.hit("before_cursor_commit")
         with self._engine.begin() as conn:
-            advance_cursor(conn, self._feed, to, self._clock())
+            self.ack_in(conn, delivery)
+        self.forget(delivery)
+
+    def ack_in(self, conn: Connection, delivery: Delivery) -> None:
+        """Move the cursor past ``delivery`` in ``conn``'s transaction: the one that
+        records the approval (its consume, or its refusal), so the record and the cursor
+        commit together or not at all. Call :meth:`forget` once it committed."""
+        advance_cursor(conn, self._feed, self._ack_to[delivery.ref], self._clock())
+        self._fp.hit("before_cursor_commit")
+
+    def forget(self, delivery: Delivery) -> None:
+        """``delivery``'s cursor is committed (:meth:`ack_in`): forget its place."""
+        self._ack_to.pop(delivery.ref, None)

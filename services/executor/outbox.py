@@ -333,6 +333,7 @@ class OutboxReporter:
         self._next = 0.0  # monotonic time of the next flush that is due on its own
         self._requeued = False  # the start-up scan for receipts the queue lacks
         self._retry: dict[tuple[str, str], _Retry] = {}  # oldest first, at most retry_max
+        self._unrecorded: list[dict[str, object]] = []  # answers the batch has not recorded
 
     @property
     def backing_off(self) -> int:
@@ -362,6 +363,12 @@ class OutboxReporter:
         def post(items: Iterable[PendingReceipt]) -> bool | None:
             """Post each in turn while the budget lasts: whether an outcome was recorded,
             or None once the flush must end."""
+            try:
+                return post_all(items)
+            finally:
+                self._commit_records()  # each batch's records in one transaction
+
+        def post_all(items: Iterable[PendingReceipt]) -> bool | None:
             nonlocal budget, recorded, in_a_row
             outcome_recorded = False
             for item in items:
@@ -549,29 +556,41 @@ class OutboxReporter:
     def _record(
         self, item: PendingReceipt, status: str, http: int, code: str | None, detail: str
     ) -> None:
+        """Keep the checkpoint's answer for the batch's one transaction
+        (:meth:`_commit_records`). Lost in a crash before it, the receipt is posted
+        again, and the checkpoint answers a repeated receipt as it did the first time."""
+        self._unrecorded.append(
+            {
+                "kind": item.kind,
+                "approval_id": item.approval_id,
+                "attempt": item.attempt,
+                "status": status,
+                "http_status": http,
+                "error_code": code,
+                "detail": detail,
+                "at": self._clock(),
+            }
+        )
+
+    def _commit_records(self) -> None:
+        """Record the batch's delivery attempts, and empty their queue rows, in one
+        transaction."""
+        if not self._unrecorded:
+            return
+        records, self._unrecorded = self._unrecorded, []
         with self._engine.begin() as conn:
-            # Another executor on this ledger may have recorded this attempt already:
-            # the first record stands. Only this attempt's queue row goes: a resend
-            # queued since (the next attempt) must stay.
-            conn.execute(
-                insert_ignore(conn, deliveries).values(
-                    kind=item.kind,
-                    approval_id=item.approval_id,
-                    attempt=item.attempt,
-                    status=status,
-                    http_status=http,
-                    error_code=code,
-                    detail=detail,
-                    at=self._clock(),
+            for record in records:
+                # Another executor on this ledger may have recorded this attempt already:
+                # the first record stands. Only this attempt's queue row goes: a resend
+                # queued since (the next attempt) must stay.
+                conn.execute(insert_ignore(conn, deliveries).values(**record))
+                conn.execute(
+                    sa.delete(outbox).where(
+                        outbox.c.kind == record["kind"],
+                        outbox.c.approval_id == record["approval_id"],
+                        outbox.c.attempt == record["attempt"],
+                    )
                 )
-            )
-            conn.execute(
-                sa.delete(outbox).where(
-                    outbox.c.kind == item.kind,
-                    outbox.c.approval_id == item.approval_id,
-                    outbox.c.attempt == item.attempt,
-                )
-            )
 
 
 class DeliveryRecord(TypedDict):

@@ -22,6 +22,8 @@ from airlock.events import ExecutorEvent
 from airlock.protocol import Binding, Envelope, RefusalCode, canonical_bytes
 from airlock.store import AuditEntry, AuditLog
 
+from .consume import Consume, consumed_event, ledger_row
+from .errors import LedgerHeld
 from .failpoints import Failpoints
 from .models import Outcome, State, Work
 from .receipts import RECEIPT_TYPE, AuditHead, Receipt, ReceiptSigner, Resolution
@@ -47,6 +49,37 @@ def envelope_text(envelope: Envelope) -> str:
 def clip(text: str) -> str:
     """``text`` cut to :data:`DETAIL_MAX` characters."""
     return text if len(text) <= DETAIL_MAX else text[: DETAIL_MAX - 1] + "…"
+
+
+_REVOKED_AT_CONSUME: Final = "revoked before the write (seen at the consume)"
+_EXPIRED_AT_CONSUME: Final = "expired before the write (seen at the consume)"
+
+
+class _NotConsumed(Exception):
+    """The consume into ``refused`` inserted nothing: roll its events back."""
+
+
+def _outcome_event(
+    work: Work,
+    state: State,
+    code: RefusalCode | None,
+    *,
+    request_id: str | None,
+    verified: bool,
+    detail: str,
+) -> dict[str, object]:
+    return {
+        "type": ExecutorEvent.OUTCOME,
+        "approval_id": work.approval_id,
+        "action_hash": work.action_hash,
+        "state": state.value,
+        "refusal_code": None if code is None else code.value,
+        "cloud_request_id": request_id,
+        "verified": verified,
+        "detail": detail,
+        "owner": work.owner,
+        "epoch": work.epoch,
+    }
 
 
 class Recorder:
@@ -188,6 +221,97 @@ class Recorder:
             ledger.queue_receipt(conn, kind="refusal", approval_id=approval_id, now=now)
         return receipt
 
+    def not_consumed(
+        self,
+        conn: Connection,
+        consume: Consume,
+        now: int,
+        code: RefusalCode | None = None,
+        detail: str = "",
+    ) -> Outcome:
+        """Record, in ``conn``'s transaction, why ``consume``'s approval is not consumed:
+        ``code`` and ``detail`` when given (expired or revoked before the consume), else
+        what :func:`~airlock.ledger.why_not_consumed` finds (a replay, a revocation
+        recorded, expiry). Raises :class:`LedgerHeld` (the transaction rolls back:
+        nothing is recorded) while a ledger hold is in force."""
+        verified = consume.verified
+        st = verified.statement
+        short = detail
+        if code is None:
+            row = ledger_row(consume, State.EXECUTING, now=now, lease_expires=now)
+            why = ledger.why_not_consumed(conn, row, now=now)
+            if why == "held":
+                until = ledger.held_until(conn)
+                raise LedgerHeld(now if until is None else until)
+            code, detail, short = {
+                "taken": (
+                    RefusalCode.E_REPLAY,
+                    f"approval {st.approval_id} (or its nonce or action) was already used",
+                    "already used",
+                ),
+                "revoked": (RefusalCode.E_REVOKED, _REVOKED_AT_CONSUME, _REVOKED_AT_CONSUME),
+                "expired": (RefusalCode.E_EXPIRED, _EXPIRED_AT_CONSUME, _EXPIRED_AT_CONSUME),
+            }[why]
+        receipt = self.refusal(
+            conn,
+            now,
+            code,
+            detail,
+            consume.bundle_sha,
+            approval_id=st.approval_id,
+            action_hash=verified.action_hash,
+            issued_at=st.issued_at,
+        )
+        consume.also(conn)
+        return Outcome(st.approval_id, None, code, detail=clip(short), receipt=receipt)
+
+    def consume_refused(self, consume: Consume, code: RefusalCode, detail: str) -> Outcome:
+        """Consume ``consume``'s approval straight into ``refused`` (the live state fails
+        its precondition): the row, its events and its receipt in one transaction, the
+        receipt queued. When the INSERT inserts nothing, records why instead
+        (:meth:`not_consumed`) in a transaction of its own."""
+        work = consume.work
+        now = self._clock()
+        detail = clip(detail)
+        try:
+            with self._engine.begin() as conn:
+                AuditLog.lock(conn)
+                self.audit(conn, now, consumed_event(consume.verified, work))
+                head = self.audit(
+                    conn,
+                    now,
+                    _outcome_event(
+                        work, State.REFUSED, code, request_id=None, verified=False, detail=detail
+                    ),
+                )
+                receipt = self.receipt(
+                    head,
+                    now,
+                    approval_id=work.approval_id,
+                    action_hash=work.action_hash,
+                    outcome="refused",
+                    code=code,
+                    detail=detail,
+                )
+                row = ledger_row(
+                    consume,
+                    State.REFUSED,
+                    now=now,
+                    lease_expires=now,
+                    refusal_code=code.value,
+                    detail=detail,
+                    receipt=envelope_text(receipt),
+                )
+                if not ledger.consume(conn, row, now=now):
+                    raise _NotConsumed  # rolls the events back
+                ledger.queue_receipt(conn, kind="outcome", approval_id=work.approval_id, now=now)
+                consume.also(conn)
+        except _NotConsumed:
+            with self._engine.begin() as conn:
+                AuditLog.lock(conn)
+                return self.not_consumed(conn, consume, now)
+        return Outcome(work.approval_id, State.REFUSED, code, None, False, detail, receipt)
+
     def finish(
         self,
         work: Work,
@@ -206,18 +330,9 @@ class Recorder:
             head = self.audit(
                 conn,
                 now,
-                {
-                    "type": ExecutorEvent.OUTCOME,
-                    "approval_id": work.approval_id,
-                    "action_hash": work.action_hash,
-                    "state": to_state.value,
-                    "refusal_code": None if code is None else code.value,
-                    "cloud_request_id": request_id,
-                    "verified": verified,
-                    "detail": detail,
-                    "owner": work.owner,
-                    "epoch": work.epoch,
-                },
+                _outcome_event(
+                    work, to_state, code, request_id=request_id, verified=verified, detail=detail
+                ),
             )
             receipt = self.receipt(
                 head,

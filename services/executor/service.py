@@ -52,7 +52,6 @@ from airlock.protocol import (
     KeySet,
     RefusalCode,
     Refused,
-    VerifiedApproval,
     verify_bundle,
 )
 from airlock.store import AuditLog
@@ -64,13 +63,14 @@ from .checks import (
     precondition_problem,
     reissue_blocked,
 )
-from .errors import Fenced, LedgerHeld, OperatorRefusal, ResolutionError, recordable
+from .consume import Consume, RecordAlso, consumed_event, ledger_row
+from .errors import Fenced, OperatorRefusal, ResolutionError, recordable
 from .failpoints import Failpoints
 from .keys import TrustedKeysFile
 from .models import LedgerRow, Outcome, State, Work
 from .receipts import ReceiptSigner, Resolution
 from .record import DETAIL_MAX, Recorder, clip, envelope_text
-from .sources import OutcomeSink
+from .sources import OutcomeSink, beyond_ledger
 
 __all__ = ["DEFAULT_LEASE_SECONDS", "Executor", "client_token"]
 
@@ -95,37 +95,8 @@ def _problems(exc: ValidationError) -> str:
     )
 
 
-def _claimed_row(
-    verified: VerifiedApproval, raw: bytes, *, owner: str, epoch: int, now: int, lease_expires: int
-) -> dict[str, object]:
-    """(13) The ledger row a consume inserts: ``claimed``, leased to ``owner``."""
-    st = verified.statement
-    return {
-        "approval_id": st.approval_id,
-        "nonce": st.nonce,
-        "action_hash": verified.action_hash,
-        "proposal_id": st.proposal_id,
-        "resource_type": st.resource.type,
-        "resource_id": st.resource.id,
-        "region": st.region,
-        "operation": st.operation,
-        "action": verified.action_bytes,
-        "bundle": raw,
-        "keyid": verified.keyid,
-        "expires_at": st.expires_at,
-        "state": State.CLAIMED.value,
-        "lease_owner": owner,
-        "lease_epoch": epoch,
-        "lease_expires": lease_expires,
-        "claimed_at": now,
-        "updated_at": now,
-        "refusal_code": None,
-        "cloud_request_id": None,
-        "verified": False,
-        "detail": "",
-        "receipt": None,
-        "effect_key": None,  # a cloud action has no effect key (migration 0011)
-    }
+def _record_nothing(conn: Connection) -> None:
+    del conn
 
 
 def default_worker_id() -> str:
@@ -225,9 +196,25 @@ class Executor:
 
     # -- the execute path ----------------------------------------------------------------
 
-    def execute(self, raw: bytes, *, revoked: Container[str] = frozenset()) -> Outcome:
-        """Take one bundle as far as it goes; the ledger records every step."""
+    def execute(
+        self,
+        raw: bytes,
+        *,
+        revoked: Container[str] = frozenset(),
+        record_also: RecordAlso | None = None,
+    ) -> Outcome:
+        """Take one bundle as far as it goes; the ledger records every step.
+
+        Verify (1)–(12), re-read live state and check the precondition (14), then one
+        commit before the write: the consume straight into ``executing`` (13, 15), or
+        into ``refused`` when the precondition fails. ``record_also`` is called with the
+        connection of the one transaction that records what became of the bundle (a
+        refusal, a replay, the consume), before it commits: the feed moves its cursor
+        there. Raises :class:`LedgerHeld` (nothing recorded) while a ledger hold is in
+        force.
+        """
         keys = self.trusted_keys()  # before anything is recorded: fails closed
+        also = record_also or _record_nothing
         now = self.clock()
         bundle_sha = "sha256:" + hashlib.sha256(raw).hexdigest()
         try:
@@ -245,84 +232,115 @@ class Executor:
                     approval_id=exc.approval_id,
                     issued_at=exc.issued_at,
                 )
+                also(conn)
             return self._rec.report(
                 Outcome(exc.approval_id, None, exc.code, detail=clip(exc.detail), receipt=receipt)
             )
         st = verified.statement
-        owner, epoch = self.worker_id, 1
-        # (13) consume: one INSERT; nonce, approval_id and action_hash are each UNIQUE.
-        with self._engine.begin() as conn:
-            AuditLog.lock(conn)  # the chain lock before any row lock (no lock cycles)
-            # Under the chain lock, which a hold is recorded under too: no consume slips
-            # in beside a hold's recording. The INSERT inserts nothing while a hold is in
-            # force; why it did not is asked below, still under the lock.
-            consumed = ledger.consume(
-                conn,
-                _claimed_row(
-                    verified,
-                    raw,
-                    owner=owner,
-                    epoch=epoch,
-                    now=now,
-                    lease_expires=now + self.lease_seconds,
-                ),
-                now=now,
-            )
-            if not consumed:
-                held_until = ledger.held_until(conn)
-                if held_until is not None and now < held_until:
-                    raise LedgerHeld(held_until)  # rolls back: nothing is recorded
-            if consumed:
-                self._rec.audit(
-                    conn,
-                    now,
-                    {
-                        "type": ExecutorEvent.CONSUMED,
-                        "approval_id": st.approval_id,
-                        "action_hash": verified.action_hash,
-                        "nonce": st.nonce,
-                        "proposal_id": st.proposal_id,
-                        "resource": {"type": st.resource.type, "id": st.resource.id},
-                        "region": st.region,
-                        "operation": st.operation,
-                        "keyid": verified.keyid,
-                        "approvers": [a.id for a in st.approvers],
-                        "owner": owner,
-                        "epoch": epoch,
-                    },
-                )
-                replay_receipt = None
-            else:
-                detail = f"approval {st.approval_id} (or its nonce or action) was already used"
-                replay_receipt = self._rec.refusal(
-                    conn,
-                    now,
-                    RefusalCode.E_REPLAY,
-                    detail,
-                    bundle_sha,
-                    approval_id=st.approval_id,
-                    action_hash=verified.action_hash,
-                )
-        if not consumed:
-            return self._rec.report(
-                Outcome(
-                    st.approval_id,
-                    None,
-                    RefusalCode.E_REPLAY,
-                    detail="already used",
-                    receipt=replay_receipt,
-                )
-            )
-        self._fp.hit("after_consume")
         work = Work(
             approval_id=st.approval_id,
             action_hash=verified.action_hash,
             action=verified.action,
             expires_at=st.expires_at,
-            owner=owner,
-            epoch=epoch,
+            owner=self.worker_id,
+            epoch=1,
         )
-        return self._fenced_safe(work, lambda: self.continue_claimed(work, revoked=revoked))
+        consume = Consume(verified, raw, bundle_sha, work, also)
+        try:
+            plan = self._plan(work)
+        except ValueError as exc:  # unreachable after verify_bundle's allowlist; fail closed
+            return self._consume_refused(consume, RefusalCode.E_OPERATION, str(exc))
+        action = work.action
+        try:  # (14) the live re-read, before anything is committed
+            live = self._reader.get_state(action.region, action.resource.type, action.resource.id)
+        except CloudError as exc:
+            _log.warning("live state of %s unreadable: %s", action.resource.id, exc)
+            return self._consume_unread(consume, clip(f"re-read failed: {exc}"))
+        problem = precondition_problem(action, live, self._production)
+        if problem is not None:
+            return self._consume_refused(consume, RefusalCode.E_PRECONDITION, problem)
+        # The re-read may have taken seconds: the approval must still allow the write at
+        # the moment we commit to it. Checked here (revocations from outside the ledger),
+        # and again by the INSERT itself (expiry, revocations recorded in the ledger).
+        now = self.clock()
+        late = no_longer_valid(work, now, beyond_ledger(revoked))
+        if late is not None:
+            with self._engine.begin() as conn:
+                outcome = self._rec.not_consumed(conn, consume, now, late[0], late[1])
+            return self._rec.report(outcome)
+        self._fp.hit("before_consume")
+        # (13) + (15) one INSERT, straight into executing: the UNIQUE keys (nonce,
+        # approval_id, action_hash) decide single use, and the lease covers the call.
+        refused = self._consume_executing(consume, plan[0], now)
+        if refused is not None:
+            return self._rec.report(refused)
+        self._fp.hit("after_executing_commit")
+        return self._fenced_safe(work, lambda: self._call(work, plan, revoked))
+
+    def _consume_executing(self, consume: Consume, call: str, now: int) -> Outcome | None:
+        """The one commit before the write; None once committed, else the refusal
+        recorded instead (replay, revoked, expired), or :class:`LedgerHeld`."""
+        work = consume.work
+        row = ledger_row(consume, State.EXECUTING, now=now, lease_expires=now + self.lease_seconds)
+        with self._engine.begin() as conn:
+            AuditLog.lock(conn)  # the chain lock before any row lock (no lock cycles)
+            # Under the chain lock, which a hold and a revocation are recorded under too:
+            # none slips in beside the INSERT, and why it inserted nothing is asked
+            # below, still under the lock.
+            if not ledger.consume(conn, row, now=now):
+                return self._rec.not_consumed(conn, consume, now)
+            self._rec.audit(conn, now, consumed_event(consume.verified, work))
+            self._rec.audit(
+                conn,
+                now,
+                {
+                    "type": ExecutorEvent.EXECUTING,
+                    "approval_id": work.approval_id,
+                    "owner": work.owner,
+                    "epoch": work.epoch,
+                    "call": call,
+                },
+            )
+            consume.also(conn)
+        return None
+
+    def _consume_refused(self, consume: Consume, code: RefusalCode, detail: str) -> Outcome:
+        """Consume into ``refused`` (one INSERT, with its outcome and receipt)."""
+        outcome = self._rec.consume_refused(consume, code, detail)
+        self._fp.hit("after_outcome_commit")
+        return self._rec.report(outcome)
+
+    def _consume_unread(self, consume: Consume, detail: str) -> Outcome:
+        """The live state could not be read: consume into ``claimed`` with the lease ended,
+        so that the next recovery pass re-checks and continues it (no write attempted).
+
+        Not left unrecorded for the feed to redeliver at once: a provider that keeps
+        refusing (throttling, a RAM policy) is then asked once a recovery pass, not once
+        a loop turn, each time with two events.
+        """
+        work = consume.work
+        now = self.clock()
+        row = ledger_row(consume, State.CLAIMED, now=now, lease_expires=now)
+        with self._engine.begin() as conn:
+            AuditLog.lock(conn)
+            if not ledger.consume(conn, row, now=now):
+                outcome = self._rec.not_consumed(conn, consume, now)
+            else:
+                self._rec.audit(conn, now, consumed_event(consume.verified, work))
+                self._rec.audit(
+                    conn,
+                    now,
+                    {
+                        "type": ExecutorEvent.LEASE_RELEASED,
+                        "approval_id": work.approval_id,
+                        "owner": work.owner,
+                        "epoch": work.epoch,
+                        "detail": detail,
+                    },
+                )
+                consume.also(conn)
+                return Outcome(work.approval_id, State.CLAIMED, detail=detail)
+        return self._rec.report(outcome)
 
     def continue_claimed(self, work: Work, *, revoked: Container[str] = frozenset()) -> Outcome:
         """From ``claimed``: re-check expiry and revocation, (14) re-read, (15) write."""

@@ -26,11 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Final, Protocol, runtime_checkable
 
+from sqlalchemy.engine import Connection
+
 from airlock.protocol import BUNDLE_MAX_BYTES
 
 from .models import Outcome
 
 __all__ = [
+    "AckInTransaction",
     "BundleSource",
     "Delivery",
     "DirectorySource",
@@ -38,6 +41,7 @@ __all__ = [
     "OutcomeSink",
     "ReceiptDirectorySink",
     "Revoked",
+    "beyond_ledger",
     "read_capped",
     "read_revocations_file",
 ]
@@ -80,10 +84,36 @@ class BundleSource(Protocol):
 
 
 @runtime_checkable
+class AckInTransaction(Protocol):
+    """A source whose acknowledgement is a database write (the feed's cursor): it is made
+    in the transaction that records the bundle, so both commit or neither does."""
+
+    def ack_in(self, conn: Connection, delivery: Delivery) -> None:
+        """Acknowledge ``delivery`` in ``conn``'s open transaction, before it commits."""
+        ...
+
+    def forget(self, delivery: Delivery) -> None:
+        """The transaction that acknowledged ``delivery`` committed."""
+        ...
+
+
+@runtime_checkable
 class OutcomeSink(Protocol):
     def report(self, outcome: Outcome) -> None:
         """Report a terminal outcome; may raise, the executor logs and carries on."""
         ...
+
+
+def beyond_ledger(revoked: Container[str]) -> Container[str]:
+    """The part of ``revoked`` that the ledger's own revocations table does not hold.
+
+    The consume into ``executing`` checks that table in its INSERT (under the chain lock
+    that revocations are recorded under), so the execute path asks only the rest again
+    just before it: one read of the ledger's revocations per execution, not two. A set
+    that does not say (``beyond_ledger``) is all beyond it.
+    """
+    outside = getattr(revoked, "beyond_ledger", None)
+    return revoked if outside is None else outside
 
 
 class Revoked(Container[str]):
@@ -94,6 +124,10 @@ class Revoked(Container[str]):
 
     def __contains__(self, approval_id: object) -> bool:
         return any(approval_id in s for s in self._sets)
+
+    @property
+    def beyond_ledger(self) -> Container[str]:
+        return Revoked(*(beyond_ledger(s) for s in self._sets))
 
 
 def read_capped(stream: BinaryIO) -> bytes:

@@ -459,3 +459,14 @@ def with_effect_key_column(engine: Engine) -> Iterator[None]:
     yield
     with engine.begin() as conn:
         conn.execute(sa.text("ALTER TABLE executor_ledger DROP COLUMN effect_key"))
+
+
+def leave_claimed(executor: Executor, cloud: Any, raw: bytes) -> None:
+    """Consume ``raw`` into ``claimed``, its lease ended, as a live re-read that fails does:
+    the one way the execute path leaves a row ``claimed`` for recovery to continue."""
+    cloud.read_fails = True
+    try:
+        outcome = executor.execute(raw)
+    finally:
+        cloud.read_fails = False
+    assert outcome.state is not None and outcome.state.value == "claimed", outcome

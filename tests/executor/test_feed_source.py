@@ -12,6 +12,7 @@ a real loopback socket (tests/support/dripping.py), in the last tests here.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import threading
 import time
@@ -69,6 +70,7 @@ from .support import (
     FakeClock,
     InMemoryCloud,
     StopAfterFailures,
+    leave_claimed,
     make_executor,
     make_test_bundle,
 )
@@ -381,7 +383,7 @@ def test_a_feed_that_keeps_failing_does_not_starve_recovery_or_receipt_delivery(
     done, crashed = make_test_bundle(1, tag="fstuck"), make_test_bundle(2, tag="fstuck")
     for b in (done, crashed):
         rig.env.cloud.add("ecs.instance", b.resource_id, "Running")
-    crashy = rig.env.another_worker("crashy", failpoints=_crash_at("after_consume"))
+    crashy = rig.env.another_worker("crashy")
     shutdown = Shutdown()
 
     class StuckFeed:
@@ -395,8 +397,7 @@ def test_a_feed_that_keeps_failing_does_not_starve_recovery_or_receipt_delivery(
             if self.calls == 1:
                 # Work for the other steps: an outcome to deliver, a row to recover.
                 assert rig.executor.execute(done.raw).state is State.SUCCEEDED
-                with pytest.raises(SimulatedCrash):
-                    crashy.execute(crashed.raw)
+                leave_claimed(crashy, rig.env.cloud, crashed.raw)
                 rig.env.clock.advance(LEASE)
             if len(rig.fake.posted) >= 2:
                 shutdown.request()
@@ -1630,9 +1631,8 @@ def test_a_claimed_row_in_a_restored_ledger_is_not_continued_a_second_time(
     cloud, clock = InMemoryCloud(), FakeClock()
     a = make_test_bundle(1, tag="fclaimed")
     cloud.add("ecs.instance", a.resource_id, "Running")
-    crashing = make_executor(sqlite_url, cloud, clock, failpoints=_crash_at("after_consume"))
-    with pytest.raises(SimulatedCrash):
-        crashing.execute(a.raw)
+    crashing = make_executor(sqlite_url, cloud, clock)
+    leave_claimed(crashing, cloud, a.raw)
     crashing.engine.dispose()
     backup = tmp_path / "ledger-backup.db"
     backup.write_bytes(database.read_bytes())  # A is claimed in the backup
@@ -1685,9 +1685,7 @@ def test_claimed_rows_wait_until_the_ledger_could_be_checked_against_the_checkpo
     unknown: recovery leaves `claimed` rows until the feed has answered once."""
     a = make_test_bundle(1, tag="funchecked")
     env.cloud.add("ecs.instance", a.resource_id, "Running")
-    crashing = env.another_worker("crashing", failpoints=_crash_at("after_consume"))
-    with pytest.raises(SimulatedCrash):
-        crashing.execute(a.raw)
+    leave_claimed(env.another_worker("crashing"), env.cloud, a.raw)
     env.clock.advance(LEASE + 1)
     fake = FakeCheckpoint(pages=[503, 503, {"items": [], "cursor": 0}])
     client = checkpoint_client(
@@ -1873,3 +1871,81 @@ def test_a_hold_ends_at_its_until(env: Env) -> None:
         env.executor.execute(b.raw)
     env.clock.advance(1)
     assert env.executor.execute(b.raw).state is State.SUCCEEDED
+
+
+def test_a_crash_before_the_consume_commits_leaves_neither_its_row_nor_the_cursor(
+    env: Env,
+) -> None:
+    """The consume and the cursor past its feed item are one transaction: a crash before
+    it commits leaves neither, and the item delivered again is written once."""
+    b = make_test_bundle(1, tag="fcurtx")
+    env.cloud.add("ecs.instance", b.resource_id, "Running")
+    page = {"items": [approval(1, b.raw, b.approval_id)], "cursor": 1}
+    fake = FakeCheckpoint(pages=[page, page])
+    client = checkpoint_client(
+        BASE, "t", poll_wait_s=1, transport=httpx.MockTransport(fake.handler)
+    )
+    crashing = CheckpointFeedSource(
+        engine=env.engine,
+        client=client,
+        clock=env.clock,
+        sleep=lambda _: None,
+        failpoints=_crash_at("before_cursor_commit"),
+    )
+    source = CheckpointFeedSource(
+        engine=env.engine, client=client, clock=env.clock, sleep=lambda _: None
+    )
+    try:
+        [delivery] = crashing.receive(wait_s=0)
+        also = functools.partial(crashing.ack_in, delivery=delivery)
+        with pytest.raises(SimulatedCrash):
+            env.executor.execute(delivery.raw, revoked=crashing.revoked(), record_also=also)
+        with env.engine.connect() as conn:
+            assert conn.execute(sa.select(ledger.c.approval_id)).all() == []
+            assert read_cursor(conn, source.feed) == 0
+        assert env.cloud.calls == []
+        [again] = source.receive(wait_s=0)
+        also = functools.partial(source.ack_in, delivery=again)
+        outcome = env.executor.execute(again.raw, revoked=source.revoked(), record_also=also)
+        assert outcome.state is State.SUCCEEDED
+        assert source.cursor() == 1 and env.cloud.writes_for(b.resource_id) == 1
+    finally:
+        client.close()
+
+
+def test_receipts_delivered_apart_from_the_execute_loop_are_all_delivered(rig: Rig) -> None:
+    """With ``deliver_apart`` the outbox posts on its own thread, woken by the loop's
+    turns: every receipt is delivered and recorded, none twice."""
+    bundles = [make_test_bundle(n, tag="fapart") for n in range(1, 5)]
+    for b in bundles:
+        rig.env.cloud.add("ecs.instance", b.resource_id, "Running")
+    items = [approval(n, b.raw, b.approval_id) for n, b in enumerate(bundles, 1)]
+    # The first answer is the ledger check at start (it takes nothing from the feed).
+    rig.fake.pages = [{"items": [], "cursor": 0}, {"items": items, "cursor": 4}]
+    shutdown = Shutdown()
+    done = threading.Event()
+
+    def watch() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(rig.rows(deliveries)) < len(bundles):
+            time.sleep(0.05)
+        done.set()
+        shutdown.request()
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    serve(
+        rig.executor,
+        rig.source,
+        shutdown=shutdown,
+        reporter=rig.reporter,
+        deliver_apart=True,
+        poll_wait_s=0,
+    )
+    watcher.join()
+    assert done.is_set()
+    assert sorted(r.approval_id for r in rig.rows(deliveries)) == sorted(
+        b.approval_id for b in bundles
+    )
+    assert len(rig.fake.posted) == len(bundles)
+    assert rig.cursor() == 4

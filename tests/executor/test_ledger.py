@@ -30,7 +30,7 @@ from services.executor.models import ledger, outbox, refusals, resolutions
 from services.executor.recover import recover_expired
 
 from .conftest import Env
-from .support import TTL, make_test_bundle, receipt_keyset
+from .support import TTL, leave_claimed, make_test_bundle, receipt_keyset
 
 
 def _crash_at(point: str) -> Failpoints:
@@ -45,13 +45,12 @@ def _raw(env: Env, statement: str) -> None:
         conn.exec_driver_sql(statement)
 
 
-def _state(env: Env, approval_id: str) -> str:
+def _state(env: Env, approval_id: str) -> str | None:
     with env.engine.connect() as conn:
-        return str(
-            conn.execute(
-                sa.select(ledger.c.state).where(ledger.c.approval_id == approval_id)
-            ).scalar_one()
-        )
+        state = conn.execute(
+            sa.select(ledger.c.state).where(ledger.c.approval_id == approval_id)
+        ).scalar_one_or_none()
+    return None if state is None else str(state)
 
 
 @pytest.mark.parametrize("terminal", ["succeeded", "refused"])
@@ -78,9 +77,7 @@ def test_terminal_rows_cannot_be_updated_or_deleted(env: Env, terminal: str) -> 
 def test_active_rows_allow_only_the_designed_transitions(env: Env) -> None:
     b = make_test_bundle(2)
     env.cloud.add("ecs.instance", b.resource_id)
-    env.executor = env.another_worker("crashy", failpoints=_crash_at("after_consume"))
-    with pytest.raises(SimulatedCrash):
-        env.executor.execute(b.raw)
+    leave_claimed(env.executor, env.cloud, b.raw)
     aid = b.approval_id
     assert _state(env, aid) == "claimed"
     for statement in (
@@ -113,9 +110,7 @@ def test_a_claimed_row_cannot_be_retargeted_for_whoever_reads_it(
     executor ledger``, whoever resolves an in_doubt row): no UPDATE changes them."""
     b = make_test_bundle(4)
     env.cloud.add("ecs.instance", b.resource_id)
-    env.executor = env.another_worker("crashy", failpoints=_crash_at("after_consume"))
-    with pytest.raises(SimulatedCrash):
-        env.executor.execute(b.raw)
+    leave_claimed(env.executor, env.cloud, b.raw)
     aid = b.approval_id
     with pytest.raises(DBAPIError, match="identity columns are immutable"):
         _raw(env, f"UPDATE executor_ledger SET {column} = {value} WHERE approval_id = '{aid}'")
@@ -163,7 +158,7 @@ def test_a_fenced_off_owner_cannot_record_an_outcome(env: Env) -> None:
 @pytest.mark.parametrize(
     ("point", "operation", "expected"),
     [
-        ("after_consume", "stop", State.SUCCEEDED),
+        ("before_consume", "stop", None),
         ("after_executing_commit", "stop", State.IN_DOUBT),
         ("after_executing_commit", "delete", State.SUCCEEDED),
         ("after_cloud_call", "stop", State.SUCCEEDED),
@@ -171,7 +166,7 @@ def test_a_fenced_off_owner_cannot_record_an_outcome(env: Env) -> None:
     ],
 )
 def test_recovery_after_a_crash_is_verify_first(
-    env: Env, point: str, operation: str, expected: State
+    env: Env, point: str, operation: str, expected: State | None
 ) -> None:
     status = "Stopped" if operation == "delete" else "Running"
     b = make_test_bundle(4, operation=operation, status=status)
@@ -181,17 +176,22 @@ def test_recovery_after_a_crash_is_verify_first(
         crashy.execute(b.raw)
     env.clock.advance(env.executor.lease_seconds)
     recover_expired(env.executor)
+    if expected is None:
+        # Nothing was committed: no row to recover, and the bundle delivered again (as
+        # the feed does, its cursor never moved) is written once.
+        assert _state(env, b.approval_id) is None and env.cloud.writes_for(b.resource_id) == 0
+        assert env.executor.execute(b.raw).state is State.SUCCEEDED
+        expected = State.SUCCEEDED
     assert _state(env, b.approval_id) == expected
     assert env.cloud.writes_for(b.resource_id) == (0 if expected is State.IN_DOUBT else 1)
+    assert env.executor.execute(b.raw).refusal_code is RefusalCode.E_REPLAY
     assert verify_chain(env.engine).ok
 
 
 def test_claimed_row_past_its_expiry_is_refused_on_recovery(env: Env) -> None:
     b = make_test_bundle(5)
     env.cloud.add("ecs.instance", b.resource_id)
-    crashy = env.another_worker("crashy", failpoints=_crash_at("after_consume"))
-    with pytest.raises(SimulatedCrash):
-        crashy.execute(b.raw)
+    leave_claimed(env.another_worker("crashy"), env.cloud, b.raw)
     env.clock.advance(TTL)
     (outcome,) = recover_expired(env.executor)
     assert outcome.state is State.REFUSED and outcome.refusal_code is RefusalCode.E_EXPIRED
@@ -534,15 +534,17 @@ def test_receipts_do_not_verify_under_the_approval_key(env: Env) -> None:
 
 def test_failpoints_cannot_be_armed_outside_dev() -> None:
     with pytest.raises(ConfigError, match="AIRLOCK_ENV"):
-        Failpoints.from_env({"AIRLOCK_EXECUTOR_FAILPOINTS": "after_consume"})
+        Failpoints.from_env({"AIRLOCK_EXECUTOR_FAILPOINTS": "before_consume"})
     with pytest.raises(ConfigError, match="AIRLOCK_ENV"):
-        Failpoints.from_env({"AIRLOCK_EXECUTOR_FAILPOINTS": "after_consume", "AIRLOCK_ENV": "prod"})
+        Failpoints.from_env(
+            {"AIRLOCK_EXECUTOR_FAILPOINTS": "before_consume", "AIRLOCK_ENV": "prod"}
+        )
     with pytest.raises(ConfigError, match="unknown"):
         Failpoints.from_env({"AIRLOCK_EXECUTOR_FAILPOINTS": "before_lunch", "AIRLOCK_ENV": "dev"})
     armed = Failpoints.from_env(
-        {"AIRLOCK_EXECUTOR_FAILPOINTS": "after_consume", "AIRLOCK_ENV": "dev"}
+        {"AIRLOCK_EXECUTOR_FAILPOINTS": "before_consume", "AIRLOCK_ENV": "dev"}
     )
-    assert armed.armed == {"after_consume"}
+    assert armed.armed == {"before_consume"}
     assert Failpoints.from_env({}).armed == frozenset()
 
 

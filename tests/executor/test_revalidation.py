@@ -21,12 +21,13 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from airlock.protocol import KeySet, KeyStatus, RefusalCode, canonical_bytes
+from airlock.protocol import KeySet, KeyStatus, RefusalCode, canonical_bytes, verify_bundle
 from airlock.store import make_engine, verify_chain
 from services.executor import Executor, Failpoints, State, TrustedKeysFile
 from services.executor import ledger as ledger_ops
+from services.executor.consume import Consume, ledger_row
 from services.executor.errors import SimulatedCrash
-from services.executor.models import LedgerRow, Work, ledger, revocations
+from services.executor.models import LedgerRow, Work, ledger, refusals, revocations
 from services.executor.recover import recover_expired
 
 from .conftest import Env
@@ -38,6 +39,8 @@ from .support import (
     FakeClock,
     InMemoryCloud,
     approval_signer,
+    keyset,
+    leave_claimed,
     make_test_bundle,
     receipt_signer,
 )
@@ -54,6 +57,18 @@ def _row(env: Env, approval_id: str) -> LedgerRow:
     with env.engine.connect() as conn:
         found = conn.execute(sa.select(ledger).where(ledger.c.approval_id == approval_id))
         return LedgerRow.from_mapping(found.mappings().one())
+
+
+def _refused_unconsumed(env: Env, approval_id: str) -> list[str]:
+    """The codes of ``approval_id``'s refusals; asserts it has no ledger row."""
+    with env.engine.connect() as conn:
+        assert (
+            conn.execute(sa.select(ledger).where(ledger.c.approval_id == approval_id)).all() == []
+        )
+        found = conn.execute(
+            sa.select(refusals.c.code).where(refusals.c.approval_id == approval_id)
+        )
+        return [str(code) for code in found.scalars()]
 
 
 def _record_revocation(env: Env, approval_id: str) -> None:
@@ -142,8 +157,10 @@ def test_an_approval_that_expires_during_the_live_re_read_is_not_written(env: En
 
     outcome = slow.execute(b.raw)
 
-    assert (outcome.state, outcome.refusal_code) == (State.REFUSED, RefusalCode.E_EXPIRED)
+    # Refused before the consume: nothing consumed, the refusal recorded (and reported).
+    assert (outcome.state, outcome.refusal_code) == (None, RefusalCode.E_EXPIRED)
     assert env.cloud.writes_for(b.resource_id) == 0
+    assert _refused_unconsumed(env, b.approval_id) == ["E_EXPIRED"]
 
 
 @pytest.mark.parametrize("where", ["source", "ledger"])
@@ -163,26 +180,47 @@ def test_an_approval_revoked_during_the_live_re_read_is_not_written(env: Env, wh
     slow = _executor_reading_through(env, _SlowReader(env.cloud, revoke))
     outcome = slow.execute(b.raw, revoked=revoked)
 
-    assert (outcome.state, outcome.refusal_code) == (State.REFUSED, RefusalCode.E_REVOKED)
+    assert (outcome.state, outcome.refusal_code) == (None, RefusalCode.E_REVOKED)
     assert env.cloud.writes_for(b.resource_id) == 0
-    assert _row(env, b.approval_id).state == "refused"
+    assert _refused_unconsumed(env, b.approval_id) == ["E_REVOKED"]
     assert verify_chain(env.engine).ok
 
 
 def test_the_executing_update_itself_refuses_an_expired_approval(env: Env) -> None:
+    """Recovery's move of a ``claimed`` row to ``executing`` demands an unexpired approval
+    in its own UPDATE."""
     b = make_test_bundle(4, tag="updexp", ttl=30)  # expires before the lease does
     env.cloud.add("ecs.instance", b.resource_id, "Running")
-    crashy = env.another_worker("c", failpoints=_crash_at("after_consume"))
-    with pytest.raises(SimulatedCrash):
-        crashy.execute(b.raw)
+    leave_claimed(env.executor, env.cloud, b.raw)
+    with env.engine.connect() as conn:
+        (row,) = ledger_ops.expired(conn, T0 + 20)
     now = T0 + 30
-    assert _row(env, b.approval_id).lease_expires > now
     with env.engine.begin() as conn:
+        assert ledger_ops.take_over(conn, row, owner="c", now=T0 + 20, lease_expires=now + 60)
         code = ledger_ops.begin_executing(
-            conn, approval_id=b.approval_id, owner="c", epoch=1, now=now, lease_expires=now + 1
+            conn, approval_id=b.approval_id, owner="c", epoch=2, now=now, lease_expires=now + 1
         )
     assert code is RefusalCode.E_EXPIRED
     assert _row(env, b.approval_id).state == "claimed"
+
+
+@pytest.mark.parametrize("why", ["expired", "revoked"])
+def test_the_consume_itself_refuses_an_expired_or_revoked_approval(env: Env, why: str) -> None:
+    """The INSERT into ``executing`` demands, in the same statement, an unexpired approval
+    and no revocation recorded: no row, and why is told, not taken for a replay."""
+    b = make_test_bundle(7, tag=f"ins{why[:3]}", ttl=30)
+    verified = verify_bundle(b.raw, keyset(), BINDING, T0 + 10)
+    work = Work(b.approval_id, verified.action_hash, verified.action, T0 + 30, "c", 1)
+    consume = Consume(verified, b.raw, "sha256:" + "00" * 32, work, lambda conn: None)
+    now = T0 + 30 if why == "expired" else T0 + 20
+    if why == "revoked":
+        _record_revocation(env, b.approval_id)
+    row = ledger_row(consume, State.EXECUTING, now=now, lease_expires=now + LEASE)
+    with env.engine.begin() as conn:
+        assert not ledger_ops.consume(conn, row, now=now)
+        assert ledger_ops.why_not_consumed(conn, row, now=now) == why
+    with env.engine.connect() as conn:
+        assert conn.execute(sa.select(ledger.c.approval_id)).all() == []
 
 
 def _write_keys(path: Path, status: KeyStatus) -> None:
@@ -217,11 +255,13 @@ def test_recovery_does_not_write_a_row_whose_signing_key_was_revoked_since(
     op, status = ("stop", "Running") if state == "claimed" else ("delete", "Stopped")
     b = make_test_bundle(5, tag=f"krev{state}", operation=op, status=status)
     cloud.add("ecs.instance", b.resource_id, status)
-    point = "after_consume" if state == "claimed" else "after_executing_commit"
-    crashy, rescuer = worker("crashy", _crash_at(point)), worker("rescuer")
+    crashy, rescuer = worker("crashy", _crash_at("after_executing_commit")), worker("rescuer")
     try:
-        with pytest.raises(SimulatedCrash):
-            crashy.execute(b.raw)
+        if state == "claimed":
+            leave_claimed(crashy, cloud, b.raw)
+        else:
+            with pytest.raises(SimulatedCrash):
+                crashy.execute(b.raw)
         _write_keys(keys, KeyStatus.REVOKED)  # the operator revokes the compromised key
         clock.advance(LEASE)
 

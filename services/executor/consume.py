@@ -1,0 +1,101 @@
+"""(13) What a consume writes: the ledger row an approval is consumed into, and its event.
+
+The execute path consumes an approval once, in the one commit before the write
+(docs/protocol.md#ledger): the row is born ``executing`` (the write follows), ``refused``
+(the live state failed the precondition) or, when the live state could not be read,
+``claimed`` with its lease ended, for recovery to continue. :class:`Consume` carries what
+every one of those transactions needs; :func:`ledger_row` and :func:`consumed_event`
+build the row and the ``executor.consumed`` event from the verified approval only.
+
+Nothing here touches the database or decides anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy.engine import Connection
+
+from airlock.events import ExecutorEvent
+from airlock.protocol import VerifiedApproval
+
+from .models import State, Work
+
+__all__ = ["Consume", "RecordAlso", "consumed_event", "ledger_row"]
+
+#: Called with the connection of the transaction that records what became of a bundle,
+#: before it commits (the feed's cursor moves there).
+RecordAlso = Callable[[Connection], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Consume:
+    """One verified bundle on its way to the ledger, leased to ``work.owner``."""
+
+    verified: VerifiedApproval
+    raw: bytes
+    bundle_sha: str
+    work: Work
+    also: RecordAlso
+
+
+def ledger_row(
+    consume: Consume,
+    state: State,
+    *,
+    now: int,
+    lease_expires: int,
+    refusal_code: str | None = None,
+    detail: str = "",
+    receipt: str | None = None,
+) -> dict[str, object]:
+    """(13) The ledger row a consume inserts, born in ``state``."""
+    verified, work = consume.verified, consume.work
+    st = verified.statement
+    return {
+        "approval_id": st.approval_id,
+        "nonce": st.nonce,
+        "action_hash": verified.action_hash,
+        "proposal_id": st.proposal_id,
+        "resource_type": st.resource.type,
+        "resource_id": st.resource.id,
+        "region": st.region,
+        "operation": st.operation,
+        "action": verified.action_bytes,
+        "bundle": consume.raw,
+        "keyid": verified.keyid,
+        "expires_at": st.expires_at,
+        "state": state.value,
+        "lease_owner": work.owner,
+        "lease_epoch": work.epoch,
+        "lease_expires": lease_expires,
+        "claimed_at": now,
+        "updated_at": now,
+        "refusal_code": refusal_code,
+        "cloud_request_id": None,
+        "verified": False,
+        "detail": detail,
+        "receipt": receipt,
+        "effect_key": None,  # a cloud action has no effect key (migration 0011)
+    }
+
+
+def consumed_event(verified: VerifiedApproval, work: Work) -> dict[str, object]:
+    """The ``executor.consumed`` event: what ``airlock audit reconcile`` compares with the
+    approval the checkpoint issued under the same id."""
+    st = verified.statement
+    return {
+        "type": ExecutorEvent.CONSUMED,
+        "approval_id": st.approval_id,
+        "action_hash": verified.action_hash,
+        "nonce": st.nonce,
+        "proposal_id": st.proposal_id,
+        "resource": {"type": st.resource.type, "id": st.resource.id},
+        "region": st.region,
+        "operation": st.operation,
+        "keyid": verified.keyid,
+        "approvers": [a.id for a in st.approvers],
+        "owner": work.owner,
+        "epoch": work.epoch,
+    }
