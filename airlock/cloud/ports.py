@@ -40,7 +40,7 @@ __all__ = [
     "WriteResult",
 ]
 
-ResourceType = Literal["ecs.instance", "rds.instance"]
+ResourceType = Literal["ecs.instance", "ec2.instance", "rds.instance"]
 
 
 class CloudError(Exception):
