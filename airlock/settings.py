@@ -15,9 +15,17 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Final, Literal
+from typing import Annotated, Any, ClassVar, Final, Literal, get_args
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    SecretStr,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     DotEnvSettingsSource,
@@ -583,6 +591,18 @@ class WebappSettings(ServiceSettings):
 # --------------------------------------------------------------------------- agent
 
 
+#: The idle thresholds the agent takes per provider (``provider_thresholds``).
+AgentThreshold = Literal[
+    "window_days",
+    "min_samples_bp",
+    "cpu_avg_max_bp",
+    "cpu_p95_max_bp",
+    "mem_avg_max_bp",
+    "net_quiet_bytes_per_day",
+    "net_quiet_min_days",
+]
+
+
 class AgentSettings(CloudSettings):
     """The agent (``AIRLOCK_AGENT_*``): its read-only cloud key, its checkpoint token, the
     idle policy's thresholds and the scan's shape.
@@ -653,11 +673,38 @@ class AgentSettings(CloudSettings):
     grace_seconds: int = Field(default=7 * 86_400, ge=0)
     #: ``StoppedMode`` of proposed ECS stops.
     ecs_stopped_mode: Literal["StopCharging", "KeepCharging"] = "StopCharging"
+    #: The provider this agent scans (one agent per provider and account): alibaba or aws.
+    provider: Literal["alibaba", "aws"] = "alibaba"
+    #: Idle thresholds for one provider over those above, as JSON keyed by provider and
+    #: threshold name: ``{"aws": {"cpu_avg_max_bp": 300, "net_quiet_min_days": 10}}``.
+    provider_thresholds: dict[Literal["alibaba", "aws"], dict[AgentThreshold, int]] = Field(
+        default_factory=dict
+    )
+
+    def thresholds(self, provider: str | None = None) -> dict[str, int]:
+        """The idle thresholds for ``provider`` (default :attr:`provider`): those above,
+        then its overrides."""
+        out = {name: int(getattr(self, name)) for name in get_args(AgentThreshold)}
+        out.update(self.provider_thresholds.get(provider or self.provider, {}))  # type: ignore[call-overload]
+        return out
 
     @model_validator(mode="after")
     def _agent_checks(self) -> AgentSettings:
-        if self.net_quiet_min_days > self.window_days:
-            raise ValueError("net_quiet_min_days cannot exceed window_days")
+        for provider, given in self.provider_thresholds.items():
+            for key, value in given.items():
+                # The same bounds as the setting itself (``cpu_avg_max_bp`` ≤ 10000…).
+                info = type(self).model_fields[key]
+                form: Any = Annotated[(info.annotation, *info.metadata)]  # built at run time
+                try:
+                    TypeAdapter(form).validate_python(value)
+                except ValidationError as exc:
+                    raise ValueError(
+                        f"provider_thresholds.{provider}.{key}: {exc.errors()[0]['msg']}"
+                    ) from None
+        for provider in {self.provider, *self.provider_thresholds}:
+            thresholds = self.thresholds(provider)
+            if thresholds["net_quiet_min_days"] > thresholds["window_days"]:
+                raise ValueError(f"{provider}: net_quiet_min_days cannot exceed window_days")
         if not self.checkpoint_url.startswith(("http://", "https://")):
             raise ValueError("AIRLOCK_AGENT_CHECKPOINT_URL must be an http(s) URL")
         _ca_file_needs_https(self, self.checkpoint_url, self.checkpoint_ca_file)
