@@ -18,8 +18,9 @@ from airlock.cloud.ports import ResourceType
 __all__ = ["ALIBABA", "AWS", "PROVIDERS", "AgentProvider", "Kind", "Metrics", "NetUnit"]
 
 #: How a reader reports a network metric's ``average``: bits per second (CloudMonitor),
-#: bytes per second (RDS on CloudWatch) or bytes moved in the period (EC2's ``Sum``).
-NetUnit = Literal["bit/s", "B/s", "bytes"]
+#: bytes per second (RDS on CloudWatch) or bytes per 5-minute sample (EC2's ``NetworkIn``
+#: and ``NetworkOut`` under basic monitoring: their ``Average`` over a period).
+NetUnit = Literal["bit/s", "B/s", "B/5min"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +42,8 @@ class Metrics:
             exact = exact * period / 8
         elif self.net_unit == "B/s":
             exact = exact * period
+        else:
+            exact = exact * period / 300
         return int(exact.to_integral_value(ROUND_HALF_UP))
 
 
@@ -110,19 +113,21 @@ ALIBABA: Final = AgentProvider(
     ),
 )
 
-# CloudWatch names (namespace AWS/EC2 and AWS/RDS) and EC2/RDS state names.
+# CloudWatch names (namespace AWS/EC2 and AWS/RDS). The AWS reader reports states in the
+# ports' words: EC2 running/stopped/pending as Running/Stopped/Pending, RDS available as
+# Running (airlock.cloud.aws._reader).
 AWS: Final = AgentProvider(
     "aws",
     (
         Kind(
             "ec2.instance",
-            # Memory needs the CloudWatch agent: not assumed. NetworkIn/Out are bytes.
+            # Memory needs the CloudWatch agent: not assumed.
             Metrics(
-                cpu="CPUUtilization", mem=None, net=("NetworkIn", "NetworkOut"), net_unit="bytes"
+                cpu="CPUUtilization", mem=None, net=("NetworkIn", "NetworkOut"), net_unit="B/5min"
             ),
-            running="running",
-            starting=frozenset({"pending"}),
-            stopped="stopped",
+            running="Running",
+            starting=frozenset({"Pending"}),
+            stopped="Stopped",
             deletable=True,
         ),
         Kind(
@@ -133,9 +138,9 @@ AWS: Final = AgentProvider(
                 net=("NetworkReceiveThroughput", "NetworkTransmitThroughput"),
                 net_unit="B/s",
             ),
-            running="available",
-            starting=frozenset({"starting"}),
-            stopped="stopped",
+            running="Running",
+            starting=frozenset({"Starting"}),
+            stopped="Stopped",
             deletable=False,  # RDS has no delete on the kernel's allowlist
         ),
     ),

@@ -81,38 +81,39 @@ def test_network_values_become_bytes_in_each_unit() -> None:
 
     assert metrics("bit/s").net_bytes(80.0, DAY) == rate_to_bytes(80.0, DAY) == 864_000
     assert metrics("B/s").net_bytes(10.0, DAY) == 864_000
-    assert metrics("bytes").net_bytes(864_000.0, DAY) == 864_000
+    assert metrics("B/5min").net_bytes(3_000.0, DAY) == 864_000  # 288 samples a day
     assert metrics("B/s").net_bytes(0.5, 1) == 1  # half up on the printed decimal
     for bad in (math.nan, math.inf, -1.0):
         with pytest.raises(ValueError):
-            metrics("bytes").net_bytes(bad, DAY)
+            metrics("B/5min").net_bytes(bad, DAY)
 
 
 def test_an_idle_ec2_instance_gets_an_aws_stop_without_params() -> None:
-    (step,) = plan(_obs("ec2.instance", EC2, "running"), CheckpointView(), CTX)
+    (step,) = plan(_obs("ec2.instance", EC2, "Running"), CheckpointView(), CTX)
     assert isinstance(step, Submit)
     action = step.action
     assert (action.provider, action.account, action.operation) == ("aws", "123456789012", "stop")
-    assert action.params == {} and action.precondition.status == "running"
+    assert action.params == {} and action.precondition.status == "Running"
 
 
-def test_an_idle_aws_rds_instance_is_stopped_when_available() -> None:
-    (step,) = plan(_obs("rds.instance", "orders-db", "available"), CheckpointView(), CTX)
-    assert isinstance(step, Submit) and step.action.precondition.status == "available"
+def test_an_idle_aws_rds_instance_is_stopped() -> None:
+    # The reader reports RDS "available" as Running.
+    (step,) = plan(_obs("rds.instance", "orders-db", "Running"), CheckpointView(), CTX)
+    assert isinstance(step, Submit) and step.action.precondition.status == "Running"
 
 
 def test_an_ec2_instance_that_stayed_stopped_gets_a_terminate_proposal() -> None:
     started = rfc3339(APPROVED - 30 * DAY)
-    (step,) = plan(_obs("ec2.instance", EC2, "stopped", started), STOPPED, CTX)
+    (step,) = plan(_obs("ec2.instance", EC2, "Stopped", started), STOPPED, CTX)
     assert isinstance(step, Submit)
-    assert step.action.operation == "delete" and step.action.precondition.status == "stopped"
+    assert step.action.operation == "delete" and step.action.precondition.status == "Stopped"
     assert step.action.is_high_risk
 
 
 def test_an_ec2_instance_a_person_started_after_airlocks_stop_is_not_terminated() -> None:
     # EC2 resets LaunchTime on every start: the reader reports it as the last start.
     started = rfc3339(APPROVED + DAY)
-    (step,) = plan(_obs("ec2.instance", EC2, "stopped", started), STOPPED, CTX)
+    (step,) = plan(_obs("ec2.instance", EC2, "Stopped", started), STOPPED, CTX)
     assert isinstance(step, Hold) and step.operation == "delete"
     assert step.reason.startswith(f"started again at {started}")
 
@@ -122,13 +123,12 @@ def test_a_stopped_aws_rds_instance_is_never_proposed_for_deletion() -> None:
         airlock_stops={("us-east-1", "orders-db"): AirlockStop("prop_s", APPROVED, APPROVED)}
     )
     started = rfc3339(APPROVED - 30 * DAY)
-    assert plan(_obs("rds.instance", "orders-db", "stopped", started), view, CTX) == []
+    assert plan(_obs("rds.instance", "orders-db", "Stopped", started), view, CTX) == []
 
 
-def test_alibaba_words_are_not_aws_words() -> None:
-    # An Alibaba status at AWS is no status the planner acts on, and the reverse.
-    assert plan(_obs("ec2.instance", EC2, "Running"), CheckpointView(), CTX) == []
-    assert ALIBABA.kind("ecs.instance").running == "Running"
+def test_a_status_the_provider_does_not_report_is_acted_on_never() -> None:
+    assert plan(_obs("ec2.instance", EC2, "ShuttingDown"), CheckpointView(), CTX) == []
+    assert plan(_obs("ec2.instance", EC2, "running"), CheckpointView(), CTX) == []
 
 
 def test_thresholds_are_per_provider(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -37,7 +37,7 @@ def _action(provider: str, rtype: str, operation: str, **kwargs: Any) -> Propose
     value["provider"] = provider
     if provider == "aws":
         value["params"] = {}
-        value["precondition"]["status"] = "running" if operation == "stop" else "stopped"
+        value["precondition"]["status"] = "Running" if operation == "stop" else "Stopped"
     return ProposedAction.model_validate(value)
 
 

@@ -13,7 +13,7 @@ def _submit_aws(served: Served) -> dict[str, object]:
     value = action_value(proposal_id="prop_aws00000001", operation="delete")
     value.update(provider="aws", account="123456789012", region="eu-west-2")
     value["resource"] = {"type": "ec2.instance", "id": "i-0123456789abcdef0"}
-    value["precondition"]["status"] = "stopped"
+    value["precondition"]["status"] = "Stopped"
     world = served.world
     response = world.client.post(
         "/v1/proposals",

@@ -14,9 +14,9 @@ def _aws(action: dict[str, Any], *, rtype: str, rid: str) -> dict[str, Any]:
     action["resource"] = {"type": rtype, "id": rid}
     if action["operation"] == "stop":
         action["params"] = {}
-        action["precondition"]["status"] = "running"
+        action["precondition"]["status"] = "Running"
     else:
-        action["precondition"]["status"] = "stopped"
+        action["precondition"]["status"] = "Stopped"
     return action
 
 
