@@ -14,7 +14,7 @@ from airlock.settings import AgentSettings
 from services.agent.discovery import Observation
 from services.agent.idle import DAY, IdlePolicy, Usage, Window, rate_to_bytes, rfc3339
 from services.agent.planner import AirlockStop, CheckpointView, Hold, PlanContext, Submit, plan
-from services.agent.providers import ALIBABA, AWS, PROVIDERS, Metrics
+from services.agent.providers import AWS, PROVIDERS, Metrics
 from services.agent.service import policy_from
 
 NOW = 1_764_400_000
