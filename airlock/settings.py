@@ -591,6 +591,9 @@ class WebappSettings(ServiceSettings):
 # --------------------------------------------------------------------------- agent
 
 
+#: moto's fixed account id: every request to a local moto server lands in it.
+_MOTO_ACCOUNT: Final = "123456789012"
+
 #: The idle thresholds the agent takes per provider (``provider_thresholds``).
 AgentThreshold = Literal[
     "window_days",
@@ -724,12 +727,13 @@ class AgentSettings(CloudSettings):
         return out
 
     def account_or_default(self) -> str:
-        """The configured account; devcloud's account only in dev when none is set."""
+        """The configured account; in dev when none is set, the local double's: devcloud's,
+        or moto's (``123456789012``) for ``aws``."""
         if self.account:
             return self.account
         if not is_dev(self):  # unreachable after validation; fail closed anyway
             raise ValueError("no account configured")
-        return _DEVCLOUD_ACCOUNT
+        return _MOTO_ACCOUNT if self.provider == "aws" else _DEVCLOUD_ACCOUNT
 
 
 class ExecutorSettings(CloudSettings):

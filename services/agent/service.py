@@ -35,6 +35,7 @@ from .planner import (
     plan,
     withdraw_vanished,
 )
+from .providers import PROVIDERS
 
 if TYPE_CHECKING:
     from airlock.settings import AgentSettings
@@ -315,6 +316,7 @@ def build_agent(
         workers=settings.scan_workers,
         reader_factory=reader_factory,
         sleep=sleep,
+        provider=PROVIDERS[settings.provider],
     )
     return Agent(
         discovery=discovery,
