@@ -41,6 +41,11 @@ from airlock.tls import CAFileError, ca_file_context
 
 #: The kernel's region id form (airlock.protocol RegionId).
 _REGION = re.compile(r"[a-z0-9]+(-[a-z0-9]+){0,5}")
+# AWS's formats, as airlock.protocol.check_target holds an action to them.
+_AWS_ACCOUNT = re.compile(r"[0-9]{12}")
+_AWS_REGION = re.compile(r"[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-[0-9]{1,2}")
+#: The account every request to a local moto server lands in.
+MOTO_ACCOUNT: Final = "123456789012"
 
 __all__ = [
     "DEVCLOUD_READ_KEY",
@@ -50,6 +55,7 @@ __all__ = [
     "DEV_RECEIPT_KEYS_PATH",
     "DEV_UP_STATE_PATH",
     "DOCUMENTED",
+    "MOTO_ACCOUNT",
     "AgentSettings",
     "CheckpointSettings",
     "CloudSettings",
@@ -393,6 +399,14 @@ class CloudSettings(ServiceSettings):
     cloud_connect_timeout_ms: int = Field(default=5_000, gt=0)
     #: Read timeout of every SDK call, milliseconds; a timed-out write is probed, not retried.
     cloud_read_timeout_ms: int = Field(default=10_000, gt=0)
+    #: AWS: a named profile of the shared config files to take credentials from, instead
+    #: of ``cloud_access_key_id`` (which, when set, is the AWS access key id).
+    aws_profile: str | None = None
+    #: AWS: an IAM role ARN these credentials assume (STS AssumeRole) for every call; the
+    #: agent's and the executor's are different roles.
+    aws_role_arn: str | None = None
+    #: AWS: one endpoint URL for every service (a local moto server); unset → AWS's own.
+    aws_endpoint_url: str | None = None
 
     @field_validator("cloud_regions", mode="before")
     @classmethod
@@ -415,8 +429,14 @@ class CloudSettings(ServiceSettings):
 
     @model_validator(mode="after")
     def _cloud_key_outside_dev(self) -> CloudSettings:
+        if self.aws_endpoint_url is not None and not self.aws_endpoint_url.startswith(
+            ("http://", "https://")
+        ):
+            raise ValueError("the AWS endpoint URL must be an http(s) URL")
         if is_dev(self):
             return self
+        if self.aws_profile or self.aws_role_arn:
+            return self  # AWS credentials from a profile or the default chain, then a role
         if not self.cloud_access_key_id or not self.cloud_access_key_secret.get_secret_value():
             raise ValueError("a cloud access key id and secret must be set outside AIRLOCK_ENV=dev")
         if self.cloud_access_key_id in (DEVCLOUD_READ_KEY[0], DEVCLOUD_WRITE_KEY[0]):
@@ -757,8 +777,10 @@ class ExecutorSettings(CloudSettings):
     #: This executor's audience; approvals addressed elsewhere are refused (E_AUDIENCE).
     #: Required outside dev (the dev default is refused).
     audience: str = "airlock-executor/dev"
-    #: The one provider this executor may write to (E_ACCOUNT otherwise).
-    provider: Literal["alibaba"] = "alibaba"
+    #: The one provider this executor may write to (E_ACCOUNT otherwise): ``alibaba``
+    #: (AIRLOCK_EXECUTOR_CLOUD_* is an Alibaba Cloud key) or ``aws`` (an AWS access key,
+    #: or AIRLOCK_EXECUTOR_AWS_PROFILE / _AWS_ROLE_ARN; the account is 12 digits).
+    provider: Literal["alibaba", "aws"] = "alibaba"
     #: The one cloud account this executor may write to (dev: devcloud's; E_ACCOUNT).
     account: str = ""
     #: The one region this executor may write to (E_ACCOUNT otherwise).
@@ -808,6 +830,11 @@ class ExecutorSettings(CloudSettings):
         if self.checkpoint_url and not self.checkpoint_url.startswith(("http://", "https://")):
             raise ValueError("AIRLOCK_EXECUTOR_CHECKPOINT_URL must be an http(s) URL")
         _ca_file_needs_https(self, self.checkpoint_url, self.checkpoint_ca_file)
+        if self.provider == "aws":
+            if self.account and _AWS_ACCOUNT.fullmatch(self.account) is None:
+                raise ValueError("AIRLOCK_EXECUTOR_ACCOUNT must be 12 digits for provider aws")
+            if _AWS_REGION.fullmatch(self.region) is None:
+                raise ValueError(f"AIRLOCK_EXECUTOR_REGION {self.region!r} is not an AWS region")
         if is_dev(self):
             return self
         if "database_url" not in self.model_fields_set:
@@ -827,9 +854,9 @@ class ExecutorSettings(CloudSettings):
         return out
 
     def account_or_default(self) -> str:
-        """The bound account; devcloud's in dev when none is set."""
+        """The bound account; in dev when none is set, devcloud's (moto's for aws)."""
         if self.account:
             return self.account
         if not is_dev(self):  # unreachable after validation; fail closed anyway
             raise ValueError("no account configured")
-        return _DEVCLOUD_ACCOUNT
+        return MOTO_ACCOUNT if self.provider == "aws" else _DEVCLOUD_ACCOUNT

@@ -23,6 +23,7 @@ from ._receipts import executor_receipts_app, ledger_engine
 from ._text import InertLogFormatter, say
 
 if TYPE_CHECKING:
+    from airlock.cloud.ports import CloudReader, CloudWriter
     from airlock.settings import ExecutorSettings
     from services.executor import Executor, Outcome
 
@@ -62,9 +63,23 @@ def _settings() -> ExecutorSettings:
     return load(ExecutorSettings)
 
 
-def _build(settings: ExecutorSettings) -> Executor:
+def _cloud(settings: ExecutorSettings) -> tuple[CloudReader, CloudWriter]:
+    """The reader and writer of the executor's one provider, with its (write) credentials:
+    the executor re-reads live state as the identity that writes."""
+    if settings.provider == "aws":
+        from airlock.cloud.aws import AwsConfig, AwsReader
+        from airlock.cloud.aws.writer import AwsWriter
+
+        aws = AwsConfig.from_settings(settings)
+        return AwsReader(aws), AwsWriter(aws)
     from airlock.cloud.alibaba import AlibabaConfig, AlibabaReader
     from airlock.cloud.alibaba.writer import AlibabaWriter
+
+    config = AlibabaConfig.from_settings(settings)
+    return AlibabaReader(config), AlibabaWriter(config)
+
+
+def _build(settings: ExecutorSettings) -> Executor:
     from airlock.cloud.tags import ProductionTags
     from airlock.protocol import Binding
     from airlock.store import Error as StoreError
@@ -99,7 +114,7 @@ def _build(settings: ExecutorSettings) -> Executor:
         failpoints = Failpoints.from_env(os.environ)
         engine = make_engine(settings.database_url)
         migrate(engine)
-        config = AlibabaConfig.from_settings(settings)
+        reader, writer = _cloud(settings)
     except (OSError, ExecutorError, StoreError, ValueError) as exc:
         raise _fail(str(exc)) from None
     return _Executor(
@@ -113,8 +128,8 @@ def _build(settings: ExecutorSettings) -> Executor:
             max_ttl=settings.max_ttl,
             skew=settings.skew,
         ),
-        reader=AlibabaReader(config),
-        writer=AlibabaWriter(config),
+        reader=reader,
+        writer=writer,
         signer=signer,
         clock=lambda: int(time.time()),
         lease_seconds=settings.lease_seconds,
