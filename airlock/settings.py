@@ -611,9 +611,6 @@ class WebappSettings(ServiceSettings):
 # --------------------------------------------------------------------------- agent
 
 
-#: moto's fixed account id: every request to a local moto server lands in it.
-_MOTO_ACCOUNT: Final = "123456789012"
-
 #: The idle thresholds the agent takes per provider (``provider_thresholds``).
 AgentThreshold = Literal[
     "window_days",
@@ -724,6 +721,12 @@ class AgentSettings(CloudSettings):
                     raise ValueError(
                         f"provider_thresholds.{provider}.{key}: {exc.errors()[0]['msg']}"
                     ) from None
+        if self.provider == "aws":
+            if self.account and _AWS_ACCOUNT.fullmatch(self.account) is None:
+                raise ValueError("AIRLOCK_AGENT_ACCOUNT must be 12 digits for provider aws")
+            bad = [r for r in self.cloud_regions if _AWS_REGION.fullmatch(r) is None]
+            if bad:
+                raise ValueError(f"AIRLOCK_AGENT_CLOUD_REGIONS {bad} are not AWS regions")
         for provider in {self.provider, *self.provider_thresholds}:
             thresholds = self.thresholds(provider)
             if thresholds["net_quiet_min_days"] > thresholds["window_days"]:
@@ -753,7 +756,7 @@ class AgentSettings(CloudSettings):
             return self.account
         if not is_dev(self):  # unreachable after validation; fail closed anyway
             raise ValueError("no account configured")
-        return _MOTO_ACCOUNT if self.provider == "aws" else _DEVCLOUD_ACCOUNT
+        return MOTO_ACCOUNT if self.provider == "aws" else _DEVCLOUD_ACCOUNT
 
 
 class ExecutorSettings(CloudSettings):
