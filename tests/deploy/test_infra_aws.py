@@ -12,7 +12,25 @@ from airlock.settings import AgentSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 AWS = ROOT / "infra" / "aws"
-WRITES = {"ec2:StopInstances", "ec2:TerminateInstances", "rds:StopDBInstance"}
+ADAPTER = ROOT / "airlock" / "cloud" / "aws"
+# What the adapter calls, read from its code: the reader counts each call by its IAM
+# action name; the writer calls one boto3 method per write.
+READ_ACTIONS = set(
+    re.findall(r'_count\("([a-z0-9]+:[A-Za-z]+)"\)', (ADAPTER / "_reader.py").read_text())
+)
+_BOTO3_WRITES = {
+    "stop_instances": "ec2:StopInstances",
+    "terminate_instances": "ec2:TerminateInstances",
+    "stop_db_instance": "rds:StopDBInstance",
+}
+WRITES = {
+    _BOTO3_WRITES[method]
+    for _service, method in re.findall(
+        r"\.(ec2|rds)\(region\)\.([a-z_]+)", (ADAPTER / "writer.py").read_text()
+    )
+}
+#: The executor re-reads live state; only the agent reads metrics.
+EXECUTOR_READS = READ_ACTIONS - {"cloudwatch:GetMetricData"}
 #: A read in IAM's naming: every AWS read action is one of these verbs.
 READ_VERB = re.compile(r"^[a-z0-9-]+:(Describe|Get|List)[A-Za-z]+$")
 
@@ -45,6 +63,15 @@ def _protect_key() -> str:
     return str(key)
 
 
+def test_the_adapter_actions_were_found() -> None:
+    assert {
+        "ec2:DescribeInstances",
+        "rds:DescribeDBInstances",
+        "cloudwatch:GetMetricData",
+    } == READ_ACTIONS
+    assert {"ec2:StopInstances", "ec2:TerminateInstances", "rds:StopDBInstance"} == WRITES
+
+
 def test_both_policies_are_iam_policy_documents() -> None:
     for name in ("read-policy.json", "write-policy.json"):
         policy = _policy(name)
@@ -56,25 +83,18 @@ def test_both_policies_are_iam_policy_documents() -> None:
             assert all("*" not in a for a in _actions(statement)), "no wildcard actions"
 
 
-def test_the_agent_policy_has_no_write_action() -> None:
+def test_the_agent_policy_allows_exactly_what_the_reader_calls() -> None:
     policy = _policy("read-policy.json")
     assert _statements(policy, "Deny") == []
     actions = _allowed(policy)
+    assert actions == READ_ACTIONS
     assert not actions & WRITES
     assert all(READ_VERB.fullmatch(a) for a in actions), sorted(actions)
-    assert {
-        "ec2:DescribeInstances",
-        "rds:DescribeDBInstances",
-        "cloudwatch:GetMetricData",
-    } <= actions
 
 
-def test_the_executor_policy_allows_the_writes_only_on_instances() -> None:
+def test_the_executor_policy_allows_the_writes_and_the_live_re_read_only() -> None:
     policy = _policy("write-policy.json")
-    actions = _allowed(policy)
-    assert actions & WRITES == WRITES
-    assert all(READ_VERB.fullmatch(a) for a in actions - WRITES), sorted(actions - WRITES)
-    assert not {a for a in actions if a.startswith("cloudwatch:")}, "the executor reads no metrics"
+    assert _allowed(policy) == WRITES | EXECUTOR_READS
     for statement in _statements(policy, "Allow"):
         if _actions(statement) & WRITES:
             assert statement["Resource"] in (
