@@ -19,7 +19,9 @@ if TYPE_CHECKING:
     import boto3
     from mypy_boto3_ec2 import EC2Client
 
-__all__ = ["AwsTarget", "aws_checks"]
+    from airlock.settings import AgentSettings, ExecutorSettings
+
+__all__ = ["AwsTarget", "aws_checks", "settings_checks"]
 
 Status = Literal["ok", "warn", "fail"]
 _DENIED = frozenset({"UnauthorizedOperation", "AccessDenied", "AccessDeniedException"})
@@ -100,3 +102,26 @@ def _describe_dry_run(ec2: EC2Client, name: str, region: str) -> tuple[Status, s
         return ("fail", check, f"ec2:DescribeInstances dry run failed: {inert(str(exc))}")
     # An endpoint that ignores DryRun has listed instances: still nothing was written.
     return ("warn", check, f"ec2:DescribeInstances in {region} answered without a dry run")
+
+
+def settings_checks(
+    service: str, settings: AgentSettings | ExecutorSettings
+) -> list[tuple[Status, str, str]]:
+    """:func:`aws_checks` for a service whose provider is aws, with the credentials,
+    region, endpoint and account its settings give it; [] for another provider."""
+    from airlock.settings import AgentSettings
+
+    if settings.provider != "aws":
+        return []
+    from airlock.cloud.aws import AwsConfig
+    from airlock.cloud.aws._common import _session  # the adapter's own credential chain
+
+    region = settings.cloud_regions[0] if isinstance(settings, AgentSettings) else settings.region
+    try:
+        session = _session(AwsConfig.from_settings(settings))
+    except Exception as exc:  # a role that cannot be assumed, a profile that is not there
+        return [("fail", f"aws.{service}", f"no session: {inert(str(exc))}")]
+    target = AwsTarget(
+        service, session, region, settings.aws_endpoint_url, settings.account_or_default()
+    )
+    return aws_checks(target)

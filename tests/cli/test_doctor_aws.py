@@ -7,114 +7,124 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import boto3
-import httpx
 import pytest
 
 from airlock.cli._doctor_aws import AwsTarget, aws_checks
-from devstack.ports import free_port
+from devstack.moto import ACCOUNT, AwsKey, MotoHandle, running_moto
 
 ROOT = Path(__file__).resolve().parents[2]
 REGION = "us-east-1"
-#: moto's fixed account id.
-ACCOUNT = "123456789012"
-#: Requests moto serves before it enforces IAM: the setup below, exactly.
-SETUP_REQUESTS = 6
-
-
-def _session(key: tuple[str, str]) -> boto3.Session:
-    return boto3.Session(aws_access_key_id=key[0], aws_secret_access_key=key[1], region_name=REGION)
 
 
 @pytest.fixture(scope="module")
-def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    port = free_port()
-    log = (tmp_path_factory.mktemp("moto") / "moto.log").open("wb")
-    env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": str(SETUP_REQUESTS)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=env,
+def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoHandle]:
+    tmp = tmp_path_factory.mktemp("moto")
+    with running_moto(tmp, fleet=[{"region": REGION, "count": 2}]) as handle:
+        # A user holding exactly infra/aws/read-policy.json, and one holding nothing.
+        iam = handle.client("iam")
+        for name, policy in (("infra-read", "read-policy.json"), ("nobody", None)):
+            iam.create_user(UserName=name)
+            if policy is not None:
+                iam.put_user_policy(
+                    UserName=name,
+                    PolicyName=name,
+                    PolicyDocument=(ROOT / "infra" / "aws" / policy).read_text(),
+                )
+            key = iam.create_access_key(UserName=name)["AccessKey"]
+            handle.keys[name] = AwsKey(key["AccessKeyId"], key["SecretAccessKey"])
+        handle.enforce_auth()
+        handle.reset_record()
+        yield handle
+
+
+def _checks(moto: MotoHandle, who: str, account: str = ACCOUNT) -> list[tuple[str, str]]:
+    key = moto.keys.get(who, AwsKey(who, "secret"))
+    session = boto3.session.Session(
+        aws_access_key_id=key.access_key_id, aws_secret_access_key=key.secret_access_key
     )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                httpx.get(f"{url}/moto-api/", timeout=1)
-                break
-            except httpx.HTTPError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError("moto server did not start") from None
-                time.sleep(0.1)
-        setup = _session(("setup", "setup"))
-        iam = setup.client("iam", endpoint_url=url)
-        keys = {}
-        iam.create_user(UserName="agent")  # 1
-        iam.put_user_policy(  # 2
-            UserName="agent",
-            PolicyName="AirlockAgentRead",
-            PolicyDocument=(ROOT / "infra" / "aws" / "read-policy.json").read_text(),
-        )
-        made = iam.create_access_key(UserName="agent")["AccessKey"]  # 3
-        keys["agent"] = (made["AccessKeyId"], made["SecretAccessKey"])
-        iam.create_user(UserName="nobody")  # 4
-        made = iam.create_access_key(UserName="nobody")["AccessKey"]  # 5
-        keys["nobody"] = (made["AccessKeyId"], made["SecretAccessKey"])
-        ec2 = setup.client("ec2", endpoint_url=url)
-        (instance,) = ec2.run_instances(  # 6
-            ImageId="ami-12c6146b", MinCount=1, MaxCount=1, InstanceType="t3.micro"
-        )["Instances"]
-        yield {"url": url, "keys": keys, "instance": instance["InstanceId"]}
-    finally:
-        proc.terminate()
-        proc.wait(10)
-        log.close()
-
-
-def _checks(moto: dict[str, Any], who: str, account: str = ACCOUNT) -> list[tuple[str, str]]:
-    key = moto["keys"].get(who, (who, "secret"))
-    target = AwsTarget("agent", _session(key), REGION, moto["url"], account)
+    target = AwsTarget("agent", session, REGION, moto.url, account)
     return [(status, detail) for status, _name, detail in aws_checks(target)]
 
 
-def test_the_agents_read_credentials_pass_without_writing(moto: dict[str, Any]) -> None:
-    checks = _checks(moto, "agent")
+def test_the_read_policy_passes_the_checks_without_a_write(moto: MotoHandle) -> None:
+    moto.reset_record()
+    checks = _checks(moto, "infra-read")
     assert [s for s, _ in checks] == ["ok", "ok"], checks
-    assert "arn:aws:iam::123456789012:user/agent" in checks[0][1]
+    assert "user/infra-read" in checks[0][1]
     assert "dry run" in checks[1][1]
-    ec2 = _session(moto["keys"]["agent"]).client("ec2", endpoint_url=moto["url"])
-    (reservation,) = ec2.describe_instances(InstanceIds=[moto["instance"]])["Reservations"]
-    assert reservation["Instances"][0]["State"]["Name"] == "running"
+    assert moto.writes() == []  # moto's own record: nothing but reads reached it
 
 
-def test_credentials_without_the_read_policy_fail_the_describe(moto: dict[str, Any]) -> None:
+def test_the_read_policy_is_refused_stop_and_terminate(moto: MotoHandle) -> None:
+    from botocore.exceptions import ClientError
+
+    ec2 = moto.client("ec2", REGION, key="infra-read")
+    (instance,) = moto.fleet[REGION][:1]
+    for call in (ec2.stop_instances, ec2.terminate_instances):
+        with pytest.raises(ClientError) as refused:
+            call(InstanceIds=[instance])
+        assert refused.value.response["Error"]["Code"] in ("UnauthorizedOperation", "AccessDenied")
+    states = ec2.describe_instances(InstanceIds=[instance])["Reservations"][0]["Instances"]
+    assert states[0]["State"]["Name"] == "running"
+
+
+def test_credentials_without_a_policy_fail_the_describe(moto: MotoHandle) -> None:
     checks = _checks(moto, "nobody")
     assert checks[-1][0] == "fail", checks
     assert "denied" in checks[-1][1]
 
 
-def test_unknown_keys_fail_at_the_identity(moto: dict[str, Any]) -> None:
+def test_unknown_keys_fail_at_the_identity(moto: MotoHandle) -> None:
     checks = _checks(moto, "AKIAUNKNOWN000000000")
     assert checks == [("fail", "sts:GetCallerIdentity refused: InvalidClientTokenId")]
 
 
-def test_credentials_of_another_account_fail(moto: dict[str, Any]) -> None:
-    checks = _checks(moto, "agent", account="999999999999")
-    assert (
-        "fail",
-        "the credentials are account 123456789012, the agent is bound to 999999999999",
-    ) in checks
+def test_credentials_of_another_account_fail(moto: MotoHandle) -> None:
+    checks = _checks(moto, "infra-read", account="999999999999")
+    expected = "the credentials are account 123456789012, the agent is bound to 999999999999"
+    assert ("fail", expected) in checks
 
 
-def test_a_doctor_run_is_read_only_by_construction() -> None:
-    source = (ROOT / "airlock" / "cli" / "_doctor_aws.py").read_text()
-    calls = {line.split(".")[-1].split("(")[0] for line in source.split() if "(" in line}
-    assert not {c for c in calls if c.startswith(("stop_", "terminate_", "start_", "create_"))}
-    assert json.loads((ROOT / "infra" / "aws" / "read-policy.json").read_text())
+def test_airlock_doctor_checks_the_agents_and_executors_aws_credentials(
+    moto: MotoHandle, tmp_path: Path
+) -> None:
+    reader, writer = moto.keys["reader"], moto.keys["writer"]
+    moto.reset_record()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRLOCK_", "AWS_"))}
+    env.update(
+        {
+            "AIRLOCK_ENV": "dev",
+            "AIRLOCK_HOME": str(tmp_path),
+            "AIRLOCK_AGENT_PROVIDER": "aws",
+            "AIRLOCK_AGENT_AWS_ENDPOINT_URL": moto.url,
+            "AIRLOCK_AGENT_CLOUD_REGIONS": REGION,
+            "AIRLOCK_AGENT_CLOUD_ACCESS_KEY_ID": reader.access_key_id,
+            "AIRLOCK_AGENT_CLOUD_ACCESS_KEY_SECRET": reader.secret_access_key,
+            "AIRLOCK_EXECUTOR_PROVIDER": "aws",
+            "AIRLOCK_EXECUTOR_REGION": REGION,
+            "AIRLOCK_EXECUTOR_AWS_ENDPOINT_URL": moto.url,
+            "AIRLOCK_EXECUTOR_CLOUD_ACCESS_KEY_ID": writer.access_key_id,
+            "AIRLOCK_EXECUTOR_CLOUD_ACCESS_KEY_SECRET": writer.secret_access_key,
+        }
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "airlock.cli", "doctor", "--url", "http://127.0.0.1:9"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    lines = done.stdout.splitlines()
+    for service, user in (("agent", "airlock-reader"), ("executor", "airlock-writer")):
+        (identity,) = [line for line in lines if line.split()[1:2] == [f"aws.{service}"]]
+        assert identity.startswith("ok") and f"user/{user}" in identity, done.stdout
+        (describe,) = [line for line in lines if f"aws.{service}.describe" in line]
+        assert describe.startswith("ok"), done.stdout
+    assert moto.writes() == []
+    assert json.dumps(done.stdout)  # printable as JSON: no raw control characters
