@@ -65,12 +65,13 @@ def seed_fleet(
     days: int = 15,
     now: int | None = None,
     seed: int = 26,
-    metrics: bool = True,
     rds: int = 2,
+    metric_instances: int | None = None,
 ) -> list[DemoInstance]:
     """Seed the moto server at ``url``: ``instances`` EC2 instances (idle, busy,
     protected, production-tagged, stopped) and ``rds`` RDS instances, launched ``days + 20``
-    days ago, with ``days`` days of hourly CPU and network metrics ending at ``now``.
+    days ago, with ``days`` days of hourly CPU and network metrics ending at ``now`` (for
+    the first ``metric_instances`` running ones only, when given).
     Only in the process that runs the server can launch times be set; elsewhere they
     stay the seeding's own time."""
     rng = random.Random(seed)
@@ -113,8 +114,12 @@ def seed_fleet(
         )
         fleet.append(DemoInstance("rds.instance", name, region, db_truth))
     _date_launches_back(fleet, now - (days + 20) * _DAY)
-    if metrics:
-        _put_metrics(url, region, fleet, rng, end=now - now % _HOUR, days=days)
+    running = [i for i in fleet if i.truth != "stopped"]
+    if metric_instances is not None:
+        # A stride through the fleet (grouped by class): every class, not the first alone.
+        step = max(1, len(running) // max(1, metric_instances))
+        running = running[::step][:metric_instances]
+    _put_metrics(url, region, running, rng, end=now - now % _HOUR, days=days)
     return fleet
 
 
@@ -131,12 +136,16 @@ def _client(service: str, url: str, region: str) -> Any:
 
 
 def _date_launches_back(fleet: Sequence[DemoInstance], when: int) -> None:
-    """Set each EC2 instance's launch time, when moto's backend is in this process."""
+    """Set each instance's launch (EC2) or creation (RDS) time, when moto's backend is in
+    this process."""
     from moto.ec2.models import ec2_backends
+    from moto.rds.models import rds_backends
 
     at = datetime.fromtimestamp(when, UTC)
     for inst in fleet:
-        if inst.resource_type != "ec2.instance":
+        if inst.resource_type == "rds.instance":
+            db = rds_backends[ACCOUNT][inst.region].databases[inst.resource_id]
+            db.instance_create_time = at
             continue
         backend = ec2_backends[ACCOUNT][inst.region]
         instance = backend.get_instance(inst.resource_id)
@@ -208,10 +217,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--region", default="us-east-1")
     parser.add_argument("--ready", type=Path, required=True)
     parser.add_argument("--days", type=int, default=15, help="days of hourly metrics")
-    parser.add_argument("--no-metrics", action="store_true")
+    parser.add_argument("--rds", type=int, default=2, help="RDS instances")
+    parser.add_argument(
+        "--metric-instances", type=int, default=None, help="only this many get metrics"
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "demo")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "demo")
+    # moto's 1,366 default AMIs are filtered once per instance run: most of a seeding.
+    os.environ.setdefault("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
     from moto.server import ThreadedMotoServer
 
     _reset_launch_time_on_start()
@@ -226,7 +240,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             instances=args.instances,
             region=args.region,
             days=args.days,
-            metrics=not args.no_metrics,
+            rds=args.rds,
+            metric_instances=args.metric_instances,
         )
         tmp = args.ready.with_name(args.ready.name + ".tmp")
         rows = [
