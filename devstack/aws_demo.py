@@ -86,7 +86,7 @@ def seed_fleet(
         tags = [{"Key": k, "Value": v} for k, v in _TAGS[truth].items()]
         made: list[str] = []
         while len(made) < count:
-            n = min(500, count - len(made))
+            n = min(100, count - len(made))
             answer = ec2.run_instances(
                 ImageId=_AMI,
                 InstanceType="t3.large",
@@ -125,11 +125,14 @@ def seed_fleet(
 
 def _client(service: str, url: str, region: str) -> Any:
     import boto3
+    from botocore.config import Config
 
     return boto3.session.Session().client(
         service,  # type: ignore[call-overload]
         region_name=region,
         endpoint_url=url,
+        # Seeding thousands of instances is slow at moto; one call is never sent twice.
+        config=Config(read_timeout=900, retries={"total_max_attempts": 1}),
         aws_access_key_id="demo",
         aws_secret_access_key="demo",  # moto's: any key is accepted without IAM
     )
