@@ -476,9 +476,23 @@ def make_executor(
     )
 
 
+def binding_for(spec: str) -> Binding:
+    """The executor binding for a :func:`cloud_for` spec: AWS's for ``moto:``."""
+    return AWS_BINDING if spec.startswith("moto:") else BINDING
+
+
 def cloud_for(spec: str) -> tuple[Any, Any]:
     """(reader, writer) for a child process: ``devcloud:HOST:PORT`` is the real Alibaba
-    adapter against devcloud; anything else is a FakeFileCloud file path."""
+    adapter against devcloud; ``moto:URL,KEY_ID,SECRET`` the real AWS adapter against a
+    moto server, reading and writing with that (writer's) key; anything else is a
+    FakeFileCloud file path."""
+    if spec.startswith("moto:"):
+        from airlock.cloud.aws import AwsConfig, AwsReader
+        from airlock.cloud.aws.writer import AwsWriter
+
+        url, key_id, secret = spec.removeprefix("moto:").split(",")
+        aws = AwsConfig(key_id, secret, endpoint_url=url, read_timeout_ms=60_000)
+        return AwsReader(aws), AwsWriter(aws)
     if spec.startswith("devcloud:"):
         from airlock.cloud.alibaba import AlibabaConfig, AlibabaReader
         from airlock.cloud.alibaba.writer import AlibabaWriter

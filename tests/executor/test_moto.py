@@ -7,6 +7,8 @@ read key cannot write at all.
 
 from __future__ import annotations
 
+import multiprocessing
+import signal
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -19,9 +21,20 @@ from airlock.store import make_engine
 from devstack.moto import MotoHandle, running_moto
 from services.executor import Executor, State, migrate
 
-from .support import AWS_BINDING, AWS_REGION, FakeClock, make_aws_bundle, make_executor
+from .support import (
+    AWS_BINDING,
+    AWS_REGION,
+    LEASE,
+    T0,
+    FakeClock,
+    make_aws_bundle,
+    make_executor,
+)
+from .test_crash import _child
+from .workers import race
 
 REGION = AWS_REGION
+_CTX = multiprocessing.get_context("fork")
 
 
 @pytest.fixture(scope="module")
@@ -179,3 +192,93 @@ def test_an_alibaba_executor_refuses_an_aws_approval(moto: MotoHandle, tmp_path:
     ex.engine.dispose()
     assert outcome.refusal_code in (RefusalCode.E_AUDIENCE, RefusalCode.E_ACCOUNT)
     assert moto.writes() == []
+
+
+def _spec(moto: MotoHandle) -> str:
+    key = moto.keys["writer"]
+    return f"moto:{moto.url},{key.access_key_id},{key.secret_access_key}"
+
+
+def test_eight_processes_race_one_bundle_through_the_aws_adapter(
+    moto: MotoHandle, migrated_url: str
+) -> None:
+    (iid,) = moto.seed_ec2(REGION, 1)
+    b = make_aws_bundle(iid, approval_id=f"apv_race{iid.replace('-', '')}")
+    moto.reset_record()
+    barrier = _CTX.Barrier(8)
+    results = _CTX.Queue()
+    procs = [
+        _CTX.Process(
+            target=race,
+            kwargs={
+                "url": migrated_url,
+                "cloud_path": _spec(moto),
+                "raws": [b.raw],
+                "barrier": barrier,
+                "results": results,
+                "worker_id": f"w{i}",
+                "now": T0 + 10,
+            },
+        )
+        for i in range(8)
+    ]
+    for p in procs:
+        p.start()
+    outcomes = [o for _ in procs for o in results.get(timeout=240)[1]]
+    for p in procs:
+        p.join(timeout=60)
+    states = sorted((state or "-", code or "-") for _, state, code in outcomes)
+    assert states == [("-", "E_REPLAY")] * 7 + [("succeeded", "-")]
+    assert [(w.action, w.ids) for w in moto.writes()] == [("StopInstances", (iid,))]
+
+
+@pytest.mark.parametrize(
+    ("point", "operation"),
+    [("after_cloud_call", "stop"), ("after_executing_commit", "delete")],
+)
+def test_sigkill_then_recovery_against_moto_never_writes_twice(
+    moto: MotoHandle, sqlite_url: str, tmp_path: Path, point: str, operation: str
+) -> None:
+    import sqlalchemy as sa
+
+    from airlock.store import verify_chain
+    from services.executor.models import ledger
+
+    engine = make_engine(sqlite_url)
+    migrate(engine)
+    (iid,) = moto.seed_ec2(REGION, 1)
+    status = "Running"
+    observed = "2025-11-29T06:00:00Z"
+    if operation == "delete":
+        moto.client("ec2", REGION).stop_instances(InstanceIds=[iid])
+        status, observed = "Stopped", _later()
+    b = make_aws_bundle(iid, operation=operation, status=status, observed_at=observed)
+    path = tmp_path / "bundle.json"
+    path.write_bytes(b.raw)
+    moto.reset_record()
+    crasher = _child(
+        sqlite_url,
+        _spec(moto),
+        T0 + 10,
+        "crasher",
+        str(path),
+        AIRLOCK_ENV="dev",
+        AIRLOCK_EXECUTOR_FAILPOINTS=point,
+    )
+    _, err = crasher.communicate(timeout=240)
+    assert crasher.returncode == -signal.SIGKILL, err.decode()
+    rescuer = _child(sqlite_url, _spec(moto), T0 + 10 + LEASE, "rescuer", "--recover", str(path))
+    out, err = rescuer.communicate(timeout=240)
+    assert rescuer.returncode == 0, err.decode()
+    assert "E_REPLAY" in out.decode()
+    try:
+        with engine.connect() as conn:
+            state = conn.execute(
+                sa.select(ledger.c.state).where(ledger.c.approval_id == b.approval_id)
+            ).scalar_one()
+        assert state == "succeeded"
+        call = "StopInstances" if operation == "stop" else "TerminateInstances"
+        assert [(w.action, w.ids) for w in moto.writes()] == [(call, (iid,))]
+        assert verify_chain(engine).ok
+    finally:
+        engine.dispose()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -200,3 +201,41 @@ def test_config_refuses_half_credentials_and_bad_role_arns() -> None:
     assert "s3cr3t" not in repr(AwsConfig("AKID", "s3cr3t"))
     with pytest.raises(ValueError, match="http"):
         AwsConfig(endpoint_url="ftp://x")
+
+
+def test_a_role_arn_makes_every_call_as_the_assumed_role(moto: MotoHandle) -> None:
+    iam = moto.client("iam")
+    trust = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Principal": {"AWS": "arn:aws:iam::123456789012:root"},
+                "Action": "sts:AssumeRole",
+            }
+        ],
+    }
+    role = iam.create_role(RoleName="airlock-stopper", AssumeRolePolicyDocument=json.dumps(trust))
+    iam.put_role_policy(
+        RoleName="airlock-stopper",
+        PolicyName="stop",
+        PolicyDocument=json.dumps(
+            {
+                "Version": "2012-10-17",
+                "Statement": [{"Effect": "Allow", "Action": "ec2:StopInstances", "Resource": "*"}],
+            }
+        ),
+    )
+    (iid,) = moto.seed_ec2(REGION, 1)
+    admin = moto.keys["admin"]
+    config = AwsConfig(
+        admin.access_key_id,
+        admin.secret_access_key,
+        role_arn=role["Role"]["Arn"],
+        endpoint_url=moto.url,
+    )
+    moto.reset_record()
+    AwsWriter(config).stop_ec2(REGION, iid)
+    (write,) = moto.writes(action="StopInstances")
+    assert write.access_key_id not in {k.access_key_id for k in moto.keys.values()}
+    assert _status(moto, iid) == "stopped"

@@ -67,3 +67,16 @@ def test_in_dev_an_aws_executor_is_bound_to_motos_account(
     monkeypatch.setenv("AIRLOCK_EXECUTOR_PROVIDER", "aws")
     monkeypatch.setenv("AIRLOCK_EXECUTOR_REGION", "us-east-1")
     assert ExecutorSettings().account_or_default() == MOTO_ACCOUNT
+
+
+def test_the_cli_wires_an_aws_executor_with_the_aws_adapter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from airlock.cli._executor import _cloud
+    from airlock.cloud.aws import AwsReader
+    from airlock.cloud.aws.writer import AwsWriter
+
+    _prod(monkeypatch, CLOUD_ACCESS_KEY_ID="AKIAEXAMPLE", CLOUD_ACCESS_KEY_SECRET="s")
+    reader, writer = _cloud(ExecutorSettings())
+    assert isinstance(reader, AwsReader)
+    assert isinstance(writer, AwsWriter)
