@@ -210,7 +210,9 @@ def test_a_role_arn_makes_every_call_as_the_assumed_role(moto: MotoHandle) -> No
         "Statement": [
             {
                 "Effect": "Allow",
-                "Principal": {"AWS": "arn:aws:iam::123456789012:root"},
+                # moto matches the principal literally (an account's root does not stand
+                # for its users there), so the trust names the user that assumes it.
+                "Principal": {"AWS": "arn:aws:iam::123456789012:user/airlock-admin"},
                 "Action": "sts:AssumeRole",
             }
         ],
