@@ -46,19 +46,24 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import parse_qs
 
 import httpx
 
 from .ports import free_port
 
+if TYPE_CHECKING:
+    from airlock.cloud.aws import AwsConfig, AwsReader
+    from airlock.cloud.aws.writer import AwsWriter
+
 __all__ = ["ACCOUNT", "REGIONS", "AwsKey", "MotoHandle", "MotoWrite", "running_moto"]
 
 #: moto's default account: every request lands in it.
 ACCOUNT: Final = "123456789012"
-#: The two regions the fleet tests spread over.
-REGIONS: Final = ("us-east-1", "eu-west-1")
+#: The two regions the fleet tests spread over, and a third for a test's own instances
+#: (listing it does not page through a fleet).
+REGIONS: Final = ("us-east-1", "eu-west-1", "us-west-2")
 _READY_TIMEOUT: Final = 120.0
 #: An AMI moto ships in every region.
 _AMI: Final = "ami-12c6146b"
@@ -75,6 +80,10 @@ _POLICIES: Final[dict[str, list[dict[str, Any]]]] = {
                 "cloudwatch:GetMetricData",
                 "cloudwatch:GetMetricStatistics",
                 "cloudwatch:ListMetrics",
+                # moto names CloudWatch's actions by its endpoint prefix; AWS does not.
+                "monitoring:GetMetricData",
+                "monitoring:GetMetricStatistics",
+                "monitoring:ListMetrics",
                 "sts:GetCallerIdentity",
             ],
             "Resource": "*",
@@ -135,6 +144,7 @@ class MotoHandle:
     #: The EC2 ids seeded before the server started, region -> ids.
     fleet: dict[str, list[str]] = field(default_factory=dict)
     _http: httpx.Client = field(init=False, repr=False)
+    _clients: dict[tuple[str, str, str], Any] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self._http = httpx.Client(base_url=self.url, timeout=30.0)
@@ -145,12 +155,16 @@ class MotoHandle:
     # -- clients -----------------------------------------------------------------------
 
     def client(self, service: str, region: str = REGIONS[0], *, key: str = "admin") -> Any:
-        """A boto3 client for ``service`` at this server, signing with ``key``'s user."""
+        """A boto3 client for ``service`` at this server, signing with ``key``'s user
+        (made once per service, region and key)."""
         import boto3
         from botocore.config import Config
 
         cred = self.keys.get(key, AwsKey("testing", "testing"))
-        return boto3.session.Session().client(
+        cache_key = (service, region, cred.access_key_id)
+        if cache_key in self._clients:
+            return self._clients[cache_key]
+        client = self._clients[cache_key] = boto3.session.Session().client(
             service,  # type: ignore[call-overload]
             region_name=region,
             endpoint_url=self.url,
@@ -158,6 +172,31 @@ class MotoHandle:
             aws_secret_access_key=cred.secret_access_key,
             config=Config(retries={"total_max_attempts": 1}),
         )
+        return client
+
+    def config(self, key: str = "reader", *, read_timeout_ms: int = 120_000) -> AwsConfig:
+        """The adapter's config for ``key``'s user at this server. moto serializes a page
+        of a thousand instances for seconds on a busy machine: the read timeout is long."""
+        from airlock.cloud.aws import AwsConfig
+
+        cred = self.keys[key]
+        return AwsConfig(
+            access_key_id=cred.access_key_id,
+            secret_access_key=cred.secret_access_key,
+            endpoint_url=self.url,
+            connect_timeout_ms=2_000,
+            read_timeout_ms=read_timeout_ms,
+        )
+
+    def reader(self, key: str = "reader") -> AwsReader:
+        from airlock.cloud.aws import AwsReader
+
+        return AwsReader(self.config(key))
+
+    def writer(self, key: str = "writer") -> AwsWriter:
+        from airlock.cloud.aws.writer import AwsWriter
+
+        return AwsWriter(self.config(key))
 
     def enforce_auth(self) -> None:
         """From the next request on, moto checks signatures and IAM policies."""

@@ -27,6 +27,8 @@ from botocore.exceptions import (
     PartialCredentialsError,
     ProfileNotFound,
 )
+from botocore.loaders import Loader, create_loader
+from botocore.session import Session as BotocoreSession
 from botocore.session import get_session
 
 from airlock.cloud.ports import (
@@ -269,14 +271,31 @@ class Clients:
         return client
 
 
+_loader: Loader | None = None
+
+
+def _botocore_session() -> BotocoreSession:
+    """A new botocore session sharing one loader of service models: each session would
+    otherwise parse EC2's multi-megabyte model again (~1 s a client)."""
+    global _loader  # noqa: PLW0603 - one read-only cache of botocore's model files
+    if _loader is None:
+        _loader = create_loader()
+    session = get_session()
+    session.register_component("data_loader", _loader)
+    return session
+
+
 def _session(config: AwsConfig) -> boto3.session.Session:
     if config.access_key_id:
         base = boto3.session.Session(
             aws_access_key_id=config.access_key_id,
             aws_secret_access_key=config.secret_access_key,
+            botocore_session=_botocore_session(),
         )
     else:
-        base = boto3.session.Session(profile_name=config.profile)
+        base = boto3.session.Session(
+            profile_name=config.profile, botocore_session=_botocore_session()
+        )
     if config.role_arn is None:
         return base
     role_arn = config.role_arn
@@ -297,7 +316,7 @@ def _session(config: AwsConfig) -> boto3.session.Session:
             "expiry_time": creds["Expiration"].isoformat(),
         }
 
-    botocore_session = get_session()
+    botocore_session = _botocore_session()
     # botocore refreshes the role's credentials before they expire, with this function.
     # Its sessions take refreshable credentials only through this attribute (it is how
     # botocore's own AssumeRole provider is installed); the stubs do not declare it.
