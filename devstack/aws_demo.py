@@ -145,13 +145,15 @@ def _date_launches_back(fleet: Sequence[DemoInstance], when: int) -> None:
     from moto.rds.models import rds_backends
 
     at = datetime.fromtimestamp(when, UTC)
+    by_id: dict[str, Any] = {}  # moto's get_instance walks every instance: once, not per id
+    for region in {i.region for i in fleet}:
+        by_id.update((i.id, i) for i in ec2_backends[ACCOUNT][region].all_instances())
     for inst in fleet:
         if inst.resource_type == "rds.instance":
             db = rds_backends[ACCOUNT][inst.region].databases[inst.resource_id]
             db.instance_create_time = at
             continue
-        backend = ec2_backends[ACCOUNT][inst.region]
-        instance = backend.get_instance(inst.resource_id)
+        instance = by_id[inst.resource_id]
         # The reader takes creation from the first interface's attach time.
         instance.launch_time = at
         for eni in instance.nics.values():
