@@ -165,9 +165,11 @@ def _run(instances: int, workers: int, metrics: int) -> dict[str, Any]:
                 ],
                 capture_output=True,
                 text=True,
-                check=True,
+                check=False,
                 cwd=root,
             )
+            if out.returncode != 0:
+                raise RuntimeError(f"the scan failed:\n{out.stderr[-3000:]}")
         finally:
             proc.terminate()
             proc.wait(timeout=30)
