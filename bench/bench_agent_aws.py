@@ -45,7 +45,6 @@ def _cpu_seconds(pid: int) -> float:
 def _child(args: argparse.Namespace) -> int:
     """The agent process: bare primitives, then the scan; one JSON line on stdout."""
     from airlock.cloud.aws import AwsConfig, AwsReader
-
     from airlock.settings import AgentSettings
     from services.agent.service import build_agent
 
