@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         f"  API calls       {total:,}: " + ", ".join(f"{k} {v:,}" for k, v in sorted(calls.items()))
     )
     print(
-        f"  bare primitives DescribeInstances page (100) {r['bare_list_page_s'] * 1000:.0f} ms; "
+        f"  bare primitives DescribeInstances page {r['bare_list_page_s'] * 1000:.0f} ms; "
         f"GetMetricData over 250 instances {r['bare_metric_call_s'] * 1000:.0f} ms"
     )
     if bare > 0:
