@@ -17,7 +17,13 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Final, Literal
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     DotEnvSettingsSource,
@@ -33,6 +39,11 @@ from airlock.tls import CAFileError, ca_file_context
 
 #: The kernel's region id form (airlock.protocol RegionId).
 _REGION = re.compile(r"[a-z0-9]+(-[a-z0-9]+){0,5}")
+# AWS's formats, as airlock.protocol.check_target holds an action to them.
+_AWS_ACCOUNT = re.compile(r"[0-9]{12}")
+_AWS_REGION = re.compile(r"[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-[0-9]{1,2}")
+#: The account every request to a local moto server lands in.
+MOTO_ACCOUNT: Final = "123456789012"
 
 __all__ = [
     "DEVCLOUD_READ_KEY",
@@ -42,6 +53,7 @@ __all__ = [
     "DEV_RECEIPT_KEYS_PATH",
     "DEV_UP_STATE_PATH",
     "DOCUMENTED",
+    "MOTO_ACCOUNT",
     "AgentSettings",
     "CheckpointSettings",
     "CloudSettings",
@@ -385,6 +397,14 @@ class CloudSettings(ServiceSettings):
     cloud_connect_timeout_ms: int = Field(default=5_000, gt=0)
     #: Read timeout of every SDK call, milliseconds; a timed-out write is probed, not retried.
     cloud_read_timeout_ms: int = Field(default=10_000, gt=0)
+    #: AWS: a named profile of the shared config files to take credentials from, instead
+    #: of ``cloud_access_key_id`` (which, when set, is the AWS access key id).
+    aws_profile: str | None = None
+    #: AWS: an IAM role ARN these credentials assume (STS AssumeRole) for every call; the
+    #: agent's and the executor's are different roles.
+    aws_role_arn: str | None = None
+    #: AWS: one endpoint URL for every service (a local moto server); unset → AWS's own.
+    aws_endpoint_url: str | None = None
 
     @field_validator("cloud_regions", mode="before")
     @classmethod
@@ -407,8 +427,14 @@ class CloudSettings(ServiceSettings):
 
     @model_validator(mode="after")
     def _cloud_key_outside_dev(self) -> CloudSettings:
+        if self.aws_endpoint_url is not None and not self.aws_endpoint_url.startswith(
+            ("http://", "https://")
+        ):
+            raise ValueError("the AWS endpoint URL must be an http(s) URL")
         if is_dev(self):
             return self
+        if self.aws_profile or self.aws_role_arn:
+            return self  # AWS credentials from a profile or the default chain, then a role
         if not self.cloud_access_key_id or not self.cloud_access_key_secret.get_secret_value():
             raise ValueError("a cloud access key id and secret must be set outside AIRLOCK_ENV=dev")
         if self.cloud_access_key_id in (DEVCLOUD_READ_KEY[0], DEVCLOUD_WRITE_KEY[0]):
@@ -580,111 +606,6 @@ class WebappSettings(ServiceSettings):
         return (not is_dev(self)) if self.secure_cookies is None else self.secure_cookies
 
 
-# --------------------------------------------------------------------------- agent
-
-
-class AgentSettings(CloudSettings):
-    """The agent (``AIRLOCK_AGENT_*``): its read-only cloud key, its checkpoint token, the
-    idle policy's thresholds and the scan's shape.
-
-    Thresholds are integers in the units of the signed action (docs/protocol.md#strict-json):
-    percentages in basis points, sizes in bytes, durations in seconds. ``AIRLOCK_AGENT_CLOUD_*``
-    must name the **read** key; the agent never receives a write credential.
-    """
-
-    model_config = SettingsConfigDict(
-        env_prefix="AIRLOCK_AGENT_", env_file=".env", extra="ignore", frozen=True
-    )
-
-    #: Base URL of the checkpoint API (the part before ``/v1``).
-    checkpoint_url: str = Field(default_factory=_dev_checkpoint_url)
-    #: The agent's service token (``role=agent``); needed to read back and to submit.
-    checkpoint_token: SecretStr = SecretStr("")
-    #: PEM bundle of the CA(s) that issued the checkpoint's TLS certificate; set, exactly
-    #: these are trusted. Unset: certifi's bundle, or ``SSL_CERT_FILE`` if set.
-    checkpoint_ca_file: Path | None = None
-    #: Seconds to wait for the checkpoint on each request.
-    checkpoint_timeout: float = Field(default=10.0, gt=0)
-    #: Attempts per checkpoint request while it is down (bounded exponential backoff).
-    checkpoint_attempts: int = Field(default=6, ge=1, le=20)
-    #: First retry delay while the checkpoint is down, seconds.
-    backoff_initial: float = Field(default=0.5, gt=0)
-    #: Longest retry delay, seconds.
-    backoff_max: float = Field(default=30.0, gt=0)
-    #: The Alibaba Cloud account id written into every action (dev: devcloud's).
-    account: str = ""
-    #: ``proposed_by`` of every action.
-    agent_id: str = Field(
-        default="agent:scanner-1", pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$"
-    )
-    #: Seconds between scans with ``--loop``.
-    interval: int = Field(default=3600, gt=0)
-    #: A file ``--loop`` touches as it scans and while it waits (``airlock agent health``).
-    heartbeat_path: Path | None = None
-    #: Instances per DescribeInstances page; a CloudMonitor query never spans two pages.
-    page_size: int = Field(default=100, ge=1, le=100)
-    #: Instances per batched CloudMonitor query.
-    metric_batch: int = Field(default=100, ge=1, le=100)
-    #: Threads assessing pages while the next page is listed (each with its own reader).
-    scan_workers: int = Field(default=2, ge=1, le=16)
-
-    # -- the idle policy (idle/v1)
-    #: Idle window, days: metrics looked at and the minimum age of a resource.
-    window_days: int = Field(default=14, ge=1, le=60)
-    #: Hourly CPU samples needed, as a share of the window's hours (9000 = 90 %).
-    min_samples_bp: int = Field(default=9000, ge=0, le=10_000)
-    #: Idle only below this CPU average, basis points (500 = 5 %).
-    cpu_avg_max_bp: int = Field(default=500, ge=0, le=10_000)
-    #: Idle only below this CPU p95, basis points (1000 = 10 %).
-    cpu_p95_max_bp: int = Field(default=1000, ge=0, le=10_000)
-    #: Applied only where memory is reported (it needs the CloudMonitor agent).
-    mem_avg_max_bp: int = Field(default=1500, ge=0, le=10_000)
-    #: A day is quiet when network in + out stays below this many bytes.
-    net_quiet_bytes_per_day: int = Field(default=5_000_000, ge=0)
-    #: Quiet network days needed within the window.
-    net_quiet_min_days: int = Field(default=12, ge=0)
-    #: A tag key or value equal to one of these (case-insensitive) protects a resource.
-    protect_tags: tuple[str, ...] = ("airlock:protect",)
-    #: A value of one of these tag keys starting with ``prod_value_prefix`` protects it too.
-    prod_tag_keys: tuple[str, ...] = ("env", "environment")
-    #: Value prefix of ``prod_tag_keys`` that marks production (case-insensitive).
-    prod_value_prefix: str = "prod"
-    #: How long an instance Airlock stopped must stay stopped before a delete is proposed.
-    grace_seconds: int = Field(default=7 * 86_400, ge=0)
-    #: ``StoppedMode`` of proposed ECS stops.
-    ecs_stopped_mode: Literal["StopCharging", "KeepCharging"] = "StopCharging"
-
-    @model_validator(mode="after")
-    def _agent_checks(self) -> AgentSettings:
-        if self.net_quiet_min_days > self.window_days:
-            raise ValueError("net_quiet_min_days cannot exceed window_days")
-        if not self.checkpoint_url.startswith(("http://", "https://")):
-            raise ValueError("AIRLOCK_AGENT_CHECKPOINT_URL must be an http(s) URL")
-        _ca_file_needs_https(self, self.checkpoint_url, self.checkpoint_ca_file)
-        if not is_dev(self):
-            if not self.account:
-                raise ValueError("AIRLOCK_AGENT_ACCOUNT must be set outside AIRLOCK_ENV=dev")
-            if "checkpoint_url" not in self.model_fields_set:
-                raise ValueError("AIRLOCK_AGENT_CHECKPOINT_URL must be set outside AIRLOCK_ENV=dev")
-        return self
-
-    _check_ca_file = field_validator("checkpoint_ca_file")(_readable_ca_file)
-
-    def filled_in(self) -> dict[str, Any]:
-        out = super().filled_in()
-        if self.account_or_default() != self.account:
-            out["account"] = self.account_or_default()
-        return out
-
-    def account_or_default(self) -> str:
-        """The configured account; devcloud's account only in dev when none is set."""
-        if self.account:
-            return self.account
-        if not is_dev(self):  # unreachable after validation; fail closed anyway
-            raise ValueError("no account configured")
-        return _DEVCLOUD_ACCOUNT
-
-
 class ExecutorSettings(CloudSettings):
     """The executor (``AIRLOCK_EXECUTOR_*``): its ledger, trust root, receipt key, binding,
     and the **write** cloud key. It names no approval signing key: the executor verifies
@@ -706,8 +627,10 @@ class ExecutorSettings(CloudSettings):
     #: This executor's audience; approvals addressed elsewhere are refused (E_AUDIENCE).
     #: Required outside dev (the dev default is refused).
     audience: str = "airlock-executor/dev"
-    #: The one provider this executor may write to (E_ACCOUNT otherwise).
-    provider: Literal["alibaba"] = "alibaba"
+    #: The one provider this executor may write to (E_ACCOUNT otherwise): ``alibaba``
+    #: (AIRLOCK_EXECUTOR_CLOUD_* is an Alibaba Cloud key) or ``aws`` (an AWS access key,
+    #: or AIRLOCK_EXECUTOR_AWS_PROFILE / _AWS_ROLE_ARN; the account is 12 digits).
+    provider: Literal["alibaba", "aws"] = "alibaba"
     #: The one cloud account this executor may write to (dev: devcloud's; E_ACCOUNT).
     account: str = ""
     #: The one region this executor may write to (E_ACCOUNT otherwise).
@@ -757,6 +680,11 @@ class ExecutorSettings(CloudSettings):
         if self.checkpoint_url and not self.checkpoint_url.startswith(("http://", "https://")):
             raise ValueError("AIRLOCK_EXECUTOR_CHECKPOINT_URL must be an http(s) URL")
         _ca_file_needs_https(self, self.checkpoint_url, self.checkpoint_ca_file)
+        if self.provider == "aws":
+            if self.account and _AWS_ACCOUNT.fullmatch(self.account) is None:
+                raise ValueError("AIRLOCK_EXECUTOR_ACCOUNT must be 12 digits for provider aws")
+            if _AWS_REGION.fullmatch(self.region) is None:
+                raise ValueError(f"AIRLOCK_EXECUTOR_REGION {self.region!r} is not an AWS region")
         if is_dev(self):
             return self
         if "database_url" not in self.model_fields_set:
@@ -776,9 +704,14 @@ class ExecutorSettings(CloudSettings):
         return out
 
     def account_or_default(self) -> str:
-        """The bound account; devcloud's in dev when none is set."""
+        """The bound account; in dev when none is set, devcloud's (moto's for aws)."""
         if self.account:
             return self.account
         if not is_dev(self):  # unreachable after validation; fail closed anyway
             raise ValueError("no account configured")
-        return _DEVCLOUD_ACCOUNT
+        return MOTO_ACCOUNT if self.provider == "aws" else _DEVCLOUD_ACCOUNT
+
+
+# The agent's settings are a module of their own (size); imported last, as they build on
+# the classes and helpers above, and re-exported here, where every caller looks.
+from airlock._settings_agent import AgentSettings  # noqa: E402

@@ -39,6 +39,13 @@ __all__ = [
     "statement_value",
 ]
 __all__ += [
+    "AWS_ACCOUNT",
+    "AWS_AUDIENCE",
+    "AWS_BINDING",
+    "AWS_REGION",
+    "aws_action_value",
+]
+__all__ += [
     "GATE_AUDIENCE",
     "TOOL_BINDING",
     "sign_tool_value",
@@ -60,6 +67,11 @@ REGION: Final = "ap-southeast-1"
 #: 2025-11-29T07:06:40Z: a fixed "now" inside every default statement's window.
 NOW: Final = 1764400000 + 100
 BINDING: Final = Binding(AUDIENCE, "alibaba", ACCOUNT, REGION)
+#: The AWS executor of the AWS vectors and tests: a 12-digit account, an AWS region.
+AWS_AUDIENCE: Final = "airlock-executor/prod-us-east-1"
+AWS_ACCOUNT: Final = "123456789012"
+AWS_REGION: Final = "us-east-1"
+AWS_BINDING: Final = Binding(AWS_AUDIENCE, "aws", AWS_ACCOUNT, AWS_REGION)
 #: The gate of the payments service in the tool-call vectors.
 GATE_AUDIENCE: Final = "airlock-gate/payments-prod"
 TOOL_BINDING: Final = ToolBinding(GATE_AUDIENCE)
@@ -119,6 +131,21 @@ def action_value(**overrides: Any) -> dict[str, Any]:
         "proposed_by": "agent:scanner-1",
         "created_at": "2025-11-29T06:00:05Z",
     }
+    value.update(copy.deepcopy(overrides))
+    return value
+
+
+def aws_action_value(**overrides: Any) -> dict[str, Any]:
+    """:func:`action_value` for an EC2 stop at AWS (no params: hibernate is always off)."""
+    value = action_value(
+        provider="aws",
+        account=AWS_ACCOUNT,
+        region=AWS_REGION,
+        resource={"type": "ec2.instance", "id": "i-0abc1234def567890"},
+        params={},
+    )
+    value["evidence"]["policy"] = "idle-aws/v1"
+    value["reason"] = "Idle 14 days: CPU p95 3.40% < 10.00%, network 2.1 MB/day (EC2)"
     value.update(copy.deepcopy(overrides))
     return value
 

@@ -33,7 +33,7 @@ OUT = Path(__file__).parent / "vectors" / "airlock"
 
 
 def _action_cases() -> list[tuple[str, dict[str, Any]]]:
-    a = factory.action_value
+    a, aws = factory.action_value, factory.aws_action_value
     ecs = {"type": "ecs.instance", "id": "i-t4n0example"}
     rds = {"type": "rds.instance", "id": "rm-t4n0example"}
     return [
@@ -41,6 +41,12 @@ def _action_cases() -> list[tuple[str, dict[str, Any]]]:
         ("ecs-stop-keepcharging", a(params={"stopped_mode": "KeepCharging"})),
         ("ecs-delete", a(resource=ecs, operation="delete", params={})),
         ("rds-stop", a(resource=rds, operation="stop", params={})),
+        ("aws-ec2-stop", aws()),
+        ("aws-ec2-delete", aws(operation="delete")),
+        (
+            "aws-rds-stop",
+            aws(resource={"type": "rds.instance", "id": "orders-db-2"}, operation="stop"),
+        ),
         ("non-ascii-reason", a(reason="空闲 14 天：CPU p95 3.40 % — café, Ünïcödé ✓ 😀")),
         ("non-ascii-evidence-keys", a(evidence={"ö": 1, "€": 2, "a": 3, "😀": 4, "ß": 5})),
         (
@@ -151,6 +157,11 @@ def _approval_cases() -> list[tuple[str, str, dict[str, Any], dict[str, Any], st
     )
     rds = a(resource={"type": "rds.instance", "id": "rm-t4n0example"}, operation="stop", params={})
     stop = a()
+    aws_delete = factory.aws_action_value(operation="delete")
+    aws_rds = factory.aws_action_value(
+        resource={"type": "rds.instance", "id": "orders-db-2"}, operation="stop"
+    )
+    aws = factory.AWS_AUDIENCE
     return [
         ("stop-one-approver", "rfc8032-test1", stop, s(stop), "ok"),
         (
@@ -198,6 +209,36 @@ def _approval_cases() -> list[tuple[str, str, dict[str, Any], dict[str, Any], st
             "E_MISMATCH",
         ),
         ("signed-by-untrusted-key", "rfc8032-test3", stop, s(stop), "E_UNKNOWN_KEY"),
+        (
+            "aws-ec2-delete-two-approvers",
+            "rfc8032-test2",
+            aws_delete,
+            s(
+                aws_delete,
+                approval_id="apv_4d4d4d4d4d4d4d4d",
+                nonce="ffeeddccbbaa99887766554433221100",
+                audience=aws,
+                approvers=[{"id": "alice", "at": 1764399900}, {"id": "bob", "at": 1764399990}],
+                quorum=2,
+                policy={"rule": "delete-default", "hash": "sha256:" + "6f" * 32},
+                risk="high",
+            ),
+            "ok",
+        ),
+        (
+            "aws-rds-stop",
+            "rfc8032-test1",
+            aws_rds,
+            s(aws_rds, approval_id="apv_5e5e5e5e5e5e5e5e", audience=aws),
+            "ok",
+        ),
+        (
+            "aws-approval-at-alibaba-executor",
+            "rfc8032-test1",
+            aws_rds,
+            s(aws_rds, approval_id="apv_6f6f6f6f6f6f6f6f"),
+            "E_ACCOUNT",
+        ),
     ]
 
 
@@ -215,8 +256,11 @@ def approvals() -> list[dict[str, Any]]:
         action_bytes = canonical_bytes(action)
         bundle = make_bundle(action_bytes, envelope)
         keys = trusted_with_3 if name == "rds-stop" else trusted
+        # An AWS approval is checked by an AWS executor, save the one that shows it is not.
+        at_aws = name.startswith("aws-") and name != "aws-approval-at-alibaba-executor"
+        binding = factory.AWS_BINDING if at_aws else factory.BINDING
         try:
-            verify_bundle(bundle, keys, factory.BINDING, factory.NOW)
+            verify_bundle(bundle, keys, binding, factory.NOW)
             observed = "ok"
         except Refused as exc:
             observed = exc.code.value
@@ -230,12 +274,12 @@ def approvals() -> list[dict[str, Any]]:
                 "public_key_hex": signer.public_raw.hex(),
                 "trusted_keys": keys.to_value(),
                 "binding": {
-                    "audience": factory.BINDING.audience,
-                    "provider": factory.BINDING.provider,
-                    "account": factory.BINDING.account,
-                    "region": factory.BINDING.region,
-                    "max_ttl": factory.BINDING.max_ttl,
-                    "skew": factory.BINDING.skew,
+                    "audience": binding.audience,
+                    "provider": binding.provider,
+                    "account": binding.account,
+                    "region": binding.region,
+                    "max_ttl": binding.max_ttl,
+                    "skew": binding.skew,
                 },
                 "now": factory.NOW,
                 "action_hex": action_bytes.hex(),

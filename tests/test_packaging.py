@@ -36,6 +36,8 @@ HEAVY = (
     "alibabacloud_ecs20140526",
     "alibabacloud_tea_openapi",
     "mcp",
+    "boto3",
+    "botocore",
 )
 
 
@@ -69,13 +71,16 @@ def test_the_base_install_holds_no_web_stack_no_cli_and_no_cloud_sdk() -> None:
         {"fastapi", "uvicorn", "typer", "pydantic-settings", "psycopg", "jinja2"}
     )
     assert not any(name.startswith("alibabacloud") for name in base)
+    assert not any(name.startswith(("boto", "moto")) for name in base)
 
 
 def test_the_dev_install_holds_every_extra() -> None:
     """``make up`` and ``make test`` install ``.[dev]``: it must bring everything."""
     extras = PYPROJECT["project"]["optional-dependencies"]
     assert "airlock[all]" in extras["dev"]
-    assert "airlock[server,alibaba]" in extras["all"]
+    assert "airlock[server,alibaba,aws]" in extras["all"]
+    assert "boto3" in _names(extras["aws"])
+    assert "moto" in _names(extras["dev"])  # the AWS tests run moto's server
     assert "airlock[cli,postgres]" in extras["server"]
 
 

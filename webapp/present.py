@@ -14,7 +14,7 @@ from typing import Any, Final
 
 from markupsafe import Markup
 
-from airlock import text
+from airlock import consoles, text
 from airlock.api import ExecutorRefusal, Outcome, Proposal, Vote
 from airlock.protocol import (
     CURRENCY_EXPONENTS,
@@ -39,6 +39,7 @@ __all__ = [
     "ReceiptFacts",
     "Savings",
     "bulk_problem",
+    "console_url",
     "decision_label",
     "duration",
     "executor_conflict",
@@ -51,6 +52,7 @@ __all__ = [
     "outcome_label",
     "plain_action",
     "plain_precondition",
+    "provider_name",
     "receipt_facts",
     "refusal_explanation",
     "saving_label",
@@ -61,6 +63,7 @@ __all__ = [
     "timestamp",
     "vote_of",
     "votes_label",
+    "where",
 ]
 
 REJECT_REASONS: Final = {
@@ -88,8 +91,6 @@ STATE_LABELS: Final = {
 
 OPEN_STATES: Final = frozenset({"pending", "approved", "in_doubt"})
 
-_KINDS: Final = {"ecs.instance": "ECS instance", "rds.instance": "RDS database instance"}
-
 
 def inert(value: Any) -> Any:
     """Every string the pages print, with control, format (bidi) and separator characters
@@ -104,8 +105,22 @@ def inert(value: Any) -> Any:
     return Markup(shown) if isinstance(value, Markup) else shown  # noqa: S704 - was Markup
 
 
-def _kind(resource_type: str) -> str:
-    return _KINDS.get(resource_type, resource_type)
+def provider_name(provider: str) -> str:
+    """``AWS``, ``Alibaba Cloud``: a provider as people call it."""
+    return consoles.provider_name(provider)
+
+
+def where(p: Proposal) -> str:
+    """``AWS us-east-1, account 123456789012``: the provider, region and account."""
+    return f"{consoles.provider_name(p.provider)} {p.region}, account {p.account}"
+
+
+def console_url(p: Proposal) -> str | None:
+    """The resource's page in its provider's console; None for a tool call, or when the
+    provider, type, region or id gives no link (:mod:`airlock.consoles`)."""
+    if p.is_tool_call:
+        return None
+    return consoles.console_url(p.provider, p.resource_type, p.region, p.resource_id)
 
 
 def plain_action(p: Proposal) -> str:
@@ -115,8 +130,8 @@ def plain_action(p: Proposal) -> str:
             f"The gate {p.audience} calls the tool “{p.operation}” on {p.resource_id}, "
             "once, with exactly the arguments below."
         )
-    where = f"in {p.region} (account {p.account})"
-    what = f"{_kind(p.resource_type)} {p.resource_id}"
+    where = f"in {consoles.provider_name(p.provider)} {p.region} (account {p.account})"
+    what = f"{consoles.resource_kind(p.provider, p.resource_type)} {p.resource_id}"
     params = p.action.get("params") or {}
     if p.operation == "stop":
         mode = params.get("stopped_mode") if isinstance(params, Mapping) else None
@@ -130,10 +145,8 @@ def plain_action(p: Proposal) -> str:
             detail = " It can be started again."
         return f"Stop the {what} {where}.{detail}"
     if p.operation == "delete":
-        return (
-            f"Permanently delete the {what} {where}. This cannot be undone: the instance "
-            "and its system disk are released."
-        )
+        verb, lost = consoles.delete_words(p.provider)
+        return f"Permanently {verb} the {what} {where}. This cannot be undone: {lost}."
     return f"Run “{p.operation}” on the {what} {where}."
 
 

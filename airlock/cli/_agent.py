@@ -24,6 +24,10 @@ from ._help import Typer
 from ._text import inert, inert_log_config, say
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from airlock.cloud.ports import CloudReader
+    from airlock.settings import AgentSettings
     from services.agent.service import RunReport
 
 __all__ = ["agent_app"]
@@ -33,7 +37,8 @@ agent_app = Typer(
     # Typer's help wins over the callback's docstring, so what a bare `airlock agent`
     # does is said here.
     help=(
-        "Find idle ECS/RDS instances with the read-only key and propose stop/delete.\n\n"
+        "Find idle instances (ECS/RDS; EC2/RDS with AIRLOCK_AGENT_PROVIDER=aws) with the "
+        "read-only key and propose stop/delete.\n\n"
         "Without a command: one scan (--once) or a scan every --interval seconds (--loop), "
         "which touches AIRLOCK_AGENT_HEARTBEAT_PATH, when set, as it goes."
     ),
@@ -100,12 +105,12 @@ def agent_command(
         bool, typer.Option("--dry-run", help="Print what would be proposed; submit nothing.")
     ] = False,
 ) -> None:
-    """Find idle ECS/RDS instances with the read-only key and propose stop/delete."""
+    """Find idle instances (ECS/RDS, or EC2/RDS with provider aws) with the read-only key
+    and propose stop/delete."""
     if ctx.invoked_subcommand is not None:
         return
     import logging.config
 
-    from airlock.cloud.alibaba import AlibabaConfig, AlibabaReader
     from airlock.heartbeat import Heartbeat
     from airlock.settings import AgentSettings
     from services.agent.errors import AgentError
@@ -121,19 +126,8 @@ def agent_command(
     logging.config.dictConfig(inert_log_config("WARNING"))
     settings = load(AgentSettings)
     try:
-        key_id, secret = settings.cloud_credentials()
-        endpoint, protocol = settings.cloud_endpoint_or_default()
-        config = AlibabaConfig(
-            access_key_id=key_id,
-            access_key_secret=secret,
-            endpoint=endpoint,
-            protocol=protocol,
-            connect_timeout_ms=settings.cloud_connect_timeout_ms,
-            read_timeout_ms=settings.cloud_read_timeout_ms,
-        )
-        agent = build_agent(
-            settings, reader=AlibabaReader(config), reader_factory=lambda: AlibabaReader(config)
-        )
+        make_reader = _reader_factory(settings)
+        agent = build_agent(settings, reader=make_reader(), reader_factory=make_reader)
     except ValueError as exc:  # a bad region or account from the cloud configuration
         say(f"agent: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -230,3 +224,26 @@ def health_command(
         say(f"unhealthy: last heartbeat {age:.0f}s ago (max {max_age:.0f}s)")
         raise typer.Exit(1)
     say(f"healthy: last heartbeat {max(age, 0.0):.1f}s ago")
+
+
+def _reader_factory(settings: AgentSettings) -> Callable[[], CloudReader]:
+    """New readers of the agent's provider, with its read credentials (a scan worker
+    each). Raises ValueError for a configuration the adapter refuses."""
+    if settings.provider == "aws":
+        from airlock.cloud.aws import AwsConfig, AwsReader
+
+        aws = AwsConfig.from_settings(settings)
+        return lambda: AwsReader(aws)
+    from airlock.cloud.alibaba import AlibabaConfig, AlibabaReader
+
+    key_id, secret = settings.cloud_credentials()
+    endpoint, protocol = settings.cloud_endpoint_or_default()
+    config = AlibabaConfig(
+        access_key_id=key_id,
+        access_key_secret=secret,
+        endpoint=endpoint,
+        protocol=protocol,
+        connect_timeout_ms=settings.cloud_connect_timeout_ms,
+        read_timeout_ms=settings.cloud_read_timeout_ms,
+    )
+    return lambda: AlibabaReader(config)

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
+from airlock import consoles
 from airlock.units import decimal_bytes, duration, money
 
 from ._text import inert, say
@@ -25,8 +26,6 @@ if TYPE_CHECKING:
     from airlock.api import Proposal as _Proposal
     from airlock.protocol import ProposedAction, Saving, ToolCall
 
-
-_KINDS: Final = {"ecs.instance": "ECS instance", "rds.instance": "RDS database instance"}
 
 # Codes in words for people; --json keeps the codes for programs.
 _REASONS: Final = {
@@ -83,8 +82,11 @@ def _duration(seconds: object) -> str:
 
 def _plain(action: ProposedAction) -> str:
     """One sentence: what the executor will do if this is approved."""
-    what = f"{_KINDS.get(action.resource.type, action.resource.type)} {action.resource.id}"
-    where = f"in {action.region} (account {action.account})"
+    kind = consoles.resource_kind(action.provider, action.resource.type)
+    what = f"{kind} {action.resource.id}"
+    where = (
+        f"in {consoles.provider_name(action.provider)} {action.region} (account {action.account})"
+    )
     if action.operation == "stop":
         mode = action.params.get("stopped_mode")
         detail = {
@@ -94,11 +96,18 @@ def _plain(action: ProposedAction) -> str:
         }.get(str(mode), " It can be started again.")
         return f"STOP the {what} {where}.{detail}"
     if action.operation == "delete":
-        return (
-            f"PERMANENTLY DELETE the {what} {where}. This cannot be undone: the instance and "
-            "its system disk are released."
-        )
+        verb, lost = consoles.delete_words(action.provider)
+        return f"PERMANENTLY {verb.upper()} the {what} {where}. This cannot be undone: {lost}."
     return f"Run {action.operation!r} on the {what} {where}."
+
+
+def _where(action: ProposedAction) -> str:
+    """Provider, region, account, and the resource's page in the provider's console."""
+    where = f"{consoles.provider_name(action.provider)} {action.region}, account {action.account}"
+    url = consoles.console_url(
+        action.provider, action.resource.type, action.region, action.resource.id
+    )
+    return f"{where}; console {url}" if url else where
 
 
 def _precondition(action: ProposedAction) -> str:
@@ -275,6 +284,7 @@ def _action_lines(p: _Proposal, action: ProposedAction) -> list[str]:
     lines = [
         f"proposal   {p.id}  ({p.state})",
         f"action     {_plain(action)}",
+        f"where      {_where(action)}",
         f"           {_precondition(action)}",
         f"reason     {inert(action.reason)}",
         f"proposed   by {inert(action.proposed_by)} at {action.created_at}",

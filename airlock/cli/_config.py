@@ -55,8 +55,8 @@ def _comments(cls: type) -> dict[str, str]:
     for klass in reversed(cls.__mro__):
         if not (isinstance(klass, type) and issubclass(klass, BaseSettings)):
             continue
-        if klass.__module__ != settings.__name__:
-            continue
+        if klass.__module__.rpartition(".")[0] != settings.__name__.rpartition(".")[0]:
+            continue  # pydantic's own classes; ours are in airlock.settings and beside it
         lines = inspect.getsource(klass).splitlines()
         for node in ast.walk(ast.parse("\n".join(lines))):
             if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Annotated, Final
 import typer
 
 from ._client import CheckpointClient, CheckpointRefused, CheckpointUnavailable
+from ._doctor_aws import settings_checks
 from ._doctor_trust import Status, approval_trust, receipt_trust
 from ._text import say
 
@@ -678,6 +679,10 @@ def doctor_command(
                 report, receipt_keys, loaded.checkpoint.receipt_keys_path, loaded.executor
             )
         _audience(report, loaded.checkpoint, loaded.executor)
+    for name, cloud in (("agent", loaded.agent), ("executor", loaded.executor)):
+        if cloud is not None:
+            for status, check, detail in settings_checks(name, cloud):
+                report.add(status, check, detail)
     if loaded.agent is not None and loaded.executor is not None:
         _account_binding(report, loaded.agent, loaded.executor)
         _production_tags(report, loaded.agent, loaded.executor)

@@ -9,6 +9,7 @@ each command, so ``airlock --help`` loads no service and no secret
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -23,6 +24,7 @@ from ._receipts import executor_receipts_app, ledger_engine
 from ._text import InertLogFormatter, say
 
 if TYPE_CHECKING:
+    from airlock.cloud.ports import CloudReader, CloudWriter
     from airlock.settings import ExecutorSettings
     from services.executor import Executor, Outcome
 
@@ -62,9 +64,23 @@ def _settings() -> ExecutorSettings:
     return load(ExecutorSettings)
 
 
-def _build(settings: ExecutorSettings) -> Executor:
+def _cloud(settings: ExecutorSettings) -> tuple[CloudReader, CloudWriter]:
+    """The reader and writer of the executor's one provider, with its (write) credentials:
+    the executor re-reads live state as the identity that writes."""
+    if settings.provider == "aws":
+        from airlock.cloud.aws import AwsConfig, AwsReader
+        from airlock.cloud.aws.writer import AwsWriter
+
+        aws = AwsConfig.from_settings(settings)
+        return AwsReader(aws), AwsWriter(aws)
     from airlock.cloud.alibaba import AlibabaConfig, AlibabaReader
     from airlock.cloud.alibaba.writer import AlibabaWriter
+
+    config = AlibabaConfig.from_settings(settings)
+    return AlibabaReader(config), AlibabaWriter(config)
+
+
+def _build(settings: ExecutorSettings) -> Executor:
     from airlock.cloud.tags import ProductionTags
     from airlock.protocol import Binding
     from airlock.store import Error as StoreError
@@ -99,7 +115,7 @@ def _build(settings: ExecutorSettings) -> Executor:
         failpoints = Failpoints.from_env(os.environ)
         engine = make_engine(settings.database_url)
         migrate(engine)
-        config = AlibabaConfig.from_settings(settings)
+        reader, writer = _cloud(settings)
     except (OSError, ExecutorError, StoreError, ValueError) as exc:
         raise _fail(str(exc)) from None
     return _Executor(
@@ -113,8 +129,8 @@ def _build(settings: ExecutorSettings) -> Executor:
             max_ttl=settings.max_ttl,
             skew=settings.skew,
         ),
-        reader=AlibabaReader(config),
-        writer=AlibabaWriter(config),
+        reader=reader,
+        writer=writer,
         signer=signer,
         clock=lambda: int(time.time()),
         lease_seconds=settings.lease_seconds,
@@ -188,6 +204,12 @@ def executor_command(
         executor.engine.dispose()
 
 
+_NOT_DELIVERED = (
+    "receipts not delivered: the checkpoint's feed did not answer, so this ledger could "
+    "not be checked against it yet"
+)
+
+
 def _serve(settings: ExecutorSettings, executor: Executor, *, once: bool) -> None:
     from airlock.tls import CAFileError, checkpoint_verify
     from services.executor import (
@@ -217,12 +239,14 @@ def _serve(settings: ExecutorSettings, executor: Executor, *, once: bool) -> Non
             verify = checkpoint_verify(settings.checkpoint_ca_file)
         except CAFileError as exc:  # the settings read it; changed since
             raise _fail(f"AIRLOCK_EXECUTOR_CHECKPOINT_CA_FILE={exc}") from None
-        http = checkpoint_client(
+        client = functools.partial(
+            checkpoint_client,
             settings.checkpoint_url,
             settings.checkpoint_token.get_secret_value(),
             poll_wait_s=settings.poll_wait,
             verify=verify,
         )
+        http = client()
         source = CheckpointFeedSource(
             engine=executor.engine,
             client=http,
@@ -235,12 +259,7 @@ def _serve(settings: ExecutorSettings, executor: Executor, *, once: bool) -> Non
             ledger_hold_s=settings.max_ttl + settings.skew,
         )
         # Its own client and no idle wait: the daemon delivers on a thread of its own.
-        outbox_http = checkpoint_client(
-            settings.checkpoint_url,
-            settings.checkpoint_token.get_secret_value(),
-            poll_wait_s=settings.poll_wait,
-            verify=verify,
-        )
+        outbox_http = client()
         reporter = OutboxReporter(
             engine=executor.engine,
             client=outbox_http,
@@ -268,11 +287,7 @@ def _serve(settings: ExecutorSettings, executor: Executor, *, once: bool) -> Non
                 if ledger_checked(source):
                     reporter.flush()
                 else:  # as the daemon: no receipt before the ledger is checked (serve)
-                    typer.echo(
-                        "receipts not delivered: the checkpoint's feed did not answer, so "
-                        "this ledger could not be checked against it yet",
-                        err=True,
-                    )
+                    typer.echo(_NOT_DELIVERED, err=True)
             return
         shutdown.install()
         serve(

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ._stack_aws import AwsMoto, Cloud
 from ._text import inert
 
 __all__ = [
@@ -159,6 +160,8 @@ class Service:
     ready: Callable[[], bool]
     log: Path
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    #: The module run with ``python -m``: the CLI, or the dev stack's AWS double.
+    module: str = "airlock.cli"
 
 
 def _write_private(path: Path, text: str) -> None:
@@ -293,8 +296,11 @@ class Stack:
         *,
         devcloud_admin: bool = False,
         grace: int | None = None,
+        cloud: Cloud = "devcloud",
     ) -> None:
         self.home = home
+        #: The cloud double the services talk to (``_stack_aws`` for ``aws-moto``).
+        self.aws = AwsMoto(home, ports["devcloud"], instances) if cloud == "aws-moto" else None
         #: The agent's grace period before a delete, seconds; None keeps its default.
         self.grace = grace
         #: Set by a stop signal; starting gives up at the next step (``Interrupted``).
@@ -339,6 +345,16 @@ class Stack:
         )
 
     def executor_env(self, token: str = "") -> dict[str, str]:
+        if self.aws is not None:
+            return self._env(
+                AIRLOCK_EXECUTOR_DATABASE_URL=f"sqlite:///{self.home / 'executor.db'}",
+                AIRLOCK_EXECUTOR_TRUSTED_KEYS_PATH=self.home / "trusted-keys.json",
+                AIRLOCK_EXECUTOR_RECEIPT_KEY_PATH=self.home / "executor-receipt.pem",
+                AIRLOCK_EXECUTOR_CHECKPOINT_URL=self.checkpoint_url,
+                AIRLOCK_EXECUTOR_CHECKPOINT_TOKEN=token,
+                AIRLOCK_EXECUTOR_HEARTBEAT_PATH=self.home / "executor.heartbeat",
+                **self.aws.executor_env(),
+            )
         return self._env(
             AIRLOCK_EXECUTOR_DATABASE_URL=f"sqlite:///{self.home / 'executor.db'}",
             AIRLOCK_EXECUTOR_TRUSTED_KEYS_PATH=self.home / "trusted-keys.json",
@@ -352,6 +368,13 @@ class Stack:
 
     def agent_env(self, token: str) -> dict[str, str]:
         grace = {} if self.grace is None else {"AIRLOCK_AGENT_GRACE_SECONDS": str(self.grace)}
+        if self.aws is not None:
+            return self._env(
+                AIRLOCK_AGENT_CHECKPOINT_URL=self.checkpoint_url,
+                AIRLOCK_AGENT_CHECKPOINT_TOKEN=token,
+                **self.aws.agent_env(),
+                **grace,
+            )
         return self._env(
             AIRLOCK_AGENT_CLOUD_ENDPOINT=self.devcloud_endpoint,
             AIRLOCK_AGENT_CLOUD_PROTOCOL="http",
@@ -457,7 +480,9 @@ class Stack:
         admin_token = self.home / "devcloud-admin-token"
         if self.devcloud_admin and not admin_token.exists():
             _write_private(admin_token, secrets.token_urlsafe(24))
-        if not (self.home / "devcloud.db").exists():
+        if self.aws is not None:
+            self.aws.check()  # moto seeds its fleet each time it starts
+        elif not (self.home / "devcloud.db").exists():
             echo(f"seeding devcloud with a fleet of {self.instances} instances")
             self._airlock(
                 ["devcloud", "seed", "--instances", str(self.instances)], self.devcloud_env()
@@ -482,14 +507,19 @@ class Stack:
             return True
 
         p = self.ports
+        cloud = Service(
+            "devcloud",
+            ["devcloud", "serve", "--port", str(p["devcloud"])],
+            self.devcloud_env(),
+            _http_ok(f"http://{self.devcloud_endpoint}/_health"),
+            self.logs / "devcloud.log",
+        )
+        if self.aws is not None:
+            env = self._env(PYTHONPATH=self.aws.checkout)
+            cloud = Service("moto", self.aws.args(), env, self.aws.ready, self.logs / "moto.log")
+            cloud.module = self.aws.module
         self.services = [
-            Service(
-                "devcloud",
-                ["devcloud", "serve", "--port", str(p["devcloud"])],
-                self.devcloud_env(),
-                _http_ok(f"http://{self.devcloud_endpoint}/_health"),
-                self.logs / "devcloud.log",
-            ),
+            cloud,
             Service(
                 "checkpoint",
                 ["checkpoint", "--port", str(p["checkpoint"])],
@@ -526,7 +556,7 @@ class Stack:
             log = open(service.log, "ab")  # noqa: SIM115 - owned by the child for its life
             try:
                 service.proc = subprocess.Popen(  # noqa: S603 - our interpreter, fixed argv
-                    [sys.executable, "-m", "airlock.cli", *service.args],
+                    [sys.executable, "-m", service.module, *service.args],
                     env=service.env,
                     stdout=log,
                     stderr=subprocess.STDOUT,

@@ -56,6 +56,7 @@ from typing import Annotated
 import typer
 
 from ._stack import STATE_MARKERS, Interrupted, Stack, UpError, port_free, private_home
+from ._stack_aws import Cloud, CloudChoice
 
 __all__ = ["admin_hint", "cli_hint", "state_home", "up_command"]
 
@@ -242,6 +243,13 @@ def up_command(
     ready_timeout: Annotated[
         float, typer.Option(metavar="SECONDS", help="Seconds each service may take to start.")
     ] = 60.0,
+    cloud: Annotated[
+        CloudChoice,
+        typer.Option(
+            help="The cloud double: devcloud (Alibaba Cloud's API) or aws-moto (AWS through "
+            "a local moto server on the --devcloud-port; a checkout with the dev install).",
+        ),
+    ] = CloudChoice.DEVCLOUD,
 ) -> None:
     """Run the whole system locally: devcloud, checkpoint, executor, agent, web app.
 
@@ -283,6 +291,7 @@ def up_command(
             agent_grace=agent_grace,
             ready_timeout=ready_timeout,
             webapp_port=webapp_port,
+            cloud=cloud.value,
         )
     finally:
         lock.release(ports)
@@ -327,6 +336,7 @@ def _up_locked(
     agent_grace: int | None,
     ready_timeout: float,
     webapp_port: int,
+    cloud: Cloud = "devcloud",
 ) -> None:
     """``up`` once it holds its state's lock."""
     taken = [f"{name} ({port})" for name, port in ports.items() if not port_free(port)]
@@ -345,6 +355,7 @@ def _up_locked(
         agent_interval,
         devcloud_admin=devcloud_admin,
         grace=agent_grace,
+        cloud=cloud,
     )
 
     def on_signal(signum: int, _frame: object) -> None:

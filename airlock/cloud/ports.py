@@ -26,6 +26,8 @@ __all__ = [
     "CloudReader",
     "CloudWriter",
     "DefiniteRefusal",
+    "Ec2Writer",
+    "EcsWriter",
     "IncorrectState",
     "LiveState",
     "MetricPoint",
@@ -40,7 +42,7 @@ __all__ = [
     "WriteResult",
 ]
 
-ResourceType = Literal["ecs.instance", "rds.instance"]
+ResourceType = Literal["ecs.instance", "ec2.instance", "rds.instance"]
 
 
 class CloudError(Exception):
@@ -188,8 +190,25 @@ class PriceReader(Protocol):
 
 @runtime_checkable
 class CloudWriter(Protocol):
+    """The writes every provider has; each provider's writer adds its compute writes
+    (:class:`EcsWriter`, :class:`Ec2Writer`). Each method makes one attempt, never retries."""
+
+    def stop_rds(self, region: str, instance_id: str) -> WriteResult: ...
+
+
+@runtime_checkable
+class EcsWriter(CloudWriter, Protocol):
+    """Alibaba Cloud: ECS ``StopInstance`` and ``DeleteInstances`` (``AlibabaWriter``)."""
+
     def stop_ecs(self, region: str, instance_id: str, *, stopped_mode: str) -> WriteResult: ...
 
     def delete_ecs(self, region: str, instance_id: str, *, client_token: str) -> WriteResult: ...
 
-    def stop_rds(self, region: str, instance_id: str) -> WriteResult: ...
+
+@runtime_checkable
+class Ec2Writer(CloudWriter, Protocol):
+    """AWS: EC2 ``StopInstances`` (hibernate off) and ``TerminateInstances`` (``AwsWriter``)."""
+
+    def stop_ec2(self, region: str, instance_id: str) -> WriteResult: ...
+
+    def terminate_ec2(self, region: str, instance_id: str) -> WriteResult: ...

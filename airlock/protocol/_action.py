@@ -41,13 +41,17 @@ __all__ = [
     "HIGH_RISK_OPERATIONS",
     "HOURS_PER_MONTH",
     "MAX_HOURLY_MICROS",
+    "PROVIDER_RESOURCE_TYPES",
     "VALID_CALLS",
     "Precondition",
     "ProposedAction",
+    "Provider",
     "Resource",
+    "ResourceType",
     "Saving",
     "action_hash",
     "check_operation",
+    "check_target",
     "monthly_minor",
 ]
 
@@ -55,13 +59,55 @@ ACTION_TYPE: Final = "airlock.action/v1"
 #: docs/protocol.md#strict-json: an action is at most 16 KiB canonical.
 ACTION_MAX_BYTES: Final = 16 * 1024
 
-ResourceType = Literal["ecs.instance", "rds.instance"]
+ResourceType = Literal["ecs.instance", "ec2.instance", "rds.instance"]
+Provider = Literal["alibaba", "aws"]
+
+#: Which resource types each provider has. ``rds.instance`` names a database instance at
+#: either; its id format is the provider's own.
+PROVIDER_RESOURCE_TYPES: Final[dict[str, frozenset[str]]] = {
+    "alibaba": frozenset({"ecs.instance", "rds.instance"}),
+    "aws": frozenset({"ec2.instance", "rds.instance"}),
+}
 
 # Provider id formats. ASCII only: a Cyrillic "і" can never stand in for "i".
-_RESOURCE_ID_PATTERNS: Final[dict[str, re.Pattern[str]]] = {
-    "ecs.instance": re.compile(r"i-[0-9a-z]{4,64}"),
-    "rds.instance": re.compile(r"(rm|pgm|pc)-[0-9a-z]{4,64}"),
+_RESOURCE_ID_PATTERNS: Final[dict[tuple[str, str], re.Pattern[str]]] = {
+    ("alibaba", "ecs.instance"): re.compile(r"i-[0-9a-z]{4,64}"),
+    ("alibaba", "rds.instance"): re.compile(r"(rm|pgm|pc)-[0-9a-z]{4,64}"),
+    # EC2: "i-" and 8 (older) or 17 lower-case hex digits.
+    ("aws", "ec2.instance"): re.compile(r"i-([0-9a-f]{8}|[0-9a-f]{17})"),
+    # RDS DBInstanceIdentifier: 1-63 letters, digits or hyphens, a letter first, no two
+    # hyphens together, none last; AWS stores it lower case, so only lower case is valid.
+    ("aws", "rds.instance"): re.compile(r"(?=.{1,63}\Z)[a-z](-?[a-z0-9])*"),
 }
+#: Account and region formats per provider (the shared field patterns bound them first).
+_ACCOUNT_PATTERNS: Final[dict[str, re.Pattern[str]]] = {
+    "alibaba": re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}"),
+    "aws": re.compile(r"[0-9]{12}"),
+}
+_REGION_PATTERNS: Final[dict[str, re.Pattern[str]]] = {
+    "alibaba": re.compile(r"[a-z0-9]+(-[a-z0-9]+){0,5}"),
+    # us-east-1, ap-southeast-2, us-gov-west-1, cn-north-1, us-isob-east-1.
+    "aws": re.compile(r"[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-[0-9]{1,2}"),
+}
+
+
+def check_target(
+    provider: str, account: str, region: str, resource_type: str, resource_id: str
+) -> None:
+    """Raise ValueError unless the account, region, resource type and id are all in
+    ``provider``'s formats: an ECS type at AWS, an RDS id of one provider at the other,
+    a 10-digit AWS account are each refused."""
+    types = PROVIDER_RESOURCE_TYPES.get(provider)
+    if types is None:
+        raise ValueError(f"provider {provider!r} is unknown")
+    if _ACCOUNT_PATTERNS[provider].fullmatch(account) is None:
+        raise ValueError(f"{account!r} is not a valid {provider} account")
+    if _REGION_PATTERNS[provider].fullmatch(region) is None:
+        raise ValueError(f"{region!r} is not a valid {provider} region")
+    if resource_type not in types:
+        raise ValueError(f"resource type {resource_type!r} does not exist at {provider}")
+    if _RESOURCE_ID_PATTERNS[provider, resource_type].fullmatch(resource_id) is None:
+        raise ValueError(f"{resource_id!r} is not a valid {provider} {resource_type} id")
 
 
 class _EcsStopParams(WireModel):
@@ -76,11 +122,15 @@ class _NoParams(WireModel):
 #: everywhere (agent, checkpoint and executor all check it).
 ALLOWED_OPERATIONS: Final[dict[str, dict[str, type[WireModel]]]] = {
     "ecs.instance": {"stop": _EcsStopParams, "delete": _NoParams},
+    # EC2 stop has no params: the writer always stops with Hibernate and Force off.
+    "ec2.instance": {"stop": _NoParams, "delete": _NoParams},
     "rds.instance": {"stop": _NoParams},
 }
 
 #: Operations that destroy data; policy treats them as high risk (quorum 2 + typed id).
-HIGH_RISK_OPERATIONS: Final[frozenset[tuple[str, str]]] = frozenset({("ecs.instance", "delete")})
+HIGH_RISK_OPERATIONS: Final[frozenset[tuple[str, str]]] = frozenset(
+    {("ecs.instance", "delete"), ("ec2.instance", "delete")}
+)
 
 
 #: Every valid (type, operation, params) call, enumerated. The params schemas are closed
@@ -91,6 +141,8 @@ VALID_CALLS: Final[frozenset[tuple[str, str, tuple[tuple[str, Any], ...]]]] = fr
         ("ecs.instance", "stop", (("stopped_mode", "StopCharging"),)),
         ("ecs.instance", "stop", (("stopped_mode", "KeepCharging"),)),
         ("ecs.instance", "delete", ()),
+        ("ec2.instance", "stop", ()),
+        ("ec2.instance", "delete", ()),
         ("rds.instance", "stop", ()),
     }
 )
@@ -123,7 +175,13 @@ class Resource(WireModel):
 
     @model_validator(mode="after")
     def _id_format(self) -> Resource:
-        if _RESOURCE_ID_PATTERNS[self.type].fullmatch(self.id) is None:
+        # The id in some provider's format for the type; the action and the statement
+        # check it against their own provider (check_target).
+        if not any(
+            pattern.fullmatch(self.id)
+            for (_, rtype), pattern in _RESOURCE_ID_PATTERNS.items()
+            if rtype == self.type
+        ):
             raise ValueError(f"{self.id!r} is not a valid {self.type} id")
         return self
 
@@ -191,7 +249,7 @@ def monthly_minor(hourly_price_micros: int, currency: str) -> int:
 class ProposedAction(WireModel):
     type: Literal["airlock.action/v1"]
     proposal_id: Annotated[str, Field(pattern=r"^prop_[A-Za-z0-9_-]{8,80}$")]
-    provider: Literal["alibaba"]
+    provider: Provider
     account: AccountId
     region: RegionId
     resource: Resource
@@ -208,6 +266,7 @@ class ProposedAction(WireModel):
         # params and evidence are open-ended but signed: float-free, NFC, no surrogates.
         # Values that came out of loads_strict were checked there already (one walk, not
         # two). One validator for both and the allowlist: each is a call out of the core.
+        check_target(self.provider, self.account, self.region, self.resource.type, self.resource.id)
         if info.context is not PARSED_STRICTLY:
             for name, value in (("params", self.params), ("evidence", self.evidence)):
                 try:

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
-from ._action import Resource
+from ._action import Provider, Resource, check_target
 from ._common import ID, AccountId, Hash, RegionId, Text, UnixTime, WireModel
 from ._json import PARSED_STRICTLY, canonical_bytes, loads_strict, plain_text
 from .errors import RefusalCode, Refused
@@ -48,7 +48,7 @@ class ApprovalStatement(WireModel):
     approval_id: Annotated[str, Field(pattern=APPROVAL_ID_PATTERN)]
     proposal_id: Annotated[str, Field(pattern=r"^prop_[A-Za-z0-9_-]{8,80}$")]
     action_hash: Hash
-    provider: Literal["alibaba"]
+    provider: Provider
     account: AccountId
     region: RegionId
     resource: Resource
@@ -65,6 +65,7 @@ class ApprovalStatement(WireModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> ApprovalStatement:
+        check_target(self.provider, self.account, self.region, self.resource.type, self.resource.id)
         ids = [a.id for a in self.approvers]
         if len(set(ids)) != len(ids):
             raise ValueError("an approver appears twice")

@@ -1,4 +1,5 @@
-"""Discovery: every ECS and RDS instance in the configured regions, with its usage.
+"""Discovery: every instance of the provider's resource types (ECS and RDS at Alibaba
+Cloud, EC2 and RDS at AWS: :mod:`.providers`) in the configured regions, with its usage.
 
 Reads only, through a :class:`~airlock.cloud.ports.CloudReader` — the agent is never
 given a writer, and nothing here could call one. The scan streams: instances arrive page
@@ -14,8 +15,9 @@ several instance dimensions per ``DescribeMetricList`` call; when the reader off
    is ``insufficient`` (never queried, never proposed), then protected / production /
    young instances;
 2. hourly CPU for the remaining running instances (the p95 needs hours);
-3. only for instances whose CPU is idle: memory and network as **daily** points
-   (period 86400: the day's average rate, so ``avg × 86400 / 8`` is the day's bytes);
+3. only for instances whose CPU is idle: memory (where the provider reports it) and
+   network as **daily** points (period 86400; each value turned into the day's bytes in
+   the provider's unit, :meth:`.providers.Metrics.net_bytes`);
 4. for an idle or stopped instance (what may be proposed), when the reader offers
    ``get_price``: its type's price, read once per type and region in a scan (for RDS,
    per class, engine, storage type, zone and billing), for the
@@ -36,7 +38,6 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Final
 
 from pydantic import ValidationError
 
@@ -64,34 +65,12 @@ from .idle import (
     Verdict,
     Window,
     percent_to_bp,
-    rate_to_bytes,
 )
+from .providers import ALIBABA, AgentProvider, Metrics
 
-__all__ = ["RESOURCE_TYPES", "Discovery", "Observation", "ScanStats"]
-
-RESOURCE_TYPES: Final[tuple[ResourceType, ...]] = ("ecs.instance", "rds.instance")
+__all__ = ["Discovery", "Observation", "ScanStats"]
 
 _log = logging.getLogger("airlock.agent")
-
-
-@dataclass(frozen=True, slots=True)
-class _Metrics:
-    cpu: str
-    mem: str
-    net: tuple[str, ...]
-
-
-# Alibaba CloudMonitor names (airlock.cloud.alibaba._reader documents units: percent, bit/s).
-_METRICS: Final[dict[ResourceType, _Metrics]] = {
-    "ecs.instance": _Metrics(
-        cpu="CPUUtilization",
-        mem="memory_usedutilization",
-        net=("IntranetInRate", "IntranetOutRate", "InternetInRate", "InternetOutRate"),
-    ),
-    "rds.instance": _Metrics(
-        cpu="CpuUsage", mem="MemoryUsage", net=("MySQL_NetworkInNew", "MySQL_NetworkOutNew")
-    ),
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +110,7 @@ class Discovery:
         read_attempts: int = 3,
         retry_delay: float = 1.0,
         sleep: Callable[[float], None] = time.sleep,
+        provider: AgentProvider = ALIBABA,
     ) -> None:
         if not regions:
             raise ValueError("at least one region")
@@ -138,6 +118,7 @@ class Discovery:
             raise ValueError("at least one worker")
         self._reader = reader
         self._policy = policy
+        self._provider = provider
         self._regions = tuple(regions)
         self._clock = clock
         self._page_size = page_size
@@ -153,6 +134,10 @@ class Discovery:
         self.stats = ScanStats()
         self._prices: dict[tuple[str, str, str, RdsSpec | None], Price | None] = {}
         self._prices_lock = threading.Lock()
+
+    @property
+    def provider(self) -> AgentProvider:
+        return self._provider
 
     @property
     def regions(self) -> tuple[str, ...]:
@@ -183,7 +168,7 @@ class Discovery:
         with ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="scan") as pool:
             inflight: deque[Future[_Assessed]] = deque()
             for region in self._regions:
-                for rtype in RESOURCE_TYPES:
+                for rtype in self._provider.resource_types:
                     for page in self._pages(region, rtype):
                         inflight.append(pool.submit(self._assess, region, rtype, page, window, now))
                         while len(inflight) > self._workers:
@@ -248,7 +233,12 @@ class Discovery:
         for start in range(0, len(candidates), self._metric_batch):
             ids = candidates[start : start + self._metric_batch]
             _Stage(
-                self, reader, work=work, region=region, window=window, names=_METRICS[rtype]
+                self,
+                reader,
+                work=work,
+                region=region,
+                window=window,
+                names=self._provider.kind(rtype).metrics,
             ).run(ids, verdicts, usages)
         work.observations = [
             Observation(
@@ -265,7 +255,10 @@ class Discovery:
 
     def _price(self, reader: CloudReader, state: LiveState, verdict: Verdict) -> Price | None:
         """The type's price when the instance may be proposed (idle, or stopped), else None."""
-        stopped = verdict.kind == "not_running" and state.status == "Stopped"
+        stopped = (
+            verdict.kind == "not_running"
+            and state.status == self._provider.kind(state.resource_type).stopped
+        )
         if not (verdict.idle or stopped) or not state.instance_type:
             return None
         if not isinstance(reader, PriceReader):
@@ -303,7 +296,7 @@ class Discovery:
         protected = self._policy.protection(state.tags)
         if protected is not None:
             return Verdict("protected", (protected,))
-        if state.status != "Running":
+        if state.status != self._provider.kind(state.resource_type).running:
             return Verdict("not_running", (f"status {state.status}",))
         return self._policy.age_verdict(state.created_at, now)
 
@@ -339,7 +332,7 @@ class _Stage:
         work: _Assessed,
         region: str,
         window: Window,
-        names: _Metrics,
+        names: Metrics,
     ) -> None:
         self.d = discovery
         self.reader = reader
@@ -391,7 +384,8 @@ class _Stage:
             return
         # (3) memory and network, as daily points, only where CPU is idle.
         try:
-            for rid, point in self._query(survivors, self.names.mem, DAY):
+            mem = self.names.mem
+            for rid, point in self._query(survivors, mem, DAY) if mem is not None else ():
                 bp = self._bp(point.average)
                 if bp is not None and rid in accs:
                     accs[rid].add_mem(point.timestamp, bp)
@@ -428,7 +422,7 @@ class _Stage:
 
     def _bytes(self, value: float, period: int) -> int | None:
         try:
-            return rate_to_bytes(value, period)
+            return self.names.net_bytes(value, period)
         except ValueError:
             self.work.dropped += 1
             return None

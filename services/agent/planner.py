@@ -3,7 +3,7 @@
 Staged clean-up (docs/architecture.md#staged-clean-up), one instance at a time:
 
 * an idle **running** instance gets a ``stop`` proposal (ECS with ``stopped_mode``);
-* a **stopped** ECS instance gets a ``delete`` proposal only when Airlock stopped it (an
+* a **stopped** ECS or EC2 instance gets a ``delete`` proposal only when Airlock stopped it (an
   executed ``stop`` at the checkpoint), nobody started it since (the provider's last start
   time is before that stop's approval) and the grace period has passed since;
 * an instance that is **running again** (or busy, or now protected) has its open
@@ -56,6 +56,7 @@ from airlock.units import span
 from .client import CheckpointClient, ProposalRecord
 from .discovery import Observation
 from .idle import DAY, POLICY_NAME, IdlePolicy, Window, parse_rfc3339, rfc3339
+from .providers import ALIBABA, AgentProvider
 
 __all__ = [
     "APPROVAL_SLACK",
@@ -266,6 +267,7 @@ class PlanContext:
     now: int
     grace_seconds: int = 7 * DAY
     stopped_mode: Literal["StopCharging", "KeepCharging"] = "StopCharging"
+    provider: AgentProvider = ALIBABA
 
     @property
     def window_seconds(self) -> int:
@@ -283,9 +285,10 @@ def plan(obs: Observation, view: CheckpointView, ctx: PlanContext) -> list[Step]
     open_ = view.open.get(key, [])
     if obs.verdict.kind == "protected":
         return [_withdraw(obs, p, obs.verdict.reasons[0]) for p in open_]
-    if state.status in ("Running", "Starting"):
+    kind = ctx.provider.kind(state.resource_type)
+    if state.status == kind.running or state.status in kind.starting:
         return _plan_running(obs, view, ctx, open_)
-    if state.status == "Stopped":
+    if state.status == kind.stopped:
         return _plan_stopped(obs, view, ctx, open_)
     return []
 
@@ -346,7 +349,7 @@ def _plan_stopped(
     for p in open_:
         if p.operation == "stop" and p.state == "pending":
             steps.append(_withdraw(obs, p, "already stopped"))
-    if state.resource_type != "ecs.instance":
+    if not ctx.provider.kind(state.resource_type).deletable:
         return steps  # RDS has no delete on the allowlist
     stopped = view.airlock_stops.get(key)
     if stopped is None or any(p.operation == "delete" for p in open_):
@@ -462,7 +465,7 @@ def _common(obs: Observation, ctx: PlanContext, operation: str, pid: str) -> dic
     return {
         "type": ACTION_TYPE,
         "proposal_id": pid,
-        "provider": "alibaba",
+        "provider": ctx.provider.name,
         "account": ctx.account,
         "region": state.region,
         "resource": {"type": state.resource_type, "id": state.resource_id},
@@ -529,6 +532,7 @@ def _stop_action(obs: Observation, ctx: PlanContext, pid: str) -> ProposedAction
     }
     if usage.mem_avg_bp is not None:
         evidence["mem_avg_bp"] = usage.mem_avg_bp
+    # Only ECS stops take a mode; an EC2 stop never hibernates and an RDS stop has none.
     params = {"stopped_mode": ctx.stopped_mode} if obs.state.resource_type == "ecs.instance" else {}
     evidence.update(_saving(obs, saves_compute=params.get("stopped_mode") != "KeepCharging"))
     return ProposedAction.model_validate(
@@ -536,7 +540,7 @@ def _stop_action(obs: Observation, ctx: PlanContext, pid: str) -> ProposedAction
             **_common(obs, ctx, "stop", pid),
             "params": params,
             "precondition": {
-                "status": "Running",
+                "status": ctx.provider.kind(obs.state.resource_type).running,
                 "absent_tags": list(policy.protect_tags),
                 "observed_at": rfc3339(obs.observed_at),
             },
@@ -567,7 +571,7 @@ def _delete_action(
             **_common(obs, ctx, "delete", pid),
             "params": {},
             "precondition": {
-                "status": "Stopped",
+                "status": ctx.provider.kind(obs.state.resource_type).stopped,
                 "absent_tags": list(ctx.policy.protect_tags),
                 "observed_at": rfc3339(obs.observed_at),
             },

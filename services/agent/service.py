@@ -35,6 +35,7 @@ from .planner import (
     plan,
     withdraw_vanished,
 )
+from .providers import PROVIDERS
 
 if TYPE_CHECKING:
     from airlock.settings import AgentSettings
@@ -126,6 +127,7 @@ class Agent:
             now=now,
             grace_seconds=self.grace_seconds,
             stopped_mode=self.stopped_mode,
+            provider=self.discovery.provider,
         )
         calls_before = self.discovery.api_calls()
         obs: Observation
@@ -265,14 +267,9 @@ class Agent:
 
 
 def policy_from(settings: AgentSettings) -> IdlePolicy:
+    """The idle policy for the agent's provider: its thresholds, then the tag rules."""
     return IdlePolicy(
-        window_days=settings.window_days,
-        min_samples_bp=settings.min_samples_bp,
-        cpu_avg_max_bp=settings.cpu_avg_max_bp,
-        cpu_p95_max_bp=settings.cpu_p95_max_bp,
-        mem_avg_max_bp=settings.mem_avg_max_bp,
-        net_quiet_bytes_per_day=settings.net_quiet_bytes_per_day,
-        net_quiet_min_days=settings.net_quiet_min_days,
+        **settings.thresholds(),
         protect_tags=settings.protect_tags,
         prod_tag_keys=settings.prod_tag_keys,
         prod_value_prefix=settings.prod_value_prefix,
@@ -319,6 +316,7 @@ def build_agent(
         workers=settings.scan_workers,
         reader_factory=reader_factory,
         sleep=sleep,
+        provider=PROVIDERS[settings.provider],
     )
     return Agent(
         discovery=discovery,

@@ -44,6 +44,7 @@ from airlock.protocol import (
     ACTION_TYPE,
     ALLOWED_OPERATIONS,
     HIGH_RISK_OPERATIONS,
+    PROVIDER_RESOURCE_TYPES,
     TOOL_CALL_TYPE,
     Approver,
     PolicyRef,
@@ -378,6 +379,11 @@ def _parse_match(name: str, match: Mapping[str, Any]) -> tuple[_StrSet, ...]:
             f"{name}: unknown resource types {sorted(resource_type - ALLOWED_OPERATIONS.keys())} "
             f"(known: {', '.join(sorted(ALLOWED_OPERATIONS))})"
         )
+    # A type that none of the named providers has can never match.
+    for rtype in sorted(resource_type or ()) if provider is not None else ():
+        if not any(rtype in PROVIDER_RESOURCE_TYPES[p] for p in provider or ()):
+            where = ", ".join(sorted(provider or ()))
+            raise ValueError(f"{name}: resource type {rtype} does not exist at {where}")
     operation = _str_set(match.get("operation"), "operation")
     if operation is not None and operation - _ALL_OPERATIONS:
         raise ValueError(f"{name}: unknown operations {sorted(operation - _ALL_OPERATIONS)}")

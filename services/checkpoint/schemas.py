@@ -143,6 +143,29 @@ def _evidence_schema(text: str, integer: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# provider -> (account pattern, region pattern), as airlock.protocol.check_target.
+_TARGETS: Final = {
+    "alibaba": (r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$", r"^[a-z0-9]+(-[a-z0-9]+){0,5}$"),
+    "aws": (r"^[0-9]{12}$", r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-[0-9]{1,2}$"),
+}
+_EC2_ID: Final = r"^i-([0-9a-f]{8}|[0-9a-f]{17})$"
+_CALLS: Final = [
+    (
+        "alibaba",
+        "ecs.instance",
+        r"^i-[0-9a-z]{4,64}$",
+        "stop",
+        {"stopped_mode": ["StopCharging", "KeepCharging"]},
+    ),
+    ("alibaba", "ecs.instance", r"^i-[0-9a-z]{4,64}$", "delete", {}),
+    ("alibaba", "rds.instance", r"^(rm|pgm|pc)-[0-9a-z]{4,64}$", "stop", {}),
+    ("aws", "ec2.instance", _EC2_ID, "stop", {}),
+    ("aws", "ec2.instance", _EC2_ID, "delete", {}),
+    # At most 63, no "--", no trailing "-": said by the server, not by this pattern.
+    ("aws", "rds.instance", r"^[a-z][a-z0-9-]{0,62}$", "stop", {}),
+]
+
+
 def _action_schema() -> dict[str, Any]:
     """A ProposedAction v1 (docs/protocol.md#action; ``airlock.protocol.ProposedAction``) as JSON
     Schema: one schema per allowlisted call (resource type, operation, params).
@@ -162,9 +185,6 @@ def _action_schema() -> dict[str, Any]:
     common: dict[str, Any] = {
         "type": {"type": "string", "enum": ["airlock.action/v1"]},
         "proposal_id": {"type": "string", "pattern": r"^prop_[A-Za-z0-9_-]{8,80}$"},
-        "provider": {"type": "string", "enum": ["alibaba"]},
-        "account": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"},
-        "region": {"type": "string", "pattern": r"^[a-z0-9]+(-[a-z0-9]+){0,5}$", "maxLength": 40},
         "precondition": {
             "type": "object",
             "required": ["status", "absent_tags", "observed_at"],
@@ -184,26 +204,28 @@ def _action_schema() -> dict[str, Any]:
         "proposed_by": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$"},
         "created_at": {"type": "string", "pattern": time},
     }
-    calls = [
-        (
-            "ecs.instance",
-            r"^i-[0-9a-z]{4,64}$",
-            "stop",
-            {"stopped_mode": ["StopCharging", "KeepCharging"]},
-        ),
-        ("ecs.instance", r"^i-[0-9a-z]{4,64}$", "delete", {}),
-        ("rds.instance", r"^(rm|pgm|pc)-[0-9a-z]{4,64}$", "stop", {}),
-    ]
     variants = []
-    for resource_type, id_pattern, operation, params in calls:
+    for provider, resource_type, id_pattern, operation, params in _CALLS:
+        account, region = _TARGETS[provider]
         variants.append(
             {
                 "type": "object",
-                "title": f"{resource_type} {operation}",
-                "required": [*common, "resource", "operation", "params"],
+                "title": f"{provider} {resource_type} {operation}",
+                "required": [
+                    *common,
+                    "provider",
+                    "account",
+                    "region",
+                    "resource",
+                    "operation",
+                    "params",
+                ],
                 "additionalProperties": False,
                 "properties": {
                     **common,
+                    "provider": {"type": "string", "enum": [provider]},
+                    "account": {"type": "string", "pattern": account},
+                    "region": {"type": "string", "pattern": region, "maxLength": 40},
                     "resource": {
                         "type": "object",
                         "required": ["type", "id"],

@@ -266,11 +266,9 @@ def serve(
         return False
 
     try:
-        # Recovery at start, retried like the loop below: a database blip or a restart
-        # of the checkpoint at this moment must not end the process. Receipts are
-        # delivered on every attempt, whether or not recovery got through, once the
-        # feed has answered (see below).
-        # First, whether this ledger went back (a hold recorded before any recovery).
+        # First, whether this ledger went back (a hold recorded before any recovery);
+        # then recovery, retried like the loop (a database or checkpoint blip must not
+        # end the process), with receipts delivered on every attempt (see below).
         _step("checking the ledger against the checkpoint", lambda: _check(source))
         while True:
             recovered = _step("recovery at start", lambda: _recover(executor, source))

@@ -12,8 +12,9 @@ The rules it keeps (docs/protocol.md#executor-checks and #ledger):
 * the approval is consumed by one INSERT before anything else happens to the cloud;
 * ``executing`` is committed before the write, and the write's arguments are rebuilt
   only from the signed action;
-* a write whose outcome is unknown is probed, never blindly retried; only ECS
-  ``DeleteInstances`` is re-issued, with the same ``ClientToken``;
+* a write whose outcome is unknown is probed, never blindly retried; only a delete is
+  re-issued (ECS ``DeleteInstances`` with the same ``ClientToken``, EC2
+  ``TerminateInstances``, which is idempotent), while the precondition still holds;
 * the outcome, its audit event and its receipt commit in one transaction, conditional
   on still holding the lease.
 
@@ -43,6 +44,8 @@ from airlock.cloud.ports import (
     CloudReader,
     CloudWriter,
     DefiniteRefusal,
+    Ec2Writer,
+    EcsWriter,
     WriteResult,
 )
 from airlock.cloud.tags import ProductionTags
@@ -505,7 +508,9 @@ class Executor:
                     ),
                 )
             # ECS DeleteInstances is idempotent by ClientToken: the provider runs a token
-            # once, so re-issuing the same token cannot delete twice.
+            # once, so re-issuing the same token cannot delete twice. EC2
+            # TerminateInstances has no token and needs none: terminating a terminated
+            # instance changes nothing.
             name, call = self._plan(work)
             try:
                 result = call()
@@ -518,7 +523,7 @@ class Executor:
                 State.EXECUTING,
                 State.SUCCEEDED,
                 request_id=result.request_id,
-                detail=f"re-issued {name} with the same ClientToken ({reason})",
+                detail=f"re-issued {name} ({reason})",
             )
         return self._rec.finish(
             work,
@@ -531,22 +536,27 @@ class Executor:
         """The write, with arguments taken only from the signed action (15)."""
         a = work.action
         region, rid = a.region, a.resource.id
+        writer = self._writer
         match (a.resource.type, a.operation):
-            case ("ecs.instance", "stop"):
+            case ("ecs.instance", "stop") if isinstance(writer, EcsWriter):
                 mode = a.params["stopped_mode"]
                 if not isinstance(mode, str):
                     raise ValueError("stopped_mode must be a string")
-                return "ecs.StopInstance", lambda: self._writer.stop_ecs(
-                    region, rid, stopped_mode=mode
-                )
-            case ("ecs.instance", "delete"):
+                return "ecs.StopInstance", lambda: writer.stop_ecs(region, rid, stopped_mode=mode)
+            case ("ecs.instance", "delete") if isinstance(writer, EcsWriter):
                 token = client_token(work.approval_id)
-                return "ecs.DeleteInstances", lambda: self._writer.delete_ecs(
+                return "ecs.DeleteInstances", lambda: writer.delete_ecs(
                     region, rid, client_token=token
                 )
+            case ("ec2.instance", "stop") if isinstance(writer, Ec2Writer):
+                return "ec2.StopInstances", lambda: writer.stop_ec2(region, rid)
+            case ("ec2.instance", "delete") if isinstance(writer, Ec2Writer):
+                return "ec2.TerminateInstances", lambda: writer.terminate_ec2(region, rid)
             case ("rds.instance", "stop"):
-                return "rds.StopDBInstance", lambda: self._writer.stop_rds(region, rid)
-        raise ValueError(f"no write for {a.resource.type} {a.operation}")
+                return "rds.StopDBInstance", lambda: writer.stop_rds(region, rid)
+        # The binding admits one provider, and the composition root gives its writer: a
+        # type this writer cannot write is refused, never sent to another API.
+        raise ValueError(f"no write for {a.resource.type} {a.operation} with this writer")
 
     def _call(
         self,

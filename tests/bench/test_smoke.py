@@ -25,6 +25,7 @@ _RUNS = {
     ),
     "bench_checkpoint": (["--rounds", "1", "--batch", "3"], "ratio HTTP approvals"),
     "bench_agent": (["--instances", "20", "--workers", "2"], "scan / bare"),
+    "bench_agent_aws": (["--instances", "12", "--metrics", "4", "--workers", "1"], "scan / bare"),
     "bench_gate": (["--rounds", "1", "--calls", "3"], "ratio gate's own overhead"),
     "bench_e2e": (["--db", "sqlite", "--n", "3", "--burst", "3"], "ratio: approval->write"),
     "bench_refusal_flood": (["--rounds", "1", "--batch", "3"], "ratio flooded / alone"),

@@ -131,7 +131,7 @@ def test_show_prints_the_canonical_action_and_hash_exactly_as_signed(served: Ser
     assert "votes      0 of 1" in result.stdout
     assert "rule stop-one-person" in result.stdout
     assert "CPU p95 3.40 %" in result.stdout
-    assert "STOP the ECS instance i-t4n0example in ap-southeast-1" in result.stdout
+    assert "STOP the ECS instance i-t4n0example in Alibaba Cloud ap-southeast-1" in result.stdout
     shown = json.loads(served.run("approvals", "show", record["id"], "--json").stdout)
     assert shown["action_hash"] == record["action_hash"]
 

@@ -153,6 +153,71 @@ def make_test_bundle(
     )
 
 
+AWS_AUDIENCE: Final = "airlock-executor/test-us-east-1"
+AWS_ACCOUNT: Final = "123456789012"  # moto's account
+AWS_REGION: Final = "us-east-1"
+AWS_BINDING: Final = Binding(AWS_AUDIENCE, "aws", AWS_ACCOUNT, AWS_REGION)
+
+
+def make_aws_bundle(
+    resource_id: str,
+    *,
+    operation: str = "stop",
+    status: str = "Running",
+    observed_at: str = "2025-11-29T06:00:00Z",
+    issued_at: int = T0,
+    approval_id: str | None = None,
+) -> Bundle:
+    """An approved AWS action on ``resource_id`` (``i-…`` is EC2, anything else RDS),
+    signed for :data:`AWS_BINDING`."""
+    rtype = "ec2.instance" if resource_id.startswith("i-") else "rds.instance"
+    apv = approval_id or f"apv_{resource_id.replace('-', '')}{operation}"
+    target = {"provider": "aws", "account": AWS_ACCOUNT, "region": AWS_REGION}
+    action = ProposedAction.model_validate(
+        {
+            "type": "airlock.action/v1",
+            "proposal_id": "prop_" + apv.removeprefix("apv_"),
+            **target,
+            "resource": {"type": rtype, "id": resource_id},
+            "operation": operation,
+            "params": {},
+            "precondition": {
+                "status": status,
+                "absent_tags": ["airlock:protect"],
+                "observed_at": observed_at,
+            },
+            "evidence": {"policy": "idle-aws/v1", "window_days": 14, "cpu_p95_bp": 340},
+            "reason": "Idle 14 days",
+            "proposed_by": "agent:test",
+            "created_at": observed_at,
+        }
+    )
+    statement = ApprovalStatement.model_validate(
+        {
+            "type": "airlock.approval/v1",
+            "approval_id": apv,
+            "proposal_id": action.proposal_id,
+            "action_hash": action.action_hash(),
+            **target,
+            "resource": {"type": rtype, "id": resource_id},
+            "operation": operation,
+            "audience": AWS_AUDIENCE,
+            "nonce": hashlib.sha256(apv.encode()).hexdigest()[:32],
+            "issued_at": issued_at,
+            "not_before": issued_at,
+            "expires_at": issued_at + TTL,
+            "approvers": [{"id": "alice", "at": issued_at - 10}],
+            "quorum": 1,
+            "policy": {"rule": "stop-default", "hash": "sha256:" + "ab" * 32},
+            "risk": "high" if operation == "delete" else "medium",
+        }
+    )
+    envelope = approval_signer().sign_statement(statement)
+    return Bundle(
+        make_bundle(action.canonical_bytes(), envelope), apv, resource_id, rtype, operation
+    )
+
+
 class FakeClock:
     def __init__(self, now: int = T0 + 10) -> None:
         self.now = now
@@ -394,11 +459,12 @@ def make_executor(
     sink: OutcomeSink | None = None,
     lease_seconds: int = LEASE,
     writer: Any = None,
+    binding: Binding = BINDING,
 ) -> Executor:
     return Executor(
         engine=make_engine(url),
         keys=keyset(),
-        binding=BINDING,
+        binding=binding,
         reader=cloud,
         writer=cloud if writer is None else writer,
         signer=receipt_signer(),
@@ -410,9 +476,23 @@ def make_executor(
     )
 
 
+def binding_for(spec: str) -> Binding:
+    """The executor binding for a :func:`cloud_for` spec: AWS's for ``moto:``."""
+    return AWS_BINDING if spec.startswith("moto:") else BINDING
+
+
 def cloud_for(spec: str) -> tuple[Any, Any]:
     """(reader, writer) for a child process: ``devcloud:HOST:PORT`` is the real Alibaba
-    adapter against devcloud; anything else is a FakeFileCloud file path."""
+    adapter against devcloud; ``moto:URL,KEY_ID,SECRET`` the real AWS adapter against a
+    moto server, reading and writing with that (writer's) key; anything else is a
+    FakeFileCloud file path."""
+    if spec.startswith("moto:"):
+        from airlock.cloud.aws import AwsConfig, AwsReader
+        from airlock.cloud.aws.writer import AwsWriter
+
+        url, key_id, secret = spec.removeprefix("moto:").split(",")
+        aws = AwsConfig(key_id, secret, endpoint_url=url, read_timeout_ms=60_000)
+        return AwsReader(aws), AwsWriter(aws)
     if spec.startswith("devcloud:"):
         from airlock.cloud.alibaba import AlibabaConfig, AlibabaReader
         from airlock.cloud.alibaba.writer import AlibabaWriter

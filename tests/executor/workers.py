@@ -22,7 +22,7 @@ from services.executor import (
     request_resend,
 )
 
-from .support import FakeClock, cloud_for, make_executor
+from .support import FakeClock, binding_for, cloud_for, make_executor
 
 
 def race(
@@ -36,7 +36,14 @@ def race(
     now: int,
 ) -> None:
     reader, writer = cloud_for(cloud_path)
-    executor = make_executor(url, reader, FakeClock(now), worker_id=worker_id, writer=writer)
+    executor = make_executor(
+        url,
+        reader,
+        FakeClock(now),
+        worker_id=worker_id,
+        writer=writer,
+        binding=binding_for(cloud_path),
+    )
     # Warm the pool so the race is between executions, not connection set-up.
     with executor.engine.connect():
         pass
@@ -123,6 +130,7 @@ def main(argv: list[str]) -> int:
         writer=writer,
         worker_id=args.worker,
         failpoints=Failpoints.from_env(os.environ),
+        binding=binding_for(args.cloud),
     )
     if args.recover:
         for outcome in recover_expired(executor):

@@ -9,6 +9,9 @@ from pydantic import ValidationError
 
 from airlock.protocol import (
     ALLOWED_OPERATIONS,
+    HIGH_RISK_OPERATIONS,
+    PROVIDER_RESOURCE_TYPES,
+    ApprovalStatement,
     ProposedAction,
     RefusalCode,
     Refused,
@@ -26,7 +29,13 @@ def _refused_code(value: dict[str, Any]) -> RefusalCode:
 def test_allowlist_is_exactly_the_documented_one() -> None:
     assert {t: set(ops) for t, ops in ALLOWED_OPERATIONS.items()} == {
         "ecs.instance": {"stop", "delete"},
+        "ec2.instance": {"stop", "delete"},
         "rds.instance": {"stop"},
+    }
+    assert set(HIGH_RISK_OPERATIONS) == {("ecs.instance", "delete"), ("ec2.instance", "delete")}
+    assert {p: set(t) for p, t in PROVIDER_RESOURCE_TYPES.items()} == {
+        "alibaba": {"ecs.instance", "rds.instance"},
+        "aws": {"ec2.instance", "rds.instance"},
     }
 
 
@@ -183,3 +192,89 @@ def test_enumerated_calls_are_exactly_what_the_params_schemas_accept() -> None:
                     (resource_type, operation, tuple(sorted(zip(fields, values, strict=True))))
                 )
     assert derived == set(VALID_CALLS)
+
+
+_EC2 = {"type": "ec2.instance", "id": "i-0abc1234def567890"}
+_AWS_RDS = {"type": "rds.instance", "id": "orders-db-2"}
+
+
+@pytest.mark.parametrize(
+    ("resource", "operation"),
+    [
+        (_EC2, "stop"),
+        (_EC2, "delete"),
+        ({"type": "ec2.instance", "id": "i-0abc1234"}, "stop"),
+        (_AWS_RDS, "stop"),
+        ({"type": "rds.instance", "id": "a"}, "stop"),
+    ],
+)
+def test_every_aws_call_is_accepted(resource: dict[str, str], operation: str) -> None:
+    value = factory.aws_action_value(resource=resource, operation=operation)
+    action = ProposedAction.from_json_bytes(canonical_bytes(value))
+    assert (action.provider, action.operation) == ("aws", operation)
+    assert action.is_high_risk is (resource["type"] == "ec2.instance" and operation == "delete")
+
+
+@pytest.mark.parametrize(
+    ("resource", "operation", "params"),
+    [
+        (_EC2, "stop", {"stopped_mode": "StopCharging"}),
+        (_EC2, "stop", {"hibernate": True}),
+        (_EC2, "delete", {"force": True}),
+        (_EC2, "reboot", {}),
+        (_AWS_RDS, "delete", {}),
+    ],
+)
+def test_aws_call_outside_the_allowlist_is_refused(
+    resource: dict[str, str], operation: str, params: dict[str, Any]
+) -> None:
+    value = factory.aws_action_value(resource=resource, operation=operation, params=params)
+    assert _refused_code(value) is RefusalCode.E_OPERATION
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"account": "12345678901"},  # 11 digits
+        {"account": "1234567890123"},  # 13 digits
+        {"account": "12345678901a"},
+        {"region": "ap-southeast-1a"},  # a zone, not a region
+        {"region": "useast1"},
+        {"resource": {"type": "ecs.instance", "id": "i-0abc1234def567890"}},  # Alibaba's type
+        {"resource": {"type": "rds.instance", "id": "rm_t4n0example"}},
+        {"resource": {"type": "ec2.instance", "id": "i-0ABC1234DEF567890"}},
+        {"resource": {"type": "ec2.instance", "id": "i-0abc1234def56789"}},  # 16 digits
+        {"resource": {"type": "ec2.instance", "id": "i-t4n0example"}},  # not hex
+        {"resource": {"type": "rds.instance", "id": "Orders-db"}},  # AWS ids are lower case
+        {"resource": {"type": "rds.instance", "id": "orders--db"}},
+        {"resource": {"type": "rds.instance", "id": "orders-db-"}},
+        {"resource": {"type": "rds.instance", "id": "1orders"}},
+        {"resource": {"type": "rds.instance", "id": "a" * 64}},
+    ],
+)
+def test_aws_target_outside_the_provider_formats_is_refused(overrides: dict[str, Any]) -> None:
+    operation = "stop"
+    assert _refused_code(factory.aws_action_value(operation=operation, **overrides)) is (
+        RefusalCode.E_PARSE
+    )
+
+
+@pytest.mark.parametrize(
+    "resource",
+    [
+        {"type": "ec2.instance", "id": "i-0abc1234def567890"},  # an AWS type at Alibaba
+        {"type": "rds.instance", "id": "orders-db-2"},  # an AWS RDS id at Alibaba
+    ],
+)
+def test_alibaba_action_with_an_aws_target_is_refused(resource: dict[str, str]) -> None:
+    value = factory.action_value(resource=resource, params={})
+    assert _refused_code(value) is RefusalCode.E_PARSE
+
+
+def test_statement_for_an_aws_type_at_alibaba_is_refused() -> None:
+    action = factory.aws_action_value()
+    statement = factory.statement_value(action, audience=factory.AWS_AUDIENCE)
+    ApprovalStatement.model_validate(statement)
+    with pytest.raises(Refused) as err:
+        ApprovalStatement.from_json_bytes(canonical_bytes({**statement, "provider": "alibaba"}))
+    assert err.value.code is RefusalCode.E_STATEMENT
