@@ -38,11 +38,10 @@ from airlock.protocol import (
     TOOL_CALL_TYPE,
     KeySet,
     Refused,
-    ToolCall,
     b64encode,
 )
 
-from . import _tx, edits, feed, reports, toolcalls, views
+from . import _tx, editing, feed, reports, toolcalls, views
 from ._db import Database
 from ._tx import FEED_SEQ_PER_SECOND, CheckpointConfig
 from .auth import Principal
@@ -296,140 +295,10 @@ class Checkpoint:
         confirm: str | None,
         note: str,
     ) -> ProposalOut:
-        """Edit a pending tool call's arguments (docs/protocol.md#editing-a-tool-call): the
-        answer is the new proposal, which supersedes the old one, with the editor's vote.
-
-        One transaction: (1) the old one is a pending tool call, what the editor saw,
-        not theirs; (2) the edited call (:mod:`.edits`) and the policy's decision on it;
-        (3) its typed target if that decision asks; (4) the old one withdrawn with
-        ``superseded_by``, the new one inserted, ``proposal.edited``; (5) the editor's
-        vote, and the approval when it meets the quorum. The same edit sent again by the
-        same person answers the proposal it made.
-
-        Raises:
-            Refusal: E_FORBIDDEN, E_NOT_FOUND, E_STATE (not a tool call, not pending),
-                E_EXPIRED, E_STALE_VIEW, E_SELF_APPROVAL, E_INVALID (see
-                :func:`.edits.edited_call`), E_POLICY_DENIED, E_CONFIRM_REQUIRED,
-                E_CONFIRM_MISMATCH; nothing is written.
-        """
-        _tx.require(principal, _tx.APPROVER_ROLES, "edit")
-        if principal.kind != "user":
-            raise Refusal(ErrorCode.E_FORBIDDEN, "only people edit", 403)
-        now = self.now()
-        with self.engine.begin() as conn:
-            row = _tx.lock(conn, proposal_id)
-            if row.action_type != TOOL_CALL_TYPE:
-                raise Refusal(ErrorCode.E_STATE, "only a tool call's arguments can be edited", 409)
-            old = ToolCall.from_json_bytes(bytes(row.action))
-            # (1)
-            if row.superseded_by is not None:
-                made = views.edit_made(
-                    conn, row, old, principal, seen_hash=seen_hash, values=values, now=now
-                )
-                if made is not None:
-                    return made
-                raise Refusal(
-                    ErrorCode.E_STATE, f"the proposal was edited into {row.superseded_by}", 409
-                )
-            _tx.check_pending(row, now)
-            if seen_hash != row.action_hash:
-                raise Refusal(
-                    ErrorCode.E_STALE_VIEW,
-                    f"the action hash edited ({str(seen_hash)[:80]}) is not this proposal's "
-                    f"({row.action_hash}): nothing was edited; reload it and review again",
-                    409,
-                )
-            _tx.check_not_proposer(principal, row)
-            # (2)
-            new_id, edited = edits.edited_call(old, values, now=now)
-            decision = self.policy.decide(edited.call)
-            if decision.effect == "deny":
-                raise Refusal(ErrorCode.E_POLICY_DENIED, _tx.deny_message(decision), 403)
-            # (3)
-            _tx.check_confirm(row, decision.confirm, confirm)
-            # (4) and (5)
-            issued = self._supersede(
-                conn,
-                row,
-                principal,
-                new_id=new_id,
-                edited=edited,
-                decision=decision,
-                note=note,
-                now=now,
-            )
-            result = views.view(
-                conn, conn.execute(sa.select(proposals).where(proposals.c.id == new_id)).one()
-            )
-        if issued:
-            self.on_change()
-        return result
-
-    def _supersede(
-        self,
-        conn: Connection,
-        row: Any,
-        principal: Principal,
-        *,
-        new_id: str,
-        edited: edits.Edited,
-        decision: Decision,
-        note: str,
-        now: int,
-    ) -> bool:
-        """Steps (4) and (5) of :meth:`edit`, in ``conn``; True when it issued the approval."""
-        # (4) the old one leaves the open slot before the new one takes it
-        done = conn.execute(
-            proposals.update()
-            .where(proposals.c.id == row.id, proposals.c.state == "pending")
-            .values(state="withdrawn", superseded_by=new_id, updated_at=now)
-        ).rowcount
-        if done != 1:  # the row lock makes this unreachable; fail closed if it is not
-            raise Refusal(ErrorCode.E_STATE, "the proposal changed concurrently", 409)
-        record = edits.record(
-            supersedes=row.id, by=principal.name, note=note, at=now, changes=edited.changes
+        """Edit a pending tool call's arguments: see :func:`.editing.edit`."""
+        return editing.edit(
+            self, principal, proposal_id, seen_hash, values, confirm=confirm, note=note
         )
-        self._insert_proposal(
-            conn,
-            submitted_by=row.submitted_by,
-            sub=toolcalls.tool_submission(edited.call, edited.canonical, edited.digest),
-            decision=decision,
-            now=now,
-            edit=record,
-        )
-        _tx.audit(
-            conn,
-            now,
-            CheckpointEvent.PROPOSAL_EDITED,
-            proposal_id=row.id,
-            new_proposal_id=new_id,
-            by=principal.name,
-            note=note,
-            old_action_hash=row.action_hash,
-            new_action_hash=edited.digest,
-            changes=edited.changes,
-            rule=decision.rule,
-            effect=decision.effect,
-            quorum=decision.quorum,
-            policy_hash=self.policy.hash,
-        )
-        # (5)
-        conn.execute(
-            votes.insert().values(proposal_id=new_id, voter=principal.name, at=now, note=note)
-        )
-        _tx.audit(
-            conn,
-            now,
-            CheckpointEvent.VOTE_APPROVE,
-            proposal_id=new_id,
-            action_hash=edited.digest,
-            by=principal.name,
-            note=note,
-        )
-        if decision.effect == "auto" or len(_tx.counted_votes(conn, new_id)) >= decision.quorum:
-            self._issue(conn, new_id, now)
-            return True
-        return False
 
     def _issue(self, conn: Connection, proposal_id: str, now: int) -> None:
         """Sign the approval for a pending proposal whose quorum is met, in ``conn``."""
