@@ -18,11 +18,14 @@ import pytest
 from eval.faults import FAULT_KINDS, make_schedule, run_sweep
 from eval.faults._schedule import ALL_FAILPOINTS
 
-_SQLITE_SEEDS = range(10)
-_POSTGRES_SEEDS = range(1000, 1004)
+# Few seeds, chosen so that each database draws every kind of fault it can meet (the
+# test below checks it): each seed starts the whole stack, ~18 s; `python -m eval.faults
+# --seeds N` sweeps as many as wanted.
+_SQLITE_SEEDS = (0, 9, 22)
+_POSTGRES_SEEDS = (1004, 1020)
 
 
-def _kinds(seeds: range, *, postgres: bool) -> set[str]:
+def _kinds(seeds: tuple[int, ...], *, postgres: bool) -> set[str]:
     return {f.kind for s in seeds for f in make_schedule(s, postgres=postgres).faults}
 
 
@@ -58,8 +61,11 @@ def test_schedules_place_faults_where_they_can_bite() -> None:
 
 
 def test_the_ci_seeds_draw_every_kind_of_fault() -> None:
-    drawn = _kinds(_SQLITE_SEEDS, postgres=False) | _kinds(_POSTGRES_SEEDS, postgres=True)
-    assert drawn == set(FAULT_KINDS)
+    assert _kinds(_SQLITE_SEEDS, postgres=False) == set(FAULT_KINDS) - {"postgres.cut"}
+    assert _kinds(_POSTGRES_SEEDS, postgres=True) == set(FAULT_KINDS) - {
+        "checkpoint.restart",
+        "devcloud.latency",
+    }
 
 
 @pytest.mark.slow
