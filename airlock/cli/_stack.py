@@ -403,90 +403,96 @@ class Stack:
         if self.stopping.is_set():
             raise Interrupted(self.signum)
 
-    def _airlock(self, args: list[str], env: dict[str, str], *, first: bool = True) -> str:
-        """Run one setup command to its end; a stop signal is heeded before it, never
-        during it (``first=False``: nor before it, inside a step of several commands),
-        so a step is done whole or not at all: a demo person created but a password lost
-        to Ctrl-C would make every later run fail on that name."""
-        if first:
-            self.check_stop()
-        result = subprocess.run(  # noqa: S603 - our own interpreter, fixed argv, no shell
-            [sys.executable, "-m", "airlock.cli", *args],
-            env=env,
+    def _airlock(self, steps: list[tuple[list[str], dict[str, str]]]) -> list[str]:
+        """Run setup commands to their end in one child process (:mod:`._steps`): what
+        each printed. A stop signal is heeded before them, never during them, so the
+        setup is done whole or not at all: a demo person created but a password lost to
+        Ctrl-C would make every later run fail on that name."""
+        self.check_stop()
+        result = subprocess.run(
+            [sys.executable, "-m", "airlock.cli._steps"],
+            input=json.dumps([{"args": args, "env": env} for args, env in steps]),
             capture_output=True,
             text=True,
             check=False,
             start_new_session=True,  # Ctrl-C goes to `up` alone, which waits for the step
             preexec_fn=self._preexec,  # one prctl call: see _die_with_parent
         )
-        if result.returncode != 0:
-            stderr = "\n".join(map(inert, result.stderr.strip().splitlines()))
-            raise UpError(f"`airlock {' '.join(args[:2])}` failed:\n{stderr}")
-        return result.stdout
+        if result.returncode == 0:
+            return [str(out) for out in json.loads(result.stdout)]
+        try:
+            failure = json.loads(result.stdout)
+            args, stderr = steps[failure["failed"]][0], str(failure["stderr"])
+        except (ValueError, LookupError, TypeError):  # the child itself died
+            args, stderr = ["setup"], result.stderr
+        stderr = "\n".join(map(inert, stderr.strip().splitlines()))
+        raise UpError(f"`airlock {' '.join(args[:2])}` failed:\n{stderr}")
 
     def prepare(self, echo: Callable[[str], None]) -> None:
-        """Create whatever part of the local state is missing; reuse the rest."""
+        """Create whatever part of the local state is missing; reuse the rest.
+
+        Every missing part is made by one batch of setup commands in one child process
+        (one interpreter start, not one a command), and its files written after it."""
         note = private_home(self.home)
         if note is not None:
             echo(note)
         self.logs.mkdir(mode=0o700, exist_ok=True)
+        admin_token = self.home / "devcloud-admin-token"
+        if self.devcloud_admin and not admin_token.exists():
+            _write_private(admin_token, secrets.token_urlsafe(24))
+        steps: list[tuple[list[str], dict[str, str]]] = []
         keys_dir = self.home / "keys"
         if not keys_dir.exists() or not any(keys_dir.iterdir()):
             echo("generating the checkpoint's Ed25519 signing key")
-            self._airlock(["keys", "generate", "--keys-dir", str(keys_dir)], self.checkpoint_env())
+            steps.append((["keys", "generate", "--keys-dir", str(keys_dir)], self.checkpoint_env()))
+        receipt_key = self.home / "executor-receipt.pem"
+        if not receipt_key.exists():
+            echo("generating the executor's receipt key")
+            steps.append((["executor", "keygen", "--out", str(receipt_key)], self.executor_env()))
+        credentials = self.home / "demo-credentials"
+        people = [] if credentials.exists() else list(DEMO_PEOPLE)
+        at_people = len(steps)
+        if people:
+            echo("creating demo people: alice and bob (approvers), admin")
+            for name, role in people:
+                args = ["users", "add", name, "--role", role, "--generate"]
+                steps.append((args, self.checkpoint_env()))
+        tokens = self.home / "service-tokens.json"
+        roles = [] if tokens.exists() else ["agent", "executor"]
+        at_roles = len(steps)
+        if roles:
+            echo("creating the agent's and the executor's service tokens")
+            for role in roles:
+                args = ["tokens", "create", f"{role}-local", "--role", role]
+                steps.append((args, self.checkpoint_env()))
+        seed = self.aws is None and not (self.home / "devcloud.db").exists()
+        if seed:
+            echo(f"seeding devcloud with a fleet of {self.instances} instances")
+            args = ["devcloud", "seed", "--instances", str(self.instances)]
+            steps.append((args, self.devcloud_env()))
+        outputs = self._airlock(steps) if steps else []
+        if people:
+            lines = []
+            for (name, role), out in zip(people, outputs[at_people:], strict=False):
+                password = out.rsplit("password:", 1)[1].strip()
+                lines.append(f"{name} {role} {password}\n")
+                self.new_credentials.append((name, role, password))
+            _write_private(credentials, "".join(lines))
+        if roles:
+            made = zip(roles, outputs[at_roles:], strict=False)
+            _write_private(tokens, json.dumps({role: out.strip() for role, out in made}))
         # Exported every start, so a key change made while up was not running reaches
         # the executor; while it runs, _run follows every change (trusted_keys.follow).
         self.check_stop()
         self.trusted_keys.sync()
-        receipt_key = self.home / "executor-receipt.pem"
-        if not receipt_key.exists():
-            echo("generating the executor's receipt key")
-            self._airlock(
-                ["executor", "keygen", "--out", str(receipt_key)],
-                self.executor_env(),
-            )
         # The checkpoint refuses to start without the receipt public key set: derive it
         # from the executor's key every start, so it can never be missing or stale.
         _export_receipt_keys(receipt_key, self.home / "receipt-keys.json")
         gate_keys = self.home / "gate-keys.json"
         if not gate_keys.exists():
             _write_private(gate_keys, "{}")  # no gate yet; named, the file must exist
-        credentials = self.home / "demo-credentials"
-        if not credentials.exists():
-            echo("creating demo people: alice and bob (approvers), admin")
-            lines = []
-            for i, (name, role) in enumerate(DEMO_PEOPLE):
-                out = self._airlock(
-                    ["users", "add", name, "--role", role, "--generate"],
-                    self.checkpoint_env(),
-                    first=i == 0,
-                )
-                password = out.rsplit("password:", 1)[1].strip()
-                lines.append(f"{name} {role} {password}\n")
-                self.new_credentials.append((name, role, password))
-            _write_private(credentials, "".join(lines))
-        tokens = self.home / "service-tokens.json"
-        if not tokens.exists():
-            echo("creating the agent's and the executor's service tokens")
-            value = {
-                role: self._airlock(
-                    ["tokens", "create", f"{role}-local", "--role", role],
-                    self.checkpoint_env(),
-                    first=role == "agent",
-                ).strip()
-                for role in ("agent", "executor")
-            }
-            _write_private(tokens, json.dumps(value))
-        admin_token = self.home / "devcloud-admin-token"
-        if self.devcloud_admin and not admin_token.exists():
-            _write_private(admin_token, secrets.token_urlsafe(24))
         if self.aws is not None:
             self.aws.check()  # moto seeds its fleet each time it starts
-        elif not (self.home / "devcloud.db").exists():
-            echo(f"seeding devcloud with a fleet of {self.instances} instances")
-            self._airlock(
-                ["devcloud", "seed", "--instances", str(self.instances)], self.devcloud_env()
-            )
 
     def tokens(self) -> dict[str, str]:
         value = json.loads((self.home / "service-tokens.json").read_text())
