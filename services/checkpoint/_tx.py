@@ -33,6 +33,7 @@ from sqlalchemy.engine import Connection, Engine, Row
 from airlock.protocol import TOOL_CALL_TYPE, KeySet
 from airlock.store import AuditLog
 
+from . import wake
 from .auth import Principal
 from .errors import ErrorCode, Refusal
 from .gatekeys import GateKeys
@@ -191,6 +192,8 @@ def feed_entry(conn: Connection, kind: str, approval_id: str, now: int) -> None:
     if seq > FEED_SEQ_MAX:
         raise RuntimeError(f"feed seq {seq} is past 2**53 - 1; nothing is issued")
     conn.execute(feed_events.insert().values(seq=seq, kind=kind, approval_id=approval_id, at=now))
+    # Replicas on one PostgreSQL: wakes every process's long-polls, sent only on commit.
+    wake.notify(conn)
 
 
 def counted_votes(conn: Connection, proposal_id: str) -> list[tuple[str, int]]:

@@ -40,6 +40,7 @@ from .policy import load_policy
 from .refusals import RefusalRecorder
 from .routes import FeedSignal, Metrics, install
 from .service import Checkpoint, CheckpointConfig
+from .wake import FEED, Listener
 
 __all__ = [
     "DEFAULT_POLICY",
@@ -164,7 +165,9 @@ def create_app(
     A request whose ``Host`` names none of ``allowed_hosts`` is refused 400 ``E_HOST``.
 
     While it runs (its lifespan), a task writes the counted refusals every
-    ``refusal_limits.interval`` seconds, and once more when it stops.
+    ``refusal_limits.interval`` seconds, and once more when it stops. On PostgreSQL a
+    thread listens for feed changes committed by any checkpoint process on the database
+    and wakes this one's long-polls (:mod:`~services.checkpoint.wake`).
 
     ``trusted_proxies``: addresses whose ``X-Forwarded-For`` names the client of a
     sign-in (``routes.client_address``); from any other peer the header is ignored.
@@ -191,6 +194,9 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         forget: Callable[[], None] | None = None
+        listener = _listener(checkpoint, app.state.feed_signal)
+        if listener is not None:
+            listener.start()
         if dispatcher is not None:
             forget = _wake_on_commit(checkpoint.engine, dispatcher)
             dispatcher.start()
@@ -207,6 +213,8 @@ def create_app(
             if dispatcher is not None and forget is not None:
                 forget()
                 await run_in_threadpool(dispatcher.stop)
+            if listener is not None:
+                await run_in_threadpool(listener.stop)
             # After the server stopped taking requests: every refusal counted is written.
             try:
                 await run_in_threadpool(refusals.flush)
@@ -269,6 +277,14 @@ async def _sweeper(checkpoint: Checkpoint, accounts: Accounts, interval: float) 
         except Exception:  # a failed sweep must not stop the next one
             _log.exception("sweep failed")
         await asyncio.sleep(interval)
+
+
+def _listener(checkpoint: Checkpoint, signal: FeedSignal) -> Listener | None:
+    """On PostgreSQL, the listener that wakes this process's long-polls for a feed
+    change committed by any process on the database (replicas); None on SQLite."""
+    if checkpoint.engine.dialect.name != "postgresql":
+        return None
+    return Listener(checkpoint.engine.url, {FEED: lambda _payload: signal.bump()})
 
 
 def _dispatcher(

@@ -25,7 +25,13 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.security.utils import get_authorization_scheme_param
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    generate_latest,
+)
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
@@ -122,10 +128,11 @@ _bearer = HTTPBearer(auto_error=False, description="A session token or a service
 class FeedSignal:
     """Wakes long-polling feed readers in this process when an approval or revocation lands.
 
-    ``bump`` is called from the worker thread that committed; each waiting reader's event
-    is set on its own event loop, so a reader answers within a scheduling tick, not a
-    polling interval. Readers also re-query the database every second, so approvals
-    issued by another checkpoint process sharing the database are seen too.
+    ``bump`` is called from the worker thread that committed, and on PostgreSQL from the
+    listener thread for a commit of any process on the database (``wake.Listener``);
+    each waiting reader's event is set on its own event loop, so a reader answers within
+    a scheduling tick, not a polling interval. Readers also re-query the database every
+    second, so a wake that never came (a listener reconnecting) costs at most that.
     """
 
     def __init__(self) -> None:
@@ -199,6 +206,11 @@ class Metrics:
         self.proposals = Counter(
             "airlock_checkpoint_proposals_submitted",
             "New proposals recorded",
+            registry=self.registry,
+        )
+        self.feed_waiting = Gauge(
+            "airlock_checkpoint_feed_polls_waiting",
+            "Feed long-polls waiting for a change in this process",
             registry=self.registry,
         )
 
@@ -516,7 +528,8 @@ async def feed(
             return page
         # Until something lands here (woken at once) or a second passes (another process
         # may have issued an approval into the shared database): then query again.
-        await signal.wait(seen, min(deadline, time.monotonic() + 1.0) - time.monotonic())
+        with _metrics(request).feed_waiting.track_inprogress():
+            await signal.wait(seen, min(deadline, time.monotonic() + 1.0) - time.monotonic())
 
 
 @router.post("/v1/outcomes", tags=["executor"])
