@@ -276,6 +276,21 @@ async def _principal(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
+    return await _authenticated(request, credentials, defer_touch=False)
+
+
+async def _voter(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Principal:
+    """As :func:`_principal`, with the session's last use left to the vote's own
+    transaction (``Accounts.authenticate(defer_touch=True)``): an approve is one commit."""
+    return await _authenticated(request, credentials, defer_touch=True)
+
+
+async def _authenticated(
+    request: Request, credentials: HTTPAuthorizationCredentials | None, *, defer_touch: bool
+) -> Principal:
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise Refusal(ErrorCode.E_UNAUTHENTICATED, "send Authorization: Bearer <token>", 401)
     token = credentials.credentials
@@ -285,7 +300,7 @@ async def _principal(
     request.state.token_key = _token_key(token)
     activity = request.headers.get(_ACTIVITY_HEADER) != "background"
     principal = await run_in_threadpool(
-        lambda: _accounts(request).authenticate(token, activity=activity)
+        lambda: _accounts(request).authenticate(token, activity=activity, defer_touch=defer_touch)
     )
     # Kept so that a refusal of this caller's request can be audited under their name.
     request.state.principal = principal
@@ -293,6 +308,7 @@ async def _principal(
 
 
 Caller = Annotated[Principal, Depends(_principal)]
+Voter = Annotated[Principal, Depends(_voter)]
 ProposalId = Annotated[str, PathParam(pattern=_PROPOSAL_ID)]
 
 
@@ -435,12 +451,16 @@ def show_proposal(request: Request, caller: Caller, proposal_id: ProposalId) -> 
 
 @router.post("/v1/proposals/{proposal_id}/approve", tags=["decisions"])
 def approve(
-    request: Request, caller: Caller, proposal_id: ProposalId, body: ApproveIn
+    request: Request, caller: Voter, proposal_id: ProposalId, body: ApproveIn
 ) -> ProposalOut:
     """Vote to approve (approver). Quorum reached → the signed approval is issued."""
-    record = _service(request).approve(
-        caller, proposal_id, body.action_hash, body.confirm, body.note
-    )
+    try:
+        record = _service(request).approve(
+            caller, proposal_id, body.action_hash, body.confirm, body.note
+        )
+    except Refusal:
+        _accounts(request).touch(caller)  # still a use of the session, as for any request
+        raise
     if record.approval is not None and record.state == "approved":
         _metrics(request).approvals_issued.inc()
     return record
