@@ -48,6 +48,7 @@ from airlock.store import AuditLog
 
 from ._db import Database
 from .errors import ConfigError, ErrorCode, Refusal
+from .limits import SharedSignInThrottle
 from .models import ROLES, SERVICE_ROLES, service_tokens, sessions, sign_in_key, users
 from .passwords import check_new_password
 from .signins import RefusedSignIns, SignInReport, SignInTally
@@ -212,7 +213,8 @@ class Accounts:
         throttle: SignInThrottle | None = None,
     ) -> None:
         """``session_idle``: seconds of no use after which a person's session ends;
-        ``throttle``: the sign-in throttle (one per process; a new one if not given)."""
+        ``throttle``: the sign-in throttle (if not given: one in memory on SQLite, the
+        replicas' shared one in the database on PostgreSQL, ``limits.py``)."""
         self._db = db
         self._now = now
         self._session_ttl = session_ttl
@@ -220,7 +222,10 @@ class Accounts:
         self._threshold = lockout_threshold
         self._lockout = lockout_seconds
         self._hasher = hasher or password_hasher()
-        self.throttle = throttle or SignInThrottle()
+        if throttle is None:
+            replicated = db.engine.dialect.name == "postgresql"
+            throttle = SharedSignInThrottle(db.engine) if replicated else SignInThrottle()
+        self.throttle = throttle
         self._refused_sign_ins = RefusedSignIns()
         self._key: bytes | None = None
         self._verifying = threading.BoundedSemaphore(_CONCURRENT_VERIFIES)
