@@ -9,7 +9,8 @@ other in a cycle (PostgreSQL would kill one of them as a deadlock):
 3. move the state (:func:`set_state` when the state it leaves is known, :func:`move`
    when the outcome lands on whatever the row is);
 4. :func:`audit`, which takes the audit chain's lock;
-5. :func:`feed_entry`, which takes the feed counter's row, after the chain lock;
+5. :func:`feed_entry`, which takes the feed counter's row, after the chain lock (and on
+   PostgreSQL queues the replicas' wake-up, ``wake.notify``, sent at commit);
 6. ``notify.record`` the event of the change (rows of its own: no lock another writer
    waits on in another order).
 
