@@ -2,13 +2,17 @@
 database (replicas behind a load balancer, docs/operations.md#replicas): a session made
 on one is valid on the other and a sign-out on one ends it on both; a guesser slowed on
 one is slowed on the other; a token out of refusal budget on one is refused by the other,
-also by a replica that starts after it was spent."""
+also by a replica that starts after it was spent; and a replica that missed a feed
+notification still delivers the approval, a second late at most."""
 
 from __future__ import annotations
 
+import threading
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi import FastAPI
@@ -175,3 +179,39 @@ def test_an_instance_started_after_a_budget_was_spent_refuses_the_token(
             10.0,
             every=0.02,
         )
+
+
+def test_a_replica_that_missed_the_notification_still_delivers_the_approval(
+    world: World, pair: tuple[FastAPI, FastAPI]
+) -> None:
+    """B never hears the NOTIFY (no listener runs: its lifespan is not started), as when
+    its listener is reconnecting: its long-poll re-reads the feed within a second."""
+    b = TestClient(pair[1])
+    executor = _bearer(world.tokens["executor"])
+    cursor = b.get("/v1/feed", params={"after": 0}, headers=executor).json()["cursor"]
+    proposal = world.submit().json()
+    answered: dict[str, Any] = {}
+
+    def poll() -> None:
+        page = b.get("/v1/feed", params={"after": cursor, "wait": 5}, headers=executor)
+        answered["at"] = time.monotonic()
+        answered["page"] = page.json()
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    wait_for("the long-poll waiting on B", lambda: _waiting(b) == 1, 10.0, every=0.01)
+    record = world.approve("alice", proposal["id"], proposal["action_hash"]).json()
+    committed = time.monotonic()
+    poller.join(10.0)
+    assert [i["approval_id"] for i in answered["page"]["items"]] == [
+        record["approval"]["approval_id"]
+    ]
+    # One re-read a second (routes.feed), plus this machine's slack: late, never lost.
+    assert answered["at"] - committed < 2.0
+
+
+def _waiting(client: TestClient) -> float:
+    for line in client.get("/metrics").text.splitlines():
+        if line.startswith("airlock_checkpoint_feed_polls_waiting "):
+            return float(line.split()[1])
+    return 0.0

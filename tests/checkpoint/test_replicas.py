@@ -9,6 +9,7 @@ Each checkpoint is started as an operator starts it (``airlock checkpoint``), on
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
@@ -54,8 +55,9 @@ class Replicas:
 
 
 def _replica(name: str, workdir: Path, db_url: str, port: int) -> Service:
-    env = {
-        "PATH": "/usr/bin:/bin",
+    # As devstack starts services: this environment without any AIRLOCK_ setting.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRLOCK_")}
+    env |= {
         "PYTHONPATH": str(_REPO),
         "AIRLOCK_ENV": "dev",
         "AIRLOCK_CHECKPOINT_DATABASE_URL": db_url,
