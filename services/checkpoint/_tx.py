@@ -9,7 +9,8 @@ other in a cycle (PostgreSQL would kill one of them as a deadlock):
 3. move the state (:func:`set_state` when the state it leaves is known, :func:`move`
    when the outcome lands on whatever the row is);
 4. :func:`audit`, which takes the audit chain's lock;
-5. :func:`feed_entry`, which takes the feed counter's row, after the chain lock;
+5. :func:`feed_entry`, which takes the feed counter's row, after the chain lock (and on
+   PostgreSQL queues the replicas' wake-up, ``wake.notify``, sent at commit);
 6. ``notify.record`` the event of the change (rows of its own: no lock another writer
    waits on in another order).
 
@@ -33,6 +34,7 @@ from sqlalchemy.engine import Connection, Engine, Row
 from airlock.protocol import TOOL_CALL_TYPE, KeySet
 from airlock.store import AuditLog
 
+from . import wake
 from .auth import Principal
 from .errors import ErrorCode, Refusal
 from .gatekeys import GateKeys
@@ -191,6 +193,8 @@ def feed_entry(conn: Connection, kind: str, approval_id: str, now: int) -> None:
     if seq > FEED_SEQ_MAX:
         raise RuntimeError(f"feed seq {seq} is past 2**53 - 1; nothing is issued")
     conn.execute(feed_events.insert().values(seq=seq, kind=kind, approval_id=approval_id, at=now))
+    # Replicas on one PostgreSQL: wakes every process's long-polls, sent only on commit.
+    wake.notify(conn)
 
 
 def counted_votes(conn: Connection, proposal_id: str) -> list[tuple[str, int]]:

@@ -34,12 +34,14 @@ from .auth import Accounts
 from .errors import ConfigError, ErrorCode
 from .gatekeys import GateKeys
 from .keys import KeyDirectory, KeyRing
+from .limits import RefusalBudgets
 from .notify import Dispatcher, OutboxStats, Sender, open_channels
 from .notify.outbox import WAKE
 from .policy import load_policy
 from .refusals import RefusalRecorder
 from .routes import FeedSignal, Metrics, install
 from .service import Checkpoint, CheckpointConfig
+from .wake import FEED, LIMITS, Listener
 
 __all__ = [
     "DEFAULT_POLICY",
@@ -164,7 +166,9 @@ def create_app(
     A request whose ``Host`` names none of ``allowed_hosts`` is refused 400 ``E_HOST``.
 
     While it runs (its lifespan), a task writes the counted refusals every
-    ``refusal_limits.interval`` seconds, and once more when it stops.
+    ``refusal_limits.interval`` seconds, and once more when it stops. On PostgreSQL a
+    thread listens for feed changes committed by any checkpoint process on the database
+    and wakes this one's long-polls (:mod:`~services.checkpoint.wake`).
 
     ``trusted_proxies``: addresses whose ``X-Forwarded-For`` names the client of a
     sign-in (``routes.client_address``); from any other peer the header is ignored.
@@ -174,23 +178,16 @@ def create_app(
     ``notify_senders`` (None: opened from the policy, reading their secret files), at
     least every ``notify_poll`` seconds and at once after a commit that wrote an event.
     """
-    limits = refusal_limits or RefusalLimits()
-    refusals = RefusalRecorder(
-        write_one=lambda event: checkpoint.audit_refusals([event]),
-        write_many=checkpoint.audit_refusals,
-        now=checkpoint.now,
-        interval=limits.interval,
-        burst=limits.burst,
-        per_minute=limits.per_minute,
-        monotonic=monotonic,
-    )
-
+    refusals = _refusal_recorder(checkpoint, refusal_limits or RefusalLimits(), monotonic)
     metrics = Metrics()
     dispatcher = _dispatcher(checkpoint, metrics, notify_senders, notify_poll)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         forget: Callable[[], None] | None = None
+        listener = _listener(checkpoint, app.state.feed_signal, refusals)
+        if listener is not None:
+            listener.start()
         if dispatcher is not None:
             forget = _wake_on_commit(checkpoint.engine, dispatcher)
             dispatcher.start()
@@ -207,6 +204,8 @@ def create_app(
             if dispatcher is not None and forget is not None:
                 forget()
                 await run_in_threadpool(dispatcher.stop)
+            if listener is not None:
+                await run_in_threadpool(listener.stop)
             # After the server stopped taking requests: every refusal counted is written.
             try:
                 await run_in_threadpool(refusals.flush)
@@ -269,6 +268,41 @@ async def _sweeper(checkpoint: Checkpoint, accounts: Accounts, interval: float) 
         except Exception:  # a failed sweep must not stop the next one
             _log.exception("sweep failed")
         await asyncio.sleep(interval)
+
+
+def _refusal_recorder(
+    checkpoint: Checkpoint, limits: RefusalLimits, monotonic: Callable[[], float]
+) -> RefusalRecorder:
+    """The app's refusal recorder; on PostgreSQL its budgets are the replicas' shared
+    ones (``limits.RefusalBudgets``)."""
+    replicated = checkpoint.engine.dialect.name == "postgresql"
+    return RefusalRecorder(
+        write_one=lambda event: checkpoint.audit_refusals([event]),
+        write_many=checkpoint.audit_refusals,
+        now=checkpoint.now,
+        interval=limits.interval,
+        burst=limits.burst,
+        per_minute=limits.per_minute,
+        monotonic=monotonic,
+        shared=RefusalBudgets(
+            checkpoint.engine, burst=limits.burst, per_second=limits.per_minute / 60.0
+        )
+        if replicated
+        else None,
+    )
+
+
+def _listener(
+    checkpoint: Checkpoint, signal: FeedSignal, refusals: RefusalRecorder
+) -> Listener | None:
+    """On PostgreSQL, the listener that wakes this process's long-polls for a feed
+    change committed by any process on the database, and copies the refusal budgets
+    another replica spent; None on SQLite."""
+    if checkpoint.engine.dialect.name != "postgresql":
+        return None
+    return Listener(
+        checkpoint.engine.url, {FEED: lambda _payload: signal.bump(), LIMITS: refusals.adopt}
+    )
 
 
 def _dispatcher(

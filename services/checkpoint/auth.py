@@ -24,6 +24,7 @@ when no such user exists. New passwords are checked by ``passwords.py``.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -47,6 +48,7 @@ from airlock.store import AuditLog
 
 from ._db import Database
 from .errors import ConfigError, ErrorCode, Refusal
+from .limits import SharedSignInThrottle
 from .models import ROLES, SERVICE_ROLES, service_tokens, sessions, sign_in_key, users
 from .passwords import check_new_password
 from .signins import RefusedSignIns, SignInReport, SignInTally
@@ -54,7 +56,15 @@ from .throttle import PAIR_FREE, Admission, SignInThrottle, Throttled
 
 _log = logging.getLogger("airlock.checkpoint.auth")
 
-__all__ = ["Accounts", "ListedToken", "ListedUser", "Principal", "hash_token", "password_hasher"]
+__all__ = [
+    "Accounts",
+    "ListedToken",
+    "ListedUser",
+    "Principal",
+    "hash_token",
+    "password_hasher",
+    "touch_session",
+]
 
 _USERNAME: Final = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 #: A session's last use is written at most this often, seconds: its idle end may come
@@ -111,6 +121,10 @@ class Principal:
     role: Role
     #: SHA-256 of the session token (for logout); None for service tokens.
     session: str | None = None
+    #: This use's time, when it is due to be written as the session's last use by the
+    #: caller's own write transaction (``authenticate(defer_touch=True)``,
+    #: :func:`touch_session`); None when nothing is due.
+    touch_at: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +173,21 @@ def _name_hmac(key: bytes, name: str) -> str:
     return "hmac:" + digest[:32]
 
 
+def touch_session(conn: Connection, principal: Principal) -> None:
+    """Write a deferred last use of ``principal``'s session in the caller's transaction
+    (nothing when none is due). Take it before the audit chain's lock, as logout does."""
+    if principal.session is None or principal.touch_at is None:
+        return
+    conn.execute(
+        sessions.update()
+        .where(
+            sessions.c.token_hash == principal.session,
+            sessions.c.last_seen_at < principal.touch_at,
+        )
+        .values(last_seen_at=principal.touch_at)
+    )
+
+
 def _end_sessions(conn: Connection, username: str, now: int) -> None:
     """Revoke every live session of ``username`` in the caller's transaction."""
     conn.execute(
@@ -184,7 +213,8 @@ class Accounts:
         throttle: SignInThrottle | None = None,
     ) -> None:
         """``session_idle``: seconds of no use after which a person's session ends;
-        ``throttle``: the sign-in throttle (one per process; a new one if not given)."""
+        ``throttle``: the sign-in throttle (if not given: one in memory on SQLite, the
+        replicas' shared one in the database on PostgreSQL, ``limits.py``)."""
         self._db = db
         self._now = now
         self._session_ttl = session_ttl
@@ -192,7 +222,10 @@ class Accounts:
         self._threshold = lockout_threshold
         self._lockout = lockout_seconds
         self._hasher = hasher or password_hasher()
-        self.throttle = throttle or SignInThrottle()
+        if throttle is None:
+            replicated = db.engine.dialect.name == "postgresql"
+            throttle = SharedSignInThrottle(db.engine) if replicated else SignInThrottle()
+        self.throttle = throttle
         self._refused_sign_ins = RefusedSignIns()
         self._key: bytes | None = None
         self._verifying = threading.BoundedSemaphore(_CONCURRENT_VERIFIES)
@@ -635,13 +668,18 @@ class Accounts:
             )
             _audit(conn, now, {"type": CheckpointEvent.SESSION_REVOKED, "user": principal.name})
 
-    def authenticate(self, token: str, *, activity: bool = True) -> Principal:
+    def authenticate(
+        self, token: str, *, activity: bool = True, defer_touch: bool = False
+    ) -> Principal:
         """The principal behind a bearer token, or refuse with E_UNAUTHENTICATED.
 
         A person's session is refused once ``session_ttl`` has passed since sign-in or
         ``session_idle`` since its last use. With ``activity`` (a person's request, not
         a page's own background refresh) this use keeps it alive: its last use is
-        written, at most once per ``_TOUCH_EVERY`` seconds.
+        written, at most once per ``_TOUCH_EVERY`` seconds, in a commit of its own, or
+        with ``defer_touch`` not at all: the principal's ``touch_at`` says it is due, and
+        the caller's write transaction writes it (:func:`touch_session`), so a vote is
+        one commit.
         """
         digest = hash_token(token)
         now = self._now()
@@ -666,17 +704,21 @@ class Accounts:
                     )
                 ).first()
         if row is not None:
+            principal = Principal(row.username, "user", row.role, session=digest)
             if activity and now - row.last_seen_at >= _TOUCH_EVERY:
-                with self._engine.begin() as conn:
-                    conn.execute(
-                        sessions.update()
-                        .where(sessions.c.token_hash == digest, sessions.c.last_seen_at < now)
-                        .values(last_seen_at=now)
-                    )
-            return Principal(row.username, "user", row.role, session=digest)
+                principal = dataclasses.replace(principal, touch_at=now)
+                if not defer_touch:
+                    self.touch(principal)
+            return principal
         if svc is not None:
             return Principal(svc.name, "service", svc.role)
         raise Refusal(ErrorCode.E_UNAUTHENTICATED, "missing, unknown or expired token", 401)
+
+    def touch(self, principal: Principal) -> None:
+        """Write a deferred last use in a transaction of its own (:func:`touch_session`)."""
+        if principal.touch_at is not None:
+            with self._engine.begin() as conn:
+                touch_session(conn, principal)
 
     def sign_in_report(self, since: int) -> SignInReport:
         """Refused sign-ins recorded in the audit chain since ``since`` (Unix seconds), by

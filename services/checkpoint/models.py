@@ -47,10 +47,12 @@ __all__ = [
     "notify_events",
     "outcomes",
     "proposals",
+    "refusal_budgets",
     "refusal_notes",
     "rejections",
     "service_tokens",
     "sessions",
+    "sign_in_counts",
     "sign_in_key",
     "signing_keys",
     "users",
@@ -410,4 +412,29 @@ notify_deliveries = sa.Table(
     sa.CheckConstraint(_in("state", DELIVERY_STATES), name="state"),
     sa.UniqueConstraint("event_id", "channel"),
     sa.Index("ix_notify_deliveries_state_next_at", "state", "next_at"),
+)
+
+#: Sign-in throttle counts shared by the replicas on one PostgreSQL database (migration
+#: 0021; ``limits.SharedSignInThrottle``): one row per client address (``a|ADDRESS``) and
+#: per (address, keyed name hash) pair (``p|ADDRESS|NAME_HMAC``), never a name as typed.
+sign_in_counts = sa.Table(
+    "sign_in_counts",
+    metadata,
+    sa.Column("key", sa.String(200), primary_key=True),
+    sa.Column("failures", sa.Integer, nullable=False),
+    sa.Column("next_at", sa.BigInteger, nullable=False),
+    sa.Column("last_at", sa.BigInteger, nullable=False),
+)
+
+#: Refusal budgets per bearer token (its SHA-256), shared by the replicas (migration
+#: 0021; ``limits.RefusalBudgets``): ``tokens`` left at ``at`` (Unix seconds, fractional).
+refusal_budgets = sa.Table(
+    "refusal_budgets",
+    metadata,
+    sa.Column("token_key", sa.String(64), primary_key=True),
+    sa.Column("name", sa.String(64), nullable=False),
+    sa.Column("kind", sa.String(8), nullable=False),
+    sa.Column("role", sa.String(16), nullable=False),
+    sa.Column("tokens", sa.Float, nullable=False),
+    sa.Column("at", sa.Float, nullable=False),
 )

@@ -21,7 +21,10 @@ not flushed yet live in this process only: a crash loses at most one interval of
 :class:`RefusalRecorder` also holds a token bucket per token: each refusal takes one;
 a token with none left is refused ``E_RATE_LIMITED`` (429, ``Retry-After``) by the
 routes' outermost middleware before anything else is done for it, and those refusals
-are counted like any other (they take nothing from the bucket).
+are counted like any other (they take nothing from the bucket). Replicas on one
+PostgreSQL database share each token's budget (``limits.RefusalBudgets``): a refusal
+is also charged there, off the event loop, and a budget spent on one replica is copied
+into every other's buckets by its listener, so the gate stays a dict lookup.
 
 This module writes only ``checkpoint.refused`` rows, never in a decision's transaction,
 and never holds its lock while it writes.
@@ -35,11 +38,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, Literal, cast, get_args
 
 from airlock.events import RefusedCounted, RefusedOnce
 
-from .auth import Principal
+from .auth import Principal, Role
+from .limits import RefusalBudgets
 
 __all__ = ["REQUESTS_KEPT", "RefusalRecorder", "RefusedRequest"]
 
@@ -100,6 +104,9 @@ class RefusalRecorder:
         burst: refusals a token may have in a row before it is rate-limited.
         per_minute: refusals a token earns back each minute.
         monotonic: the clock of the token buckets (seconds).
+        shared: the budgets in the database that replicas share (PostgreSQL): each
+            charge is also taken there, and :meth:`adopt` copies a budget another
+            replica spent into this one's buckets. None: this process's alone.
     """
 
     def __init__(
@@ -112,6 +119,7 @@ class RefusalRecorder:
         burst: int = 60,
         per_minute: int = 60,
         monotonic: Callable[[], float] = time.monotonic,
+        shared: RefusalBudgets | None = None,
     ) -> None:
         if interval <= 0 or burst <= 0 or per_minute <= 0:
             raise ValueError("interval, burst and per_minute must be positive")
@@ -125,6 +133,7 @@ class RefusalRecorder:
         self._lock = threading.Lock()
         self._windows: dict[tuple[str, str], _Window] = {}
         self._buckets: dict[str, _Bucket] = {}
+        self._shared = shared
 
     # -- the rate limit -----------------------------------------------------------
 
@@ -175,16 +184,24 @@ class RefusalRecorder:
         """
         now = self._now()
         key = (refusal.by, refusal.code)
+        shared = token_key if charge and self._shared is not None else None
         with self._lock:
             if charge and token_key is not None:
                 self._charge(token_key, principal)
             window = self._windows.get(key)
+            opens = window is None
             if window is not None:
                 self._count(window, refusal.request, now)
-                return None
-            self._windows[key] = _Window(role=refusal.role)
+            else:
+                self._windows[key] = _Window(role=refusal.role)
+        if not opens and shared is None:
+            return None
 
         def write() -> None:
+            if shared is not None:
+                self._charge_shared(shared, principal)
+            if not opens:
+                return
             try:
                 self._write_one(refusal.event())
             except Exception:
@@ -194,6 +211,35 @@ class RefusalRecorder:
                     self._count(window, refusal.request, now)
 
         return write
+
+    def _charge_shared(self, token_key: str, principal: Principal) -> None:
+        """Take the charge from the replicas' budget too; keep the lower of the two here."""
+        assert self._shared is not None
+        try:
+            left = self._shared.charge(token_key, principal.name, principal.kind, principal.role)
+        except Exception:  # this process's bucket is charged; the refusal is answered
+            _log.exception("a refusal was not charged to the shared budget")
+            return
+        self._lower(token_key, principal, left)
+
+    def _lower(self, token_key: str, principal: Principal, left: float) -> None:
+        with self._lock:
+            bucket = self._buckets.get(token_key)
+            if bucket is None:
+                self._buckets[token_key] = _Bucket(principal, left, self._monotonic())
+                return
+            self._refill(bucket)
+            bucket.tokens = min(bucket.tokens, left)
+
+    def adopt(self, token_key: str) -> None:
+        """Copy the shared budget of ``token_key`` (every spent one when "", after the
+        listener reconnected) into this process's buckets: another replica spent it.
+        Called from the listener's thread (``wake.Listener``)."""
+        if self._shared is None:
+            return
+        for budget in self._shared.spent(token_key or None):
+            who = Principal(budget.name, _kind(budget.kind), _role(budget.role))
+            self._lower(budget.token_key, who, self._shared.left(budget))
 
     @staticmethod
     def _count(window: _Window, request: str, now: int) -> None:
@@ -240,6 +286,11 @@ class RefusalRecorder:
                 self._refill(bucket)
                 if bucket.tokens >= self.burst:
                     del self._buckets[token_key]
+        if self._shared is not None:
+            try:
+                self._shared.forget_full()
+            except Exception:  # kept for the next flush; a full budget refuses nobody
+                _log.exception("forgetting the shared budgets earned back failed")
         if not events:
             return 0
         try:
@@ -256,3 +307,15 @@ class RefusalRecorder:
                     window.requests |= old.requests
             raise
         return len(events)
+
+
+def _kind(kind: str) -> Literal["user", "service"]:
+    if kind not in ("user", "service"):
+        raise ValueError(f"unknown principal kind {kind!r}")
+    return cast(Literal["user", "service"], kind)
+
+
+def _role(role: str) -> Role:
+    if role not in get_args(Role):
+        raise ValueError(f"unknown role {role!r}")
+    return cast(Role, role)

@@ -25,7 +25,13 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.security.utils import get_authorization_scheme_param
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    generate_latest,
+)
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
@@ -122,10 +128,11 @@ _bearer = HTTPBearer(auto_error=False, description="A session token or a service
 class FeedSignal:
     """Wakes long-polling feed readers in this process when an approval or revocation lands.
 
-    ``bump`` is called from the worker thread that committed; each waiting reader's event
-    is set on its own event loop, so a reader answers within a scheduling tick, not a
-    polling interval. Readers also re-query the database every second, so approvals
-    issued by another checkpoint process sharing the database are seen too.
+    ``bump`` is called from the worker thread that committed, and on PostgreSQL from the
+    listener thread for a commit of any process on the database (``wake.Listener``);
+    each waiting reader's event is set on its own event loop, so a reader answers within
+    a scheduling tick, not a polling interval. Readers also re-query the database every
+    second, so a wake that never came (a listener reconnecting) costs at most that.
     """
 
     def __init__(self) -> None:
@@ -201,6 +208,11 @@ class Metrics:
             "New proposals recorded",
             registry=self.registry,
         )
+        self.feed_waiting = Gauge(
+            "airlock_checkpoint_feed_polls_waiting",
+            "Feed long-polls waiting for a change in this process",
+            registry=self.registry,
+        )
 
 
 def _service(request: Request) -> Checkpoint:
@@ -264,6 +276,21 @@ async def _principal(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
+    return await _authenticated(request, credentials, defer_touch=False)
+
+
+async def _voter(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Principal:
+    """As :func:`_principal`, with the session's last use left to the vote's own
+    transaction (``Accounts.authenticate(defer_touch=True)``): an approve is one commit."""
+    return await _authenticated(request, credentials, defer_touch=True)
+
+
+async def _authenticated(
+    request: Request, credentials: HTTPAuthorizationCredentials | None, *, defer_touch: bool
+) -> Principal:
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise Refusal(ErrorCode.E_UNAUTHENTICATED, "send Authorization: Bearer <token>", 401)
     token = credentials.credentials
@@ -273,7 +300,7 @@ async def _principal(
     request.state.token_key = _token_key(token)
     activity = request.headers.get(_ACTIVITY_HEADER) != "background"
     principal = await run_in_threadpool(
-        lambda: _accounts(request).authenticate(token, activity=activity)
+        lambda: _accounts(request).authenticate(token, activity=activity, defer_touch=defer_touch)
     )
     # Kept so that a refusal of this caller's request can be audited under their name.
     request.state.principal = principal
@@ -281,6 +308,7 @@ async def _principal(
 
 
 Caller = Annotated[Principal, Depends(_principal)]
+Voter = Annotated[Principal, Depends(_voter)]
 ProposalId = Annotated[str, PathParam(pattern=_PROPOSAL_ID)]
 
 
@@ -423,12 +451,16 @@ def show_proposal(request: Request, caller: Caller, proposal_id: ProposalId) -> 
 
 @router.post("/v1/proposals/{proposal_id}/approve", tags=["decisions"])
 def approve(
-    request: Request, caller: Caller, proposal_id: ProposalId, body: ApproveIn
+    request: Request, caller: Voter, proposal_id: ProposalId, body: ApproveIn
 ) -> ProposalOut:
     """Vote to approve (approver). Quorum reached → the signed approval is issued."""
-    record = _service(request).approve(
-        caller, proposal_id, body.action_hash, body.confirm, body.note
-    )
+    try:
+        record = _service(request).approve(
+            caller, proposal_id, body.action_hash, body.confirm, body.note
+        )
+    except Refusal:
+        _accounts(request).touch(caller)  # still a use of the session, as for any request
+        raise
     if record.approval is not None and record.state == "approved":
         _metrics(request).approvals_issued.inc()
     return record
@@ -516,7 +548,8 @@ async def feed(
             return page
         # Until something lands here (woken at once) or a second passes (another process
         # may have issued an approval into the shared database): then query again.
-        await signal.wait(seen, min(deadline, time.monotonic() + 1.0) - time.monotonic())
+        with _metrics(request).feed_waiting.track_inprogress():
+            await signal.wait(seen, min(deadline, time.monotonic() + 1.0) - time.monotonic())
 
 
 @router.post("/v1/outcomes", tags=["executor"])

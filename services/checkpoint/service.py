@@ -44,7 +44,7 @@ from airlock.protocol import (
 from . import _tx, editing, feed, reports, toolcalls, views
 from ._db import Database
 from ._tx import FEED_SEQ_PER_SECOND, CheckpointConfig
-from .auth import Principal
+from .auth import Principal, touch_session
 from .errors import ConfigError, ErrorCode, Refusal, no_signing_key
 from .gatekeys import GateKeys
 from .keys import KeyRing
@@ -233,6 +233,7 @@ class Checkpoint:
         issued = False
         with self.engine.begin() as conn:
             row = _tx.lock(conn, proposal_id)
+            touch_session(conn, principal)  # in this commit, not one of its own
             _tx.check_pending(row, now)
             # (1) the person saw exactly this action
             if seen_hash != row.action_hash:
