@@ -185,9 +185,10 @@ def _put_metrics(
             stamp = datetime.fromtimestamp(t, UTC)
             dims = [{"Name": dim, "Value": inst.resource_id}]
             cpu = rng.uniform(30, 80) if busy else rng.uniform(0.3, 3.0)
-            # Bytes in the hour: EC2 reports them per 5-minute sample, RDS per second.
+            # Bytes in the hour: EC2 counts them per sample (one sample an hour here; the
+            # reader sums the samples), RDS reports bytes per second.
             moved = rng.uniform(2e8, 9e8) if busy else rng.uniform(2e4, 9e4)
-            value = moved / 12 if ec2 else moved / _HOUR
+            value = moved if ec2 else moved / _HOUR
             batch.append(_datum("CPUUtilization", dims, stamp, round(cpu, 2)))
             batch.extend(_datum(name, dims, stamp, round(value, 2)) for name in net)
         for start in range(0, len(batch), 1000):

@@ -170,7 +170,9 @@ class MotoHandle:
             endpoint_url=self.url,
             aws_access_key_id=cred.access_key_id,
             aws_secret_access_key=cred.secret_access_key,
-            config=Config(retries={"total_max_attempts": 1}),
+            # botocore gzips a large PutMetricData body, and moto checks the signature
+            # over the body it decompressed: send it as signed.
+            config=Config(retries={"total_max_attempts": 1}, disable_request_compression=True),
         )
         return client
 
@@ -351,7 +353,8 @@ def running_moto(
     """A moto server for the ``with`` block, its IAM users made (auth not yet enforced).
 
     ``fleet``: EC2 groups seeded in the server before it serves, each
-    ``{"region", "count", "tags"?, "batch"?, "instance_type"?}``; their ids are
+    ``{"region", "count", "tags"?, "batch"?, "instance_type"?, "launched"?}`` (``launched``:
+    the Unix time their launch and creation are dated back to; no API can); their ids are
     :attr:`MotoHandle.fleet` (region -> ids).
     """
     port = free_port()
@@ -446,6 +449,13 @@ def _seed_in_process(spec_path: Path) -> None:
                 client_token="devstack-seed",
                 tags={"instance": dict(group.get("tags", {}))},
             )
+            if "launched" in group:
+                # As aws_demo does: the reader's creation time is the NIC's attach time.
+                at = datetime.fromtimestamp(int(group["launched"]), UTC)
+                for inst in reservation.instances:
+                    inst.launch_time = at
+                    for eni in inst.nics.values():
+                        eni.attach_time = at
             out.setdefault(region, []).extend(i.id for i in reservation.instances)
             left -= n
     spec_path.with_suffix(".ids.json").write_text(json.dumps(out))

@@ -20,16 +20,27 @@ start keep it). RDS reports neither start nor creation in a way a delete could r
 and no RDS delete is allowed.
 
 Metrics (namespace ``AWS/EC2`` by ``InstanceId`` for ``i-…``, else ``AWS/RDS`` by
-``DBInstanceIdentifier``), each point its period's ``Average`` and ``Maximum``:
+``DBInstanceIdentifier``), each point its period's ``Average`` and ``Maximum``, except
+EC2's byte counts:
 
 ==========================  =========================================  ================
-metric                      meaning                                    unit
+metric                      meaning                                    point's unit
 ==========================  =========================================  ================
 CPUUtilization              EC2 / RDS CPU                              percent
-NetworkIn, NetworkOut       EC2 bytes in one sample (5 min basic)      bytes
+NetworkIn, NetworkOut       EC2 bytes moved, as the period's mean      bytes/second
+                            rate: ``Sum`` / period
 NetworkReceiveThroughput    RDS inbound                                bytes/second
 NetworkTransmitThroughput   RDS outbound                               bytes/second
 ==========================  =========================================  ================
+
+EC2's ``NetworkIn`` and ``NetworkOut`` are bytes per sample, and a sample is 5 minutes
+under basic monitoring but 1 minute under detailed monitoring: their ``Average`` over a
+period depends on which, and read as 5-minute samples it undercounts a detailed-monitoring
+machine's traffic five times (a busy machine would look idle). Their ``Sum`` over the
+period is the bytes moved whatever the sampling, so the reader asks for it and reports
+``Sum / period``: a rate averaged over the period, as every other network point of every
+provider is (a point of period ``p`` moved ``average * p`` bytes). Their per-sample
+``Maximum`` is not a rate either way; the point's ``maximum`` is its ``average``.
 
 A datapoint without a number is dropped, never read as zero.
 """
@@ -52,8 +63,10 @@ RDS_METRICS: Final = ("CPUUtilization", "NetworkReceiveThroughput", "NetworkTran
 
 _EC2_PAGE: Final = (5, 1000)  # DescribeInstances MaxResults bounds
 _RDS_PAGE: Final = (20, 100)  # DescribeDBInstances MaxRecords bounds
-#: GetMetricData takes at most 500 queries; two (Average, Maximum) per resource.
+#: GetMetricData takes at most 500 queries; at most two (Average, Maximum) per resource.
 _METRIC_BATCH: Final = 250
+#: Metrics that count bytes per sample: read as their Sum (see the module docstring).
+_BYTE_COUNTS: Final = frozenset({"NetworkIn", "NetworkOut"})
 _GONE: Final = frozenset({"shutting-down", "terminated"})
 
 
@@ -246,10 +259,11 @@ class AwsReader:
         self, region: str, ids: list[str], metric: str, *, window: tuple[int, int, int]
     ) -> Iterator[tuple[str, MetricPoint]]:
         start, end, period = window
+        stats = ("Sum",) if metric in _BYTE_COUNTS else ("Average", "Maximum")
         queries = []
         for n, rid in enumerate(ids):
             namespace, dimension = _namespace(rid)
-            for stat in ("Average", "Maximum"):
+            for stat in stats:
                 queries.append(
                     {
                         "Id": f"{stat[0].lower()}{n}",
@@ -290,8 +304,12 @@ class AwsReader:
             if not token:
                 break
         for n, rid in enumerate(ids):
-            averages = series.get(f"a{n}", {})
-            maxima = series.get(f"m{n}", {})
+            if metric in _BYTE_COUNTS:
+                averages = {t: v / period for t, v in series.get(f"s{n}", {}).items()}
+                maxima = averages
+            else:
+                averages = series.get(f"a{n}", {})
+                maxima = series.get(f"m{n}", {})
             for stamp in sorted(averages):
                 if start <= stamp < end:
                     yield (
