@@ -52,6 +52,7 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from airlock.cloud._metrics import BatchedMetrics
 from airlock.cloud.ports import LiveState, MetricPoint, RdsSpec, ResourceNotFound, ResourceType
 
 from ._common import EC2_ID, RDS_ID, AwsConfig, Clients, call, rfc3339
@@ -63,7 +64,7 @@ RDS_METRICS: Final = ("CPUUtilization", "NetworkReceiveThroughput", "NetworkTran
 
 _EC2_PAGE: Final = (5, 1000)  # DescribeInstances MaxResults bounds
 _RDS_PAGE: Final = (20, 100)  # DescribeDBInstances MaxRecords bounds
-#: GetMetricData takes at most 500 queries; at most two (Average, Maximum) per resource.
+#: Ids a GetMetricData call: it takes 500 queries, at most two (Average, Maximum) an id.
 _METRIC_BATCH: Final = 250
 #: Metrics that count bytes per sample: read as their Sum (see the module docstring).
 _BYTE_COUNTS: Final = frozenset({"NetworkIn", "NetworkOut"})
@@ -131,7 +132,7 @@ def _namespace(resource_id: str) -> tuple[str, str]:
     raise ValueError(f"not an EC2 or RDS id: {resource_id!r}")
 
 
-class AwsReader:
+class AwsReader(BatchedMetrics):
     """``CloudReader`` (and ``MetricsBatchReader``) over boto3. Give it the read credentials.
 
     ``calls`` counts the API calls made, by action, as ``AlibabaReader`` does.
@@ -228,15 +229,17 @@ class AwsReader:
             return _rds_state(region, dbs[0]) if dbs else None
         raise ValueError(f"AWS has no {resource_type}")
 
-    def get_metrics(
-        self, region: str, resource_id: str, metric: str, *, start: int, end: int, period: int
-    ) -> Iterator[MetricPoint]:
-        for _, point in self.get_metrics_many(
-            region, [resource_id], metric, start=start, end=end, period=period
-        ):
-            yield point
+    # -- metrics (get_metrics, get_metrics_many: BatchedMetrics)
 
-    def get_metrics_many(
+    metric_batch = _METRIC_BATCH
+
+    def _check_metric_query(self, resource_ids: Sequence[str], metric: str, period: int) -> None:
+        if period % 60:
+            raise ValueError("period must be a positive multiple of 60 seconds")
+        for rid in resource_ids:
+            _namespace(rid)
+
+    def _metric_batch(
         self,
         region: str,
         resource_ids: Sequence[str],
@@ -246,19 +249,7 @@ class AwsReader:
         end: int,
         period: int,
     ) -> Iterator[tuple[str, MetricPoint]]:
-        """(id, point) pairs over [start, end), oldest first per id; 250 ids a query."""
-        if period <= 0 or period % 60:
-            raise ValueError("period must be a positive multiple of 60 seconds")
         ids = list(resource_ids)
-        for first in range(0, len(ids), _METRIC_BATCH):
-            yield from self._metric_batch(
-                region, ids[first : first + _METRIC_BATCH], metric, window=(start, end, period)
-            )
-
-    def _metric_batch(
-        self, region: str, ids: list[str], metric: str, *, window: tuple[int, int, int]
-    ) -> Iterator[tuple[str, MetricPoint]]:
-        start, end, period = window
         stats = ("Sum",) if metric in _BYTE_COUNTS else ("Average", "Maximum")
         queries = []
         for n, rid in enumerate(ids):
@@ -311,12 +302,6 @@ class AwsReader:
                 averages = series.get(f"a{n}", {})
                 maxima = series.get(f"m{n}", {})
             for stamp in sorted(averages):
-                if start <= stamp < end:
-                    yield (
-                        rid,
-                        MetricPoint(
-                            timestamp=stamp,
-                            average=averages[stamp],
-                            maximum=maxima.get(stamp, averages[stamp]),
-                        ),
-                    )
+                average = averages[stamp]
+                point = MetricPoint(stamp, average=average, maximum=maxima.get(stamp, average))
+                yield rid, point
