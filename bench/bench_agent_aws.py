@@ -3,11 +3,13 @@ boto3 calls it is made of: ``bench_agent``'s figure for AWS.
 
 ``python -m bench.bench_agent_aws [--instances N] [--workers W] [--metrics M]``.
 moto runs as its own process (``devstack.aws_demo``), seeded with N EC2 instances of
-every class (idle, busy, protected, production, stopped). Only the first M running
-instances get CloudWatch metrics (hourly CPU and network over the window): moto's
-CloudWatch scans every stored datapoint on every query, so a fleet-wide 14 days of
-hourly metrics would measure moto, not the agent. The rest have none, so the scan lists
-them, queries their daily CPU in batches, and finds too few samples (``insufficient``).
+every class (idle, busy, protected, production, stopped), one instance a reservation, so
+a ``DescribeInstances`` page holds 100 instances as at AWS (moto pages by reservation).
+Only M running instances (none by default) get CloudWatch metrics (hourly CPU and
+network over the window): moto's CloudWatch scans every stored datapoint for every
+query and period, so a fleet-wide 14 days of hourly metrics would measure moto, not the
+agent. The rest have none, so the scan lists them, queries their daily and hourly CPU in
+batches, and finds too few samples (``insufficient``).
 
 Reports wall time, the agent process's peak RSS, CPU seconds of the agent and of moto,
 the API calls by action, and the bare primitives measured in the same run against the
