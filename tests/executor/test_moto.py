@@ -201,12 +201,9 @@ def _spec(moto: MotoHandle) -> str:
 
 
 def test_eight_processes_race_one_bundle_through_the_aws_adapter(
-    moto: MotoHandle, sqlite_url: str
+    moto: MotoHandle, migrated_url: str
 ) -> None:
-    # SQLite only: the devcloud race runs both ledgers; here the adapter is what is new.
-    engine = make_engine(sqlite_url)
-    migrate(engine)
-    engine.dispose()
+    # On both ledgers, as the devcloud race.
     (iid,) = moto.seed_ec2(REGION, 1)
     b = make_aws_bundle(iid, approval_id=f"apv_race{iid.replace('-', '')}")
     moto.reset_record()
@@ -216,7 +213,7 @@ def test_eight_processes_race_one_bundle_through_the_aws_adapter(
         _CTX.Process(
             target=race,
             kwargs={
-                "url": sqlite_url,
+                "url": migrated_url,
                 "cloud_path": _spec(moto),
                 "raws": [b.raw],
                 "barrier": barrier,
