@@ -22,7 +22,7 @@ from eval.faults._schedule import ALL_FAILPOINTS
 
 _SQLITE_SEEDS = range(10)
 _POSTGRES_SEEDS = range(1000, 1004)
-#: Against moto, a representative subset (about 60 s with the stack's start; the whole
+#: Against moto, a representative subset (60-80 s with the stack's start; the whole
 #: matrix runs against devcloud above): an EC2 stop, an RDS stop and an EC2 terminate that
 #: succeed; an executor armed at before_cursor_commit when the approvals arrive (it dies
 #: there); SIGKILLs mid-execution; status, protect-tag and gone drift before approval.
