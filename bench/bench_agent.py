@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -28,25 +27,18 @@ from typing import Any
 
 import httpx
 
+from bench._scan import measure_scan, report, run_child
 from devstack.ports import free_port
 
-GOAL_SECONDS = 60.0
-GOAL_MB = 300.0
 #: A fixed anchor (2025-11-29T07:06:40Z) so every run scans the same fleet and metrics.
 NOW = 1_764_400_000
 REGION = "ap-southeast-1"
-
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _child(args: argparse.Namespace) -> int:
     """The agent process: bare primitives, then the scan; one JSON line on stdout."""
     from airlock.cloud.alibaba import AlibabaConfig, AlibabaReader
     from airlock.settings import DEVCLOUD_READ_KEY, AgentSettings
-    from services.agent.service import build_agent
 
     config = AlibabaConfig(
         access_key_id=DEVCLOUD_READ_KEY[0],
@@ -77,45 +69,19 @@ def _child(args: argparse.Namespace) -> int:
     )
     metric_seconds = time.perf_counter() - started
     metric_pages = bare.calls["cms:DescribeMetricList"]
-    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
     # (2) the scan
-    settings = AgentSettings(
-        AIRLOCK_ENV="dev",
-        cloud_regions=(REGION,),
-        scan_workers=args.workers,
+    settings = AgentSettings(AIRLOCK_ENV="dev", cloud_regions=(REGION,), scan_workers=args.workers)
+    result = measure_scan(
+        settings, lambda: AlibabaReader(config), now=NOW, server_pid=args.server_pid
     )
-    agent = build_agent(
-        settings,
-        reader=AlibabaReader(config),
-        reader_factory=lambda: AlibabaReader(config),
-        clock=lambda: NOW,
-        keep_rows=False,
+    result.update(
+        bare_list_page_s=list_seconds / list_pages,
+        bare_metric_page_s=metric_seconds / metric_pages,
+        bare_metric_points_per_s=points / metric_seconds,
+        bare_metric_points_per_page=points / metric_pages,
     )
-    server_cpu0 = _cpu_seconds(args.server_pid)
-    cpu0 = time.process_time()
-    started = time.perf_counter()
-    report = agent.run_once(dry_run=True)
-    wall = time.perf_counter() - started
-    print(
-        json.dumps(
-            {
-                "wall": wall,
-                "agent_cpu": time.process_time() - cpu0,
-                "server_cpu": _cpu_seconds(args.server_pid) - server_cpu0,
-                "rss_before_mb": rss_before,
-                "rss_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                "scanned": report.scanned,
-                "planned": report.planned,
-                "by_verdict": report.by_verdict,
-                "api_calls": report.api_calls,
-                "bare_list_page_s": list_seconds / list_pages,
-                "bare_metric_page_s": metric_seconds / metric_pages,
-                "bare_metric_points_per_s": points / metric_seconds,
-                "bare_metric_points_per_page": points / metric_pages,
-            }
-        )
-    )
+    print(json.dumps(result))
     return 0
 
 
@@ -166,28 +132,13 @@ def _run(instances: int, workers: int, seed: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-agent-") as tmp:
         proc, endpoint = _serve(Path(tmp), instances - rds, rds, seed)
         try:
-            out = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "bench.bench_agent",
-                    "--child",
-                    "--endpoint",
-                    endpoint,
-                    "--server-pid",
-                    str(proc.pid),
-                    "--workers",
-                    str(workers),
-                ],
-                capture_output=True,
-                text=True,
-                check=True,
-                cwd=Path(__file__).parent.parent,
+            result = run_child(
+                "bench.bench_agent",
+                ["--endpoint", endpoint, "--server-pid", str(proc.pid), "--workers", str(workers)],
             )
         finally:
             proc.terminate()
             proc.wait(timeout=10)
-    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     result["instances"] = instances
     return result
 
@@ -211,41 +162,23 @@ def main(argv: list[str] | None = None) -> int:
     for size in [*args.also, args.instances]:
         r = _run(size, args.workers, args.seed)
         calls = r["api_calls"]
-        total_calls = sum(calls.values())
         metric_calls = calls.get("cms:DescribeMetricList", 0)
-        list_calls = total_calls - metric_calls
-        bare_equiv = list_calls * r["bare_list_page_s"] + metric_calls * r["bare_metric_page_s"]
-        print(
-            f"fleet {r['instances']:,} instances ({r['scanned']:,} scanned), 14 days hourly, "
-            f"{args.workers} scan workers"
-        )
-        print(
-            f"  verdicts        {', '.join(f'{k} {v}' for k, v in sorted(r['by_verdict'].items()))}"
-        )
-        print(f"  would propose   {r['planned']:,} stops")
-        print(
-            f"  wall            {r['wall']:7.1f} s   (goal < {GOAL_SECONDS:.0f} s: "
-            f"{'met' if r['wall'] < GOAL_SECONDS else 'NOT met'})"
-        )
-        rss_met = "met" if r["rss_peak_mb"] < GOAL_MB else "NOT met"
-        print(
-            f"  peak RSS        {r['rss_peak_mb']:7.1f} MB  "
-            f"(before the scan {r['rss_before_mb']:.1f} MB; goal < {GOAL_MB:.0f} MB: {rss_met})"
-        )
-        print(f"  CPU             agent {r['agent_cpu']:.1f} s, devcloud {r['server_cpu']:.1f} s")
-        print(
-            f"  API calls       {total_calls:,}: "
-            + ", ".join(f"{k} {v:,}" for k, v in sorted(calls.items()))
-        )
-        print(
-            f"  bare primitives DescribeInstances page {r['bare_list_page_s'] * 1000:.1f} ms; "
-            f"DescribeMetricList page ({r['bare_metric_points_per_page']:.0f} points) "
-            f"{r['bare_metric_page_s'] * 1000:.1f} ms = "
-            f"{r['bare_metric_points_per_s']:,.0f} points/s"
-        )
-        print(
-            f"  the scan's calls at bare rates {bare_equiv:.1f} s; "
-            f"scan / bare = {r['wall'] / bare_equiv:.2f}"
+        list_calls = sum(calls.values()) - metric_calls
+        bare = list_calls * r["bare_list_page_s"] + metric_calls * r["bare_metric_page_s"]
+        report(
+            r,
+            title=(
+                f"fleet {r['instances']:,} instances ({r['scanned']:,} scanned), "
+                f"14 days hourly, {args.workers} scan workers"
+            ),
+            server="devcloud",
+            bare=[
+                f"DescribeInstances page {r['bare_list_page_s'] * 1000:.1f} ms; "
+                f"DescribeMetricList page ({r['bare_metric_points_per_page']:.0f} points) "
+                f"{r['bare_metric_page_s'] * 1000:.1f} ms = "
+                f"{r['bare_metric_points_per_s']:,.0f} points/s"
+            ],
+            bare_s=bare,
         )
         print()
     return 0

@@ -29,11 +29,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from .moto import ACCOUNT, reset_launch_time_on_start, run_in_backend
+
 __all__ = ["ACCOUNT", "DemoInstance", "main", "seed_fleet"]
 
-#: moto's default account: every request lands in it.
-ACCOUNT: Final = "123456789012"
-_AMI: Final = "ami-12c6146b"
 _HOUR: Final = 3_600
 _DAY: Final = 86_400
 
@@ -67,15 +66,18 @@ def seed_fleet(
     seed: int = 26,
     rds: int = 2,
     metric_instances: int | None = None,
+    reservation: int = 1,
 ) -> list[DemoInstance]:
     """Seed the moto server at ``url``: ``instances`` EC2 instances (idle, busy,
     protected, production-tagged, stopped) and ``rds`` RDS instances, launched ``days + 20``
     days ago, with ``days`` days of hourly CPU and network metrics ending at ``now`` (for
-    the first ``metric_instances`` running ones only, when given).
-    Only in the process that runs the server can launch times be set; elsewhere they
-    stay the seeding's own time."""
+    the first ``metric_instances`` running ones only, when given). EC2 instances are run
+    in moto's backend in reservations of ``reservation`` (moto pages ``DescribeInstances``
+    by reservation: one instance each pages as AWS does), so only the process that serves
+    moto can seed."""
     rng = random.Random(seed)
     now = int(datetime.now(UTC).timestamp()) if now is None else now
+    launched = now - (days + 20) * _DAY
     classes = rng.choices(_CLASSES, _WEIGHTS, k=instances)
     ec2 = _client("ec2", url, region)
     fleet: list[DemoInstance] = []
@@ -83,18 +85,14 @@ def seed_fleet(
         count = classes.count(truth)
         if not count:
             continue
-        tags = [{"Key": k, "Value": v} for k, v in _TAGS[truth].items()]
-        made: list[str] = []
-        while len(made) < count:
-            n = min(100, count - len(made))
-            answer = ec2.run_instances(
-                ImageId=_AMI,
-                InstanceType="t3.large",
-                MinCount=n,
-                MaxCount=n,
-                TagSpecifications=[{"ResourceType": "instance", "Tags": tags}],
-            )
-            made.extend(i["InstanceId"] for i in answer["Instances"])
+        made = run_in_backend(
+            region,
+            count,
+            tags=_TAGS[truth],
+            batch=reservation,
+            instance_type="t3.large",
+            launched=launched,
+        )
         if truth == "stopped":
             for start in range(0, len(made), 500):
                 ec2.stop_instances(InstanceIds=made[start : start + 500])
@@ -113,7 +111,7 @@ def seed_fleet(
             Tags=[{"Key": k, "Value": v} for k, v in _TAGS[db_truth].items()],
         )
         fleet.append(DemoInstance("rds.instance", name, region, db_truth))
-    _date_launches_back(fleet, now - (days + 20) * _DAY)
+    _date_rds_back(fleet, launched)
     running = [i for i in fleet if i.truth != "stopped"]
     if metric_instances is not None:
         # A stride through the fleet (grouped by class): every class, not the first alone.
@@ -138,26 +136,15 @@ def _client(service: str, url: str, region: str) -> Any:
     )
 
 
-def _date_launches_back(fleet: Sequence[DemoInstance], when: int) -> None:
-    """Set each instance's launch (EC2) or creation (RDS) time, when moto's backend is in
-    this process."""
-    from moto.ec2.models import ec2_backends
+def _date_rds_back(fleet: Sequence[DemoInstance], when: int) -> None:
+    """Set each RDS instance's creation time (moto's backend is in this process)."""
     from moto.rds.models import rds_backends
 
     at = datetime.fromtimestamp(when, UTC)
-    by_id: dict[str, Any] = {}  # moto's get_instance walks every instance: once, not per id
-    for region in {i.region for i in fleet}:
-        by_id.update((i.id, i) for i in ec2_backends[ACCOUNT][region].all_instances())
     for inst in fleet:
         if inst.resource_type == "rds.instance":
             db = rds_backends[ACCOUNT][inst.region].databases[inst.resource_id]
             db.instance_create_time = at
-            continue
-        instance = by_id[inst.resource_id]
-        # The reader takes creation from the first interface's attach time.
-        instance.launch_time = at
-        for eni in instance.nics.values():
-            eni.attach_time = at
 
 
 def _put_metrics(
@@ -185,9 +172,10 @@ def _put_metrics(
             stamp = datetime.fromtimestamp(t, UTC)
             dims = [{"Name": dim, "Value": inst.resource_id}]
             cpu = rng.uniform(30, 80) if busy else rng.uniform(0.3, 3.0)
-            # Bytes in the hour: EC2 reports them per 5-minute sample, RDS per second.
+            # Bytes in the hour: EC2 counts them per sample (one sample an hour here; the
+            # reader sums the samples), RDS reports bytes per second.
             moved = rng.uniform(2e8, 9e8) if busy else rng.uniform(2e4, 9e4)
-            value = moved / 12 if ec2 else moved / _HOUR
+            value = moved if ec2 else moved / _HOUR
             batch.append(_datum("CPUUtilization", dims, stamp, round(cpu, 2)))
             batch.extend(_datum(name, dims, stamp, round(value, 2)) for name in net)
         for start in range(0, len(batch), 1000):
@@ -197,22 +185,6 @@ def _put_metrics(
 
 def _datum(name: str, dims: list[dict[str, str]], stamp: datetime, value: float) -> dict[str, Any]:
     return {"MetricName": name, "Dimensions": dims, "Timestamp": stamp, "Value": value}
-
-
-def _reset_launch_time_on_start() -> None:
-    """EC2 resets ``LaunchTime`` on every start; moto 5 keeps the first launch's."""
-    from moto.core.utils import utcnow
-    from moto.ec2.models.instances import Instance
-
-    original = Instance.start
-
-    def start(self: Any) -> Any:
-        previous = original(self)
-        if previous.name != "running":
-            self.launch_time = utcnow()
-        return previous
-
-    Instance.start = start  # type: ignore[method-assign]
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -226,6 +198,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--metric-instances", type=int, default=None, help="only this many get metrics"
     )
+    parser.add_argument("--reservation", type=int, default=1, help="EC2 instances per reservation")
     args = parser.parse_args(argv)
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "demo")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "demo")
@@ -233,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     os.environ.setdefault("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
     from moto.server import ThreadedMotoServer
 
-    _reset_launch_time_on_start()
+    reset_launch_time_on_start()
     server = ThreadedMotoServer("127.0.0.1", args.port, verbose=False)
     server.start()
     stop = threading.Event()
@@ -247,6 +220,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             days=args.days,
             rds=args.rds,
             metric_instances=args.metric_instances,
+            reservation=args.reservation,
         )
         tmp = args.ready.with_name(args.ready.name + ".tmp")
         rows = [

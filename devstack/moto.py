@@ -57,7 +57,16 @@ if TYPE_CHECKING:
     from airlock.cloud.aws import AwsConfig, AwsReader
     from airlock.cloud.aws.writer import AwsWriter
 
-__all__ = ["ACCOUNT", "REGIONS", "AwsKey", "MotoHandle", "MotoWrite", "running_moto"]
+__all__ = [
+    "ACCOUNT",
+    "REGIONS",
+    "AwsKey",
+    "MotoHandle",
+    "MotoWrite",
+    "reset_launch_time_on_start",
+    "run_in_backend",
+    "running_moto",
+]
 
 #: moto's default account: every request lands in it.
 ACCOUNT: Final = "123456789012"
@@ -170,7 +179,9 @@ class MotoHandle:
             endpoint_url=self.url,
             aws_access_key_id=cred.access_key_id,
             aws_secret_access_key=cred.secret_access_key,
-            config=Config(retries={"total_max_attempts": 1}),
+            # botocore gzips a large PutMetricData body, and moto checks the signature
+            # over the body it decompressed: send it as signed.
+            config=Config(retries={"total_max_attempts": 1}, disable_request_compression=True),
         )
         return client
 
@@ -351,7 +362,8 @@ def running_moto(
     """A moto server for the ``with`` block, its IAM users made (auth not yet enforced).
 
     ``fleet``: EC2 groups seeded in the server before it serves, each
-    ``{"region", "count", "tags"?, "batch"?, "instance_type"?}``; their ids are
+    ``{"region", "count", "tags"?, "batch"?, "instance_type"?, "launched"?}`` (``launched``:
+    the Unix time their launch and creation are dated back to; no API can); their ids are
     :attr:`MotoHandle.fleet` (region -> ids).
     """
     port = free_port()
@@ -416,39 +428,114 @@ def _wait_ready(handle: MotoHandle, proc: subprocess.Popen[bytes]) -> None:
     raise RuntimeError("moto server did not become ready")
 
 
-def _seed_in_process(spec_path: Path) -> None:
-    """Run the fleet of ``spec_path`` straight into moto's EC2 backend, before serving.
+def run_in_backend(
+    region: str,
+    count: int,
+    *,
+    tags: Mapping[str, str] | None = None,
+    batch: int = 100,
+    instance_type: str = "t3.micro",
+    launched: int | None = None,
+) -> list[str]:
+    """Run ``count`` EC2 instances straight in moto's backend of this process, in
+    reservations of ``batch``; their ids, in order. Only the process that serves moto can.
 
-    Through the API, moto spends ~5 ms serializing each instance of a RunInstances answer;
-    a fleet of thousands is seeded here instead, in reservations of ``batch``, and the ids
-    are written beside the spec (``<spec>.ids.json``: region -> ids, in order).
+    Through the API, moto spends ~5 ms serializing each instance of a RunInstances answer.
+    moto pages ``DescribeInstances`` by reservation, so ``batch`` sets how many instances a
+    page of ``MaxResults`` holds. ``launched``: the Unix time the instances' launch and
+    creation (their interfaces' attach time, as the reader reads it) are dated back to,
+    which no API can do.
     """
     from moto.ec2.models import ec2_backends
 
-    spec = json.loads(spec_path.read_text())
-    out: dict[str, list[str]] = {}
-    for group in spec["ec2"]:
-        region = group["region"]
-        backend = ec2_backends[ACCOUNT][region]
-        left = int(group["count"])
-        while left > 0:
-            n = min(int(group.get("batch", 100)), left)
+    backend = ec2_backends[ACCOUNT][region]
+    at = None if launched is None else datetime.fromtimestamp(launched, UTC)
+    ids: list[str] = []
+    with _newest_first(backend):
+        while len(ids) < count:
             reservation = backend.run_instances(
                 _AMI,
-                n,
+                min(batch, count - len(ids)),
                 None,
                 [],
-                instance_type=group.get("instance_type", "t3.micro"),
-                is_instance_type_default=False,
+                instance_type=instance_type,
+                # "Default" skips moto's walk of its instance-type offerings on every call
+                # (its validation is off): the type is still the one given.
+                is_instance_type_default=True,
                 region_name=region,
                 nics=[],
                 security_group_ids=[],
                 client_token="devstack-seed",
-                tags={"instance": dict(group.get("tags", {}))},
+                tags={"instance": dict(tags or {})},
             )
-            out.setdefault(region, []).extend(i.id for i in reservation.instances)
-            left -= n
+            for inst in reservation.instances:
+                if at is not None:
+                    inst.launch_time = at
+                    for eni in inst.nics.values():
+                        eni.attach_time = at
+                ids.append(inst.id)
+    return ids
+
+
+@contextlib.contextmanager
+def _newest_first(backend: Any) -> Iterator[None]:
+    """While seeding, ``backend.get_instance`` looks through the newest reservations first.
+
+    moto's own copies every reservation to find one instance, and each instance run looks
+    itself up (to attach its volume): a fleet of N single-instance reservations would cost
+    N² copies. The instance looked up is in the newest reservation.
+    """
+    original = backend.get_instance
+
+    def get_instance(instance_id: str) -> Any:
+        for reservation in reversed(backend.reservations.values()):
+            for inst in reservation.instances:
+                if inst.id == instance_id:
+                    return inst
+        return original(instance_id)
+
+    backend.get_instance = get_instance
+    try:
+        yield
+    finally:
+        del backend.get_instance
+
+
+def _seed_in_process(spec_path: Path) -> None:
+    """Run the fleet of ``spec_path`` into moto's backend before serving; the ids are
+    written beside the spec (``<spec>.ids.json``: region -> ids, in order)."""
+    spec = json.loads(spec_path.read_text())
+    out: dict[str, list[str]] = {}
+    for group in spec["ec2"]:
+        region = group["region"]
+        out.setdefault(region, []).extend(
+            run_in_backend(
+                region,
+                int(group["count"]),
+                tags=group.get("tags"),
+                batch=int(group.get("batch", 100)),
+                instance_type=group.get("instance_type", "t3.micro"),
+                launched=group.get("launched"),
+            )
+        )
     spec_path.with_suffix(".ids.json").write_text(json.dumps(out))
+
+
+def reset_launch_time_on_start() -> None:
+    """Teach moto's instances in this process what EC2 does: ``LaunchTime`` is the last
+    start (moto 5 keeps the first launch's)."""
+    from moto.core.utils import utcnow
+    from moto.ec2.models.instances import Instance
+
+    original = Instance.start
+
+    def start(self: Any) -> Any:
+        previous = original(self)
+        if previous.name != "running":
+            self.launch_time = utcnow()
+        return previous
+
+    Instance.start = start  # type: ignore[method-assign]
 
 
 def _serve(argv: Sequence[str]) -> None:
@@ -458,22 +545,12 @@ def _serve(argv: Sequence[str]) -> None:
     parser.add_argument("--seed", type=Path, default=None)
     args = parser.parse_args(argv)
 
-    from moto.core.utils import utcnow
-    from moto.ec2.models.instances import Instance
     from moto.server import main
 
     if args.seed is not None:
         _seed_in_process(args.seed)
 
-    original = Instance.start
-
-    def start(self: Any) -> Any:
-        previous = original(self)
-        if previous.name != "running":
-            self.launch_time = utcnow()  # as EC2 does: LaunchTime is the last start
-        return previous
-
-    Instance.start = start  # type: ignore[method-assign]
+    reset_launch_time_on_start()
     main(["-H", "127.0.0.1", "-p", str(args.port)])
 
 

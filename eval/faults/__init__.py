@@ -10,6 +10,9 @@ executor's PostgreSQL connections cut, the target changed out of band. After eac
 it waits (bounded, polling recorded state) until every approval has ended and checks the
 invariants of :mod:`eval.faults._check`: at most one write per approval by devcloud's
 write log, no approval silently lost, both audit chains verify, every receipt verifies.
+With ``--cloud moto`` the executor writes to a moto server instead, judged by moto's
+record of the write requests it received, and no devcloud fault is drawn
+(:mod:`eval.faults._clouds`).
 
 The sweep only uses the doors an operator has (APIs, signals, a superuser connection);
 it never edits a service's code or database, and never judges exactly-once by the

@@ -1,4 +1,5 @@
-"""``python -m eval.faults --seeds N [--start S] [--db sqlite|postgres]``: run the sweep.
+"""``python -m eval.faults --seeds N [--start S] [--db sqlite|postgres] [--cloud moto]``:
+run the sweep.
 
 Exit 0 when every seed passed, 1 at the first seed that broke an invariant (its schedule
 is printed), 2 on a usage error.
@@ -33,6 +34,12 @@ def main(argv: list[str] | None = None) -> int:
         help="the executor's ledger database (default sqlite)",
     )
     parser.add_argument(
+        "--cloud",
+        choices=("devcloud", "moto"),
+        default="devcloud",
+        help="the cloud double the executor writes to (default devcloud)",
+    )
+    parser.add_argument(
         "--batch", type=int, default=100, help="seeds per stack start (default 100)"
     )
     parser.add_argument(
@@ -60,13 +67,14 @@ def main(argv: list[str] | None = None) -> int:
     seeds = list(range(args.start, args.start + args.seeds))
     if args.show:
         for seed in seeds:
-            print(make_schedule(seed, postgres=args.db == "postgres").describe())
+            print(make_schedule(seed, postgres=args.db == "postgres", cloud=args.cloud).describe())
         return 0
     with tempfile.TemporaryDirectory(prefix="airlock-faults-") as tmp:
         workdir = args.workdir or Path(tmp)
         result = run_sweep(
             seeds,
             db=args.db,
+            cloud=args.cloud,
             workdir=workdir,
             batch=args.batch,
             pg_admin_url=args.pg_url,

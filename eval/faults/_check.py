@@ -2,8 +2,9 @@
 
 The judges, each independent of the executor's own opinion where it can be:
 
-* **writes per approval ≤ 1** — devcloud's write log (every effect devcloud applied),
-  per resource; each target of a seed has its own instance and one approval. The ledger
+* **writes per approval ≤ 1** — the cloud's own record (devcloud's write log of every
+  effect it applied; moto's recorder of every write request that reached it), per
+  resource; each target of a seed has its own instance and one approval. The ledger
   must also agree with the cloud: ``succeeded`` ⇒ exactly one write; ``refused`` /
   ``failed`` / never consumed ⇒ none; ``in_doubt`` ⇒ at most one.
 * **never silently lost** — every approval the checkpoint issued ends terminal in the
@@ -179,7 +180,7 @@ class Judge:
 
     def judge(self, issued: list[Issued], ends: dict[str, str]) -> Verdict:
         verdict = Verdict(ends=dict(ends))
-        admin = self.rig.stack.devcloud.admin
+        cloud = self.rig.cloud
         ledger_engine, checkpoint_engine = self._engines()
         try:
             rows, refused = self._ledger_view(ledger_engine, [i.approval_id for i in issued])
@@ -191,9 +192,9 @@ class Judge:
                 }
             for item in issued:
                 end = ends[item.approval_id]
-                self.judged[item.target.resource_id] = end
-                writes = admin.writes(resource_id=item.target.resource_id)
-                rid = item.target.resource_id
+                rid = self.rig.resource_id(item.target)
+                self.judged[rid] = end
+                writes = cloud.writes(rid)
                 verdict.check(
                     "writes<=1", len(writes) <= 1, f"{rid}: {len(writes)} writes: {writes}"
                 )
@@ -202,12 +203,14 @@ class Judge:
                     len(writes) in _WRITES_ALLOWED[end],
                     f"{rid} ended {end} with {len(writes)} writes",
                 )
-                verb = "Stop" if item.target.operation == "stop" else "Delete"
+                verb = cloud.verb(item.target, rid)
                 verdict.check(
                     "write-is-the-approved-one",
-                    all(verb in w["action"] and w["resource_id"] == rid for w in writes),
+                    all(verb in w.action and w.resource_id == rid for w in writes),
                     f"{rid}: {writes}",
                 )
+                if end == "succeeded":  # counted by kind of write, for the summary
+                    verdict.check(f"one-write:{verb}", len(writes) == 1, f"{rid}: {writes}")
                 self._receipts(
                     verdict=verdict,
                     item=item,
@@ -334,7 +337,7 @@ class Judge:
         landed after its seed was judged (a slow request outliving the verdict) or on a
         resource no approval named is caught too."""
         verdict = Verdict()
-        per_resource = Counter(w["resource_id"] for w in self.rig.stack.devcloud.admin.writes())
+        per_resource = Counter(w.resource_id for w in self.rig.cloud.writes())
         for rid, count in sorted(per_resource.items()):
             end = self.judged.get(rid)
             verdict.check("final-write-was-approved", end is not None, f"{count} writes on {rid}")

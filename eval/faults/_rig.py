@@ -1,9 +1,9 @@
 """The sweep's hands on the running stack: propose, approve, inject faults, supervise.
 
 Everything goes through the same doors an operator or attacker has: the checkpoint's API
-(the agent's token, alice's and bob's sessions), devcloud's admin API, signals to the
-service processes, and ``pg_terminate_backend`` from a separate superuser connection.
-Nothing here edits a service's code or database.
+(the agent's token, alice's and bob's sessions), the cloud double's admin doors
+(:mod:`._clouds`), signals to the service processes, and ``pg_terminate_backend`` from a
+separate superuser connection. Nothing here edits a service's code or database.
 """
 
 from __future__ import annotations
@@ -19,55 +19,18 @@ import httpx
 import psycopg
 from sqlalchemy.engine import make_url
 
-from devstack.stack import ACCOUNT, PASSWORD, REGION, Stack
+from devstack.stack import PASSWORD, Stack
 
+from ._clouds import Cloud
 from ._schedule import Fault, Target
 
-__all__ = ["DROP_DELAY_MS", "EXECUTOR_ENV", "Rig", "RigError", "action_for"]
+__all__ = ["Rig", "RigError"]
 
-#: The executor as the sweep runs it. Short lease and frequent recovery so a row left by
-#: a crash is taken over within seconds; the lease must exceed twice the cloud timeouts
-#: (ExecutorSettings refuses less), so 2 s over (200 + 700) ms.
-EXECUTOR_ENV: Final = {
-    "AIRLOCK_EXECUTOR_LEASE_SECONDS": "2",
-    "AIRLOCK_EXECUTOR_RECOVER_EVERY": "1",
-    "AIRLOCK_EXECUTOR_CLOUD_CONNECT_TIMEOUT_MS": "200",
-    "AIRLOCK_EXECUTOR_CLOUD_READ_TIMEOUT_MS": "700",
-}
-#: A dropped answer (drop_mode=timeout) is withheld past the executor's read timeout.
-DROP_DELAY_MS: Final = 1000
 _READY_TIMEOUT: Final = 30.0
-_PROTECT_TAG: Final = "airlock:protect"
-#: When every target was created (and so last started): 2025-11-01, before observed_at.
-_LAST_START: Final = 1_761_955_200
 
 
 class RigError(Exception):
     """The stack did something the sweep cannot continue from (a violation by itself)."""
-
-
-def action_for(target: Target) -> dict[str, Any]:
-    """The ProposedAction the agent submits for ``target``."""
-    params: dict[str, Any] = {"stopped_mode": "StopCharging"} if target.operation == "stop" else {}
-    return {
-        "type": "airlock.action/v1",
-        "proposal_id": target.proposal_id,
-        "provider": "alibaba",
-        "account": ACCOUNT,
-        "region": REGION,
-        "resource": {"type": "ecs.instance", "id": target.resource_id},
-        "operation": target.operation,
-        "params": params,
-        "precondition": {
-            "status": target.initial_status,
-            "absent_tags": [_PROTECT_TAG],
-            "observed_at": "2026-11-29T06:00:00Z",
-        },
-        "evidence": {"policy": "idle/v1", "window_days": 14, "cpu_p95_bp": 340},
-        "reason": "fault sweep",
-        "proposed_by": "agent:scanner-1",
-        "created_at": "2026-11-29T06:00:05Z",
-    }
 
 
 def _libpq(url: str) -> str:
@@ -78,8 +41,12 @@ class Rig:
     """One running stack, driven by one thread (the sweep is sequential by design: every
     concurrency in a seed is the stack's own, between its processes)."""
 
-    def __init__(self, stack: Stack, *, pg_admin_url: str | None = None) -> None:
+    def __init__(self, stack: Stack, cloud: Cloud, *, pg_admin_url: str | None = None) -> None:
         self.stack = stack
+        self.cloud = cloud
+        #: Each prepared target's resource id at the cloud, and back.
+        self.ids: dict[str, str] = {}
+        self.targets: dict[str, Target] = {}
         self.http = httpx.Client(base_url=stack.checkpoint_url, timeout=30.0, trust_env=False)
         self.pg_admin_url = pg_admin_url
         self.armed: str | None = None  # the failpoint the running executor carries
@@ -111,20 +78,21 @@ class Rig:
         return r
 
     def prepare(self, target: Target) -> dict[str, Any]:
-        """Create the target's own instance in devcloud and submit its proposal."""
-        # Created, and so last started, before the action's observed_at: the executor
-        # refuses to delete an instance started since its state was observed.
-        self.stack.devcloud.admin.create_instance(
-            target.resource_id, status=target.initial_status, created_at=_LAST_START
-        )
-        return self.stack.submit(action_for(target))
+        """Create the target's own resource at the cloud and submit its proposal."""
+        rid = self.cloud.create(target)
+        self.ids[target.proposal_id] = rid
+        self.targets[rid] = target
+        return self.stack.submit(self.cloud.action(target, rid))
+
+    def resource_id(self, target: Target) -> str:
+        return self.ids[target.proposal_id]
 
     def approve(self, target: Target, proposal: Mapping[str, Any]) -> tuple[str, float]:
         """Vote until the approval is issued: (approval id, time.time() of the answer)."""
         voters = ("alice",) if target.operation == "stop" else ("alice", "bob")
         body: dict[str, Any] = {"action_hash": proposal["action_hash"]}
         if target.operation == "delete":
-            body["confirm"] = target.resource_id  # the typed id a high-risk approve needs
+            body["confirm"] = self.resource_id(target)  # the typed id a high-risk approve needs
         record: dict[str, Any] = {}
         for who in voters:
             r = self._as(who, "POST", f"/v1/proposals/{proposal['id']}/approve", body)
@@ -197,7 +165,6 @@ class Rig:
 
     def inject(self, fault: Fault, targets: tuple[Target, ...]) -> str:
         """Apply one fault; return a short note of what it did (for a failure report)."""
-        admin = self.stack.devcloud.admin
         match fault.kind:
             case "executor.failpoint":
                 self.supervise()
@@ -212,17 +179,8 @@ class Rig:
                 self.armed = None
                 self.start_executor(None)
                 return f"executor SIGKILLed after {fault.n} ms and restarted"
-            case "devcloud.fail":
-                admin.set_faults(fail_next_writes=fault.n, fail_kind=fault.arg)
-                return f"next {fault.n} writes fail with {fault.arg}"
-            case "devcloud.drop":
-                admin.set_faults(
-                    drop_next_writes=fault.n, drop_mode=fault.arg, drop_delay_ms=DROP_DELAY_MS
-                )
-                return f"next {fault.n} writes apply, then the answer is dropped ({fault.arg})"
-            case "devcloud.latency":
-                admin.set_faults(write_latency_ms=fault.n)
-                return f"writes delayed {fault.n} ms"
+            case "devcloud.fail" | "devcloud.drop" | "devcloud.latency":
+                return self.cloud.inject(fault)
             case "checkpoint.restart":
                 sig = signal.SIGKILL if fault.arg == "SIGKILL" else signal.SIGTERM
                 self.stack.checkpoint.stop(sig)
@@ -233,14 +191,9 @@ class Rig:
                 cut = self.cut_ledger_connections()
                 return f"{cut} ledger connections terminated after {fault.n} ms"
             case "drift":
-                rid = targets[fault.target].resource_id
-                if fault.arg == "status":
-                    other = "Stopped" if targets[fault.target].operation == "stop" else "Running"
-                    admin.set_instance(rid, status=other)
-                elif fault.arg == "protect":
-                    admin.set_instance(rid, add_tags=[(_PROTECT_TAG, "true")])
-                else:
-                    admin.delete_instance(rid)
+                target = targets[fault.target]
+                rid = self.resource_id(target)
+                self.cloud.drift(target, rid, fault.arg)
                 return f"{rid} changed out of band ({fault.arg})"
         raise RigError(f"unknown fault kind {fault.kind}")
 
@@ -258,7 +211,7 @@ class Rig:
         return int(row[0]) if row else 0
 
     def reset_cloud_faults(self) -> None:
-        self.stack.devcloud.admin.reset_faults()
+        self.cloud.reset_faults()
 
     def logs(self, tail: int = 60) -> str:
         out = []

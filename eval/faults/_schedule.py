@@ -27,7 +27,8 @@ __all__ = [
 #: Every named crash point of the executor: the execute path's and the feed side's.
 ALL_FAILPOINTS: Final = (*FAILPOINTS, *FEED_FAILPOINTS)
 
-#: kind -> weight. ``postgres.cut`` is drawn only when the ledger is on PostgreSQL.
+#: kind -> weight. ``postgres.cut`` is drawn only when the ledger is on PostgreSQL,
+#: ``devcloud.*`` only against devcloud.
 FAULT_KINDS: Final = {
     "executor.failpoint": 4,  # restart the executor armed at a named point; it dies there
     "executor.sigkill": 2,  # SIGKILL the executor 0-80 ms after whatever came before
@@ -51,7 +52,8 @@ _BEFORE_AN_APPROVAL: Final = frozenset(
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """One proposal of the seed, on a devcloud instance created for it alone."""
+    """One proposal of the seed, on a resource created for it alone (devcloud's named
+    ``resource_id``; moto names its own, see :mod:`._clouds`)."""
 
     index: int
     operation: Literal["stop", "delete"]
@@ -125,8 +127,12 @@ class Schedule:
         return "\n".join(lines)
 
 
-def _draw_fault(rng: random.Random, *, postgres: bool, targets: int) -> Fault:
-    kinds = [k for k in FAULT_KINDS if postgres or k != "postgres.cut"]
+def _draw_fault(rng: random.Random, *, postgres: bool, moto: bool, targets: int) -> Fault:
+    kinds = [
+        k
+        for k in FAULT_KINDS
+        if (postgres or k != "postgres.cut") and not (moto and k.startswith("devcloud."))
+    ]
     kind = rng.choices(kinds, weights=[FAULT_KINDS[k] for k in kinds])[0]
     match kind:
         case "executor.failpoint":
@@ -154,8 +160,10 @@ def make_schedule(
     postgres: bool = False,
     approvals: tuple[int, int] = (2, 4),
     faults: tuple[int, int] = (1, 3),
+    cloud: Literal["devcloud", "moto"] = "devcloud",
 ) -> Schedule:
-    """The schedule of ``seed``: ``approvals`` and ``faults`` are inclusive ranges."""
+    """The schedule of ``seed``: ``approvals`` and ``faults`` are inclusive ranges. Against
+    moto, which cannot fail a write on demand, no ``devcloud.*`` fault is drawn."""
     # random.Random, not secrets: a schedule must be reproducible from its seed.
     rng = random.Random(seed)
     count = rng.randint(*approvals)
@@ -170,7 +178,7 @@ def make_schedule(
     )
     steps = [Step("approve", target=i) for i in range(count)]
     for _ in range(rng.randint(*faults)):
-        fault = _draw_fault(rng, postgres=postgres, targets=count)
+        fault = _draw_fault(rng, postgres=postgres, moto=cloud == "moto", targets=count)
         step = Step("fault", fault=fault)
         if fault.kind == "drift":
             # Out of band, before the approval: the executor's re-read must catch it.

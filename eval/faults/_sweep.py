@@ -25,10 +25,12 @@ import psycopg
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
-from devstack.stack import running_stack
+from devstack.moto import running_moto
+from devstack.stack import Stack, running_stack
 
 from ._check import Issued, Judge, NotQuiescent
-from ._rig import EXECUTOR_ENV, Rig, RigError
+from ._clouds import Cloud, CloudName, Devcloud, Moto
+from ._rig import Rig, RigError
 from ._schedule import Schedule, make_schedule
 
 __all__ = ["SeedFailure", "SweepResult", "run_sweep"]
@@ -64,6 +66,7 @@ class SeedFailure:
 @dataclass
 class SweepResult:
     db: str
+    cloud: CloudName = "devcloud"
     seeds_run: list[int] = field(default_factory=list)
     faults: Counter[str] = field(default_factory=Counter)
     crashes: Counter[str] = field(default_factory=Counter)
@@ -82,8 +85,8 @@ class SweepResult:
         span = f"{self.seeds_run[0]}..{self.seeds_run[-1]}" if n else "none"
         rate = n / self.wall if self.wall else 0.0
         lines = [
-            f"fault sweep: {n} seeds ({span}), ledger on {self.db}, {self.stacks} stack start(s),"
-            f" wall {self.wall:.1f} s ({rate:.2f} seeds/s)",
+            f"fault sweep: {n} seeds ({span}) against {self.cloud}, ledger on {self.db},"
+            f" {self.stacks} stack start(s), wall {self.wall:.1f} s ({rate:.2f} seeds/s)",
             "result: PASS" if self.failure is None else f"result: FAIL at seed {self.failure.seed}",
             f"approvals: {sum(self.ends.values())} — "
             + ", ".join(f"{k} {v}" for k, v in sorted(self.ends.items())),
@@ -176,6 +179,7 @@ def run_sweep(
     seeds: Sequence[int],
     *,
     db: Literal["sqlite", "postgres"] = "sqlite",
+    cloud: CloudName = "devcloud",
     workdir: Path,
     batch: int = 100,
     pg_admin_url: str = DEFAULT_PG_URL,
@@ -185,31 +189,36 @@ def run_sweep(
     faults: tuple[int, int] = (1, 3),
     verbose: bool = False,
 ) -> SweepResult:
-    """Run ``seeds`` in batches of ``batch`` per stack start; stop at the first failure."""
-    result = SweepResult(db=db)
+    """Run ``seeds`` in batches of ``batch`` per stack start; stop at the first failure.
+
+    ``cloud``: the executor writes to devcloud, or to a moto server (IAM enforced) beside
+    the stack (whose devcloud then serves nobody).
+    """
+    result = SweepResult(db=db, cloud=cloud)
     started = time.monotonic()
     workdir.mkdir(parents=True, exist_ok=True)
+
+    def schedule_of(seed: int) -> Schedule:
+        return make_schedule(
+            seed, postgres=db == "postgres", approvals=approvals, faults=faults, cloud=cloud
+        )
+
     try:
         for b in range(0, len(seeds), batch):
             chunk = seeds[b : b + batch]
             bdir = workdir / f"batch-{chunk[0]:07d}"
             with (
                 _ledger(db, pg_admin_url) as ledger_url,
-                running_stack(
-                    bdir, webapp=False, ledger_url=ledger_url, executor_env=EXECUTOR_ENV
-                ) as stack,
+                _cloud_stack(cloud, bdir, ledger_url) as (stack, world),
             ):
                 result.stacks += 1
-                rig = Rig(stack, pg_admin_url=pg_admin_url if db == "postgres" else None)
+                rig = Rig(stack, world, pg_admin_url=pg_admin_url if db == "postgres" else None)
                 judge = Judge(rig)
                 try:
                     for seed in chunk:
-                        schedule = make_schedule(
-                            seed, postgres=db == "postgres", approvals=approvals, faults=faults
-                        )
                         notes: list[str] = []
                         t0 = time.monotonic()
-                        failure = _run_seed(rig, judge, schedule, result, notes)
+                        failure = _run_seed(rig, judge, schedule_of(seed), result, notes)
                         if failure is not None:
                             result.failure = failure
                             print(failure.render(), file=out, flush=True)
@@ -227,14 +236,10 @@ def run_sweep(
                             )
                     final = judge.final()
                     if final.violations:
-                        seed = _seed_of(final.violations[0])
+                        seed = _seed_of(rig, final.violations[0])
                         result.failure = SeedFailure(
                             seed,
-                            make_schedule(
-                                seed, postgres=db == "postgres", approvals=approvals, faults=faults
-                            )
-                            if seed >= 0
-                            else None,
+                            schedule_of(seed) if seed >= 0 else None,
                             ["the batch-end check of the whole write log failed"],
                             final.violations,
                             rig.logs(),
@@ -253,10 +258,33 @@ def run_sweep(
     return result
 
 
-def _seed_of(violation: str) -> int:
-    """The seed whose resource a violation names (ids are i-sw<seed:07d>n<index>)."""
-    found = re.search(r"i-sw(\d{7})n\d", violation)
-    return int(found.group(1)) if found else -1
+@contextmanager
+def _cloud_stack(
+    cloud: CloudName, workdir: Path, ledger_url: str | None
+) -> Iterator[tuple[Stack, Cloud]]:
+    """The stack without its web app, its executor writing to ``cloud``."""
+    if cloud == "devcloud":
+        env = Devcloud.executor_env
+        with running_stack(workdir, webapp=False, ledger_url=ledger_url, executor_env=env) as st:
+            yield st, Devcloud(st.devcloud)
+        return
+    workdir.mkdir(parents=True, exist_ok=True)
+    with running_moto(workdir) as handle:
+        handle.enforce_auth()
+        world = Moto(handle)
+        with running_stack(
+            workdir / "stack", webapp=False, ledger_url=ledger_url, executor_env=world.executor_env
+        ) as stack:
+            yield stack, world
+
+
+def _seed_of(rig: Rig, violation: str) -> int:
+    """The seed whose resource a violation names (proposal ids are prop_sw<seed:07d>n<i>)."""
+    for rid, target in rig.targets.items():
+        if rid in violation:
+            found = re.fullmatch(r"prop_sw(\d{7})n\d+", target.proposal_id)
+            return int(found.group(1)) if found else -1
+    return -1
 
 
 @contextmanager

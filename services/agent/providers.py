@@ -17,10 +17,10 @@ from airlock.cloud.ports import ResourceType
 
 __all__ = ["ALIBABA", "AWS", "PROVIDERS", "AgentProvider", "Kind", "Metrics", "NetUnit"]
 
-#: How a reader reports a network metric's ``average``: bits per second (CloudMonitor),
-#: bytes per second (RDS on CloudWatch) or bytes per 5-minute sample (EC2's ``NetworkIn``
-#: and ``NetworkOut`` under basic monitoring: their ``Average`` over a period).
-NetUnit = Literal["bit/s", "B/s", "B/5min"]
+#: How a reader reports a network metric's ``average``, always a rate averaged over the
+#: point's period: bits per second (CloudMonitor) or bytes per second (CloudWatch: RDS's
+#: throughputs, and EC2's ``NetworkIn``/``NetworkOut`` as their ``Sum`` / period).
+NetUnit = Literal["bit/s", "B/s"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,12 +38,7 @@ class Metrics:
         if not math.isfinite(value) or value < 0:
             raise ValueError(f"not a usable network value: {value!r}")
         exact = Decimal(repr(value))
-        if self.net_unit == "bit/s":
-            exact = exact * period / 8
-        elif self.net_unit == "B/s":
-            exact = exact * period
-        else:
-            exact = exact * period / 300
+        exact = exact * period / 8 if self.net_unit == "bit/s" else exact * period
         return int(exact.to_integral_value(ROUND_HALF_UP))
 
 
@@ -123,7 +118,7 @@ AWS: Final = AgentProvider(
             "ec2.instance",
             # Memory needs the CloudWatch agent: not assumed.
             Metrics(
-                cpu="CPUUtilization", mem=None, net=("NetworkIn", "NetworkOut"), net_unit="B/5min"
+                cpu="CPUUtilization", mem=None, net=("NetworkIn", "NetworkOut"), net_unit="B/s"
             ),
             running="Running",
             starting=frozenset({"Pending"}),

@@ -26,6 +26,7 @@ from .support import (
     AWS_REGION,
     LEASE,
     T0,
+    Bundle,
     FakeClock,
     make_aws_bundle,
     make_executor,
@@ -200,12 +201,9 @@ def _spec(moto: MotoHandle) -> str:
 
 
 def test_eight_processes_race_one_bundle_through_the_aws_adapter(
-    moto: MotoHandle, sqlite_url: str
+    moto: MotoHandle, migrated_url: str
 ) -> None:
-    # SQLite only: the devcloud race runs both ledgers; here the adapter is what is new.
-    engine = make_engine(sqlite_url)
-    migrate(engine)
-    engine.dispose()
+    # On both ledgers, as the devcloud race.
     (iid,) = moto.seed_ec2(REGION, 1)
     b = make_aws_bundle(iid, approval_id=f"apv_race{iid.replace('-', '')}")
     moto.reset_record()
@@ -215,7 +213,7 @@ def test_eight_processes_race_one_bundle_through_the_aws_adapter(
         _CTX.Process(
             target=race,
             kwargs={
-                "url": sqlite_url,
+                "url": migrated_url,
                 "cloud_path": _spec(moto),
                 "raws": [b.raw],
                 "barrier": barrier,
@@ -236,53 +234,117 @@ def test_eight_processes_race_one_bundle_through_the_aws_adapter(
     assert [(w.action, w.ids) for w in moto.writes()] == [("StopInstances", (iid,))]
 
 
-@pytest.mark.parametrize(
-    ("point", "operation"),
-    [("after_cloud_call", "stop"), ("after_executing_commit", "delete")],
-)
-def test_sigkill_then_recovery_against_moto_never_writes_twice(
-    moto: MotoHandle, sqlite_url: str, tmp_path: Path, point: str, operation: str
+#: What recovery must conclude after a SIGKILL at each point, per write (as
+#: test_crash.py's table for devcloud): (ledger state, writes by moto's record).
+_CRASHES = {
+    # Nothing committed: no row; the bundle delivered again is written once.
+    ("before_consume", "stop"): (None, 0),
+    ("before_consume", "rds"): (None, 0),
+    ("before_consume", "delete"): (None, 0),
+    # The write never went out. A stop has no provider token: in doubt, never retried;
+    # a terminate that still verifies is issued again (terminating twice is a no-op).
+    ("after_executing_commit", "stop"): ("in_doubt", 0),
+    ("after_executing_commit", "rds"): ("in_doubt", 0),
+    ("after_executing_commit", "delete"): ("succeeded", 1),
+    ("after_cloud_call", "stop"): ("succeeded", 1),
+    ("after_cloud_call", "rds"): ("succeeded", 1),
+    ("after_cloud_call", "delete"): ("succeeded", 1),
+    ("after_outcome_commit", "stop"): ("succeeded", 1),
+    ("after_outcome_commit", "rds"): ("succeeded", 1),
+    ("after_outcome_commit", "delete"): ("succeeded", 1),
+}
+
+
+def _crash_case(moto: MotoHandle, n: int, write: str) -> Bundle:
+    if write == "rds":
+        name = moto.seed_rds(REGION, f"db-crash-{n}")
+        return make_aws_bundle(name, approval_id=f"apv_crash{n:02d}rds")
+    (iid,) = moto.seed_ec2(REGION, 1)
+    if write == "stop":
+        return make_aws_bundle(iid)
+    moto.client("ec2", REGION).stop_instances(InstanceIds=[iid])
+    return make_aws_bundle(iid, operation="delete", status="Stopped", observed_at=_later())
+
+
+def test_sigkill_at_every_failpoint_then_recovery_against_moto_never_writes_twice(
+    moto: MotoHandle, sqlite_url: str, tmp_path: Path
 ) -> None:
     import sqlalchemy as sa
 
     from airlock.store import verify_chain
+    from services.executor import FAILPOINTS
     from services.executor.models import ledger
 
+    assert {point for point, _ in _CRASHES} == set(FAILPOINTS)
     engine = make_engine(sqlite_url)
     migrate(engine)
-    (iid,) = moto.seed_ec2(REGION, 1)
-    status = "Running"
-    observed = "2025-11-29T06:00:00Z"
-    if operation == "delete":
-        moto.client("ec2", REGION).stop_instances(InstanceIds=[iid])
-        status, observed = "Stopped", _later()
-    b = make_aws_bundle(iid, operation=operation, status=status, observed_at=observed)
-    path = tmp_path / "bundle.json"
-    path.write_bytes(b.raw)
+    cases = []
+    for n, (point, write) in enumerate(_CRASHES):
+        b = _crash_case(moto, n, write)
+        path = tmp_path / f"{n}.json"
+        path.write_bytes(b.raw)
+        cases.append((point, write, b, path))
     moto.reset_record()
-    crasher = _child(
-        sqlite_url,
-        _spec(moto),
-        T0 + 10,
-        "crasher",
-        str(path),
-        AIRLOCK_ENV="dev",
-        AIRLOCK_EXECUTOR_FAILPOINTS=point,
-    )
-    _, err = crasher.communicate(timeout=240)
-    assert crasher.returncode == -signal.SIGKILL, err.decode()
-    rescuer = _child(sqlite_url, _spec(moto), T0 + 10 + LEASE, "rescuer", "--recover", str(path))
-    out, err = rescuer.communicate(timeout=240)
-    assert rescuer.returncode == 0, err.decode()
-    assert "E_REPLAY" in out.decode()
+    crashing = [
+        _child(
+            sqlite_url,
+            _spec(moto),
+            T0 + 10,
+            f"crasher-{n}",
+            str(path),
+            AIRLOCK_ENV="dev",
+            AIRLOCK_EXECUTOR_FAILPOINTS=point,
+        )
+        for n, (point, _, _, path) in enumerate(cases)
+    ]
+    for proc in crashing:
+        _, err = proc.communicate(timeout=240)
+        assert proc.returncode == -signal.SIGKILL, err.decode()
+
+    def writes() -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for w in moto.writes():
+            for rid in w.ids:
+                out.setdefault(rid, []).append(w.action)
+        return out
+
     try:
+        # A fresh process, after the crashed owners' leases expired.
+        rescuer = _child(sqlite_url, _spec(moto), T0 + 10 + LEASE, "rescuer", "--recover")
+        _, err = rescuer.communicate(timeout=240)
+        assert rescuer.returncode == 0, err.decode()
         with engine.connect() as conn:
-            state = conn.execute(
-                sa.select(ledger.c.state).where(ledger.c.approval_id == b.approval_id)
-            ).scalar_one()
-        assert state == "succeeded"
-        call = "StopInstances" if operation == "stop" else "TerminateInstances"
-        assert [(w.action, w.ids) for w in moto.writes()] == [(call, (iid,))]
+            after = {r.approval_id: r.state for r in conn.execute(sa.select(ledger))}
+        seen = writes()
+        for point, write, b, _ in cases:
+            state, count = _CRASHES[(point, write)]
+            assert after.get(b.approval_id) == state, (point, write)
+            assert len(seen.get(b.resource_id, [])) == count, (point, write, seen)
+        assert verify_chain(engine).ok
+
+        # Every bundle delivered again, as the feed does until its cursor moved past it:
+        # those never consumed are written once, nothing else ever again.
+        again = _child(
+            sqlite_url,
+            _spec(moto),
+            T0 + 20 + 2 * LEASE,
+            "again",
+            "--recover",
+            *(str(path) for *_, path in cases),
+        )
+        out, err = again.communicate(timeout=240)
+        assert again.returncode == 0, err.decode()
+        unconsumed = {b.resource_id for point, _, b, _ in cases if point == "before_consume"}
+        assert out.decode().count("E_REPLAY") == len(cases) - len(unconsumed)
+        final = writes()
+        for _, write, b, _ in cases:
+            expected = {"stop": "StopInstances", "rds": "StopDBInstance"}.get(
+                write, "TerminateInstances"
+            )
+            assert set(final.get(b.resource_id, [])) <= {expected}
+            assert len(final.get(b.resource_id, [])) == (
+                1 if b.resource_id in unconsumed else len(seen.get(b.resource_id, []))
+            )
         assert verify_chain(engine).ok
     finally:
         engine.dispose()

@@ -59,6 +59,7 @@ from alibabacloud_cms20190101 import models as cms_models
 from alibabacloud_ecs20140526 import models as ecs_models
 from alibabacloud_rds20140815 import models as rds_models
 
+from airlock.cloud._metrics import BatchedMetrics
 from airlock.cloud.ports import (
     LiveState,
     MetricPoint,
@@ -230,7 +231,7 @@ def _micros(value: object, *, request_id: str) -> int:
 # --------------------------------------------------------------------------- reader
 
 
-class AlibabaReader:
+class AlibabaReader(BatchedMetrics):
     """``CloudReader`` over the SDKs. Give it the read-only key (Describe*/List* only)."""
 
     def __init__(self, config: AlibabaConfig) -> None:
@@ -460,15 +461,16 @@ class AlibabaReader:
 
     # -- metrics
 
-    def get_metrics(
-        self, region: str, resource_id: str, metric: str, *, start: int, end: int, period: int
-    ) -> Iterator[MetricPoint]:
-        for _rid, point in self.get_metrics_many(
-            region, [resource_id], metric, start=start, end=end, period=period
-        ):
-            yield point
+    # -- metrics (get_metrics, get_metrics_many: BatchedMetrics)
 
-    def get_metrics_many(
+    # CloudMonitor accepts a list of dimensions per call, so a fleet scan costs one paged
+    # query per metric per batch rather than one per instance.
+    metric_batch = _DIMENSIONS_BATCH
+
+    def _check_metric_query(self, resource_ids: Sequence[str], metric: str, period: int) -> None:
+        self._namespace(resource_ids, metric)
+
+    def _metric_batch(
         self,
         region: str,
         resource_ids: Sequence[str],
@@ -478,21 +480,10 @@ class AlibabaReader:
         end: int,
         period: int,
     ) -> Iterator[tuple[str, MetricPoint]]:
-        """Datapoints of one metric for several resources of one kind in one query, paged.
-
-        CloudMonitor accepts a list of dimensions per call, so a fleet scan costs one
-        paged query per metric per batch rather than one per instance.
-        """
-        if not resource_ids:
-            return
-        if end <= start or period <= 0:
-            raise ValueError("need start < end and a positive period")
         namespace = self._namespace(resource_ids, metric)
-        for at in range(0, len(resource_ids), _DIMENSIONS_BATCH):
-            batch = resource_ids[at : at + _DIMENSIONS_BATCH]
-            yield from self._metric_pages(
-                region, namespace, batch, metric=metric, start=start, end=end, period=period
-            )
+        return self._metric_pages(
+            region, namespace, resource_ids, metric=metric, start=start, end=end, period=period
+        )
 
     def _metric_pages(
         self,
@@ -536,8 +527,7 @@ class AlibabaReader:
                 except _Unusable as exc:
                     dropped[exc.field] = dropped.get(exc.field, 0) + 1
                     continue
-                if start <= point.timestamp < end:
-                    yield rid, point
+                yield rid, point  # BatchedMetrics keeps those within the window
             if dropped:
                 self._drop(metric, dropped)
             token = body.next_token or None

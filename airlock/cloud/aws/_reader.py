@@ -20,16 +20,27 @@ start keep it). RDS reports neither start nor creation in a way a delete could r
 and no RDS delete is allowed.
 
 Metrics (namespace ``AWS/EC2`` by ``InstanceId`` for ``i-…``, else ``AWS/RDS`` by
-``DBInstanceIdentifier``), each point its period's ``Average`` and ``Maximum``:
+``DBInstanceIdentifier``), each point its period's ``Average`` and ``Maximum``, except
+EC2's byte counts:
 
 ==========================  =========================================  ================
-metric                      meaning                                    unit
+metric                      meaning                                    point's unit
 ==========================  =========================================  ================
 CPUUtilization              EC2 / RDS CPU                              percent
-NetworkIn, NetworkOut       EC2 bytes in one sample (5 min basic)      bytes
+NetworkIn, NetworkOut       EC2 bytes moved, as the period's mean      bytes/second
+                            rate: ``Sum`` / period
 NetworkReceiveThroughput    RDS inbound                                bytes/second
 NetworkTransmitThroughput   RDS outbound                               bytes/second
 ==========================  =========================================  ================
+
+EC2's ``NetworkIn`` and ``NetworkOut`` are bytes per sample, and a sample is 5 minutes
+under basic monitoring but 1 minute under detailed monitoring: their ``Average`` over a
+period depends on which, and read as 5-minute samples it undercounts a detailed-monitoring
+machine's traffic five times (a busy machine would look idle). Their ``Sum`` over the
+period is the bytes moved whatever the sampling, so the reader asks for it and reports
+``Sum / period``: a rate averaged over the period, as every other network point of every
+provider is (a point of period ``p`` moved ``average * p`` bytes). Their per-sample
+``Maximum`` is not a rate either way; the point's ``maximum`` is its ``average``.
 
 A datapoint without a number is dropped, never read as zero.
 """
@@ -41,6 +52,7 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from airlock.cloud._metrics import BatchedMetrics
 from airlock.cloud.ports import LiveState, MetricPoint, RdsSpec, ResourceNotFound, ResourceType
 
 from ._common import EC2_ID, RDS_ID, AwsConfig, Clients, call, rfc3339
@@ -52,8 +64,10 @@ RDS_METRICS: Final = ("CPUUtilization", "NetworkReceiveThroughput", "NetworkTran
 
 _EC2_PAGE: Final = (5, 1000)  # DescribeInstances MaxResults bounds
 _RDS_PAGE: Final = (20, 100)  # DescribeDBInstances MaxRecords bounds
-#: GetMetricData takes at most 500 queries; two (Average, Maximum) per resource.
+#: Ids a GetMetricData call: it takes 500 queries, at most two (Average, Maximum) an id.
 _METRIC_BATCH: Final = 250
+#: Metrics that count bytes per sample: read as their Sum (see the module docstring).
+_BYTE_COUNTS: Final = frozenset({"NetworkIn", "NetworkOut"})
 _GONE: Final = frozenset({"shutting-down", "terminated"})
 
 
@@ -118,7 +132,7 @@ def _namespace(resource_id: str) -> tuple[str, str]:
     raise ValueError(f"not an EC2 or RDS id: {resource_id!r}")
 
 
-class AwsReader:
+class AwsReader(BatchedMetrics):
     """``CloudReader`` (and ``MetricsBatchReader``) over boto3. Give it the read credentials.
 
     ``calls`` counts the API calls made, by action, as ``AlibabaReader`` does.
@@ -215,15 +229,17 @@ class AwsReader:
             return _rds_state(region, dbs[0]) if dbs else None
         raise ValueError(f"AWS has no {resource_type}")
 
-    def get_metrics(
-        self, region: str, resource_id: str, metric: str, *, start: int, end: int, period: int
-    ) -> Iterator[MetricPoint]:
-        for _, point in self.get_metrics_many(
-            region, [resource_id], metric, start=start, end=end, period=period
-        ):
-            yield point
+    # -- metrics (get_metrics, get_metrics_many: BatchedMetrics)
 
-    def get_metrics_many(
+    metric_batch = _METRIC_BATCH
+
+    def _check_metric_query(self, resource_ids: Sequence[str], metric: str, period: int) -> None:
+        if period % 60:
+            raise ValueError("period must be a positive multiple of 60 seconds")
+        for rid in resource_ids:
+            _namespace(rid)
+
+    def _metric_batch(
         self,
         region: str,
         resource_ids: Sequence[str],
@@ -233,23 +249,12 @@ class AwsReader:
         end: int,
         period: int,
     ) -> Iterator[tuple[str, MetricPoint]]:
-        """(id, point) pairs over [start, end), oldest first per id; 250 ids a query."""
-        if period <= 0 or period % 60:
-            raise ValueError("period must be a positive multiple of 60 seconds")
         ids = list(resource_ids)
-        for first in range(0, len(ids), _METRIC_BATCH):
-            yield from self._metric_batch(
-                region, ids[first : first + _METRIC_BATCH], metric, window=(start, end, period)
-            )
-
-    def _metric_batch(
-        self, region: str, ids: list[str], metric: str, *, window: tuple[int, int, int]
-    ) -> Iterator[tuple[str, MetricPoint]]:
-        start, end, period = window
+        stats = ("Sum",) if metric in _BYTE_COUNTS else ("Average", "Maximum")
         queries = []
         for n, rid in enumerate(ids):
             namespace, dimension = _namespace(rid)
-            for stat in ("Average", "Maximum"):
+            for stat in stats:
                 queries.append(
                     {
                         "Id": f"{stat[0].lower()}{n}",
@@ -290,15 +295,13 @@ class AwsReader:
             if not token:
                 break
         for n, rid in enumerate(ids):
-            averages = series.get(f"a{n}", {})
-            maxima = series.get(f"m{n}", {})
+            if metric in _BYTE_COUNTS:
+                averages = {t: v / period for t, v in series.get(f"s{n}", {}).items()}
+                maxima = averages
+            else:
+                averages = series.get(f"a{n}", {})
+                maxima = series.get(f"m{n}", {})
             for stamp in sorted(averages):
-                if start <= stamp < end:
-                    yield (
-                        rid,
-                        MetricPoint(
-                            timestamp=stamp,
-                            average=averages[stamp],
-                            maximum=maxima.get(stamp, averages[stamp]),
-                        ),
-                    )
+                average = averages[stamp]
+                point = MetricPoint(stamp, average=average, maximum=maxima.get(stamp, average))
+                yield rid, point

@@ -8,6 +8,7 @@ requests, never through its in-process mock.
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -30,10 +31,21 @@ def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoHandle]:
         yield handle
 
 
+#: Two EC2 instances launched three days ago, apart from the fleet: old enough for the
+#: agent to judge over a two-day window.
+AGED: dict[str, object] = {
+    "region": "ca-central-1",
+    "count": 2,
+    "tags": {"team": "data"},
+    "launched": int(time.time()) - 3 * 86_400,
+}
+
+
 @pytest.fixture(scope="module")
 def moto_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoHandle]:
-    """A moto server holding :data:`FLEET`, seeded before it serves; IAM enforced."""
-    with running_moto(tmp_path_factory.mktemp("moto-fleet"), fleet=FLEET) as handle:
+    """A moto server holding :data:`FLEET` and :data:`AGED`, seeded before it serves; IAM
+    enforced."""
+    with running_moto(tmp_path_factory.mktemp("moto-fleet"), fleet=(*FLEET, AGED)) as handle:
         handle.enforce_auth()
         yield handle
 

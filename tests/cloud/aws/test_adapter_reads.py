@@ -8,8 +8,11 @@ import pytest
 
 from airlock.cloud.ports import CloudReader, MetricsBatchReader
 from devstack.moto import MotoHandle
+from services.agent.discovery import Discovery
+from services.agent.idle import HOUR, IdlePolicy, Window
+from services.agent.providers import AWS
 
-from .conftest import FLEET
+from .conftest import AGED, FLEET
 
 #: Where a test runs its own instances: no fleet there to page through.
 _OWN = "us-west-2"
@@ -40,7 +43,7 @@ def test_a_fleet_of_2000_is_scanned_completely_over_3_pages_in_2_regions(
         seen[region] = [s.resource_id for s in states]
     # Every seeded instance once, none twice, nothing missed on a page boundary.
     assert {r: sorted(ids) for r, ids in seen.items()} == {
-        r: sorted(ids) for r, ids in moto_fleet.fleet.items()
+        r: sorted(moto_fleet.fleet[r]) for r in seen
     }
     assert sum(len(ids) for ids in seen.values()) == 2000
     # Pages as moto saw them: MaxResults counts reservations (100 instances each here).
@@ -162,3 +165,38 @@ def test_a_period_that_cloudwatch_cannot_serve_is_refused(moto_fleet: MotoHandle
                 "us-east-1", "i-0123456789abcdef0", "CPUUtilization", start=0, end=60, period=90
             )
         )
+
+
+def test_a_network_busy_ec2_instance_with_1_minute_samples_is_not_reported_idle(
+    moto_fleet: MotoHandle,
+) -> None:
+    """Detailed monitoring: ``NetworkIn`` every minute. 6 kB a minute is 8.64 MB a day,
+    over the idle policy's 5 MB quiet bar; an ``Average`` read as a 5-minute sample makes
+    it 1.73 MB, a quiet day, and the machine idle."""
+    region = str(AGED["region"])
+    busy, quiet = moto_fleet.fleet[region]
+    now = int(time.time())
+    window = Window.ending_before(now, 2)
+    for iid, per_minute in ((busy, 6_000.0), (quiet, 1_000.0)):
+        for metric, step, value in (("CPUUtilization", HOUR, 1.0), ("NetworkIn", 60, per_minute)):
+            moto_fleet.put_metrics(
+                region,
+                namespace="AWS/EC2",
+                dimension="InstanceId",
+                resource_id=iid,
+                metric=metric,
+                points=[(t, value) for t in range(window.start, window.end, step)],
+            )
+    discovery = Discovery(
+        moto_fleet.reader(),
+        IdlePolicy(window_days=2, net_quiet_min_days=2),
+        regions=(region,),
+        clock=lambda: now,
+        provider=AWS,
+    )
+    seen = {obs.state.resource_id: obs for obs in discovery.scan(now)}
+    assert seen[busy].verdict.kind == "busy", seen[busy].verdict
+    assert seen[busy].verdict.reasons[0].startswith("network ≥ 5.0 MB/day on 2 of 2 days")
+    usage = seen[busy].usage
+    assert usage is not None and usage.daily_net_bytes == (8_640_000, 8_640_000)
+    assert seen[quiet].verdict.kind == "idle", seen[quiet].verdict
