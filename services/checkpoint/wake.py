@@ -23,11 +23,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
+
+if TYPE_CHECKING:
+    import psycopg
 
 __all__ = ["FEED", "LIMITS", "Listener", "notify"]
 
@@ -113,6 +115,8 @@ class Listener:
                 delay = min(_BACKOFF_MAX, delay * 2)
 
     def _serve(self) -> None:
+        import psycopg  # noqa: PLC0415 - a checkpoint on SQLite never loads the driver
+
         with psycopg.connect(
             self._conninfo,
             autocommit=True,
