@@ -278,7 +278,7 @@ def _dispatcher(
     poll: float,
 ) -> Dispatcher | None:
     """The delivery worker over the checkpoint's outbox, or None with no channel."""
-    if not checkpoint.notify.channels:
+    if not checkpoint.notify.active:
         return None
     return Dispatcher(
         checkpoint.engine,

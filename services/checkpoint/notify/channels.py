@@ -13,6 +13,7 @@ import json
 import smtplib
 import ssl
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from email.message import EmailMessage
 from pathlib import Path
@@ -261,6 +262,16 @@ class EmailSender:
         # Said explicitly (both are the defaults): the server's name and chain are checked.
         self._context.check_hostname = True
         self._context.verify_mode = ssl.CERT_REQUIRED
+
+    def to(self, addresses: tuple[str, ...]) -> EmailSender:
+        """The same server, sign-in and sender, to other recipients (a person's own)."""
+        other = EmailSender.__new__(EmailSender)
+        other.name = self.name
+        other._channel = replace(self._channel, to=addresses)
+        other._password = self._password
+        other._timeout = self._timeout
+        other._context = self._context
+        return other
 
     def send(self, body: Mapping[str, Any]) -> None:
         (error,) = self.send_all([body])
