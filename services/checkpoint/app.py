@@ -29,6 +29,7 @@ from airlock.protocol import KeySet, KeySetError
 from airlock.settings import CheckpointSettings, answered_hosts
 from airlock.store import upgrade
 
+from . import prefs
 from ._db import Database
 from .auth import Accounts
 from .errors import ConfigError, ErrorCode
@@ -255,6 +256,7 @@ def bare_app(lifespan: Any = None) -> FastAPI:
         redoc_url=None,
     )
     install(app)
+    app.include_router(prefs.router)  # /v1/me/notifications
     app.openapi = lambda: openapi_schema(app)  # type: ignore[method-assign]
     return app
 

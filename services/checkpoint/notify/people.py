@@ -57,17 +57,16 @@ def slack_url_allowed(url: str, people: People) -> bool:
 
 
 def _prefs(conn: Connection, notify: NotifyConfig) -> dict[str, Pref]:
-    """Every enabled person's reachable preference (none unless ``[notify.people]``)."""
-    people = notify.routing.people
-    if not people.enabled:
+    """Every enabled person's preference (none unless ``[notify.people]``). One with
+    nowhere this checkpoint can send to is still a choice: nothing, not the default."""
+    if not notify.routing.people.enabled:
         return {}
     rows = conn.execute(
         sa.select(notify_prefs)
         .select_from(notify_prefs.join(users, users.c.username == notify_prefs.c.username))
         .where(users.c.disabled.is_(False))
     ).all()
-    found = (Pref.from_row(r) for r in rows)
-    return {p.username: p for p in found if p.reachable(people)}
+    return {p.username: p for p in (Pref.from_row(r) for r in rows)}
 
 
 def targets(conn: Connection, notify: NotifyConfig, proposal_id: str, kind: str) -> list[str]:
@@ -79,6 +78,7 @@ def targets(conn: Connection, notify: NotifyConfig, proposal_id: str, kind: str)
     default); for a proposal routed to no one, each person whose preference asks for it.
     """
     out = list(notify.channels_for(kind))
+    people = notify.routing.people
     prefs = _prefs(conn, notify)
     route = conn.execute(
         sa.select(
@@ -86,7 +86,11 @@ def targets(conn: Connection, notify: NotifyConfig, proposal_id: str, kind: str)
         ).where(proposal_routes.c.proposal_id == proposal_id)
     ).first()
     if route is None:
-        out += [PERSON_PREFIX + name for name, p in sorted(prefs.items()) if kind in p.events]
+        out += [
+            PERSON_PREFIX + name
+            for name, p in sorted(prefs.items())
+            if kind in p.events and p.reachable(people)
+        ]
     else:
         out += [c for c in json.loads(route.notify) if notify.wants(c, kind)]
         for name in json.loads(route.groups)[: route.level + 1]:
@@ -97,7 +101,7 @@ def targets(conn: Connection, notify: NotifyConfig, proposal_id: str, kind: str)
                 pref = prefs.get(member)
                 if pref is None:
                     out += [c for c in group.notify if notify.wants(c, kind)]
-                elif kind in pref.events:
+                elif kind in pref.events and pref.reachable(people):
                     out.append(PERSON_PREFIX + member)
     return list(dict.fromkeys(out))
 
