@@ -29,8 +29,9 @@ from .service import Checkpoint
 
 __all__ = ["NotifyPrefsIn", "NotifyPrefsOut", "clear", "read", "router", "store"]
 
-_EMAIL: Final = re.compile(r"[^@\s\x00-\x1f\x7f]{1,64}@[A-Za-z0-9.-]{1,189}\.[A-Za-z]{2,63}")
-_URL_MAX: Final = 500
+_EMAIL: Final = r"^[^@\s\x00-\x1f\x7f]{1,64}@[A-Za-z0-9.-]{1,189}\.[A-Za-z]{2,63}$"
+_URL: Final = r"^https://[!-~]{1,492}$"
+_KIND: Final = "^(" + "|".join(re.escape(k) for k in NOTIFY_KINDS) + ")$"
 
 
 class NotifyPrefsIn(BaseModel):
@@ -38,12 +39,15 @@ class NotifyPrefsIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    events: Annotated[list[str], Field(max_length=len(NOTIFY_KINDS))]
+    events: Annotated[
+        list[Annotated[str, Field(pattern=_KIND)]], Field(max_length=len(NOTIFY_KINDS))
+    ]
     #: An address for email; null: no email.
-    email: Annotated[str | None, Field(max_length=254)] = None
-    #: A personal Slack incoming-webhook URL (https, on an allowed host); null: none,
-    #: unless ``keep_slack_url``.
-    slack_url: Annotated[str | None, Field(max_length=_URL_MAX)] = None
+    email: Annotated[str | None, Field(max_length=254, pattern=_EMAIL)] = None
+    #: A personal Slack incoming-webhook URL (https, on a host ``[notify.people]
+    #: slack_hosts`` allows, else 403 ``E_FORBIDDEN``); null: none, unless
+    #: ``keep_slack_url``.
+    slack_url: Annotated[str | None, Field(max_length=500, pattern=_URL)] = None
     #: Keep the stored Slack URL (the page never holds it to send it back).
     keep_slack_url: bool = False
 
@@ -99,28 +103,21 @@ def read(cp: Checkpoint, principal: Principal) -> NotifyPrefsOut:
     )
 
 
-def _checked(notify: NotifyConfig, body: NotifyPrefsIn) -> tuple[list[str], str | None]:
-    unknown = sorted(set(body.events) - set(NOTIFY_KINDS))
-    if unknown:
-        raise Refusal(ErrorCode.E_INVALID, "events: each one of " + ", ".join(NOTIFY_KINDS), 422)
-    email = (body.email or "").strip() or None
-    if email is not None and not _EMAIL.fullmatch(email):
-        raise Refusal(ErrorCode.E_INVALID, "email: not an email address", 422)
-    url = (body.slack_url or "").strip() or None
-    if url is not None and not slack_url_allowed(url, notify.routing.people):
-        hosts = ", ".join(notify.routing.people.slack_hosts)
-        raise Refusal(
-            ErrorCode.E_INVALID, f"slack_url: an https:// URL on {hosts} (a Slack webhook)", 422
-        )
-    return [k for k in NOTIFY_KINDS if k in body.events], email
-
-
 def store(cp: Checkpoint, principal: Principal, body: NotifyPrefsIn) -> NotifyPrefsOut:
-    """Set the caller's preference, replacing any; refuse (422 ``E_INVALID``) an unknown
-    event, an address that is not one, or a Slack URL not on an allowed host."""
+    """Set the caller's preference, replacing any (the body's shape was checked at
+    parse: kinds, an address, an https URL); refuse (403 ``E_FORBIDDEN``) a Slack URL
+    on a host the policy does not allow."""
     name = _person(principal)
-    events, email = _checked(cp.policy.notify, body)
-    url = (body.slack_url or "").strip() or None
+    people = cp.policy.notify.routing.people
+    url = body.slack_url
+    if url is not None and not slack_url_allowed(url, people):
+        raise Refusal(
+            ErrorCode.E_FORBIDDEN,
+            f"slack_url: the policy allows personal Slack URLs on {', '.join(people.slack_hosts)}",
+            403,
+        )
+    events = [k for k in NOTIFY_KINDS if k in body.events]
+    email = body.email
     now = cp.now()
     values: dict[str, Any] = {"events": json.dumps(events), "email": email, "updated_at": now}
     if url is not None or not body.keep_slack_url:

@@ -121,21 +121,28 @@ def test_a_preference_is_stored_shown_masked_and_cleared(people: People) -> None
 
 
 @pytest.mark.parametrize(
-    ("body", "field"),
+    ("body", "field", "refusal"),
     [
-        ({"events": ["proposal.nope"]}, "events"),
-        ({"events": [], "email": "not an address"}, "email"),
-        ({"events": [], "slack_url": "https://evil.example/services/x"}, "slack_url"),
-        ({"events": [], "slack_url": "http://hooks.slack.com/services/x"}, "slack_url"),
+        ({"events": ["proposal.nope"]}, "events", "E_INVALID"),
+        ({"events": [], "email": "not an address"}, "email", "E_INVALID"),
+        ({"events": [], "email": "a@b.example\r\nBcc: x@y.example"}, "email", "E_INVALID"),
+        (
+            {"events": [], "slack_url": "http://hooks.slack.com/services/x"},
+            "slack_url",
+            "E_INVALID",
+        ),
+        ({"events": [], "slack_url": "https://evil.example/x"}, "slack_url", "E_FORBIDDEN"),
+        ({"events": [], "slack_url": "https://u@127.0.0.1/x"}, "slack_url", "E_FORBIDDEN"),
     ],
 )
 def test_a_bad_preference_is_refused_and_nothing_is_stored(
-    people: People, body: dict[str, Any], field: str
+    people: People, body: dict[str, Any], field: str, refusal: str
 ) -> None:
     world = people.world
     refused = _set(world, "alice", **body)
-    assert refused.status_code == 422 and refused.json()["error"]["code"] == "E_INVALID"
-    assert refused.json()["error"]["message"].startswith(field)
+    assert refused.json()["error"]["code"] == refusal, refused.text
+    assert refused.status_code == (422 if refusal == "E_INVALID" else 403)
+    assert field in refused.json()["error"]["message"]
     assert world.client.get(ME, headers=world.auth("alice")).json()["set"] is False
 
 

@@ -112,6 +112,6 @@ def test_a_refused_preference_is_shown_with_the_checkpoints_reason(stack: Stack)
         "action": "save",
     }
     refused = stack.web.post("/notifications", data=form)
-    assert refused.status_code == 422 and 'id="refusal"' in refused.text
-    assert "E_INVALID" in refused.text
+    assert refused.status_code == 403 and 'id="refusal"' in refused.text
+    assert "E_FORBIDDEN" in refused.text
     assert stack.prefs("bob")["set"] is False

@@ -47,7 +47,11 @@ class Pref:
 
 def slack_url_allowed(url: str, people: People) -> bool:
     """An https URL on one of ``[notify.people] slack_hosts``, with no user part."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is no number
+    except ValueError:
+        return False
     return (
         parts.scheme == "https"
         and parts.netloc in people.slack_hosts
