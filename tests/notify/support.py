@@ -141,7 +141,7 @@ def routed_policy(
 ) -> Policy:
     """The shipped policy with ``ROUTED_RULE`` first, ``GROUPS`` and ``notify_toml``."""
     text = DEFAULT_POLICY.read_text(encoding="utf-8")
-    first = text.index("[[rule]]")
+    first = text.index("\n[[rule]]") + 1
     rule = ROUTED_RULE.format(quorum=quorum, extra=rule_extra)
     groups = GROUPS.format(payments=payments, leads=leads).replace('"alice", "bob"', members)
     body = text[:first] + rule + "\n" + text[first:] + groups + "\n" + notify_toml
