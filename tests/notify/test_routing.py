@@ -9,6 +9,7 @@ is what each receiver got.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -299,3 +300,42 @@ def test_an_edit_by_someone_outside_the_routed_group_is_refused(tmp_path: Path) 
     finally:
         world.client.close()
         world.checkpoint.db.dispose()
+
+
+def test_on_postgresql_two_sweepers_at_once_escalate_once(pg_url: str, tmp_path: Path) -> None:
+    with receiver() as payments, receiver() as leads, receiver() as everyone:
+        rx = {"payments-hook": payments, "leads-hook": leads, "everyone": everyone}
+        world = make_world(pg_url, tmp_path, _policy(tmp_path, rx))
+        other = Checkpoint(
+            Database(pg_url),
+            world.checkpoint.policy,
+            KeyRing(KeyDirectory(world.keys_dir)),
+            world.checkpoint.config,
+            now=world.clock,
+        )
+        try:
+            _submit(world)
+            world.clock.advance(SLA_S)
+            start = threading.Barrier(2)
+            counts: list[int] = []
+
+            def sweep(cp: Checkpoint) -> None:
+                start.wait(10)
+                counts.append(cp.sweep()["escalated"])
+
+            threads = [
+                threading.Thread(target=sweep, args=(cp,)) for cp in (world.checkpoint, other)
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(30)
+            assert sorted(counts) == [0, 1]
+            assert len(audit_events(world, "checkpoint.proposal.escalated")) == 1
+            _deliver(world)
+            assert _types(leads) == ["proposal.escalated"]
+        finally:
+            other.db.dispose()
+            _dispatcher(world).stop()
+            world.client.close()
+            world.checkpoint.db.dispose()
