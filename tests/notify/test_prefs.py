@@ -21,6 +21,7 @@ from services.checkpoint.notify import Dispatcher
 from tests.checkpoint.harness import World, make_world
 from tests.support.tls import make_ca
 
+from .smtp import PASSWORD, USER, smtp_server
 from .support import (
     ROUTED_TAGS,
     SLA_S,
@@ -211,3 +212,47 @@ def test_a_preference_taken_back_before_sending_sends_nothing(people: People) ->
             )
         ).scalars()
         assert list(states) == ["delivered"]
+
+
+def test_a_persons_email_goes_through_the_email_via_channel_to_them_only(
+    tmp_path: Path,
+) -> None:
+    ca = make_ca(tmp_path / "ca")
+    cert = ca.issue("smtp")
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert.cert_file, cert.key_file)
+    with smtp_server(tls) as mail:
+        policy = routed_policy(
+            f"""
+[notify.people]
+email_via = "mail"
+[notify.channels.mail]
+type = "email"
+host = "127.0.0.1"
+port = {mail.port}
+username = "{USER}"
+password_file = "{write_secret(tmp_path, "smtp", PASSWORD)}"
+from = "airlock@example.com"
+to = ["ops@example.com"]
+ca_file = "{ca.ca_file}"
+"""
+        )
+        world = make_world(f"sqlite:///{tmp_path / 'cp.db'}", tmp_path, policy)
+        try:
+            shown = world.client.get(ME, headers=world.auth("alice")).json()
+            assert shown["email_delivered"] is True
+            assert _set(
+                world, "alice", events=["proposal.needs_vote"], email="alice@example.com"
+            ).is_success
+            assert world.submit(proposal_id="prop_prefs0000005").status_code == 201
+            _deliver(world)
+            # Only alice's own mail: the channel people's mail goes through broadcasts nothing.
+            (message,) = mail.got()
+            assert message["To"] == "alice@example.com"
+            assert str(message["Subject"]).startswith("[Airlock] proposal.needs_vote")
+            assert mail.sessions == [(True, USER)]
+        finally:
+            dispatcher: Dispatcher = world.app.state.notify
+            dispatcher.stop()
+            world.client.close()
+            world.checkpoint.db.dispose()

@@ -142,6 +142,8 @@ def test_an_sla_that_passes_escalates_to_the_next_group_told_and_audited(
     assert event["sla"] == SLA_S
     _deliver(world)
     assert _types(routed.leads) == ["proposal.escalated"]
+    told = json.loads(routed.leads.got()[0].body)["data"]
+    assert told["proposal_id"] == PID and told["groups"] == ["payments", "leads"]
     # The group asked first keeps its part, and hears of the escalation.
     assert _types(routed.payments) == ["proposal.needs_vote", "proposal.escalated"]
     # A second sweep, later still, escalates nothing again (no group left).

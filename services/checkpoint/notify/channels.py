@@ -174,6 +174,8 @@ def slack_message(body: Mapping[str, Any]) -> dict[str, Any]:
         ),
         ("Proposal", data["proposal_id"] or "-"),
     ]
+    if data.get("groups"):  # a body from before routing has none
+        lines.append(("Asked", " then ".join(data["groups"])))
     fields = [
         {"type": "mrkdwn", "text": f"*{name}*\n{_slack_escape(str(value), 1000)}"}
         for name, value in lines
@@ -215,6 +217,9 @@ class SlackSender:
             trust_env=False,
         )
 
+    def close(self) -> None:
+        self._client.close()
+
     def send(self, body: Mapping[str, Any]) -> None:
         content = json.dumps(slack_message(body)).encode()
         headers = {"content-type": "application/json", "user-agent": _USER_AGENT}
@@ -245,6 +250,8 @@ def email_message(body: Mapping[str, Any], sender: str, to: tuple[str, ...]) -> 
         f"Votes:    {votes['count']} of {votes['quorum']}",
         f"Review:   {data['url'] or '(open the Airlock web app)'}",
     ]
+    if data.get("groups"):
+        lines.insert(-1, f"Asked:    {' then '.join(data['groups'])}")
     message.set_content("\n".join(lines) + "\n")
     return message
 

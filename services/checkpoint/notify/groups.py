@@ -89,9 +89,13 @@ class Routing:
 
     @property
     def routed_channels(self) -> frozenset[str]:
-        """Channels sent only the events of proposals routed to them."""
+        """Channels sent only the events of proposals routed to them (and the email
+        channel people's own mail goes through, which broadcasts nothing)."""
         named = {c for r in self.routes.values() for c in r.notify}
-        return frozenset(named | {c for g in self.groups.values() for c in g.notify})
+        named |= {c for g in self.groups.values() for c in g.notify}
+        if self.people.email_via is not None:
+            named.add(self.people.email_via)
+        return frozenset(named)
 
 
 def parse_duration(value: Any, where: str) -> int:

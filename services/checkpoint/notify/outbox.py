@@ -59,7 +59,7 @@ def record(
     """
     if not notify.active:
         return
-    channels = targets(conn, notify, proposal_id, kind)
+    channels, asked = targets(conn, notify, proposal_id, kind)
     if not channels:
         return
     if row is None:
@@ -81,6 +81,7 @@ def record(
         voters=voters,
         now=now,
         proposal_url=notify.proposal_url,
+        groups=asked,
     )
     written = conn.execute(
         insert_ignore(conn, notify_events)

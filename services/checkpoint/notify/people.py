@@ -73,8 +73,11 @@ def _prefs(conn: Connection, notify: NotifyConfig) -> dict[str, Pref]:
     return {p.username: p for p in (Pref.from_row(r) for r in rows)}
 
 
-def targets(conn: Connection, notify: NotifyConfig, proposal_id: str, kind: str) -> list[str]:
-    """The channels (and ``person:<name>``) that get ``proposal_id``'s ``kind`` event.
+def targets(
+    conn: Connection, notify: NotifyConfig, proposal_id: str, kind: str
+) -> tuple[list[str], list[str]]:
+    """``(the channels and person:<name> that get proposal_id's kind event, the groups
+    it was routed to so far)``.
 
     Every broadcast channel that wants ``kind``; for a routed proposal, its rule's
     channels, and each member of every group asked so far (earlier groups keep their
@@ -89,6 +92,7 @@ def targets(conn: Connection, notify: NotifyConfig, proposal_id: str, kind: str)
             proposal_routes.c.groups, proposal_routes.c.notify, proposal_routes.c.level
         ).where(proposal_routes.c.proposal_id == proposal_id)
     ).first()
+    asked: list[str] = []
     if route is None:
         out += [
             PERSON_PREFIX + name
@@ -97,7 +101,8 @@ def targets(conn: Connection, notify: NotifyConfig, proposal_id: str, kind: str)
         ]
     else:
         out += [c for c in json.loads(route.notify) if notify.wants(c, kind)]
-        for name in json.loads(route.groups)[: route.level + 1]:
+        asked = list(json.loads(route.groups)[: route.level + 1])
+        for name in asked:
             group = notify.routing.groups.get(name)
             if group is None:
                 continue  # the policy no longer has it: no one to tell
@@ -107,7 +112,7 @@ def targets(conn: Connection, notify: NotifyConfig, proposal_id: str, kind: str)
                     out += [c for c in group.notify if notify.wants(c, kind)]
                 elif kind in pref.events and pref.reachable(people):
                     out.append(PERSON_PREFIX + member)
-    return list(dict.fromkeys(out))
+    return list(dict.fromkeys(out)), asked
 
 
 class PersonSender:
@@ -145,7 +150,11 @@ class PersonSender:
                 raise DeliveryError("the personal Slack URL names a host not allowed")
             channel = Channel(self.name, "slack", frozenset(), None, ca_file=people.ca_file)
             where = f"notify.people ({self.name})"
-            SlackSender(channel, pref.slack_url, self._config.timeout, where).send(body)
+            slack = SlackSender(channel, pref.slack_url, self._config.timeout, where)
+            try:
+                slack.send(body)
+            finally:
+                slack.close()
 
     def send_all(self, bodies: Sequence[Mapping[str, Any]]) -> list[str | None]:
         return _each(self, bodies)
