@@ -40,7 +40,7 @@ def start(
 ) -> None:
     """Route a new pending proposal by its rule's ``route`` (none: nothing)."""
     route = notify.routing.routes.get(decision.rule)
-    if route is None or decision.effect != "approve" or not route.groups:
+    if route is None or decision.effect != "approve":
         return
     escalates = route.sla is not None and len(route.groups) > 1
     conn.execute(
@@ -67,11 +67,13 @@ def allowed(
     conn: Connection, notify: NotifyConfig, proposal_id: str
 ) -> tuple[list[str], frozenset[str]] | None:
     """``(groups asked so far, their members now)`` for a routed proposal; None if it is
-    routed to no one (any approver may approve it)."""
+    routed to no group (any approver may approve it; its rule may name only channels)."""
     route = _route(conn, proposal_id)
     if route is None:
         return None
     asked = list(json.loads(route.groups)[: route.level + 1])
+    if not asked:
+        return None
     groups = notify.routing.groups
     members = frozenset(m for name in asked if name in groups for m in groups[name].members)
     return asked, members

@@ -341,3 +341,31 @@ def test_on_postgresql_two_sweepers_at_once_escalate_once(pg_url: str, tmp_path:
             _dispatcher(world).stop()
             world.client.close()
             world.checkpoint.db.dispose()
+
+
+def test_a_rule_that_names_only_a_channel_tells_it_and_restricts_no_one(tmp_path: Path) -> None:
+    with receiver() as ops, receiver() as everyone:
+        hooks = _channels(tmp_path, **{"ops-hook": ops.url, "everyone": everyone.url})
+        text = f"""version = 1
+[[rule]]
+name = "ops-told"
+effect = "approve"
+match.tags = [{{ key = "team", value_prefix = "ops" }}]
+notify = ["ops-hook"]
+[notify]
+{hooks}"""
+        policy = Policy.from_bytes(text.encode(), "test")
+        world = make_world(f"sqlite:///{tmp_path / 'cp.db'}", tmp_path, policy)
+        try:
+            told = world.submit(proposal_id=PID, resource_id="i-ops00001", tags={"team": "ops"})
+            assert world.submit(proposal_id="prop_plain00000002").status_code == 201
+            # Any approver may approve it: a channel is no group.
+            assert world.approve("carol", PID, told.json()["action_hash"]).status_code == 200
+            _deliver(world)
+            assert _types(ops) == ["proposal.needs_vote", "proposal.approved"]
+            assert len(_types(everyone)) == 3
+            assert json.loads(ops.got()[0].body)["data"]["groups"] == []
+        finally:
+            _dispatcher(world).stop()
+            world.client.close()
+            world.checkpoint.db.dispose()

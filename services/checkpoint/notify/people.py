@@ -82,7 +82,7 @@ def targets(
     Every broadcast channel that wants ``kind``; for a routed proposal, its rule's
     channels, and each member of every group asked so far (earlier groups keep their
     part): by their own preference when they set one, else by the group's channels (its
-    default); for a proposal routed to no one, each person whose preference asks for it.
+    default); for a proposal routed to no group, each person whose preference asks for it.
     """
     out = list(notify.channels_for(kind))
     people = notify.routing.people
@@ -93,25 +93,25 @@ def targets(
         ).where(proposal_routes.c.proposal_id == proposal_id)
     ).first()
     asked: list[str] = []
-    if route is None:
+    if route is not None:
+        out += [c for c in json.loads(route.notify) if notify.wants(c, kind)]
+        asked = list(json.loads(route.groups)[: route.level + 1])
+    if not asked:  # routed to no group (at most to its rule's channels)
         out += [
             PERSON_PREFIX + name
             for name, p in sorted(prefs.items())
             if kind in p.events and p.reachable(people)
         ]
-    else:
-        out += [c for c in json.loads(route.notify) if notify.wants(c, kind)]
-        asked = list(json.loads(route.groups)[: route.level + 1])
-        for name in asked:
-            group = notify.routing.groups.get(name)
-            if group is None:
-                continue  # the policy no longer has it: no one to tell
-            for member in sorted(group.members):
-                pref = prefs.get(member)
-                if pref is None:
-                    out += [c for c in group.notify if notify.wants(c, kind)]
-                elif kind in pref.events and pref.reachable(people):
-                    out.append(PERSON_PREFIX + member)
+    for name in asked:
+        group = notify.routing.groups.get(name)
+        if group is None:
+            continue  # the policy no longer has it: no one to tell
+        for member in sorted(group.members):
+            pref = prefs.get(member)
+            if pref is None:
+                out += [c for c in group.notify if notify.wants(c, kind)]
+            elif kind in pref.events and pref.reachable(people):
+                out.append(PERSON_PREFIX + member)
     return list(dict.fromkeys(out)), asked
 
 
