@@ -162,6 +162,7 @@ def _supersede(
         policy_hash=cp.policy.hash,
     )
     # (5) the edited proposal may be routed to other groups
+    routing.carry(conn, row.id, new_id)
     routing.check_voter(conn, cp.policy.notify, new_id, principal.name)
     conn.execute(votes.insert().values(proposal_id=new_id, voter=principal.name, at=now, note=note))
     _tx.audit(

@@ -32,7 +32,7 @@ from .notify import record as record_event
 from .notify.config import NotifyConfig
 from .policy import Decision
 
-__all__ = ["allowed", "check_signers", "check_voter", "escalate", "start"]
+__all__ = ["allowed", "carry", "check_signers", "check_voter", "escalate", "start"]
 
 
 def start(
@@ -54,6 +54,19 @@ def start(
             due_at=now + route.sla if escalates and route.sla is not None else None,
             updated_at=now,
         )
+    )
+
+
+def carry(conn: Connection, old_id: str, new_id: str) -> None:
+    """An edit's new proposal, routed by the same rule as the one it supersedes, keeps
+    how far that one was escalated (and when its SLA passes): an edit restarts nothing."""
+    old, new = _route(conn, old_id), _route(conn, new_id)
+    if old is None or new is None or (old.rule, old.groups) != (new.rule, new.groups):
+        return
+    conn.execute(
+        proposal_routes.update()
+        .where(proposal_routes.c.proposal_id == new_id)
+        .values(level=old.level, due_at=old.due_at)
     )
 
 

@@ -369,3 +369,25 @@ notify = ["ops-hook"]
             _dispatcher(world).stop()
             world.client.close()
             world.checkpoint.db.dispose()
+
+
+def test_an_edit_of_an_escalated_proposal_stays_escalated(tmp_path: Path) -> None:
+    policy = Policy.from_bytes(
+        REFUNDS.replace(b'route = ["payments"]', b'route = ["payments", "leads"]\nsla = "1h"')
+        + b'[groups.leads]\nmembers = ["carol"]\n',
+        "test",
+    )
+    world = make_world(f"sqlite:///{tmp_path / 'cp.db'}", tmp_path, policy)
+    try:
+        old = submit_tool(world).json()
+        world.clock.advance(SLA_S)
+        assert world.checkpoint.sweep()["escalated"] == 1
+        body = {"action_hash": old["action_hash"], "set": {"amount": 1500}, "note": ""}
+        made = world.client.post(
+            f"/v1/proposals/{old['id']}/edit", json=body, headers=world.auth("carol")
+        )
+        assert made.status_code == 200 and made.json()["state"] == "approved", made.text
+        assert _level(world, made.json()["id"]) == 1
+    finally:
+        world.client.close()
+        world.checkpoint.db.dispose()
