@@ -266,7 +266,10 @@ async def _sweeper(checkpoint: Checkpoint, accounts: Accounts, interval: float) 
         try:
             counts = await run_in_threadpool(checkpoint.sweep)
             if any(counts.values()):
-                _log.info("sweep: %(expired)d expired, %(lapsed)d lapsed", counts)
+                _log.info(
+                    "sweep: %(expired)d expired, %(lapsed)d lapsed, %(escalated)d escalated",
+                    counts,
+                )
             await run_in_threadpool(accounts.flush_refused_sign_ins)
         except Exception:  # a failed sweep must not stop the next one
             _log.exception("sweep failed")
