@@ -45,6 +45,8 @@ class CheckpointEvent(enum.StrEnum):
     #: A person edited a pending tool call: the old proposal is withdrawn, superseded by
     #: the new one (``new_proposal_id``), whose own vote and approval events follow.
     PROPOSAL_EDITED = "checkpoint.proposal.edited"
+    #: A routed proposal's SLA passed unanswered: the next group in its route was asked.
+    PROPOSAL_ESCALATED = "checkpoint.proposal.escalated"
     VOTE_APPROVE = "checkpoint.vote.approve"
     APPROVAL_ISSUED = "checkpoint.approval.issued"
     APPROVAL_REVOKED = "checkpoint.approval.revoked"
@@ -108,6 +110,7 @@ FIELDS: Final[Mapping[str, frozenset[str]]] = {
         _C.PROPOSAL_EXPIRED: "proposal_id",
         _C.PROPOSAL_EDITED: "proposal_id new_proposal_id by note old_action_hash "
         "new_action_hash changes rule effect quorum policy_hash",
+        _C.PROPOSAL_ESCALATED: "proposal_id rule from_group to_group level sla",
         _C.VOTE_APPROVE: "proposal_id action_hash by note",
         _C.APPROVAL_ISSUED: "proposal_id approval_id action_hash nonce keyid approvers "
         "quorum rule policy_hash expires_at",

@@ -30,7 +30,7 @@ from airlock.asgi import BodyLimit, HostAllowlist
 from airlock.settings import WebappSettings, answered_hosts
 from airlock.tls import checkpoint_verify
 
-from . import admin, bulk, handlers, proposals, queue, signin
+from . import admin, bulk, handlers, notifications, proposals, queue, signin
 from .client import CheckpointClient
 from .deps import Web
 
@@ -84,7 +84,7 @@ def create_app(
     # the cap is refused (413) at the first read, never held in memory or spooled to disk.
     app.add_middleware(BodyLimit, max_bytes=_FORM_MAX_BYTES)
     handlers.install(app)
-    for module in (signin, queue, bulk, proposals, admin):
+    for module in (signin, queue, bulk, proposals, admin, notifications):
         app.include_router(module.router)
     # Outermost: a page from another name (DNS rebinding to a loopback web app) is
     # answered before anything reads its cookies.

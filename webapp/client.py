@@ -32,7 +32,7 @@ from airlock.api import (
 
 from .errors import CheckpointRefused, CheckpointUnavailable
 
-__all__ = ["AuditView", "CheckpointClient", "KeyView", "Me"]
+__all__ = ["AuditView", "CheckpointClient", "KeyView", "Me", "NotifyPrefsView"]
 
 _USER_AGENT: Final = "airlock-webapp/1"
 _M = TypeVar("_M", bound=BaseModel)
@@ -73,6 +73,20 @@ class KeyView(_View):
 
 class _KeySet(_View):
     keys: list[KeyView]
+
+
+class NotifyPrefsView(_View):
+    """A person's notification preference (``/v1/me/notifications``)."""
+
+    set: bool
+    events: list[str]
+    email: str | None
+    #: The stored Slack URL, masked by the checkpoint (host and last four characters).
+    slack: str | None
+    kinds: list[str]
+    groups: list[str]
+    delivered: bool
+    email_delivered: bool
 
 
 class CheckpointClient:
@@ -215,6 +229,31 @@ class CheckpointClient:
 
     def keys(self) -> list[KeyView]:
         return _parse(_KeySet, self._call("GET", "/v1/keys", None)).keys
+
+    # -- notification preferences ---------------------------------------------------
+
+    def notify_prefs(self, token: str) -> NotifyPrefsView:
+        return _parse(NotifyPrefsView, self._call("GET", "/v1/me/notifications", token))
+
+    def set_notify_prefs(
+        self,
+        token: str,
+        *,
+        events: Sequence[str],
+        email: str | None,
+        slack_url: str | None,
+        keep_slack_url: bool,
+    ) -> NotifyPrefsView:
+        body = {
+            "events": list(events),
+            "email": email,
+            "slack_url": slack_url,
+            "keep_slack_url": keep_slack_url,
+        }
+        return _parse(NotifyPrefsView, self._call("PUT", "/v1/me/notifications", token, json=body))
+
+    def clear_notify_prefs(self, token: str) -> None:
+        self._call("DELETE", "/v1/me/notifications", token)
 
     # -- transport ------------------------------------------------------------------
 

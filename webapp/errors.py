@@ -58,7 +58,7 @@ _MESSAGES: Final = {
     "approved. The agent will propose it again if the resource is still idle.",
     "E_STATE": "This proposal is no longer in a state that allows that — someone may have "
     "decided it meanwhile. Its current state is shown below.",
-    "E_FORBIDDEN": "Your role does not allow this action.",
+    "E_FORBIDDEN": "Your role, or the groups this proposal is routed to, do not allow this action.",
     "E_UNAUTHENTICATED": "Your session has ended. Please sign in again.",
     "E_NOT_FOUND": "There is no such proposal (it may have been removed, or the link is wrong).",
     "E_INVALID": "The checkpoint could not accept this request as sent (a note may be too "

@@ -29,6 +29,7 @@ from airlock.protocol import KeySet, KeySetError
 from airlock.settings import CheckpointSettings, answered_hosts
 from airlock.store import upgrade
 
+from . import prefs
 from ._db import Database
 from .auth import Accounts
 from .errors import ConfigError, ErrorCode
@@ -254,6 +255,7 @@ def bare_app(lifespan: Any = None) -> FastAPI:
         redoc_url=None,
     )
     install(app)
+    app.include_router(prefs.router)  # /v1/me/notifications
     app.openapi = lambda: openapi_schema(app)  # type: ignore[method-assign]
     return app
 
@@ -263,7 +265,10 @@ async def _sweeper(checkpoint: Checkpoint, accounts: Accounts, interval: float) 
         try:
             counts = await run_in_threadpool(checkpoint.sweep)
             if any(counts.values()):
-                _log.info("sweep: %(expired)d expired, %(lapsed)d lapsed", counts)
+                _log.info(
+                    "sweep: %(expired)d expired, %(lapsed)d lapsed, %(escalated)d escalated",
+                    counts,
+                )
             await run_in_threadpool(accounts.flush_refused_sign_ins)
         except Exception:  # a failed sweep must not stop the next one
             _log.exception("sweep failed")
@@ -312,7 +317,7 @@ def _dispatcher(
     poll: float,
 ) -> Dispatcher | None:
     """The delivery worker over the checkpoint's outbox, or None with no channel."""
-    if not checkpoint.notify.channels:
+    if not checkpoint.notify.active:
         return None
     return Dispatcher(
         checkpoint.engine,

@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection
 from airlock.events import CheckpointEvent
 from airlock.protocol import TOOL_CALL_TYPE, ToolCall
 
-from . import _tx, edits, toolcalls, views
+from . import _tx, edits, routing, toolcalls, views
 from .auth import Principal
 from .errors import ErrorCode, Refusal
 from .models import proposals, votes
@@ -85,6 +85,7 @@ def edit(
                 409,
             )
         _tx.check_not_proposer(principal, row)
+        routing.check_voter(conn, cp.policy.notify, row.id, principal.name)
         # (2)
         new_id, edited = edits.edited_call(old, values, now=now)
         decision = cp.policy.decide(edited.call)
@@ -160,7 +161,9 @@ def _supersede(
         quorum=decision.quorum,
         policy_hash=cp.policy.hash,
     )
-    # (5)
+    # (5) the edited proposal may be routed to other groups
+    routing.carry(conn, row.id, new_id)
+    routing.check_voter(conn, cp.policy.notify, new_id, principal.name)
     conn.execute(votes.insert().values(proposal_id=new_id, voter=principal.name, at=now, note=note))
     _tx.audit(
         conn,

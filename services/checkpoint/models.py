@@ -45,7 +45,9 @@ __all__ = [
     "metadata",
     "notify_deliveries",
     "notify_events",
+    "notify_prefs",
     "outcomes",
+    "proposal_routes",
     "proposals",
     "refusal_budgets",
     "refusal_notes",
@@ -374,14 +376,16 @@ NOTIFY_KINDS: Final = (
     "proposal.expiring",
     "proposal.expired",
     "approval.lapsed",
+    "proposal.escalated",
 )
 #: A delivery is waiting (or being sent), delivered, or dead (retried for the channel's
 #: whole retry window, then kept for an admin to see and re-send).
 DELIVERY_STATES: Final = ("pending", "delivered", "dead")
 
-#: The notification outbox (migration 0010): one event per (proposal, kind), written in
-#: the transaction of the state change it tells of; ``body`` is the event's JSON, built
-#: then, and never changed (a receiver dedupes on ``id``).
+#: The notification outbox (migration 0010): one event per (proposal, kind, step), written
+#: in the transaction of the state change it tells of; ``body`` is the event's JSON, built
+#: then, and never changed (a receiver dedupes on ``id``). ``step`` (migration 0011) is 0
+#: but for ``proposal.escalated``: the level escalated to.
 notify_events = sa.Table(
     "notify_events",
     metadata,
@@ -390,8 +394,9 @@ notify_events = sa.Table(
     sa.Column("proposal_id", sa.String(96), nullable=False),
     sa.Column("body", sa.Text, nullable=False),
     sa.Column("created_at", sa.BigInteger, nullable=False),
+    sa.Column("step", sa.Integer, nullable=False, server_default=sa.text("0")),
     sa.CheckConstraint(_in("kind", NOTIFY_KINDS), name="kind"),
-    sa.UniqueConstraint("proposal_id", "kind"),
+    sa.UniqueConstraint("proposal_id", "kind", "step"),
 )
 
 #: One row per (event, channel): claimed by moving ``next_at`` past the send's deadline
@@ -402,7 +407,8 @@ notify_deliveries = sa.Table(
     metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column("event_id", sa.ForeignKey("notify_events.id"), nullable=False),
-    sa.Column("channel", sa.String(64), nullable=False),
+    # A channel's name, or ``person:<username>`` (migration 0011: 64 → 80).
+    sa.Column("channel", sa.String(80), nullable=False),
     sa.Column("state", sa.String(16), nullable=False),
     sa.Column("attempts", sa.Integer, nullable=False),
     sa.Column("next_at", sa.BigInteger, nullable=False),
@@ -415,7 +421,7 @@ notify_deliveries = sa.Table(
 )
 
 #: Sign-in throttle counts shared by the replicas on one PostgreSQL database (migration
-#: 0021; ``limits.SharedSignInThrottle``): one row per client address (``a|ADDRESS``) and
+#: 0012; ``limits.SharedSignInThrottle``): one row per client address (``a|ADDRESS``) and
 #: per (address, keyed name hash) pair (``p|ADDRESS|NAME_HMAC``), never a name as typed.
 sign_in_counts = sa.Table(
     "sign_in_counts",
@@ -427,7 +433,7 @@ sign_in_counts = sa.Table(
 )
 
 #: Refusal budgets per bearer token (its SHA-256), shared by the replicas (migration
-#: 0021; ``limits.RefusalBudgets``): ``tokens`` left at ``at`` (Unix seconds, fractional).
+#: 0012; ``limits.RefusalBudgets``): ``tokens`` left at ``at`` (Unix seconds, fractional).
 refusal_budgets = sa.Table(
     "refusal_budgets",
     metadata,
@@ -437,4 +443,37 @@ refusal_budgets = sa.Table(
     sa.Column("role", sa.String(16), nullable=False),
     sa.Column("tokens", sa.Float, nullable=False),
     sa.Column("at", sa.Float, nullable=False),
+)
+
+#: A routed proposal's route (migration 0011): the groups its rule named when it was
+#: submitted, in order; ``level`` the index of the last group asked so far; ``due_at``
+#: when that group's SLA passes (NULL: no SLA, or no group left to escalate to). The
+#: sweeper escalates by a conditional update of ``level`` (claim, then act).
+proposal_routes = sa.Table(
+    "proposal_routes",
+    metadata,
+    sa.Column("proposal_id", sa.ForeignKey("proposals.id"), primary_key=True),
+    sa.Column("rule", sa.String(128), nullable=False),
+    sa.Column("groups", sa.Text, nullable=False),  # JSON list of group names
+    sa.Column("notify", sa.Text, nullable=False),  # JSON list of the rule's channels
+    sa.Column("sla", sa.BigInteger, nullable=True),
+    sa.Column("level", sa.Integer, nullable=False),
+    sa.Column("due_at", sa.BigInteger, nullable=True),
+    sa.Column("updated_at", sa.BigInteger, nullable=False),
+    sa.CheckConstraint("level >= 0", name="level"),
+    sa.Index("ix_proposal_routes_due_at", "due_at"),
+)
+
+#: A person's notification preference (migration 0011): the events they want
+#: (JSON list; empty: none), and where: an email address, a personal Slack incoming
+#: webhook URL (a secret: never shown back in full, never in an event). No row: the
+#: person takes their routed groups' default.
+notify_prefs = sa.Table(
+    "notify_prefs",
+    metadata,
+    sa.Column("username", sa.ForeignKey("users.username"), primary_key=True),
+    sa.Column("events", sa.Text, nullable=False),
+    sa.Column("email", sa.String(254), nullable=True),
+    sa.Column("slack_url", sa.Text, nullable=True),
+    sa.Column("updated_at", sa.BigInteger, nullable=False),
 )

@@ -34,7 +34,7 @@ from __future__ import annotations
 import hashlib
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal, get_args
 
@@ -56,6 +56,7 @@ from ._toolrules import TOOL_PATTERN, ArgCondition, parse_arguments, parse_tools
 from .errors import ConfigError
 from .models import REJECT_REASONS
 from .notify.config import NotifyConfig, parse_notify
+from .notify.groups import Route, Routing, parse_groups, parse_route
 
 __all__ = [
     "AUTO_APPROVER_PREFIX",
@@ -79,7 +80,9 @@ _CLOUD_MATCH: Final = frozenset(
 _TOOL_MATCH: Final = frozenset({"tool", "risk", "arguments"})
 _MATCH_FIELDS: Final = _CLOUD_MATCH | _TOOL_MATCH | {"type"}
 _RISKS: Final = ("low", "medium", "high")
-_RULE_FIELDS: Final = frozenset({"name", "effect", "match", "quorum", "confirm", "risk", "reason"})
+_RULE_FIELDS: Final = frozenset(
+    {"name", "effect", "match", "quorum", "confirm", "risk", "reason", "route", "sla", "notify"}
+)
 _ALL_OPERATIONS: Final = frozenset(op for ops in ALLOWED_OPERATIONS.values() for op in ops)
 _HIGH_RISK_NAMES: Final = frozenset(op for _, op in HIGH_RISK_OPERATIONS)
 _MAX_QUORUM: Final = 16
@@ -261,7 +264,7 @@ class Policy:
             doc = tomllib.loads(data.decode("utf-8"))
         except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"policy {source}: not valid TOML: {exc}") from None
-        unknown = set(doc) - {"version", "rule", "tools", "notify"}
+        unknown = set(doc) - {"version", "rule", "tools", "notify", "groups"}
         if unknown:
             raise ConfigError(f"policy {source}: unknown top-level keys {sorted(unknown)}")
         if doc.get("version") != 1:
@@ -284,10 +287,23 @@ class Policy:
             raise ConfigError(f"policy {source}: {exc}") from None
         try:
             notify = parse_notify(doc.get("notify"))
+            notify = replace(notify, routing=_routing(doc.get("groups"), raw_rules, notify))
         except ConfigError as exc:
             raise ConfigError(f"policy {source}: {exc}") from None
         digest = "sha256:" + hashlib.sha256(data).hexdigest()
         return cls(tuple(rules), digest, source, tool_reasons, notify)
+
+
+def _routing(raw_groups: Any, raw_rules: list[Any], notify: NotifyConfig) -> Routing:
+    """``[groups]`` and each rule's ``route``, ``sla`` and ``notify`` (rules parsed)."""
+    channels = frozenset(c.name for c in notify.channels)
+    groups = parse_groups(raw_groups, channels)
+    routes: dict[str, Route] = {}
+    for raw in raw_rules:
+        route = parse_route(raw["name"], raw, groups, channels)
+        if route is not None:
+            routes[raw["name"]] = route
+    return Routing(groups, routes, notify.routing.people)
 
 
 def load_policy(path: Path) -> Policy:

@@ -41,7 +41,7 @@ from airlock.protocol import (
     b64encode,
 )
 
-from . import _tx, editing, feed, reports, toolcalls, views
+from . import _tx, editing, feed, reports, routing, toolcalls, views
 from ._db import Database
 from ._tx import FEED_SEQ_PER_SECOND, CheckpointConfig
 from .auth import Principal, touch_session
@@ -199,6 +199,8 @@ class Checkpoint:
                 edit=edit,
             )
         )
+        if state == "pending":
+            routing.start(conn, self.policy.notify, action.proposal_id, decision, now)
         if edit is not None:
             return
         _tx.audit(
@@ -247,6 +249,8 @@ class Checkpoint:
             _tx.check_confirm(row, row.confirm, confirm)
             # (3) never the proposer
             _tx.check_not_proposer(principal, row)
+            # (3b) a routed proposal: only a member of a group asked so far
+            routing.check_voter(conn, self.policy.notify, proposal_id, principal.name)
             # (4) one vote per person (the UNIQUE constraint is the judge)
             already = conn.execute(
                 sa.select(votes.c.id).where(
@@ -313,6 +317,8 @@ class Checkpoint:
             approvers = [{"id": AUTO_APPROVER_PREFIX + row.rule, "at": now}]
         if len(approvers) < row.quorum:
             raise Refusal(ErrorCode.E_STATE, "quorum not met", 409)
+        if row.effect != "auto":
+            routing.check_signers(conn, self.policy.notify, row.id, [v for v, _ in voters])
         try:
             signer = self.keys.signer()
         except ConfigError as exc:
@@ -547,9 +553,10 @@ class Checkpoint:
 
     def sweep(self) -> dict[str, int]:
         """Expire pending proposals past their approval window; lapse unused approvals;
-        warn (``proposal.expiring``) of windows about to end, once each."""
+        warn (``proposal.expiring``) of windows about to end, once each; escalate routed
+        proposals past their SLA (:func:`.routing.escalate`)."""
         now = self.now()
-        counts = {"expired": 0, "lapsed": 0}
+        counts = {"expired": 0, "lapsed": 0, "escalated": 0}
         wanted = self.policy.notify
         with self.engine.begin() as conn:
             # Every row this pass changes is locked before its first audit append
@@ -570,7 +577,7 @@ class Checkpoint:
                 .with_for_update(of=proposals)
             ).all()
             expiring: Sequence[Any] = ()
-            if wanted.channels_for("proposal.expiring"):
+            if wanted.active:
                 told = sa.select(notify_events.c.id).where(
                     notify_events.c.proposal_id == proposals.c.id,
                     notify_events.c.kind == "proposal.expiring",
@@ -586,6 +593,7 @@ class Checkpoint:
                     .order_by(proposals.c.id)
                     .with_for_update()
                 ).all()
+            counts["escalated"] = routing.escalate(conn, wanted, now)
             for (pid,) in stale:
                 _tx.set_state(conn, pid, "pending", "expired", now)
                 _tx.audit(conn, now, CheckpointEvent.PROPOSAL_EXPIRED, proposal_id=pid)

@@ -408,7 +408,7 @@ def test_pending_proposal_expires_after_the_approval_window(world: World) -> Non
     world.clock.advance(24 * 3600)
     r = world.approve("alice", p["id"], p["action_hash"])
     assert (r.status_code, _code(r)) == (409, "E_EXPIRED")
-    assert world.checkpoint.sweep() == {"expired": 1, "lapsed": 0}
+    assert world.checkpoint.sweep() == {"expired": 1, "lapsed": 0, "escalated": 0}
     shown = world.client.get(f"/v1/proposals/{p['id']}", headers=world.auth("viewer")).json()
     assert shown["state"] == "expired"
     assert verify_chain(world.checkpoint.engine).ok
@@ -418,10 +418,10 @@ def test_unused_approval_lapses_after_the_execution_window(world: World) -> None
     p = _pending(world)
     world.approve("alice", p["id"], p["action_hash"])
     world.clock.advance(899)
-    assert world.checkpoint.sweep() == {"expired": 0, "lapsed": 0}
+    assert world.checkpoint.sweep() == {"expired": 0, "lapsed": 0, "escalated": 0}
     assert len(world.client.get("/v1/feed", headers=world.auth("executor")).json()["items"]) == 1
     world.clock.advance(1)
-    assert world.checkpoint.sweep() == {"expired": 0, "lapsed": 1}
+    assert world.checkpoint.sweep() == {"expired": 0, "lapsed": 1, "escalated": 0}
     shown = world.client.get(f"/v1/proposals/{p['id']}", headers=world.auth("viewer")).json()
     assert shown["state"] == "lapsed"
     assert world.client.get("/v1/feed", headers=world.auth("executor")).json()["items"] == []

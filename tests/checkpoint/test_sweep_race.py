@@ -137,7 +137,7 @@ def test_the_sweeper_and_a_write_holding_a_proposal_do_not_deadlock(
     assert not racing.is_alive() and not sweeping.is_alive()
 
     assert errors == {}, {k: f"{type(v).__name__}: {v}" for k, v in errors.items()}
-    assert swept == [{"expired": 1, "lapsed": 0}]
+    assert swept == [{"expired": 1, "lapsed": 0, "escalated": 0}]
     states = {
         p["id"]: p["state"]
         for p in world.client.get("/v1/proposals", headers=world.auth("alice")).json()["items"]

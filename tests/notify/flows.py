@@ -10,6 +10,8 @@ import sqlalchemy as sa
 from services.checkpoint.models import notify_deliveries, notify_events
 from tests.checkpoint.harness import World, approved, signed_receipt
 
+from .support import ROUTED_TAGS, SLA_S
+
 
 def report(
     world: World, proposal: dict[str, Any], approval_id: str, outcome: str, **kw: Any
@@ -23,8 +25,21 @@ def report(
 
 
 def every_event(world: World) -> None:
-    """One proposal per kind: needs_vote, approved, executed, failed, refused, in_doubt,
-    approval.lapsed, proposal.expiring and proposal.expired."""
+    """One proposal per kind: needs_vote, escalated (rejected after), approved,
+    executed, failed, refused, in_doubt, approval.lapsed, proposal.expiring and
+    proposal.expired. The world's policy is ``support.routed_policy``'s."""
+    routed = world.submit(
+        proposal_id="prop_notify0000007", resource_id="i-notify7", tags=ROUTED_TAGS
+    )
+    assert routed.status_code == 201, routed.text
+    world.clock.advance(SLA_S)
+    assert world.checkpoint.sweep()["escalated"] == 1
+    rejected = world.client.post(
+        "/v1/proposals/prop_notify0000007/reject",
+        json={"reason_code": "not_idle", "note": ""},
+        headers=world.auth("carol"),
+    )
+    assert rejected.status_code == 200, rejected.text
     outcomes = {"succeeded": "1", "failed": "2", "refused": "3", "in_doubt": "4"}
     for outcome, n in outcomes.items():
         proposal, approval_id = approved(

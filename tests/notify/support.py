@@ -105,6 +105,49 @@ def write_secret(directory: Path, name: str, value: str) -> Path:
     return path
 
 
+#: A rule routing proposals tagged ``team = payments*`` to group ``payments``, then
+#: ``leads`` once an hour passes unanswered.
+ROUTED_RULE = """
+[[rule]]
+name = "payments-routed"
+effect = "approve"
+quorum = {quorum}
+match.tags = [{{ key = "team", value_prefix = "payments" }}]
+route = ["payments", "leads"]
+sla = "1h"
+{extra}
+"""
+#: The groups ``ROUTED_RULE`` names.
+GROUPS = """
+[groups.payments]
+members = ["alice", "bob"]
+{payments}
+[groups.leads]
+members = ["carol"]
+{leads}
+"""
+ROUTED_TAGS = {"team": "payments-eu"}
+SLA_S = 3600
+
+
+def routed_policy(
+    notify_toml: str,
+    *,
+    quorum: int = 1,
+    rule_extra: str = "",
+    payments: str = "",
+    leads: str = "",
+    members: str = '"alice", "bob"',
+) -> Policy:
+    """The shipped policy with ``ROUTED_RULE`` first, ``GROUPS`` and ``notify_toml``."""
+    text = DEFAULT_POLICY.read_text(encoding="utf-8")
+    first = text.index("\n[[rule]]") + 1
+    rule = ROUTED_RULE.format(quorum=quorum, extra=rule_extra)
+    groups = GROUPS.format(payments=payments, leads=leads).replace('"alice", "bob"', members)
+    body = text[:first] + rule + "\n" + text[first:] + groups + "\n" + notify_toml
+    return Policy.from_bytes(body.encode(), "test")
+
+
 def notify_policy(notify_toml: str) -> Policy:
-    """The shipped policy with a ``[notify]`` table appended."""
-    return Policy.from_bytes(DEFAULT_POLICY.read_bytes() + b"\n" + notify_toml.encode(), "test")
+    """The shipped policy, routed as :func:`routed_policy`, with ``notify_toml``."""
+    return routed_policy(notify_toml)

@@ -185,7 +185,7 @@ def test_no_notification_carries_a_bundle_signature_token_or_secret(stack: Stack
     sent += [r.body.decode() for r in stack.slack.got()]
     sent += [m.as_string() for m in stack.mail.got()]
     kinds = {json.loads(r.body)["type"] for r in stack.hook.got()}
-    assert len(kinds) == 9  # every event kind was sent on every channel
+    assert len(kinds) == 10  # every event kind was sent on every channel
     forbidden = _forbidden(stack)
     for text in sent:
         for value in forbidden:

@@ -873,3 +873,31 @@ def test_alice_edits_a_tool_calls_argument_and_approves_the_edited_call(
     expect(page.locator("#edit-form")).to_have_count(0)
     assert stack.agent_view(EDIT_PID)["superseded_by"] == new_id
     assert alice.dialogs == []
+
+
+def test_a_person_sets_their_notification_preference_and_sees_it_saved(
+    people: dict[str, Person],
+) -> None:
+    page = people["bob"].page
+    page.goto("/notifications")
+    expect(page.locator("#status")).to_contain_text("You have set no preference")
+    page.check('input[name=event][value="proposal.needs_vote"]')
+    page.check('input[name=event][value="proposal.expiring"]')
+    page.fill("#email", "bob@example.com")
+    page.fill("#slack-url", "https://hooks.slack.com/services/T0/B0/BOBSECRET")
+    page.click("#save")
+    expect(page.locator("#done")).to_contain_text("preferences were saved")
+    # What the checkpoint stored, read back on a fresh load of the page.
+    page.reload()
+    expect(page.locator("#status")).to_contain_text("Your own preferences")
+    expect(page.locator('input[name=event][value="proposal.needs_vote"]')).to_be_checked()
+    expect(page.locator('input[name=event][value="proposal.expiring"]')).to_be_checked()
+    expect(page.locator('input[name=event][value="proposal.approved"]')).not_to_be_checked()
+    expect(page.locator("#email")).to_have_value("bob@example.com")
+    expect(page.locator("#slack-kept")).to_have_text("hooks.slack.com …CRET")
+    expect(page.locator("#slack-url")).to_have_value("")  # the URL is never put back
+    assert "BOBSECRET" not in page.content()
+    # Back to the groups' default, so the shared stack's other tests see none.
+    page.click("#use-default")
+    expect(page.locator("#done")).to_contain_text("default applies again")
+    expect(page.locator("#status")).to_contain_text("You have set no preference")

@@ -13,6 +13,7 @@ import json
 import smtplib
 import ssl
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from email.message import EmailMessage
 from pathlib import Path
@@ -173,6 +174,8 @@ def slack_message(body: Mapping[str, Any]) -> dict[str, Any]:
         ),
         ("Proposal", data["proposal_id"] or "-"),
     ]
+    if data.get("groups"):  # a body from before routing has none
+        lines.append(("Asked", " then ".join(data["groups"])))
     fields = [
         {"type": "mrkdwn", "text": f"*{name}*\n{_slack_escape(str(value), 1000)}"}
         for name, value in lines
@@ -214,6 +217,9 @@ class SlackSender:
             trust_env=False,
         )
 
+    def close(self) -> None:
+        self._client.close()
+
     def send(self, body: Mapping[str, Any]) -> None:
         content = json.dumps(slack_message(body)).encode()
         headers = {"content-type": "application/json", "user-agent": _USER_AGENT}
@@ -244,6 +250,8 @@ def email_message(body: Mapping[str, Any], sender: str, to: tuple[str, ...]) -> 
         f"Votes:    {votes['count']} of {votes['quorum']}",
         f"Review:   {data['url'] or '(open the Airlock web app)'}",
     ]
+    if data.get("groups"):
+        lines.insert(-1, f"Asked:    {' then '.join(data['groups'])}")
     message.set_content("\n".join(lines) + "\n")
     return message
 
@@ -261,6 +269,16 @@ class EmailSender:
         # Said explicitly (both are the defaults): the server's name and chain are checked.
         self._context.check_hostname = True
         self._context.verify_mode = ssl.CERT_REQUIRED
+
+    def to(self, addresses: tuple[str, ...]) -> EmailSender:
+        """The same server, sign-in and sender, to other recipients (a person's own)."""
+        other = EmailSender.__new__(EmailSender)
+        other.name = self.name
+        other._channel = replace(self._channel, to=addresses)
+        other._password = self._password
+        other._timeout = self._timeout
+        other._context = self._context
+        return other
 
     def send(self, body: Mapping[str, Any]) -> None:
         (error,) = self.send_all([body])

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 from urllib.parse import urlsplit
 
 from services.checkpoint.errors import ConfigError
 from services.checkpoint.models import NOTIFY_KINDS
+
+from .groups import Routing, parse_people
 
 __all__ = [
     "DEFAULT_RETRY_DELAYS",
@@ -48,7 +50,15 @@ _KEYS: Final[dict[str, frozenset[str]]] = {
     ),
 }
 _TOP: Final = frozenset(
-    {"proposal_url", "timeout", "retry_for", "retry_delays", "expiring_before", "channels"}
+    {
+        "proposal_url",
+        "timeout",
+        "retry_for",
+        "retry_delays",
+        "expiring_before",
+        "channels",
+        "people",
+    }
 )
 
 
@@ -85,12 +95,26 @@ class NotifyConfig:
     retry_delays: tuple[int, ...] = DEFAULT_RETRY_DELAYS
     #: ``proposal.expiring`` is sent this many seconds before the approval window ends.
     expiring_before: int = 3600
+    #: Groups, routed rules and ``[notify.people]`` (the policy sets it: :mod:`.groups`).
+    routing: Routing = field(default_factory=Routing)
 
     def channel(self, name: str) -> Channel | None:
         return next((c for c in self.channels if c.name == name), None)
 
     def channels_for(self, kind: str) -> tuple[str, ...]:
-        return tuple(c.name for c in self.channels if kind in c.events)
+        """The broadcast channels (named by no rule or group) that want ``kind``."""
+        routed = self.routing.routed_channels
+        return tuple(c.name for c in self.channels if kind in c.events and c.name not in routed)
+
+    @property
+    def active(self) -> bool:
+        """Whether anyone may be told anything: a channel, or ``[notify.people]``."""
+        return bool(self.channels) or self.routing.people.enabled
+
+    def wants(self, name: str, kind: str) -> bool:
+        """Whether channel ``name`` takes events of ``kind``."""
+        channel = self.channel(name)
+        return channel is not None and kind in channel.events
 
     @property
     def claim_for(self) -> int:
@@ -129,6 +153,9 @@ def parse_notify(raw: Any) -> NotifyConfig:
     if not isinstance(tables, Mapping):
         raise ConfigError("notify.channels: must be a table of channels")
     channels = tuple(_channel(name, value) for name, value in tables.items())
+    people = parse_people(
+        raw.get("people"), frozenset(c.name for c in channels if c.type == "email")
+    )
     return NotifyConfig(
         channels=channels,
         proposal_url=url,
@@ -136,6 +163,7 @@ def parse_notify(raw: Any) -> NotifyConfig:
         retry_for=retry_for,
         retry_delays=checked,
         expiring_before=expiring,
+        routing=Routing(people=people),
     )
 
 

@@ -38,12 +38,14 @@ def build_body(
     voters: Sequence[str],
     now: int,
     proposal_url: str | None,
+    groups: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The event as Standard Webhooks shapes a payload: ``type``, ``timestamp``, ``data``
     (plus ``id``, the ``webhook-id`` a receiver dedupes on).
 
     ``row`` is a ``proposals`` row as the state change left it; ``voters`` the people
-    who approved it so far.
+    who approved it so far; ``groups`` the groups a routed proposal was asked of so far,
+    in order (the last is the one escalated to).
     """
     tool_call = row.action_type == TOOL_CALL_TYPE
     if tool_call:
@@ -68,6 +70,7 @@ def build_body(
             "votes": {"count": len(voters), "quorum": row.quorum, "by": list(voters)},
             "approval_deadline": iso(row.approval_deadline),
             "url": link(proposal_url, row.id),
+            "groups": list(groups),
         },
     }
 
@@ -90,6 +93,7 @@ def sample_body(event_id: str, channel: str, now: int) -> dict[str, Any]:
             "votes": {"count": 0, "quorum": 0, "by": []},
             "approval_deadline": None,
             "url": None,
+            "groups": [],
         },
     }
 

@@ -26,6 +26,7 @@ from services.checkpoint.models import notify_deliveries, notify_events, proposa
 
 from .config import NotifyConfig
 from .events import build_body
+from .people import targets
 
 __all__ = ["WAKE", "Delivery", "Outbox", "OutboxStats", "record"]
 
@@ -45,17 +46,20 @@ def record(
     *,
     voters: Sequence[str] | None = None,
     row: Any = None,
+    step: int = 0,
 ) -> None:
     """Write the ``kind`` event of ``proposal_id`` and a delivery per channel that wants
         it, in ``conn`` (the state change's transaction, the proposal row locked, its state
         moved). ``voters`` (the people who approved it) and ``row`` (the proposal's row, as
     the change left it) save a read when the caller has them at hand.
 
-        Once per (proposal, kind): a second call writes nothing (an INSERT that does nothing
-        on the UNIQUE key, so it can never abort the state change's transaction). No channel
-        wants it: nothing.
+        Once per (proposal, kind, ``step``): a second call writes nothing (an INSERT that
+        does nothing on the UNIQUE key, so it can never abort the state change's
+        transaction). Who gets it is :func:`.people.targets`'s; no one: nothing.
     """
-    channels = notify.channels_for(kind)
+    if not notify.active:
+        return
+    channels, asked = targets(conn, notify, proposal_id, kind)
     if not channels:
         return
     if row is None:
@@ -77,6 +81,7 @@ def record(
         voters=voters,
         now=now,
         proposal_url=notify.proposal_url,
+        groups=asked,
     )
     written = conn.execute(
         insert_ignore(conn, notify_events)
@@ -86,6 +91,7 @@ def record(
             proposal_id=proposal_id,
             body=json.dumps(body, sort_keys=True, separators=(",", ":")),
             created_at=now,
+            step=step,
         )
         # RETURNING, not rowcount: psycopg reports -1 for an INSERT … ON CONFLICT.
         .returning(notify_events.c.id)

@@ -24,10 +24,13 @@ from sqlalchemy.engine import Engine
 from .channels import Sender
 from .config import NotifyConfig
 from .outbox import Delivery, Outbox, OutboxStats
+from .people import person_senders
 
 __all__ = ["Dispatcher", "NotifyMetrics"]
 
 _log = logging.getLogger("airlock.checkpoint.notify")
+#: Threads for deliveries to people (``person:<name>``), besides one per channel.
+_PEOPLE_LANES = 4
 
 
 class NotifyMetrics(Protocol):
@@ -61,8 +64,11 @@ class Dispatcher:
         self.poll = poll
         self.gather = gather
         self.batch = batch
+        self._people = person_senders(engine, config, self.senders)
+        # People's own deliveries share a few threads of their own.
+        self._lanes = len(self.senders) + (_PEOPLE_LANES if config.routing.people.enabled else 0)
         self._pool = ThreadPoolExecutor(
-            max_workers=max(1, len(self.senders)), thread_name_prefix="airlock-notify"
+            max_workers=max(1, self._lanes), thread_name_prefix="airlock-notify"
         )
         self._lock = threading.Lock()
         self._in_flight: dict[str, Future[None]] = {}
@@ -78,9 +84,9 @@ class Dispatcher:
         with self._lock:
             busy = [name for name, f in self._in_flight.items() if not f.done()]
         groups: dict[str, list[Delivery]] = {}
-        limit = self.batch * max(1, len(self.senders) - len(busy))
+        limit = self.batch * max(1, self._lanes - len(busy))
         for delivery in self.outbox.due(limit=limit, skip=busy):
-            if delivery.channel not in self.senders:
+            if self._sender(delivery.channel) is None:
                 self.outbox.kill(delivery.id, "the channel is not configured any more")
                 self._count(delivery.channel, "dead")
                 continue
@@ -97,7 +103,9 @@ class Dispatcher:
             claimed.setdefault(delivery.channel, []).append(delivery)
         futures = []
         for channel, deliveries in claimed.items():
-            future = self._pool.submit(self._send, self.senders[channel], deliveries)
+            sender = self._sender(channel)
+            assert sender is not None  # checked when it was due
+            future = self._pool.submit(self._send, sender, deliveries)
             with self._lock:
                 self._in_flight[channel] = future
             futures.append(future)
@@ -124,6 +132,10 @@ class Dispatcher:
             )
         for delivery, error in settled:
             self._count(delivery.channel, "delivered" if error is None else "failed")
+
+    def _sender(self, channel: str) -> Sender | None:
+        """The channel's sender, or a person's (``person:<name>``); None: not configured."""
+        return self.senders.get(channel) or self._people(channel)
 
     def _gauges(self) -> None:
         if self.metrics is not None:

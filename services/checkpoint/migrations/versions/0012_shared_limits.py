@@ -1,14 +1,13 @@
 """Rate limits shared by checkpoint replicas: sign-in counts and refusal budgets.
 
-Revision ID: 0021
-Revises: 0010
+Revision ID: 0012
+Revises: 0011
 Create Date: 2026-12-07 08:00:00
 
 On PostgreSQL every checkpoint process on the database reads and writes these
 (``services/checkpoint/limits.py``), so a guesser slowed on one replica is slowed on all,
 and a token out of refusal budget on one is refused by all. On SQLite (one process) they
-stay empty: the counts live in memory. Numbered 0021 so that a 0011 written beside it
-can land first; ``down_revision`` names whichever revision is the head when it lands.
+stay empty: the counts live in memory.
 """
 
 from collections.abc import Sequence
@@ -16,8 +15,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0021"
-down_revision: str | Sequence[str] | None = "0010"
+revision: str = "0012"
+down_revision: str | Sequence[str] | None = "0011"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

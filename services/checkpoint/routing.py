@@ -1,0 +1,176 @@
+"""Routed proposals: who may approve them, and escalation when their SLA passes
+(docs/notifications.md#routing-slas-and-escalation).
+
+A rule with a ``route`` (:mod:`.notify.groups`) gives each proposal it decides a row in
+``proposal_routes`` when it is submitted: the groups in order, the level asked so far,
+and when that level's SLA passes. Only a member of a group asked so far (the current
+group and the ones before it: escalation adds people, it takes no one's part away) may
+vote on it, edit it, or be among the approvers of its signed approval; membership is the
+policy's now, so a person taken out of a group loses the right at once. The sweeper
+escalates one level at a time by a conditional update of ``level``: a second sweep, or
+a second checkpoint sweeping the same database, escalates nothing twice.
+
+Everything here runs in the caller's transaction, in ``_tx``'s order, and must never
+commit, sign, or let a routed proposal be approved by someone outside its groups.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from airlock.events import CheckpointEvent
+
+from . import _tx
+from .errors import ErrorCode, Refusal
+from .models import proposal_routes, proposals
+from .notify import record as record_event
+from .notify.config import NotifyConfig
+from .policy import Decision
+
+__all__ = ["allowed", "carry", "check_signers", "check_voter", "escalate", "start"]
+
+
+def start(
+    conn: Connection, notify: NotifyConfig, proposal_id: str, decision: Decision, now: int
+) -> None:
+    """Route a new pending proposal by its rule's ``route`` (none: nothing)."""
+    route = notify.routing.routes.get(decision.rule)
+    if route is None or decision.effect != "approve":
+        return
+    escalates = route.sla is not None and len(route.groups) > 1
+    conn.execute(
+        proposal_routes.insert().values(
+            proposal_id=proposal_id,
+            rule=decision.rule,
+            groups=json.dumps(list(route.groups)),
+            notify=json.dumps(list(route.notify)),
+            sla=route.sla,
+            level=0,
+            due_at=now + route.sla if escalates and route.sla is not None else None,
+            updated_at=now,
+        )
+    )
+
+
+def carry(conn: Connection, old_id: str, new_id: str) -> None:
+    """An edit's new proposal, routed by the same rule as the one it supersedes, keeps
+    how far that one was escalated (and when its SLA passes): an edit restarts nothing."""
+    old, new = _route(conn, old_id), _route(conn, new_id)
+    if old is None or new is None or (old.rule, old.groups) != (new.rule, new.groups):
+        return
+    conn.execute(
+        proposal_routes.update()
+        .where(proposal_routes.c.proposal_id == new_id)
+        .values(level=old.level, due_at=old.due_at)
+    )
+
+
+def _route(conn: Connection, proposal_id: str) -> Any:
+    return conn.execute(
+        sa.select(proposal_routes).where(proposal_routes.c.proposal_id == proposal_id)
+    ).first()
+
+
+def allowed(
+    conn: Connection, notify: NotifyConfig, proposal_id: str
+) -> tuple[list[str], frozenset[str]] | None:
+    """``(groups asked so far, their members now)`` for a routed proposal; None if it is
+    routed to no group (any approver may approve it; its rule may name only channels)."""
+    route = _route(conn, proposal_id)
+    if route is None:
+        return None
+    asked = list(json.loads(route.groups)[: route.level + 1])
+    if not asked:
+        return None
+    groups = notify.routing.groups
+    members = frozenset(m for name in asked if name in groups for m in groups[name].members)
+    return asked, members
+
+
+def _refuse(who: str, asked: list[str]) -> Refusal:
+    return Refusal(
+        ErrorCode.E_FORBIDDEN,
+        f"{who} is in none of the groups this proposal is routed to ({', '.join(asked)})",
+        403,
+    )
+
+
+def check_voter(conn: Connection, notify: NotifyConfig, proposal_id: str, name: str) -> None:
+    """Refuse (403 ``E_FORBIDDEN``) a vote or an edit of a routed proposal by ``name``
+    when they are in none of its groups asked so far."""
+    found = allowed(conn, notify, proposal_id)
+    if found is not None and name not in found[1]:
+        raise _refuse(name, found[0])
+
+
+def check_signers(
+    conn: Connection, notify: NotifyConfig, proposal_id: str, approvers: Iterable[str]
+) -> None:
+    """Refuse (403 ``E_FORBIDDEN``) to sign a routed proposal's approval when one of
+    ``approvers`` is, now, in none of its groups asked so far (a policy reloaded since
+    they voted took them out): nothing is signed."""
+    found = allowed(conn, notify, proposal_id)
+    if found is None:
+        return
+    for name in approvers:
+        if name not in found[1]:
+            raise Refusal(
+                ErrorCode.E_FORBIDDEN,
+                f"not signed: approver {name} is in none of the groups this proposal is "
+                f"routed to ({', '.join(found[0])})",
+                403,
+            )
+
+
+def escalate(conn: Connection, notify: NotifyConfig, now: int) -> int:
+    """Escalate every pending routed proposal whose SLA passed by one level: the
+    route's ``level`` moved (a conditional update), ``checkpoint.proposal.escalated``
+    audited, ``proposal.escalated`` sent to the groups asked so far. Locks the rows it
+    changes before its first audit append (``_tx``'s order). Returns how many."""
+    due = conn.execute(
+        sa.select(proposal_routes)
+        .select_from(
+            proposal_routes.join(proposals, proposals.c.id == proposal_routes.c.proposal_id)
+        )
+        .where(
+            proposal_routes.c.due_at <= now,
+            proposals.c.state == "pending",
+            proposals.c.approval_deadline > now,
+        )
+        .order_by(proposal_routes.c.proposal_id)
+        .with_for_update(of=proposals)
+    ).all()
+    count = 0
+    for route in due:
+        groups = json.loads(route.groups)
+        level = route.level + 1
+        more = level + 1 < len(groups) and route.sla is not None
+        moved = conn.execute(
+            proposal_routes.update()
+            .where(
+                proposal_routes.c.proposal_id == route.proposal_id,
+                proposal_routes.c.level == route.level,
+            )
+            .values(level=level, due_at=now + route.sla if more else None, updated_at=now)
+        ).rowcount
+        if moved != 1:  # another sweeper took it first
+            continue
+        _tx.audit(
+            conn,
+            now,
+            CheckpointEvent.PROPOSAL_ESCALATED,
+            proposal_id=route.proposal_id,
+            rule=route.rule,
+            from_group=groups[route.level],
+            to_group=groups[level],
+            level=level,
+            sla=route.sla,
+        )
+        record_event(conn, notify, route.proposal_id, "proposal.escalated", now, step=level)
+        count += 1
+    return count
