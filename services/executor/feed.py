@@ -493,6 +493,8 @@ class CheckpointFeedSource:
         self._pending_head = head if approvals and not hold else None
         if approvals and not hold and not revoked:
             return self._deliveries(approvals, end)
+        if not approvals and not revoked and head is None and end == after:
+            return ()  # an empty answer: nothing to record, no commit
         # Revocations first: one in the same page as an approval can only help (E_REVOKED).
         with self._engine.begin() as conn:
             if revoked or head is not None:

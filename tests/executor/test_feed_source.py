@@ -1995,3 +1995,39 @@ def test_receipts_delivered_apart_from_the_execute_loop_are_all_delivered(rig: R
     )
     assert len(rig.fake.posted) == len(bundles)
     assert rig.cursor() == 4
+
+
+def test_recover_once_records_the_cursor_and_head_in_the_consumes_transactions(
+    env: Env,
+) -> None:
+    """``airlock executor --once`` (recover.run) acknowledges as the daemon does: two
+    approvals cost their consumes and outcomes, four commits, beside recovery's pass at
+    start; the feed's answers, empty or not, none of their own."""
+    bundles = [make_test_bundle(n, tag="fonce") for n in (1, 2)]
+    for b in bundles:
+        env.cloud.add("ecs.instance", b.resource_id, "Running")
+    items = [approval(n, b.raw, b.approval_id) for n, b in enumerate(bundles, 1)]
+    page = {"items": items, "cursor": 2, "audit_head": _head(5)}
+    fake = FakeCheckpoint(pages=[{"items": [], "cursor": 0}, page])
+    client = checkpoint_client(
+        BASE, "t", poll_wait_s=1, transport=httpx.MockTransport(fake.handler)
+    )
+    source = CheckpointFeedSource(
+        engine=env.engine, client=client, clock=env.clock, sleep=lambda _: None
+    )
+    commits: list[object] = []
+
+    def count(conn: object) -> None:
+        commits.append(conn)
+
+    sa.event.listen(env.engine, "commit", count)
+    try:
+        outcomes = run(env.executor, source, once=True)
+    finally:
+        sa.event.remove(env.engine, "commit", count)
+        client.close()
+    assert [o.state for o in outcomes] == [State.SUCCEEDED, State.SUCCEEDED]
+    assert len(commits) == 1 + 4
+    assert source.cursor() == 2
+    assert [(e["seq"], e["hash"]) for e in _recorded_heads(env)] == [(15, "05" * 32)]
+    assert verify_chain(env.engine).ok
