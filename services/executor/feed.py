@@ -607,11 +607,12 @@ class CheckpointFeedSource:
         """
         now = self._clock()
         also: dict[str, object] = {}
+        # The chain lock before the cursor's row lock, as everywhere (a no-op where the
+        # transaction holds it already): the transaction appends its event after this.
+        AuditLog.lock(conn)
         head = self._pending_head
-        if head is not None:
-            AuditLog.lock(conn)  # the chain lock before the row (a no-op where held)
-            if self._store_head(conn, head, now):
-                also["checkpoint_head"] = {"feed": self._feed, "seq": head.seq, "hash": head.hash}
+        if head is not None and self._store_head(conn, head, now):
+            also["checkpoint_head"] = {"feed": self._feed, "seq": head.seq, "hash": head.hash}
         advance_cursor(conn, self._feed, self._ack_to[delivery.ref], now)
         self._fp.hit("before_cursor_commit")
         return also
