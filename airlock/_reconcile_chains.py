@@ -47,6 +47,11 @@ OUTCOME: Final = ExecutorEvent.OUTCOME
 RESOLVED: Final = ExecutorEvent.RESOLVED
 REFUSED: Final = ExecutorEvent.REFUSED
 _CHECKPOINT_HEAD: Final = ExecutorEvent.CHECKPOINT_HEAD
+#: The field of a consume's or a refusal's event that records a checkpoint head.
+_ANCHORED: Final = "checkpoint_head"
+_ANCHORING_EVENTS: Final = frozenset({_CONSUMED, REFUSED})
+#: The ``state`` of a consumed event whose consume went straight into ``executing``.
+_STATE_EXECUTING: Final = "executing"
 #: Executor events a receipt's audit head may point at: the receipt is signed over the
 #: head right after the event that records it is appended.
 _RECEIPT_EVENTS: Final = frozenset({OUTCOME, RESOLVED, REFUSED})
@@ -185,11 +190,18 @@ class ExecutorChain:
             self.receipt_rows[seq] = ReceiptRow(row_hash, event)
         elif kind == _CHECKPOINT_HEAD:
             self.checkpoint_heads.append(CheckpointHead(seq, event))
+        # A feed page's head recorded with what became of its first approval (the
+        # transaction's one event carries it), read as an executor.checkpoint_head.
+        anchored = event.get(_ANCHORED) if kind in _ANCHORING_EVENTS else None
+        if isinstance(anchored, dict):
+            self.checkpoint_heads.append(CheckpointHead(seq, {**anchored, "at": event.get("at")}))
         aid = event.get("approval_id")
         if not isinstance(aid, str):
             return
         if kind == _CONSUMED:
             self.consumed.setdefault(aid, []).append(event)
+            if event.get("state") == _STATE_EXECUTING:  # consumed straight into executing
+                self.writes[aid] += 1
         elif kind == _EXECUTING:
             if aid not in self.consumed:
                 self.write_before_consume.append(aid)

@@ -143,11 +143,12 @@ FIELDS: Final[Mapping[str, frozenset[str]]] = {
         _C.SESSION_REVOKED: "user",
         _E.TRUSTED_KEYS: "worker path sha256 keys",
         _E.CONSUMED: "approval_id proposal_id action_hash nonce keyid approvers resource "
-        "operation region owner epoch",
+        "operation region owner epoch state call checkpoint_head",
         _E.EXECUTING: "approval_id owner epoch call",
         _E.OUTCOME: "approval_id action_hash state verified refusal_code cloud_request_id "
         "detail owner epoch",
-        _E.REFUSED: "approval_id action_hash code detail bundle_sha256 not_reported",
+        _E.REFUSED: "approval_id action_hash code detail bundle_sha256 not_reported "
+        "checkpoint_head",
         _E.RESOLVED: "approval_id action_hash decision by note",
         _E.RESOLUTION_REFUSED: "approval_id decision by code detail",
         _E.LEASE_RELEASED: "approval_id owner epoch detail",

@@ -28,7 +28,17 @@ nothing else. A connection that does not set it (the sqlite3 shell) meets the gu
 triggers of the services' migrations instead (executor 0008, checkpoint 0005).
 
 PostgreSQL (several hosts): psycopg 3, ``READ COMMITTED``, ``synchronous_commit=on``,
-pre-ping. Both set explicitly even where they are the defaults (STYLE 7).
+both set explicitly even where they are the defaults (STYLE 7). No pre-ping (a round
+trip per checkout): a pooled connection is checked at checkout without one
+(:func:`_check_idle`). A backend that ended (a server restart, ``pg_terminate_backend``,
+an idle timeout) sends its last message and closes its socket; an idle connection
+whose socket has anything to read is discarded, and the pool connects again.
+
+Reset on return, both: a connection goes back to the pool rolled back only if its
+driver says a transaction is still open on it (:func:`_reset_if_open`). SQLAlchemy's
+default rolls back every connection whose ``Connection`` did not roll back itself,
+committed ones included: a wasted call per transaction (on PostgreSQL a trip through
+psycopg's lock and wait loop) on the path that commits most.
 
 This module must never create directories, fall back to an in-memory database, or hand
 out an engine whose durability settings did not take effect.
@@ -36,6 +46,7 @@ out an engine whose durability settings did not take effect.
 
 from __future__ import annotations
 
+import select
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -75,6 +86,9 @@ _SQLITE_DEFERRED = "airlock_sqlite_deferred"
 
 _SQLITE_DRIVERS = {"sqlite", "sqlite+pysqlite"}
 _PG_DRIVERS = {"postgresql", "postgresql+psycopg"}
+#: psycopg's ``TransactionStatus.IDLE`` (libpq's PQTRANS_IDLE, 0): no transaction open.
+#: Its value, so that an engine for SQLite needs no psycopg installed.
+_PG_IDLE = 0
 #: The driver name make_engine gives its SQLite URLs: pysqlite with our own BEGIN.
 _DURABLE_SQLITE_DRIVER = "sqlite+airlock_pysqlite"
 
@@ -161,6 +175,7 @@ def _sqlite_engine(url: URL, *, create: bool, busy_timeout_s: float, echo: bool)
     engine = sa.create_engine(
         url.set(drivername=_DURABLE_SQLITE_DRIVER),
         echo=echo,
+        pool_reset_on_return=None,  # _reset_if_open below
         connect_args={
             "timeout": busy_timeout_s,
             # Python must not emit BEGIN/COMMIT around statements on its own; the
@@ -207,7 +222,25 @@ def _sqlite_engine(url: URL, *, create: bool, busy_timeout_s: float, echo: bool)
 
     if not isinstance(engine.dialect, _DurableSQLiteDialect):  # never a plain BEGIN
         raise ConfigError(f"SQLite engine for {database!r} lacks Airlock's dialect")
+    event.listen(engine, "reset", _reset_if_open)
     return engine
+
+
+def _reset_if_open(dbapi_connection: Any, _record: Any, _state: Any) -> None:
+    """Roll back a connection returned to the pool with a transaction still open.
+
+    Asked of the driver itself, so whatever left it open (a ``Connection`` closed
+    mid-transaction, a raw DBAPI connection) is covered, and a connection whose
+    transaction committed or rolled back is returned as it is. pysqlite's
+    ``in_transaction`` and psycopg's ``info.transaction_status`` read the driver's own
+    state; neither costs a round trip.
+    """
+    if isinstance(dbapi_connection, sqlite3.Connection):
+        open_ = dbapi_connection.in_transaction
+    else:
+        open_ = dbapi_connection.info.transaction_status != _PG_IDLE
+    if open_:
+        dbapi_connection.rollback()
 
 
 def _enter_wal(cursor: sqlite3.Cursor, busy_timeout_s: float) -> Any:
@@ -238,13 +271,38 @@ def _postgresql_engine(url: URL, *, echo: bool) -> Engine:
     if isinstance(options, tuple):
         raise ConfigError("give the PostgreSQL 'options' URL parameter once")
     options = f"{options} -c synchronous_commit=on".strip()
-    return sa.create_engine(
+    engine = sa.create_engine(
         url.set(drivername="postgresql+psycopg"),
         echo=echo,
-        pool_pre_ping=True,
+        pool_pre_ping=False,  # _check_idle below, with no round trip
+        pool_reset_on_return=None,  # _reset_if_open below
         isolation_level="READ COMMITTED",
         connect_args={"options": options, "connect_timeout": 10},
     )
+    event.listen(engine, "reset", _reset_if_open)
+    event.listen(engine, "checkout", _check_idle)
+    return engine
+
+
+def _check_idle(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+    """Refuse a pooled PostgreSQL connection that cannot be used (at checkout).
+
+    Raises :class:`~sqlalchemy.exc.DisconnectionError`, on which the pool discards the
+    connection and connects again. A connection idle in the pool has nothing to read:
+    the server sends nothing unasked outside a transaction but its last words (the
+    error a terminated backend sends before it closes the socket) or the close itself.
+    So one whose socket is readable, or that psycopg knows closed or broken, is not
+    lent; anything else that could arrive unasked (a NOTIFY, a parameter's new value
+    after a reload) costs a reconnect, never a wrong answer. A poll with no wait, not a
+    query: no round trip. A backend that ends after the checkout fails that transaction
+    as it would have after a pre-ping.
+    """
+    if dbapi_connection.closed or dbapi_connection.broken:
+        raise sa.exc.DisconnectionError("the connection is closed")
+    poller = select.poll()
+    poller.register(dbapi_connection.fileno(), select.POLLIN)
+    if poller.poll(0):
+        raise sa.exc.DisconnectionError("the server spoke or hung up while it sat idle")
 
 
 def require_immediate(conn: Connection) -> None:

@@ -12,7 +12,7 @@ Nothing here touches the database or decides anything.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from sqlalchemy.engine import Connection
@@ -25,8 +25,9 @@ from .models import State, Work
 __all__ = ["Consume", "RecordAlso", "consumed_event", "ledger_row"]
 
 #: Called with the connection of the transaction that records what became of a bundle,
-#: before it commits (the feed's cursor moves there).
-RecordAlso = Callable[[Connection], None]
+#: before its audit event is appended (the feed's cursor moves there); gives the fields
+#: that event also carries (the checkpoint's head, when the feed has one to record).
+RecordAlso = Callable[[Connection], Mapping[str, object]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,11 +82,22 @@ def ledger_row(
     }
 
 
-def consumed_event(verified: VerifiedApproval, work: Work) -> dict[str, object]:
+def consumed_event(
+    verified: VerifiedApproval,
+    work: Work,
+    also: Mapping[str, object],
+    *,
+    call: str | None = None,
+) -> dict[str, object]:
     """The ``executor.consumed`` event: what ``airlock audit reconcile`` compares with the
-    approval the checkpoint issued under the same id."""
+    approval the checkpoint issued under the same id, with the fields ``also`` gives.
+
+    With ``call``, the consume is straight into ``executing`` and the event says so
+    (``state``, ``call``): one row records both, where a row consumed into ``claimed``
+    is followed by an ``executor.executing`` event of its own when it gets there.
+    """
     st = verified.statement
-    return {
+    event: dict[str, object] = {
         "type": ExecutorEvent.CONSUMED,
         "approval_id": st.approval_id,
         "action_hash": verified.action_hash,
@@ -99,3 +111,8 @@ def consumed_event(verified: VerifiedApproval, work: Work) -> dict[str, object]:
         "owner": work.owner,
         "epoch": work.epoch,
     }
+    if call is not None:
+        event["state"] = State.EXECUTING.value
+        event["call"] = call
+    event.update(also)
+    return event

@@ -39,9 +39,9 @@ from ._http import Backoff
 from .errors import CheckpointUnauthorized, LedgerHeld
 from .models import Outcome
 from .outbox import OutboxReporter
-from .recover import check_ledger, ledger_checked, recover_expired
+from .recover import check_ledger, execute_delivery, ledger_checked, recover_expired
 from .service import Executor
-from .sources import AckInTransaction, BundleSource
+from .sources import BundleSource
 
 __all__ = ["Heartbeat", "Interrupted", "Shutdown", "heartbeat_age", "serve"]
 
@@ -124,12 +124,8 @@ def _drain(
     for delivery in source.receive(wait_s=wait_s):
         if shutdown.requested:
             break  # not acknowledged: delivered again after the restart
-        # A source that records its acknowledgement in a transaction (the feed's
-        # cursor) does it in the one that records the bundle, not in a commit of its own.
-        in_tx = source if isinstance(source, AckInTransaction) else None
-        also = None if in_tx is None else functools.partial(in_tx.ack_in, delivery=delivery)
         try:
-            outcome = executor.execute(delivery.raw, revoked=source.revoked(), record_also=also)
+            outcome = execute_delivery(executor, source, delivery)
         except LedgerHeld as exc:
             _log.warning("%s: %s; left where it is", delivery.ref, exc)
             # Not acknowledged: delivered again once the hold is over. A source hands
@@ -137,10 +133,6 @@ def _drain(
             # here, idle, or the loop would retry it as fast as it can for the hold.
             shutdown.sleep(wait_s)
             break
-        if in_tx is None:
-            source.ack(delivery)
-        else:
-            in_tx.forget(delivery)
         _show(outcome, delivery.ref)
         if on_outcome is not None:
             on_outcome(outcome)

@@ -12,7 +12,8 @@ answers step 12 from there, so a revocation survives restarts, is shared by ever
 executor on one ledger, and is honoured even when it arrives before its approval.
 
 A page with items also carries the checkpoint audit chain's head (``audit_head``), and
-the transaction that records the page appends it to our chain as
+the transaction that records the page (for a page with approvals, the first of their
+consumes or refusals to commit) appends it to our chain as
 ``executor.checkpoint_head`` when it differs from the last one recorded: the checkpoint's
 chain is then anchored in ours, as ours is in its by the heads our receipts carry, and
 ``airlock audit reconcile`` finds either chain rewritten or cut. A page without a valid
@@ -47,7 +48,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import ClassVar, Final
@@ -228,6 +229,8 @@ class CheckpointFeedSource:
         # delivery ref -> the cursor that acknowledging it commits
         self._ack_to: dict[str, int] = {}
         self._behind_warned: int | None = None  # the feed_head last warned about
+        #: The head of the page last handed over, until an acknowledgement records it.
+        self._pending_head: ChainHead | None = None
 
     @property
     def feed(self) -> str:
@@ -485,6 +488,13 @@ class CheckpointFeedSource:
         now = self._clock()
         # Only a page with items: an empty long-poll answer must not grow the chain.
         head = page.audit_head if page.items else None
+        # The head of a page with approvals to hand over is recorded in the transaction
+        # of the first one that commits (ack_in), not in a commit of its own.
+        self._pending_head = head if approvals and not hold else None
+        if approvals and not hold and not revoked:
+            return self._deliveries(approvals, end)
+        if not approvals and not revoked and head is None and end == after:
+            return ()  # an empty answer: nothing to record, no commit
         # Revocations first: one in the same page as an approval can only help (E_REVOKED).
         with self._engine.begin() as conn:
             if revoked or head is not None:
@@ -493,7 +503,7 @@ class CheckpointFeedSource:
                 # the other waits for while one of them waits for the chain. It also
                 # serializes the read-compare-write of the recorded head below.
                 AuditLog.lock(conn)
-            if head is not None:
+            if head is not None and self._pending_head is None:
                 self._record_head(conn, head, now)
             for r in revoked:
                 self._record_revocation(conn, r, now)
@@ -502,6 +512,10 @@ class CheckpointFeedSource:
                 return ()
             if hold:
                 return ()
+        return self._deliveries(approvals, end)
+
+    def _deliveries(self, approvals: list[tuple[int, bytes]], end: int) -> Sequence[Delivery]:
+        """The page's approvals as deliveries, each with the cursor its ack commits."""
         out: list[Delivery] = []
         for i, (seq, raw) in enumerate(approvals):
             ref = f"feed:{seq}"
@@ -517,23 +531,29 @@ class CheckpointFeedSource:
         recorded here it can no longer be changed without breaking our chain, so a later
         rewrite or cut of the checkpoint's chain is found by ``airlock audit reconcile``.
         """
+        if self._store_head(conn, head, now):
+            AuditLog.append(
+                conn,
+                {
+                    "type": ExecutorEvent.CHECKPOINT_HEAD,
+                    "feed": self._feed,
+                    "seq": head.seq,
+                    "hash": head.hash,
+                },
+                at=_at(now),
+            )
+
+    def _store_head(self, conn: Connection, head: ChainHead, now: int) -> bool:
+        """Make ``head`` the one last recorded for this feed, unless it is already; say
+        whether it changed (then the transaction's audit event must carry it). Call under
+        the chain lock, which serializes this read-compare-write."""
         last = conn.execute(
             sa.select(checkpoint_head.c.seq, checkpoint_head.c.hash).where(
                 checkpoint_head.c.feed == self._feed
             )
         ).first()
         if last is not None and (last.seq, last.hash) == (head.seq, head.hash):
-            return
-        AuditLog.append(
-            conn,
-            {
-                "type": ExecutorEvent.CHECKPOINT_HEAD,
-                "feed": self._feed,
-                "seq": head.seq,
-                "hash": head.hash,
-            },
-            at=_at(now),
-        )
+            return False
         values = {"seq": head.seq, "hash": head.hash, "recorded_at": now}
         if last is None:
             conn.execute(checkpoint_head.insert().values(feed=self._feed, **values))
@@ -544,6 +564,7 @@ class CheckpointFeedSource:
                 .values(**values)
             )
         _log.debug("checkpoint audit head %d recorded for %s", head.seq, self._feed)
+        return True
 
     def _record_revocation(self, conn: Connection, r: _Revocation, now: int) -> None:
         inserted = conn.execute(
@@ -564,18 +585,40 @@ class CheckpointFeedSource:
             _log.info("revocation of %s recorded (feed seq %d)", r.approval_id, r.seq)
 
     def ack(self, delivery: Delivery) -> None:
-        """The approval is recorded in the ledger: move the cursor past it."""
+        """The approval is recorded in the ledger: move the cursor past it (and record
+        the page's head, if no acknowledgement has yet)."""
         with self._engine.begin() as conn:
-            self.ack_in(conn, delivery)
+            head = self.ack_in(conn, delivery).get("checkpoint_head")
+            if isinstance(head, dict):  # no event of the bundle's here to carry it
+                AuditLog.append(
+                    conn, {"type": ExecutorEvent.CHECKPOINT_HEAD, **head}, at=_at(self._clock())
+                )
         self.forget(delivery)
 
-    def ack_in(self, conn: Connection, delivery: Delivery) -> None:
+    def ack_in(self, conn: Connection, delivery: Delivery) -> Mapping[str, object]:
         """Move the cursor past ``delivery`` in ``conn``'s transaction: the one that
         records the approval (its consume, or its refusal), so the record and the cursor
-        commit together or not at all. Call :meth:`forget` once it committed."""
-        advance_cursor(conn, self._feed, self._ack_to[delivery.ref], self._clock())
+        commit together or not at all. Call :meth:`forget` once it committed.
+
+        Until one such transaction has committed it, the page's checkpoint head is
+        recorded there too: returned as the ``checkpoint_head`` field for that
+        transaction's one audit event to carry (nothing when it is the head recorded
+        last), where a page without approvals appends ``executor.checkpoint_head``.
+        """
+        now = self._clock()
+        also: dict[str, object] = {}
+        # The chain lock before the cursor's row lock, as everywhere (a no-op where the
+        # transaction holds it already): the transaction appends its event after this.
+        AuditLog.lock(conn)
+        head = self._pending_head
+        if head is not None and self._store_head(conn, head, now):
+            also["checkpoint_head"] = {"feed": self._feed, "seq": head.seq, "hash": head.hash}
+        advance_cursor(conn, self._feed, self._ack_to[delivery.ref], now)
         self._fp.hit("before_cursor_commit")
+        return also
 
     def forget(self, delivery: Delivery) -> None:
-        """``delivery``'s cursor is committed (:meth:`ack_in`): forget its place."""
+        """``delivery``'s cursor is committed (:meth:`ack_in`): forget its place, and the
+        page's head, which that commit recorded."""
         self._ack_to.pop(delivery.ref, None)
+        self._pending_head = None

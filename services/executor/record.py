@@ -154,10 +154,11 @@ class Recorder:
         approval_id: str | None = None,
         action_hash: str | None = None,
         issued_at: int | None = None,
+        also: Mapping[str, object] | None = None,
     ) -> Envelope:
-        """Record a refusal in ``conn``'s transaction (refusals table, audit event, signed
-        receipt) and queue it for the checkpoint when it must hear of it; return the
-        receipt."""
+        """Record a refusal in ``conn``'s transaction (refusals table, audit event with
+        the fields ``also`` adds, signed receipt) and queue it for the checkpoint when it
+        must hear of it; return the receipt."""
         detail = clip(detail)
         # The checkpoint hears of an approval refused before it was used
         # (docs/protocol.md#proposals: it would show approved, then lapsed, with no reason): the
@@ -195,6 +196,7 @@ class Recorder:
                     f"this ledger went back before {since} (a ledger hold) and may have "
                     "used this approval, issued before it, and forgotten"
                 )
+        event.update(also or {})
         head = self.audit(conn, now, event)
         receipt = self.receipt(
             head,
@@ -261,8 +263,8 @@ class Recorder:
             approval_id=st.approval_id,
             action_hash=verified.action_hash,
             issued_at=st.issued_at,
+            also=consume.also(conn),
         )
-        consume.also(conn)
         return Outcome(st.approval_id, None, code, detail=clip(short), receipt=receipt)
 
     def consume_refused(self, consume: Consume, code: RefusalCode, detail: str) -> Outcome:
@@ -276,7 +278,7 @@ class Recorder:
         try:
             with self._engine.begin() as conn:
                 AuditLog.lock(conn)
-                self.audit(conn, now, consumed_event(consume.verified, work))
+                self.audit(conn, now, consumed_event(consume.verified, work, consume.also(conn)))
                 head = self.audit(
                     conn,
                     now,
@@ -305,7 +307,6 @@ class Recorder:
                 if not ledger.consume(conn, row, now=now):
                     raise _NotConsumed  # rolls the events back
                 ledger.queue_receipt(conn, kind="outcome", approval_id=work.approval_id, now=now)
-                consume.also(conn)
         except _NotConsumed:
             with self._engine.begin() as conn:
                 AuditLog.lock(conn)

@@ -26,6 +26,7 @@ and drains a :class:`~services.executor.sources.BundleSource` in between.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Container
@@ -37,7 +38,7 @@ from airlock import ledger
 
 from .errors import Fenced, LedgerHeld
 from .models import Outcome, State
-from .sources import BundleSource
+from .sources import AckInTransaction, BundleSource, Delivery
 
 if TYPE_CHECKING:
     from .service import Executor
@@ -128,14 +129,30 @@ def ledger_checked(source: BundleSource) -> bool:
     return bool(getattr(source, "ledger_checked", True))
 
 
+def execute_delivery(executor: Executor, source: BundleSource, delivery: Delivery) -> Outcome:
+    """Execute ``delivery`` and acknowledge it once its outcome is recorded.
+
+    A source whose acknowledgement is a database write (:class:`AckInTransaction`, the
+    feed's cursor) makes it in the transaction that records the bundle, not in a commit
+    of its own. Raises :class:`LedgerHeld` with nothing recorded or acknowledged.
+    """
+    in_tx = source if isinstance(source, AckInTransaction) else None
+    also = None if in_tx is None else functools.partial(in_tx.ack_in, delivery=delivery)
+    outcome = executor.execute(delivery.raw, revoked=source.revoked(), record_also=also)
+    # Whatever the outcome, it is in the ledger (or refusals) now; re-delivery would
+    # only be refused as a replay.
+    if in_tx is None:
+        source.ack(delivery)
+    else:
+        in_tx.forget(delivery)
+    return outcome
+
+
 def drain(executor: Executor, source: BundleSource, *, wait_s: float = 0.0) -> list[Outcome]:
     """Execute every bundle the source has now; acknowledge each once it is recorded."""
     outcomes: list[Outcome] = []
     for delivery in source.receive(wait_s=wait_s):
-        outcome = executor.execute(delivery.raw, revoked=source.revoked())
-        # Whatever the outcome, it is in the ledger (or refusals) now; re-delivery would
-        # only be refused as a replay.
-        source.ack(delivery)
+        outcome = execute_delivery(executor, source, delivery)
         _log.info(
             "%s: %s %s",
             delivery.ref,

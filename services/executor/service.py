@@ -32,7 +32,7 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Mapping
 from typing import Final, Literal
 
 from pydantic import ValidationError
@@ -98,8 +98,9 @@ def _problems(exc: ValidationError) -> str:
     )
 
 
-def _record_nothing(conn: Connection) -> None:
+def _record_nothing(conn: Connection) -> Mapping[str, object]:
     del conn
+    return {}
 
 
 def default_worker_id() -> str:
@@ -234,8 +235,8 @@ class Executor:
                     bundle_sha,
                     approval_id=exc.approval_id,
                     issued_at=exc.issued_at,
+                    also=also(conn),
                 )
-                also(conn)
             return self._rec.report(
                 Outcome(exc.approval_id, None, exc.code, detail=clip(exc.detail), receipt=receipt)
             )
@@ -292,19 +293,9 @@ class Executor:
             # below, still under the lock.
             if not ledger.consume(conn, row, now=now):
                 return self._rec.not_consumed(conn, consume, now)
-            self._rec.audit(conn, now, consumed_event(consume.verified, work))
-            self._rec.audit(
-                conn,
-                now,
-                {
-                    "type": ExecutorEvent.EXECUTING,
-                    "approval_id": work.approval_id,
-                    "owner": work.owner,
-                    "epoch": work.epoch,
-                    "call": call,
-                },
-            )
-            consume.also(conn)
+            # One event for the transaction: consumed, straight into executing.
+            event = consumed_event(consume.verified, work, consume.also(conn), call=call)
+            self._rec.audit(conn, now, event)
         return None
 
     def _consume_refused(self, consume: Consume, code: RefusalCode, detail: str) -> Outcome:
@@ -329,7 +320,8 @@ class Executor:
             if not ledger.consume(conn, row, now=now):
                 outcome = self._rec.not_consumed(conn, consume, now)
             else:
-                self._rec.audit(conn, now, consumed_event(consume.verified, work))
+                event = consumed_event(consume.verified, work, consume.also(conn))
+                self._rec.audit(conn, now, event)
                 self._rec.audit(
                     conn,
                     now,
@@ -341,7 +333,6 @@ class Executor:
                         "detail": detail,
                     },
                 )
-                consume.also(conn)
                 return Outcome(work.approval_id, State.CLAIMED, detail=detail)
         return self._rec.report(outcome)
 

@@ -21,7 +21,7 @@ import os
 import stat
 import sys
 import time
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Final, Protocol, runtime_checkable
@@ -88,8 +88,9 @@ class AckInTransaction(Protocol):
     """A source whose acknowledgement is a database write (the feed's cursor): it is made
     in the transaction that records the bundle, so both commit or neither does."""
 
-    def ack_in(self, conn: Connection, delivery: Delivery) -> None:
-        """Acknowledge ``delivery`` in ``conn``'s open transaction, before it commits."""
+    def ack_in(self, conn: Connection, delivery: Delivery) -> Mapping[str, object]:
+        """Acknowledge ``delivery`` in ``conn``'s open transaction, before it commits;
+        give the fields the transaction's audit event is to carry with it."""
         ...
 
     def forget(self, delivery: Delivery) -> None:

@@ -60,7 +60,7 @@ from services.executor.models import (
     revocations,
 )
 from services.executor.outbox import pending_receipts, requeue_undelivered
-from services.executor.recover import ledger_checked, recover_expired, run
+from services.executor.recover import execute_delivery, ledger_checked, recover_expired, run
 from services.executor.sources import Delivery
 from tests.support.dripping import Answer, ok_json, serving_drips
 
@@ -1012,7 +1012,13 @@ def _recorded_heads(env: Env) -> list[dict[str, Any]]:
             json.loads(e)
             for e in conn.execute(sa.text("SELECT event FROM audit_log ORDER BY seq")).scalars()
         ]
-    return [e for e in events if e["type"] == "executor.checkpoint_head"]
+    # As an event of its own, or carried by the event of the transaction that recorded
+    # the page's first approval.
+    return [
+        e if e["type"] == "executor.checkpoint_head" else e["checkpoint_head"]
+        for e in events
+        if e["type"] == "executor.checkpoint_head" or "checkpoint_head" in e
+    ]
 
 
 def test_the_checkpoint_head_of_a_page_with_items_is_recorded_once(rig: Rig) -> None:
@@ -1880,7 +1886,7 @@ def test_a_crash_before_the_consume_commits_leaves_neither_its_row_nor_the_curso
     it commits leaves neither, and the item delivered again is written once."""
     b = make_test_bundle(1, tag="fcurtx")
     env.cloud.add("ecs.instance", b.resource_id, "Running")
-    page = {"items": [approval(1, b.raw, b.approval_id)], "cursor": 1}
+    page = {"items": [approval(1, b.raw, b.approval_id)], "cursor": 1, "audit_head": _head(1)}
     fake = FakeCheckpoint(pages=[page, page])
     client = checkpoint_client(
         BASE, "t", poll_wait_s=1, transport=httpx.MockTransport(fake.handler)
@@ -1904,13 +1910,53 @@ def test_a_crash_before_the_consume_commits_leaves_neither_its_row_nor_the_curso
             assert conn.execute(sa.select(ledger.c.approval_id)).all() == []
             assert read_cursor(conn, source.feed) == 0
         assert env.cloud.calls == []
+        assert _recorded_heads(env) == []  # the page's head commits with the consume too
         [again] = source.receive(wait_s=0)
         also = functools.partial(source.ack_in, delivery=again)
         outcome = env.executor.execute(again.raw, revoked=source.revoked(), record_also=also)
         assert outcome.state is State.SUCCEEDED
         assert source.cursor() == 1 and env.cloud.writes_for(b.resource_id) == 1
+        assert [(e["seq"], e["hash"]) for e in _recorded_heads(env)] == [(11, "01" * 32)]
     finally:
         client.close()
+
+
+def test_a_page_of_approvals_commits_only_their_consumes_and_outcomes(env: Env) -> None:
+    """No commit of its own for the feed's bookkeeping: the cursor and the checkpoint's
+    head are recorded in the consumes' transactions (two approvals: four commits), the
+    head once, in the first, and the chain holds one row per transaction."""
+    bundles = [make_test_bundle(n, tag="fcommits") for n in (1, 2)]
+    for b in bundles:
+        env.cloud.add("ecs.instance", b.resource_id, "Running")
+    items = [approval(n, b.raw, b.approval_id) for n, b in enumerate(bundles, 1)]
+    fake = FakeCheckpoint(pages=[{"items": items, "cursor": 2, "audit_head": _head(4)}])
+    client = checkpoint_client(
+        BASE, "t", poll_wait_s=1, transport=httpx.MockTransport(fake.handler)
+    )
+    source = CheckpointFeedSource(
+        engine=env.engine, client=client, clock=env.clock, sleep=lambda _: None
+    )
+    with env.engine.connect() as conn:
+        before = AuditLog.head(conn).seq
+    commits: list[object] = []
+
+    def count(conn: object) -> None:
+        commits.append(conn)
+
+    sa.event.listen(env.engine, "commit", count)
+    try:
+        deliveries = source.receive(wait_s=0)
+        outcomes = [execute_delivery(env.executor, source, d) for d in deliveries]
+    finally:
+        sa.event.remove(env.engine, "commit", count)
+        client.close()
+    assert [o.state for o in outcomes] == [State.SUCCEEDED, State.SUCCEEDED]
+    assert len(commits) == 4
+    assert source.cursor() == 2
+    assert [(e["seq"], e["hash"]) for e in _recorded_heads(env)] == [(14, "04" * 32)]
+    with env.engine.connect() as conn:
+        assert AuditLog.head(conn).seq == before + 4
+    assert verify_chain(env.engine).ok
 
 
 def test_receipts_delivered_apart_from_the_execute_loop_are_all_delivered(rig: Rig) -> None:
@@ -1949,3 +1995,39 @@ def test_receipts_delivered_apart_from_the_execute_loop_are_all_delivered(rig: R
     )
     assert len(rig.fake.posted) == len(bundles)
     assert rig.cursor() == 4
+
+
+def test_recover_once_records_the_cursor_and_head_in_the_consumes_transactions(
+    env: Env,
+) -> None:
+    """``airlock executor --once`` (recover.run) acknowledges as the daemon does: two
+    approvals cost their consumes and outcomes, four commits, beside recovery's pass at
+    start; the feed's answers, empty or not, none of their own."""
+    bundles = [make_test_bundle(n, tag="fonce") for n in (1, 2)]
+    for b in bundles:
+        env.cloud.add("ecs.instance", b.resource_id, "Running")
+    items = [approval(n, b.raw, b.approval_id) for n, b in enumerate(bundles, 1)]
+    page = {"items": items, "cursor": 2, "audit_head": _head(5)}
+    fake = FakeCheckpoint(pages=[{"items": [], "cursor": 0}, page])
+    client = checkpoint_client(
+        BASE, "t", poll_wait_s=1, transport=httpx.MockTransport(fake.handler)
+    )
+    source = CheckpointFeedSource(
+        engine=env.engine, client=client, clock=env.clock, sleep=lambda _: None
+    )
+    commits: list[object] = []
+
+    def count(conn: object) -> None:
+        commits.append(conn)
+
+    sa.event.listen(env.engine, "commit", count)
+    try:
+        outcomes = run(env.executor, source, once=True)
+    finally:
+        sa.event.remove(env.engine, "commit", count)
+        client.close()
+    assert [o.state for o in outcomes] == [State.SUCCEEDED, State.SUCCEEDED]
+    assert len(commits) == 1 + 4
+    assert source.cursor() == 2
+    assert [(e["seq"], e["hash"]) for e in _recorded_heads(env)] == [(15, "05" * 32)]
+    assert verify_chain(env.engine).ok

@@ -446,7 +446,7 @@ def test_tampering_with_any_executor_audit_row_is_detected(env: Env) -> None:
     assert verify_chain(env.engine).ok
     with env.engine.connect() as conn:
         rows = conn.exec_driver_sql("SELECT seq, event FROM audit_log ORDER BY seq").all()
-    assert len(rows) >= 9
+    assert len(rows) >= 8
     postgres = env.engine.dialect.name == "postgresql"
     # An attacker with the database can drop the append-only triggers; the chain still
     # names the first row they touched.

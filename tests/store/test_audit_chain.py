@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import rfc8785
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
@@ -23,6 +24,7 @@ from sqlalchemy.orm import Session
 from typer.testing import CliRunner
 
 from airlock.cli import app
+from airlock.events import ExecutorEvent
 from airlock.protocol import canonical_bytes
 from airlock.store import (
     EVENT_MAX_BYTES,
@@ -681,3 +683,23 @@ def test_append_on_a_corrupted_head_is_refused(engine: Engine, bad: str) -> None
         AuditLog.append(conn, {"type": "test.event"}, at=NOW)
     # Refused at the head: never appended after the last well-formed row instead.
     assert [r.seq for r in _rows(engine)] == [0, 1, 2]
+
+
+def test_an_event_typed_by_an_enum_member_is_encoded_without_the_slow_encoder(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The services name event types by StrEnum members: the append writes the member's
+    text, byte for byte what rfc8785 would, through the fast encoder alone."""
+
+    def refused(value: object) -> bytes:
+        raise AssertionError("the slow encoder was asked")
+
+    monkeypatch.setattr(rfc8785, "dumps", refused)
+    event = {"type": ExecutorEvent.CONSUMED, "approval_id": "apv_x", "epoch": 1}
+    with engine.begin() as conn:
+        entry = AuditLog.append(conn, event, at=NOW)
+    monkeypatch.undo()
+    at = json.loads(entry.event_text)["at"]
+    expected = rfc8785.dumps({**event, "type": "executor.consumed", "at": at})
+    assert entry.event_text.encode() == expected
+    assert verify_chain(engine).ok

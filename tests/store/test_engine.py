@@ -276,3 +276,41 @@ def test_sqlite_wal_switch_gives_up_after_the_busy_timeout(tmp_path: Path) -> No
             engine.dispose()
     finally:
         holder.close()
+
+
+def test_a_connection_returned_with_its_transaction_open_is_rolled_back(db_url: str) -> None:
+    """Reset on return asks the driver: a raw connection handed back mid-write has its
+    write rolled back before the pool lends it again."""
+    engine = make_engine(db_url, busy_timeout_s=1)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text("CREATE TABLE reset_probe (k INTEGER)"))
+        raw = engine.raw_connection()
+        cursor = raw.cursor()
+        if engine.dialect.name == "sqlite":
+            cursor.execute("BEGIN IMMEDIATE")  # pysqlite begins nothing on its own here
+        cursor.execute("INSERT INTO reset_probe VALUES (1)")
+        cursor.close()
+        raw.close()  # back to the pool, the INSERT uncommitted
+        with engine.begin() as conn:  # the same pooled connection, or another
+            assert conn.execute(sa.text("SELECT count(*) FROM reset_probe")).scalar() == 0
+    finally:
+        engine.dispose()
+
+
+def test_a_committed_connection_goes_back_to_the_pool_without_a_rollback(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = make_engine(db_url)
+    with engine.connect():
+        pass  # the first connect's own set-up rolls back once
+    rolled_back: list[object] = []
+    monkeypatch.setattr(engine.dialect, "do_rollback", rolled_back.append)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text("SELECT 1"))
+        with read_transaction(engine) as conn:  # rolled back by its Connection, once
+            conn.execute(sa.text("SELECT 1"))
+        assert len(rolled_back) == 1
+    finally:
+        engine.dispose()
