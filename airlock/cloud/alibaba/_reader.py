@@ -459,8 +459,6 @@ class AlibabaReader(BatchedMetrics):
             )
         return currency, _micros(info.trade_price, request_id=request_id)
 
-    # -- metrics
-
     # -- metrics (get_metrics, get_metrics_many: BatchedMetrics)
 
     # CloudMonitor accepts a list of dimensions per call, so a fleet scan costs one paged
