@@ -17,7 +17,7 @@ from airlock.protocol import ToolCall
 from airlock.store import verify_chain
 from airlock.text import inert
 
-from . import _tx, edits
+from . import _tx, edits, routing
 from .auth import Principal
 from .errors import Refusal
 from .models import (
@@ -30,6 +30,7 @@ from .models import (
     rejections,
     votes,
 )
+from .notify.config import NotifyConfig
 from .schemas import (
     ApprovalOut,
     AuditOut,
@@ -53,7 +54,7 @@ def get(cp: _tx.Parts, principal: Principal, proposal_id: str) -> ProposalOut:
         row = conn.execute(sa.select(proposals).where(proposals.c.id == proposal_id)).first()
         if row is None:
             raise _tx.not_found(proposal_id)
-        return view(conn, row)
+        return view(conn, row, cp.notify, principal.name)
 
 
 def list_proposals(
@@ -106,7 +107,9 @@ def list_proposals(
         rows = conn.execute(
             query.order_by(proposals.c.created_at.desc(), proposals.c.id.desc()).limit(limit + 1)
         ).all()
-        items = [view(conn, row) for row in rows[:limit]]
+        page = rows[:limit]
+        routes = routing.read(conn, [row.id for row in page])  # one query for the page
+        items = [view(conn, row, cp.notify, principal.name, routes=routes) for row in page]
     return ProposalList(
         items=items,
         next_before=items[-1].id if len(rows) > limit and items else None,
@@ -126,7 +129,23 @@ def audit_status(cp: _tx.Parts, principal: Principal) -> AuditOut:
     )
 
 
-def view(conn: Connection, row: Row[Any]) -> ProposalOut:
+def view(
+    conn: Connection,
+    row: Row[Any],
+    notify: NotifyConfig,
+    viewer: str | None,
+    *,
+    routes: Mapping[str, Any] | None = None,
+) -> ProposalOut:
+    """The proposal ``row`` as the API shows it to ``viewer`` (a principal's name; None:
+    to no one who may vote), its route's members read from ``notify``'s groups.
+
+    Args:
+        routes: the page's ``proposal_routes`` rows by proposal id, read already
+            (:func:`.routing.read`); None reads this proposal's.
+    """
+    if routes is None:
+        routes = routing.read(conn, [row.id])
     vote_rows = conn.execute(
         sa.select(votes.c.voter, votes.c.at, votes.c.note)
         .where(votes.c.proposal_id == row.id)
@@ -216,6 +235,7 @@ def view(conn: Connection, row: Row[Any]) -> ProposalOut:
         ],
         superseded_by=row.superseded_by,
         edit=None if row.edit is None else EditOut.model_validate(json.loads(row.edit)),
+        route=routing.shown(notify, routes.get(row.id), viewer),
     )
 
 
@@ -286,6 +306,7 @@ def edit_made(
     row: Any,
     old: ToolCall,
     principal: Principal,
+    notify: NotifyConfig,
     *,
     seen_hash: str,
     values: Mapping[str, Any],
@@ -304,4 +325,4 @@ def edit_made(
         return None
     if json.loads(new.edit).get("by") != principal.name:
         return None
-    return view(conn, new)
+    return view(conn, new, notify, principal.name)
