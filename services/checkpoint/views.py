@@ -157,18 +157,6 @@ def view(
         sa.select(rejections).where(rejections.c.proposal_id == row.id)
     ).first()
     outcome = conn.execute(sa.select(outcomes).where(outcomes.c.proposal_id == row.id)).first()
-    notes = conn.execute(
-        sa.select(  # what is shown; not the receipts, read on every list page
-            refusal_notes.c.approval_id,
-            refusal_notes.c.refusal_code,
-            refusal_notes.c.detail,
-            refusal_notes.c.executor,
-            refusal_notes.c.at,
-            refusal_notes.c.reported_at,
-        )
-        .where(refusal_notes.c.proposal_id == row.id)
-        .order_by(refusal_notes.c.id)
-    ).all()
     action_bytes = bytes(row.action)
     return ProposalOut(
         id=row.id,
@@ -222,21 +210,37 @@ def view(
             at=rejection.at,
         ),
         outcome=None if outcome is None else _outcome_out(conn, outcome),
-        executor_refusals=[
-            ExecutorRefusalOut(
-                approval_id=n.approval_id,
-                refusal_code=n.refusal_code,
-                detail=n.detail,
-                executor=n.executor,
-                at=n.at,
-                reported_at=n.reported_at,
-            )
-            for n in notes
-        ],
+        executor_refusals=_executor_refusals(conn, row.id),
         superseded_by=row.superseded_by,
         edit=None if row.edit is None else EditOut.model_validate(json.loads(row.edit)),
         route=routing.shown(notify, routes.get(row.id), viewer),
     )
+
+
+def _executor_refusals(conn: Connection, proposal_id: str) -> list[ExecutorRefusalOut]:
+    notes = conn.execute(
+        sa.select(  # what is shown; not the receipts, read on every list page
+            refusal_notes.c.approval_id,
+            refusal_notes.c.refusal_code,
+            refusal_notes.c.detail,
+            refusal_notes.c.executor,
+            refusal_notes.c.at,
+            refusal_notes.c.reported_at,
+        )
+        .where(refusal_notes.c.proposal_id == proposal_id)
+        .order_by(refusal_notes.c.id)
+    ).all()
+    return [
+        ExecutorRefusalOut(
+            approval_id=n.approval_id,
+            refusal_code=n.refusal_code,
+            detail=n.detail,
+            executor=n.executor,
+            at=n.at,
+            reported_at=n.reported_at,
+        )
+        for n in notes
+    ]
 
 
 def _tool_fields(row: Row[Any]) -> dict[str, Any]:
