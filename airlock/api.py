@@ -60,6 +60,7 @@ __all__ = [
     "RejectRequest",
     "Rejection",
     "ResolveRequest",
+    "Route",
     "Vote",
     "request_body",
 ]
@@ -183,6 +184,24 @@ class Edit(_Answer):
     changes: list[ArgumentChange]
 
 
+class Route(_Answer):
+    """Who a routed proposal is asked of (docs/notifications.md#routing-slas-and-escalation):
+    the checkpoint's word, shown to a person; the checkpoint still judges each vote."""
+
+    groups: list[str]
+    #: ``groups[: level + 1]`` have been asked so far.
+    level: int
+    sla: int | None
+    #: When the next group is asked if nobody answers; None when no group is left.
+    due_at: int | None
+    #: Whether the caller is, now, in a group asked so far (their role still applies).
+    may_vote: bool
+
+    @property
+    def asked(self) -> list[str]:
+        return self.groups[: self.level + 1]
+
+
 class Proposal(_Answer):
     """One proposal record. ``action_jcs`` is the exact text that was hashed; the
     convenience fields (``action``, ``provider``, ``account``, …) are the checkpoint's word
@@ -231,6 +250,9 @@ class Proposal(_Answer):
     superseded_by: str | None = None
     #: On the proposal an edit made: who edited what. Absent before edits.
     edit: Edit | None = None
+    #: Routed to groups of people: who may approve it. None when it is not routed, and
+    #: from a checkpoint before routes were shown.
+    route: Route | None = None
 
     @property
     def is_tool_call(self) -> bool:

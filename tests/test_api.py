@@ -107,6 +107,13 @@ def _record(**changes: Any) -> dict[str, Any]:
                 "reported_at": _AT + 16,
             }
         ],
+        "route": {
+            "groups": ["payments", "leads"],
+            "level": 0,
+            "sla": 3600,
+            "due_at": _AT + 3600,
+            "may_vote": True,
+        },
     }
     record.update(changes)
     return record
@@ -164,6 +171,7 @@ def test_the_sample_is_what_the_checkpoint_sends() -> None:
         (api.Outcome, schemas.OutcomeOut),
         (api.ExecutorResolution, schemas.ExecutorResolutionOut),
         (api.ExecutorRefusal, schemas.ExecutorRefusalOut),
+        (api.Route, schemas.RouteOut),
         (api.FeedPage, schemas.FeedOut),
         (api.FeedItem, schemas.FeedItem),
         (api.ChainHead, schemas.AuditHeadOut),
@@ -203,6 +211,7 @@ def test_an_older_checkpoints_answer_takes_the_documented_defaults(
 ) -> None:
     record = _record()
     del record["executor_refusals"]  # before POST /v1/refusals
+    del record["route"]  # before routes were shown
     record["votes"] = [{k: v for k, v in record["votes"][0].items() if k != "counts"}]
     outcome = record["outcome"]
     record["outcome"] = {
@@ -214,6 +223,7 @@ def test_an_older_checkpoints_answer_takes_the_documented_defaults(
     assert read_page.states is None
     p = read_page.items[0]
     assert p.executor_refusals == []
+    assert p.route is None
     assert p.votes[0].counts is True
     assert p.outcome is not None
     assert (p.outcome.target_held_by, p.outcome.executor_resolution) == (None, None)

@@ -15,7 +15,7 @@ from typing import Any, Final
 from markupsafe import Markup
 
 from airlock import consoles, text
-from airlock.api import ExecutorRefusal, Outcome, Proposal, Vote
+from airlock.api import ExecutorRefusal, Outcome, Proposal, Route, Vote
 from airlock.protocol import (
     CURRENCY_EXPONENTS,
     HIGH_RISK_OPERATIONS,
@@ -55,6 +55,8 @@ __all__ = [
     "provider_name",
     "receipt_facts",
     "refusal_explanation",
+    "route_label",
+    "route_voters",
     "saving_label",
     "savings",
     "signed_action_problem",
@@ -413,7 +415,28 @@ def bulk_problem(p: Proposal) -> str | None:
     problem = signed_action_problem(p)
     if problem is not None:
         return problem
+    if p.route is not None and not p.route.may_vote:
+        return f"only {route_voters(p.route)} may approve it"
     return None
+
+
+def route_label(route: Route) -> str:
+    """Whom a routed proposal is asked of, in order: ``payments (asked), leads (next, at
+    … if unanswered)``."""
+    shown = []
+    for n, group in enumerate(route.groups):
+        if n <= route.level:
+            shown.append(f"{group} (asked)")
+        elif n == route.level + 1 and route.due_at is not None:
+            shown.append(f"{group} (next, at {timestamp(route.due_at)} if unanswered)")
+        else:  # asked only after the next group's SLA passes, or (no SLA) never
+            shown.append(f"{group} ({'later' if route.due_at is not None else 'not asked'})")
+    return ", ".join(shown)
+
+
+def route_voters(route: Route) -> str:
+    """Who may approve a routed proposal now: ``a member of payments or leads``."""
+    return "a member of " + " or ".join(route.asked)
 
 
 _REFUSAL_EXPLANATIONS: Final = {

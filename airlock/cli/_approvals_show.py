@@ -24,6 +24,7 @@ from ._text import inert, say
 
 if TYPE_CHECKING:
     from airlock.api import Proposal as _Proposal
+    from airlock.api import Route as _Route
     from airlock.protocol import ProposedAction, Saving, ToolCall
 
 
@@ -242,11 +243,31 @@ def _summary(p: _Proposal, action: ProposedAction | ToolCall) -> list[str]:
         f"{inert(v.voter)} at {_when(v.at)}" + ("" if v.counts else " (does not count)")
         for v in p.votes
     )
+    if p.route is not None:
+        lines.append(f"route      {_route(p.route, pending=p.state == 'pending')}")
     lines.append(f"votes      {_votes(p)}" + (f" ({voters})" if voters else ""))
     if p.state == "pending":
         lines.append(f"deadline   approval window closes {_when(p.approval_deadline)}")
     lines.append(f"hash       {p.action_hash}")
     return lines
+
+
+def _route(route: _Route, *, pending: bool) -> str:
+    """Whom a routed proposal is asked of, in order, and (pending) whether the caller is
+    among those who may approve it (docs/notifications.md#routing-slas-and-escalation)."""
+    shown = []
+    for n, group in enumerate(inert(g) for g in route.groups):
+        if n <= route.level:
+            shown.append(f"{group} (asked)")
+        elif n == route.level + 1 and route.due_at is not None:
+            shown.append(f"{group} (next, at {_when(route.due_at)} if unanswered)")
+        else:  # asked only after the next group's SLA passes, or (no SLA) never
+            shown.append(f"{group} ({'later' if route.due_at is not None else 'not asked'})")
+    if not pending:
+        return ", ".join(shown)
+    asked = " or ".join(inert(g) for g in route.asked)
+    who = "you may approve it" if route.may_vote else f"only a member of {asked} may approve it"
+    return ", ".join(shown) + f"; {who}"
 
 
 def _tool_call_lines(p: _Proposal, call: ToolCall) -> list[str]:

@@ -69,7 +69,7 @@ def edit(
         # (1)
         if row.superseded_by is not None:
             made = views.edit_made(
-                conn, row, old, principal, seen_hash=seen_hash, values=values, now=now
+                conn, row, old, principal, cp.notify, seen_hash=seen_hash, values=values, now=now
             )
             if made is not None:
                 return made
@@ -106,7 +106,10 @@ def edit(
             now=now,
         )
         result = views.view(
-            conn, conn.execute(sa.select(proposals).where(proposals.c.id == new_id)).one()
+            conn,
+            conn.execute(sa.select(proposals).where(proposals.c.id == new_id)).one(),
+            cp.notify,
+            principal.name,
         )
     if issued:
         cp.on_change()

@@ -127,7 +127,8 @@ def _report_outcome(cp: _tx.Parts, principal: Principal, receipt: Mapping[str, A
         ).first()
         if previous is not None:
             if previous.receipt == receipt_text:
-                return views.view(conn, row)  # the executor retried: same answer
+                # The executor retried: the same answer.
+                return views.view(conn, row, cp.notify, principal.name)
             if (
                 outcome == "resolved"
                 and previous.outcome == "in_doubt"
@@ -188,7 +189,10 @@ def _report_outcome(cp: _tx.Parts, principal: Principal, receipt: Mapping[str, A
             _advance_executor_head(conn, head, payload.at, now)
         notify.record(conn, cp.notify, row.id, f"proposal.{target}", now)
         return views.view(
-            conn, conn.execute(sa.select(proposals).where(proposals.c.id == row.id)).one()
+            conn,
+            conn.execute(sa.select(proposals).where(proposals.c.id == row.id)).one(),
+            cp.notify,
+            principal.name,
         )
 
 
@@ -315,7 +319,7 @@ def _executor_resolution_after_person(
             )
         else:
             agrees = bool(known.agrees)  # the executor retried: the same answer
-        view = views.view(conn, row)
+        view = views.view(conn, row, cp.notify, principal.name)
     if agrees:
         return view
     message = _conflict_message(outcome, row, decision, resolution.by)
@@ -365,7 +369,8 @@ def report_refusal(cp: _tx.Parts, principal: Principal, receipt: Mapping[str, An
                 sa.select(refusal_notes.c.id).where(refusal_notes.c.receipt_sha256 == digest)
             ).first()
             if known is not None:
-                return views.view(conn, row)  # the executor retried: same answer
+                # The executor retried: the same answer.
+                return views.view(conn, row, cp.notify, principal.name)
             count = conn.execute(
                 sa.select(sa.func.count())
                 .select_from(refusal_notes)
@@ -406,7 +411,7 @@ def report_refusal(cp: _tx.Parts, principal: Principal, receipt: Mapping[str, An
                 # row (what the feed hands back) moves with outcomes only.
                 **_heads(_receipt_head(payload), gate),
             )
-            return views.view(conn, row)
+            return views.view(conn, row, cp.notify, principal.name)
     except IntegrityError:
         # Not reachable under the chain lock; the UNIQUE digest is the judge if it is.
         with cp.engine.connect() as conn:
@@ -415,7 +420,9 @@ def report_refusal(cp: _tx.Parts, principal: Principal, receipt: Mapping[str, An
             ).first()
             if known is None:
                 raise
-            return views.view(conn, _approved_proposal(conn, note.approval_id))
+            return views.view(
+                conn, _approved_proposal(conn, note.approval_id), cp.notify, principal.name
+            )
 
 
 def _approved_proposal(conn: Connection, approval_id: str) -> Row[Any]:

@@ -17,7 +17,7 @@ commit, sign, or let a routed proposal be approved by someone outside its groups
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 import sqlalchemy as sa
@@ -31,8 +31,18 @@ from .models import proposal_routes, proposals
 from .notify import record as record_event
 from .notify.config import NotifyConfig
 from .policy import Decision
+from .schemas import RouteOut
 
-__all__ = ["allowed", "carry", "check_signers", "check_voter", "escalate", "start"]
+__all__ = [
+    "allowed",
+    "carry",
+    "check_signers",
+    "check_voter",
+    "escalate",
+    "read",
+    "shown",
+    "start",
+]
 
 
 def start(
@@ -82,14 +92,42 @@ def allowed(
     """``(groups asked so far, their members now)`` for a routed proposal; None if it is
     routed to no group (any approver may approve it; its rule may name only channels)."""
     route = _route(conn, proposal_id)
-    if route is None:
-        return None
+    return None if route is None else _asked(notify, route)
+
+
+def _asked(notify: NotifyConfig, route: Any) -> tuple[list[str], frozenset[str]] | None:
     asked = list(json.loads(route.groups)[: route.level + 1])
     if not asked:
         return None
     groups = notify.routing.groups
     members = frozenset(m for name in asked if name in groups for m in groups[name].members)
     return asked, members
+
+
+def read(conn: Connection, proposal_ids: Collection[str]) -> Mapping[str, Any]:
+    """The ``proposal_routes`` rows of ``proposal_ids`` by proposal id, in one query (a
+    proposal routed by no rule has none)."""
+    if not proposal_ids:
+        return {}
+    rows = conn.execute(
+        sa.select(proposal_routes).where(proposal_routes.c.proposal_id.in_(list(proposal_ids)))
+    ).all()
+    return {row.proposal_id: row for row in rows}
+
+
+def shown(notify: NotifyConfig, route: Any, viewer: str | None) -> RouteOut | None:
+    """A proposal's route as the API shows it to ``viewer`` (a principal's name; None:
+    to no one in particular, who may not vote): None when it is routed to no group."""
+    found = None if route is None else _asked(notify, route)
+    if found is None:
+        return None
+    return RouteOut(
+        groups=json.loads(route.groups),
+        level=route.level,
+        sla=route.sla,
+        due_at=route.due_at,
+        may_vote=viewer is not None and viewer in found[1],
+    )
 
 
 def _refuse(who: str, asked: list[str]) -> Refusal:

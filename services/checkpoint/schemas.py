@@ -39,6 +39,7 @@ __all__ = [
     "RejectionOut",
     "ResolveIn",
     "RevokeIn",
+    "RouteOut",
     "VoteOut",
     "WithdrawIn",
 ]
@@ -480,6 +481,22 @@ class EditOut(_Out):
     changes: list[ArgumentChangeOut]
 
 
+class RouteOut(_Out):
+    """Who a routed proposal is asked of (docs/notifications.md#routing-slas-and-escalation)."""
+
+    #: The groups in the order they are asked.
+    groups: list[str]
+    #: How far it was escalated: ``groups[: level + 1]`` have been asked so far.
+    level: int
+    #: Seconds each group has before the next is asked; null when the rule sets none.
+    sla: int | None
+    #: When the next group is asked if nobody answers; null when no group is left to ask.
+    due_at: int | None
+    #: Whether the caller is a member of a group asked so far, now: a routed proposal's
+    #: vote or edit by anyone else is refused ``E_FORBIDDEN`` (the role still applies).
+    may_vote: bool
+
+
 class ProposalOut(_Out):
     id: str
     state: ProposalState
@@ -522,6 +539,8 @@ class ProposalOut(_Out):
     superseded_by: str | None = None
     #: On the proposal an edit made: who edited what, from which proposal.
     edit: EditOut | None = None
+    #: On a proposal routed to groups of people: who may approve it; null when it is not.
+    route: RouteOut | None = None
 
 
 class ProposalList(_Out):

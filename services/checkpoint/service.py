@@ -161,7 +161,7 @@ class Checkpoint:
             )
         if row.state == "denied":
             raise Refusal(ErrorCode.E_POLICY_DENIED, row.deny_reason or "denied by policy", 403)
-        return views.view(conn, row)
+        return views.view(conn, row, self.notify, None)  # to the agent, who may not vote
 
     def _insert_proposal(
         self,
@@ -284,7 +284,10 @@ class Checkpoint:
                 )
             # The record as this vote left it (another vote may follow right after commit).
             result = views.view(
-                conn, conn.execute(sa.select(proposals).where(proposals.c.id == proposal_id)).one()
+                conn,
+                conn.execute(sa.select(proposals).where(proposals.c.id == proposal_id)).one(),
+                self.notify,
+                principal.name,
             )
         if issued:
             self.on_change()

@@ -17,7 +17,7 @@ from airlock.protocol import ToolCall
 from airlock.store import verify_chain
 from airlock.text import inert
 
-from . import _tx, edits
+from . import _tx, edits, routing
 from .auth import Principal
 from .errors import Refusal
 from .models import (
@@ -30,6 +30,7 @@ from .models import (
     rejections,
     votes,
 )
+from .notify.config import NotifyConfig
 from .schemas import (
     ApprovalOut,
     AuditOut,
@@ -53,7 +54,7 @@ def get(cp: _tx.Parts, principal: Principal, proposal_id: str) -> ProposalOut:
         row = conn.execute(sa.select(proposals).where(proposals.c.id == proposal_id)).first()
         if row is None:
             raise _tx.not_found(proposal_id)
-        return view(conn, row)
+        return view(conn, row, cp.notify, principal.name)
 
 
 def list_proposals(
@@ -106,7 +107,9 @@ def list_proposals(
         rows = conn.execute(
             query.order_by(proposals.c.created_at.desc(), proposals.c.id.desc()).limit(limit + 1)
         ).all()
-        items = [view(conn, row) for row in rows[:limit]]
+        page = rows[:limit]
+        routes = routing.read(conn, [row.id for row in page])  # one query for the page
+        items = [view(conn, row, cp.notify, principal.name, routes=routes) for row in page]
     return ProposalList(
         items=items,
         next_before=items[-1].id if len(rows) > limit and items else None,
@@ -126,7 +129,23 @@ def audit_status(cp: _tx.Parts, principal: Principal) -> AuditOut:
     )
 
 
-def view(conn: Connection, row: Row[Any]) -> ProposalOut:
+def view(
+    conn: Connection,
+    row: Row[Any],
+    notify: NotifyConfig,
+    viewer: str | None,
+    *,
+    routes: Mapping[str, Any] | None = None,
+) -> ProposalOut:
+    """The proposal ``row`` as the API shows it to ``viewer`` (a principal's name; None:
+    to no one who may vote), its route's members read from ``notify``'s groups.
+
+    Args:
+        routes: the page's ``proposal_routes`` rows by proposal id, read already
+            (:func:`.routing.read`); None reads this proposal's.
+    """
+    if routes is None:
+        routes = routing.read(conn, [row.id])
     vote_rows = conn.execute(
         sa.select(votes.c.voter, votes.c.at, votes.c.note)
         .where(votes.c.proposal_id == row.id)
@@ -138,18 +157,6 @@ def view(conn: Connection, row: Row[Any]) -> ProposalOut:
         sa.select(rejections).where(rejections.c.proposal_id == row.id)
     ).first()
     outcome = conn.execute(sa.select(outcomes).where(outcomes.c.proposal_id == row.id)).first()
-    notes = conn.execute(
-        sa.select(  # what is shown; not the receipts, read on every list page
-            refusal_notes.c.approval_id,
-            refusal_notes.c.refusal_code,
-            refusal_notes.c.detail,
-            refusal_notes.c.executor,
-            refusal_notes.c.at,
-            refusal_notes.c.reported_at,
-        )
-        .where(refusal_notes.c.proposal_id == row.id)
-        .order_by(refusal_notes.c.id)
-    ).all()
     action_bytes = bytes(row.action)
     return ProposalOut(
         id=row.id,
@@ -203,20 +210,37 @@ def view(conn: Connection, row: Row[Any]) -> ProposalOut:
             at=rejection.at,
         ),
         outcome=None if outcome is None else _outcome_out(conn, outcome),
-        executor_refusals=[
-            ExecutorRefusalOut(
-                approval_id=n.approval_id,
-                refusal_code=n.refusal_code,
-                detail=n.detail,
-                executor=n.executor,
-                at=n.at,
-                reported_at=n.reported_at,
-            )
-            for n in notes
-        ],
+        executor_refusals=_executor_refusals(conn, row.id),
         superseded_by=row.superseded_by,
         edit=None if row.edit is None else EditOut.model_validate(json.loads(row.edit)),
+        route=routing.shown(notify, routes.get(row.id), viewer),
     )
+
+
+def _executor_refusals(conn: Connection, proposal_id: str) -> list[ExecutorRefusalOut]:
+    notes = conn.execute(
+        sa.select(  # what is shown; not the receipts, read on every list page
+            refusal_notes.c.approval_id,
+            refusal_notes.c.refusal_code,
+            refusal_notes.c.detail,
+            refusal_notes.c.executor,
+            refusal_notes.c.at,
+            refusal_notes.c.reported_at,
+        )
+        .where(refusal_notes.c.proposal_id == proposal_id)
+        .order_by(refusal_notes.c.id)
+    ).all()
+    return [
+        ExecutorRefusalOut(
+            approval_id=n.approval_id,
+            refusal_code=n.refusal_code,
+            detail=n.detail,
+            executor=n.executor,
+            at=n.at,
+            reported_at=n.reported_at,
+        )
+        for n in notes
+    ]
 
 
 def _tool_fields(row: Row[Any]) -> dict[str, Any]:
@@ -286,6 +310,7 @@ def edit_made(
     row: Any,
     old: ToolCall,
     principal: Principal,
+    notify: NotifyConfig,
     *,
     seen_hash: str,
     values: Mapping[str, Any],
@@ -304,4 +329,4 @@ def edit_made(
         return None
     if json.loads(new.edit).get("by") != principal.name:
         return None
-    return view(conn, new)
+    return view(conn, new, notify, principal.name)
