@@ -7,7 +7,10 @@ quorum-1 stop, which locks the proposal, records the vote, builds and signs the
 statement, writes the approval, the feed entry and two audit events in one transaction,
 and answers with the record. Proposals are submitted between rounds, unmeasured. Bare
 Ed25519 sign is measured over a statement-sized PAE message, round by round alternated
-with the HTTP rounds.
+with the HTTP rounds, and so is the floor issue 25 names: a bare FastAPI POST on the same
+kind of server that does one durable commit (a row inserted through ``make_engine``, the
+same database kind and settings) and one signature of that message. Goal: HTTP approvals
+≥ 0.5 × that floor.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from bench._harness import ops_per_second
 from devstack.ports import free_port
 
 ACCOUNT = "5123456789012345"
+#: HTTP approvals per second ÷ bare POSTs (one commit, one signature) per second.
+GOAL = 0.5
 
 
 def _action(n: int, run: str) -> bytes:
@@ -101,6 +106,33 @@ def serve(app: Any) -> tuple[uvicorn.Server, threading.Thread, str]:
     return server, thread, f"http://127.0.0.1:{port}"
 
 
+def bare_app(database_url: str, sign: Any) -> tuple[Any, Any]:
+    """The floor: a FastAPI app whose ``POST /bare`` commits one row and signs once; the
+    app and its engine (dispose it after)."""
+    import sqlalchemy as sa
+    from fastapi import FastAPI
+
+    from airlock.store import make_engine
+
+    engine = make_engine(database_url)
+    table = sa.Table(
+        "bench_bare_commit",
+        sa.MetaData(),
+        sa.Column("id", sa.Integer, primary_key=True),
+        sa.Column("body", sa.Text, nullable=False),
+    )
+    table.create(engine, checkfirst=True)
+    app = FastAPI()
+
+    @app.post("/bare")
+    def bare(body: dict[str, Any]) -> dict[str, str]:
+        with engine.begin() as conn:
+            conn.execute(table.insert().values(body=json.dumps(body)))
+        return {"signature": sign().hex()}
+
+    return app, engine
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=5)
@@ -121,6 +153,12 @@ def main(argv: list[str] | None = None) -> int:
         user_token = accounts.login("alice", "bench password 1234")[0]
         signer = app.state.checkpoint.keys.signer()
 
+        payload = json.dumps({"x": "s" * 900}).encode()  # a statement is ~1 KiB JCS
+        message = pae(APPROVAL_PAYLOAD_TYPE, payload)
+        key = signer._key  # the bench measures the very key the checkpoint signs with
+        floor_url = args.database_url or f"sqlite:///{Path(tmp) / 'bare.db'}"
+        floor_app, floor_engine = bare_app(floor_url, lambda: key.sign(message))
+        floor_server, floor_thread, floor_base = serve(floor_app)
         server, thread, base = serve(app)
         try:
             run = format(int(time.time()) % 100000, "05d")
@@ -152,30 +190,48 @@ def main(argv: list[str] | None = None) -> int:
                         raise RuntimeError(f"approve failed: {response.text[:200]}")
                 return len(pending) / (time.perf_counter() - start)
 
-            payload = json.dumps({"x": "s" * 900}).encode()  # a statement is ~1 KiB JCS
-            message = pae(APPROVAL_PAYLOAD_TYPE, payload)
-            key = signer._key  # the bench measures the very key the checkpoint signs with
+            floor = httpx.Client(base_url=floor_base)
+
+            def bare_batch(size: int) -> float:
+                start = time.perf_counter()
+                for n in range(size):
+                    response = floor.post("/bare", json={"n": n, "x": "s" * 900})
+                    if response.status_code != 200:
+                        raise RuntimeError(f"bare POST failed: {response.text[:200]}")
+                return size / (time.perf_counter() - start)
+
             approve_batch(submit_batch(20))  # warm up connections and caches
+            bare_batch(20)
             http_rates: list[float] = []
+            bare_rates: list[float] = []
             sign_rates: list[float] = []
             for _ in range(args.rounds):
                 http_rates.append(approve_batch(submit_batch(args.batch)))
+                bare_rates.append(bare_batch(args.batch))
                 sign_rates.append(ops_per_second(lambda: key.sign(message), seconds=0.25))
             agent.close()
             person.close()
+            floor.close()
         finally:
-            server.should_exit = True
-            thread.join(timeout=10)
+            for running, worker in ((server, thread), (floor_server, floor_thread)):
+                running.should_exit = True
+                worker.join(timeout=10)
             app.state.checkpoint.db.dispose()
+            floor_engine.dispose()
 
     http = statistics.median(http_rates)
+    bare = statistics.median(bare_rates)
     sign = statistics.median(sign_rates)
     backend = "PostgreSQL" if args.database_url else "SQLite (WAL, synchronous=FULL)"
     print(f"checkpoint on {backend}, {args.rounds} rounds of {args.batch} approvals")
     print(f"{'bare Ed25519 sign':<32} {sign:>10,.0f} /s   {1e6 / sign:8.1f} µs each")
     print(f"{'approve → signed envelope (HTTP)':<32} {http:>10,.0f} /s   {1e6 / http:8.1f} µs each")
+    print(f"{'bare POST: one commit, one sign':<32} {bare:>10,.0f} /s   {1e6 / bare:8.1f} µs each")
     print(f"ratio HTTP approvals / bare sign = {http / sign:.4f}")
-    return 0
+    met = http / bare >= GOAL
+    verdict = "meets" if met else "BELOW"
+    print(f"ratio HTTP approvals / bare POST = {http / bare:.3f} ({verdict} goal >= {GOAL})")
+    return 0 if met else 1
 
 
 if __name__ == "__main__":
