@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from airlock.events import CheckpointEvent
@@ -105,12 +104,7 @@ def edit(
             note=note,
             now=now,
         )
-        result = views.view(
-            conn,
-            conn.execute(sa.select(proposals).where(proposals.c.id == new_id)).one(),
-            cp.notify,
-            principal.name,
-        )
+        result = views.view_by_id(conn, new_id, cp.notify, principal.name)
     if issued:
         cp.on_change()
     return result

@@ -188,12 +188,7 @@ def _report_outcome(cp: _tx.Parts, principal: Principal, receipt: Mapping[str, A
         if gate is None and payload.at <= _tx.FEED_SEQ_MAX:
             _advance_executor_head(conn, head, payload.at, now)
         notify.record(conn, cp.notify, row.id, f"proposal.{target}", now)
-        return views.view(
-            conn,
-            conn.execute(sa.select(proposals).where(proposals.c.id == row.id)).one(),
-            cp.notify,
-            principal.name,
-        )
+        return views.view_by_id(conn, row.id, cp.notify, principal.name)
 
 
 def _advance_executor_head(conn: Connection, head: Mapping[str, Any], at: int, now: int) -> None:

@@ -283,12 +283,7 @@ class Checkpoint:
                     proposals.update().where(proposals.c.id == proposal_id).values(updated_at=now)
                 )
             # The record as this vote left it (another vote may follow right after commit).
-            result = views.view(
-                conn,
-                conn.execute(sa.select(proposals).where(proposals.c.id == proposal_id)).one(),
-                self.notify,
-                principal.name,
-            )
+            result = views.view_by_id(conn, proposal_id, self.notify, principal.name)
         if issued:
             self.on_change()
         return result

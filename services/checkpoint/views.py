@@ -45,7 +45,15 @@ from .schemas import (
     VoteOut,
 )
 
-__all__ = ["audit_status", "executor_resolution_out", "get", "list_proposals", "shown", "view"]
+__all__ = [
+    "audit_status",
+    "executor_resolution_out",
+    "get",
+    "list_proposals",
+    "shown",
+    "view",
+    "view_by_id",
+]
 
 
 def get(cp: _tx.Parts, principal: Principal, proposal_id: str) -> ProposalOut:
@@ -127,6 +135,15 @@ def audit_status(cp: _tx.Parts, principal: Principal) -> AuditOut:
         head_hash=report.head_hash,
         fault=str(report.fault) if report.fault is not None else None,
     )
+
+
+def view_by_id(
+    conn: Connection, proposal_id: str, notify: NotifyConfig, viewer: str | None
+) -> ProposalOut:
+    """:func:`view` of the proposal ``proposal_id`` as ``conn`` sees it now (after a
+    change in that transaction)."""
+    row = conn.execute(sa.select(proposals).where(proposals.c.id == proposal_id)).one()
+    return view(conn, row, notify, viewer)
 
 
 def view(
