@@ -30,6 +30,8 @@ from .errors import ErrorCode, Refusal
 from .models import proposal_routes, proposals
 from .notify import record as record_event
 from .notify.config import NotifyConfig
+from .notify.routed import forget
+from .notify.routed import route as _route
 from .policy import Decision
 from .schemas import RouteOut
 
@@ -53,6 +55,7 @@ def start(
     if route is None or decision.effect != "approve":
         return
     escalates = route.sla is not None and len(route.groups) > 1
+    forget(conn, proposal_id)
     conn.execute(
         proposal_routes.insert().values(
             proposal_id=proposal_id,
@@ -73,17 +76,12 @@ def carry(conn: Connection, old_id: str, new_id: str) -> None:
     old, new = _route(conn, old_id), _route(conn, new_id)
     if old is None or new is None or (old.rule, old.groups) != (new.rule, new.groups):
         return
+    forget(conn, new_id)
     conn.execute(
         proposal_routes.update()
         .where(proposal_routes.c.proposal_id == new_id)
         .values(level=old.level, due_at=old.due_at)
     )
-
-
-def _route(conn: Connection, proposal_id: str) -> Any:
-    return conn.execute(
-        sa.select(proposal_routes).where(proposal_routes.c.proposal_id == proposal_id)
-    ).first()
 
 
 def allowed(
@@ -188,6 +186,7 @@ def escalate(conn: Connection, notify: NotifyConfig, now: int) -> int:
         groups = json.loads(route.groups)
         level = route.level + 1
         more = level + 1 < len(groups) and route.sla is not None
+        forget(conn, route.proposal_id)
         moved = conn.execute(
             proposal_routes.update()
             .where(

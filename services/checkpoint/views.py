@@ -31,6 +31,7 @@ from .models import (
     votes,
 )
 from .notify.config import NotifyConfig
+from .notify.routed import route
 from .schemas import (
     ApprovalOut,
     AuditOut,
@@ -143,7 +144,7 @@ def view_by_id(
     """:func:`view` of the proposal ``proposal_id`` as ``conn`` sees it now (after a
     change in that transaction)."""
     row = conn.execute(sa.select(proposals).where(proposals.c.id == proposal_id)).one()
-    return view(conn, row, notify, viewer)
+    return view(conn, row, notify, viewer, routes={proposal_id: route(conn, proposal_id)})
 
 
 def view(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +23,9 @@ from services.checkpoint.errors import ConfigError
 from services.checkpoint.keys import KeyDirectory, KeyRing
 from services.checkpoint.models import approvals, proposal_routes, votes
 from services.checkpoint.notify import Dispatcher
+from services.checkpoint.notify.routed import route as routed_route
 from services.checkpoint.policy import Policy
+from services.checkpoint.routing import escalate
 from services.checkpoint.service import Checkpoint
 from tests.checkpoint.harness import World, audit_events, make_world
 from tests.checkpoint.tools import code, submit_tool
@@ -391,3 +394,59 @@ def test_an_edit_of_an_escalated_proposal_stays_escalated(tmp_path: Path) -> Non
     finally:
         world.client.close()
         world.checkpoint.db.dispose()
+
+
+@contextmanager
+def _route_reads(world: World) -> Iterator[list[str]]:
+    """Each SELECT of ``proposal_routes`` run on the checkpoint's engine while in use."""
+    seen: list[str] = []
+
+    def count(conn: object, cursor: object, statement: str, *rest: object) -> None:
+        if statement.lstrip().upper().startswith("SELECT") and "FROM proposal_routes" in statement:
+            seen.append(statement)
+
+    sa.event.listen(world.checkpoint.engine, "before_cursor_execute", count)
+    try:
+        yield seen
+    finally:
+        sa.event.remove(world.checkpoint.engine, "before_cursor_execute", count)
+
+
+def test_an_approve_reads_its_route_once(routed: Routed) -> None:
+    world = routed.world
+    proposal = _submit(world)
+    with _route_reads(world) as seen:
+        approved = world.approve("alice", PID, str(proposal["action_hash"]))
+    assert approved.status_code == 200 and approved.json()["state"] == "approved"
+    # Checked at vote and at signing, its event told, its answer's route shown: one read.
+    assert len(seen) == 1
+    assert approved.json()["route"]["may_vote"] is True
+
+
+def test_a_route_read_in_an_earlier_transaction_is_never_reused(routed: Routed) -> None:
+    world = routed.world
+    _submit(world)
+    with world.checkpoint.engine.connect() as conn:
+        with conn.begin():
+            assert routed_route(conn, PID).level == 0
+        # Escalated behind this connection's back, by another connection.
+        with world.checkpoint.engine.begin() as other:
+            other.execute(
+                proposal_routes.update().where(proposal_routes.c.proposal_id == PID).values(level=1)
+            )
+        with conn.begin():
+            assert routed_route(conn, PID).level == 1
+
+
+def test_an_escalation_is_seen_by_a_later_read_in_its_transaction(routed: Routed) -> None:
+    world = routed.world
+    _submit(world)
+    world.clock.advance(SLA_S)
+    notify = world.checkpoint.policy.notify
+    with world.checkpoint.engine.begin() as conn:
+        assert routed_route(conn, PID).level == 0
+        assert escalate(conn, notify, world.clock()) == 1
+        assert routed_route(conn, PID).level == 1
+    _deliver(world)
+    # Its event went to the group escalated to, read after the move.
+    assert _types(routed.leads) == ["proposal.escalated"]

@@ -16,7 +16,7 @@ import json
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
@@ -35,6 +35,22 @@ WAKE = "airlock.notify.wake"
 
 #: Characters of a receiver's error kept on a delivery.
 _ERROR_MAX = 300
+
+
+#: The event INSERTs by dialect, built once so that SQLAlchemy reuses their compiled
+#: form instead of building and caching a statement per event.
+_EVENT_INSERTS: dict[str, Any] = {}
+_INSERT_DELIVERY: Final = notify_deliveries.insert()
+
+
+def _insert_event(conn: Connection) -> Any:
+    """``INSERT … ON CONFLICT DO NOTHING RETURNING id`` into ``notify_events``."""
+    statement = _EVENT_INSERTS.get(conn.dialect.name)
+    if statement is None:
+        # RETURNING, not rowcount: psycopg reports -1 for an INSERT … ON CONFLICT.
+        statement = insert_ignore(conn, notify_events).returning(notify_events.c.id)
+        _EVENT_INSERTS[conn.dialect.name] = statement
+    return statement
 
 
 def record(
@@ -84,22 +100,20 @@ def record(
         groups=asked,
     )
     written = conn.execute(
-        insert_ignore(conn, notify_events)
-        .values(
-            id=event_id,
-            kind=kind,
-            proposal_id=proposal_id,
-            body=json.dumps(body, sort_keys=True, separators=(",", ":")),
-            created_at=now,
-            step=step,
-        )
-        # RETURNING, not rowcount: psycopg reports -1 for an INSERT … ON CONFLICT.
-        .returning(notify_events.c.id)
+        _insert_event(conn),
+        {
+            "id": event_id,
+            "kind": kind,
+            "proposal_id": proposal_id,
+            "body": json.dumps(body, sort_keys=True, separators=(",", ":")),
+            "created_at": now,
+            "step": step,
+        },
     ).first()
     if written is None:
         return  # told already
     conn.execute(
-        notify_deliveries.insert(),
+        _INSERT_DELIVERY,
         [
             {
                 "event_id": event_id,

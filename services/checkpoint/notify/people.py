@@ -18,11 +18,12 @@ from urllib.parse import urlsplit
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from services.checkpoint.models import notify_prefs, proposal_routes, users
+from services.checkpoint.models import notify_prefs, users
 
 from .channels import DeliveryError, EmailSender, Sender, SlackSender, _each
 from .config import Channel, NotifyConfig
 from .groups import PERSON_PREFIX, People
+from .routed import route as routed
 
 __all__ = ["PersonSender", "Pref", "person_senders", "slack_url_allowed", "targets"]
 
@@ -87,11 +88,7 @@ def targets(
     out = list(notify.channels_for(kind))
     people = notify.routing.people
     prefs = _prefs(conn, notify)
-    route = conn.execute(
-        sa.select(
-            proposal_routes.c.groups, proposal_routes.c.notify, proposal_routes.c.level
-        ).where(proposal_routes.c.proposal_id == proposal_id)
-    ).first()
+    route = routed(conn, proposal_id)
     asked: list[str] = []
     if route is not None:
         out += [c for c in json.loads(route.notify) if notify.wants(c, kind)]
