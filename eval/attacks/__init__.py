@@ -1,5 +1,5 @@
 """The end-to-end attack suite: named attacks against the running system, judged by
-devcloud's write log and the services' own records.
+the cloud's own record of writes (devcloud or moto) and the services' own records.
 
 ``python -m eval.attacks`` runs them all and writes ``eval/RESULTS.md``. Registry:
 :mod:`eval.attacks.registry`; processes: :mod:`eval.attacks.rig`; judge and report:
@@ -8,7 +8,7 @@ change a service's code or settings beyond what each names.
 """
 
 from .registry import REGISTRY, Attack, Observation, Target, attack
-from .runner import Result, Suite, render, run_suite, selected
+from .runner import Result, Suite, render, run_on, run_suite, selected
 
 __all__ = [
     "REGISTRY",
@@ -19,6 +19,7 @@ __all__ = [
     "Target",
     "attack",
     "render",
+    "run_on",
     "run_suite",
     "selected",
 ]
