@@ -44,11 +44,7 @@ _POOL_OTHER: Final = 4
 
 class AttackCloud(Protocol):
     name: CloudName
-    #: Who judges, for the report: "devcloud's write log", "moto's record".
-    judge: str
-    provider: str
-    account: str
-    #: Another account and region of the provider, and other valid stop params: what an
+    #: Another account and region of the provider, and other stop params: what an
     #: attacker swaps into an approved action.
     other_account: str
     other_region: str
@@ -91,9 +87,6 @@ class DevcloudCloud:
     """devcloud: ECS instances named by the attacks, its admin API, its write log."""
 
     name: CloudName = "devcloud"
-    judge = "devcloud's write log"
-    provider = "alibaba"
-    account = factory.ACCOUNT
     other_account = "5999999999999999"
     other_region = "ap-southeast-5"
     other_params: Mapping[str, Any] = {"stopped_mode": "KeepCharging"}
@@ -152,8 +145,6 @@ class MotoCloud:
     """moto, IAM enforced: EC2 instances from a pool seeded before the server served."""
 
     name: CloudName = "moto"
-    judge = "moto's record of the requests it received under the executors' key"
-    provider = "aws"
     account = factory.AWS_ACCOUNT
     region = factory.AWS_REGION
     other_account = "999999999999"
