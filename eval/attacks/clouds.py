@@ -36,7 +36,7 @@ CLOUDS: Final[tuple[CloudName, ...]] = ("devcloud", "moto")
 #: When an attack's instances were created (and so last started): 2025-01-01, before the
 #: observed_at of every action the attacks build.
 LAST_START: Final = 1_735_689_600
-#: moto's pool: enough EC2 instances for every attack's own (about 100 are asked for).
+#: moto's pool: enough EC2 instances for every attack's own (78 are asked for today).
 _POOL: Final = 160
 #: The second region: instances for the attack that swaps the action's region.
 _POOL_OTHER: Final = 4

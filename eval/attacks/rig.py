@@ -45,7 +45,6 @@ import httpx
 
 from airlock.protocol import KeySet, canonical_bytes
 from airlock.store import verify_chain
-from devstack.moto import MotoHandle
 from devstack.ports import free_port
 from devstack.stack import (
     ACCOUNT,
@@ -571,12 +570,6 @@ def started_rig(workdir: Path, cloud: CloudName = "devcloud") -> Iterator[Rig]:
     """Start everything (aux checkpoints alongside the stack, the executors writing to
     ``cloud``), yield the rig, stop it all."""
     workdir.mkdir(parents=True, exist_ok=True)
-    with contextlib.ExitStack() as started:
-        moto = started.enter_context(moto_server(workdir / "moto")) if cloud == "moto" else None
-        yield from _started_rig(workdir, moto)
-
-
-def _started_rig(workdir: Path, moto: MotoHandle | None) -> Iterator[Rig]:
     aux_keys = workdir / "aux-keys"
     KeyDirectory(aux_keys).generate(int(time.time()))
     _aux_receipt_keys(workdir)
@@ -589,14 +582,21 @@ def _started_rig(workdir: Path, moto: MotoHandle | None) -> Iterator[Rig]:
     }
     rig: Rig | None = None
     try:
-        moto_cloud = None if moto is None else MotoCloud(moto)
-        executor_env = None if moto_cloud is None else moto_cloud.executor_env
-        with running_stack(workdir / "stack", users=USERS, executor_env=executor_env) as stack:
+        with contextlib.ExitStack() as started:
+            moto = None
+            if cloud == "moto":
+                moto = MotoCloud(started.enter_context(moto_server(workdir / "moto")))
+            stack = started.enter_context(
+                running_stack(
+                    workdir / "stack",
+                    users=USERS,
+                    executor_env=None if moto is None else moto.executor_env,
+                )
+            )
             for cp in aux.values():
                 assert cp.proc is not None
                 _wait_url(cp.proc, f"{cp.url}/readyz")
-            cloud: AttackCloud = moto_cloud or DevcloudCloud(stack.devcloud)
-            rig = Rig(stack, workdir, aux, cloud)
+            rig = Rig(stack, workdir, aux, moto or DevcloudCloud(stack.devcloud))
             main_keys = KeySet.from_value(rig.cp.http.get("/v1/keys").raise_for_status().json())
             aux_set = KeyDirectory(aux_keys).public_keyset()
             rig.trusted_keys.write_bytes(
