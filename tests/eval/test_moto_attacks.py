@@ -12,8 +12,10 @@ line; :func:`test_committed_moto_results_match_a_fresh_run` fails when the commi
 ``eval/RESULTS-moto.md`` is not what this run renders (rerun
 ``python -m eval.attacks --cloud moto`` and commit the file).
 
-The attacks' instances are EC2 (stop and terminate). An RDS stop through the same stack:
-its replay, and the protect and production tags added between proposal and approval.
+The attacks' instances are EC2 (stop and terminate); a control terminates one of them as
+approved, so the drift attacks' refusals are the drift's. An RDS stop through the same
+stack: its replay, and the protect and production tags added between proposal and
+approval.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from devstack.factory import AWS_ACCOUNT, AWS_REGION
 from devstack.moto import MotoHandle
 from eval.attacks import Suite, render, run_on, selected
 from eval.attacks.clouds import MotoCloud
-from eval.attacks.common import approved, executor_refusal
+from eval.attacks.common import approved, delete_action, executor_refusal
 from eval.attacks.registry import Target
 from eval.attacks.rig import Rig, bundle_of, started_rig
 
@@ -94,6 +96,18 @@ def test_a_write_moto_is_told_to_slow_is_held_and_a_read_is_not(rig: Rig) -> Non
         moto.set_write_latency(0)
     assert write >= 0.6
     assert read < 0.6
+
+
+def test_an_approved_terminate_of_an_attacks_instance_is_written_once(rig: Rig) -> None:
+    """The control for the drift attacks on deletes: an instance set aside the way theirs
+    are, stopped and unchanged, is terminated, so their refusals are the drift's."""
+    t = Target("control-terminate", rig.cloud)
+    record = approved(rig, rig.cp, delete_action(t), status="Stopped")
+    rig.wait_executed_by_e1(record["approval"]["approval_id"], {"succeeded"})
+    rid = t.instance(0)
+    assert [w.action for w in _moto(rig).writes(key="writer", resource_id=rid)] == [
+        "TerminateInstances"
+    ]
 
 
 def _rds_stop(rig: Rig, name: str) -> dict[str, object]:
