@@ -27,9 +27,12 @@ the server, before moto acts on it, to a file here. :meth:`MotoHandle.writes` re
 write is any call but ``Describe*``/``List*``/``Get*``, so a refused attempt counts too and
 "zero writes" means no write was ever sent.
 
-One change to moto: EC2 resets ``LaunchTime`` on every start, and moto 5 keeps the first
+Two changes to moto: EC2 resets ``LaunchTime`` on every start, and moto 5 keeps the first
 launch's. The server here is started through this module (``python -m devstack.moto``),
 which teaches moto's instance to reset it, so "started since Airlock's stop" can be seen.
+And :meth:`MotoHandle.set_write_latency` holds Airlock's three writes for a while before
+moto acts on them (devcloud's ``write_latency_ms``), so a test can catch an executor
+inside a write.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ __all__ = [
     "AwsKey",
     "MotoHandle",
     "MotoWrite",
+    "delay_writes",
     "reset_launch_time_on_start",
     "run_in_backend",
     "running_moto",
@@ -77,6 +81,8 @@ _READY_TIMEOUT: Final = 120.0
 #: An AMI moto ships in every region.
 _AMI: Final = "ami-12c6146b"
 _READ_PREFIXES: Final = ("Describe", "List", "Get")
+#: The writes :meth:`MotoHandle.set_write_latency` slows: Airlock's, not the admin's.
+_SLOWED: Final = frozenset({"StopInstances", "TerminateInstances", "StopDBInstance"})
 
 _POLICIES: Final[dict[str, list[dict[str, Any]]]] = {
     "reader": [
@@ -149,6 +155,8 @@ class MotoHandle:
     url: str
     pid: int
     recording: Path
+    #: The file the server reads its write latency (ms) from, before each slowed write.
+    latency_file: Path
     keys: dict[str, AwsKey] = field(default_factory=dict)
     #: The EC2 ids seeded before the server started, region -> ids.
     fleet: dict[str, list[str]] = field(default_factory=dict)
@@ -212,6 +220,13 @@ class MotoHandle:
     def enforce_auth(self) -> None:
         """From the next request on, moto checks signatures and IAM policies."""
         self._http.post("/moto-api/reset-auth", content=b"0").raise_for_status()
+
+    def set_write_latency(self, ms: int) -> None:
+        """Hold every later StopInstances, TerminateInstances and StopDBInstance ``ms``
+        milliseconds before moto acts on it (0: no delay)."""
+        tmp = self.latency_file.with_suffix(".tmp")
+        tmp.write_text(str(int(ms)))
+        os.replace(tmp, self.latency_file)
 
     # -- the record ----------------------------------------------------------------------
 
@@ -368,7 +383,16 @@ def running_moto(
     """
     port = free_port()
     recording = tmp / "moto-recording.jsonl"
-    argv = [sys.executable, "-m", "devstack.moto", "--port", str(port)]
+    latency = tmp / "moto-write-latency"
+    argv = [
+        sys.executable,
+        "-m",
+        "devstack.moto",
+        "--port",
+        str(port),
+        "--write-latency-file",
+        str(latency),
+    ]
     spec = tmp / "moto-fleet.json"
     if fleet:
         spec.write_text(json.dumps({"ec2": list(fleet)}))
@@ -392,7 +416,9 @@ def running_moto(
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    handle = MotoHandle(url=f"http://127.0.0.1:{port}", pid=proc.pid, recording=recording)
+    handle = MotoHandle(
+        url=f"http://127.0.0.1:{port}", pid=proc.pid, recording=recording, latency_file=latency
+    )
     try:
         _wait_ready(handle, proc)
         if fleet:
@@ -538,11 +564,33 @@ def reset_launch_time_on_start() -> None:
     Instance.start = start  # type: ignore[method-assign]
 
 
+def delay_writes(latency_file: Path) -> None:
+    """Before moto acts on one of Airlock's writes (:data:`_SLOWED`), sleep the
+    milliseconds ``latency_file`` holds (none when it is absent). moto's server is
+    threaded: only the slowed request waits."""
+    from moto.core.responses import BaseResponse
+
+    original = BaseResponse.call_action
+
+    def call_action(self: Any) -> Any:
+        if self._get_action() in _SLOWED:
+            try:
+                ms = int(latency_file.read_text() or "0")
+            except FileNotFoundError:
+                ms = 0
+            if ms > 0:
+                time.sleep(ms / 1000)  # the fault asked for: a slow cloud write
+        return original(self)
+
+    BaseResponse.call_action = call_action  # type: ignore[method-assign]
+
+
 def _serve(argv: Sequence[str]) -> None:
     """Run moto's server with EC2's LaunchTime reset on every start."""
     parser = argparse.ArgumentParser(prog="python -m devstack.moto")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--seed", type=Path, default=None)
+    parser.add_argument("--write-latency-file", type=Path, default=None)
     args = parser.parse_args(argv)
 
     from moto.server import main
@@ -551,6 +599,8 @@ def _serve(argv: Sequence[str]) -> None:
         _seed_in_process(args.seed)
 
     reset_launch_time_on_start()
+    if args.write_latency_file is not None:
+        delay_writes(args.write_latency_file)
     main(["-H", "127.0.0.1", "-p", str(args.port)])
 
 

@@ -1,9 +1,12 @@
-"""``python -m eval.attacks [--only NAME]… [--out eval/RESULTS.md]``: run the attack suite.
+"""``python -m eval.attacks [--cloud devcloud|moto] [--only NAME]… [--out FILE]``: run the
+attack suite.
 
-Starts one rig, runs every attack (or those named), prints progress, and writes the
-report (the whole suite writes ``eval/RESULTS.md`` unless ``--out`` says otherwise; a
-partial run writes only where ``--out`` says). Exit 0 when every attack was refused as
-expected, 1 on any miss, 2 on a usage error.
+Starts one rig against the cloud (devcloud by default; ``moto``: a moto server with IAM
+enforced, AWS-shaped actions), runs every attack (or those named), prints progress, and
+writes the report (the whole suite writes ``eval/RESULTS.md``, or ``eval/RESULTS-moto.md``
+for moto, unless ``--out`` says otherwise; a partial run writes only where ``--out``
+says). Exit 0 when every attack was refused as expected, 1 on any miss, 2 on a usage
+error.
 """
 
 from __future__ import annotations
@@ -14,13 +17,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .runner import render, run_suite, selected
+from .clouds import CLOUDS
+from .runner import RESULTS, render, run_suite, selected
 
-_DEFAULT_OUT = Path(__file__).resolve().parents[1] / "RESULTS.md"
+_EVAL = Path(__file__).resolve().parents[1]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m eval.attacks", description=__doc__)
+    parser.add_argument("--cloud", choices=CLOUDS, default="devcloud")
     parser.add_argument("--only", action="append", default=[], metavar="NAME")
     parser.add_argument("--out", type=Path, default=None, help="where to write RESULTS.md")
     parser.add_argument("--list", action="store_true", help="list the attacks and exit")
@@ -35,9 +40,12 @@ def main(argv: list[str] | None = None) -> int:
         for a in attacks:
             print(f"{a.name:48} {a.expect:28} {a.surface}")
         return 0
-    out = args.out if args.out is not None else (None if args.only else _DEFAULT_OUT)
+    whole = None if args.only else _EVAL / RESULTS[args.cloud]
+    out = args.out if args.out is not None else whole
     workdir = Path(tempfile.mkdtemp(prefix="airlock-attacks-"))
-    suite = run_suite(workdir, args.only, progress=lambda line: print(line, flush=True))
+    suite = run_suite(
+        workdir, args.only, progress=lambda line: print(line, flush=True), cloud=args.cloud
+    )
     if out is not None:
         out.write_text(render(suite), encoding="utf-8")
         print(f"wrote {out}")

@@ -3,7 +3,7 @@
 The attacker holds a real, unused approval — issued by the ``hold`` checkpoint, which no
 executor listens to — and presents edited bytes to a running executor daemon (E2, which
 shares the ledger with the stack's executor). Each target instance exists and is in a
-state where the write would succeed, so zero writes in devcloud's log means the
+state where the write would succeed, so zero writes in the cloud's record means the
 executor refused, not that the cloud did.
 """
 
@@ -22,6 +22,7 @@ from .common import (
     bundle,
     decode_bundle,
     executor_refusal,
+    resource,
     stop_action,
 )
 from .registry import Observation, Target, attack
@@ -50,9 +51,7 @@ def _swap(rig: Rig, t: Target, label: str, edit: dict[str, object]) -> Observati
 )
 def _swapped_target(rig: Rig, t: Target) -> Observation:
     rig.instance(t.instance(1))
-    return _swap(
-        rig, t, "swapped-target", {"resource": {"type": "ecs.instance", "id": t.instance(1)}}
-    )
+    return _swap(rig, t, "swapped-target", {"resource": resource(t, 1)})
 
 
 @attack(
@@ -63,11 +62,11 @@ def _swapped_target(rig: Rig, t: Target) -> Observation:
     "with the same id.",
 )
 def _swapped_region(rig: Rig, t: Target) -> Observation:
-    rig.instance(t.instance(1), region="ap-southeast-5")
+    rig.instance(t.instance(1), region=rig.cloud.other_region)
     raw = approved_bundle(rig, rig.hold, stop_action(t))
     action_bytes, envelope = decode_bundle(raw)
     action = json.loads(action_bytes)
-    action["region"] = "ap-southeast-5"
+    action["region"] = rig.cloud.other_region
     res = rig.present(bundle(action, envelope), "swapped-region")
     return executor_refusal(rig, res, (t.instance(0), t.instance(1)))
 
@@ -79,7 +78,7 @@ def _swapped_region(rig: Rig, t: Target) -> Observation:
     does="The approved action's account id is changed to another account.",
 )
 def _swapped_account(rig: Rig, t: Target) -> Observation:
-    return _swap(rig, t, "swapped-account", {"account": "5999999999999999"})
+    return _swap(rig, t, "swapped-account", {"account": rig.cloud.other_account})
 
 
 @attack(
@@ -96,10 +95,11 @@ def _swapped_operation(rig: Rig, t: Target) -> Observation:
     "swapped_params",
     surface="executor",
     expect="E_ACTION_HASH",
-    does="An approved stop with StopCharging is presented with KeepCharging.",
+    does="An approved stop is presented with other params: KeepCharging for StopCharging "
+    "(Alibaba), hibernate on (AWS, whose approved EC2 stop has none).",
 )
 def _swapped_params(rig: Rig, t: Target) -> Observation:
-    return _swap(rig, t, "swapped-params", {"params": {"stopped_mode": "KeepCharging"}})
+    return _swap(rig, t, "swapped-params", {"params": dict(rig.cloud.other_params)})
 
 
 @attack(
@@ -173,7 +173,7 @@ def _unknown_key(rig: Rig, t: Target) -> Observation:
             "approval_id": "apv_" + secrets.token_hex(16),
             "proposal_id": t.proposal(1),
             "nonce": secrets.token_hex(16),
-            "resource": {"type": "ecs.instance", "id": t.instance(1)},
+            "resource": resource(t, 1),
         }
     )
     statement["action_hash"] = action_hash(canonical_bytes(action))

@@ -3,7 +3,7 @@
 Each attack makes the one request a careless or hostile client would, against the main
 checkpoint whose approvals the stack's executor runs at once from the feed — so an
 approval wrongly issued here would become a write, and the judge would see it. Targets
-exist in devcloud in a state where the write would succeed.
+exist in the cloud in a state where the write would succeed.
 
 A refused request is rolled back whole, so the checkpoint's audit chain holds nothing
 for it; what the checkpoint records is its refusal counter, and the attack checks that
@@ -23,7 +23,14 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from airlock.protocol import action_hash, canonical_bytes, key_id, pae
 from devstack import factory
 
-from .common import api_code, approved, checkpoint_refusal, delete_action, stop_action
+from .common import (
+    api_code,
+    approved,
+    checkpoint_refusal,
+    delete_action,
+    resource,
+    stop_action,
+)
 from .registry import Observation, Target, attack
 from .rig import PASSWORD, Rig, deadline_poll
 
@@ -277,7 +284,7 @@ def _dup_submit(rig: Rig, t: Target) -> Observation:
     text = json.dumps(stop_action(t))
     smuggled = text.replace(
         '"resource": {',
-        f'"resource": {{"type": "ecs.instance", "id": "{t.instance(1)}"}}, "resource": {{',
+        f'"resource": {json.dumps(resource(t, 1))}, "resource": {{',
         1,
     )
     return _submit_refused(rig, t, smuggled.encode(), "E_INVALID")
@@ -291,7 +298,7 @@ def _dup_submit(rig: Rig, t: Target) -> Observation:
 )
 def _non_nfc_submit(rig: Rig, t: Target) -> Observation:
     rig.instance(t.instance(0))
-    action = stop_action(t, resource={"type": "ecs.instance", "id": t.instance(0) + "e\u0301"})
+    action = stop_action(t, resource={**resource(t), "id": t.instance(0) + "e\u0301"})
     return _submit_refused(rig, t, json.dumps(action, ensure_ascii=False).encode(), "E_INVALID")
 
 
@@ -303,7 +310,7 @@ def _non_nfc_submit(rig: Rig, t: Target) -> Observation:
 )
 def _homoglyph_submit(rig: Rig, t: Target) -> Observation:
     rig.instance(t.instance(0))
-    action = stop_action(t, resource={"type": "ecs.instance", "id": "\u0456" + t.instance(0)[1:]})
+    action = stop_action(t, resource={**resource(t), "id": "\u0456" + t.instance(0)[1:]})
     return _submit_refused(rig, t, json.dumps(action, ensure_ascii=False).encode(), "E_INVALID")
 
 
@@ -387,7 +394,7 @@ def _approve_denied(rig: Rig, t: Target) -> Observation:
 def _conflict(rig: Rig, t: Target) -> Observation:
     _pending(rig, t, stop_action(t))
     rig.instance(t.instance(1))
-    swapped = stop_action(t, resource={"type": "ecs.instance", "id": t.instance(1)})
+    swapped = stop_action(t, resource=resource(t, 1))
     before = rig.cp.refusal_count("E_CONFLICT")
     r = rig.cp.submit_raw(json.dumps(swapped).encode())
     obs = checkpoint_refusal(rig.cp, r, before, targets=(t.instance(0), t.instance(1)))

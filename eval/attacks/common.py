@@ -1,7 +1,7 @@
 """Shared moves of the attacks: build actions, get approvals, read back what was recorded.
 
 Every helper here acts the way a client of the system would (the agent's token, a
-person's session, devcloud's admin API for the world changing out of band) and returns
+person's session, the cloud's admin door for the world changing out of band) and returns
 plain values. None of them decides whether an attack passed.
 """
 
@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 
 from airlock.protocol import canonical_bytes
-from devstack import factory
 
+from .clouds import AttackCloud, DevcloudCloud, MotoCloud
 from .registry import Observation, Target
 from .rig import Checkpoint, ExecResult, Rig, bundle_of
 
@@ -28,22 +28,33 @@ __all__ = [
     "decode_bundle",
     "delete_action",
     "executor_refusal",
+    "resource",
     "stop_action",
 ]
 
 
+def _cloud(t: Target) -> AttackCloud:
+    if not isinstance(t.ids, DevcloudCloud | MotoCloud):
+        raise RuntimeError(f"target {t.name} is bound to no cloud")  # the runner binds it
+    return t.ids
+
+
+def resource(t: Target, n: int = 0) -> dict[str, str]:
+    """The action's ``resource`` member for this attack's instance ``n``."""
+    return _cloud(t).resource(t.instance(n))
+
+
 def stop_action(t: Target, n: int = 0, **overrides: Any) -> dict[str, Any]:
-    """An ECS stop action on this attack's instance ``n`` (the factory's ~1 KiB action)."""
-    value: dict[str, Any] = {
-        "proposal_id": t.proposal(n),
-        "resource": {"type": "ecs.instance", "id": t.instance(n)},
-    }
+    """A stop of this attack's instance ``n`` in the cloud's shape (the factory's ~1 KiB
+    action: ECS at devcloud, EC2 at moto)."""
+    value: dict[str, Any] = {"proposal_id": t.proposal(n), "resource": resource(t, n)}
     value.update(overrides)
-    return factory.action_value(**value)
+    return _cloud(t).action(**value)
 
 
 def delete_action(t: Target, n: int = 0, **overrides: Any) -> dict[str, Any]:
-    """An ECS delete of this attack's (stopped) instance ``n``: high risk by policy."""
+    """A delete (EC2: terminate) of this attack's (stopped) instance ``n``: high risk by
+    policy."""
     value: dict[str, Any] = {
         "operation": "delete",
         "params": {},
@@ -65,7 +76,7 @@ def approved(
     status: str = "Running",
     create: bool = True,
 ) -> dict[str, Any]:
-    """Create the target in devcloud, submit ``action`` as the agent, approve it as alice
+    """Create the target in the cloud, submit ``action`` as the agent, approve it as alice
     (and bob with the typed id for a delete); return the approved record."""
     if create:
         rig.instance(action["resource"]["id"], status=status)

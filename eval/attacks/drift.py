@@ -2,7 +2,8 @@
 step 14).
 
 Each attack submits a proposal observed in one state, changes the instance out of band
-through devcloud's admin API (never in the write log), and then has it approved at the
+as a person with the cloud's console would (devcloud's admin API, moto's admin user:
+never counted as a write by the executors), and then has it approved at the
 main checkpoint: the stack's executor picks the approval from the feed, consumes it,
 re-reads live state with its own credential, and must refuse ``E_PRECONDITION`` with no
 write. The checkpoint never reads the cloud, so only the executor's re-read stands here.
@@ -69,7 +70,7 @@ def _restarted(rig: Rig, t: Target) -> Observation:
         t,
         delete_action(t),
         "Stopped",
-        lambda iid: rig.devcloud.admin.set_instance(iid, status="Running"),
+        lambda iid: rig.cloud.set_status(iid, "Running"),
     )
 
 
@@ -86,7 +87,7 @@ def _protect_tag(rig: Rig, t: Target) -> Observation:
         t,
         stop_action(t),
         "Running",
-        lambda iid: rig.devcloud.admin.set_instance(iid, add_tags=[("airlock:protect", "yes")]),
+        lambda iid: rig.cloud.add_tags(iid, [("airlock:protect", "yes")]),
     )
 
 
@@ -97,7 +98,7 @@ def _protect_tag(rig: Rig, t: Target) -> Observation:
     does="A stop is proposed; the instance is deleted out of band before it is approved.",
 )
 def _deleted(rig: Rig, t: Target) -> Observation:
-    return _drift(rig, t, stop_action(t), "Running", rig.devcloud.admin.delete_instance)
+    return _drift(rig, t, stop_action(t), "Running", rig.cloud.delete)
 
 
 @attack(
@@ -113,13 +114,13 @@ def _stopped(rig: Rig, t: Target) -> Observation:
         t,
         stop_action(t),
         "Running",
-        lambda iid: rig.devcloud.admin.set_instance(iid, status="Stopped"),
+        lambda iid: rig.cloud.set_status(iid, "Stopped"),
     )
 
 
 def _restart_then_stop(rig: Rig, iid: str) -> None:
-    rig.devcloud.admin.set_instance(iid, status="Running")  # its last start is now
-    rig.devcloud.admin.set_instance(iid, status="Stopped")
+    rig.cloud.set_status(iid, "Running")  # its last start is now
+    rig.cloud.set_status(iid, "Stopped")
 
 
 @attack(
@@ -146,7 +147,7 @@ def _protect_tag_case(rig: Rig, t: Target) -> Observation:
         t,
         stop_action(t),
         "Running",
-        lambda iid: rig.devcloud.admin.set_instance(iid, add_tags=[("Airlock:Protect", "true")]),
+        lambda iid: rig.cloud.add_tags(iid, [("Airlock:Protect", "true")]),
     )
 
 
@@ -164,7 +165,5 @@ def _production_tag(rig: Rig, t: Target) -> Observation:
         t,
         stop_action(t),
         "Running",
-        lambda iid: rig.devcloud.admin.set_instance(
-            iid, add_tags=[("Environment", "Production-EU")]
-        ),
+        lambda iid: rig.cloud.add_tags(iid, [("Environment", "Production-EU")]),
     )

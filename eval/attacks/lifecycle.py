@@ -5,7 +5,8 @@ time, a human's revocation, or the trust in the key. Expired and lapsed approval
 from the ``short`` checkpoint (2-second execution window), issued in the attack's setup
 so the window passes while other attacks run. A revoked approval must never reach the
 executor before its revocation, so it is issued while the stack's executor is busy with
-a slow write (devcloud write latency) and revoked at once; the ledger is then checked to
+a slow write (the cloud holds the write: devcloud's write latency, moto's) and revoked
+at once; the ledger is then checked to
 make sure the executor really never ran it.
 """
 
@@ -28,7 +29,7 @@ from .rig import CLI, Rig, bundle_of, deadline_poll, restart_checkpoint
 
 __all__: list[str] = []
 
-#: How long devcloud holds the blocker's write; the approve + revoke take milliseconds.
+#: How long the cloud holds the blocker's write; the approve + revoke take milliseconds.
 _BLOCK_MS = 2500
 
 
@@ -100,7 +101,7 @@ def _issue_and_revoke_while_busy(rig: Rig, t: Target) -> dict[str, Any]:
     rig.instance(t.instance(9))
     rig.instance(t.instance(0))
     target = rig.cp.submit(stop_action(t))
-    rig.devcloud.admin.set_faults(write_latency_ms=_BLOCK_MS)
+    rig.cloud.slow_writes(_BLOCK_MS)
     try:
         b = rig.cp.submit(blocker)
         rig.cp.approve(b, "alice")
@@ -114,7 +115,7 @@ def _issue_and_revoke_while_busy(rig: Rig, t: Target) -> dict[str, Any]:
         )
         r.raise_for_status()
     finally:
-        rig.devcloud.admin.reset_faults()
+        rig.cloud.slow_writes(0)
     rig.wait_executed_by_e1(b_approval, {"succeeded", "failed", "in_doubt"})
     record = rig.cp.view(target["id"])
     approval_id = record["approval"]["approval_id"]

@@ -1,9 +1,10 @@
 """The processes the attacks run against, and the judge's eyes on them.
 
-One :class:`Rig` per suite run, started once and shared by every attack:
+One :class:`Rig` per suite run, started once and shared by every attack, against one
+cloud (:mod:`eval.attacks.clouds`: devcloud, or a moto server with IAM enforced):
 
-* the whole stack of :func:`devstack.stack.running_stack` — devcloud, the
-  checkpoint (``cp``), the executor daemon fed by its feed (E1), and the web app;
+* the whole stack of :func:`devstack.stack.running_stack` — the checkpoint (``cp``),
+  the executor daemon fed by its feed (E1) writing to the cloud, and the web app;
 * a second executor daemon (E2) on the **same ledger**, reading bundles from an inbox
   directory: how an attacker who holds bundle bytes presents them (and the "second
   executor sharing the ledger" of the replay attacks). Restartable;
@@ -13,7 +14,7 @@ One :class:`Rig` per suite run, started once and shared by every attack:
   sessions) and ``staging`` (another audience). They sign with a second key that E2
   trusts, beside the main checkpoint's key.
 
-The judge reads devcloud's write log (admin API), the executor ledger database and each
+The judge reads the cloud's own record of writes, the executor ledger database and each
 checkpoint's database (read-only SQLite connections; the attacks that edit a checkpoint
 database say so). Everything started here is stopped on exit, by process id.
 
@@ -44,7 +45,6 @@ import httpx
 
 from airlock.protocol import KeySet, canonical_bytes
 from airlock.store import verify_chain
-from devstack.devcloud import DevcloudHandle
 from devstack.ports import free_port
 from devstack.stack import (
     ACCOUNT,
@@ -57,6 +57,8 @@ from devstack.stack import (
 )
 from services.checkpoint.keys import KeyDirectory
 from services.executor import generate_receipt_key
+
+from .clouds import AttackCloud, CloudName, DevcloudCloud, MotoCloud, moto_server
 
 __all__ = [
     "ACCOUNT",
@@ -89,9 +91,6 @@ USERS: Final = {
 STAGING_AUDIENCE: Final = "airlock-executor/staging"
 _READY_TIMEOUT: Final = 60.0
 _WAIT: Final = 30.0
-#: When an attack's instances were created (and so last started): 2025-01-01, before the
-#: observed_at of every action the attacks build.
-LAST_START: Final = 1_735_689_600
 CLI: Final = [sys.executable, "-c", "from airlock.cli import main; main()"]
 _REPO: Final = Path(__file__).resolve().parents[2]
 
@@ -335,10 +334,12 @@ class ExecResult:
 class Rig:
     """The live processes and the judge's readers (see the module docstring)."""
 
-    def __init__(self, stack: Stack, workdir: Path, aux: dict[str, Checkpoint]) -> None:
+    def __init__(
+        self, stack: Stack, workdir: Path, aux: dict[str, Checkpoint], cloud: AttackCloud
+    ) -> None:
         self.stack = stack
         self.workdir = workdir
-        self.devcloud: DevcloudHandle = stack.devcloud
+        self.cloud = cloud
         self.cp = Checkpoint(
             "checkpoint",
             stack.checkpoint_url,
@@ -362,17 +363,14 @@ class Rig:
         #: What an attack's setup left for its run (keyed by attack name).
         self.scratch: dict[str, Any] = {}
 
-    # -- devcloud ------------------------------------------------------------------
+    # -- the cloud ------------------------------------------------------------------
 
     def instance(self, instance_id: str, **kw: Any) -> str:
-        # Created, and so last started, before the actions' observed_at (2025-11-29): the
-        # executor refuses to delete an instance started since its state was observed.
-        kw.setdefault("created_at", LAST_START)
-        self.devcloud.admin.create_instance(instance_id, **kw)
-        return instance_id
+        """Make the attack's instance exist (:meth:`AttackCloud.instance`); its id."""
+        return self.cloud.instance(instance_id, **kw)
 
     def writes(self, resource_id: str) -> int:
-        return len(self.devcloud.admin.writes(resource_id=resource_id))
+        return self.cloud.writes(resource_id)
 
     # -- executors -----------------------------------------------------------------
 
@@ -386,7 +384,8 @@ class Rig:
                 "AIRLOCK_EXECUTOR_ACCOUNT": ACCOUNT,
                 "AIRLOCK_EXECUTOR_REGION": REGION,
                 "AIRLOCK_EXECUTOR_POLL_WAIT": "1",
-                **self.devcloud.env("EXECUTOR", write=True),
+                **self.stack.devcloud.env("EXECUTOR", write=True),
+                **self.cloud.executor_env,
                 **extra,
             }
         )
@@ -567,8 +566,9 @@ def restart_checkpoint(cp: Checkpoint) -> None:
 
 
 @contextlib.contextmanager
-def started_rig(workdir: Path) -> Iterator[Rig]:
-    """Start everything (aux checkpoints alongside the stack), yield the rig, stop it all."""
+def started_rig(workdir: Path, cloud: CloudName = "devcloud") -> Iterator[Rig]:
+    """Start everything (aux checkpoints alongside the stack, the executors writing to
+    ``cloud``), yield the rig, stop it all."""
     workdir.mkdir(parents=True, exist_ok=True)
     aux_keys = workdir / "aux-keys"
     KeyDirectory(aux_keys).generate(int(time.time()))
@@ -582,11 +582,21 @@ def started_rig(workdir: Path) -> Iterator[Rig]:
     }
     rig: Rig | None = None
     try:
-        with running_stack(workdir / "stack", users=USERS) as stack:
+        with contextlib.ExitStack() as started:
+            moto = None
+            if cloud == "moto":
+                moto = MotoCloud(started.enter_context(moto_server(workdir / "moto")))
+            stack = started.enter_context(
+                running_stack(
+                    workdir / "stack",
+                    users=USERS,
+                    executor_env=None if moto is None else moto.executor_env,
+                )
+            )
             for cp in aux.values():
                 assert cp.proc is not None
                 _wait_url(cp.proc, f"{cp.url}/readyz")
-            rig = Rig(stack, workdir, aux)
+            rig = Rig(stack, workdir, aux, moto or DevcloudCloud(stack.devcloud))
             main_keys = KeySet.from_value(rig.cp.http.get("/v1/keys").raise_for_status().json())
             aux_set = KeyDirectory(aux_keys).public_keyset()
             rig.trusted_keys.write_bytes(

@@ -1,130 +1,155 @@
-"""The attacks of ``eval/attacks`` that depend on the cloud, end to end against moto: the
-stack's executor daemon (feed, checkpoint, SQLite ledger) writing to a moto server with
-IAM enforced, for EC2 stop, RDS stop and EC2 terminate. The judge is moto's own record of
-the write requests it received.
+"""The whole attack suite against moto, once per test run: every attack refused, the report
+fresh; and RDS stop, the third AWS write, attacked on the same rig.
 
-* replay (``eval/attacks/replay.py``): the executed bundle presented again through
-  ``airlock executor run-bundle`` is refused ``E_REPLAY``, and the write stays one;
-* drift (``eval/attacks/drift.py``): the resource changes out of band between the
-  proposal and the approval (stopped, started again, tagged ``airlock:protect`` or
-  production, terminated) and the executor's re-read refuses ``E_PRECONDITION`` with no
-  write.
+One rig (``eval/attacks/rig.py`` with ``cloud="moto"``: a moto server with IAM enforced,
+the stack's executor daemon on the checkpoint's feed and a second executor on the same
+ledger, both writing with the writer's key, and the aux checkpoints) serves the module.
+Every registered attack runs against it with AWS-shaped actions (provider ``aws``, EC2
+instances); moto's recorder is the judge: no write request under the executors' key for
+a refused attack, exactly one where the attack expects the legitimate write. A miss
+fails :func:`test_every_attack_is_refused_as_expected_against_moto` with the attack's
+line; :func:`test_committed_moto_results_match_a_fresh_run` fails when the committed
+``eval/RESULTS-moto.md`` is not what this run renders (rerun
+``python -m eval.attacks --cloud moto`` and commit the file).
 
-A subset of the attack suite, which runs against devcloud only: its rig names instance
-ids up front, and moto names its own. The other attacks (bundle, checkpoint API,
-injection, web app, start-up) never reach the cloud. One stack for the module (~20 s).
+The attacks' instances are EC2 (stop and terminate); a control terminates one of them as
+approved, so the drift attacks' refusals are the drift's. An RDS stop through the same
+stack: its replay, and the protect and production tags added between proposal and
+approval.
 """
 
 from __future__ import annotations
 
-import contextlib
-import itertools
-import sqlite3
-import subprocess
-import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from devstack.moto import running_moto
-from devstack.stack import running_stack
-from eval.attacks.rig import bundle_of
-from eval.faults import Target
-from eval.faults._clouds import Moto, Write
-from eval.faults._rig import Rig
+from devstack.factory import AWS_ACCOUNT, AWS_REGION
+from devstack.moto import MotoHandle
+from eval.attacks import Suite, render, run_on, selected
+from eval.attacks.clouds import MotoCloud
+from eval.attacks.common import approved, delete_action, executor_refusal
+from eval.attacks.registry import Target
+from eval.attacks.rig import Rig, bundle_of, started_rig
 
 pytestmark = pytest.mark.slow
 
-_CLI = [sys.executable, "-c", "from airlock.cli import main; main()"]
-_ids = itertools.count()
+RESULTS = Path(__file__).resolve().parents[2] / "eval" / "RESULTS-moto.md"
 
 
 @pytest.fixture(scope="module")
 def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
-    workdir = tmp_path_factory.mktemp("moto-replay")
-    with running_moto(workdir) as handle:
-        handle.enforce_auth()
-        cloud = Moto(handle)
-        with running_stack(
-            workdir / "stack", webapp=False, executor_env=cloud.executor_env
-        ) as stack:
-            rig = Rig(stack, cloud)
-            try:
-                yield rig
-            finally:
-                rig.close()
+    with started_rig(tmp_path_factory.mktemp("moto-attacks"), "moto") as rig:
+        yield rig
 
 
-@pytest.mark.parametrize(
-    ("index", "operation", "write"),
-    [
-        (0, "stop", "StopInstances"),
-        (1, "stop", "StopDBInstance"),
-        (2, "delete", "TerminateInstances"),
-    ],
-)
-def test_replay_of_an_executed_bundle_is_refused_with_one_write_by_motos_record(
-    rig: Rig, tmp_path: Path, index: int, operation: str, write: str
-) -> None:
-    target = Target(index, operation, "", f"prop_replay{next(_ids):03d}n{index}")  # type: ignore[arg-type]
-    proposal = rig.prepare(target)
-    rid = rig.resource_id(target)
-    rig.approve(target, proposal)
-    record = rig.stack.wait_state(proposal["id"], {"executed"}, timeout=90)
-    assert rig.cloud.writes(rid) == [Write(write, rid)]
+@pytest.fixture(scope="module")
+def suite(rig: Rig) -> Suite:
+    lines: list[str] = []
+    result = run_on(rig, selected(), progress=lines.append)
+    print("\n".join(lines))  # shown with -s, or for a failing test
+    return result
 
-    path = tmp_path / "bundle.json"
-    path.write_bytes(bundle_of(record))
-    again = subprocess.run(
-        [*_CLI, "executor", "run-bundle", str(path)],
-        env=rig.stack.executor.env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+
+def _moto(rig: Rig) -> MotoHandle:
+    assert isinstance(rig.cloud, MotoCloud)
+    return rig.cloud.moto
+
+
+def test_every_attack_is_refused_as_expected_against_moto(suite: Suite) -> None:
+    assert suite.cloud == "moto"
+    assert [r.attack.name for r in suite.results] == [a.name for a in selected()]
+    misses = [
+        f"{r.attack.name}: expected {r.attack.expect}, observed {r.observed.code}, "
+        f"{r.writes} unapproved write(s); audit: {r.observed.audit}"
+        for r in suite.misses
+    ]
+    assert not misses, "\n".join(misses)
+    assert all(suite.chains.values()), suite.chains
+    # The replays' legitimate writes were counted by moto's record: exactly one each.
+    assert sum(r.observed.approved_writes for r in suite.results) >= 8
+
+
+def test_committed_moto_results_match_a_fresh_run(suite: Suite) -> None:
+    committed = RESULTS.read_text(encoding="utf-8") if RESULTS.exists() else ""
+    assert committed == render(suite), (
+        "eval/RESULTS-moto.md differs from a fresh run: run "
+        "`python -m eval.attacks --cloud moto` and commit it"
     )
-    assert again.returncode == 1, again.stdout + again.stderr
-    assert "E_REPLAY" in again.stdout + again.stderr
-    assert rig.cloud.writes(rid) == [Write(write, rid)], "the replay added no write"
 
 
-def _refusal_code(rig: Rig, approval_id: str) -> str | None:
-    path = rig.stack.ledger_url.removeprefix("sqlite:///")
-    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
-        row = conn.execute(
-            "SELECT refusal_code FROM executor_ledger WHERE approval_id = ?", (approval_id,)
-        ).fetchone()
-    return None if row is None else row[0]
+def test_a_write_moto_is_told_to_slow_is_held_and_a_read_is_not(rig: Rig) -> None:
+    moto = _moto(rig)
+    (rid,) = moto.seed_ec2(AWS_REGION, 1)
+    ec2 = moto.client("ec2", AWS_REGION)
+    moto.set_write_latency(600)
+    try:
+        start = time.monotonic()
+        ec2.describe_instances(InstanceIds=[rid])
+        read = time.monotonic() - start
+        start = time.monotonic()
+        ec2.stop_instances(InstanceIds=[rid])
+        write = time.monotonic() - start
+    finally:
+        moto.set_write_latency(0)
+    assert write >= 0.6
+    assert read < 0.6
+
+
+def test_an_approved_terminate_of_an_attacks_instance_is_written_once(rig: Rig) -> None:
+    """The control for the drift attacks on deletes: an instance set aside the way theirs
+    are, stopped and unchanged, is terminated, so their refusals are the drift's."""
+    t = Target("control-terminate", rig.cloud)
+    record = approved(rig, rig.cp, delete_action(t), status="Stopped")
+    rig.wait_executed_by_e1(record["approval"]["approval_id"], {"succeeded"})
+    rid = t.instance(0)
+    assert [w.action for w in _moto(rig).writes(key="writer", resource_id=rid)] == [
+        "TerminateInstances"
+    ]
+
+
+def _rds_stop(rig: Rig, name: str) -> dict[str, object]:
+    _moto(rig).seed_rds(AWS_REGION, name)
+    t = Target(f"rds-{name}", rig.cloud)
+    return rig.cloud.action(
+        proposal_id=t.proposal(), resource={"type": "rds.instance", "id": name}, params={}
+    )
+
+
+def test_replay_of_an_executed_rds_stop_is_refused_with_one_write_by_motos_record(
+    rig: Rig,
+) -> None:
+    action = _rds_stop(rig, "replay-rds")
+    record = approved(rig, rig.cp, action, create=False)
+    rig.wait_executed_by_e1(record["approval"]["approval_id"], {"succeeded"})
+    record = rig.cp.wait_state(record["id"], {"executed"})
+    assert [w.action for w in _moto(rig).writes(key="writer", resource_id="replay-rds")] == [
+        "StopDBInstance"
+    ]
+
+    res = rig.present(bundle_of(record), "rds-replay")
+    obs = executor_refusal(rig, res, ("replay-rds",), approved_writes=1)
+    assert (obs.code, obs.audit_ok) == ("E_REPLAY", True), obs.audit
+    assert rig.writes("replay-rds") == 1, "the replay added no write"
 
 
 @pytest.mark.parametrize(
-    ("index", "operation", "drift"),
-    [
-        (0, "stop", "status"),  # EC2 stopped by a person
-        (0, "stop", "protect"),  # EC2 tagged airlock:protect
-        (1, "stop", "protect"),  # RDS tagged airlock:protect
-        (1, "stop", "production"),  # RDS tagged env=production
-        (0, "stop", "gone"),  # EC2 terminated by a person
-        (2, "delete", "status"),  # a stopped EC2 started again by a person
-    ],
+    ("name", "tag"),
+    [("drift-rds-protect", ("airlock:protect", "true")), ("drift-rds-prod", ("env", "production"))],
 )
-def test_drift_after_the_proposal_is_refused_with_zero_writes_by_motos_record(
-    rig: Rig, index: int, operation: str, drift: str
+def test_a_tag_added_to_an_rds_instance_after_the_proposal_is_refused_with_zero_writes(
+    rig: Rig, name: str, tag: tuple[str, str]
 ) -> None:
-    target = Target(index, operation, "", f"prop_drift{next(_ids):03d}n{index}")  # type: ignore[arg-type]
-    proposal = rig.prepare(target)
-    rid = rig.resource_id(target)
-    assert isinstance(rig.cloud, Moto)
-    if drift == "production":
-        arn = f"arn:aws:rds:us-east-1:123456789012:db:{rid}"
-        rig.cloud.moto.client("rds").add_tags_to_resource(
-            ResourceName=arn, Tags=[{"Key": "env", "Value": "production"}]
-        )
-    else:
-        rig.cloud.drift(target, rid, drift)
-    approval_id, _ = rig.approve(target, proposal)
-    rig.stack.wait_state(proposal["id"], {"refused"}, timeout=90)
-    assert _refusal_code(rig, approval_id) == "E_PRECONDITION"
-    assert rig.cloud.writes(rid) == []
+    action = _rds_stop(rig, name)
+    record = rig.cp.submit(action)
+    _moto(rig).client("rds", AWS_REGION).add_tags_to_resource(
+        ResourceName=f"arn:aws:rds:{AWS_REGION}:{AWS_ACCOUNT}:db:{name}",
+        Tags=[{"Key": tag[0], "Value": tag[1]}],
+    )
+    rig.cp.approve(record, "alice")
+    approval_id = rig.cp.view(record["id"])["approval"]["approval_id"]
+    row = rig.wait_executed_by_e1(approval_id, {"refused", "succeeded", "failed", "in_doubt"})
+    assert (row["state"], row["refusal_code"]) == ("refused", "E_PRECONDITION")
+    assert rig.writes(name) == 0
