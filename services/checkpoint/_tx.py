@@ -127,11 +127,40 @@ def not_found(proposal_id: str) -> Refusal:
     return Refusal(ErrorCode.E_NOT_FOUND, f"no proposal {proposal_id[:100]!r}", 404)
 
 
+# The hot statements, built once: building a statement costs more than executing it.
+_LOCK = sa.select(proposals).where(proposals.c.id == sa.bindparam("id")).with_for_update()
+_COUNTED = (
+    sa.select(votes.c.voter, votes.c.at)
+    .select_from(votes.join(users, users.c.username == votes.c.voter))
+    .where(
+        votes.c.proposal_id == sa.bindparam("id"),
+        users.c.disabled.is_(False),
+        users.c.role.in_(sorted(APPROVER_ROLES)),
+    )
+    .order_by(votes.c.at, votes.c.id)
+)
+
+
+def _feed_next() -> sa.Update:
+    # One statement takes the next seq and returns it (RETURNING: SQLite 3.35+,
+    # PostgreSQL): the larger of the counter + 1 and the clock's floor.
+    after_last = feed_head.c.seq + 1
+    floor = sa.bindparam("floor", type_=sa.BigInteger)
+    return (
+        feed_head.update()
+        .where(feed_head.c.id == 1)
+        .values(seq=sa.case((after_last > floor, after_last), else_=floor))
+        .returning(feed_head.c.seq)
+    )
+
+
+_FEED_NEXT = _feed_next()
+_FEED_INSERT = feed_events.insert()
+
+
 def lock(conn: Connection, proposal_id: str) -> Row[Any]:
     """The proposal's row, locked until the transaction ends (step 2), or 404."""
-    row = conn.execute(
-        sa.select(proposals).where(proposals.c.id == proposal_id).with_for_update()
-    ).first()
+    row = conn.execute(_LOCK, {"id": proposal_id}).first()
     if row is None:
         raise not_found(proposal_id)
     return row
@@ -182,17 +211,10 @@ def feed_entry(conn: Connection, kind: str, approval_id: str, now: int) -> None:
     # the seqs executors have already read past, and numbers taken from it alone
     # would be skipped by every executor's cursor without a word. Taken from the
     # clock they come after anything issued before the restore.
-    after_last = feed_head.c.seq + 1
-    floor = now * FEED_SEQ_PER_SECOND
-    conn.execute(
-        feed_head.update()
-        .where(feed_head.c.id == 1)
-        .values(seq=sa.case((after_last > floor, after_last), else_=floor))
-    )
-    seq = conn.execute(sa.select(feed_head.c.seq).where(feed_head.c.id == 1)).scalar_one()
+    seq = conn.execute(_FEED_NEXT, {"floor": now * FEED_SEQ_PER_SECOND}).scalar_one()
     if seq > FEED_SEQ_MAX:
         raise RuntimeError(f"feed seq {seq} is past 2**53 - 1; nothing is issued")
-    conn.execute(feed_events.insert().values(seq=seq, kind=kind, approval_id=approval_id, at=now))
+    conn.execute(_FEED_INSERT, {"seq": seq, "kind": kind, "approval_id": approval_id, "at": now})
     # Replicas on one PostgreSQL: wakes every process's long-polls, sent only on commit.
     wake.notify(conn)
 
@@ -202,16 +224,7 @@ def counted_votes(conn: Connection, proposal_id: str) -> list[tuple[str, int]]:
     of people who are enabled *now* and whose role still allows approving. A vote of
     someone disabled (say, a compromised account) or demoted since stays on record but
     counts for nothing, and never appears among a statement's approvers."""
-    rows = conn.execute(
-        sa.select(votes.c.voter, votes.c.at)
-        .select_from(votes.join(users, users.c.username == votes.c.voter))
-        .where(
-            votes.c.proposal_id == proposal_id,
-            users.c.disabled.is_(False),
-            users.c.role.in_(sorted(APPROVER_ROLES)),
-        )
-        .order_by(votes.c.at, votes.c.id)
-    ).all()
+    rows = conn.execute(_COUNTED, {"id": proposal_id}).all()
     return [(str(r.voter), int(r.at)) for r in rows]
 
 

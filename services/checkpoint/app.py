@@ -40,9 +40,9 @@ from .notify import Dispatcher, OutboxStats, Sender, open_channels
 from .notify.outbox import WAKE
 from .policy import load_policy
 from .refusals import RefusalRecorder
-from .routes import FeedSignal, Metrics, install
+from .routes import Metrics, install
 from .service import Checkpoint, CheckpointConfig
-from .wake import FEED, LIMITS, Listener
+from .wake import FEED, LIMITS, FeedSignal, Listener
 
 __all__ = [
     "DEFAULT_POLICY",

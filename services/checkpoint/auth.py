@@ -173,19 +173,39 @@ def _name_hmac(key: bytes, name: str) -> str:
     return "hmac:" + digest[:32]
 
 
+# Every request's statements, built once: building one costs more than running it.
+_SESSION = (
+    sa.select(users.c.username, users.c.role, sessions.c.last_seen_at)
+    .select_from(sessions.join(users, sessions.c.username == users.c.username))
+    .where(
+        sessions.c.token_hash == sa.bindparam("digest"),
+        sessions.c.revoked_at.is_(None),
+        sessions.c.expires_at > sa.bindparam("now"),
+        sessions.c.last_seen_at > sa.bindparam("idle"),
+        users.c.disabled.is_(False),
+    )
+)
+_SERVICE = sa.select(service_tokens.c.name, service_tokens.c.role).where(
+    service_tokens.c.token_hash == sa.bindparam("digest"),
+    service_tokens.c.revoked_at.is_(None),
+)
+# Parameters not named after a column: SQLAlchemy keeps those for the SET clause.
+_TOUCH = (
+    sessions.update()
+    .where(
+        sessions.c.token_hash == sa.bindparam("digest"),
+        sessions.c.last_seen_at < sa.bindparam("at"),
+    )
+    .values(last_seen_at=sa.bindparam("at"))
+)
+
+
 def touch_session(conn: Connection, principal: Principal) -> None:
     """Write a deferred last use of ``principal``'s session in the caller's transaction
     (nothing when none is due). Take it before the audit chain's lock, as logout does."""
     if principal.session is None or principal.touch_at is None:
         return
-    conn.execute(
-        sessions.update()
-        .where(
-            sessions.c.token_hash == principal.session,
-            sessions.c.last_seen_at < principal.touch_at,
-        )
-        .values(last_seen_at=principal.touch_at)
-    )
+    conn.execute(_TOUCH, {"digest": principal.session, "at": principal.touch_at})
 
 
 def _end_sessions(conn: Connection, username: str, now: int) -> None:
@@ -685,24 +705,11 @@ class Accounts:
         now = self._now()
         with self._engine.connect() as conn:
             row = conn.execute(
-                sa.select(users.c.username, users.c.role, sessions.c.last_seen_at)
-                .select_from(sessions.join(users, sessions.c.username == users.c.username))
-                .where(
-                    sessions.c.token_hash == digest,
-                    sessions.c.revoked_at.is_(None),
-                    sessions.c.expires_at > now,
-                    sessions.c.last_seen_at > now - self._session_idle,
-                    users.c.disabled.is_(False),
-                )
+                _SESSION, {"digest": digest, "now": now, "idle": now - self._session_idle}
             ).first()
             svc = None
             if row is None:
-                svc = conn.execute(
-                    sa.select(service_tokens.c.name, service_tokens.c.role).where(
-                        service_tokens.c.token_hash == digest,
-                        service_tokens.c.revoked_at.is_(None),
-                    )
-                ).first()
+                svc = conn.execute(_SERVICE, {"digest": digest}).first()
         if row is not None:
             principal = Principal(row.username, "user", row.role, session=digest)
             if activity and now - row.last_seen_at >= _TOUCH_EVERY:

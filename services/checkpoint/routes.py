@@ -7,13 +7,11 @@ header, a body, a token or a password.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import hashlib
 import ipaddress
 import re
-import threading
 import time
+from dataclasses import dataclass
 from typing import Annotated, Any, Final
 
 import sqlalchemy as sa
@@ -35,7 +33,7 @@ from prometheus_client import (
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from airlock.asgi import BodyLimit
 from airlock.protocol import ACTION_MAX_BYTES, Refused, loads_strict
@@ -65,6 +63,7 @@ from .schemas import (
     WithdrawIn,
 )
 from .service import Checkpoint
+from .wake import FeedSignal
 
 __all__ = ["FeedSignal", "Metrics", "client_address", "install", "router"]
 
@@ -123,58 +122,6 @@ class _StrictJSONRoute(APIRoute):
 
 router = APIRouter(route_class=_StrictJSONRoute)
 _bearer = HTTPBearer(auto_error=False, description="A session token or a service token")
-
-
-class FeedSignal:
-    """Wakes long-polling feed readers in this process when an approval or revocation lands.
-
-    ``bump`` is called from the worker thread that committed, and on PostgreSQL from the
-    listener thread for a commit of any process on the database (``wake.Listener``);
-    each waiting reader's event is set on its own event loop, so a reader answers within
-    a scheduling tick, not a polling interval. Readers also re-query the database every
-    second, so a wake that never came (a listener reconnecting) costs at most that.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.version = 0
-        #: Set once the server is stopping: every reader answers with what it has now.
-        self.closed = False
-        self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
-
-    def bump(self) -> None:
-        with self._lock:
-            self.version += 1
-            waiters = list(self._waiters)
-        for loop, event in waiters:
-            with contextlib.suppress(RuntimeError):  # that reader's loop has closed
-                loop.call_soon_threadsafe(event.set)
-
-    def close(self) -> None:
-        """Wake every reader for good: the server is stopping, and a long-poll left open
-        would hold the stop until the graceful timeout cut it without an answer."""
-        with self._lock:
-            self.closed = True
-            waiters = list(self._waiters)
-        for loop, event in waiters:
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(event.set)
-
-    async def wait(self, seen: int, timeout: float) -> None:
-        """Return once ``version`` has moved past ``seen``, or after ``timeout`` seconds,
-        or at once when closed."""
-        entry = (asyncio.get_running_loop(), asyncio.Event())
-        with self._lock:
-            if self.version != seen or self.closed:
-                return
-            self._waiters.add(entry)
-        try:
-            await asyncio.wait_for(entry[1].wait(), max(0.0, timeout))
-        except TimeoutError:
-            pass
-        finally:
-            with self._lock:
-                self._waiters.discard(entry)
 
 
 #: The request methods counted by name (RFC 9110 §9, and PATCH); any other is "other".
@@ -279,18 +226,30 @@ async def _principal(
     return await _authenticated(request, credentials, defer_touch=False)
 
 
+@dataclass(frozen=True, slots=True)
+class _Bearer:
+    """A voter's token, of the right form but not yet looked up (:func:`_voter`)."""
+
+    token: str
+    activity: bool
+
+
 async def _voter(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> Principal:
-    """As :func:`_principal`, with the session's last use left to the vote's own
-    transaction (``Accounts.authenticate(defer_touch=True)``): an approve is one commit."""
-    return await _authenticated(request, credentials, defer_touch=True)
+) -> _Bearer:
+    """The token, checked for form only: the approve route looks it up in the worker
+    thread that votes (:func:`_look_up`, the session's last use written in the vote's
+    transaction), one thread hop instead of two. A request refused before that (its
+    path or body invalid) looks it up in ``_invalid``: an unknown token is 401 first,
+    and a known caller's refusal is audited under their name."""
+    token = _token(request, credentials)
+    bearer = _Bearer(token, request.headers.get(_ACTIVITY_HEADER) != "background")
+    request.state.bearer = bearer
+    return bearer
 
 
-async def _authenticated(
-    request: Request, credentials: HTTPAuthorizationCredentials | None, *, defer_touch: bool
-) -> Principal:
+def _token(request: Request, credentials: HTTPAuthorizationCredentials | None) -> str:
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise Refusal(ErrorCode.E_UNAUTHENTICATED, "send Authorization: Bearer <token>", 401)
     token = credentials.credentials
@@ -298,17 +257,27 @@ async def _authenticated(
         raise Refusal(ErrorCode.E_UNAUTHENTICATED, "missing, unknown or expired token", 401)
     # Whose refusal budget a refusal of this request takes from (_RateLimitGate).
     request.state.token_key = _token_key(token)
+    return token
+
+
+async def _authenticated(
+    request: Request, credentials: HTTPAuthorizationCredentials | None, *, defer_touch: bool
+) -> Principal:
+    token = _token(request, credentials)
     activity = request.headers.get(_ACTIVITY_HEADER) != "background"
-    principal = await run_in_threadpool(
-        lambda: _accounts(request).authenticate(token, activity=activity, defer_touch=defer_touch)
-    )
+    return await run_in_threadpool(_look_up, request, token, activity, defer_touch)
+
+
+def _look_up(request: Request, token: str, activity: bool, defer_touch: bool) -> Principal:
+    """The principal behind ``token`` (refused 401 if none), in a worker thread."""
+    principal = _accounts(request).authenticate(token, activity=activity, defer_touch=defer_touch)
     # Kept so that a refusal of this caller's request can be audited under their name.
     request.state.principal = principal
     return principal
 
 
 Caller = Annotated[Principal, Depends(_principal)]
-Voter = Annotated[Principal, Depends(_voter)]
+Voter = Annotated[_Bearer, Depends(_voter)]
 ProposalId = Annotated[str, PathParam(pattern=_PROPOSAL_ID)]
 
 
@@ -451,9 +420,11 @@ def show_proposal(request: Request, caller: Caller, proposal_id: ProposalId) -> 
 
 @router.post("/v1/proposals/{proposal_id}/approve", tags=["decisions"])
 def approve(
-    request: Request, caller: Voter, proposal_id: ProposalId, body: ApproveIn
+    request: Request, bearer: Voter, proposal_id: ProposalId, body: ApproveIn
 ) -> ProposalOut:
     """Vote to approve (approver). Quorum reached → the signed approval is issued."""
+    # The session's last use is left to the vote's transaction: an approve is one commit.
+    caller = _look_up(request, bearer.token, bearer.activity, True)
     try:
         record = _service(request).approve(
             caller, proposal_id, body.action_hash, body.confirm, body.note
@@ -704,6 +675,33 @@ class _RateLimitGate:
         await response(scope, receive, send)
 
 
+class _Count:
+    """Count answered requests by method, route and status (``/metrics``); plain ASGI,
+    as ``BaseHTTPMiddleware``'s task and queue per request cost more than the count."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 0
+
+        async def sent(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        await self.app(scope, receive, sent)
+        path = getattr(scope.get("route"), "path", "unmatched")
+        # Labels only from fixed sets (route templates, the methods HTTP defines, status
+        # codes): a client's made-up method names would each make a counter kept forever.
+        method = scope["method"] if scope["method"] in _HTTP_METHODS else "other"
+        scope["app"].state.metrics.requests.labels(method, path, str(status)).inc()
+
+
 def _route_of(scope: Scope) -> tuple[str, str | None]:
     """The template of the route ``scope`` is for ("unmatched" if none), and the
     proposal id it names when it names one that fits the pattern."""
@@ -744,6 +742,12 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        bearer: _Bearer | None = getattr(request.state, "bearer", None)
+        if bearer is not None and getattr(request.state, "principal", None) is None:
+            try:  # a voter's token, not looked up yet (_voter)
+                await run_in_threadpool(_look_up, request, bearer.token, bearer.activity, True)
+            except Refusal as unknown:
+                return await _refusal(request, unknown)
         # The field and the limit in words: never echo the submitted value.
         message = plain_invalid(list(exc.errors()))
         await _audit_refused(request, ErrorCode.E_INVALID)
@@ -767,16 +771,6 @@ def install(app: FastAPI) -> None:
             response.headers["Allow"] = _allowed_methods(request, (exc.headers or {}).get("Allow"))
         return response
 
-    @app.middleware("http")
-    async def _count(request: Request, call_next: Any) -> Response:
-        response: Response = await call_next(request)
-        route = request.scope.get("route")
-        path = getattr(route, "path", "unmatched")
-        # Labels only from fixed sets (route templates, the methods HTTP defines, status
-        # codes): a client's made-up method names would each make a counter kept forever.
-        method = request.method if request.method in _HTTP_METHODS else "other"
-        request.app.state.metrics.requests.labels(method, path, str(response.status_code)).inc()
-        return response
-
+    app.add_middleware(_Count)
     # Outside the counting middleware (added last: outermost): it counts what it refuses.
     app.add_middleware(_RateLimitGate)

@@ -36,12 +36,14 @@ from .policy import Decision
 from .schemas import RouteOut
 
 __all__ = [
+    "UNREAD",
     "allowed",
     "carry",
     "check_signers",
     "check_voter",
     "escalate",
     "read",
+    "route_of",
     "shown",
     "start",
 ]
@@ -84,6 +86,20 @@ def carry(conn: Connection, old_id: str, new_id: str) -> None:
     )
 
 
+# Built once: building a statement costs more than executing it.
+_ROUTES = sa.select(proposal_routes).where(
+    proposal_routes.c.proposal_id.in_(sa.bindparam("ids", expanding=True))
+)
+
+
+def route_of(conn: Connection, proposal_id: str) -> Any:
+    """The ``proposal_routes`` row of ``proposal_id`` (None: routed by no rule). Read it
+    once per transaction, with the proposal row locked (nothing then moves its level),
+    and pass it to :func:`check_voter` and :func:`check_signers` (a second read in the
+    transaction is answered from :mod:`.notify.routed`'s memo)."""
+    return _route(conn, proposal_id)
+
+
 def allowed(
     conn: Connection, notify: NotifyConfig, proposal_id: str
 ) -> tuple[list[str], frozenset[str]] | None:
@@ -107,9 +123,7 @@ def read(conn: Connection, proposal_ids: Collection[str]) -> Mapping[str, Any]:
     proposal routed by no rule has none)."""
     if not proposal_ids:
         return {}
-    rows = conn.execute(
-        sa.select(proposal_routes).where(proposal_routes.c.proposal_id.in_(list(proposal_ids)))
-    ).all()
+    rows = conn.execute(_ROUTES, {"ids": list(proposal_ids)}).all()
     return {row.proposal_id: row for row in rows}
 
 
@@ -136,21 +150,37 @@ def _refuse(who: str, asked: list[str]) -> Refusal:
     )
 
 
-def check_voter(conn: Connection, notify: NotifyConfig, proposal_id: str, name: str) -> None:
+#: ``route=`` not given: the check reads the route itself.
+UNREAD: Any = object()
+
+
+def check_voter(
+    conn: Connection, notify: NotifyConfig, proposal_id: str, name: str, *, route: Any = UNREAD
+) -> None:
     """Refuse (403 ``E_FORBIDDEN``) a vote or an edit of a routed proposal by ``name``
-    when they are in none of its groups asked so far."""
-    found = allowed(conn, notify, proposal_id)
+    when they are in none of its groups asked so far. ``route``: its row as
+    :func:`route_of` read it in this transaction (not given: read here)."""
+    if route is UNREAD:
+        route = _route(conn, proposal_id)
+    found = None if route is None else _asked(notify, route)
     if found is not None and name not in found[1]:
         raise _refuse(name, found[0])
 
 
 def check_signers(
-    conn: Connection, notify: NotifyConfig, proposal_id: str, approvers: Iterable[str]
+    conn: Connection,
+    notify: NotifyConfig,
+    proposal_id: str,
+    approvers: Iterable[str],
+    *,
+    route: Any = UNREAD,
 ) -> None:
     """Refuse (403 ``E_FORBIDDEN``) to sign a routed proposal's approval when one of
     ``approvers`` is, now, in none of its groups asked so far (a policy reloaded since
-    they voted took them out): nothing is signed."""
-    found = allowed(conn, notify, proposal_id)
+    they voted took them out): nothing is signed. ``route``: as for :func:`check_voter`."""
+    if route is UNREAD:
+        route = _route(conn, proposal_id)
+    found = None if route is None else _asked(notify, route)
     if found is None:
         return
     for name in approvers:

@@ -72,6 +72,27 @@ __all__ = [
 ]
 
 
+# The vote path's statements, built once: building a statement costs more than running it.
+_BY_ID = sa.select(proposals).where(proposals.c.id == sa.bindparam("id"))
+_VOTED = sa.select(votes.c.id).where(
+    votes.c.proposal_id == sa.bindparam("id"), votes.c.voter == sa.bindparam("voter")
+)
+_VOTE = votes.insert()
+# Not a column's name: SQLAlchemy keeps those for the SET clause's own parameters.
+_UPDATED = (
+    proposals.update()
+    .where(proposals.c.id == sa.bindparam("pid"))
+    .values(updated_at=sa.bindparam("now"))
+)
+_APPROVED = (
+    proposals.update()
+    .where(proposals.c.id == sa.bindparam("pid"), proposals.c.state == "pending")
+    .values(state="approved", updated_at=sa.bindparam("now"))
+)
+_APPROVAL = approvals.insert()
+_KEY_KNOWN = sa.select(signing_keys.c.kid).where(signing_keys.c.kid == sa.bindparam("kid"))
+
+
 class Checkpoint:
     """The proposal lifecycle over one database, one policy and one key ring."""
 
@@ -249,20 +270,16 @@ class Checkpoint:
             _tx.check_confirm(row, row.confirm, confirm)
             # (3) never the proposer
             _tx.check_not_proposer(principal, row)
-            # (3b) a routed proposal: only a member of a group asked so far
-            routing.check_voter(conn, self.policy.notify, proposal_id, principal.name)
+            # (3b) a routed proposal: only a member of a group asked so far. Its route
+            # is read once: the row lock holds its level still until commit.
+            route = routing.route_of(conn, proposal_id)
+            routing.check_voter(conn, self.policy.notify, proposal_id, principal.name, route=route)
             # (4) one vote per person (the UNIQUE constraint is the judge)
-            already = conn.execute(
-                sa.select(votes.c.id).where(
-                    votes.c.proposal_id == proposal_id, votes.c.voter == principal.name
-                )
-            ).first()
-            if already is not None:
+            if conn.execute(_VOTED, {"id": proposal_id, "voter": principal.name}).first():
                 raise Refusal(ErrorCode.E_ALREADY_VOTED, "you have already approved this", 409)
             conn.execute(
-                votes.insert().values(
-                    proposal_id=proposal_id, voter=principal.name, at=now, note=note
-                )
+                _VOTE,
+                {"proposal_id": proposal_id, "voter": principal.name, "at": now, "note": note},
             )
             _tx.audit(
                 conn,
@@ -274,16 +291,24 @@ class Checkpoint:
                 note=note,
             )
             # (5) quorum reached → state change, envelope and audit event, together
-            count = len(_tx.counted_votes(conn, proposal_id))
-            if count >= row.quorum:
-                self._issue(conn, proposal_id, now)
+            voters = _tx.counted_votes(conn, proposal_id)
+            if len(voters) >= row.quorum:
+                self._issue(conn, proposal_id, now, row=row, voters=voters, route=route)
                 issued = True
+                state = "approved"
             else:
-                conn.execute(
-                    proposals.update().where(proposals.c.id == proposal_id).values(updated_at=now)
-                )
-            # The record as this vote left it (another vote may follow right after commit).
-            result = views.view_by_id(conn, proposal_id, self.notify, principal.name)
+                conn.execute(_UPDATED, {"pid": proposal_id, "now": now})
+                state = row.state
+            # The record as this vote left it (another vote may follow right after commit):
+            # the locked row with what this transaction wrote to it.
+            result = views.view(
+                conn,
+                SimpleNamespace(**{**row._mapping, "state": state, "updated_at": now}),
+                self.notify,
+                principal.name,
+                routes={} if route is None else {proposal_id: route},
+                counted={voter for voter, _ in voters},
+            )
         if issued:
             self.on_change()
         return result
@@ -303,12 +328,28 @@ class Checkpoint:
             self, principal, proposal_id, seen_hash, values, confirm=confirm, note=note
         )
 
-    def _issue(self, conn: Connection, proposal_id: str, now: int) -> None:
-        """Sign the approval for a pending proposal whose quorum is met, in ``conn``."""
-        row = conn.execute(sa.select(proposals).where(proposals.c.id == proposal_id)).one()
+    def _issue(
+        self,
+        conn: Connection,
+        proposal_id: str,
+        now: int,
+        *,
+        row: Any = None,
+        voters: list[tuple[str, int]] | None = None,
+        route: Any = routing.UNREAD,
+    ) -> None:
+        """Sign the approval for a pending proposal whose quorum is met, in ``conn``.
+
+        ``row`` (the proposal's row, locked), ``voters`` (its counted votes) and
+        ``route`` (:func:`.routing.route_of`): as read in this transaction after its
+        last vote, or None (``route``: not given) to read them here.
+        """
+        if row is None:
+            row = conn.execute(_BY_ID, {"id": proposal_id}).one()
         if row.state != "pending":
             raise Refusal(ErrorCode.E_STATE, f"proposal is {row.state}", 409)
-        voters = _tx.counted_votes(conn, proposal_id)
+        if voters is None:
+            voters = _tx.counted_votes(conn, proposal_id)
         approvers = [{"id": voter, "at": at} for voter, at in voters]
         if row.effect == "auto":
             # policy.py refused, at load, any auto rule name that is not a valid id here.
@@ -316,7 +357,9 @@ class Checkpoint:
         if len(approvers) < row.quorum:
             raise Refusal(ErrorCode.E_STATE, "quorum not met", 409)
         if row.effect != "auto":
-            routing.check_signers(conn, self.policy.notify, row.id, [v for v, _ in voters])
+            routing.check_signers(
+                conn, self.policy.notify, row.id, [v for v, _ in voters], route=route
+            )
         try:
             signer = self.keys.signer()
         except ConfigError as exc:
@@ -333,31 +376,25 @@ class Checkpoint:
         )
         envelope = signer.sign_statement(statement)
         conn.execute(
-            approvals.insert().values(
-                approval_id=approval_id,
-                proposal_id=row.id,
-                nonce=statement.nonce,
-                statement=envelope.payload,
-                envelope=json.dumps(envelope.to_value(), sort_keys=True),
-                keyid=signer.keyid,
-                issued_at=now,
-                expires_at=statement.expires_at,
-            )
+            _APPROVAL,
+            {
+                "approval_id": approval_id,
+                "proposal_id": row.id,
+                "nonce": statement.nonce,
+                "statement": envelope.payload,
+                "envelope": json.dumps(envelope.to_value(), sort_keys=True),
+                "keyid": signer.keyid,
+                "issued_at": now,
+                "expires_at": statement.expires_at,
+            },
         )
-        known = conn.execute(
-            sa.select(signing_keys.c.kid).where(signing_keys.c.kid == signer.keyid)
-        ).first()
-        if known is None:
+        if conn.execute(_KEY_KNOWN, {"kid": signer.keyid}).first() is None:
             conn.execute(
                 signing_keys.insert().values(
                     kid=signer.keyid, public_key=b64encode(signer.public_raw), first_used_at=now
                 )
             )
-        conn.execute(
-            proposals.update()
-            .where(proposals.c.id == row.id, proposals.c.state == "pending")
-            .values(state="approved", updated_at=now)
-        )
+        conn.execute(_APPROVED, {"pid": row.id, "now": now})
         _tx.audit(
             conn,
             now,

@@ -7,7 +7,7 @@ Reads only: nothing here opens a write transaction or appends to the audit chain
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -57,10 +57,37 @@ __all__ = [
 ]
 
 
+# The statements of a view, built once: building a statement costs more than executing it.
+_BY_ID = sa.select(proposals).where(proposals.c.id == sa.bindparam("id"))
+_VOTES = (
+    sa.select(votes.c.voter, votes.c.at, votes.c.note)
+    .where(votes.c.proposal_id == sa.bindparam("id"))
+    .order_by(votes.c.at, votes.c.id)
+)
+_APPROVAL = sa.select(approvals).where(approvals.c.proposal_id == sa.bindparam("id"))
+_REJECTION = sa.select(rejections).where(rejections.c.proposal_id == sa.bindparam("id"))
+_OUTCOME = sa.select(outcomes).where(outcomes.c.proposal_id == sa.bindparam("id"))
+_REFUSAL_NOTES = (
+    sa.select(  # what is shown; not the receipts, read on every list page
+        refusal_notes.c.approval_id,
+        refusal_notes.c.refusal_code,
+        refusal_notes.c.detail,
+        refusal_notes.c.executor,
+        refusal_notes.c.at,
+        refusal_notes.c.reported_at,
+    )
+    .where(refusal_notes.c.proposal_id == sa.bindparam("id"))
+    .order_by(refusal_notes.c.id)
+)
+_RESOLUTION = sa.select(executor_resolutions).where(
+    executor_resolutions.c.approval_id == sa.bindparam("id")
+)
+
+
 def get(cp: _tx.Parts, principal: Principal, proposal_id: str) -> ProposalOut:
     _tx.require(principal, _tx.READER_ROLES, "read proposals")
     with cp.engine.connect() as conn:
-        row = conn.execute(sa.select(proposals).where(proposals.c.id == proposal_id)).first()
+        row = conn.execute(_BY_ID, {"id": proposal_id}).first()
         if row is None:
             raise _tx.not_found(proposal_id)
         return view(conn, row, cp.notify, principal.name)
@@ -143,38 +170,38 @@ def view_by_id(
 ) -> ProposalOut:
     """:func:`view` of the proposal ``proposal_id`` as ``conn`` sees it now (after a
     change in that transaction)."""
-    row = conn.execute(sa.select(proposals).where(proposals.c.id == proposal_id)).one()
+    row = conn.execute(_BY_ID, {"id": proposal_id}).one()
     return view(conn, row, notify, viewer, routes={proposal_id: route(conn, proposal_id)})
 
 
 def view(
     conn: Connection,
-    row: Row[Any],
+    row: Any,
     notify: NotifyConfig,
     viewer: str | None,
     *,
     routes: Mapping[str, Any] | None = None,
+    counted: Collection[str] | None = None,
 ) -> ProposalOut:
-    """The proposal ``row`` as the API shows it to ``viewer`` (a principal's name; None:
-    to no one who may vote), its route's members read from ``notify``'s groups.
+    """The proposal ``row`` (a ``proposals`` row, or one with its columns as attributes)
+    as the API shows it to ``viewer`` (a principal's name; None: to no one who may vote),
+    its route's members read from ``notify``'s groups.
 
     Args:
         routes: the page's ``proposal_routes`` rows by proposal id, read already
             (:func:`.routing.read`); None reads this proposal's.
+        counted: the voters whose votes count (:func:`._tx.counted_votes`), read in
+            this transaction after its last vote; None reads them.
     """
+    key = {"id": row.id}
     if routes is None:
         routes = routing.read(conn, [row.id])
-    vote_rows = conn.execute(
-        sa.select(votes.c.voter, votes.c.at, votes.c.note)
-        .where(votes.c.proposal_id == row.id)
-        .order_by(votes.c.at, votes.c.id)
-    ).all()
-    counted = {voter for voter, _ in _tx.counted_votes(conn, row.id)}
-    approval = conn.execute(sa.select(approvals).where(approvals.c.proposal_id == row.id)).first()
-    rejection = conn.execute(
-        sa.select(rejections).where(rejections.c.proposal_id == row.id)
-    ).first()
-    outcome = conn.execute(sa.select(outcomes).where(outcomes.c.proposal_id == row.id)).first()
+    vote_rows = conn.execute(_VOTES, key).all()
+    if counted is None:
+        counted = {voter for voter, _ in _tx.counted_votes(conn, row.id)}
+    approval = conn.execute(_APPROVAL, key).first()
+    rejection = conn.execute(_REJECTION, key).first()
+    outcome = conn.execute(_OUTCOME, key).first()
     action_bytes = bytes(row.action)
     return ProposalOut(
         id=row.id,
@@ -236,18 +263,7 @@ def view(
 
 
 def _executor_refusals(conn: Connection, proposal_id: str) -> list[ExecutorRefusalOut]:
-    notes = conn.execute(
-        sa.select(  # what is shown; not the receipts, read on every list page
-            refusal_notes.c.approval_id,
-            refusal_notes.c.refusal_code,
-            refusal_notes.c.detail,
-            refusal_notes.c.executor,
-            refusal_notes.c.at,
-            refusal_notes.c.reported_at,
-        )
-        .where(refusal_notes.c.proposal_id == proposal_id)
-        .order_by(refusal_notes.c.id)
-    ).all()
+    notes = conn.execute(_REFUSAL_NOTES, {"id": proposal_id}).all()
     return [
         ExecutorRefusalOut(
             approval_id=n.approval_id,
@@ -295,9 +311,7 @@ def _outcome_out(conn: Connection, outcome: Row[Any]) -> OutcomeOut:
 
 
 def executor_resolution_out(conn: Connection, approval_id: str) -> ExecutorResolutionOut | None:
-    known = conn.execute(
-        sa.select(executor_resolutions).where(executor_resolutions.c.approval_id == approval_id)
-    ).first()
+    known = conn.execute(_RESOLUTION, {"id": approval_id}).first()
     if known is None:
         return None
     return ExecutorResolutionOut(

@@ -5,7 +5,8 @@ by one process must wake the executor's long-poll waiting on another. :func:`not
 queues a ``NOTIFY`` in the caller's transaction (the one that takes a feed seq,
 ``_tx.feed_entry``), so PostgreSQL sends it only if that transaction commits.
 :class:`Listener` holds one connection per process that ``LISTEN``\\ s and calls this
-process's callbacks (``routes.FeedSignal.bump``) from its own thread.
+process's callbacks (:meth:`FeedSignal.bump`) from its own thread, and
+:class:`FeedSignal` wakes the long-polls waiting in this process.
 
 A wake is a hint, never the data: a woken long-poll re-reads the feed after its cursor,
 so a spurious wake costs one query. A missed one (the listener's connection dropped
@@ -20,6 +21,8 @@ table.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -31,7 +34,7 @@ from sqlalchemy.engine import Connection
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["FEED", "LIMITS", "Listener", "notify"]
+__all__ = ["FEED", "LIMITS", "FeedSignal", "Listener", "notify"]
 
 _log = logging.getLogger("airlock.checkpoint.wake")
 
@@ -151,3 +154,55 @@ class Listener:
             if idle >= _PING_EVERY:
                 conn.execute("SELECT 1")
                 idle = 0.0
+
+
+class FeedSignal:
+    """Wakes long-polling feed readers in this process when an approval or revocation lands.
+
+    ``bump`` is called from the worker thread that committed, and on PostgreSQL from the
+    listener thread for a commit of any process on the database (:class:`Listener`);
+    each waiting reader's event is set on its own event loop, so a reader answers within
+    a scheduling tick, not a polling interval. Readers also re-query the database every
+    second, so a wake that never came (a listener reconnecting) costs at most that.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.version = 0
+        #: Set once the server is stopping: every reader answers with what it has now.
+        self.closed = False
+        self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
+
+    def bump(self) -> None:
+        with self._lock:
+            self.version += 1
+            waiters = list(self._waiters)
+        for loop, event in waiters:
+            with contextlib.suppress(RuntimeError):  # that reader's loop has closed
+                loop.call_soon_threadsafe(event.set)
+
+    def close(self) -> None:
+        """Wake every reader for good: the server is stopping, and a long-poll left open
+        would hold the stop until the graceful timeout cut it without an answer."""
+        with self._lock:
+            self.closed = True
+            waiters = list(self._waiters)
+        for loop, event in waiters:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(event.set)
+
+    async def wait(self, seen: int, timeout: float) -> None:
+        """Return once ``version`` has moved past ``seen``, or after ``timeout`` seconds,
+        or at once when closed."""
+        entry = (asyncio.get_running_loop(), asyncio.Event())
+        with self._lock:
+            if self.version != seen or self.closed:
+                return
+            self._waiters.add(entry)
+        try:
+            await asyncio.wait_for(entry[1].wait(), max(0.0, timeout))
+        except TimeoutError:
+            pass
+        finally:
+            with self._lock:
+                self._waiters.discard(entry)

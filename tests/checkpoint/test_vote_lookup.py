@@ -1,0 +1,68 @@
+"""The approve route looks its caller's token up in the thread that votes (routes._voter):
+the order of refusals and their audit records stay those of every other route."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .harness import World, audit_events
+
+
+def _error(response: Any) -> tuple[int, str]:
+    return response.status_code, response.json()["error"]["code"]
+
+
+def _refused(world: World) -> list[tuple[str, str, str]]:
+    return [(e["code"], e["by"], e["request"]) for e in audit_events(world, "checkpoint.refused")]
+
+
+def test_an_unknown_token_with_a_malformed_vote_is_refused_as_unauthenticated(
+    world: World,
+) -> None:
+    p = world.submit().json()
+    forged = {"Authorization": "Bearer " + "A" * 43}
+    for path, body in (
+        (f"/v1/proposals/{p['id']}/approve", {"action_hash": 1}),
+        ("/v1/proposals/not-an-id/approve", {"action_hash": p["action_hash"]}),
+        (f"/v1/proposals/{p['id']}/approve", {"action_hash": p["action_hash"]}),
+    ):
+        response = world.client.post(path, json=body, headers=forged)
+        assert _error(response) == (401, "E_UNAUTHENTICATED")
+        assert response.headers["WWW-Authenticate"] == "Bearer"
+    assert _refused(world) == []  # anonymous: counted, never written to the chain
+    assert not audit_events(world, "checkpoint.vote.approve")
+
+
+def test_a_signed_out_session_cannot_vote_with_a_malformed_body(world: World) -> None:
+    p = world.submit().json()
+    signed_out = world.client.delete("/v1/sessions/current", headers=world.auth("alice"))
+    assert signed_out.status_code == 204
+    response = world.approve("alice", p["id"], p["action_hash"], note="x" * 3000)
+    assert _error(response) == (401, "E_UNAUTHENTICATED")
+    response = world.approve("alice", p["id"], p["action_hash"])
+    assert _error(response) == (401, "E_UNAUTHENTICATED")
+    assert _refused(world) == []
+    shown = world.client.get(f"/v1/proposals/{p['id']}", headers=world.auth("viewer")).json()
+    assert shown["votes"] == [] and shown["state"] == "pending"
+
+
+def test_a_known_voter_naming_a_malformed_proposal_id_is_audited(world: World) -> None:
+    p = world.submit().json()
+    response = world.client.post(
+        "/v1/proposals/not-an-id/approve",
+        json={"action_hash": p["action_hash"]},
+        headers=world.auth("alice"),
+    )
+    assert _error(response) == (422, "E_INVALID")
+    assert _refused(world) == [("E_INVALID", "alice", "POST /v1/proposals/{proposal_id}/approve")]
+
+
+def test_a_disabled_approver_cannot_vote(world: World) -> None:
+    p = world.submit().json()
+    world.accounts.disable_user("alice")
+    response = world.approve("alice", p["id"], p["action_hash"])
+    assert _error(response) == (401, "E_UNAUTHENTICATED")
+    response = world.approve("bob", p["id"], p["action_hash"])
+    assert response.status_code == 200 and response.json()["state"] == "approved"
+    voters = [v["voter"] for v in response.json()["votes"]]
+    assert voters == ["bob"]
