@@ -253,7 +253,6 @@ class Checkpoint:
         if principal.kind != "user":
             raise Refusal(ErrorCode.E_FORBIDDEN, "only people approve", 403)
         now = self.now()
-        issued = False
         with self.engine.begin() as conn:
             row = _tx.lock(conn, proposal_id)
             touch_session(conn, principal)  # in this commit, not one of its own
@@ -292,9 +291,9 @@ class Checkpoint:
             )
             # (5) quorum reached → state change, envelope and audit event, together
             voters = _tx.counted_votes(conn, proposal_id)
+            approval = None
             if len(voters) >= row.quorum:
-                self._issue(conn, proposal_id, now, row=row, voters=voters, route=route)
-                issued = True
+                approval = self._issue(conn, proposal_id, now, row=row, voters=voters, route=route)
                 state = "approved"
             else:
                 conn.execute(_UPDATED, {"pid": proposal_id, "now": now})
@@ -308,8 +307,9 @@ class Checkpoint:
                 principal.name,
                 routes={} if route is None else {proposal_id: route},
                 counted={voter for voter, _ in voters},
+                voted=approval,
             )
-        if issued:
+        if approval is not None:
             self.on_change()
         return result
 
@@ -337,8 +337,9 @@ class Checkpoint:
         row: Any = None,
         voters: list[tuple[str, int]] | None = None,
         route: Any = routing.UNREAD,
-    ) -> None:
-        """Sign the approval for a pending proposal whose quorum is met, in ``conn``.
+    ) -> SimpleNamespace:
+        """Sign the approval for a pending proposal whose quorum is met, in ``conn``;
+        return the ``approvals`` row written (its columns as attributes).
 
         ``row`` (the proposal's row, locked), ``voters`` (its counted votes) and
         ``route`` (:func:`.routing.route_of`): as read in this transaction after its
@@ -375,19 +376,18 @@ class Checkpoint:
             executor_audience=self.config.audience,
         )
         envelope = signer.sign_statement(statement)
-        conn.execute(
-            _APPROVAL,
-            {
-                "approval_id": approval_id,
-                "proposal_id": row.id,
-                "nonce": statement.nonce,
-                "statement": envelope.payload,
-                "envelope": json.dumps(envelope.to_value(), sort_keys=True),
-                "keyid": signer.keyid,
-                "issued_at": now,
-                "expires_at": statement.expires_at,
-            },
+        written = SimpleNamespace(
+            approval_id=approval_id,
+            proposal_id=row.id,
+            nonce=statement.nonce,
+            statement=envelope.payload,
+            envelope=json.dumps(envelope.to_value(), sort_keys=True),
+            keyid=signer.keyid,
+            issued_at=now,
+            expires_at=statement.expires_at,
         )
+        conn.execute(_APPROVAL, vars(written))
+        written.revoked_at = written.revoked_by = None  # as inserted
         if conn.execute(_KEY_KNOWN, {"kid": signer.keyid}).first() is None:
             conn.execute(
                 signing_keys.insert().values(
@@ -420,6 +420,7 @@ class Checkpoint:
             voters=[voter for voter, _ in voters],
             row=SimpleNamespace(**{**row._mapping, "state": "approved", "updated_at": now}),
         )
+        return written
 
     def reject(
         self, principal: Principal, proposal_id: str, reason_code: str, note: str

@@ -84,6 +84,10 @@ _RESOLUTION = sa.select(executor_resolutions).where(
 )
 
 
+#: ``view(voted=)`` not given.
+_READ: Any = object()
+
+
 def get(cp: _tx.Parts, principal: Principal, proposal_id: str) -> ProposalOut:
     _tx.require(principal, _tx.READER_ROLES, "read proposals")
     with cp.engine.connect() as conn:
@@ -182,6 +186,7 @@ def view(
     *,
     routes: Mapping[str, Any] | None = None,
     counted: Collection[str] | None = None,
+    voted: Any = _READ,
 ) -> ProposalOut:
     """The proposal ``row`` (a ``proposals`` row, or one with its columns as attributes)
     as the API shows it to ``viewer`` (a principal's name; None: to no one who may vote),
@@ -192,6 +197,10 @@ def view(
             (:func:`.routing.read`); None reads this proposal's.
         counted: the voters whose votes count (:func:`._tx.counted_votes`), read in
             this transaction after its last vote; None reads them.
+        voted: for a proposal this transaction found ``pending`` (and locked), the
+            approval it issued (an ``approvals`` row or its columns; None: none), and
+            nothing else is read: a proposal with a rejection, an outcome or an executor
+            refusal has left ``pending``, and nothing moves one back. Not given: read.
     """
     key = {"id": row.id}
     if routes is None:
@@ -199,9 +208,13 @@ def view(
     vote_rows = conn.execute(_VOTES, key).all()
     if counted is None:
         counted = {voter for voter, _ in _tx.counted_votes(conn, row.id)}
-    approval = conn.execute(_APPROVAL, key).first()
-    rejection = conn.execute(_REJECTION, key).first()
-    outcome = conn.execute(_OUTCOME, key).first()
+    if voted is _READ:
+        approval = conn.execute(_APPROVAL, key).first()
+        rejection = conn.execute(_REJECTION, key).first()
+        outcome = conn.execute(_OUTCOME, key).first()
+        refusals = _executor_refusals(conn, row.id)
+    else:
+        approval, rejection, outcome, refusals = voted, None, None, []
     action_bytes = bytes(row.action)
     return ProposalOut(
         id=row.id,
@@ -255,7 +268,7 @@ def view(
             at=rejection.at,
         ),
         outcome=None if outcome is None else _outcome_out(conn, outcome),
-        executor_refusals=_executor_refusals(conn, row.id),
+        executor_refusals=refusals,
         superseded_by=row.superseded_by,
         edit=None if row.edit is None else EditOut.model_validate(json.loads(row.edit)),
         route=routing.shown(notify, routes.get(row.id), viewer),

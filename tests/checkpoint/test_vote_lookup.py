@@ -66,3 +66,25 @@ def test_a_disabled_approver_cannot_vote(world: World) -> None:
     assert response.status_code == 200 and response.json()["state"] == "approved"
     voters = [v["voter"] for v in response.json()["votes"]]
     assert voters == ["bob"]
+
+
+def test_a_vote_answers_the_record_as_stored(world: World) -> None:
+    # The answer is built from the row the vote locked and what it wrote, not read back:
+    # it must be what a read of the record shows, vote short of quorum and vote that issues.
+    single = world.submit().json()
+    double = world.submit(  # quorum 2, the id typed
+        proposal_id="prop_test0000002", operation="delete", resource_id="i-t4n0second"
+    ).json()
+    states = []
+    for who, proposal, typed in (
+        ("alice", single, None),
+        ("alice", double, "i-t4n0second"),
+        ("bob", double, "i-t4n0second"),
+    ):
+        world.clock.advance(7)
+        answer = world.approve(who, proposal["id"], proposal["action_hash"], confirm=typed)
+        assert answer.status_code == 200, answer.text
+        shown = world.client.get(f"/v1/proposals/{proposal['id']}", headers=world.auth(who))
+        assert answer.json() == shown.json()
+        states.append((answer.json()["state"], answer.json()["updated_at"] == world.clock()))
+    assert states == [("approved", True), ("pending", True), ("approved", True)]
