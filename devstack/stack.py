@@ -17,6 +17,8 @@ public key set exported from the checkpoint's key directory, its own receipt key
 executor service token, and the checkpoint set to verify receipts against the
 executor's receipt key. ``stack.executor`` and ``stack.checkpoint`` can be stopped,
 SIGKILLed and started again (same port, same databases) by tests of the feed.
+With ``devcloud=False`` the executor writes to the cloud its ``executor_env`` names (a
+moto server) and no devcloud runs: no process, no port, no seeding.
 
 Users are created with cheap Argon2 parameters (dev only; verification reads the
 parameters from the stored hash). Everything is killed on exit; logs stay in
@@ -151,7 +153,7 @@ class Service:
 
 @dataclass
 class Stack:
-    devcloud: DevcloudHandle
+    devcloud_handle: DevcloudHandle | None
     checkpoint_url: str
     webapp_url: str
     tokens: dict[str, str]
@@ -164,6 +166,13 @@ class Stack:
 
     def __post_init__(self) -> None:
         self._http = httpx.Client(base_url=self.checkpoint_url, timeout=30.0, trust_env=False)
+
+    @property
+    def devcloud(self) -> DevcloudHandle:
+        """The stack's devcloud; a stack started with ``devcloud=False`` has none."""
+        if self.devcloud_handle is None:
+            raise RuntimeError("this stack runs no devcloud: its executor writes elsewhere")
+        return self.devcloud_handle
 
     def close(self) -> None:
         self._http.close()
@@ -311,7 +320,7 @@ def _executor_service(
     *,
     checkpoint_url: str,
     token: str,
-    devcloud: DevcloudHandle,
+    devcloud: DevcloudHandle | None,
     executor_env: Mapping[str, str] | None,
 ) -> Service:
     """The executor daemon of :func:`running_stack` (not started)."""
@@ -333,7 +342,7 @@ def _executor_service(
                 "AIRLOCK_EXECUTOR_POLL_WAIT": "5",
                 "AIRLOCK_EXECUTOR_RETRY_MAX": "1",
                 "AIRLOCK_EXECUTOR_HEARTBEAT_PATH": str(heartbeat),
-                **devcloud.env("EXECUTOR", write=True),
+                **({} if devcloud is None else devcloud.env("EXECUTOR", write=True)),
                 **(executor_env or {}),
             }
         ),
@@ -353,10 +362,21 @@ def running_stack(
     ledger_url: str | None = None,
     executor_env: Mapping[str, str] | None = None,
     transition_seconds: float = 0.2,
+    devcloud: bool = True,
 ) -> Iterator[Stack]:
     """Start devcloud, the checkpoint, the executor daemon and (unless ``webapp=False``)
     the web app; yield; stop them all. With ``start_executor=False`` the executor is
-    configured but not started (``stack.executor.start()``)."""
+    configured but not started (``stack.executor.start()``).
+
+    With ``devcloud=False`` no devcloud starts and ``stack.devcloud`` raises; the executor
+    writes to the cloud ``executor_env`` configures, which must then name its access key
+    (without one a dev executor would fall back to a devcloud that is not there).
+
+    Raises:
+        ValueError: ``devcloud=False`` and ``executor_env`` sets no cloud access key.
+    """
+    if not devcloud and not (executor_env or {}).get("AIRLOCK_EXECUTOR_CLOUD_ACCESS_KEY_ID"):
+        raise ValueError("a stack without devcloud needs the executor's cloud in executor_env")
     workdir.mkdir(parents=True, exist_ok=True)
     users = users or {"alice": "approver", "bob": "approver", "admin": "admin"}
     tokens, db_url = _prepare_checkpoint(workdir, users)
@@ -366,33 +386,38 @@ def running_stack(
     ledger = ledger_url or f"sqlite:///{workdir / 'ledger.db'}"
     services: list[Service] = []
     try:
-        checkpoint = _checkpoint_service(workdir, db_url, cp_port)
-        services.append(checkpoint)
-        checkpoint.spawn()
-        if webapp:
-            web = Service(
-                "webapp",
-                [*_CLI, "webapp", "--port", str(web_port), "--checkpoint-url", checkpoint_url],
-                _clean_env(
-                    {
-                        "AIRLOCK_ENV": "dev",
-                        "AIRLOCK_WEBAPP_QUEUE_POLL_SECONDS": str(queue_poll_seconds),
-                    }
-                ),
-                workdir,
-                _http_ok(f"{webapp_url}/healthz"),
+        with contextlib.ExitStack() as cloud:
+            checkpoint = _checkpoint_service(workdir, db_url, cp_port)
+            services.append(checkpoint)
+            checkpoint.spawn()
+            if webapp:
+                web = Service(
+                    "webapp",
+                    [*_CLI, "webapp", "--port", str(web_port), "--checkpoint-url", checkpoint_url],
+                    _clean_env(
+                        {
+                            "AIRLOCK_ENV": "dev",
+                            "AIRLOCK_WEBAPP_QUEUE_POLL_SECONDS": str(queue_poll_seconds),
+                        }
+                    ),
+                    workdir,
+                    _http_ok(f"{webapp_url}/healthz"),
+                )
+                services.append(web)
+                web.spawn()
+            devcloud_handle = (
+                cloud.enter_context(
+                    running_devcloud(workdir / "devcloud", transition_seconds=transition_seconds)
+                )
+                if devcloud
+                else None
             )
-            services.append(web)
-            web.spawn()
-        with running_devcloud(
-            workdir / "devcloud", transition_seconds=transition_seconds
-        ) as devcloud:
             executor = _executor_service(
                 workdir,
                 ledger,
                 checkpoint_url=checkpoint_url,
                 token=tokens["executor"],
-                devcloud=devcloud,
+                devcloud=devcloud_handle,
                 executor_env=executor_env,
             )
             services.append(executor)
@@ -402,7 +427,7 @@ def running_stack(
                 if service.proc is not None:
                     service.wait_ready()
             handle = Stack(
-                devcloud,
+                devcloud_handle,
                 checkpoint_url,
                 webapp_url,
                 tokens,

@@ -90,10 +90,10 @@ class DevcloudCloud:
     other_account = "5999999999999999"
     other_region = "ap-southeast-5"
     other_params: Mapping[str, Any] = {"stopped_mode": "KeepCharging"}
-    executor_env: Mapping[str, str] = {}
 
     def __init__(self, handle: DevcloudHandle) -> None:
         self.admin = handle.admin
+        self.executor_env: Mapping[str, str] = handle.env("EXECUTOR", write=True)
 
     def resolve(self, own: str) -> str:
         return own

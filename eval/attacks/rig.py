@@ -384,7 +384,6 @@ class Rig:
                 "AIRLOCK_EXECUTOR_ACCOUNT": ACCOUNT,
                 "AIRLOCK_EXECUTOR_REGION": REGION,
                 "AIRLOCK_EXECUTOR_POLL_WAIT": "1",
-                **self.stack.devcloud.env("EXECUTOR", write=True),
                 **self.cloud.executor_env,
                 **extra,
             }
@@ -591,6 +590,7 @@ def started_rig(workdir: Path, cloud: CloudName = "devcloud") -> Iterator[Rig]:
                     workdir / "stack",
                     users=USERS,
                     executor_env=None if moto is None else moto.executor_env,
+                    devcloud=moto is None,
                 )
             )
             for cp in aux.values():

@@ -1,9 +1,9 @@
 """Run seeds over a running stack, batch by batch, and summarise.
 
-One stack (devcloud, checkpoint, executor daemon; no web app) serves a batch of seeds;
-each seed gets instances of its own, so its invariants are its own. A seed that breaks
-an invariant (or cannot reach quiescence) stops the run: its schedule, what each step
-did, the violations and the services' last log lines are printed, and the batch's
+One stack (checkpoint, executor daemon, devcloud or moto; no web app) serves a batch of
+seeds; each seed gets instances of its own, so its invariants are its own. A seed that
+breaks an invariant (or cannot reach quiescence) stops the run: its schedule, what each
+step did, the violations and the services' last log lines are printed, and the batch's
 directory is kept.
 """
 
@@ -273,7 +273,11 @@ def _cloud_stack(
         handle.enforce_auth()
         world = Moto(handle)
         with running_stack(
-            workdir / "stack", webapp=False, ledger_url=ledger_url, executor_env=world.executor_env
+            workdir / "stack",
+            webapp=False,
+            ledger_url=ledger_url,
+            executor_env=world.executor_env,
+            devcloud=False,
         ) as stack:
             yield stack, world
 

@@ -23,7 +23,7 @@ from devstack.devcloud import DevcloudHandle, running_devcloud
 from services.agent.client import HttpCheckpointClient
 from services.agent.service import Agent, build_agent
 from services.executor.receipts import Receipt, ReceiptSigner
-from tests.checkpoint.harness import AUDIENCE, PASSWORD, START, World, make_world
+from tests.checkpoint.harness import AUDIENCE, PASSWORD, START, World, opened_world
 
 REGION = "ap-southeast-1"
 #: The fleet is seeded at the checkpoint harness's start time, so the agent's clock, the
@@ -52,12 +52,8 @@ def devcloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevcloudHandl
 
 @pytest.fixture
 def world(sqlite_url: str, tmp_path: Path) -> Iterator[World]:
-    w = make_world(sqlite_url, tmp_path)
-    try:
+    with opened_world(sqlite_url, tmp_path) as w:
         yield w
-    finally:
-        w.client.close()
-        w.checkpoint.db.dispose()
 
 
 @dataclass

@@ -10,39 +10,27 @@ import pytest
 from airlock.store import make_engine
 from services.executor import migrate
 
-from .harness import World, make_world
+from .harness import World, opened_world
 
 
 @pytest.fixture
 def world(db_url: str, tmp_path: Path) -> Iterator[World]:
-    w = make_world(db_url, tmp_path)
-    try:
+    with opened_world(db_url, tmp_path) as w:
         yield w
-    finally:
-        w.client.close()
-        w.checkpoint.db.dispose()
 
 
 @pytest.fixture
 def untrusting_world(db_url: str, tmp_path: Path) -> Iterator[World]:
     """A checkpoint built without any receipt key set (build() refuses this; the service
     must still fail closed)."""
-    w = make_world(db_url, tmp_path, trust_receipts=False)
-    try:
+    with opened_world(db_url, tmp_path, trust_receipts=False) as w:
         yield w
-    finally:
-        w.client.close()
-        w.checkpoint.db.dispose()
 
 
 @pytest.fixture
 def sqlite_world(sqlite_url: str, tmp_path: Path) -> Iterator[World]:
-    w = make_world(sqlite_url, tmp_path)
-    try:
+    with opened_world(sqlite_url, tmp_path) as w:
         yield w
-    finally:
-        w.client.close()
-        w.checkpoint.db.dispose()
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from fastapi import FastAPI
 from airlock.cli._serve import ServerAnsweringOnStop
 from airlock.store import upgrade
 from services.checkpoint._db import Database
-from services.checkpoint.app import DEFAULT_POLICY, MIGRATIONS, create_app
+from services.checkpoint.app import DEFAULT_POLICY, MIGRATIONS, RefusalLimits, create_app
 from services.checkpoint.auth import Accounts
 from services.checkpoint.keyaudit import ChainKeyAudit
 from services.checkpoint.keys import KeyDirectory, KeyRing
@@ -141,25 +141,21 @@ def approved(world: World, **kwargs: Any) -> tuple[dict[str, Any], str]:
     return proposal, record["approval"]["approval_id"]
 
 
-def make_world(
-    url: str,
-    tmp_path: Path,
+def checkpoint_app(
+    db: Database,
+    keys_dir: Path,
+    clock: Clock,
+    hasher: CountingHasher,
     policy: Policy | None = None,
     *,
     trust_receipts: bool = True,
     session_idle: int = SESSION_TTL,
     trusted_proxies: tuple[str, ...] = (),
-) -> World:
-    """A checkpoint trusting the test executor's receipt key (``tests.executor.support``);
-    with ``trust_receipts=False`` it has no receipt key set at all. Sessions end only
-    ``SESSION_TTL`` after sign-in unless ``session_idle`` is shorter. An account locks
-    after ``LOCKOUT_THRESHOLD`` failures (each client address counts at most
-    ``throttle.PAIR_FREE`` of them) for ``LOCKOUT_SECONDS``."""
-    clock = Clock()
-    keys_dir = tmp_path / "keys"
-    KeyDirectory(keys_dir).generate(clock())
-    db = Database(url)
-    upgrade(db.engine, MIGRATIONS)
+    refusal_limits: RefusalLimits | None = None,
+) -> tuple[Checkpoint, Accounts, FastAPI]:
+    """The checkpoint service, its accounts and its app on a migrated ``db`` (see
+    :func:`make_world` for the settings); a second call on the same database, keys and
+    clock is a replica of the first."""
     checkpoint = Checkpoint(
         db,
         policy or load_policy(DEFAULT_POLICY),
@@ -168,7 +164,6 @@ def make_world(
         now=clock,
         receipt_keys=receipt_keyset() if trust_receipts else None,
     )
-    hasher = CountingHasher()
     accounts = Accounts(
         db,
         clock,
@@ -184,6 +179,41 @@ def make_world(
         feed_max_wait=5,
         allowed_hosts=TEST_HOSTS,
         trusted_proxies=trusted_proxies,
+        refusal_limits=refusal_limits,
+    )
+    return checkpoint, accounts, app
+
+
+def make_world(
+    url: str,
+    tmp_path: Path,
+    policy: Policy | None = None,
+    *,
+    trust_receipts: bool = True,
+    session_idle: int = SESSION_TTL,
+    trusted_proxies: tuple[str, ...] = (),
+) -> World:
+    """A checkpoint trusting the test executor's receipt key (``tests.executor.support``);
+    with ``trust_receipts=False`` it has no receipt key set at all. Sessions end only
+    ``SESSION_TTL`` after sign-in unless ``session_idle`` is shorter. An account locks
+    after ``LOCKOUT_THRESHOLD`` failures (each client address counts at most
+    ``throttle.PAIR_FREE`` of them) for ``LOCKOUT_SECONDS``. :func:`opened_world` closes
+    it after use."""
+    clock = Clock()
+    keys_dir = tmp_path / "keys"
+    KeyDirectory(keys_dir).generate(clock())
+    db = Database(url)
+    upgrade(db.engine, MIGRATIONS)
+    hasher = CountingHasher()
+    checkpoint, accounts, app = checkpoint_app(
+        db,
+        keys_dir,
+        clock,
+        hasher,
+        policy,
+        trust_receipts=trust_receipts,
+        session_idle=session_idle,
+        trusted_proxies=trusted_proxies,
     )
     world = World(url, keys_dir, clock, checkpoint, accounts, hasher, app, TestClient(app))
     for name in APPROVERS:
@@ -195,6 +225,18 @@ def make_world(
     world.tokens["agent"] = accounts.create_service_token("scanner-1", "agent")
     world.tokens["executor"] = accounts.create_service_token("executor-1", "executor")
     return world
+
+
+@contextmanager
+def opened_world(url: str, tmp_path: Path, **options: Any) -> Iterator[World]:
+    """:func:`make_world` (``options`` are its keywords) for the block; its client and
+    database closed after."""
+    world = make_world(url, tmp_path, **options)
+    try:
+        yield world
+    finally:
+        world.client.close()
+        world.checkpoint.db.dispose()
 
 
 def signed_receipt(

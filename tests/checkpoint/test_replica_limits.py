@@ -19,25 +19,10 @@ from fastapi import FastAPI
 
 from airlock.store import upgrade
 from services.checkpoint._db import Database
-from services.checkpoint.app import DEFAULT_POLICY, MIGRATIONS, RefusalLimits, create_app
-from services.checkpoint.auth import Accounts
-from services.checkpoint.keys import KeyDirectory, KeyRing
-from services.checkpoint.policy import load_policy
-from services.checkpoint.service import Checkpoint, CheckpointConfig
-from tests.executor.support import receipt_keyset
+from services.checkpoint.app import MIGRATIONS, RefusalLimits
 from tests.support.polling import wait_for
 
-from .harness import (
-    AUDIENCE,
-    LOCKOUT_SECONDS,
-    LOCKOUT_THRESHOLD,
-    PASSWORD,
-    SESSION_TTL,
-    TEST_HOSTS,
-    CountingHasher,
-    World,
-    make_world,
-)
+from .harness import PASSWORD, CountingHasher, World, checkpoint_app, opened_world
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient`")
@@ -54,27 +39,11 @@ def _instance(world: World) -> tuple[FastAPI, Database]:
     """A second checkpoint app on ``world``'s database, keys and clock (a replica)."""
     db = Database(world.url)
     upgrade(db.engine, MIGRATIONS)
-    checkpoint = Checkpoint(
+    _, _, app = checkpoint_app(
         db,
-        load_policy(DEFAULT_POLICY),
-        KeyRing(KeyDirectory(world.keys_dir)),
-        CheckpointConfig(audience=AUDIENCE, approval_window=24 * 3600, execution_window=900),
-        now=world.clock,
-        receipt_keys=receipt_keyset(),
-    )
-    accounts = Accounts(
-        db,
+        world.keys_dir,
         world.clock,
-        session_ttl=SESSION_TTL,
-        lockout_threshold=LOCKOUT_THRESHOLD,
-        lockout_seconds=LOCKOUT_SECONDS,
-        hasher=CountingHasher(),
-    )
-    app = create_app(
-        checkpoint,
-        accounts,
-        feed_max_wait=5,
-        allowed_hosts=TEST_HOSTS,
+        CountingHasher(),
         # Earned back once a minute: a loaded machine's pace cannot refill it mid-test.
         refusal_limits=RefusalLimits(burst=BURST, per_minute=1),
     )
@@ -83,12 +52,8 @@ def _instance(world: World) -> tuple[FastAPI, Database]:
 
 @pytest.fixture
 def world(pg_url: str, tmp_path: Path) -> Iterator[World]:
-    w = make_world(pg_url, tmp_path)
-    try:
+    with opened_world(pg_url, tmp_path) as w:
         yield w
-    finally:
-        w.client.close()
-        w.checkpoint.db.dispose()
 
 
 @pytest.fixture

@@ -9,19 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from .harness import SESSION_TTL, World, make_world
+from .harness import SESSION_TTL, World, opened_world
 
 IDLE = 30 * 60
 
 
 @pytest.fixture
 def idle_world(db_url: str, tmp_path: Path) -> Iterator[World]:
-    w = make_world(db_url, tmp_path, session_idle=IDLE)
-    try:
+    with opened_world(db_url, tmp_path, session_idle=IDLE) as w:
         yield w
-    finally:
-        w.client.close()
-        w.checkpoint.db.dispose()
 
 
 def _me(world: World, who: str, **headers: str) -> int:

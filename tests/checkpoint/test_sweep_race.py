@@ -26,7 +26,7 @@ from sqlalchemy.engine import Connection
 from airlock.store import verify_chain
 from services.checkpoint import _tx
 
-from .harness import World, approved, make_world, signed_receipt
+from .harness import World, approved, opened_world, signed_receipt
 
 pytestmark = pytest.mark.postgres
 
@@ -35,12 +35,8 @@ _BOUND_S = 30.0  # every wait below ends by then, whatever the code under test d
 
 @pytest.fixture
 def pg_world(pg_url: str, tmp_path: Path) -> Iterator[World]:
-    w = make_world(pg_url, tmp_path)
-    try:
+    with opened_world(pg_url, tmp_path) as w:
         yield w
-    finally:
-        w.client.close()
-        w.checkpoint.db.dispose()
 
 
 def _revoke(world: World, proposal: dict[str, Any], _: str) -> None:

@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -21,108 +19,21 @@ import pytest
 from devstack.ports import free_port
 from tests.support.polling import wait_for
 
+from .up_harness import Up, alive, cli, demo_people, executed, log_in, pending, running_up
+
 pytestmark = pytest.mark.slow
 
 DEADLINE = 120.0
+#: What the agent proposes first on up's seeded devcloud fleet.
+_ECS_STOP = {"operation": "stop", "resource_type": "ecs.instance"}
 
 
 def _wait(what: str, check: Callable[[], Any], timeout: float = DEADLINE) -> Any:
     return wait_for(what, check, timeout, every=0.25)
 
 
-class _Up:
-    def __init__(self, proc: subprocess.Popen[str]) -> None:
-        self.proc = proc
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip("\n"))
-
-    def close(self) -> None:
-        self._reader.join(10)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-
-    @property
-    def text(self) -> str:
-        return "\n".join(self.lines)
-
-    def pids(self) -> list[int]:
-        return [int(line.split("pid")[1].split()[0]) for line in self.lines if " pid " in line]
-
-
-@contextmanager
-def _running_up(cwd: Path, ports: dict[str, int]) -> Iterator[_Up]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRLOCK_")}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "airlock.cli",
-            "up",
-            "--home",
-            str(cwd / ".airlock"),
-            "--webapp-port",
-            str(ports["webapp"]),
-            "--checkpoint-port",
-            str(ports["checkpoint"]),
-            "--devcloud-port",
-            str(ports["devcloud"]),
-            "--instances",
-            "24",
-            "--agent-interval",
-            "5",
-            "--devcloud-admin",
-        ],
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    up = _Up(proc)
-    try:
-        # The banner's last line, not its first: the passwords come after "Airlock is
-        # running", and the reader thread may not have them yet (a flake seen once).
-        _wait(
-            "airlock up to be ready", lambda: "Ctrl-C stops everything." in up.text or proc.poll()
-        )
-        assert proc.poll() is None, up.text
-        yield up
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        up.close()
-
-
-def _cli(args: list[str], home: Path, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRLOCK_")}
-    env["AIRLOCK_HOME"] = str(home)
-    return subprocess.run(
-        [sys.executable, "-m", "airlock.cli", *args],
-        env=env,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+def _running_up(cwd: Path, ports: dict[str, int]) -> AbstractContextManager[Up]:
+    return running_up(cwd, ports, "--instances", "24", "--devcloud-admin", deadline=DEADLINE)
 
 
 def test_up_runs_the_whole_system_and_stops_cleanly(tmp_path: Path) -> None:
@@ -136,32 +47,18 @@ def test_up_runs_the_whole_system_and_stops_cleanly(tmp_path: Path) -> None:
         # first run: passwords printed once, saved 0600
         credentials = state / "demo-credentials"
         assert credentials.stat().st_mode & 0o077 == 0
-        people = {line.split()[0]: line.split()[2] for line in credentials.read_text().splitlines()}
+        people = demo_people(state)
         assert set(people) == {"alice", "bob", "admin"}
         assert people["alice"] in up.text
         assert httpx.get(f"http://127.0.0.1:{ports['webapp']}/healthz").status_code == 200
 
-        login = _cli(
-            ["login", "--url", checkpoint, "--username", "alice", "--password-stdin"],
-            cli_home,
-            stdin=people["alice"] + "\n",
-        )
-        assert login.returncode == 0, login.stderr
+        log_in(state, checkpoint, cli_home)
 
         def pending_stop() -> dict[str, Any] | None:
-            out = _cli(["approvals", "list", "--state", "pending", "--json"], cli_home)
-            assert out.returncode == 0, out.stderr
-            items = json.loads(out.stdout)
-            items = items["items"] if isinstance(items, dict) else items
-            stops = [
-                p
-                for p in items
-                if p["operation"] == "stop" and p["resource_type"] == "ecs.instance"
-            ]
-            return stops[0] if stops else None
+            return pending(cli_home, **_ECS_STOP)
 
         proposal = _wait("the agent's first proposals", pending_stop)
-        approve = _cli(["approvals", "approve", proposal["id"], "--yes", "--json"], cli_home)
+        approve = cli(["approvals", "approve", proposal["id"], "--yes", "--json"], cli_home)
         assert approve.returncode == 0, approve.stdout + approve.stderr
 
         admin = httpx.Client(
@@ -180,11 +77,7 @@ def test_up_runs_the_whole_system_and_stops_cleanly(tmp_path: Path) -> None:
         writes = _wait("the stop at devcloud", written)
         assert len(writes) == 1
 
-        def executed() -> bool:
-            out = _cli(["approvals", "show", proposal["id"], "--json"], cli_home)
-            return out.returncode == 0 and json.loads(out.stdout)["state"] == "executed"
-
-        _wait("the outcome at the checkpoint", executed)
+        _wait("the outcome at the checkpoint", lambda: executed(cli_home, proposal["id"]))
 
         from airlock.cli._stack import Stack
 
@@ -208,14 +101,14 @@ def test_up_runs_the_whole_system_and_stops_cleanly(tmp_path: Path) -> None:
         )
         assert doctor.returncode == 0, doctor.stdout + doctor.stderr
         assert "0 failed, 0 warnings" in doctor.stdout, doctor.stdout
+        assert sorted(up.services()) == ["agent", "checkpoint", "devcloud", "executor", "webapp"]
         children = up.pids()
-        assert len(children) == 5
         assert len(written()) == 1  # still one write after the outcome landed
         admin.close()
 
     assert up.proc.returncode == 0, up.text
     assert "stopped" in up.text
-    assert [pid for pid in children if _alive(pid)] == []
+    assert [pid for pid in children if alive(pid)] == []
 
     # second run: the state is reused, no new passwords
     keys_before = (state / "trusted-keys.json").read_text()
@@ -224,11 +117,11 @@ def test_up_runs_the_whole_system_and_stops_cleanly(tmp_path: Path) -> None:
         assert "Demo people and passwords:" in again.text
         assert (state / "trusted-keys.json").read_text() == keys_before
         children = again.pids()
-    assert [pid for pid in children if _alive(pid)] == []
+    assert [pid for pid in children if alive(pid)] == []
 
 
 def _rotate_while_running(
-    up: _Up,
+    up: Up,
     stack: Any,
     cli_home: Path,
     pending_stop: Callable[[], dict[str, Any] | None],
@@ -263,15 +156,14 @@ def _rotate_while_running(
     rotated = keys("rotate")
     assert rotated.returncode == 0, rotated.stdout + rotated.stderr
     proposal = _wait("another pending stop", pending_stop)
-    approve = _cli(["approvals", "approve", proposal["id"], "--yes", "--json"], cli_home)
+    approve = cli(["approvals", "approve", proposal["id"], "--yes", "--json"], cli_home)
     assert approve.returncode == 0, approve.stdout + approve.stderr
     assert json.loads(approve.stdout)["approval"]["keyid"] == new["kid"]
 
-    def executed() -> bool:
-        out = _cli(["approvals", "show", proposal["id"], "--json"], cli_home)
-        return out.returncode == 0 and json.loads(out.stdout)["state"] == "executed"
-
-    _wait("the approval signed with the staged key to execute", executed)
+    _wait(
+        "the approval signed with the staged key to execute",
+        lambda: executed(cli_home, proposal["id"]),
+    )
     response = admin.get("/_admin/writes", params={"resource_id": proposal["resource_id"]})
     body = response.json()
     assert len(body["writes"] if isinstance(body, dict) else body) == 1

@@ -33,6 +33,7 @@ from eval.attacks.clouds import MotoCloud
 from eval.attacks.common import approved, delete_action, executor_refusal
 from eval.attacks.registry import Target
 from eval.attacks.rig import Rig, bundle_of, started_rig
+from tests.support.processes import devclouds_under, processes_under
 
 pytestmark = pytest.mark.slow
 
@@ -78,6 +79,17 @@ def test_committed_moto_results_match_a_fresh_run(suite: Suite) -> None:
         "eval/RESULTS-moto.md differs from a fresh run: run "
         "`python -m eval.attacks --cloud moto` and commit it"
     )
+
+
+def test_a_stack_on_moto_runs_no_devcloud(rig: Rig) -> None:
+    """No devcloud process, state or handle beside moto (tests/devstack/test_stack.py
+    shows the probe sees one that runs)."""
+    assert len(processes_under(rig.workdir)) >= 5  # the rig's own services are seen
+    assert devclouds_under(rig.workdir) == []
+    assert not (rig.stack.workdir / "devcloud").exists()
+    assert rig.stack.devcloud_handle is None
+    with pytest.raises(RuntimeError, match="no devcloud"):
+        _ = rig.stack.devcloud
 
 
 def test_a_write_moto_is_told_to_slow_is_held_and_a_read_is_not(rig: Rig) -> None:

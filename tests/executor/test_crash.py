@@ -8,10 +8,6 @@ committed with each effect, is the judge: never a second write.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -20,9 +16,8 @@ from airlock.store import make_engine, verify_chain
 from services.executor import FAILPOINTS
 from services.executor.models import ledger
 
+from .processes import crash_at, worker
 from .support import LEASE, T0, FakeFileCloud, make_test_bundle
-
-_ROOT = Path(__file__).resolve().parents[2]
 
 # What recovery must conclude after a crash at each point, per operation.
 _EXPECTED = {
@@ -40,32 +35,6 @@ _EXPECTED = {
 }
 
 
-def _child(
-    db: str, cloud: Path | str, now: int, worker: str, *args: str, **env: str
-) -> subprocess.Popen[bytes]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith("AIRLOCK_")}
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.executor.workers",
-            "--db",
-            db,
-            "--cloud",
-            str(cloud),
-            "--now",
-            str(now),
-            "--worker",
-            worker,
-            *args,
-        ],
-        cwd=_ROOT,
-        env={**base, **env},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-
-
 def test_sigkill_at_every_failpoint_then_recovery_never_writes_twice(
     migrated_url: str, tmp_path: Path
 ) -> None:
@@ -80,21 +49,7 @@ def test_sigkill_at_every_failpoint_then_recovery_never_writes_twice(
         path.write_bytes(b.raw)
         cases.append((point, op, b, path))
 
-    crashing = [
-        _child(
-            migrated_url,
-            cloud_path,
-            T0 + 10,
-            f"crasher-{n}",
-            str(path),
-            AIRLOCK_ENV="dev",
-            AIRLOCK_EXECUTOR_FAILPOINTS=point,
-        )
-        for n, (point, _, _, path) in enumerate(cases)
-    ]
-    for proc in crashing:
-        _, err = proc.communicate(timeout=120)
-        assert proc.returncode == -signal.SIGKILL, err.decode()
+    crash_at(migrated_url, cloud_path, [(point, path) for point, _, _, path in cases])
 
     engine = make_engine(migrated_url)
     try:
@@ -103,7 +58,7 @@ def test_sigkill_at_every_failpoint_then_recovery_never_writes_twice(
         assert set(before.values()) <= {"executing", "succeeded"}
 
         # A fresh process, after the crashed owners' leases expired.
-        rescuer = _child(migrated_url, cloud_path, T0 + 10 + LEASE, "rescuer", "--recover")
+        rescuer = worker(migrated_url, cloud_path, T0 + 10 + LEASE, "rescuer", "--recover")
         out, err = rescuer.communicate(timeout=120)
         assert rescuer.returncode == 0, err.decode()
 
@@ -122,7 +77,7 @@ def test_sigkill_at_every_failpoint_then_recovery_never_writes_twice(
         # then once more: those never consumed are written once, nothing else ever again.
         unconsumed = [b for point, _, b, _ in cases if point == "before_consume"]
         for label, replays in (("again", len(cases) - len(unconsumed)), ("thrice", len(cases))):
-            again = _child(
+            again = worker(
                 migrated_url,
                 cloud_path,
                 T0 + 20 + 2 * LEASE,

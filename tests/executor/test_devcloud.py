@@ -6,7 +6,6 @@ exactly-once here — not a test double of ours.
 
 from __future__ import annotations
 
-import multiprocessing
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,11 +15,8 @@ import pytest
 
 from services.executor import State
 
+from .processes import crash_at, one_write_the_rest_replays, run_race, worker
 from .support import LEASE, T0, FakeClock, make_executor, make_test_bundle
-from .test_crash import _child
-from .workers import race
-
-_CTX = multiprocessing.get_context("fork")
 
 
 @pytest.fixture(scope="module")
@@ -40,30 +36,8 @@ def test_eight_processes_race_one_bundle_through_the_real_adapter(
 ) -> None:
     b = make_test_bundle(1, tag=f"dcrace{'p' if 'postgres' in db_url else 's'}")
     devcloud.admin.create_instance(b.resource_id, status="Running")
-    barrier = _CTX.Barrier(8)
-    results = _CTX.Queue()
-    procs = [
-        _CTX.Process(
-            target=race,
-            kwargs={
-                "url": migrated_url,
-                "cloud_path": f"devcloud:{devcloud.endpoint}",
-                "raws": [b.raw],
-                "barrier": barrier,
-                "results": results,
-                "worker_id": f"w{i}",
-                "now": T0 + 10,
-            },
-        )
-        for i in range(8)
-    ]
-    for p in procs:
-        p.start()
-    outcomes = [o for _ in procs for o in results.get(timeout=120)[1]]
-    for p in procs:
-        p.join(timeout=60)
-    states = sorted((state or "-", code or "-") for _, state, code in outcomes)
-    assert states == [("-", "E_REPLAY")] * 7 + [("succeeded", "-")]
+    results = run_race(migrated_url, f"devcloud:{devcloud.endpoint}", [[b.raw]] * 8)
+    assert one_write_the_rest_replays(results), results
     assert _writes(devcloud, b.resource_id) == 1
 
 
@@ -91,18 +65,8 @@ def test_sigkill_then_recovery_against_devcloud_never_writes_twice(
     path = tmp_path / "bundle.json"
     path.write_bytes(b.raw)
     cloud = f"devcloud:{devcloud.endpoint}"
-    crasher = _child(
-        migrated_url,
-        cloud,
-        T0 + 10,
-        "crasher",
-        str(path),
-        AIRLOCK_ENV="dev",
-        AIRLOCK_EXECUTOR_FAILPOINTS=point,
-    )
-    _, err = crasher.communicate(timeout=120)
-    assert crasher.returncode == -signal.SIGKILL, err.decode()
-    rescuer = _child(migrated_url, cloud, T0 + 10 + LEASE, "rescuer", "--recover", str(path))
+    crash_at(migrated_url, cloud, [(point, path)], timeout=120)
+    rescuer = worker(migrated_url, cloud, T0 + 10 + LEASE, "rescuer", "--recover", str(path))
     out, err = rescuer.communicate(timeout=120)
     assert rescuer.returncode == 0, err.decode()
     assert "E_REPLAY" in out.decode()

@@ -7,8 +7,6 @@ read key cannot write at all.
 
 from __future__ import annotations
 
-import multiprocessing
-import signal
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -21,6 +19,7 @@ from airlock.store import make_engine
 from devstack.moto import MotoHandle, running_moto
 from services.executor import Executor, State, migrate
 
+from .processes import crash_at, one_write_the_rest_replays, run_race, worker
 from .support import (
     AWS_BINDING,
     AWS_REGION,
@@ -31,11 +30,8 @@ from .support import (
     make_aws_bundle,
     make_executor,
 )
-from .test_crash import _child
-from .workers import race
 
 REGION = AWS_REGION
-_CTX = multiprocessing.get_context("fork")
 
 
 @pytest.fixture(scope="module")
@@ -207,30 +203,8 @@ def test_eight_processes_race_one_bundle_through_the_aws_adapter(
     (iid,) = moto.seed_ec2(REGION, 1)
     b = make_aws_bundle(iid, approval_id=f"apv_race{iid.replace('-', '')}")
     moto.reset_record()
-    barrier = _CTX.Barrier(8)
-    results = _CTX.Queue()
-    procs = [
-        _CTX.Process(
-            target=race,
-            kwargs={
-                "url": migrated_url,
-                "cloud_path": _spec(moto),
-                "raws": [b.raw],
-                "barrier": barrier,
-                "results": results,
-                "worker_id": f"w{i}",
-                "now": T0 + 10,
-            },
-        )
-        for i in range(8)
-    ]
-    for p in procs:
-        p.start()
-    outcomes = [o for _ in procs for o in results.get(timeout=240)[1]]
-    for p in procs:
-        p.join(timeout=60)
-    states = sorted((state or "-", code or "-") for _, state, code in outcomes)
-    assert states == [("-", "E_REPLAY")] * 7 + [("succeeded", "-")]
+    results = run_race(migrated_url, _spec(moto), [[b.raw]] * 8)
+    assert one_write_the_rest_replays(results), results
     assert [(w.action, w.ids) for w in moto.writes()] == [("StopInstances", (iid,))]
 
 
@@ -285,21 +259,7 @@ def test_sigkill_at_every_failpoint_then_recovery_against_moto_never_writes_twic
         path.write_bytes(b.raw)
         cases.append((point, write, b, path))
     moto.reset_record()
-    crashing = [
-        _child(
-            sqlite_url,
-            _spec(moto),
-            T0 + 10,
-            f"crasher-{n}",
-            str(path),
-            AIRLOCK_ENV="dev",
-            AIRLOCK_EXECUTOR_FAILPOINTS=point,
-        )
-        for n, (point, _, _, path) in enumerate(cases)
-    ]
-    for proc in crashing:
-        _, err = proc.communicate(timeout=240)
-        assert proc.returncode == -signal.SIGKILL, err.decode()
+    crash_at(sqlite_url, _spec(moto), [(point, path) for point, _, _, path in cases])
 
     def writes() -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
@@ -310,7 +270,7 @@ def test_sigkill_at_every_failpoint_then_recovery_against_moto_never_writes_twic
 
     try:
         # A fresh process, after the crashed owners' leases expired.
-        rescuer = _child(sqlite_url, _spec(moto), T0 + 10 + LEASE, "rescuer", "--recover")
+        rescuer = worker(sqlite_url, _spec(moto), T0 + 10 + LEASE, "rescuer", "--recover")
         _, err = rescuer.communicate(timeout=240)
         assert rescuer.returncode == 0, err.decode()
         with engine.connect() as conn:
@@ -324,7 +284,7 @@ def test_sigkill_at_every_failpoint_then_recovery_against_moto_never_writes_twic
 
         # Every bundle delivered again, as the feed does until its cursor moved past it:
         # those never consumed are written once, nothing else ever again.
-        again = _child(
+        again = worker(
             sqlite_url,
             _spec(moto),
             T0 + 20 + 2 * LEASE,

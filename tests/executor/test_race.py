@@ -6,46 +6,14 @@ committed with its effect, shared by all processes.
 
 from __future__ import annotations
 
-import multiprocessing
 import random
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
-from .support import T0, FakeFileCloud, make_test_bundle
-from .workers import race
+from .processes import one_write_the_rest_replays, run_race
+from .support import FakeFileCloud, make_test_bundle
 
 WORKERS = 8
-# fork: the children start in milliseconds with everything imported; each one opens its
-# own engine after the fork (the parent holds no open database connection).
-_CTX = multiprocessing.get_context("fork")
-
-
-def _run(url: str, cloud_path: Path, per_worker: list[list[bytes]]) -> list[Any]:
-    barrier = _CTX.Barrier(len(per_worker))
-    results = _CTX.Queue()
-    procs = [
-        _CTX.Process(
-            target=race,
-            kwargs={
-                "url": url,
-                "cloud_path": str(cloud_path),
-                "raws": raws,
-                "barrier": barrier,
-                "results": results,
-                "worker_id": f"w{i}",
-                "now": T0 + 10,
-            },
-        )
-        for i, raws in enumerate(per_worker)
-    ]
-    for p in procs:
-        p.start()
-    out = [results.get(timeout=240) for _ in procs]  # drain before join
-    for p in procs:
-        p.join(timeout=60)
-        assert p.exitcode == 0
-    return out
 
 
 def test_eight_processes_racing_one_bundle_write_exactly_once(
@@ -54,12 +22,8 @@ def test_eight_processes_racing_one_bundle_write_exactly_once(
     b = make_test_bundle(1, tag="race")
     cloud = FakeFileCloud(tmp_path / "cloud.db")
     cloud.add_many([("ecs.instance", b.resource_id, "Running")])
-    results = _run(migrated_url, tmp_path / "cloud.db", [[b.raw]] * WORKERS)
-    outcomes = [o for _, out in results for o in out]
-    assert Counter((state, code) for _, state, code in outcomes) == {
-        ("succeeded", None): 1,
-        (None, "E_REPLAY"): WORKERS - 1,
-    }
+    results = run_race(migrated_url, tmp_path / "cloud.db", [[b.raw]] * WORKERS)
+    assert one_write_the_rest_replays(results), results
     assert cloud.writes_by_resource() == {b.resource_id: 1}
 
 
@@ -77,7 +41,7 @@ def test_eight_processes_over_500_bundles_write_each_exactly_once(
         share = [b.raw for b in bundles[i // 2 :: WORKERS // 2]]
         random.Random(i // 2).shuffle(share)
         per_worker.append(share)
-    results = _run(migrated_url, tmp_path / "cloud.db", per_worker)
+    results = run_race(migrated_url, tmp_path / "cloud.db", per_worker)
     by_approval: dict[str, Counter[tuple[str | None, str | None]]] = {}
     for _, out in results:
         for approval_id, state, code in out:
