@@ -134,6 +134,10 @@ class Executor:
         self._binding = binding
         self._reader = reader
         self._writer = writer
+        # Asked once: isinstance against a runtime-checkable Protocol walks its members
+        # (tens of microseconds), and _plan runs for every execution.
+        self._ecs = writer if isinstance(writer, EcsWriter) else None
+        self._ec2 = writer if isinstance(writer, Ec2Writer) else None
         self.clock = clock
         self.worker_id = worker_id or default_worker_id()
         self.lease_seconds = lease_seconds
@@ -527,22 +531,22 @@ class Executor:
         """The write, with arguments taken only from the signed action (15)."""
         a = work.action
         region, rid = a.region, a.resource.id
-        writer = self._writer
+        writer, ecs, ec2 = self._writer, self._ecs, self._ec2
         match (a.resource.type, a.operation):
-            case ("ecs.instance", "stop") if isinstance(writer, EcsWriter):
+            case ("ecs.instance", "stop") if ecs is not None:
                 mode = a.params["stopped_mode"]
                 if not isinstance(mode, str):
                     raise ValueError("stopped_mode must be a string")
-                return "ecs.StopInstance", lambda: writer.stop_ecs(region, rid, stopped_mode=mode)
-            case ("ecs.instance", "delete") if isinstance(writer, EcsWriter):
+                return "ecs.StopInstance", lambda: ecs.stop_ecs(region, rid, stopped_mode=mode)
+            case ("ecs.instance", "delete") if ecs is not None:
                 token = client_token(work.approval_id)
-                return "ecs.DeleteInstances", lambda: writer.delete_ecs(
+                return "ecs.DeleteInstances", lambda: ecs.delete_ecs(
                     region, rid, client_token=token
                 )
-            case ("ec2.instance", "stop") if isinstance(writer, Ec2Writer):
-                return "ec2.StopInstances", lambda: writer.stop_ec2(region, rid)
-            case ("ec2.instance", "delete") if isinstance(writer, Ec2Writer):
-                return "ec2.TerminateInstances", lambda: writer.terminate_ec2(region, rid)
+            case ("ec2.instance", "stop") if ec2 is not None:
+                return "ec2.StopInstances", lambda: ec2.stop_ec2(region, rid)
+            case ("ec2.instance", "delete") if ec2 is not None:
+                return "ec2.TerminateInstances", lambda: ec2.terminate_ec2(region, rid)
             case ("rds.instance", "stop"):
                 return "rds.StopDBInstance", lambda: writer.stop_rds(region, rid)
         # The binding admits one provider, and the composition root gives its writer: a
