@@ -22,6 +22,7 @@ value: values are parameters only.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -35,14 +36,27 @@ __all__ = ["Prepared"]
 @dataclass(frozen=True, slots=True)
 class _Compiled:
     sql: str
-    #: Each parameter with its type's bind processor (a SQLite blob, a boolean as an
-    #: integer) or None: in placeholder order (a name may repeat) for a positional
+    #: The parameters in placeholder order (a name may repeat) for a positional
     #: paramstyle (SQLite's ``qmark``), else each name once.
-    slots: tuple[tuple[str, Callable[[Any], Any] | None], ...]
+    names: tuple[str, ...]
+    #: The values of ``names`` from a mapping, as a tuple.
+    values: Callable[[Mapping[str, Any]], tuple[Any, ...]]
+    #: Where in ``names`` a type has a bind processor (a SQLite blob, a boolean as an
+    #: integer), and the processor.
+    processed: tuple[tuple[int, Callable[[Any], Any]], ...]
     #: True for a positional paramstyle, False for a named one (psycopg's ``pyformat``).
     positional: bool
     #: Values fixed in the statement itself (``column == "claimed"``).
     fixed: Mapping[str, Any]
+
+
+def _getter(names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
+    if len(names) == 1:  # itemgetter of one name gives the value, not a tuple
+        name = names[0]
+        return lambda values: (values[name],)
+    if not names:
+        return lambda values: ()
+    return operator.itemgetter(*names)
 
 
 class Prepared:
@@ -68,13 +82,13 @@ class Prepared:
         if any(bind.expanding for bind in binds.values()):
             raise ValueError("a prepared statement takes no expanding (IN-list) parameter")
         order = compiled.positiontup
-        processors = {
-            name: bind.type.dialect_impl(dialect).bind_processor(dialect)
-            for name, bind in binds.items()
-        }
+        names = tuple(order or binds)
+        processors = [binds[n].type.dialect_impl(dialect).bind_processor(dialect) for n in names]
         made = _Compiled(
             sql=compiled.string,
-            slots=tuple((name, processors[name]) for name in (order or binds)),
+            names=names,
+            values=_getter(names),
+            processed=tuple((i, p) for i, p in enumerate(processors) if p is not None),
             positional=order is not None,
             fixed={n: b.value for n, b in binds.items() if not b.required and b.value is not None},
         )
@@ -85,32 +99,27 @@ class Prepared:
         """Run the statement with ``params`` in ``conn``'s open transaction; the first row
         it returned (RETURNING), or None. Every row is fetched, so the statement is done."""
         rows, _ = self._run(conn, params)
-        return rows[0] if rows else None
+        return tuple(rows[0]) if rows else None
 
     def rowcount(self, conn: Connection, params: Mapping[str, Any]) -> int:
         """Run the statement with ``params`` in ``conn``'s open transaction; how many rows
         it changed (the driver's ``rowcount``)."""
         return self._run(conn, params)[1]
 
-    def _run(self, conn: Connection, params: Mapping[str, Any]) -> tuple[list[Any], int]:
+    def _run(self, conn: Connection, params: Mapping[str, Any]) -> tuple[Any, int]:
         """Raises ``sqlalchemy.exc.InvalidRequestError`` outside a transaction (this never
         begins one), KeyError for a parameter not given, and the driver's errors as
         SQLAlchemy's (see the module docstring)."""
         if not conn.in_transaction():
             raise sa.exc.InvalidRequestError("a prepared statement runs in an open transaction")
         compiled = self._compiled(conn.dialect)
-        values = {**compiled.fixed, **params} if compiled.fixed else params
-        args: Any
-        if compiled.positional:
-            args = tuple(
-                values[name] if process is None else process(values[name])
-                for name, process in compiled.slots
-            )
-        else:
-            args = {
-                name: values[name] if process is None else process(values[name])
-                for name, process in compiled.slots
-            }
+        args: Any = compiled.values({**compiled.fixed, **params} if compiled.fixed else params)
+        if compiled.processed:
+            args = list(args)
+            for i, process in compiled.processed:
+                args[i] = process(args[i])
+        if not compiled.positional:
+            args = dict(zip(compiled.names, args, strict=True))
         sql = compiled.sql
         cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
         try:
@@ -126,7 +135,7 @@ class Prepared:
             cursor.execute(sql, args)
             if events:
                 conn.dispatch.after_cursor_execute(conn, cursor, sql, args, None, False)
-            rows = list(cursor.fetchall()) if cursor.description is not None else []
+            rows = cursor.fetchall() if cursor.description is not None else None
             count: int = cursor.rowcount
         except BaseException as exc:
             # What Connection.execute does with a driver's error: wrap it, invalidate a
