@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Final, Literal
 
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection
 
 from airlock import ledger
 from airlock.events import ExecutorEvent
@@ -36,6 +36,7 @@ from .failpoints import Failpoints
 from .models import Outcome, State, Work
 from .receipts import RECEIPT_TYPE, AuditHead, Receipt, ReceiptSigner, Resolution
 from .sources import OutcomeSink
+from .transactions import Transactions
 
 __all__ = ["DETAIL_MAX", "Recorder", "clip", "envelope_text"]
 
@@ -112,7 +113,7 @@ def _outcome_event(
 class Recorder:
     """Writes outcomes, refusals and receipts for one executor (see the module docstring).
 
-    Args: the ledger ``engine``, the receipt ``signer``, the executor's ``binding`` (its
+    Args: the ledger's ``transactions``, the receipt ``signer``, the executor's ``binding`` (its
     audience names the receipts; its skew bounds which refusals are reported), the
     ``clock``, ``failpoints`` (tests) and an optional ``sink`` told of each outcome.
     """
@@ -120,14 +121,14 @@ class Recorder:
     def __init__(
         self,
         *,
-        engine: Engine,
+        transactions: Transactions,
         signer: ReceiptSigner,
         binding: Binding,
         clock: Callable[[], int],
         failpoints: Failpoints,
         sink: OutcomeSink | None,
     ) -> None:
-        self._engine = engine
+        self._tx = transactions
         self._signer = signer
         self._binding = binding
         self._clock = clock
@@ -303,7 +304,7 @@ class Recorder:
         now = self._clock()
         detail = clip(detail)
         try:
-            with self._engine.begin() as conn:
+            with self._tx.begin() as conn:
                 AuditLog.lock(conn)
                 self.audit(conn, now, consumed_event(consume.verified, work, consume.also(conn)))
                 head = self.audit(
@@ -335,7 +336,7 @@ class Recorder:
                     raise _NotConsumed  # rolls the events back
                 ledger.queue_receipt(conn, kind="outcome", approval_id=work.approval_id, now=now)
         except _NotConsumed:
-            with self._engine.begin() as conn:
+            with self._tx.begin() as conn:
                 AuditLog.lock(conn)
                 return self.not_consumed(conn, consume, now)
         return Outcome(work.approval_id, State.REFUSED, code, None, False, detail, receipt)
@@ -354,7 +355,7 @@ class Recorder:
         """(16) Outcome, audit event and receipt in one transaction, if we still hold it."""
         now = self._clock()
         detail = clip(detail)
-        with self._engine.begin() as conn:
+        with self._tx.begin() as conn:
             head = self.audit(
                 conn,
                 now,
