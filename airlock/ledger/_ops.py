@@ -21,6 +21,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from airlock.protocol import RefusalCode
+from airlock.store import Prepared
 
 from .errors import Fenced
 from .models import (
@@ -83,10 +84,14 @@ _HOLD_NOW: Final = "consume_hold_now"
 _BORN: Final = frozenset({State.CLAIMED, State.EXECUTING, State.REFUSED})
 
 
+#: Every column of a ledger row: a row given to :func:`consume` names each.
+_COLUMNS: Final = frozenset(c.name for c in ledger.c)
+
+
 @functools.cache
-def _consume_statement(dialect: str, born_executing: bool) -> sa.Insert:
-    # One statement per dialect with the row as parameters: SQLAlchemy then reuses its
-    # compiled form instead of building and caching a statement per consumed approval.
+def _consume_statement(dialect: str, born_executing: bool) -> Prepared:
+    # One statement per dialect with the row as parameters, compiled once and run on the
+    # driver's cursor (the execute path's hottest statement).
     # INSERT … SELECT rather than VALUES, so that the row comes with the hold check: no
     # row while a hold is in force, in the same statement (one round trip, not two).
     # A row born executing also demands, at that instant, an unexpired approval and no
@@ -101,7 +106,7 @@ def _consume_statement(dialect: str, born_executing: bool) -> sa.Insert:
         conditions.append(~sa.exists().where(revocations.c.approval_id == approval_id))
     row = sa.select(*(sa.bindparam(c.name, type_=c.type) for c in ledger.c)).where(*conditions)
     insert = postgresql.insert(ledger) if dialect == "postgresql" else sqlite.insert(ledger)
-    return (
+    return Prepared(
         insert.from_select(list(ledger.c), row)
         .on_conflict_do_nothing()
         .returning(ledger.c.approval_id)
@@ -121,12 +126,11 @@ def consume(conn: Connection, row: Mapping[str, Any], *, now: int) -> bool:
     state = State(row["state"])
     if state not in _BORN:
         raise ValueError(f"a ledger row is not born {state}")
-    if set(row) != {c.name for c in ledger.c}:
+    if row.keys() != _COLUMNS:
         raise ValueError("a ledger row names every column")
     statement = _consume_statement(conn.dialect.name, state is State.EXECUTING)
     # RETURNING, not rowcount: psycopg reports -1 for INSERT … ON CONFLICT DO NOTHING.
-    inserted = conn.execute(statement, {**row, _HOLD_NOW: now}).first()
-    return inserted is not None
+    return statement.first(conn, {**row, _HOLD_NOW: now}) is not None
 
 
 def why_not_consumed(
@@ -209,7 +213,7 @@ def of_proposal(conn: Connection, proposal_id: str) -> list[LedgerRow]:
 
 
 @functools.cache
-def _transition_statement(live_lease: bool, columns: tuple[str, ...]) -> sa.Update:
+def _transition_statement(live_lease: bool, columns: tuple[str, ...]) -> Prepared:
     # Built once per shape, values as parameters (see _consume_statement).
     where = [
         ledger.c.approval_id == sa.bindparam("w_approval_id"),
@@ -219,7 +223,7 @@ def _transition_statement(live_lease: bool, columns: tuple[str, ...]) -> sa.Upda
     ]
     if live_lease:
         where.append(ledger.c.lease_expires > sa.bindparam("w_now"))
-    return (
+    return Prepared(
         sa.update(ledger)
         .where(*where)
         .values({column: sa.bindparam(f"v_{column}") for column in columns})
@@ -251,8 +255,7 @@ def transition(
     params.update(w_approval_id=approval_id, w_state=from_state.value, w_owner=owner)
     params.update(w_epoch=epoch, w_now=now)
     statement = _transition_statement(require_live_lease, tuple(sorted(updates)))
-    result = conn.execute(statement, params)
-    if result.rowcount != 1:
+    if statement.rowcount(conn, params) != 1:
         raise Fenced(approval_id, f"{from_state}->{to_state} (epoch {epoch})")
 
 
@@ -427,20 +430,28 @@ def refusal_to_report(conn: Connection, approval_id: str) -> bool:
 
 
 @functools.cache
-def _queue_statement(dialect: str) -> sa.Insert:
+def _queue_statement(dialect: str) -> Prepared:
     # Built once per dialect, values as parameters (see _consume_statement).
+    insert: postgresql.Insert | sqlite.Insert
     if dialect == "postgresql":
-        return postgresql.insert(outbox).on_conflict_do_nothing()
-    if dialect == "sqlite":
-        return sqlite.insert(outbox).on_conflict_do_nothing()
-    raise RuntimeError(f"unsupported dialect {dialect!r}")
+        insert = postgresql.insert(outbox)
+    elif dialect == "sqlite":
+        insert = sqlite.insert(outbox)
+    else:
+        raise RuntimeError(f"unsupported dialect {dialect!r}")
+    return Prepared(
+        insert.values(
+            kind=sa.bindparam("kind", type_=outbox.c.kind.type),
+            approval_id=sa.bindparam("approval_id", type_=outbox.c.approval_id.type),
+            queued_at=sa.bindparam("queued_at", type_=outbox.c.queued_at.type),
+        ).on_conflict_do_nothing()
+    )
 
 
 def queue_receipt(conn: Connection, *, kind: str, approval_id: str, now: int) -> None:
     """Queue a receipt for the outbox, in the transaction that commits the receipt."""
-    conn.execute(
-        _queue_statement(conn.dialect.name),
-        {"kind": kind, "approval_id": approval_id, "queued_at": now},
+    _queue_statement(conn.dialect.name).rowcount(
+        conn, {"kind": kind, "approval_id": approval_id, "queued_at": now}
     )
 
 

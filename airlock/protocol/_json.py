@@ -243,15 +243,28 @@ def _plain_ascii_keys(value: Any, depth: int) -> bool:
     if depth > _MAX_DEPTH:  # as check_no_floats counts it
         return False
     kind = type(value)
+    if kind is dict:
+        if depth == _MAX_DEPTH and value:  # its members would nest deeper than the limit
+            return False
+        for key, item in value.items():
+            if type(key) is not str or not key.isascii():
+                return False
+            # The scalars inline: an event or a receipt is mostly scalars, and a call
+            # per member was most of this walk's time.
+            item_kind = type(item)
+            if item_kind is str or item_kind is bool or item is None:
+                continue
+            if item_kind is int:
+                if -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER:
+                    continue
+                return False
+            if not _plain_ascii_keys(item, depth + 1):
+                return False
+        return True
     if kind is str or kind is bool or value is None:
         return True
     if kind is int:
         return bool(-MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER)
-    if kind is dict:
-        for key, item in value.items():
-            if type(key) is not str or not key.isascii() or not _plain_ascii_keys(item, depth + 1):
-                return False
-        return True
     if kind is list or kind is tuple:
         return all(_plain_ascii_keys(item, depth + 1) for item in value)
     return False

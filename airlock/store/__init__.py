@@ -9,6 +9,8 @@
   transaction, head), :func:`verify_chain`, :func:`export`, :func:`verify_export` (an export file,
   no database needed, read line by line with a bounded :func:`read_export_lines`) —
   docs/protocol.md#audit-chain.
+- :class:`Prepared` — a hot statement compiled once, run on the driver's cursor inside
+  the caller's transaction.
 
 Typical use in a service::
 
@@ -39,6 +41,7 @@ from ._audit import (
 )
 from ._engine import DEFAULT_BUSY_TIMEOUT_S, is_postgresql, is_sqlite, make_engine, read_transaction
 from ._migrate import alembic_config, run_migrations, upgrade
+from ._prepared import Prepared
 from ._verify import (
     ChainFault,
     ChainReport,
@@ -67,6 +70,7 @@ __all__ = [
     "ExportLineTooLong",
     "FaultKind",
     "MigrationError",
+    "Prepared",
     "alembic_config",
     "chain_hash",
     "count_rows",

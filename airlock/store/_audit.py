@@ -61,6 +61,7 @@ from airlock.protocol import Refused, canonical_bytes, loads_strict
 
 from ._chain import SQLITE_CHAIN_HASH, chain_hash
 from ._engine import is_postgresql, is_sqlite, read_transaction, require_immediate
+from ._prepared import Prepared
 from .errors import AuditError, ChainError
 
 __all__ = [
@@ -365,17 +366,13 @@ RETURNING seq, prev_hash, row_hash
 """
 
 
-def _append_statement(row_hash: str, well_formed: str) -> sa.TextualSelect:
-    # The RETURNING columns declared, in their order: SQLAlchemy then keeps the result's
-    # column map with the compiled statement instead of building it from the cursor on
-    # every append.
-    return (
-        sa.text(_APPEND_SQL.format(row_hash=row_hash, well_formed=well_formed))
-        .bindparams(
+def _append_statement(row_hash: str, well_formed: str) -> Prepared:
+    # Compiled once and run on the driver's cursor: every state change appends.
+    return Prepared(
+        sa.text(_APPEND_SQL.format(row_hash=row_hash, well_formed=well_formed)).bindparams(
             sa.bindparam("event", type_=sa.Text),
             sa.bindparam("event_bytes", type_=sa.LargeBinary),
         )
-        .columns(_audit.c.seq, _audit.c.prev_hash, _audit.c.row_hash)
     )
 
 
@@ -427,17 +424,16 @@ class AuditLog:
         # statement's snapshot then sees the previous appender's committed row.
         AuditLog.lock(connection)
         text = data.decode("utf-8")
-        row = connection.execute(
-            _APPEND[connection.dialect.name], {"event": text, "event_bytes": data}
-        ).one_or_none()
+        row = _APPEND[connection.dialect.name].first(
+            connection, {"event": text, "event_bytes": data}
+        )
         if row is None:
             head = _head(connection)  # raises for a chain with no genesis row
             if not is_hex64(head.row_hash):
                 raise ChainError(f"audit head seq {head.seq} has a malformed row_hash: verify it")
             raise ChainError(f"audit append did not extend head seq {head.seq}")
-        entry = AuditEntry(
-            seq=row.seq, event_text=text, prev_hash=row.prev_hash, row_hash=row.row_hash
-        )
+        seq, prev_hash, row_hash = row
+        entry = AuditEntry(seq=seq, event_text=text, prev_hash=prev_hash, row_hash=row_hash)
         # The database computed the hash; the chain is defined by chain_hash. On a
         # difference the caller's transaction rolls back, as after any failed append.
         if entry.row_hash != chain_hash(entry.prev_hash, data):

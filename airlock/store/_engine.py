@@ -136,7 +136,8 @@ def make_engine(
 
     On SQLite *every* transaction holds the database's one write lock from its first
     statement (autobegin included) until commit or rollback, reads too: keep transactions
-    short, never hold a connection open across a cloud call, and use
+    short, never hold one open across a cloud call (a connection kept across one runs
+    nothing outside an explicit ``begin()``, or it autobegins one), and use
     :func:`read_transaction` for reads that should not block writers.
 
     Engines hold pooled connections: create them *after* forking worker processes.

@@ -44,6 +44,7 @@ FAILPOINTS: Final = (
 #: The feed side's points (tests/executor/test_feed.py crashes at each).
 FEED_FAILPOINTS: Final = ("before_cursor_commit", "after_outcome_post")
 FAILPOINTS_ENV: Final = "AIRLOCK_EXECUTOR_FAILPOINTS"
+_KNOWN: Final = frozenset((*FAILPOINTS, *FEED_FAILPOINTS))
 
 
 def _sigkill_self(point: str) -> None:
@@ -60,7 +61,7 @@ class Failpoints:
     def __init__(
         self, armed: frozenset[str] = frozenset(), action: Callable[[str], None] = _sigkill_self
     ) -> None:
-        unknown = armed - {*FAILPOINTS, *FEED_FAILPOINTS}
+        unknown = armed - _KNOWN
         if unknown:
             raise ConfigError(
                 f"unknown failpoints {sorted(unknown)}; known: {FAILPOINTS + FEED_FAILPOINTS}"
@@ -90,7 +91,7 @@ class Failpoints:
         return self._armed
 
     def hit(self, point: str) -> None:
-        if point not in FAILPOINTS and point not in FEED_FAILPOINTS:
+        if point not in _KNOWN:
             raise ValueError(f"unknown failpoint {point!r}")
         if point in self._armed:
             self._action(point)

@@ -11,15 +11,23 @@ approval.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Final, Literal
 
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection
 
 from airlock import ledger
 from airlock.events import ExecutorEvent
-from airlock.protocol import Binding, Envelope, RefusalCode, canonical_bytes
+from airlock.protocol import (
+    RECEIPT_PAYLOAD_TYPE,
+    Binding,
+    Envelope,
+    RefusalCode,
+    b64encode,
+    canonical_bytes,
+)
 from airlock.store import AuditEntry, AuditLog
 
 from .consume import Consume, consumed_event, ledger_row
@@ -28,6 +36,7 @@ from .failpoints import Failpoints
 from .models import Outcome, State, Work
 from .receipts import RECEIPT_TYPE, AuditHead, Receipt, ReceiptSigner, Resolution
 from .sources import OutcomeSink
+from .transactions import Transactions
 
 __all__ = ["DETAIL_MAX", "Recorder", "clip", "envelope_text"]
 
@@ -41,8 +50,27 @@ def _at(now: int) -> datetime:
     return datetime.fromtimestamp(now, UTC)
 
 
+#: A key id as :func:`~airlock.protocol.key_id` writes it: no character to escape.
+_PLAIN_KEYID: Final = re.compile(r"ed25519:[0-9a-f]{32}")
+
+
 def envelope_text(envelope: Envelope) -> str:
     """The envelope as the ledger stores it: its RFC 8785 JSON text."""
+    signatures = envelope.signatures
+    if (
+        envelope.payload_type == RECEIPT_PAYLOAD_TYPE
+        and len(signatures) == 1
+        and _PLAIN_KEYID.fullmatch(signatures[0].keyid)
+    ):
+        # A receipt as ReceiptSigner signs it: base64, a fixed payload type and a key id,
+        # none holding a character to escape, in RFC 8785's member order (payload <
+        # payloadType < signatures, keyid < sig); written directly, every receipt.
+        return (
+            f'{{"payload":"{b64encode(envelope.payload)}",'
+            f'"payloadType":"{RECEIPT_PAYLOAD_TYPE}",'
+            f'"signatures":[{{"keyid":"{signatures[0].keyid}",'
+            f'"sig":"{b64encode(signatures[0].sig)}"}}]}}'
+        )
     return canonical_bytes(envelope.to_value()).decode("utf-8")
 
 
@@ -85,7 +113,7 @@ def _outcome_event(
 class Recorder:
     """Writes outcomes, refusals and receipts for one executor (see the module docstring).
 
-    Args: the ledger ``engine``, the receipt ``signer``, the executor's ``binding`` (its
+    Args: the ledger's ``transactions``, the receipt ``signer``, the executor's ``binding`` (its
     audience names the receipts; its skew bounds which refusals are reported), the
     ``clock``, ``failpoints`` (tests) and an optional ``sink`` told of each outcome.
     """
@@ -93,14 +121,14 @@ class Recorder:
     def __init__(
         self,
         *,
-        engine: Engine,
+        transactions: Transactions,
         signer: ReceiptSigner,
         binding: Binding,
         clock: Callable[[], int],
         failpoints: Failpoints,
         sink: OutcomeSink | None,
     ) -> None:
-        self._engine = engine
+        self._tx = transactions
         self._signer = signer
         self._binding = binding
         self._clock = clock
@@ -276,7 +304,7 @@ class Recorder:
         now = self._clock()
         detail = clip(detail)
         try:
-            with self._engine.begin() as conn:
+            with self._tx.begin() as conn:
                 AuditLog.lock(conn)
                 self.audit(conn, now, consumed_event(consume.verified, work, consume.also(conn)))
                 head = self.audit(
@@ -308,7 +336,7 @@ class Recorder:
                     raise _NotConsumed  # rolls the events back
                 ledger.queue_receipt(conn, kind="outcome", approval_id=work.approval_id, now=now)
         except _NotConsumed:
-            with self._engine.begin() as conn:
+            with self._tx.begin() as conn:
                 AuditLog.lock(conn)
                 return self.not_consumed(conn, consume, now)
         return Outcome(work.approval_id, State.REFUSED, code, None, False, detail, receipt)
@@ -327,7 +355,7 @@ class Recorder:
         """(16) Outcome, audit event and receipt in one transaction, if we still hold it."""
         now = self._clock()
         detail = clip(detail)
-        with self._engine.begin() as conn:
+        with self._tx.begin() as conn:
             head = self.audit(
                 conn,
                 now,

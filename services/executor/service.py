@@ -74,6 +74,7 @@ from .models import LedgerRow, Outcome, State, Work
 from .receipts import ReceiptSigner, Resolution
 from .record import DETAIL_MAX, Recorder, clip, envelope_text
 from .sources import OutcomeSink, beyond_ledger
+from .transactions import Transactions
 
 __all__ = ["DEFAULT_LEASE_SECONDS", "Executor", "client_token"]
 
@@ -134,12 +135,17 @@ class Executor:
         self._binding = binding
         self._reader = reader
         self._writer = writer
+        # Asked once: isinstance against a runtime-checkable Protocol walks its members
+        # (tens of microseconds), and _plan runs for every execution.
+        self._ecs = writer if isinstance(writer, EcsWriter) else None
+        self._ec2 = writer if isinstance(writer, Ec2Writer) else None
         self.clock = clock
         self.worker_id = worker_id or default_worker_id()
         self.lease_seconds = lease_seconds
         self._fp = failpoints or Failpoints.inert()
+        self._tx = Transactions(engine)
         self._rec = Recorder(
-            engine=engine,
+            transactions=self._tx,
             signer=signer,
             binding=binding,
             clock=clock,
@@ -170,7 +176,7 @@ class Executor:
         version = self._keys.current()
         if version.sha256 != self._trusted_sha:
             now = self.clock()
-            with self._engine.begin() as conn:
+            with self._tx.begin() as conn:
                 self._rec.audit(
                     conn,
                     now,
@@ -217,6 +223,12 @@ class Executor:
         there. Raises :class:`LedgerHeld` (nothing recorded) while a ledger hold is in
         force.
         """
+        with self._tx.held():  # SQLite: one pooled connection for both commits
+            return self._execute(raw, revoked, record_also)
+
+    def _execute(
+        self, raw: bytes, revoked: Container[str], record_also: RecordAlso | None
+    ) -> Outcome:
         keys = self.trusted_keys()  # before anything is recorded: fails closed
         also = record_also or _record_nothing
         now = self.clock()
@@ -226,7 +238,7 @@ class Executor:
         except Refused as exc:
             # exc.approval_id is set only for refusals that are properties of an
             # authenticated approval (expired, revoked, another audience...).
-            with self._engine.begin() as conn:
+            with self._tx.begin() as conn:
                 receipt = self._rec.refusal(
                     conn,
                     now,
@@ -269,7 +281,7 @@ class Executor:
         now = self.clock()
         late = no_longer_valid(work, now, beyond_ledger(revoked))
         if late is not None:
-            with self._engine.begin() as conn:
+            with self._tx.begin() as conn:
                 outcome = self._rec.not_consumed(conn, consume, now, late[0], late[1])
             return self._rec.report(outcome)
         self._fp.hit("before_consume")
@@ -286,7 +298,7 @@ class Executor:
         recorded instead (replay, revoked, expired), or :class:`LedgerHeld`."""
         work = consume.work
         row = ledger_row(consume, State.EXECUTING, now=now, lease_expires=now + self.lease_seconds)
-        with self._engine.begin() as conn:
+        with self._tx.begin() as conn:
             AuditLog.lock(conn)  # the chain lock before any row lock (no lock cycles)
             # Under the chain lock, which a hold and a revocation are recorded under too:
             # none slips in beside the INSERT, and why it inserted nothing is asked
@@ -315,7 +327,7 @@ class Executor:
         work = consume.work
         now = self.clock()
         row = ledger_row(consume, State.CLAIMED, now=now, lease_expires=now)
-        with self._engine.begin() as conn:
+        with self._tx.begin() as conn:
             AuditLog.lock(conn)
             if not ledger.consume(conn, row, now=now):
                 outcome = self._rec.not_consumed(conn, consume, now)
@@ -364,7 +376,7 @@ class Executor:
             if work.epoch != 1:
                 return Outcome(work.approval_id, State.CLAIMED, detail=detail)
             now = self.clock()
-            with self._engine.begin() as conn:
+            with self._tx.begin() as conn:
                 AuditLog.lock(conn)  # the chain lock before the row lock, as everywhere
                 if ledger.release(
                     conn, approval_id=work.approval_id, owner=work.owner, epoch=work.epoch, now=now
@@ -400,7 +412,7 @@ class Executor:
                 work, State.CLAIMED, State.REFUSED, code=late[0], detail=late[1]
             )
         # (15) commit executing before the call, renewing the lease for the call's length.
-        with self._engine.begin() as conn:
+        with self._tx.begin() as conn:
             AuditLog.lock(conn)  # the chain lock before the row lock, as everywhere
             refused = ledger.begin_executing(
                 conn,
@@ -527,22 +539,22 @@ class Executor:
         """The write, with arguments taken only from the signed action (15)."""
         a = work.action
         region, rid = a.region, a.resource.id
-        writer = self._writer
+        writer, ecs, ec2 = self._writer, self._ecs, self._ec2
         match (a.resource.type, a.operation):
-            case ("ecs.instance", "stop") if isinstance(writer, EcsWriter):
+            case ("ecs.instance", "stop") if ecs is not None:
                 mode = a.params["stopped_mode"]
                 if not isinstance(mode, str):
                     raise ValueError("stopped_mode must be a string")
-                return "ecs.StopInstance", lambda: writer.stop_ecs(region, rid, stopped_mode=mode)
-            case ("ecs.instance", "delete") if isinstance(writer, EcsWriter):
+                return "ecs.StopInstance", lambda: ecs.stop_ecs(region, rid, stopped_mode=mode)
+            case ("ecs.instance", "delete") if ecs is not None:
                 token = client_token(work.approval_id)
-                return "ecs.DeleteInstances", lambda: writer.delete_ecs(
+                return "ecs.DeleteInstances", lambda: ecs.delete_ecs(
                     region, rid, client_token=token
                 )
-            case ("ec2.instance", "stop") if isinstance(writer, Ec2Writer):
-                return "ec2.StopInstances", lambda: writer.stop_ec2(region, rid)
-            case ("ec2.instance", "delete") if isinstance(writer, Ec2Writer):
-                return "ec2.TerminateInstances", lambda: writer.terminate_ec2(region, rid)
+            case ("ec2.instance", "stop") if ec2 is not None:
+                return "ec2.StopInstances", lambda: ec2.stop_ec2(region, rid)
+            case ("ec2.instance", "delete") if ec2 is not None:
+                return "ec2.TerminateInstances", lambda: ec2.terminate_ec2(region, rid)
             case ("rds.instance", "stop"):
                 return "rds.StopDBInstance", lambda: writer.stop_rds(region, rid)
         # The binding admits one provider, and the composition root gives its writer: a
@@ -594,7 +606,7 @@ class Executor:
             return step()
         except Fenced as exc:
             _log.warning("%s", exc)
-            with self._engine.begin() as conn:
+            with self._tx.begin() as conn:
                 row = ledger.get(conn, work.approval_id)
             state = None if row is None else row.state
             return Outcome(work.approval_id, state, detail=f"lease lost: {exc}")
@@ -604,7 +616,7 @@ class Executor:
     def take_over(self, row: LedgerRow) -> Work | None:
         """Bump the epoch of an expired row and own it, or None if someone else did."""
         now = self.clock()
-        with self._engine.begin() as conn:
+        with self._tx.begin() as conn:
             AuditLog.lock(conn)  # before the row lock: a finishing owner takes them so too
             if not ledger.take_over(
                 conn, row, owner=self.worker_id, now=now, lease_expires=now + self.lease_seconds
@@ -638,7 +650,7 @@ class Executor:
         try:
             return self._resolve(approval_id, happened=happened, by=by, note=note)
         except ResolutionError as exc:
-            with self._engine.begin() as conn:
+            with self._tx.begin() as conn:
                 self._rec.audit(
                     conn,
                     self.clock(),
@@ -687,7 +699,7 @@ class Executor:
             raise ResolutionError(
                 OperatorRefusal.E_INVALID, f"not a valid resolution: {_problems(exc)}"
             ) from None
-        with self._engine.begin() as conn:
+        with self._tx.begin() as conn:
             AuditLog.lock(conn)
             row: LedgerRow | None
             if approval_id.startswith("prop_"):

@@ -197,10 +197,19 @@ def _nested(depth: int) -> Any:
     return value
 
 
+def _nested_objects(depth: int, leaf: Any) -> Any:
+    value: Any = leaf
+    for _ in range(depth):
+        value = {"k": value}
+    return value
+
+
 @pytest.mark.parametrize("depth", [31, 32, 33, 40])
 def test_canonical_bytes_depth_limit_matches_rfc8785_path(depth: int) -> None:
     assert _ours(_nested(depth)) == _reference(_nested(depth))
     assert _ours({"a": _nested(depth)}) == _reference({"a": _nested(depth)})
+    for leaf in ("s", 7, None, True, {}, []):
+        assert _ours(_nested_objects(depth, leaf)) == _reference(_nested_objects(depth, leaf))
 
 
 class _Str(str):
