@@ -450,3 +450,24 @@ def test_an_escalation_is_seen_by_a_later_read_in_its_transaction(routed: Routed
     _deliver(world)
     # Its event went to the group escalated to, read after the move.
     assert _types(routed.leads) == ["proposal.escalated"]
+
+
+def test_an_escalation_rolled_back_to_a_savepoint_is_not_answered_from_the_memo(
+    routed: Routed,
+) -> None:
+    # A route moved inside a savepoint that then rolls back: the memo (tied to the whole
+    # transaction) must not keep the rolled-back level, which would let the escalated
+    # group vote on a proposal not yet escalated to it.
+    world = routed.world
+    _submit(world)
+    world.clock.advance(SLA_S)
+    notify = world.checkpoint.policy.notify
+    with world.checkpoint.engine.begin() as conn:
+        assert routed_route(conn, PID).level == 0
+        savepoint = conn.begin_nested()
+        assert escalate(conn, notify, world.clock()) == 1
+        assert routed_route(conn, PID).level == 1
+        savepoint.rollback()
+        assert routed_route(conn, PID).level == 0
+        conn.rollback()
+    assert _level(world) == 0

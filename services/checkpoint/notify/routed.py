@@ -5,6 +5,8 @@ recipients, the answer's ``route``); the proposal row is locked for the whole
 transaction (``_tx``'s order), so the route cannot move under it. The memo lives on the
 connection, tied to the transaction it was read in: a later transaction, or one after a
 rollback, reads afresh. Whoever writes a route in a transaction calls :func:`forget`.
+Inside a savepoint nothing is kept: rolling it back would undo a route written in it
+(say an escalation) while the memo kept the row as written.
 
 This module must never write, and never answer from another transaction's read.
 """
@@ -32,7 +34,8 @@ def route(conn: Connection, proposal_id: str) -> Any:
     """The ``proposal_routes`` row of ``proposal_id`` (None: routed by no rule), from this
     transaction's memo when it was read in it already."""
     tx = conn.get_transaction()
-    if tx is None:  # no transaction to tie a memo to
+    # No transaction to tie a memo to, or a savepoint whose rollback the memo would outlive.
+    if tx is None or conn.get_nested_transaction() is not None:
         return conn.execute(_SELECT, {"proposal_id": proposal_id}).first()
     memo = conn.info.get(_MEMO)
     if memo is None or memo[0] is not tx:
