@@ -394,7 +394,9 @@ class Checkpoint:
                     kid=signer.keyid, public_key=b64encode(signer.public_raw), first_used_at=now
                 )
             )
-        conn.execute(_APPROVED, {"pid": row.id, "now": now})
+        if conn.execute(_APPROVED, {"pid": row.id, "now": now}).rowcount != 1:
+            # Unreachable under the row lock; if it ever were, nothing signed may commit.
+            raise Refusal(ErrorCode.E_STATE, "proposal is no longer pending", 409)
         _tx.audit(
             conn,
             now,
