@@ -4,8 +4,10 @@
 Each service database holds one table ``audit_log``::
 
     seq        BIGINT  PRIMARY KEY   0 for genesis, then 1, 2, 3, ... with no gaps
+                                     (with lanes: rising, from a sequence)
+    lane       SMALLINT NOT NULL     0; 0..N-1 once a migration adds lanes (_lanes.py)
     event      TEXT    NOT NULL      JCS (RFC 8785) text of the event, a JSON object
-    prev_hash  TEXT    NOT NULL      row_hash of row seq-1 (64 "0"s for genesis)
+    prev_hash  TEXT    NOT NULL      row_hash of the lane's previous row (64 "0"s for genesis)
     row_hash   TEXT    NOT NULL      lowercase hex of SHA-256(prev ‖ JCS(event))
 
 where ``‖`` is byte concatenation of the **32 raw bytes** of the previous digest (not
@@ -17,7 +19,8 @@ either the gapless sequence or a ``prev_hash`` link, and :func:`verify_chain` re
 
 What the database enforces (triggers, on SQLite and PostgreSQL alike): UPDATE, DELETE
 (and TRUNCATE on PostgreSQL) are refused; an INSERT must extend the current head
-(``seq = head + 1``, ``prev_hash = head.row_hash``). On SQLite an INSERT whose row
+(``seq = head + 1``, ``prev_hash = head.row_hash``; with lanes, its lane's head and any
+higher ``seq``). On SQLite an INSERT whose row
 conflicts with a row kept (on ``rowid``, ``seq``, ``prev_hash`` or ``row_hash``) is
 refused too: with the REPLACE conflict resolution (``INSERT OR REPLACE``) SQLite would
 otherwise delete that row, firing no DELETE trigger on a connection without
@@ -30,7 +33,9 @@ pass it as ``expect_head``.
 Appends happen inside the caller's transaction, so a state change, its audit event and
 its receipt commit together or not at all. They are serialized: on PostgreSQL by a
 transaction-scoped advisory lock taken before the head is read (held until the caller
-commits, so append late in a transaction); on SQLite by ``BEGIN IMMEDIATE``, which
+commits, so append late in a transaction) — the whole chain's (:meth:`AuditLog.lock`),
+or one lane's (:meth:`AuditLog.lock_lane`), so that appenders in different lanes commit
+in parallel and share WAL flushes (``_lanes.py``); on SQLite by ``BEGIN IMMEDIATE``, which
 :func:`airlock.store.make_engine` puts on every transaction. The PostgreSQL scheme relies
 on ``READ COMMITTED`` (the engine's level): in a ``REPEATABLE READ`` or ``SERIALIZABLE``
 transaction that already read something, the head may be stale and the append then

@@ -255,12 +255,14 @@ def _verify_rows(
         )
 
     for row in rows:
+        before = (walk.rows, walk.last_seq, walk.last_hash)
         fault = row if isinstance(row, ChainFault) else walk.check(row)
         if fault is not None:
             return report(fault)
         if expect_head is not None and row.seq == expect_head[0]:
             if row.row_hash != expect_head[1]:
-                walk.rows -= 1  # the row verified, but is not the one expected
+                # The row verified, but is not the one expected: the report ends before it.
+                walk.rows, walk.last_seq, walk.last_hash = before
                 return report(
                     ChainFault(
                         row.seq,
