@@ -11,8 +11,9 @@ Each chain alone proves that its own rows were not edited, removed or reordered
   (``R_CONSUMED_TWICE``) or written without being consumed (``R_WRITE_UNCONSUMED``);
 * every executor receipt the checkpoint accepted names a row the executor chain still
   holds, with the same hash (``R_HEAD_MISMATCH``, ``R_HEAD_BEYOND``). Receipts carry the
-  executor's chain head, so a rewritten or cut executor chain shows here up to the last
-  outcome the checkpoint recorded; and that row records the same outcome for the same
+  executor's chain head (with lanes, the head of the outcome's lane: docs/protocol.md#lanes),
+  so a rewritten or cut executor chain shows here up to the last outcome the checkpoint
+  recorded in each lane; and that row records the same outcome for the same
   approval (``R_OUTCOME_MISMATCH``);
 * the same for every refusal receipt the checkpoint kept as a note
   (``checkpoint.executor_refusal``: an approval an executor refused before consuming

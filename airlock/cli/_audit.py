@@ -99,11 +99,12 @@ def verify_command(
         typer.Option(
             "--expect-head",
             metavar="SEQ:ROW_HASH",
-            help="A head recorded elsewhere (a receipt's): detects truncation or rewriting.",
+            help="A head recorded elsewhere (a receipt's): detects truncation or rewriting "
+            "of its lane.",
         ),
     ] = None,
 ) -> None:
-    """Re-derive every row hash from genesis; exit 1 naming the first bad row."""
+    """Re-derive every row hash from genesis, in every lane; exit 1 naming the first bad row."""
     from sqlalchemy.exc import SQLAlchemyError
 
     from airlock.reconcile import printable
@@ -137,8 +138,9 @@ def verify_command(
         typer.echo(f"FAIL: first bad row {printable(str(report.fault))}")
         typer.echo(f"rows verified before it: {report.rows}")
         raise typer.Exit(1)
+    lanes = f" in {report.lanes} lanes" if report.lanes > 1 else ""
     typer.echo(
-        f"OK: {report.rows} rows verify from genesis; head seq {report.head_seq} "
+        f"OK: {report.rows} rows verify from genesis{lanes}; head seq {report.head_seq} "
         f"row_hash {report.head_hash}"
     )
 

@@ -4,7 +4,8 @@
   PostgreSQL (psycopg 3) from a URL; :func:`read_transaction` for snapshot reads.
 - :func:`upgrade` / :func:`run_migrations` — each service's own Alembic migrations,
   serialized across processes (see ``_migrate.py`` for the directory layout).
-- :func:`create_audit_log` and :func:`guard_audit_log_against_replace` (in a migration),
+- :func:`create_audit_log`, :func:`guard_audit_log_against_replace`, :func:`add_lane_column`
+  and :func:`add_audit_lanes` (in a migration),
   :class:`AuditLog` (append in the caller's
   transaction, head), :func:`verify_chain`, :func:`export`, :func:`verify_export` (an export file,
   no database needed, read line by line with a bounded :func:`read_export_lines`) —
@@ -40,6 +41,7 @@ from ._audit import (
     guard_audit_log_against_replace,
 )
 from ._engine import DEFAULT_BUSY_TIMEOUT_S, is_postgresql, is_sqlite, make_engine, read_transaction
+from ._lanes import add_audit_lanes, add_lane_column
 from ._migrate import alembic_config, run_migrations, upgrade
 from ._prepared import Prepared
 from ._verify import (
@@ -71,6 +73,8 @@ __all__ = [
     "FaultKind",
     "MigrationError",
     "Prepared",
+    "add_audit_lanes",
+    "add_lane_column",
     "alembic_config",
     "chain_hash",
     "count_rows",

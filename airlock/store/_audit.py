@@ -4,8 +4,10 @@
 Each service database holds one table ``audit_log``::
 
     seq        BIGINT  PRIMARY KEY   0 for genesis, then 1, 2, 3, ... with no gaps
+                                     (with lanes: rising, from a sequence)
+    lane       SMALLINT NOT NULL     0; 0..N-1 once a migration adds lanes (_lanes.py)
     event      TEXT    NOT NULL      JCS (RFC 8785) text of the event, a JSON object
-    prev_hash  TEXT    NOT NULL      row_hash of row seq-1 (64 "0"s for genesis)
+    prev_hash  TEXT    NOT NULL      row_hash of the lane's previous row (64 "0"s for genesis)
     row_hash   TEXT    NOT NULL      lowercase hex of SHA-256(prev ‖ JCS(event))
 
 where ``‖`` is byte concatenation of the **32 raw bytes** of the previous digest (not
@@ -17,7 +19,8 @@ either the gapless sequence or a ``prev_hash`` link, and :func:`verify_chain` re
 
 What the database enforces (triggers, on SQLite and PostgreSQL alike): UPDATE, DELETE
 (and TRUNCATE on PostgreSQL) are refused; an INSERT must extend the current head
-(``seq = head + 1``, ``prev_hash = head.row_hash``). On SQLite an INSERT whose row
+(``seq = head + 1``, ``prev_hash = head.row_hash``; with lanes, its lane's head and any
+higher ``seq``). On SQLite an INSERT whose row
 conflicts with a row kept (on ``rowid``, ``seq``, ``prev_hash`` or ``row_hash``) is
 refused too: with the REPLACE conflict resolution (``INSERT OR REPLACE``) SQLite would
 otherwise delete that row, firing no DELETE trigger on a connection without
@@ -30,7 +33,9 @@ pass it as ``expect_head``.
 Appends happen inside the caller's transaction, so a state change, its audit event and
 its receipt commit together or not at all. They are serialized: on PostgreSQL by a
 transaction-scoped advisory lock taken before the head is read (held until the caller
-commits, so append late in a transaction); on SQLite by ``BEGIN IMMEDIATE``, which
+commits, so append late in a transaction) — the whole chain's (:meth:`AuditLog.lock`),
+or one lane's (:meth:`AuditLog.lock_lane`), so that appenders in different lanes commit
+in parallel and share WAL flushes (``_lanes.py``); on SQLite by ``BEGIN IMMEDIATE``, which
 :func:`airlock.store.make_engine` puts on every transaction. The PostgreSQL scheme relies
 on ``READ COMMITTED`` (the engine's level): in a ``REPEATABLE READ`` or ``SERIALIZABLE``
 transaction that already read something, the head may be stale and the append then
@@ -51,7 +56,7 @@ from collections.abc import Generator, Iterator, Mapping
 from contextlib import closing
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
@@ -97,12 +102,22 @@ _RESERVED_AT = "at"
 _APPEND_LOCK_KEY = int.from_bytes(
     hashlib.sha256(b"airlock.store.audit_log.append").digest()[:8], "big", signed=True
 )
+#: The class (first key) of the two-key advisory locks of PostgreSQL lanes; the
+#: two-int4 key space never overlaps the one-bigint one (functions-admin.html).
+LANE_LOCK_CLASS = int.from_bytes(
+    hashlib.sha256(b"airlock.store.audit_log.lane").digest()[:4], "big", signed=True
+)
+#: The type of the lane-0 row by which a migration declares a chain's lanes (``_lanes.py``).
+LANES_TYPE = "airlock.audit/lanes"
+#: The sequence that numbers rows once a chain has lanes (PostgreSQL).
+SEQUENCE = "audit_log_seq"
 
 _metadata = sa.MetaData()
 _audit = sa.Table(
     AUDIT_TABLE,
     _metadata,
     sa.Column("seq", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("lane", sa.SmallInteger, nullable=False),
     sa.Column("event", sa.Text, nullable=False),
     sa.Column("prev_hash", sa.String(64), nullable=False),
     sa.Column("row_hash", sa.String(64), nullable=False),
@@ -211,10 +226,13 @@ def create_audit_log(op: Any, chain: str) -> None:
     table = op.create_table(
         AUDIT_TABLE,
         sa.Column("seq", sa.BigInteger, primary_key=True, autoincrement=False),
+        # One lane until a migration adds more (_lanes.add_audit_lanes, PostgreSQL).
+        sa.Column("lane", sa.SmallInteger, nullable=False, server_default="0"),
         sa.Column("event", sa.Text, nullable=False),
         sa.Column("prev_hash", sa.String(64), nullable=False),
         sa.Column("row_hash", sa.String(64), nullable=False),
         sa.CheckConstraint("seq >= 0", name=f"ck_{AUDIT_TABLE}_seq"),
+        sa.CheckConstraint("lane = 0", name=f"ck_{AUDIT_TABLE}_lane"),
         sa.UniqueConstraint("prev_hash", name=f"uq_{AUDIT_TABLE}_prev_hash"),
         sa.UniqueConstraint("row_hash", name=f"uq_{AUDIT_TABLE}_row_hash"),
     )
@@ -226,6 +244,7 @@ def create_audit_log(op: Any, chain: str) -> None:
         [
             {
                 "seq": 0,
+                "lane": 0,
                 "event": event_bytes.decode("utf-8"),
                 "prev_hash": GENESIS_PREV_HASH,
                 "row_hash": chain_hash(GENESIS_PREV_HASH, event_bytes),
@@ -261,6 +280,7 @@ class AuditEntry:
     event_text: str
     prev_hash: str
     row_hash: str
+    lane: int = 0
 
     @property
     def event(self) -> dict[str, Any]:
@@ -271,11 +291,13 @@ class AuditEntry:
 
     def to_json_line(self) -> str:
         """One line of ``airlock audit export``: canonical JSON, the event verbatim."""
-        # Keys in JCS order (event < prev_hash < row_hash < seq); the event is already
-        # canonical text, so the line is JCS of the whole record when the row is valid.
-        # json.dumps on the hashes only matters for a tampered row holding a quote.
+        # Keys in JCS order (event < lane < prev_hash < row_hash < seq); the event is
+        # already canonical text, so the line is JCS of the whole record when the row is
+        # valid. json.dumps on the hashes only matters for a tampered row holding a quote.
+        # Lane 0 is left out, so a chain without lanes exports as it always did.
+        lane = f'"lane":{int(self.lane)},' if self.lane else ""
         return (
-            f'{{"event":{self.event_text},"prev_hash":{json.dumps(self.prev_hash)},'
+            f'{{"event":{self.event_text},{lane}"prev_hash":{json.dumps(self.prev_hash)},'
             f'"row_hash":{json.dumps(self.row_hash)},"seq":{int(self.seq)}}}'
         )
 
@@ -303,8 +325,8 @@ def _encode_event(event: Mapping[str, Any], at: datetime) -> bytes:
     kind = event.get("type")
     if not isinstance(kind, str) or not kind:
         raise AuditError("an audit event needs a non-empty string 'type'")
-    if kind == GENESIS_TYPE:
-        raise AuditError("only the migration writes the genesis event")
+    if kind in (GENESIS_TYPE, LANES_TYPE):
+        raise AuditError("only a migration writes a genesis or a lanes event")
     # The type as plain text: the services name it by a StrEnum member (airlock.events),
     # which canonical_bytes would otherwise send down its slow rfc8785 path; the bytes
     # are the same either way (a str subclass is written as its text).
@@ -343,7 +365,7 @@ def connection_of(conn: Connection | Session) -> Connection:
 
 # Built once: constructing a statement per call costs more than executing it.
 _HEAD = (
-    sa.select(_audit.c.seq, _audit.c.event, _audit.c.prev_hash, _audit.c.row_hash)
+    sa.select(_audit.c.seq, _audit.c.lane, _audit.c.event, _audit.c.prev_hash, _audit.c.row_hash)
     .order_by(_audit.c.seq.desc())
     .limit(1)
 )
@@ -364,33 +386,115 @@ FROM (SELECT seq, row_hash FROM audit_log ORDER BY seq DESC LIMIT 1) AS chain_he
 WHERE {well_formed}
 RETURNING seq, prev_hash, row_hash
 """
+# Once a chain has lanes (PostgreSQL, ``_lanes.py``) a row extends the head of its own
+# lane, and its seq comes from the sequence: unique and rising within every lane (a lane's
+# appends are serialized by its lock), so seq still orders the merged chain, with gaps
+# where a transaction that took a number rolled back.
+_APPEND_LANE_SQL = f"""
+INSERT INTO audit_log (seq, lane, event, prev_hash, row_hash)
+SELECT nextval('{SEQUENCE}'), :lane, :event, chain_head.row_hash, {{row_hash}}
+FROM (SELECT seq, row_hash FROM audit_log WHERE lane = :lane ORDER BY seq DESC LIMIT 1)
+  AS chain_head
+WHERE {{well_formed}}
+RETURNING seq, prev_hash, row_hash
+"""  # noqa: S608
 
 
-def _append_statement(row_hash: str, well_formed: str) -> Prepared:
+def _append_statement(sql: str, row_hash: str, well_formed: str) -> Prepared:
     # Compiled once and run on the driver's cursor: every state change appends.
+    params: list[sa.BindParameter[Any]] = [
+        sa.bindparam("event", type_=sa.Text),
+        sa.bindparam("event_bytes", type_=sa.LargeBinary),
+    ]
+    if ":lane" in sql:
+        params.append(sa.bindparam("lane", type_=sa.SmallInteger))
     return Prepared(
-        sa.text(_APPEND_SQL.format(row_hash=row_hash, well_formed=well_formed)).bindparams(
-            sa.bindparam("event", type_=sa.Text),
-            sa.bindparam("event_bytes", type_=sa.LargeBinary),
-        )
+        sa.text(sql.format(row_hash=row_hash, well_formed=well_formed)).bindparams(*params)
     )
 
 
+_PG_HASH = "encode(sha256(decode(chain_head.row_hash, 'hex') || :event_bytes), 'hex')"
+_PG_WELL_FORMED = "chain_head.row_hash ~ '^[0-9a-f]{64}$'"
 _APPEND = {
-    "postgresql": _append_statement(
-        "encode(sha256(decode(chain_head.row_hash, 'hex') || :event_bytes), 'hex')",
-        "chain_head.row_hash ~ '^[0-9a-f]{64}$'",
-    ),
+    "postgresql": _append_statement(_APPEND_SQL, _PG_HASH, _PG_WELL_FORMED),
     "sqlite": _append_statement(
+        _APPEND_SQL,
         f"{SQLITE_CHAIN_HASH}(chain_head.row_hash, :event_bytes)",
         "typeof(chain_head.row_hash) = 'text' AND length(chain_head.row_hash) = 64 "
         "AND chain_head.row_hash NOT GLOB '*[^0-9a-f]*'",
     ),
 }
-_PG_LOCK = sa.select(sa.func.pg_advisory_xact_lock(_APPEND_LOCK_KEY))
-#: ``Connection.info`` key: the transaction in which this connection last took the
-#: PostgreSQL append lock (an advisory lock is held until that transaction ends).
+_APPEND_LANE = _append_statement(_APPEND_LANE_SQL, _PG_HASH, _PG_WELL_FORMED)
+# The whole chain: exclusive, so no lane is held by anyone else. It also says whether the
+# chain has lanes (its sequence exists), read afresh each time, so a connection that
+# outlived the migration that added them never appends the old way to a chain with lanes.
+_PG_LOCK = sa.text(
+    f"SELECT pg_advisory_xact_lock({_APPEND_LOCK_KEY}), "
+    f"to_regclass('{SEQUENCE}') IS NOT NULL AS laned"
+).columns(sa.column("pg_advisory_xact_lock"), sa.column("laned", sa.Boolean))
+_PG_LANED = sa.text(f"SELECT to_regclass('{SEQUENCE}') IS NOT NULL AS laned").columns(
+    sa.column("laned", sa.Boolean)
+)
+# One lane: the function (made by the migration that added the lanes) takes the whole
+# chain's lock shared, then the first free lane's, and returns the lane.
+_PG_LANE = sa.text("SELECT airlock_audit_lane() AS lane").columns(
+    sa.column("lane", sa.SmallInteger)
+)
+#: ``Connection.info`` key: the lock this connection holds in its transaction (an
+#: advisory lock is held until that transaction ends).
 _LOCKED_IN = "airlock.audit.locked_in"
+#: ``Connection.info`` key: True once this connection saw a chain with lanes.
+_LANED = "airlock.audit.laned"
+
+
+@dataclass(frozen=True, slots=True)
+class _Held:
+    """What a transaction holds: ``lane`` (0 under the whole chain), and whether the
+    chain has lanes (then a row is numbered by the sequence)."""
+
+    transaction: object
+    whole: bool
+    lane: int
+    laned: bool
+
+
+def _hold(connection: Connection, *, whole: bool) -> _Held:
+    """Take the whole chain's lock (``whole``) or a lane's for the rest of the open
+    transaction, unless it holds one already; return what it holds."""
+    if not connection.in_transaction():
+        raise AuditError("the audit chain lock needs an open transaction (engine.begin())")
+    if is_sqlite(connection):
+        # One writer at a time already (BEGIN IMMEDIATE): one lane, the whole chain.
+        require_immediate(connection)
+        return _Held(None, True, 0, False)
+    if not is_postgresql(connection):
+        raise AuditError(f"unsupported dialect {connection.dialect.name!r}")
+    # Taken once per transaction: held until the transaction ends. A new transaction is
+    # a new object, so ``is`` cannot match a finished one. Taken inside a savepoint, it
+    # is not remembered: rolling the savepoint back may release it, while one taken
+    # outside outlives any savepoint.
+    transaction = connection.get_transaction()
+    held = connection.info.get(_LOCKED_IN)
+    if held is not None and held.transaction is transaction:
+        if whole and not held.whole:
+            # Asking for the whole chain while holding a lane waits for every other lane
+            # holder, two such transactions for each other: a deadlock. Take it first.
+            raise AuditError("take the whole audit chain's lock before a lane's, not after")
+        return cast(_Held, held)
+    if not whole and not connection.info.get(_LANED):
+        # Asked until the answer is yes: a chain gets lanes once and keeps them.
+        connection.info[_LANED] = bool(connection.execute(_PG_LANED).scalar_one())
+    if not whole and connection.info[_LANED]:
+        held = _Held(transaction, False, connection.execute(_PG_LANE).scalar_one(), True)
+    else:
+        # The whole chain, and whether the chain has lanes, afresh: a connection made
+        # before the migration that added them must not append the old way after it.
+        laned = bool(connection.execute(_PG_LOCK).one().laned)
+        connection.info[_LANED] = laned
+        held = _Held(transaction, True, 0, laned)
+    if not connection.in_nested_transaction():
+        connection.info[_LOCKED_IN] = held
+    return held
 
 
 def _head(conn: Connection) -> AuditEntry:
@@ -398,7 +502,11 @@ def _head(conn: Connection) -> AuditEntry:
     if row is None:
         raise ChainError("audit_log has no genesis row: run the service's migrations")
     return AuditEntry(
-        seq=row.seq, event_text=row.event, prev_hash=row.prev_hash, row_hash=row.row_hash
+        seq=row.seq,
+        event_text=row.event,
+        prev_hash=row.prev_hash,
+        row_hash=row.row_hash,
+        lane=row.lane,
     )
 
 
@@ -409,6 +517,8 @@ class AuditLog:
     def append(conn: Connection | Session, event: Mapping[str, Any], *, at: datetime) -> AuditEntry:
         """Append ``event`` (plus ``"at"``) to the chain inside ``conn``'s open transaction.
 
+        The row extends the lane this transaction holds (:meth:`lock_lane`), else the
+        whole chain's lock is taken (:meth:`lock`) and it extends lane 0.
         Nothing is committed here: the caller's commit makes the event durable together
         with whatever else the transaction wrote, and a rollback removes it with them.
         Raises :class:`AuditError` for an invalid event (nothing written) and
@@ -422,18 +532,25 @@ class AuditLog:
         connection = connection_of(conn)
         # Serialize appenders before reading the head: under READ COMMITTED the next
         # statement's snapshot then sees the previous appender's committed row.
-        AuditLog.lock(connection)
+        held = connection.info.get(_LOCKED_IN)
+        if held is None or held.transaction is not connection.get_transaction():
+            held = _hold(connection, whole=True)
         text = data.decode("utf-8")
-        row = _APPEND[connection.dialect.name].first(
-            connection, {"event": text, "event_bytes": data}
-        )
+        if held.laned:
+            params = {"event": text, "event_bytes": data, "lane": held.lane}
+            row = _APPEND_LANE.first(connection, params)
+        else:
+            params = {"event": text, "event_bytes": data}
+            row = _APPEND[connection.dialect.name].first(connection, params)
         if row is None:
             head = _head(connection)  # raises for a chain with no genesis row
             if not is_hex64(head.row_hash):
                 raise ChainError(f"audit head seq {head.seq} has a malformed row_hash: verify it")
-            raise ChainError(f"audit append did not extend head seq {head.seq}")
+            raise ChainError(f"audit append did not extend lane {held.lane}'s head")
         seq, prev_hash, row_hash = row
-        entry = AuditEntry(seq=seq, event_text=text, prev_hash=prev_hash, row_hash=row_hash)
+        entry = AuditEntry(
+            seq=seq, event_text=text, prev_hash=prev_hash, row_hash=row_hash, lane=held.lane
+        )
         # The database computed the hash; the chain is defined by chain_hash. On a
         # difference the caller's transaction rolls back, as after any failed append.
         if entry.row_hash != chain_hash(entry.prev_hash, data):
@@ -442,36 +559,37 @@ class AuditLog:
 
     @staticmethod
     def lock(conn: Connection | Session) -> None:
-        """Take the chain's append lock for the rest of ``conn``'s open transaction.
+        """Take the whole chain's append lock for the rest of ``conn``'s open transaction.
 
-        PostgreSQL: a transaction-scoped advisory lock (re-entrant, so a later append
-        in the same transaction takes it again at no cost). SQLite: the write lock that
-        BEGIN IMMEDIATE already took. A transaction that also locks other rows (an
-        UPDATE) and appends should call this first, so every such transaction takes
-        the chain lock before any row lock and two of them cannot deadlock.
+        It excludes every other appender, in every lane: a transaction that must not
+        interleave with any other recorder (a hold, a revocation, a refusal's report
+        decision) takes it. PostgreSQL: a transaction-scoped advisory lock, exclusive
+        (re-entrant). SQLite: the write lock that BEGIN IMMEDIATE already took. A
+        transaction that also locks other rows (an UPDATE) and appends should call this
+        first, so every such transaction takes the chain lock before any row lock and two
+        of them cannot deadlock. Raises :class:`AuditError` in a transaction that holds a
+        lane already.
         """
-        connection = connection_of(conn)
-        if not connection.in_transaction():
-            raise AuditError("the audit chain lock needs an open transaction (engine.begin())")
-        if is_postgresql(connection):
-            # Taken once per transaction: held until the transaction ends, so asking again
-            # (an append after an explicit lock) would only cost a round trip. A new
-            # transaction is a new object, so ``is`` cannot match a finished one. Taken
-            # inside a savepoint, it is not remembered: rolling the savepoint back may
-            # release it, while one taken outside outlives any savepoint.
-            transaction = connection.get_transaction()
-            if transaction is None or connection.info.get(_LOCKED_IN) is not transaction:
-                connection.execute(_PG_LOCK)
-                if not connection.in_nested_transaction():
-                    connection.info[_LOCKED_IN] = transaction
-        elif is_sqlite(connection):
-            require_immediate(connection)
-        else:
-            raise AuditError(f"unsupported dialect {connection.dialect.name!r}")
+        _hold(connection_of(conn), whole=True)
+
+    @staticmethod
+    def lock_lane(conn: Connection | Session) -> int:
+        """Take one lane of the chain for the rest of ``conn``'s open transaction; return it.
+
+        Lane holders exclude whole-chain holders (:meth:`lock`) and each other's lane,
+        not each other, so concurrent transactions append and commit in parallel and
+        PostgreSQL flushes their commits together (docs/protocol.md#audit-chain). A no-op
+        where the transaction holds a lane or the whole chain already. PostgreSQL: the
+        whole chain's advisory lock shared, then the first free lane's lock, in one
+        statement; on a chain without lanes (and SQLite), the whole chain. Call it first,
+        before any row lock, as :meth:`lock`.
+        """
+        return _hold(connection_of(conn), whole=False).lane
 
     @staticmethod
     def head(conn: Connection | Session) -> AuditEntry:
-        """The last row of the chain as this transaction sees it."""
+        """The last row of the chain (the highest seq, whatever its lane) as this
+        transaction sees it."""
         return _head(connection_of(conn))
 
     @staticmethod
@@ -495,9 +613,9 @@ def stream_rows(conn: Connection, batch: int) -> Generator[Any, None, None]:
     the cursor must be closed then, not whenever the generator is collected.
     """
     result = conn.execution_options(yield_per=batch).execute(
-        sa.select(_audit.c.seq, _audit.c.event, _audit.c.prev_hash, _audit.c.row_hash).order_by(
-            _audit.c.seq
-        )
+        sa.select(
+            _audit.c.seq, _audit.c.lane, _audit.c.event, _audit.c.prev_hash, _audit.c.row_hash
+        ).order_by(_audit.c.seq)
     )
     try:
         yield from result
@@ -540,5 +658,9 @@ def export(conn: Connection, *, batch: int = 1000) -> Iterator[str]:
                     f"audit row {row.seq}: event is not strict JSON: {exc.detail}"
                 ) from None
             yield AuditEntry(
-                seq=row.seq, event_text=row.event, prev_hash=row.prev_hash, row_hash=row.row_hash
+                seq=row.seq,
+                event_text=row.event,
+                prev_hash=row.prev_hash,
+                row_hash=row.row_hash,
+                lane=row.lane,
             ).to_json_line()

@@ -26,6 +26,7 @@ from ._audit import (
     EXPORT_LINE_MAX_BYTES,
     GENESIS_PREV_HASH,
     GENESIS_TYPE,
+    LANES_TYPE,
     connection_of,
     is_hex64,
     require_table,
@@ -33,6 +34,7 @@ from ._audit import (
 )
 from ._chain import chain_hash
 from ._engine import read_transaction
+from ._lanes import MAX_LANES
 from .errors import ExportLineTooLong
 
 __all__ = [
@@ -69,61 +71,158 @@ class ChainFault:
 
 @dataclass(frozen=True, slots=True)
 class ChainReport:
-    """The outcome of :func:`verify_chain`. ``rows`` counts rows verified good."""
+    """The outcome of :func:`verify_chain`. ``rows`` counts rows verified good; the head
+    is the last of them (the highest seq, whichever lane); ``lanes`` the lanes declared."""
 
     rows: int
     head_seq: int | None
     head_hash: str | None
     fault: ChainFault | None
+    lanes: int = 1
 
     @property
     def ok(self) -> bool:
         return self.fault is None
 
 
-def _check_row(expected_seq: int, prev_hash: str, row: Any) -> ChainFault | None:
-    # Fields are typed object on purpose: a tampered database can hold anything.
-    seq: int = row.seq
-    event: object = row.event
-    row_prev: object = row.prev_hash
-    row_hash: object = row.row_hash
-    if seq != expected_seq:
-        return ChainFault(
-            expected_seq,
-            FaultKind.MISSING_GENESIS if expected_seq == 0 else FaultKind.GAP,
-            f"row {expected_seq} is missing (next row present is {seq})",
-        )
+@dataclass
+class _Lane:
+    prev_hash: str
+    last_seq: int
+
+
+class _Walk:
+    """The verifier's state over rows in seq order: every lane's last row, the chain's
+    name and the lanes declared (docs/protocol.md#audit-chain)."""
+
+    def __init__(self) -> None:
+        self.lanes: dict[int, _Lane] = {}
+        self.declared = 1  # lanes declared so far; one until a lanes row says more
+        self.chain: object = None
+        self.last_seq = -1
+        self.last_hash: str | None = None
+        self.rows = 0
+
+    def check(self, row: Any) -> ChainFault | None:
+        """Check ``row`` against everything before it; on success take it in."""
+        fault = self._check(row)
+        if fault is None:
+            lane: int = getattr(row, "lane", 0)
+            self.lanes[lane] = _Lane(row.row_hash, row.seq)
+            self.last_seq, self.last_hash = row.seq, row.row_hash
+            self.rows += 1
+        return fault
+
+    def _check(self, row: Any) -> ChainFault | None:
+        # Fields are typed object on purpose: a tampered database can hold anything.
+        seq: int = row.seq
+        lane: object = getattr(row, "lane", 0)
+        if self.declared == 1 and seq != self.last_seq + 1:
+            # One lane: seq runs 0, 1, 2, ... with no gap. With lanes it only rises (the
+            # sequence skips numbers that rolled back), and each lane's links find a gap.
+            expected = self.last_seq + 1
+            return ChainFault(
+                expected,
+                FaultKind.MISSING_GENESIS if expected == 0 else FaultKind.GAP,
+                f"row {expected} is missing (next row present is {seq})",
+            )
+        if seq <= self.last_seq:
+            return ChainFault(seq, FaultKind.GAP, f"seq {seq} follows seq {self.last_seq}")
+        if type(lane) is not int or not 0 <= lane < self.declared:
+            return ChainFault(
+                seq, FaultKind.BROKEN_LINK, f"lane {lane!r} is not one of the lanes declared"
+            )
+        value, raw, fault = _parse(seq, row.event)
+        if fault is not None:
+            return fault
+        assert value is not None
+        state = self.lanes.get(lane)
+        fault = self._check_kind(seq, lane, value, first=state is None)
+        if fault is not None:
+            return fault
+        prev_hash = GENESIS_PREV_HASH if state is None else state.prev_hash
+        if row.prev_hash != prev_hash:
+            return ChainFault(
+                seq,
+                FaultKind.BROKEN_LINK,
+                f"prev_hash {row.prev_hash!r} is not the row_hash {prev_hash!r} of lane "
+                f"{lane}'s seq {state.last_seq}"
+                if state is not None
+                else f"genesis prev_hash {row.prev_hash!r} is not all zeros",
+            )
+        if not is_hex64(row.row_hash) or chain_hash(prev_hash, raw) != row.row_hash:
+            return ChainFault(
+                seq,
+                FaultKind.HASH_MISMATCH,
+                f"row_hash {row.row_hash!r} is not SHA-256(prev_hash ‖ event) "
+                f"= {chain_hash(prev_hash, raw)!r}",
+            )
+        if value.get("type") == LANES_TYPE:
+            self.declared = value["lanes"]
+        return None
+
+    def _check_kind(
+        self, seq: int, lane: int, value: dict[str, Any], *, first: bool
+    ) -> ChainFault | None:
+        kind = value.get("type")
+        if first:
+            # A lane begins with its genesis: lane 0 with the chain's, at seq 0; any other
+            # with one naming the same chain and the lane (its lane column is hashed so).
+            want: dict[str, object] = (
+                {"chain": value.get("chain"), "type": GENESIS_TYPE}
+                if lane == 0
+                else {"chain": self.chain, "lane": lane, "type": GENESIS_TYPE}
+            )
+            if value != want or not isinstance(value.get("chain"), str):
+                return ChainFault(
+                    seq, FaultKind.MISSING_GENESIS, f"lane {lane} does not begin with its genesis"
+                )
+            if lane == 0:
+                self.chain = value["chain"]
+            return None
+        if kind == GENESIS_TYPE:
+            return ChainFault(seq, FaultKind.BROKEN_LINK, "a second genesis event")
+        if kind == LANES_TYPE:
+            lanes = value.get("lanes")
+            if (
+                lane != 0
+                or set(value) != {"at", "chain", "lanes", "type"}
+                or value.get("chain") != self.chain
+                or type(lanes) is not int
+                or not self.declared < lanes <= MAX_LANES
+            ):
+                return ChainFault(seq, FaultKind.BROKEN_LINK, "a lanes event out of place")
+        return None
+
+    def missing_lane(self) -> ChainFault | None:
+        """A lane declared that holds no row at all (its genesis and all after it gone)."""
+        for lane in range(self.declared):
+            if lane not in self.lanes:
+                return ChainFault(
+                    self.last_seq + 1,
+                    FaultKind.MISSING_GENESIS,
+                    f"lane {lane} of {self.declared} declared has no rows",
+                )
+        return None
+
+
+def _parse(seq: int, event: object) -> tuple[dict[str, Any] | None, bytes, ChainFault | None]:
     if not isinstance(event, str):
-        return ChainFault(seq, FaultKind.UNPARSABLE_EVENT, "event is not text")
+        return None, b"", ChainFault(seq, FaultKind.UNPARSABLE_EVENT, "event is not text")
     raw = event.encode("utf-8", errors="surrogatepass")
     try:
         value = loads_strict(raw, max_bytes=EVENT_MAX_BYTES, nfc=False)
     except Refused as exc:
-        return ChainFault(seq, FaultKind.UNPARSABLE_EVENT, exc.detail)
+        return None, raw, ChainFault(seq, FaultKind.UNPARSABLE_EVENT, exc.detail)
     if not isinstance(value, dict):
-        return ChainFault(seq, FaultKind.UNPARSABLE_EVENT, "event is not a JSON object")
+        return None, raw, ChainFault(seq, FaultKind.UNPARSABLE_EVENT, "event is not a JSON object")
     if canonical_bytes(value) != raw:
-        return ChainFault(seq, FaultKind.NON_CANONICAL_EVENT, "event text is not its JCS form")
-    if seq == 0 and (value.get("type") != GENESIS_TYPE or set(value) != {"chain", "type"}):
-        return ChainFault(0, FaultKind.MISSING_GENESIS, "row 0 is not a genesis event")
-    if seq != 0 and value.get("type") == GENESIS_TYPE:
-        return ChainFault(seq, FaultKind.BROKEN_LINK, "a second genesis event")
-    if row_prev != prev_hash:
-        return ChainFault(
-            seq,
-            FaultKind.BROKEN_LINK,
-            f"prev_hash {row_prev!r} is not row {seq - 1}'s row_hash {prev_hash!r}"
-            if seq
-            else f"genesis prev_hash {row_prev!r} is not all zeros",
+        return (
+            None,
+            raw,
+            ChainFault(seq, FaultKind.NON_CANONICAL_EVENT, "event text is not its JCS form"),
         )
-    if not is_hex64(row_hash) or chain_hash(prev_hash, raw) != row_hash:
-        return ChainFault(
-            seq,
-            FaultKind.HASH_MISMATCH,
-            f"row_hash {row_hash!r} is not SHA-256(prev_hash ‖ event) "
-            f"= {chain_hash(prev_hash, raw)!r}",
-        )
-    return None
+    return value, raw, None
 
 
 def _verify(
@@ -143,55 +242,55 @@ def _verify_rows(
     progress: Callable[[int], None] | None,
     batch: int,
 ) -> ChainReport:
-    expected_seq = 0
-    prev_hash = GENESIS_PREV_HASH
+    walk = _Walk()
     anchor_seen = expect_head is None
+
+    def report(fault: ChainFault | None) -> ChainReport:
+        return ChainReport(
+            rows=walk.rows,
+            head_seq=walk.last_seq if walk.rows else None,
+            head_hash=walk.last_hash,
+            fault=fault,
+            lanes=walk.declared,
+        )
+
     for row in rows:
-        fault = row if isinstance(row, ChainFault) else _check_row(expected_seq, prev_hash, row)
+        before = (walk.rows, walk.last_seq, walk.last_hash)
+        fault = row if isinstance(row, ChainFault) else walk.check(row)
         if fault is not None:
-            return ChainReport(
-                rows=expected_seq,
-                head_seq=expected_seq - 1 if expected_seq else None,
-                head_hash=prev_hash if expected_seq else None,
-                fault=fault,
-            )
+            return report(fault)
         if expect_head is not None and row.seq == expect_head[0]:
             if row.row_hash != expect_head[1]:
-                return ChainReport(
-                    rows=expected_seq,
-                    head_seq=expected_seq - 1 if expected_seq else None,
-                    head_hash=prev_hash if expected_seq else None,
-                    fault=ChainFault(
+                # The row verified, but is not the one expected: the report ends before it.
+                walk.rows, walk.last_seq, walk.last_hash = before
+                return report(
+                    ChainFault(
                         row.seq,
                         FaultKind.HEAD_MISMATCH,
                         f"row_hash {row.row_hash!r} is not the expected {expect_head[1]!r}",
-                    ),
+                    )
                 )
             anchor_seen = True
-        prev_hash = row.row_hash
-        expected_seq += 1
-        if progress is not None and expected_seq % batch == 0:
+        if progress is not None and walk.rows % batch == 0:
             progress(batch)
-    if progress is not None and expected_seq % batch:
-        progress(expected_seq % batch)
-    if expected_seq == 0:
-        return ChainReport(0, None, None, ChainFault(0, FaultKind.MISSING_GENESIS, "empty chain"))
+    if progress is not None and walk.rows % batch:
+        progress(walk.rows % batch)
+    if walk.rows == 0:
+        return report(ChainFault(0, FaultKind.MISSING_GENESIS, "empty chain"))
+    missing = walk.missing_lane()
+    if missing is not None:
+        return report(missing)
     if not anchor_seen:
         assert expect_head is not None
-        return ChainReport(
-            rows=expected_seq,
-            head_seq=expected_seq - 1,
-            head_hash=prev_hash,
-            fault=ChainFault(
-                expected_seq,
+        return report(
+            ChainFault(
+                walk.last_seq + 1,
                 FaultKind.HEAD_MISMATCH,
-                f"chain ends at seq {expected_seq - 1}, before the expected head "
-                f"seq {expect_head[0]} (truncated)",
-            ),
+                f"the chain holds no row seq {expect_head[0]} (it ends at seq "
+                f"{walk.last_seq}): truncated or cut",
+            )
         )
-    return ChainReport(
-        rows=expected_seq, head_seq=expected_seq - 1, head_hash=prev_hash, fault=None
-    )
+    return report(None)
 
 
 def verify_chain(
@@ -223,9 +322,13 @@ class _LineRow:
     event: str
     prev_hash: object
     row_hash: object
+    lane: object = 0
 
 
 _EXPORT_KEYS = frozenset({"event", "prev_hash", "row_hash", "seq"})
+# A row of lane 0 leaves its lane out (an export of a chain without lanes reads as it
+# always did), so "lane": 0 is no export's line.
+_LANE_KEYS = _EXPORT_KEYS | {"lane"}
 
 
 def _export_rows(lines: Iterable[str]) -> Iterator[_LineRow | ChainFault]:
@@ -238,7 +341,8 @@ def _export_rows(lines: Iterable[str]) -> Iterator[_LineRow | ChainFault]:
             return
         if (
             not isinstance(record, dict)
-            or set(record) != _EXPORT_KEYS
+            or set(record) not in (_EXPORT_KEYS, _LANE_KEYS)
+            or ("lane" in record and (type(record["lane"]) is not int or record["lane"] < 1))
             or not isinstance(record["seq"], int)
             or isinstance(record["seq"], bool)
             or not isinstance(record["event"], dict)
@@ -261,6 +365,7 @@ def _export_rows(lines: Iterable[str]) -> Iterator[_LineRow | ChainFault]:
             event=canonical_bytes(record["event"]).decode("utf-8"),
             prev_hash=record["prev_hash"],
             row_hash=record["row_hash"],
+            lane=record.get("lane", 0),
         )
 
 

@@ -546,7 +546,8 @@ class CheckpointFeedSource:
     def _store_head(self, conn: Connection, head: ChainHead, now: int) -> bool:
         """Make ``head`` the one last recorded for this feed, unless it is already; say
         whether it changed (then the transaction's audit event must carry it). Call under
-        the chain lock, which serializes this read-compare-write."""
+        the chain lock: the whole chain's serializes this read-compare-write; under a lane
+        another executor's may interleave, and both then record the head."""
         last = conn.execute(
             sa.select(checkpoint_head.c.seq, checkpoint_head.c.hash).where(
                 checkpoint_head.c.feed == self._feed
@@ -556,7 +557,8 @@ class CheckpointFeedSource:
             return False
         values = {"seq": head.seq, "hash": head.hash, "recorded_at": now}
         if last is None:
-            conn.execute(checkpoint_head.insert().values(feed=self._feed, **values))
+            # Ignoring a conflict: an executor in another lane may insert it meanwhile.
+            conn.execute(insert_ignore(conn, checkpoint_head).values(feed=self._feed, **values))
         else:
             conn.execute(
                 sa.update(checkpoint_head)
@@ -608,8 +610,10 @@ class CheckpointFeedSource:
         now = self._clock()
         also: dict[str, object] = {}
         # The chain lock before the cursor's row lock, as everywhere (a no-op where the
-        # transaction holds it already): the transaction appends its event after this.
-        AuditLog.lock(conn)
+        # transaction holds a lane or the whole chain already): the transaction appends
+        # its event after this. Under lanes two executors sharing this feed may both
+        # record the same head (_store_head): a repeated event, checked twice.
+        AuditLog.lock_lane(conn)
         head = self._pending_head
         if head is not None and self._store_head(conn, head, now):
             also["checkpoint_head"] = {"feed": self._feed, "seq": head.seq, "hash": head.hash}

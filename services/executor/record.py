@@ -356,6 +356,9 @@ class Recorder:
         now = self._clock()
         detail = clip(detail)
         with self._tx.begin() as conn:
+            # A lane, not the whole chain: outcomes of concurrent executions commit
+            # together. The row is fenced by its lease (owner, epoch), not by this lock.
+            AuditLog.lock_lane(conn)
             head = self.audit(
                 conn,
                 now,

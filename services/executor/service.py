@@ -299,16 +299,21 @@ class Executor:
         work = consume.work
         row = ledger_row(consume, State.EXECUTING, now=now, lease_expires=now + self.lease_seconds)
         with self._tx.begin() as conn:
-            AuditLog.lock(conn)  # the chain lock before any row lock (no lock cycles)
-            # Under the chain lock, which a hold and a revocation are recorded under too:
-            # none slips in beside the INSERT, and why it inserted nothing is asked
-            # below, still under the lock.
-            if not ledger.consume(conn, row, now=now):
-                return self._rec.not_consumed(conn, consume, now)
-            # One event for the transaction: consumed, straight into executing.
-            event = consumed_event(consume.verified, work, consume.also(conn), call=call)
-            self._rec.audit(conn, now, event)
-        return None
+            # A lane of the chain before any row lock (no lock cycles): it excludes the
+            # whole chain's lock, which a hold and a revocation are recorded under, so
+            # none slips in beside the INSERT; other consumes append in other lanes and
+            # commit alongside (docs/protocol.md#audit-chain).
+            AuditLog.lock_lane(conn)
+            if ledger.consume(conn, row, now=now):
+                # One event for the transaction: consumed, straight into executing.
+                event = consumed_event(consume.verified, work, consume.also(conn), call=call)
+                self._rec.audit(conn, now, event)
+                return None
+        # Nothing inserted, nothing written: why is asked under the whole chain, which a
+        # refusal's report decision needs (a lane cannot be widened to it in place).
+        with self._tx.begin() as conn:
+            AuditLog.lock(conn)
+            return self._rec.not_consumed(conn, consume, now)
 
     def _consume_refused(self, consume: Consume, code: RefusalCode, detail: str) -> Outcome:
         """Consume into ``refused`` (one INSERT, with its outcome and receipt)."""

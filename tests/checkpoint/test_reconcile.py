@@ -860,3 +860,85 @@ def test_an_over_long_export_line_is_an_unreadable_input_not_read_whole(
         f"{EXPORT_LINE_MAX_BYTES} bytes, the most an audit export line can hold; "
         "not read further\n"
     )
+
+
+def _in_lane(ledger_url: str, lane: int) -> Any:
+    """A transaction holding every lane of the executor's chain but ``lane`` (PostgreSQL):
+    an append meanwhile takes ``lane``, the one left free."""
+    from airlock.store._audit import LANE_LOCK_CLASS
+
+    engine = make_engine(ledger_url)
+    conn = engine.connect()
+    tx = conn.begin()
+    for other in range(16):
+        if other != lane:
+            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({LANE_LOCK_CLASS}, {other})")
+    return engine, conn, tx
+
+
+@pytest.fixture
+def ledger_pg_url(pg_server: str, _pg_pool: Any) -> Iterator[str]:
+    """An executor ledger on PostgreSQL (its own database, beside the checkpoint's)."""
+    from sqlalchemy.engine import make_url
+
+    from airlock.ledger import migrate
+
+    name = _pg_pool.take()
+    url = make_url(pg_server).set(database=name).render_as_string(hide_password=False)
+    engine = make_engine(url)
+    migrate(engine)
+    engine.dispose()
+    try:
+        yield url
+    finally:
+        _pg_pool.give_back(name, url)
+
+
+@pytest.mark.postgres
+def test_executions_recorded_in_several_lanes_reconcile_and_a_cut_lane_is_found(
+    world: World, ledger_pg_url: str
+) -> None:
+    pg_url = ledger_pg_url
+    cloud = InMemoryCloud()
+    for n in range(4):
+        rid = f"i-lanes{n:04d}"
+        proposal = world.submit(proposal_id=f"prop_lanes{n:04d}", resource_id=rid).json()
+        assert world.approve("alice", proposal["id"], proposal["action_hash"]).status_code == 200
+        cloud.add("ecs.instance", rid, "Running")
+    executor = _executor(world, pg_url, cloud)
+    source = _feed_source(world, executor)
+    deliveries = source.receive(wait_s=0)
+    assert len(deliveries) == 4
+    heads = []
+    for delivery, lane in zip(deliveries, (3, 7, 3, 11), strict=True):
+        blocker, conn, tx = _in_lane(pg_url, lane)
+        try:
+            outcome = execute_delivery(executor, source, delivery)
+        finally:
+            tx.rollback()
+            conn.close()
+            blocker.dispose()
+        assert outcome.receipt is not None
+        heads.append(json.loads(outcome.receipt.payload)["audit_head"])
+        _report(world, outcome.receipt)
+    executor.engine.dispose()
+    records = [json.loads(line) for line in _lines(pg_url)]
+    lane_of = {record["seq"]: record.get("lane", 0) for record in records}
+    assert [lane_of[h["seq"]] for h in heads] == [3, 7, 3, 11]
+
+    report = reconcile(_lines(world.url), _lines(pg_url))
+    assert report.ok, report.findings
+    assert (report.issued, report.consumed, report.writes) == (4, 4, 4)
+    assert (report.reported, report.anchored) == (4, 4)
+
+    # Lane 7's last row, the second receipt's, cut: lane 7 alone still verifies (a cut
+    # tail is a shorter lane), but the receipt the checkpoint holds names it.
+    engine = make_engine(pg_url)
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql("ALTER TABLE audit_log DISABLE TRIGGER USER")
+            conn.exec_driver_sql(f"DELETE FROM audit_log WHERE seq = {heads[1]['seq']}")
+    finally:
+        engine.dispose()
+    cut = reconcile(_lines(world.url), _lines(pg_url))
+    assert [f.code for f in cut.findings] == [ReconcileCode.R_HEAD_MISMATCH]

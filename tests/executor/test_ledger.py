@@ -490,9 +490,17 @@ def test_airlock_audit_verify_names_the_tampered_executor_row(env: Env) -> None:
         _raw(env, "ALTER TABLE audit_log DISABLE TRIGGER USER")
     else:
         _raw(env, "DROP TRIGGER audit_log_no_update")
-    _raw(env, "UPDATE audit_log SET event = replace(event, 'worker-a', 'worker-z') WHERE seq = 2")
+    # The first row naming the worker: seq 2 on one lane, later where lanes were declared.
+    with env.engine.connect() as conn:
+        seq = conn.execute(
+            sa.text("SELECT min(seq) FROM audit_log WHERE event LIKE '%worker-a%'")
+        ).scalar_one()
+    _raw(
+        env,
+        f"UPDATE audit_log SET event = replace(event, 'worker-a', 'worker-z') WHERE seq = {seq}",
+    )
     bad = runner.invoke(app, ["audit", "verify", "--db", env.url])
-    assert bad.exit_code == 1 and "seq 2" in bad.output
+    assert bad.exit_code == 1 and f"seq {seq}" in bad.output
 
 
 def test_refusals_table_records_the_bundle_digest_not_unauthenticated_ids(env: Env) -> None:
