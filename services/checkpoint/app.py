@@ -23,6 +23,7 @@ from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 from fastapi.openapi.utils import get_openapi
 from prometheus_client import Counter, Gauge
+from sqlalchemy.pool import ConnectionPoolEntry
 
 from airlock.asgi import LOOPBACK_HOSTS, HostAllowlist
 from airlock.protocol import KeySet, KeySetError
@@ -366,23 +367,23 @@ class _NotifyMetrics:
 
 
 def _wake_on_commit(engine: sa.Engine, dispatcher: Dispatcher) -> Callable[[], None]:
-    """Wake the worker when a transaction that wrote an event commits (``notify.record``
-    marks its connection), so a message leaves at once, not at the next poll. Returns
-    what removes the listeners."""
+    """Wake the worker when a connection whose transaction wrote an event goes back to
+    the pool (``notify.record`` marks it), so a message leaves at once, not at the next
+    poll. Returns what removes the listener.
 
-    def committed(conn: sa.Connection) -> None:
-        if conn.info.pop(WAKE, False):
+    A pool event, not the engine's ``commit``: a connection event listener makes every
+    statement of every request dispatch events. One that rolled back wakes the worker
+    for nothing, which costs a pass that finds nothing new.
+    """
+
+    def checked_in(dbapi_connection: object, record: ConnectionPoolEntry | None) -> None:
+        if record is not None and record.info.pop(WAKE, False):
             dispatcher.wake()
 
-    def rolled_back(conn: sa.Connection) -> None:
-        conn.info.pop(WAKE, None)
-
-    sa.event.listen(engine, "commit", committed)
-    sa.event.listen(engine, "rollback", rolled_back)
+    sa.event.listen(engine.pool, "checkin", checked_in)
 
     def forget() -> None:
-        sa.event.remove(engine, "commit", committed)
-        sa.event.remove(engine, "rollback", rolled_back)
+        sa.event.remove(engine.pool, "checkin", checked_in)
 
     return forget
 

@@ -17,7 +17,7 @@ from standardwebhooks import Webhook
 
 from services.checkpoint.models import NOTIFY_KINDS
 from services.checkpoint.notify import Dispatcher, Outbox
-from tests.checkpoint.harness import World, approved, make_world
+from tests.checkpoint.harness import TestClient, World, approved, make_world
 
 from .flows import delivery_states, every_event, kinds, report
 from .support import Receiver, notify_policy, receiver, webhook_secret, write_secret
@@ -215,3 +215,21 @@ def test_on_postgresql_events_land_once_and_are_delivered(pg_url: str, tmp_path:
             _dispatcher(world).stop()
             world.client.close()
             world.checkpoint.db.dispose()
+
+
+def test_an_event_wakes_the_worker_when_its_connection_goes_back_to_the_pool(
+    hook: tuple[World, Receiver, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    world, _, _ = hook
+    dispatcher = _dispatcher(world)
+    woken: list[bool] = []
+    monkeypatch.setattr(dispatcher, "wake", lambda: woken.append(True))
+    with TestClient(world.app):  # runs the lifespan: the worker and what wakes it
+        engine = world.checkpoint.engine
+        # A pool event, never a connection event: that would make every statement of
+        # every request dispatch events (the approve path's latency, bench_notify).
+        assert not engine.dispatch.commit and not engine.dispatch.rollback
+        assert world.client.get("/v1/proposals", headers=world.auth("alice")).status_code == 200
+        assert woken == []  # a request that wrote no event wakes nothing
+        approved(world)
+        assert woken  # submit and approve each wrote an event

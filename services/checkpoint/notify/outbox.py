@@ -22,6 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from airlock.ledger import insert_ignore
+from airlock.store import Prepared
 from services.checkpoint.models import notify_deliveries, notify_events, proposals, votes
 
 from .config import NotifyConfig
@@ -30,25 +31,40 @@ from .people import targets
 
 __all__ = ["WAKE", "Delivery", "Outbox", "OutboxStats", "record"]
 
-#: The mark :func:`record` leaves on a connection: after its commit, wake the worker.
+#: The mark :func:`record` leaves on a connection: back in the pool, it wakes the worker.
 WAKE = "airlock.notify.wake"
 
 #: Characters of a receiver's error kept on a delivery.
 _ERROR_MAX = 300
 
 
-#: The event INSERTs by dialect, built once so that SQLAlchemy reuses their compiled
-#: form instead of building and caching a statement per event.
-_EVENT_INSERTS: dict[str, Any] = {}
-_INSERT_DELIVERY: Final = notify_deliveries.insert()
+def _bound(table: sa.Table, *columns: str) -> dict[str, sa.BindParameter[Any]]:
+    return {c: sa.bindparam(c, type_=table.c[c].type) for c in columns}
 
 
-def _insert_event(conn: Connection) -> Any:
+_EVENT_COLUMNS: Final = ("id", "kind", "proposal_id", "body", "created_at", "step")
+#: The event INSERTs by dialect, built once and run on the driver's cursor: an approval
+#: writes one event (and a delivery per channel) in its own transaction.
+_EVENT_INSERTS: dict[str, Prepared] = {}
+_INSERT_DELIVERY: Final = Prepared(
+    notify_deliveries.insert().values(
+        _bound(
+            notify_deliveries, "event_id", "channel", "state", "attempts", "next_at", "created_at"
+        )
+    )
+)
+
+
+def _insert_event(conn: Connection) -> Prepared:
     """``INSERT … ON CONFLICT DO NOTHING RETURNING id`` into ``notify_events``."""
     statement = _EVENT_INSERTS.get(conn.dialect.name)
     if statement is None:
         # RETURNING, not rowcount: psycopg reports -1 for an INSERT … ON CONFLICT.
-        statement = insert_ignore(conn, notify_events).returning(notify_events.c.id)
+        statement = Prepared(
+            insert_ignore(conn, notify_events)
+            .values(_bound(notify_events, *_EVENT_COLUMNS))
+            .returning(notify_events.c.id)
+        )
         _EVENT_INSERTS[conn.dialect.name] = statement
     return statement
 
@@ -99,8 +115,8 @@ def record(
         proposal_url=notify.proposal_url,
         groups=asked,
     )
-    written = conn.execute(
-        _insert_event(conn),
+    written = _insert_event(conn).first(
+        conn,
         {
             "id": event_id,
             "kind": kind,
@@ -109,12 +125,12 @@ def record(
             "created_at": now,
             "step": step,
         },
-    ).first()
+    )
     if written is None:
         return  # told already
-    conn.execute(
-        _INSERT_DELIVERY,
-        [
+    for name in channels:
+        _INSERT_DELIVERY.rowcount(
+            conn,
             {
                 "event_id": event_id,
                 "channel": name,
@@ -122,10 +138,8 @@ def record(
                 "attempts": 0,
                 "next_at": now,
                 "created_at": now,
-            }
-            for name in channels
-        ],
-    )
+            },
+        )
     conn.info[WAKE] = True
 
 
