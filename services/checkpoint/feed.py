@@ -35,6 +35,43 @@ from .schemas import AuditHeadOut, ExecutorHeadOut, FeedItem, FeedOut
 __all__ = ["feed", "head_seq"]
 
 
+def _page(which: sa.ColumnElement[bool]) -> sa.Select[tuple[object, ...]]:
+    return (
+        sa.select(
+            feed_events.c.seq,
+            feed_events.c.kind,
+            feed_events.c.approval_id,
+            approvals.c.envelope,
+            approvals.c.expires_at,
+            approvals.c.revoked_at,
+            proposals.c.action,
+            proposals.c.state,
+        )
+        .select_from(
+            feed_events.join(approvals, approvals.c.approval_id == feed_events.c.approval_id).join(
+                proposals, proposals.c.id == approvals.c.proposal_id
+            )
+        )
+        .where(feed_events.c.seq > sa.bindparam("after"), which)
+        .order_by(feed_events.c.seq)
+        .limit(sa.bindparam("limit", type_=sa.Integer))
+    )
+
+
+# Built once: a long-poll reads a page on every wake, and building a statement costs more
+# than running it.
+_EXECUTOR_PAGE = _page(proposals.c.action_type == CLOUD_ACTION)
+_GATE_PAGE = _page(
+    sa.and_(
+        proposals.c.action_type == TOOL_CALL,
+        proposals.c.audience == sa.bindparam("audience"),
+        proposals.c.submitted_by == sa.bindparam("submitted_by"),
+    )
+)
+_FEED_HEAD = sa.select(feed_head.c.seq)
+_EXECUTOR_HEAD = sa.select(executor_head)
+
+
 def feed(
     cp: _tx.Parts, principal: Principal, after: int, limit: int = 100, audience: str | None = None
 ) -> FeedOut:
@@ -53,43 +90,20 @@ def feed(
         )
     if not gate and audience is not None:  # a gate's feed is its agent token's alone
         raise Refusal(ErrorCode.E_FORBIDDEN, "an executor token reads no gate's feed", 403)
-    which = (
-        sa.and_(
-            proposals.c.action_type == TOOL_CALL,
-            proposals.c.audience == audience,
-            proposals.c.submitted_by == principal.name,
-        )
-        if gate
-        else proposals.c.action_type == CLOUD_ACTION
-    )
+    params: dict[str, object] = {"after": after, "limit": limit}
+    statement = _EXECUTOR_PAGE
+    if gate:
+        statement = _GATE_PAGE
+        params |= {"audience": audience, "submitted_by": principal.name}
     now = cp.now()
     # One snapshot for the items and the head: a feed row commits with its audit event
     # (issued, revoked) and appends commit in seq order (the chain lock), so the head
     # read here is at or after the event of every item in the page.
     with read_transaction(cp.engine) as conn:
-        rows = conn.execute(
-            sa.select(
-                feed_events.c.seq,
-                feed_events.c.kind,
-                feed_events.c.approval_id,
-                approvals.c.envelope,
-                approvals.c.expires_at,
-                approvals.c.revoked_at,
-                proposals.c.action,
-                proposals.c.state,
-            )
-            .select_from(
-                feed_events.join(
-                    approvals, approvals.c.approval_id == feed_events.c.approval_id
-                ).join(proposals, proposals.c.id == approvals.c.proposal_id)
-            )
-            .where(feed_events.c.seq > after, which)
-            .order_by(feed_events.c.seq)
-            .limit(limit)
-        ).all()
+        rows = conn.execute(statement, params).all()
         head = AuditLog.head(conn)
-        last = int(conn.execute(sa.select(feed_head.c.seq)).scalar_one())
-        executor = conn.execute(sa.select(executor_head)).first()
+        last = int(conn.execute(_FEED_HEAD).scalar_one())
+        executor = conn.execute(_EXECUTOR_HEAD).first()
     items: list[FeedItem] = []
     cursor = after
     for row in rows:
