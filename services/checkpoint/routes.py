@@ -11,7 +11,7 @@ import hashlib
 import ipaddress
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Final
 
 import sqlalchemy as sa
@@ -230,7 +230,7 @@ async def _principal(
 class _Bearer:
     """A voter's token, of the right form but not yet looked up (:func:`_voter`)."""
 
-    token: str
+    token: str = field(repr=False)  # a bearer secret: never in a log or a traceback
     activity: bool
 
 

@@ -88,3 +88,10 @@ def test_a_vote_answers_the_record_as_stored(world: World) -> None:
         assert answer.json() == shown.json()
         states.append((answer.json()["state"], answer.json()["updated_at"] == world.clock()))
     assert states == [("approved", True), ("pending", True), ("approved", True)]
+
+
+def test_a_voters_token_is_never_in_its_repr() -> None:
+    from services.checkpoint.routes import _Bearer
+
+    token = "A" * 43
+    assert token not in repr(_Bearer(token, activity=True))
