@@ -7,12 +7,15 @@ ratio of medians; absolute figures vary by machine, the ratio much less.
 
 from __future__ import annotations
 
+import re
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["Result", "interleaved", "ops_per_second"]
+__all__ = ["Result", "instructions_per_item", "interleaved", "ops_per_second"]
 
 
 @dataclass(frozen=True)
@@ -46,3 +49,36 @@ def interleaved(
         for name, fn in subjects.items():
             samples[name].append(ops_per_second(fn, seconds=seconds))
     return {name: statistics.median(values) for name, values in samples.items()}
+
+
+_REFS = re.compile(r"I\s+refs:\s+([\d,]+)")
+
+
+def _instructions(module: str, count: int, largest: int) -> int:
+    command = [
+        "valgrind",
+        "--tool=cachegrind",
+        "--cache-sim=no",
+        "--cachegrind-out-file=/dev/null",
+        sys.executable,
+        "-m",
+        module,
+        "--child",
+        str(count),
+        "--large",
+        str(largest),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    found = _REFS.search(done.stderr)
+    if found is None:
+        raise RuntimeError(f"no instruction count from valgrind:\n{done.stderr[-2000:]}")
+    return int(found.group(1).replace(",", ""))
+
+
+def instructions_per_item(module: str, small: int, large: int) -> float:
+    """Instructions per item of ``python -m module --child N --large L`` under valgrind
+    (cachegrind, no cache simulation): two runs of ``small`` and ``large`` items, so the
+    start-up both share cancels out. The load does not move the count."""
+    fewer = _instructions(module, small, large)
+    more = _instructions(module, large, large)
+    return (more - fewer) / (large - small)

@@ -350,7 +350,7 @@ class WalCounter:
                 ).fetchone()
                 if others is None or others[0] == 0:
                     break
-                time.sleep(0.05)
+                time.sleep(0.05)  # polling exited backends under a bound, not a race wait
             conn.execute("SELECT pg_stat_clear_snapshot()")
             row = conn.execute(
                 "SELECT w.wal_sync, w.wal_write, d.xact_commit FROM pg_stat_wal w, "

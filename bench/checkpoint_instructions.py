@@ -14,16 +14,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import re
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from bench._harness import instructions_per_item
 from bench.bench_checkpoint import _action, checkpoint_values
-
-_REFS = re.compile(r"I\s+refs:\s+([\d,]+)")
 
 
 async def _call(app: Any, path: str, body: bytes, token: str) -> dict[str, Any]:
@@ -89,27 +85,6 @@ async def _approve_all(count: int, largest: int) -> None:
         app.state.checkpoint.db.dispose()
 
 
-def _instructions(count: int, largest: int) -> int:
-    command = [
-        "valgrind",
-        "--tool=cachegrind",
-        "--cache-sim=no",
-        "--cachegrind-out-file=/dev/null",
-        sys.executable,
-        "-m",
-        "bench.checkpoint_instructions",
-        "--child",
-        str(count),
-        "--large",
-        str(largest),
-    ]
-    done = subprocess.run(command, capture_output=True, text=True, check=True)
-    found = _REFS.search(done.stderr)
-    if found is None:
-        raise RuntimeError(f"no instruction count from valgrind:\n{done.stderr[-2000:]}")
-    return int(found.group(1).replace(",", ""))
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--small", type=int, default=20)
@@ -119,9 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child is not None:
         asyncio.run(_approve_all(args.child, args.large))
         return 0
-    small = _instructions(args.small, args.large)
-    large = _instructions(args.large, args.large)
-    per = (large - small) / (args.large - args.small)
+    per = instructions_per_item("bench.checkpoint_instructions", args.small, args.large)
     print("-- HTTP approve through the checkpoint's ASGI app, tmpfs SQLite, under valgrind")
     print(f"   instructions per approve          {per / 1e6:10.2f} M")
     return 0

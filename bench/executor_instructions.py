@@ -13,17 +13,13 @@ runs natively. Needs ``valgrind`` on the PATH.
 from __future__ import annotations
 
 import argparse
-import re
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 from airlock.store import make_engine
+from bench._harness import instructions_per_item
 from bench.bench_executor import _bundles, _executor
 from services.executor import migrate
-
-_REFS = re.compile(r"I\s+refs:\s+([\d,]+)")
 
 
 def _run(count: int, largest: int) -> None:
@@ -43,27 +39,6 @@ def _run(count: int, largest: int) -> None:
         executor.engine.dispose()
 
 
-def _instructions(count: int, largest: int) -> int:
-    command = [
-        "valgrind",
-        "--tool=cachegrind",
-        "--cache-sim=no",
-        "--cachegrind-out-file=/dev/null",
-        sys.executable,
-        "-m",
-        "bench.executor_instructions",
-        "--child",
-        str(count),
-        "--large",
-        str(largest),
-    ]
-    done = subprocess.run(command, capture_output=True, text=True, check=True)
-    found = _REFS.search(done.stderr)
-    if found is None:
-        raise RuntimeError(f"no instruction count from valgrind:\n{done.stderr[-2000:]}")
-    return int(found.group(1).replace(",", ""))
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--small", type=int, default=20)
@@ -73,9 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child is not None:
         _run(args.child, args.large)
         return 0
-    small = _instructions(args.small, args.large)
-    large = _instructions(args.large, args.large)
-    per = (large - small) / (args.large - args.small)
+    per = instructions_per_item("bench.executor_instructions", args.small, args.large)
     print("-- executor path on a tmpfs SQLite ledger, under valgrind (cachegrind)")
     print(f"   instructions per execution        {per / 1e6:10.2f} M")
     return 0
