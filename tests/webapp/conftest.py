@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from airlock.settings import WebappSettings
+from tests.checkpoint.harness import World
 from webapp import create_app
 
 from .fakes import NOW, PASSWORD, FakeCheckpoint
@@ -28,6 +29,23 @@ def csrf_of(html: str) -> str:
     match = _CSRF.search(html)
     assert match is not None, "the page has no CSRF field"
     return match.group(1)
+
+
+@dataclass
+class WebStack:
+    """A checkpoint world (``tests/checkpoint/harness.py``) and a web app client on it."""
+
+    world: World
+    web: TestClient
+
+    def sign_in(self, username: str) -> None:
+        page = self.web.get("/login")
+        response = self.web.post(
+            "/login",
+            data={"username": username, "password": PASSWORD, "csrf_token": csrf_of(page.text)},
+            follow_redirects=False,
+        )
+        assert response.status_code == 303, response.text
 
 
 class ToCheckpoint(httpx.BaseTransport):

@@ -6,17 +6,16 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from airlock.settings import WebappSettings
-from tests.checkpoint.harness import PASSWORD, World, make_world
+from tests.checkpoint.harness import make_world
 from tests.notify.support import routed_policy
 from webapp import create_app
 
-from .conftest import ToCheckpoint, csrf_of
+from .conftest import ToCheckpoint, WebStack, csrf_of
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient`")
@@ -25,20 +24,7 @@ with warnings.catch_warnings():
 SLACK = "https://hooks.slack.com/services/T0000/B0000/PERSONALSECRET"
 
 
-@dataclass
-class Stack:
-    world: World
-    web: TestClient
-
-    def sign_in(self, username: str) -> None:
-        page = self.web.get("/login")
-        response = self.web.post(
-            "/login",
-            data={"username": username, "password": PASSWORD, "csrf_token": csrf_of(page.text)},
-            follow_redirects=False,
-        )
-        assert response.status_code == 303, response.text
-
+class Stack(WebStack):
     def prefs(self, who: str) -> dict[str, object]:
         answer = self.world.client.get("/v1/me/notifications", headers=self.world.auth(who))
         body: dict[str, object] = answer.json()

@@ -13,17 +13,16 @@ from __future__ import annotations
 import re
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from airlock.settings import WebappSettings
-from tests.checkpoint.harness import PASSWORD, START, World, make_world, signed_receipt
+from tests.checkpoint.harness import START, World, make_world, signed_receipt
 from webapp import create_app, present
 
-from .conftest import Site, ToCheckpoint, csrf_of
+from .conftest import Site, ToCheckpoint, WebStack
 from .fakes import action_value
 
 with warnings.catch_warnings():
@@ -31,19 +30,7 @@ with warnings.catch_warnings():
     from starlette.testclient import TestClient
 
 
-@dataclass
-class Stack:
-    world: World
-    web: TestClient
-
-    def sign_in(self, username: str) -> None:
-        page = self.web.get("/login")
-        response = self.web.post(
-            "/login",
-            data={"username": username, "password": PASSWORD, "csrf_token": csrf_of(page.text)},
-            follow_redirects=False,
-        )
-        assert response.status_code == 303, response.text
+Stack = WebStack
 
 
 @pytest.fixture

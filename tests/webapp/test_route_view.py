@@ -7,18 +7,17 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from airlock.settings import WebappSettings
-from tests.checkpoint.harness import PASSWORD, World, make_world
+from tests.checkpoint.harness import make_world
 from tests.notify.support import ROUTED_TAGS, SLA_S, routed_policy
 from webapp import create_app
 from webapp.present import timestamp
 
-from .conftest import ToCheckpoint, csrf_of
+from .conftest import ToCheckpoint, WebStack
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient`")
@@ -28,20 +27,7 @@ PID = "prop_routepage0001"
 CHECKBOX = f'name="id" value="{PID}"'
 
 
-@dataclass
-class Stack:
-    world: World
-    web: TestClient
-
-    def sign_in(self, username: str) -> None:
-        page = self.web.get("/login")
-        response = self.web.post(
-            "/login",
-            data={"username": username, "password": PASSWORD, "csrf_token": csrf_of(page.text)},
-            follow_redirects=False,
-        )
-        assert response.status_code == 303, response.text
-
+class Stack(WebStack):
     def page(self) -> str:
         answer = self.web.get(f"/proposals/{PID}")
         assert answer.status_code == 200, answer.text
