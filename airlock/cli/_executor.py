@@ -296,6 +296,7 @@ def _serve(settings: ExecutorSettings, executor: Executor, *, once: bool) -> Non
             shutdown=shutdown,
             reporter=reporter,
             deliver_apart=True,
+            parallel=settings.parallel,
             poll_wait_s=settings.poll_wait,
             recover_every_s=settings.recover_every,
             heartbeat=Heartbeat(settings.heartbeat_path),

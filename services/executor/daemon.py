@@ -2,8 +2,8 @@
 
 :func:`serve` runs recovery at start and every ``recover_every_s`` seconds, takes bundles
 from a :class:`~services.executor.sources.BundleSource` (the checkpoint feed long-polls;
-a directory is looked at every 0.1 s while it waits), executes each, acknowledges it
-once recorded, and lets the
+a directory is looked at every 0.1 s while it waits), executes each (several at once with
+``parallel``, in order for each resource), acknowledges it once recorded, and lets the
 :class:`~services.executor.outbox.OutboxReporter` deliver receipts — with the feed as the
 source, only once it has answered, so the ledger was checked against it first. It
 touches a heartbeat file on every turn, so a health check can tell a live loop from a
@@ -14,7 +14,7 @@ trusted-keys file, must not stop the others.
 
 Stopping (SIGINT/SIGTERM through :class:`Shutdown`): a signal that arrives while the loop
 waits — on the long-poll, a POST, a backoff — ends the wait at once; one that arrives
-while an item is being executed or recorded lets that item finish, and the loop stops
+while items are being executed or recorded lets those items finish, and the loop stops
 before the next. Nothing here is needed for safety: a SIGKILL at any instant leaves
 transactions that the database rolls back and rows that recovery finishes. It must never
 swallow :class:`~services.executor.errors.CheckpointUnauthorized`: a wrong token is fixed
@@ -28,7 +28,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from types import FrameType
 from typing import Final
@@ -39,9 +39,10 @@ from ._http import Backoff
 from .errors import CheckpointUnauthorized, LedgerHeld
 from .models import Outcome
 from .outbox import OutboxReporter
+from .parallel import Parallel
 from .recover import check_ledger, execute_delivery, ledger_checked, recover_expired
 from .service import Executor
-from .sources import BundleSource
+from .sources import AckInTransaction, BundleSource, Delivery
 
 __all__ = ["Heartbeat", "Interrupted", "Shutdown", "heartbeat_age", "serve"]
 
@@ -118,26 +119,51 @@ def _drain(
     source: BundleSource,
     shutdown: Shutdown,
     wait_s: float,
+    *,
     on_outcome: Callable[[Outcome], None] | None,
+    parallel: Parallel | None,
 ) -> int:
-    n = 0
-    for delivery in source.receive(wait_s=wait_s):
-        if shutdown.requested:
-            break  # not acknowledged: delivered again after the restart
+    deliveries = source.receive(wait_s=wait_s)
+    held = threading.Event()
+    shown = threading.Lock()
+
+    def one(delivery: Delivery) -> bool:
+        if shutdown.requested or held.is_set():
+            return False  # not acknowledged: delivered again after the restart or the hold
         try:
             outcome = execute_delivery(executor, source, delivery)
         except LedgerHeld as exc:
             _log.warning("%s: %s; left where it is", delivery.ref, exc)
-            # Not acknowledged: delivered again once the hold is over. A source hands
-            # it over again at once (an inbox's file is still there), so wait the poll
-            # here, idle, or the loop would retry it as fast as it can for the hold.
-            shutdown.sleep(wait_s)
-            break
+            held.set()
+            return False
         _show(outcome, delivery.ref)
         if on_outcome is not None:
-            on_outcome(outcome)
-        n += 1
+            with shown:
+                on_outcome(outcome)
+        return True
+
+    if parallel is None:
+        n = _one_by_one(deliveries, one)
+    else:
+        try:
+            n = parallel.run(deliveries, one)
+        finally:
+            if isinstance(source, AckInTransaction):
+                source.settle()
+    if held.is_set():
+        # Not acknowledged: delivered again once the hold is over. A source hands it over
+        # again at once (an inbox's file is still there), so wait the poll here, idle, or
+        # the loop would retry it as fast as it can for the hold.
+        shutdown.sleep(wait_s)
     return n
+
+
+def _one_by_one(deliveries: Sequence[Delivery], one: Callable[[Delivery], bool]) -> int:
+    """Call ``one`` on each delivery in order until it returns False; how many returned True."""
+    for n, delivery in enumerate(deliveries):
+        if not one(delivery):
+            return n
+    return len(deliveries)
 
 
 def _recover(executor: Executor, source: BundleSource) -> int:
@@ -238,10 +264,15 @@ def serve(
     error_backoff: Backoff | None = None,
     monotonic: Callable[[], float] = time.monotonic,
     on_outcome: Callable[[Outcome], None] | None = None,
+    parallel: int = 1,
 ) -> None:
     """Run until ``shutdown`` is requested (see the module docstring). With
     ``deliver_apart``, receipts are delivered on a thread of their own after the start
-    (:class:`_Courier`), never inside a turn of the execute loop."""
+    (:class:`_Courier`), never inside a turn of the execute loop. With ``parallel`` over
+    1, up to that many of a batch's bundles are executed at once, those naming one
+    resource one after another in their order (:mod:`services.executor.parallel`).
+    Raises ValueError for ``parallel`` outside 1..32."""
+    pool = Parallel(parallel) if parallel != 1 else None
     beat = heartbeat or Heartbeat(None)
     errors = error_backoff or Backoff()
     long_poll = bool(getattr(source, "long_poll", False))
@@ -287,7 +318,15 @@ def serve(
             wait_s = max(0.0, min(poll_wait_s, next_recovery - monotonic()))
             drained = _step(
                 "taking bundles from the source",
-                functools.partial(_drain, executor, source, shutdown, wait_s, on_outcome),
+                functools.partial(
+                    _drain,
+                    executor,
+                    source,
+                    shutdown,
+                    wait_s,
+                    on_outcome=on_outcome,
+                    parallel=pool,
+                ),
             )
             failed = drained is None
             done = drained or 0
@@ -323,4 +362,6 @@ def serve(
     finally:
         if courier is not None:
             courier.stop()
+        if pool is not None:
+            pool.close()
     _log.info("executor %s stopped (signal %s)", executor.worker_id, shutdown.signum)

@@ -47,15 +47,17 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable, Container, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import ClassVar, Final
 
 import httpx
 import pydantic
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 
 from airlock.api import ChainHead, ExecutorHead, FeedItem, FeedPage
@@ -69,7 +71,7 @@ from airlock.protocol import (
     canonical_bytes,
     loads_strict,
 )
-from airlock.store import AuditLog, read_transaction
+from airlock.store import AuditLog, Prepared, read_transaction
 
 from ._http import (
     PAGE_GRACE_S,
@@ -155,19 +157,55 @@ def read_cursor(conn: Connection, feed: str) -> int:
     return 0 if seq is None else int(seq)
 
 
+_FEED = sa.bindparam("feed", type_=feed_cursor.c.feed.type)
+_SEQ = sa.bindparam("seq", type_=sa.BigInteger)
+_NOW = sa.bindparam("now", type_=sa.BigInteger)
+_MOVE: Final = Prepared(
+    sa.update(feed_cursor)
+    .where(feed_cursor.c.feed == _FEED, feed_cursor.c.seq < _SEQ)
+    .values(seq=_SEQ, updated_at=_NOW)
+)
+# Not an upsert: the insert guard of ledger migration 0008 makes SQLite skip one whole.
+_CREATE: Final = {
+    dialect: Prepared(
+        insert(feed_cursor).values(feed=_FEED, seq=_SEQ, updated_at=_NOW).on_conflict_do_nothing()
+    )
+    for dialect, insert in (("postgresql", postgresql.insert), ("sqlite", sqlite.insert))
+}
+
+
 def advance_cursor(conn: Connection, feed: str, seq: int, now: int) -> None:
     """Move the cursor forward to ``seq`` (never back: another executor may be ahead)."""
-    inserted = conn.execute(
-        insert_ignore(conn, feed_cursor)
-        .values(feed=feed, seq=seq, updated_at=now)
-        .returning(feed_cursor.c.feed)
-    ).first()
-    if inserted is None:
-        conn.execute(
-            sa.update(feed_cursor)
-            .where(feed_cursor.c.feed == feed, feed_cursor.c.seq < seq)
-            .values(seq=seq, updated_at=now)
-        )
+    params = {"feed": feed, "seq": seq, "now": now}
+    # Moved in one statement once the row exists; else created (or found ahead).
+    if not _MOVE.rowcount(conn, params):
+        _CREATE[conn.dialect.name].rowcount(conn, params)
+
+
+@dataclass(slots=True)
+class _Page:
+    """The approvals of the page last handed over, in feed order: the cursor that each
+    one's acknowledgement may move to, and which have committed.
+
+    Deliveries may commit in any order (:mod:`services.executor.parallel`), and the cursor
+    may never pass one that has not: an acknowledgement moves it only past the run of
+    committed approvals at the page's start (:meth:`reach`)."""
+
+    refs: list[str]
+    ack_to: dict[str, int]
+    done: set[str] = field(default_factory=set)
+    #: The furthest cursor a committed transaction of this page wrote, or 0.
+    written: int = 0
+
+    def reach(self, also: str | None = None) -> int | None:
+        """The cursor past the page's leading run of committed approvals (counting
+        ``also`` as committed); None while the first is not."""
+        to = None
+        for ref in self.refs:
+            if ref != also and ref not in self.done:
+                break
+            to = self.ack_to[ref]
+        return to
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,8 +264,12 @@ class CheckpointFeedSource:
         self._sleep = sleep
         self._idle = idle
         self._revoked = LedgerRevocations(engine, extra_revoked)
-        # delivery ref -> the cursor that acknowledging it commits
-        self._ack_to: dict[str, int] = {}
+        # The page last handed over, and what its acknowledgements did: deliveries may be
+        # executed on several threads at once (services.executor.parallel).
+        self._lock = threading.Lock()
+        self._page: _Page | None = None
+        # delivery ref -> the cursor its transaction moves to, until it commits
+        self._moving: dict[str, int] = {}
         self._behind_warned: int | None = None  # the feed_head last warned about
         #: The head of the page last handed over, until an acknowledgement records it.
         self._pending_head: ChainHead | None = None
@@ -515,13 +557,16 @@ class CheckpointFeedSource:
         return self._deliveries(approvals, end)
 
     def _deliveries(self, approvals: list[tuple[int, bytes]], end: int) -> Sequence[Delivery]:
-        """The page's approvals as deliveries, each with the cursor its ack commits."""
-        out: list[Delivery] = []
-        for i, (seq, raw) in enumerate(approvals):
-            ref = f"feed:{seq}"
-            self._ack_to[ref] = approvals[i + 1][0] - 1 if i + 1 < len(approvals) else end
-            out.append(Delivery(ref, raw))
-        return out
+        """The page's approvals as deliveries, each with the cursor its ack may commit."""
+        refs = [f"feed:{seq}" for seq, _ in approvals]
+        ack_to = {
+            ref: approvals[i + 1][0] - 1 if i + 1 < len(approvals) else end
+            for i, ref in enumerate(refs)
+        }
+        with self._lock:
+            self._page = _Page(refs, ack_to)
+            self._moving.clear()
+        return [Delivery(ref, raw) for ref, (_, raw) in zip(refs, approvals, strict=True)]
 
     def _record_head(self, conn: Connection, head: ChainHead, now: int) -> None:
         """Anchor the checkpoint's chain in ours: append ``executor.checkpoint_head`` when
@@ -598,9 +643,15 @@ class CheckpointFeedSource:
         self.forget(delivery)
 
     def ack_in(self, conn: Connection, delivery: Delivery) -> Mapping[str, object]:
-        """Move the cursor past ``delivery`` in ``conn``'s transaction: the one that
-        records the approval (its consume, or its refusal), so the record and the cursor
-        commit together or not at all. Call :meth:`forget` once it committed.
+        """Acknowledge ``delivery`` in ``conn``'s transaction: the one that records the
+        approval (its consume, or its refusal). Call :meth:`forget` once it committed.
+
+        The cursor moves there past the page's leading run of committed approvals, this
+        one counted as committed: past ``delivery`` itself when every approval before it
+        on the page has committed, as it always has when they are executed one at a
+        time, so the record and the cursor commit together or not at all. Executed side
+        by side, one that commits before an earlier one moves the cursor no further than
+        the earlier one; the earlier one's commit, or :meth:`settle`, takes it further.
 
         Until one such transaction has committed it, the page's checkpoint head is
         recorded there too: returned as the ``checkpoint_head`` field for that
@@ -611,18 +662,48 @@ class CheckpointFeedSource:
         also: dict[str, object] = {}
         # The chain lock before the cursor's row lock, as everywhere (a no-op where the
         # transaction holds a lane or the whole chain already): the transaction appends
-        # its event after this. Under lanes two executors sharing this feed may both
-        # record the same head (_store_head): a repeated event, checked twice.
+        # its event after this. Under lanes two executors sharing this feed, or two
+        # deliveries of one page committing side by side, may both record the same head
+        # (_store_head): a repeated event, checked twice.
         AuditLog.lock_lane(conn)
-        head = self._pending_head
+        with self._lock:
+            head = self._pending_head
+            page = self._page
+            to = None if page is None else page.reach(delivery.ref)
+            if page is not None and to is not None and to <= page.written:
+                to = None  # a commit of this page has moved it as far already
         if head is not None and self._store_head(conn, head, now):
             also["checkpoint_head"] = {"feed": self._feed, "seq": head.seq, "hash": head.hash}
-        advance_cursor(conn, self._feed, self._ack_to[delivery.ref], now)
+        if to is not None:
+            advance_cursor(conn, self._feed, to, now)
+            with self._lock:
+                self._moving[delivery.ref] = to
         self._fp.hit("before_cursor_commit")
         return also
 
     def forget(self, delivery: Delivery) -> None:
-        """``delivery``'s cursor is committed (:meth:`ack_in`): forget its place, and the
-        page's head, which that commit recorded."""
-        self._ack_to.pop(delivery.ref, None)
-        self._pending_head = None
+        """The transaction that acknowledged ``delivery`` (:meth:`ack_in`) committed:
+        count it as committed, and forget the page's head, which that commit recorded."""
+        with self._lock:
+            to = self._moving.pop(delivery.ref, None)
+            page = self._page
+            if page is not None and delivery.ref in page.ack_to:
+                page.done.add(delivery.ref)
+                if to is not None:
+                    page.written = max(page.written, to)
+            self._pending_head = None
+
+    def settle(self) -> None:
+        """Once every delivery of the page has committed or failed: move the cursor past
+        the page's leading run of committed approvals, if their commits, made side by
+        side, left it short (a transaction of its own; none when they did not)."""
+        with self._lock:
+            page = self._page
+            to = None if page is None else page.reach()
+            if page is None or to is None or to <= page.written:
+                return
+        with self._engine.begin() as conn:
+            AuditLog.lock_lane(conn)  # the chain lock before the cursor's row, as everywhere
+            advance_cursor(conn, self._feed, to, self._clock())
+        with self._lock:
+            page.written = max(page.written, to)

@@ -44,8 +44,8 @@ class TrustedKeysFile:
 
     def __init__(self, path: Path) -> None:
         self._path = path
-        self._stamp: tuple[int, int, int] | None = None
-        self._version: KeySetVersion | None = None
+        # One tuple, replaced whole: the daemon's threads read it without a lock.
+        self._cached: tuple[tuple[int, int, int], KeySetVersion] | None = None
 
     @property
     def path(self) -> Path:
@@ -61,8 +61,9 @@ class TrustedKeysFile:
                 f"trusted key set {str(self._path)!r} unreadable: {exc.strerror or exc}"
             ) from None
         stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
-        if self._version is not None and stamp == self._stamp:
-            return self._version
+        cached = self._cached
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
         try:
             data = self._path.read_bytes()
             keys = KeySet.from_json_bytes(data)
@@ -75,10 +76,9 @@ class TrustedKeysFile:
         if len(keys) == 0:
             self._forget()
             raise TrustedKeysUnavailable(f"trusted key set {str(self._path)!r} has no keys")
-        self._stamp = stamp
-        self._version = KeySetVersion(keys, "sha256:" + hashlib.sha256(data).hexdigest())
-        return self._version
+        version = KeySetVersion(keys, "sha256:" + hashlib.sha256(data).hexdigest())
+        self._cached = (stamp, version)
+        return version
 
     def _forget(self) -> None:
-        self._stamp = None
-        self._version = None
+        self._cached = None

@@ -32,6 +32,7 @@ import logging
 import os
 import secrets
 import socket
+import threading
 from collections.abc import Callable, Container, Mapping
 from typing import Final, Literal
 
@@ -69,7 +70,7 @@ from .checks import (
 from .consume import Consume, RecordAlso, consumed_event, ledger_row
 from .errors import Fenced, OperatorRefusal, ResolutionError, recordable
 from .failpoints import Failpoints
-from .keys import TrustedKeysFile
+from .keys import KeySetVersion, TrustedKeysFile
 from .models import LedgerRow, Outcome, State, Work
 from .receipts import ReceiptSigner, Resolution
 from .record import DETAIL_MAX, Recorder, clip, envelope_text
@@ -132,6 +133,7 @@ class Executor:
         self._engine = engine
         self._keys = keys
         self._trusted_sha: str | None = None
+        self._trusting = threading.Lock()
         self._binding = binding
         self._reader = reader
         self._writer = writer
@@ -174,6 +176,14 @@ class Executor:
         if isinstance(self._keys, KeySet):
             return self._keys
         version = self._keys.current()
+        if version.sha256 == self._trusted_sha:
+            return version.keys
+        with self._trusting:  # one record per key set, whichever thread sees it first
+            self._record_trusted(version)
+        return version.keys
+
+    def _record_trusted(self, version: KeySetVersion) -> None:
+        assert isinstance(self._keys, TrustedKeysFile)
         if version.sha256 != self._trusted_sha:
             now = self.clock()
             with self._tx.begin() as conn:
@@ -202,7 +212,6 @@ class Executor:
                 version.sha256,
             )
             self._trusted_sha = version.sha256
-        return version.keys
 
     # -- the execute path ----------------------------------------------------------------
 

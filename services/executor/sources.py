@@ -86,7 +86,8 @@ class BundleSource(Protocol):
 @runtime_checkable
 class AckInTransaction(Protocol):
     """A source whose acknowledgement is a database write (the feed's cursor): it is made
-    in the transaction that records the bundle, so both commit or neither does."""
+    in the transaction that records the bundle, so both commit or neither does. The
+    deliveries of one batch may be executed side by side and commit in any order."""
 
     def ack_in(self, conn: Connection, delivery: Delivery) -> Mapping[str, object]:
         """Acknowledge ``delivery`` in ``conn``'s open transaction, before it commits;
@@ -95,6 +96,11 @@ class AckInTransaction(Protocol):
 
     def forget(self, delivery: Delivery) -> None:
         """The transaction that acknowledged ``delivery`` committed."""
+        ...
+
+    def settle(self) -> None:
+        """Every delivery of the batch has committed or failed: make the acknowledgement
+        that commits side by side may have left undone (see the feed's)."""
         ...
 
 

@@ -9,6 +9,7 @@ agent, which imports the reader, never loads a module that can write.
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -175,6 +176,7 @@ class Clients:
     def __init__(self, config: AlibabaConfig) -> None:
         self._config = config
         self._cache: dict[tuple[str, str], Any] = {}
+        self._building = threading.Lock()
 
     def sdk_config(self, region: str) -> Config:
         c = self._config
@@ -215,7 +217,10 @@ class Clients:
         key = (product, region)
         client = self._cache.get(key)
         if client is None:
-            cls = {"ecs": EcsClient, "rds": RdsClient, "cms": CmsClient}[product]
-            client = cls(self.sdk_config(region))
-            self._cache[key] = client
+            with self._building:  # the executor's daemon calls from several threads
+                client = self._cache.get(key)
+                if client is None:
+                    cls = {"ecs": EcsClient, "rds": RdsClient, "cms": CmsClient}[product]
+                    client = cls(self.sdk_config(region))
+                    self._cache[key] = client
         return client

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import secrets
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -235,6 +236,7 @@ class Clients:
         self._config = config
         self._session = _session(config)
         self._cache: dict[tuple[str, str], Any] = {}
+        self._building = threading.Lock()
         self._botocore = Config(
             connect_timeout=config.connect_timeout_ms / 1000,
             read_timeout=config.read_timeout_ms / 1000,
@@ -249,13 +251,17 @@ class Clients:
         key = (service, region)
         client = self._cache.get(key)
         if client is None:
-            client = self._session.client(
-                service,  # type: ignore[call-overload]
-                region_name=region,
-                endpoint_url=self._config.endpoint_url,
-                config=self._botocore,
-            )
-            self._cache[key] = client
+            # A boto3 session is not thread-safe (its clients are): one client at a time.
+            with self._building:
+                client = self._cache.get(key)
+                if client is None:
+                    client = self._session.client(
+                        service,  # type: ignore[call-overload]
+                        region_name=region,
+                        endpoint_url=self._config.endpoint_url,
+                        config=self._botocore,
+                    )
+                    self._cache[key] = client
         return client
 
     def ec2(self, region: str) -> EC2Client:
