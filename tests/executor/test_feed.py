@@ -392,6 +392,38 @@ def test_sigkill_mid_write_then_restart_resumes_from_the_cursor_without_a_second
         assert verify_chain(world.engine).ok
 
 
+@pytest.mark.parametrize(
+    "ledger_db", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_sigkill_with_a_page_in_hand_side_by_side_loses_none_and_writes_none_twice(
+    tmp_path: Path, request: pytest.FixtureRequest, ledger_db: str
+) -> None:
+    """Twelve approvals waiting on the feed, an executor running four at once killed when
+    the first write returns: the others are anywhere from verified to written. After a
+    restart each is written at most once, none is skipped, and the chain holds."""
+    url = request.getfixturevalue("pg_url") if ledger_db == "postgres" else None
+    fast = {
+        "AIRLOCK_EXECUTOR_LEASE_SECONDS": "4",
+        "AIRLOCK_EXECUTOR_RECOVER_EVERY": "1",
+        "AIRLOCK_EXECUTOR_CLOUD_CONNECT_TIMEOUT_MS": "500",
+        "AIRLOCK_EXECUTOR_CLOUD_READ_TIMEOUT_MS": "1000",
+        "AIRLOCK_EXECUTOR_PARALLEL": "4",
+    }
+    with _world(tmp_path, ledger_url=url, start_executor=False, executor_env=fast) as world:
+        proposals = [world.propose(n, "par") for n in range(1, 13)]
+        for p in proposals:
+            world.approve(p)
+        world.stack.executor.spawn(AIRLOCK_EXECUTOR_FAILPOINTS="after_cloud_call")
+        assert world.stack.executor.wait_exit(timeout=60) == -signal.SIGKILL
+        world.stack.executor.start()
+        for p in proposals:
+            record = world.stack.wait_state(p["id"], {"executed", "in_doubt"}, timeout=60)
+            # in doubt only when killed between its consume and its write: never written
+            assert _writes_for(world, p) == (1 if record["state"] == "executed" else 0)
+        # None skipped: an approval the cursor passed unconsumed would stay approved.
+        assert verify_chain(world.engine).ok
+
+
 def test_crash_before_the_cursor_moved_and_a_down_checkpoint_lose_no_outcome(
     world: World,
 ) -> None:
