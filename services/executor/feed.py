@@ -5,7 +5,9 @@ port over ``GET /v1/feed``. Delivery is **at least once**: the cursor lives in t
 executor's own database and moves past an item only after the item is recorded — an
 approval in the ledger or the refusals table, a revocation in ``executor_revocations``.
 A crash in between redelivers the approval, and the ledger refuses it as ``E_REPLAY``:
-the source never skips anything by local state that the ledger must judge.
+the source never skips anything by local state that the ledger must judge. The daemon may
+execute a page's approvals side by side, and they commit in any order; the cursor moves
+only past the page's leading run of committed ones (:meth:`CheckpointFeedSource.ack_in`).
 
 Revocations are written to the database as they arrive and :class:`LedgerRevocations`
 answers step 12 from there, so a revocation survives restarts, is shared by every
