@@ -155,16 +155,20 @@ def why_not_consumed(
     if taken is not None:
         return "taken"
     if row["state"] == State.EXECUTING.value:
-        revoked = conn.execute(
-            sa.select(revocations.c.approval_id).where(
-                revocations.c.approval_id == row["approval_id"]
-            )
-        ).first()
-        if revoked is not None:
+        if revoked(conn, row["approval_id"]):
             return "revoked"
         if row["expires_at"] <= now:
             return "expired"
     raise RuntimeError(f"the consume of {row['approval_id']} inserted nothing, for no reason known")
+
+
+def revoked(conn: Connection, approval_id: str) -> bool:
+    """Is a revocation of ``approval_id`` recorded (``executor_revocations``)? Ask under
+    the chain lock that revocations are recorded under, in the transaction that acts."""
+    found = conn.execute(
+        sa.select(revocations.c.approval_id).where(revocations.c.approval_id == approval_id)
+    ).first()
+    return found is not None
 
 
 # Built once, values as parameters (see _consume_statement).

@@ -306,6 +306,8 @@ class Recorder:
         try:
             with self._tx.begin() as conn:
                 AuditLog.lock(conn)
+                if ledger.revoked(conn, work.approval_id):
+                    raise _NotConsumed  # refused as revoked (not_consumed asks why)
                 self.audit(conn, now, consumed_event(consume.verified, work, consume.also(conn)))
                 head = self.audit(
                     conn,

@@ -243,7 +243,11 @@ class Executor:
         now = self.clock()
         bundle_sha = "sha256:" + hashlib.sha256(raw).hexdigest()
         try:
-            verified = verify_bundle(raw, keys, self._binding, now, revoked)  # (1)–(12)
+            # (12) here against revocations from outside the ledger only: the ledger's own
+            # are checked by the consume, in its transaction (its INSERT, or under the
+            # whole chain's lock for a row born refused or claimed), so an execution reads
+            # them once. A revoked approval is then refused after its live re-read.
+            verified = verify_bundle(raw, keys, self._binding, now, beyond_ledger(revoked))
         except Refused as exc:
             # exc.approval_id is set only for refusals that are properties of an
             # authenticated approval (expired, revoked, another audience...).
@@ -343,7 +347,7 @@ class Executor:
         row = ledger_row(consume, State.CLAIMED, now=now, lease_expires=now)
         with self._tx.begin() as conn:
             AuditLog.lock(conn)
-            if not ledger.consume(conn, row, now=now):
+            if ledger.revoked(conn, work.approval_id) or not ledger.consume(conn, row, now=now):
                 outcome = self._rec.not_consumed(conn, consume, now)
             else:
                 event = consumed_event(consume.verified, work, consume.also(conn))
