@@ -176,6 +176,27 @@ _CREATE: Final = {
 }
 
 
+_HASH = sa.bindparam("hash", type_=checkpoint_head.c.hash.type)
+_HEAD_MOVE: Final = Prepared(
+    sa.update(checkpoint_head)
+    .where(
+        checkpoint_head.c.feed == _FEED,
+        sa.or_(checkpoint_head.c.seq != _SEQ, checkpoint_head.c.hash != _HASH),
+    )
+    .values(seq=_SEQ, hash=_HASH, recorded_at=_NOW)
+)
+# Ignoring a conflict: an executor in another lane may insert it meanwhile.
+_HEAD_CREATE: Final = {
+    dialect: Prepared(
+        insert(checkpoint_head)
+        .values(feed=_FEED, seq=_SEQ, hash=_HASH, recorded_at=_NOW)
+        .on_conflict_do_nothing()
+        .returning(checkpoint_head.c.feed)
+    )
+    for dialect, insert in (("postgresql", postgresql.insert), ("sqlite", sqlite.insert))
+}
+
+
 def advance_cursor(conn: Connection, feed: str, seq: int, now: int) -> None:
     """Move the cursor forward to ``seq`` (never back: another executor may be ahead)."""
     params = {"feed": feed, "seq": seq, "now": now}
@@ -595,25 +616,15 @@ class CheckpointFeedSource:
         whether it changed (then the transaction's audit event must carry it). Call under
         the chain lock: the whole chain's serializes this read-compare-write; under a lane
         another executor's may interleave, and both then record the head."""
-        last = conn.execute(
-            sa.select(checkpoint_head.c.seq, checkpoint_head.c.hash).where(
-                checkpoint_head.c.feed == self._feed
-            )
-        ).first()
-        if last is not None and (last.seq, last.hash) == (head.seq, head.hash):
-            return False
-        values = {"seq": head.seq, "hash": head.hash, "recorded_at": now}
-        if last is None:
-            # Ignoring a conflict: an executor in another lane may insert it meanwhile.
-            conn.execute(insert_ignore(conn, checkpoint_head).values(feed=self._feed, **values))
-        else:
-            conn.execute(
-                sa.update(checkpoint_head)
-                .where(checkpoint_head.c.feed == self._feed)
-                .values(**values)
-            )
-        _log.debug("checkpoint audit head %d recorded for %s", head.seq, self._feed)
-        return True
+        params = {"feed": self._feed, "seq": head.seq, "hash": head.hash, "now": now}
+        # One statement when the head moved, as it has on nearly every page; a second
+        # only to tell a first head from the same one again.
+        changed = bool(_HEAD_MOVE.rowcount(conn, params)) or (
+            _HEAD_CREATE[conn.dialect.name].first(conn, params) is not None
+        )
+        if changed:
+            _log.debug("checkpoint audit head %d recorded for %s", head.seq, self._feed)
+        return changed
 
     def _record_revocation(self, conn: Connection, r: _Revocation, now: int) -> None:
         inserted = conn.execute(
