@@ -288,18 +288,24 @@ def _cpu_floor_us(count: int) -> tuple[float, float, float]:
 
 
 def _child(kind: str, url: str, work: Any, barrier: Any, out: Any) -> None:
-    if kind == "bare":
+    """One worker process: ``bare`` INSERTs, the ``floor`` (an INSERT, then an UPDATE of
+    its row: two commits per item, as an execution makes), or ``exec`` executions."""
+    if kind in ("bare", "floor"):
         engine = make_engine(url)
         with engine.connect():
             pass
         dialect = (
             sa.dialects.postgresql if engine.dialect.name == "postgresql" else sa.dialects.sqlite
         )
+        touch = _bare.update().where(_bare.c.k == sa.bindparam("key")).values(k=sa.bindparam("key"))
         barrier.wait()
         start = time.perf_counter()
         for k in work:
             with engine.begin() as conn:
                 conn.execute(dialect.insert(_bare).values(k=k).on_conflict_do_nothing())
+            if kind == "floor":
+                with engine.begin() as conn:
+                    conn.execute(touch, {"key": k})
         engine.dispose()
     else:
         executor = _executor(url)
@@ -457,6 +463,11 @@ def main(argv: list[str] | None = None) -> int:
                     url,
                     [[uuid.uuid4().hex for _ in range(per)] for _ in range(args.workers)],
                 )
+                floor_n = run(
+                    "floor",
+                    url,
+                    [[uuid.uuid4().hex for _ in range(per)] for _ in range(args.workers)],
+                )[0]
             finally:
                 drop()
             slower = min(verify_rate, bare_1)
@@ -467,6 +478,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"   bare durable INSERT, {args.workers} workers    {bare_n:10.0f} /s")
             print(f"   two durable commits, 1 worker     {floor_1:10.0f} /s  (the path's floor)")
             print(f"   three durable commits, 1 worker   {floor_3:10.0f} /s")
+            print(f"   two durable commits, {args.workers} workers   {floor_n:10.0f} /s")
             print(f"   execute (full path), 1 worker     {exec_1:10.0f} /s")
             print(f"   execute (full path), {args.workers} workers    {exec_n:10.0f} /s")
             print(
@@ -484,6 +496,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"   ratio {args.workers} workers: {against_bare:.2f} x bare INSERT "
                 f"at {args.workers} workers (goal >= {SCALE_BARE_GOAL}), {scale:.2f} x 1 worker "
                 f"(goal >= {SCALE_GOAL}){'' if met else '  BELOW GOAL'}"
+            )
+            print(
+                f"   {args.workers} workers against their own floor: {exec_n / floor_n:.2f} x two "
+                f"durable commits at {args.workers} workers"
             )
             if db == "postgresql":
                 print(

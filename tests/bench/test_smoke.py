@@ -21,7 +21,7 @@ _RUNS = {
     "bench_protocol": (["--rounds", "1", "--seconds", "0.02"], "ratio verify_bundle"),
     "bench_executor": (
         ["--no-pg", "--rounds", "1", "--batch", "5", "--workers", "2"],
-        "against its own floor",
+        "workers against their own floor",
     ),
     "bench_checkpoint": (["--rounds", "1", "--batch", "3"], "ratio HTTP approvals"),
     "bench_agent": (["--instances", "20", "--workers", "2"], "scan / bare"),
