@@ -579,18 +579,20 @@ class OutboxReporter:
             return
         records, self._unrecorded = self._unrecorded, []
         with self._engine.begin() as conn:
-            for record in records:
-                # Another executor on this ledger may have recorded this attempt already:
-                # the first record stands. Only this attempt's queue row goes: a resend
-                # queued since (the next attempt) must stay.
-                conn.execute(insert_ignore(conn, deliveries).values(**record))
-                conn.execute(
-                    sa.delete(outbox).where(
-                        outbox.c.kind == record["kind"],
-                        outbox.c.approval_id == record["approval_id"],
-                        outbox.c.attempt == record["attempt"],
-                    )
-                )
+            # Each statement once for the whole batch (executemany). Another executor on
+            # this ledger may have recorded an attempt already: the first record stands.
+            # Only this attempt's queue row goes: a resend queued since (the next
+            # attempt) must stay.
+            conn.execute(insert_ignore(conn, deliveries), records)
+            conn.execute(_DEQUEUE, records)
+
+
+#: One attempt's queue row, by the fields of its delivery record.
+_DEQUEUE: Final = sa.delete(outbox).where(
+    outbox.c.kind == sa.bindparam("kind"),
+    outbox.c.approval_id == sa.bindparam("approval_id"),
+    outbox.c.attempt == sa.bindparam("attempt"),
+)
 
 
 class DeliveryRecord(TypedDict):
