@@ -30,7 +30,7 @@ from airlock.protocol import (
 )
 from airlock.store import AuditEntry, AuditLog
 
-from .consume import Consume, consumed_event, ledger_row
+from .consume import Consume, RecordAlso, consumed_event, ledger_row
 from .errors import LedgerHeld
 from .failpoints import Failpoints
 from .models import Outcome, State, Work
@@ -182,11 +182,12 @@ class Recorder:
         approval_id: str | None = None,
         action_hash: str | None = None,
         issued_at: int | None = None,
-        also: Mapping[str, object] | None = None,
+        also: RecordAlso | None = None,
     ) -> Envelope:
         """Record a refusal in ``conn``'s transaction (refusals table, audit event with
-        the fields ``also`` adds, signed receipt) and queue it for the checkpoint when it
-        must hear of it; return the receipt."""
+        the fields ``also(conn)`` adds, signed receipt) and queue it for the checkpoint
+        when it must hear of it; return the receipt. ``also`` is called under the whole
+        chain's lock, which a feed's acknowledgement (a lane) must come after."""
         detail = clip(detail)
         # The checkpoint hears of an approval refused before it was used
         # (docs/protocol.md#proposals: it would show approved, then lapsed, with no reason): the
@@ -224,7 +225,8 @@ class Recorder:
                     f"this ledger went back before {since} (a ledger hold) and may have "
                     "used this approval, issued before it, and forgotten"
                 )
-        event.update(also or {})
+        if also is not None:
+            event.update(also(conn))
         head = self.audit(conn, now, event)
         receipt = self.receipt(
             head,
@@ -291,7 +293,7 @@ class Recorder:
             approval_id=st.approval_id,
             action_hash=verified.action_hash,
             issued_at=st.issued_at,
-            also=consume.also(conn),
+            also=consume.also,
         )
         return Outcome(st.approval_id, None, code, detail=clip(short), receipt=receipt)
 

@@ -260,7 +260,7 @@ class Executor:
                     bundle_sha,
                     approval_id=exc.approval_id,
                     issued_at=exc.issued_at,
-                    also=also(conn),
+                    also=also,
                 )
             return self._rec.report(
                 Outcome(exc.approval_id, None, exc.code, detail=clip(exc.detail), receipt=receipt)

@@ -28,6 +28,7 @@ from services.executor import (
     Shutdown,
     State,
     checkpoint_client,
+    daemon,
     serve,
 )
 from services.executor.feed import read_cursor
@@ -36,7 +37,7 @@ from services.executor.recover import execute_delivery
 from services.executor.sources import Delivery
 
 from .conftest import Env
-from .support import Bundle, InMemoryCloud, make_executor, make_test_bundle
+from .support import T0, TTL, Bundle, InMemoryCloud, make_executor, make_test_bundle
 
 BASE = "http://checkpoint.test"
 
@@ -193,9 +194,9 @@ def test_an_error_is_raised_only_once_every_run_has_ended() -> None:
         pool.close()
 
 
-@pytest.mark.parametrize("workers", [0, 33])
+@pytest.mark.parametrize("workers", [0, 9])
 def test_a_pool_size_out_of_bounds_is_refused(workers: int) -> None:
-    with pytest.raises(ValueError, match="between 1 and 32"):
+    with pytest.raises(ValueError, match="between 1 and 8"):
         Parallel(workers)
 
 
@@ -334,3 +335,82 @@ def test_the_daemon_runs_resources_side_by_side_and_each_resources_approvals_in_
         assert ops == ["stop", "delete"]
     assert _cursor(env, source) == len(feed.items)
     assert verify_chain(env.engine).ok
+
+
+def test_a_bundle_refused_at_verification_on_the_feed_is_recorded_and_passed(
+    env: Env, feed: Feed, source: CheckpointFeedSource
+) -> None:
+    """Found in review: the refusal's acknowledgement took a lane of the audit chain
+    before the refusal took the whole chain, which PostgreSQL's laned chain refuses, so
+    the cursor stayed on an expired bundle for good."""
+    expired = make_test_bundle(1, tag="pv", issued_at=T0 - 2 * TTL)
+    env.cloud.add("ecs.instance", expired.resource_id, "Running")
+    feed.add(expired)
+    [delivery] = source.receive(wait_s=0)
+    outcome = execute_delivery(env.executor, source, delivery)
+    assert outcome.refusal_code is RefusalCode.E_EXPIRED
+    assert _cursor(env, source) == 1
+    assert env.cloud.writes == []
+    assert verify_chain(env.engine).ok
+
+
+def test_once_a_delivery_fails_the_pages_other_runs_take_nothing_more(
+    env: Env, feed: Feed, source: CheckpointFeedSource
+) -> None:
+    bundles = [make_test_bundle(n, tag="pf") for n in range(1, 5)]
+    cloud = _FailingCloud(bundles[0].resource_id, bundles[1].resource_id)
+    executor = make_executor(env.url, cloud, env.clock, worker_id="worker-failing")
+    env.others.append(executor)
+    for b in bundles:
+        cloud.add("ecs.instance", b.resource_id, "Running")
+        feed.add(b)
+    pool = Parallel(2)
+    try:
+        with pytest.raises(RuntimeError, match="read went wrong"):
+            daemon._drain(executor, source, Shutdown(), 0, on_outcome=None, parallel=pool)
+        # The second ran beside the failing first; the third and fourth were not taken.
+        assert [cloud.writes_for(b.resource_id) for b in bundles] == [0, 1, 0, 0]
+        assert _cursor(env, source) == 0
+        cloud.fail_on = None
+        assert daemon._drain(executor, source, Shutdown(), 0, on_outcome=None, parallel=pool) == 4
+    finally:
+        pool.close()
+    assert [cloud.writes_for(b.resource_id) for b in bundles] == [1, 1, 1, 1]
+    assert _cursor(env, source) == 4
+
+
+class _FailingCloud(InMemoryCloud):
+    """The first resource's re-read fails (not a cloud error: a bug, a driver fault) once
+    the second's has been made."""
+
+    def __init__(self, fail_on: str, after: str) -> None:
+        super().__init__()
+        self.fail_on: str | None = fail_on
+        self.after = after
+        self.second_read = threading.Event()
+
+    def get_state(
+        self, region: str, resource_type: ResourceType, resource_id: str
+    ) -> LiveState | None:
+        if resource_id == self.after:
+            self.second_read.set()
+        if resource_id == self.fail_on:
+            self.second_read.wait(timeout=10)
+            raise RuntimeError("read went wrong")
+        return super().get_state(region, resource_type, resource_id)
+
+
+def test_the_daemon_settles_the_cursor_after_a_page_run_side_by_side(
+    env: Env, feed: Feed, source: CheckpointFeedSource, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _stops(env, feed, "pz", 3)
+    settled: list[int] = []
+    settle = source.settle
+    monkeypatch.setattr(source, "settle", lambda: (settled.append(1), settle())[1])
+    pool = Parallel(2)
+    try:
+        assert daemon._drain(env.executor, source, Shutdown(), 0, on_outcome=None, parallel=pool)
+    finally:
+        pool.close()
+    assert settled == [1]
+    assert _cursor(env, source) == 3
