@@ -646,9 +646,9 @@ class ExecutorSettings(CloudSettings):
     #: Longest wait of one feed long-poll, or on an empty inbox (looked at every 0.1 s),
     #: seconds; never past the next recovery pass. At most 600, as the feed allows.
     poll_wait: int = Field(default=5, gt=0, le=600)  # GET /v1/feed answers 422 beyond 600
-    #: Bundles the daemon executes at once, those naming one resource one after another
-    #: in feed order; 1 executes one at a time.
-    parallel: int = Field(default=4, ge=1, le=32)
+    #: Bundles the daemon executes at once (at most 8), those naming one resource one
+    #: after another in feed order; 1 executes one at a time.
+    parallel: int = Field(default=4, ge=1, le=8)
     #: Directory bundle source for the daemon (``*.json`` files) instead of the feed.
     inbox: Path | None = None
     #: With ``inbox``: a file of revoked approval ids, one per line.

@@ -124,11 +124,14 @@ def _drain(
     parallel: Parallel | None,
 ) -> int:
     deliveries = source.receive(wait_s=wait_s)
-    held = threading.Event()
+    held, failed = threading.Event(), threading.Event()
     shown = threading.Lock()
 
     def one(delivery: Delivery) -> bool:
-        if shutdown.requested or held.is_set():
+        # Once one has failed or met a hold, the page's other runs take nothing more: the
+        # cursor stays before that one, and what they executed after it would be
+        # delivered again next turn.
+        if shutdown.requested or held.is_set() or failed.is_set():
             return False  # not acknowledged: delivered again after the restart or the hold
         try:
             outcome = execute_delivery(executor, source, delivery)
@@ -136,6 +139,9 @@ def _drain(
             _log.warning("%s: %s; left where it is", delivery.ref, exc)
             held.set()
             return False
+        except BaseException:
+            failed.set()
+            raise
         _show(outcome, delivery.ref)
         if on_outcome is not None:
             with shown:
@@ -271,7 +277,7 @@ def serve(
     (:class:`_Courier`), never inside a turn of the execute loop. With ``parallel`` over
     1, up to that many of a batch's bundles are executed at once, those naming one
     resource one after another in their order (:mod:`services.executor.parallel`).
-    Raises ValueError for ``parallel`` outside 1..32."""
+    Raises ValueError for ``parallel`` outside 1..8."""
     pool = Parallel(parallel) if parallel != 1 else None
     beat = heartbeat or Heartbeat(None)
     errors = error_backoff or Backoff()

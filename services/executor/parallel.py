@@ -29,8 +29,10 @@ from .sources import Delivery
 
 __all__ = ["MAX_PARALLEL", "Parallel", "resource_key"]
 
-#: The most deliveries executed at once (``AIRLOCK_EXECUTOR_PARALLEL``'s bound).
-MAX_PARALLEL: Final = 32
+#: The most deliveries executed at once (``AIRLOCK_EXECUTOR_PARALLEL``'s bound): each
+#: holds a ledger connection (SQLAlchemy's pool: 5, and 10 more) and an SDK connection
+#: (boto3's pool: 10) while it runs, beside the loop's and the outbox's.
+MAX_PARALLEL: Final = 8
 #: The key of every bundle whose resource cannot be read: they run one after another.
 _UNREADABLE: Final = ""
 

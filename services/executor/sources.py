@@ -15,6 +15,7 @@ harmless (E_REPLAY).
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -281,15 +282,15 @@ class ReceiptDirectorySink:
         if not directory.is_dir():
             raise FileNotFoundError(f"receipts directory {directory} is not a directory")
         self._dir = directory
-        self._n = 0
+        self._numbers = itertools.count(1)  # one each, whichever thread reports
 
     def report(self, outcome: Outcome) -> None:
         if outcome.receipt is None:
             return
-        self._n += 1
-        name = outcome.approval_id or f"refused-{os.getpid()}-{self._n}"
+        n = next(self._numbers)
+        name = outcome.approval_id or f"refused-{os.getpid()}-{n}"
         if outcome.approval_id is not None and outcome.state is None:
-            name = f"{name}.refused-{os.getpid()}-{self._n}"  # a replay: keep the first receipt
+            name = f"{name}.refused-{os.getpid()}-{n}"  # a replay: keep the first receipt
         data = json.dumps(outcome.receipt.to_value(), sort_keys=True).encode() + b"\n"
         tmp = self._dir / f".{name}.tmp"
         tmp.write_bytes(data)
