@@ -105,9 +105,16 @@ def _consume_statement(dialect: str, born_executing: bool) -> Prepared:
         conditions.append(sa.bindparam("expires_at", type_=sa.BigInteger) > now)
         conditions.append(~sa.exists().where(revocations.c.approval_id == approval_id))
     row = sa.select(*(sa.bindparam(c.name, type_=c.type) for c in ledger.c)).where(*conditions)
-    insert = postgresql.insert(ledger) if dialect == "postgresql" else sqlite.insert(ledger)
+    if dialect == "sqlite":
+        # SQLite's rowcount is sqlite3_changes(): the rows this INSERT inserted, exact
+        # (a row a trigger skips is not counted), so no RETURNING and the ephemeral table
+        # SQLite builds for it.
+        return Prepared(
+            sqlite.insert(ledger).from_select(list(ledger.c), row).on_conflict_do_nothing()
+        )
     return Prepared(
-        insert.from_select(list(ledger.c), row)
+        postgresql.insert(ledger)
+        .from_select(list(ledger.c), row)
         .on_conflict_do_nothing()
         .returning(ledger.c.approval_id)
     )
@@ -129,8 +136,11 @@ def consume(conn: Connection, row: Mapping[str, Any], *, now: int) -> bool:
     if row.keys() != _COLUMNS:
         raise ValueError("a ledger row names every column")
     statement = _consume_statement(conn.dialect.name, state is State.EXECUTING)
+    params = {**row, _HOLD_NOW: now}
+    if conn.dialect.name == "sqlite":
+        return statement.rowcount(conn, params) == 1
     # RETURNING, not rowcount: psycopg reports -1 for INSERT … ON CONFLICT DO NOTHING.
-    return statement.first(conn, {**row, _HOLD_NOW: now}) is not None
+    return statement.first(conn, params) is not None
 
 
 def why_not_consumed(

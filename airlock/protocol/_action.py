@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from decimal import ROUND_HALF_UP, Decimal
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, Literal, get_args
 
 from pydantic import Field, ValidationError, ValidationInfo, model_validator
 
@@ -78,6 +78,11 @@ _RESOURCE_ID_PATTERNS: Final[dict[tuple[str, str], re.Pattern[str]]] = {
     # RDS DBInstanceIdentifier: 1-63 letters, digits or hyphens, a letter first, no two
     # hyphens together, none last; AWS stores it lower case, so only lower case is valid.
     ("aws", "rds.instance"): re.compile(r"(?=.{1,63}\Z)[a-z](-?[a-z0-9])*"),
+}
+#: The id formats of each resource type, whichever provider's (a Resource alone).
+_ID_PATTERNS_BY_TYPE: Final[dict[str, tuple[re.Pattern[str], ...]]] = {
+    rtype: tuple(p for (_, t), p in _RESOURCE_ID_PATTERNS.items() if t == rtype)
+    for rtype in get_args(ResourceType)
 }
 #: Account and region formats per provider (the shared field patterns bound them first).
 _ACCOUNT_PATTERNS: Final[dict[str, re.Pattern[str]]] = {
@@ -177,13 +182,10 @@ class Resource(WireModel):
     def _id_format(self) -> Resource:
         # The id in some provider's format for the type; the action and the statement
         # check it against their own provider (check_target).
-        if not any(
-            pattern.fullmatch(self.id)
-            for (_, rtype), pattern in _RESOURCE_ID_PATTERNS.items()
-            if rtype == self.type
-        ):
-            raise ValueError(f"{self.id!r} is not a valid {self.type} id")
-        return self
+        for pattern in _ID_PATTERNS_BY_TYPE[self.type]:
+            if pattern.fullmatch(self.id) is not None:
+                return self
+        raise ValueError(f"{self.id!r} is not a valid {self.type} id")
 
 
 class Precondition(WireModel):

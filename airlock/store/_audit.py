@@ -52,11 +52,12 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import re
 from collections.abc import Generator, Iterator, Mapping
 from contextlib import closing
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any, Final, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
@@ -64,7 +65,7 @@ from sqlalchemy.orm import Session
 
 from airlock.protocol import Refused, canonical_bytes, loads_strict
 
-from ._chain import SQLITE_CHAIN_HASH, chain_hash
+from ._chain import chain_hash
 from ._engine import is_postgresql, is_sqlite, read_transaction, require_immediate
 from ._prepared import Prepared
 from .errors import AuditError, ChainError
@@ -349,10 +350,12 @@ def _encode_event(event: Mapping[str, Any], at: datetime) -> bytes:
     return data
 
 
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
 def is_hex64(value: object) -> bool:
-    return (
-        isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
-    )
+    """True for a str of exactly 64 lowercase hex digits (a row_hash)."""
+    return isinstance(value, str) and _HEX64.fullmatch(value) is not None
 
 
 def connection_of(conn: Connection | Session) -> Connection:
@@ -370,15 +373,15 @@ _HEAD = (
     .limit(1)
 )
 
-# An append is one statement (one round trip): read the head, extend it, return the new
-# row. The head is read in the INSERT's own snapshot, which is taken after the chain lock
-# (PostgreSQL, READ COMMITTED) or inside BEGIN IMMEDIATE (SQLite), as a SELECT of its own
-# would be; the trigger then checks the row against the head once more. row_hash is
-# SHA-256(raw(prev) ‖ event bytes), computed by the database over the very bytes passed
-# in (PostgreSQL's built-in sha256, 11+; on SQLite _chain.sqlite_chain_hash) and checked
-# against chain_hash on the returned row. The WHERE refuses a head whose row_hash is not
-# 64 lowercase hex: nothing is inserted, and append reads the head to say why. The LIMIT
-# is inside the subquery, so the WHERE judges the head only, never an older row.
+# On PostgreSQL an append is one statement (one round trip): read the head, extend it,
+# return the new row. The head is read in the INSERT's own snapshot, which is taken after
+# the chain lock (READ COMMITTED), as a SELECT of its own would be; the trigger then
+# checks the row against the head once more. row_hash is SHA-256(raw(prev) ‖ event
+# bytes), computed by the database's built-in sha256 (11+) over the very bytes passed in
+# and checked against chain_hash on the returned row. The WHERE refuses a head whose
+# row_hash is not 64 lowercase hex: nothing is inserted, and append reads the head to say
+# why. The LIMIT is inside the subquery, so the WHERE judges the head only, never an
+# older row.
 _APPEND_SQL = """
 INSERT INTO audit_log (seq, event, prev_hash, row_hash)
 SELECT chain_head.seq + 1, :event, chain_head.row_hash, {row_hash}
@@ -415,16 +418,22 @@ def _append_statement(sql: str, row_hash: str, well_formed: str) -> Prepared:
 
 _PG_HASH = "encode(sha256(decode(chain_head.row_hash, 'hex') || :event_bytes), 'hex')"
 _PG_WELL_FORMED = "chain_head.row_hash ~ '^[0-9a-f]{64}$'"
-_APPEND = {
-    "postgresql": _append_statement(_APPEND_SQL, _PG_HASH, _PG_WELL_FORMED),
-    "sqlite": _append_statement(
-        _APPEND_SQL,
-        f"{SQLITE_CHAIN_HASH}(chain_head.row_hash, :event_bytes)",
-        "typeof(chain_head.row_hash) = 'text' AND length(chain_head.row_hash) = 64 "
-        "AND chain_head.row_hash NOT GLOB '*[^0-9a-f]*'",
-    ),
-}
+_APPEND = _append_statement(_APPEND_SQL, _PG_HASH, _PG_WELL_FORMED)
 _APPEND_LANE = _append_statement(_APPEND_LANE_SQL, _PG_HASH, _PG_WELL_FORMED)
+# On SQLite the transaction holds the database's one write lock from its BEGIN IMMEDIATE
+# (no round trips, no other writer): the head is read, the row is hashed here by
+# chain_hash itself, and inserted; the trigger checks the row against the head again.
+_SQLITE_HEAD = Prepared(
+    sa.select(_audit.c.seq, _audit.c.row_hash).order_by(_audit.c.seq.desc()).limit(1)
+)
+_SQLITE_APPEND = Prepared(
+    sa.insert(_audit).values(
+        seq=sa.bindparam("seq", type_=sa.BigInteger),
+        event=sa.bindparam("event", type_=sa.Text),
+        prev_hash=sa.bindparam("prev_hash", type_=sa.String(64)),
+        row_hash=sa.bindparam("row_hash", type_=sa.String(64)),
+    )
+)
 # The whole chain: exclusive, so no lane is held by anyone else. It also says whether the
 # chain has lanes (its sequence exists), read afresh each time, so a connection that
 # outlived the migration that added them never appends the old way to a chain with lanes.
@@ -458,6 +467,10 @@ class _Held:
     laned: bool
 
 
+#: What every SQLite transaction holds (immutable, so one object serves them all).
+_SQLITE_HELD: Final = _Held(None, True, 0, False)
+
+
 def _hold(connection: Connection, *, whole: bool) -> _Held:
     """Take the whole chain's lock (``whole``) or a lane's for the rest of the open
     transaction, unless it holds one already; return what it holds."""
@@ -466,7 +479,7 @@ def _hold(connection: Connection, *, whole: bool) -> _Held:
     if is_sqlite(connection):
         # One writer at a time already (BEGIN IMMEDIATE): one lane, the whole chain.
         require_immediate(connection)
-        return _Held(None, True, 0, False)
+        return _SQLITE_HELD
     if not is_postgresql(connection):
         raise AuditError(f"unsupported dialect {connection.dialect.name!r}")
     # Taken once per transaction: held until the transaction ends. A new transaction is
@@ -510,6 +523,21 @@ def _head(conn: Connection) -> AuditEntry:
     )
 
 
+def _append_sqlite(connection: Connection, text: str, data: bytes) -> AuditEntry:
+    """The append on SQLite (see ``_SQLITE_APPEND``), under the transaction's write lock."""
+    head = _SQLITE_HEAD.first(connection, {})
+    if head is None:
+        raise ChainError("audit_log has no genesis row: run the service's migrations")
+    seq, prev_hash = head
+    if not is_hex64(prev_hash):
+        raise ChainError(f"audit head seq {seq} has a malformed row_hash: verify it")
+    row_hash = chain_hash(prev_hash, data)
+    params = {"seq": seq + 1, "event": text, "prev_hash": prev_hash, "row_hash": row_hash}
+    if _SQLITE_APPEND.rowcount(connection, params) != 1:
+        raise ChainError(f"audit append of seq {seq + 1} inserted no row")
+    return AuditEntry(seq=seq + 1, event_text=text, prev_hash=prev_hash, row_hash=row_hash)
+
+
 class AuditLog:
     """Append to and read the head of a service's audit chain, in the caller's transaction."""
 
@@ -536,12 +564,13 @@ class AuditLog:
         if held is None or held.transaction is not connection.get_transaction():
             held = _hold(connection, whole=True)
         text = data.decode("utf-8")
+        if connection.dialect.name == "sqlite":
+            return _append_sqlite(connection, text, data)
         if held.laned:
             params = {"event": text, "event_bytes": data, "lane": held.lane}
             row = _APPEND_LANE.first(connection, params)
         else:
-            params = {"event": text, "event_bytes": data}
-            row = _APPEND[connection.dialect.name].first(connection, params)
+            row = _APPEND.first(connection, {"event": text, "event_bytes": data})
         if row is None:
             head = _head(connection)  # raises for a chain with no genesis row
             if not is_hex64(head.row_hash):

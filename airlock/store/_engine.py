@@ -62,7 +62,6 @@ from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.pool import PoolProxiedConnection
 
-from ._chain import SQLITE_CHAIN_HASH, sqlite_chain_hash
 from .errors import ConfigError
 
 __all__ = [
@@ -192,10 +191,6 @@ def _sqlite_engine(url: URL, *, create: bool, busy_timeout_s: float, echo: bool)
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
         dbapi_connection.isolation_level = None
-        # The audit append computes its row_hash in its INSERT (see _audit.py).
-        dbapi_connection.create_function(
-            SQLITE_CHAIN_HASH, 2, sqlite_chain_hash, deterministic=True
-        )
         cursor = dbapi_connection.cursor()
         try:
             mode = _enter_wal(cursor, busy_timeout_s)

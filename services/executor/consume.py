@@ -12,6 +12,7 @@ Nothing here touches the database or decides anything.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -22,7 +23,7 @@ from airlock.protocol import VerifiedApproval
 
 from .models import State, Work
 
-__all__ = ["Consume", "RecordAlso", "consumed_event", "ledger_row"]
+__all__ = ["Consume", "RecordAlso", "bundle_sha", "consumed_event", "ledger_row"]
 
 #: Called with the connection of the transaction that records what became of a bundle,
 #: before its audit event is appended (the feed's cursor moves there); gives the fields
@@ -36,9 +37,19 @@ class Consume:
 
     verified: VerifiedApproval
     raw: bytes
-    bundle_sha: str
     work: Work
     also: RecordAlso
+
+    @property
+    def bundle_sha(self) -> str:
+        """``"sha256:" + hex(SHA-256(raw))``: what a refusal's record names the bundle by."""
+        return bundle_sha(self.raw)
+
+
+def bundle_sha(raw: bytes) -> str:
+    """``"sha256:" + hex(SHA-256(raw))``, hashed when a refusal is recorded: an execution
+    that is not refused records no digest of its bundle (its ledger row holds the bundle)."""
+    return "sha256:" + hashlib.sha256(raw).hexdigest()
 
 
 def ledger_row(

@@ -27,7 +27,6 @@ It must never sign an approval, hold the approval key, or import another service
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import secrets
@@ -67,7 +66,7 @@ from .checks import (
     precondition_problem,
     reissue_blocked,
 )
-from .consume import Consume, RecordAlso, consumed_event, ledger_row
+from .consume import Consume, RecordAlso, bundle_sha, consumed_event, ledger_row
 from .errors import Fenced, OperatorRefusal, ResolutionError, recordable
 from .failpoints import Failpoints
 from .keys import KeySetVersion, TrustedKeysFile
@@ -241,7 +240,6 @@ class Executor:
         keys = self.trusted_keys()  # before anything is recorded: fails closed
         also = record_also or _record_nothing
         now = self.clock()
-        bundle_sha = "sha256:" + hashlib.sha256(raw).hexdigest()
         try:
             # (12) here against revocations from outside the ledger only: the ledger's own
             # are checked by the consume, in its transaction (its INSERT, or under the
@@ -257,7 +255,7 @@ class Executor:
                     now,
                     exc.code,
                     exc.detail,
-                    bundle_sha,
+                    bundle_sha(raw),
                     approval_id=exc.approval_id,
                     issued_at=exc.issued_at,
                     also=also,
@@ -274,7 +272,7 @@ class Executor:
             owner=self.worker_id,
             epoch=1,
         )
-        consume = Consume(verified, raw, bundle_sha, work, also)
+        consume = Consume(verified, raw, work, also)
         try:
             plan = self._plan(work)
         except ValueError as exc:  # unreachable after verify_bundle's allowlist; fail closed

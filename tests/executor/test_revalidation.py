@@ -211,7 +211,7 @@ def test_the_consume_itself_refuses_an_expired_or_revoked_approval(env: Env, why
     b = make_test_bundle(7, tag=f"ins{why[:3]}", ttl=30)
     verified = verify_bundle(b.raw, keyset(), BINDING, T0 + 10)
     work = Work(b.approval_id, verified.action_hash, verified.action, T0 + 30, "c", 1)
-    consume = Consume(verified, b.raw, "sha256:" + "00" * 32, work, lambda conn: None)
+    consume = Consume(verified, b.raw, work, lambda conn: None)
     now = T0 + 30 if why == "expired" else T0 + 20
     if why == "revoked":
         _record_revocation(env, b.approval_id)
