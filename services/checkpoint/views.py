@@ -29,6 +29,7 @@ from .models import (
     proposals,
     refusal_notes,
     rejections,
+    users,
     votes,
 )
 from .notify.config import NotifyConfig
@@ -63,6 +64,25 @@ __all__ = [
 _BY_ID = sa.select(proposals).where(proposals.c.id == sa.bindparam("id"))
 _VOTES = (
     sa.select(votes.c.voter, votes.c.at, votes.c.note)
+    .where(votes.c.proposal_id == sa.bindparam("id"))
+    .order_by(votes.c.at, votes.c.id)
+)
+#: The votes with whether each counts, in one read: :func:`._tx.counted_votes`'s rule (the
+#: voter enabled now, their role still one that approves) as a column.
+_VOTES_COUNTED = (
+    sa.select(
+        votes.c.voter,
+        votes.c.at,
+        votes.c.note,
+        sa.case(
+            (
+                sa.and_(users.c.disabled.is_(False), users.c.role.in_(sorted(_tx.APPROVER_ROLES))),
+                sa.true(),
+            ),
+            else_=sa.false(),
+        ).label("counts"),
+    )
+    .select_from(votes.outerjoin(users, users.c.username == votes.c.voter))
     .where(votes.c.proposal_id == sa.bindparam("id"))
     .order_by(votes.c.at, votes.c.id)
 )
@@ -223,9 +243,12 @@ def view(
     key = {"id": row.id}
     if routes is None:
         routes = routing.read(conn, [row.id])
-    vote_rows = conn.execute(_VOTES, key).all()
+    vote_rows: Sequence[Any]
     if counted is None:
-        counted = {voter for voter, _ in _tx.counted_votes(conn, row.id)}
+        vote_rows = conn.execute(_VOTES_COUNTED, key).all()
+        counted = {v.voter for v in vote_rows if v.counts}
+    else:
+        vote_rows = conn.execute(_VOTES, key).all()
     if known is None:
         approval = conn.execute(_APPROVAL, key).first()
         rejection = conn.execute(_REJECTION, key).first()
