@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from .harness import World, approved, audit_events, signed_receipt
 
@@ -130,3 +131,27 @@ def test_a_viewer_reporting_an_outcome_is_forbidden_and_audited(world: World) ->
     )
     assert _error(response) == (403, "E_FORBIDDEN")
     assert _refused(world) == [("E_FORBIDDEN", "viewer", "POST /v1/outcomes")]
+
+
+def test_a_service_token_is_looked_up_in_one_read(world: World) -> None:
+    from services.checkpoint.errors import Refusal
+
+    tables: list[str] = []
+
+    def seen(_c: Any, _cur: Any, statement: str, *_: Any) -> None:
+        tables.extend(t for t in ("sessions", "service_tokens") if f"FROM {t}" in statement)
+
+    engine = world.checkpoint.engine
+    sa.event.listen(engine, "before_cursor_execute", seen)
+    try:
+        assert world.accounts.authenticate(world.tokens["executor"]).name == "executor-1"
+        assert tables == ["service_tokens"]
+        del tables[:]
+        assert world.accounts.authenticate(world.tokens["alice"]).name == "alice"
+        assert tables == ["sessions"]
+        world.accounts.revoke_service_token("executor-1")
+        for token in (world.tokens["executor"], "als_" + "A" * 43):
+            with pytest.raises(Refusal):
+                world.accounts.authenticate(token)
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", seen)
