@@ -89,17 +89,15 @@ _RECEIPT_AHEAD_MAX_S: Final = 300
 
 
 # The hot statements, built once: building a statement costs more than executing it.
-#: The proposal an approval is for, locked (``_tx``'s step 2); no row: no such approval.
-_LOCK_BY_APPROVAL: Final = (
-    sa.select(proposals)
-    .where(
-        proposals.c.id
-        == sa.select(approvals.c.proposal_id)
-        .where(approvals.c.approval_id == sa.bindparam("approval_id"))
-        .scalar_subquery()
-    )
-    .with_for_update()
+#: The proposal an approval is for; no row: no such approval.
+_BY_APPROVAL: Final = sa.select(proposals).where(
+    proposals.c.id
+    == sa.select(approvals.c.proposal_id)
+    .where(approvals.c.approval_id == sa.bindparam("approval_id"))
+    .scalar_subquery()
 )
+#: The same, locked (``_tx``'s step 2).
+_LOCK_BY_APPROVAL: Final = _BY_APPROVAL.with_for_update()
 _APPROVAL: Final = sa.select(approvals).where(
     approvals.c.approval_id == sa.bindparam("approval_id")
 )
@@ -149,6 +147,31 @@ def _advance_head() -> Prepared:
 
 
 _ADVANCE_HEAD: Final = _advance_head()
+_NOTE_BY_DIGEST: Final = sa.select(refusal_notes.c.id).where(
+    refusal_notes.c.receipt_sha256 == sa.bindparam("digest")
+)
+_NOTES_OF: Final = (
+    sa.select(sa.func.count())
+    .select_from(refusal_notes)
+    .where(refusal_notes.c.approval_id == sa.bindparam("approval_id"))
+)
+_INSERT_NOTE: Final = Prepared(
+    refusal_notes.insert().values(
+        _bound(
+            refusal_notes,
+            "approval_id",
+            "proposal_id",
+            "refusal_code",
+            "detail",
+            "executor",
+            "at",
+            "reported_at",
+            "receipt",
+            "receipt_keyid",
+            "receipt_sha256",
+        )
+    )
+)
 
 
 def report_outcome(cp: _tx.Parts, principal: Principal, receipt: Mapping[str, Any]) -> ProposalOut:
@@ -443,17 +466,11 @@ def report_refusal(cp: _tx.Parts, principal: Principal, receipt: Mapping[str, An
             # Null for a refusal before the action was hashed (verify steps 1-8).
             if note.action_hash is not None and note.action_hash != row.action_hash:
                 raise Refusal(ErrorCode.E_RECEIPT, "receipt names another action hash", 422)
-            known = conn.execute(
-                sa.select(refusal_notes.c.id).where(refusal_notes.c.receipt_sha256 == digest)
-            ).first()
+            known = conn.execute(_NOTE_BY_DIGEST, {"digest": digest}).first()
             if known is not None:
                 # The executor retried: the same answer.
                 return views.view(conn, row, cp.notify, principal.name)
-            count = conn.execute(
-                sa.select(sa.func.count())
-                .select_from(refusal_notes)
-                .where(refusal_notes.c.approval_id == note.approval_id)
-            ).scalar_one()
+            count = conn.execute(_NOTES_OF, {"approval_id": note.approval_id}).scalar_one()
             if count >= REFUSAL_NOTES_MAX:
                 raise Refusal(
                     ErrorCode.E_STATE,
@@ -461,19 +478,20 @@ def report_refusal(cp: _tx.Parts, principal: Principal, receipt: Mapping[str, An
                     "approval already; no more are kept",
                     409,
                 )
-            conn.execute(
-                refusal_notes.insert().values(
-                    approval_id=note.approval_id,
-                    proposal_id=row.id,
-                    refusal_code=note.refusal_code,
-                    detail=note.detail,
-                    executor=note.executor,
-                    at=note.at,
-                    reported_at=now,
-                    receipt=receipt_text,
-                    receipt_keyid=keyid,
-                    receipt_sha256=digest,
-                )
+            _INSERT_NOTE.rowcount(
+                conn,
+                {
+                    "approval_id": note.approval_id,
+                    "proposal_id": row.id,
+                    "refusal_code": note.refusal_code,
+                    "detail": note.detail,
+                    "executor": note.executor,
+                    "at": note.at,
+                    "reported_at": now,
+                    "receipt": receipt_text,
+                    "receipt_keyid": keyid,
+                    "receipt_sha256": digest,
+                },
             )
             _tx.audit(
                 conn,
@@ -493,9 +511,7 @@ def report_refusal(cp: _tx.Parts, principal: Principal, receipt: Mapping[str, An
     except IntegrityError:
         # Not reachable under the chain lock; the UNIQUE digest is the judge if it is.
         with cp.engine.connect() as conn:
-            known = conn.execute(
-                sa.select(refusal_notes.c.id).where(refusal_notes.c.receipt_sha256 == digest)
-            ).first()
+            known = conn.execute(_NOTE_BY_DIGEST, {"digest": digest}).first()
             if known is None:
                 raise
             return views.view(
@@ -505,12 +521,10 @@ def report_refusal(cp: _tx.Parts, principal: Principal, receipt: Mapping[str, An
 
 def _approved_proposal(conn: Connection, approval_id: str) -> Row[Any]:
     """The proposal an issued approval is for (read, not locked), or 404."""
-    approval = conn.execute(
-        sa.select(approvals.c.proposal_id).where(approvals.c.approval_id == approval_id)
-    ).first()
-    if approval is None:
+    row = conn.execute(_BY_APPROVAL, {"approval_id": approval_id}).first()
+    if row is None:
         raise Refusal(ErrorCode.E_NOT_FOUND, "no such approval", 404)
-    return conn.execute(sa.select(proposals).where(proposals.c.id == approval.proposal_id)).one()
+    return row
 
 
 def _land_state(
