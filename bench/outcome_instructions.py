@@ -28,9 +28,12 @@ from bench.checkpoint_instructions import _call
 _RECEIPT_SEED = bytes(range(32))
 
 
-def _receipts(approved: list[dict[str, Any]], audience: str) -> list[dict[str, Any]]:
+def receipts(
+    approved: list[dict[str, Any]], audience: str, *, refused: bool = False
+) -> list[dict[str, Any]]:
     """A ``succeeded`` receipt for each approved proposal, as the executor signs it, its
-    audit head one further along the executor's chain each time."""
+    audit head one further along the executor's chain each time; with ``refused``, one
+    of a refusal before use instead (another audience's executor: ``E_AUDIENCE``)."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     from airlock.protocol import Receipt
@@ -43,12 +46,12 @@ def _receipts(approved: list[dict[str, Any]], audience: str) -> list[dict[str, A
         receipt = Receipt.model_validate(
             {
                 "type": "airlock.receipt/v1",
-                "executor": audience,
+                "executor": audience + "-staging" if refused else audience,
                 "approval_id": proposal["approval"]["approval_id"],
                 "action_hash": proposal["action_hash"],
-                "outcome": "succeeded",
-                "verified": True,
-                "refusal_code": None,
+                "outcome": "refused" if refused else "succeeded",
+                "verified": not refused,
+                "refusal_code": "E_AUDIENCE" if refused else None,
                 "cloud_request_id": f"bench-request-{n:08d}",
                 "resolution": None,
                 "at": now,
@@ -75,7 +78,9 @@ def _trusting(root: Path) -> dict[str, Any]:
     return values
 
 
-async def _report_all(count: int, largest: int) -> None:
+async def report_all(count: int, largest: int, *, refused: bool = False) -> None:
+    """Approve ``10 + largest`` proposals, sign a receipt for each, report ``10 + count``
+    of them (``POST /v1/outcomes``; with ``refused``, ``POST /v1/refusals``)."""
     from airlock.settings import CheckpointSettings
     from services.checkpoint.app import build
 
@@ -97,11 +102,12 @@ async def _report_all(count: int, largest: int) -> None:
                 if answer.get("state") != "approved":
                     raise RuntimeError(f"approve failed: {str(answer)[:200]}")
                 approved.append(answer)
-            receipts = _receipts(approved, values["audience"])
-            for receipt in receipts[: 10 + count]:
+            path, state = ("/v1/refusals", "approved") if refused else ("/v1/outcomes", "executed")
+            signed = receipts(approved, values["audience"], refused=refused)
+            for receipt in signed[: 10 + count]:
                 body = json.dumps({"receipt": receipt}).encode()
-                answer = await _call(app, "/v1/outcomes", body, executor)
-                if answer.get("state") != "executed":
+                answer = await _call(app, path, body, executor)
+                if answer.get("state") != state:
                     raise RuntimeError(f"outcome report failed: {str(answer)[:200]}")
         app.state.checkpoint.db.dispose()
 
@@ -113,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child is not None:
-        asyncio.run(_report_all(args.child, args.large))
+        asyncio.run(report_all(args.child, args.large))
         return 0
     per = instructions_per_item("bench.outcome_instructions", args.small, args.large)
     print("-- HTTP outcome report through the checkpoint's ASGI app, tmpfs SQLite, under valgrind")
