@@ -243,12 +243,7 @@ def view(
     key = {"id": row.id}
     if routes is None:
         routes = routing.read(conn, [row.id])
-    vote_rows: Sequence[Any]
-    if counted is None:
-        vote_rows = conn.execute(_VOTES_COUNTED, key).all()
-        counted = {v.voter for v in vote_rows if v.counts}
-    else:
-        vote_rows = conn.execute(_VOTES, key).all()
+    vote_rows, counted = _votes(conn, row.id, counted)
     if known is None:
         approval = conn.execute(_APPROVAL, key).first()
         rejection = conn.execute(_REJECTION, key).first()
@@ -317,6 +312,17 @@ def view(
         edit=None if row.edit is None else EditOut.model_validate(json.loads(row.edit)),
         route=routing.shown(notify, routes.get(row.id), viewer),
     )
+
+
+def _votes(
+    conn: Connection, proposal_id: str, counted: Collection[str] | None
+) -> tuple[Sequence[Any], Collection[str]]:
+    """The proposal's votes, oldest first, and the voters whose votes count: ``counted``,
+    or read with the votes."""
+    if counted is not None:
+        return conn.execute(_VOTES, {"id": proposal_id}).all(), counted
+    rows = conn.execute(_VOTES_COUNTED, {"id": proposal_id}).all()
+    return rows, {v.voter for v in rows if v.counts}
 
 
 def _executor_refusals(conn: Connection, proposal_id: str) -> list[ExecutorRefusalOut]:
