@@ -32,7 +32,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine, Row
 
 from airlock.protocol import TOOL_CALL_TYPE, KeySet
-from airlock.store import AuditLog
+from airlock.store import AuditLog, Prepared
 
 from . import wake
 from .auth import Principal
@@ -156,6 +156,15 @@ def _feed_next() -> sa.Update:
 
 _FEED_NEXT = _feed_next()
 _FEED_INSERT = feed_events.insert()
+_MOVE = Prepared(
+    proposals.update()
+    # Not a column's name: SQLAlchemy keeps those for the SET clause's own parameters.
+    .where(proposals.c.id == sa.bindparam("pid", type_=proposals.c.id.type))
+    .values(
+        state=sa.bindparam("state", type_=proposals.c.state.type),
+        updated_at=sa.bindparam("updated_at", type_=proposals.c.updated_at.type),
+    )
+)
 
 
 def lock(conn: Connection, proposal_id: str) -> Row[Any]:
@@ -188,9 +197,7 @@ def set_state(conn: Connection, proposal_id: str, expected: str, state: str, now
 
 def move(conn: Connection, proposal_id: str, state: str, now: int) -> None:
     """Put a locked proposal in ``state`` from whatever state it is in."""
-    conn.execute(
-        proposals.update().where(proposals.c.id == proposal_id).values(state=state, updated_at=now)
-    )
+    _MOVE.rowcount(conn, {"pid": proposal_id, "state": state, "updated_at": now})
 
 
 def audit(conn: Connection, now: int, kind: str, **fields: Any) -> None:

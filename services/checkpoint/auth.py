@@ -108,6 +108,12 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
+#: What a service token (:meth:`Accounts.create_service_token`) and a session's token
+#: (:meth:`Accounts.login`) start with: never the same, so a token names its table.
+_SERVICE_PREFIX: Final = "alt_"
+_SESSION_PREFIX: Final = "als_"
+
+
 def _new_token(prefix: str) -> str:
     return prefix + secrets.token_urlsafe(32)
 
@@ -365,7 +371,7 @@ class Accounts:
             raise Refusal(ErrorCode.E_INVALID, "token name: lowercase letters, digits, . _ -", 422)
         if role not in SERVICE_ROLES:
             raise Refusal(ErrorCode.E_INVALID, "role must be agent or executor", 422)
-        token = _new_token("alt_")
+        token = _new_token(_SERVICE_PREFIX)
         now = self._now()
         with self._engine.begin() as conn:
             AuditLog.lock(conn)  # serialized with add_user: see there
@@ -607,7 +613,7 @@ class Accounts:
                         {"type": CheckpointEvent.LOGIN_FAILED, "user": username, "client": client},
                     )
             else:
-                token = _new_token("als_")
+                token = _new_token(_SESSION_PREFIX)
                 expires = now + self._session_ttl
                 conn.execute(
                     sessions.insert().values(
@@ -703,13 +709,17 @@ class Accounts:
         """
         digest = hash_token(token)
         now = self._now()
+        session = {"digest": digest, "now": now, "idle": now - self._session_idle}
         with self._engine.connect() as conn:
-            row = conn.execute(
-                _SESSION, {"digest": digest, "now": now, "idle": now - self._session_idle}
-            ).first()
-            svc = None
-            if row is None:
+            row = svc = None
+            if token.startswith(_SERVICE_PREFIX):
+                # Never a session's (see _SERVICE_PREFIX): one read for every request of
+                # the executor and the agents.
                 svc = conn.execute(_SERVICE, {"digest": digest}).first()
+            else:
+                row = conn.execute(_SESSION, session).first()
+                if row is None:
+                    svc = conn.execute(_SERVICE, {"digest": digest}).first()
         if row is not None:
             principal = Principal(row.username, "user", row.role, session=digest)
             if activity and now - row.last_seen_at >= _TOUCH_EVERY:

@@ -17,6 +17,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, Final
 
 import sqlalchemy as sa
@@ -32,10 +33,10 @@ from airlock.protocol import (
     VerifiedReceipt,
     verify_receipt,
 )
-from airlock.store import AuditLog
+from airlock.store import AuditLog, Prepared
 from airlock.text import inert
 
-from . import _tx, notify, views
+from . import _tx, notify, routing, views
 from .auth import Principal
 from .errors import ErrorCode, Refusal
 from .gatekeys import verify_gate_receipt
@@ -87,6 +88,92 @@ _LATE_STATES: Final = ("lapsed", "revoked", "withdrawn")
 _RECEIPT_AHEAD_MAX_S: Final = 300
 
 
+# The hot statements, built once: building a statement costs more than executing it.
+#: The proposal an approval is for; no row: no such approval.
+_BY_APPROVAL: Final = sa.select(proposals).where(
+    proposals.c.id
+    == sa.select(approvals.c.proposal_id)
+    .where(approvals.c.approval_id == sa.bindparam("approval_id"))
+    .scalar_subquery()
+)
+#: The same, locked (``_tx``'s step 2).
+_LOCK_BY_APPROVAL: Final = _BY_APPROVAL.with_for_update()
+_APPROVAL: Final = sa.select(approvals).where(
+    approvals.c.approval_id == sa.bindparam("approval_id")
+)
+_OUTCOME: Final = sa.select(outcomes).where(outcomes.c.approval_id == sa.bindparam("approval_id"))
+_OUTCOME_VALUES: Final = (
+    "outcome",
+    "refusal_code",
+    "receipt",
+    "receipt_verified",
+    "receipt_keyid",
+    "reported_at",
+    "target_held_by",
+)
+
+
+def _bound(table: sa.Table, *columns: str) -> dict[str, sa.BindParameter[Any]]:
+    return {c: sa.bindparam(c, type_=table.c[c].type) for c in columns}
+
+
+_INSERT_OUTCOME: Final = Prepared(
+    outcomes.insert().values(
+        _bound(outcomes, "approval_id", "proposal_id", "late", *_OUTCOME_VALUES)
+    )
+)
+_REPLACE_OUTCOME: Final = Prepared(
+    outcomes.update()
+    # Not a column's name: SQLAlchemy keeps those for the SET clause's own parameters.
+    .where(outcomes.c.approval_id == sa.bindparam("approval", type_=outcomes.c.approval_id.type))
+    .values(_bound(outcomes, *_OUTCOME_VALUES))
+)
+
+
+def _advance_head() -> Prepared:
+    seq = sa.bindparam("seq", type_=sa.BigInteger)
+    at = sa.bindparam("at", type_=sa.BigInteger)
+    hash_ = sa.bindparam("hash", type_=executor_head.c.hash.type)
+    newer = sa.or_(
+        executor_head.c.seq.is_(None),
+        executor_head.c.seq < seq,
+        sa.and_(executor_head.c.hash != hash_, executor_head.c.at < at),
+    )
+    return Prepared(
+        executor_head.update()
+        .where(executor_head.c.id == 1, newer)
+        .values(seq=seq, hash=hash_, at=at, recorded_at=sa.bindparam("now", type_=sa.BigInteger))
+    )
+
+
+_ADVANCE_HEAD: Final = _advance_head()
+_NOTE_BY_DIGEST: Final = sa.select(refusal_notes.c.id).where(
+    refusal_notes.c.receipt_sha256 == sa.bindparam("digest")
+)
+_NOTES_OF: Final = (
+    sa.select(sa.func.count())
+    .select_from(refusal_notes)
+    .where(refusal_notes.c.approval_id == sa.bindparam("approval_id"))
+)
+_INSERT_NOTE: Final = Prepared(
+    refusal_notes.insert().values(
+        _bound(
+            refusal_notes,
+            "approval_id",
+            "proposal_id",
+            "refusal_code",
+            "detail",
+            "executor",
+            "at",
+            "reported_at",
+            "receipt",
+            "receipt_keyid",
+            "receipt_sha256",
+        )
+    )
+)
+
+
 def report_outcome(cp: _tx.Parts, principal: Principal, receipt: Mapping[str, Any]) -> ProposalOut:
     """Record the executor's outcome from its signed receipt (the ledger is the truth)."""
     try:
@@ -103,15 +190,14 @@ def _report_outcome(cp: _tx.Parts, principal: Principal, receipt: Mapping[str, A
     now = cp.now()
     payload, keyid, approval_id, gate = _check_receipt(cp, principal, receipt, now)
     outcome = payload.outcome
+    key = {"approval_id": approval_id}
     with cp.engine.begin() as conn:
-        approval = conn.execute(
-            sa.select(approvals).where(approvals.c.approval_id == approval_id)
-        ).first()
-        if approval is None:
+        # The approval row is the proposal's only one (UNIQUE proposal_id), so the row
+        # locked is the one it was issued for, and the two checks below bind the
+        # receipt to the issued approval and the action it signed.
+        row = conn.execute(_LOCK_BY_APPROVAL, key).first()
+        if row is None:
             raise Refusal(ErrorCode.E_NOT_FOUND, "no such approval", 404)
-        # The approval row is the proposal's only one (UNIQUE proposal_id), so these two
-        # checks bind the receipt to the issued approval and the action it signed.
-        row = _tx.lock(conn, approval.proposal_id)
         _check_reporter(row, principal, gate)
         if payload.action_hash != row.action_hash:
             raise Refusal(ErrorCode.E_RECEIPT, "receipt names another action hash", 422)
@@ -122,9 +208,7 @@ def _report_outcome(cp: _tx.Parts, principal: Principal, receipt: Mapping[str, A
         if target is None:
             raise Refusal(ErrorCode.E_RECEIPT, f"unknown outcome {outcome!r}", 422)
         receipt_text = json.dumps(dict(receipt), sort_keys=True)
-        previous = conn.execute(
-            sa.select(outcomes).where(outcomes.c.approval_id == approval_id)
-        ).first()
+        previous = conn.execute(_OUTCOME, key).first()
         if previous is not None:
             if previous.receipt == receipt_text:
                 # The executor retried: the same answer.
@@ -146,27 +230,20 @@ def _report_outcome(cp: _tx.Parts, principal: Principal, receipt: Mapping[str, A
                 raise Refusal(ErrorCode.E_STATE, "an outcome is already recorded", 409)
         late = row.state in _LATE_STATES
         state, held_by = _land_state(conn, row, target, approval_id, now)
-        values = {
-            "outcome": outcome,
-            "refusal_code": payload.refusal_code,
-            "receipt": receipt_text,
-            "receipt_verified": True,  # _check_receipt refuses anything else
-            "receipt_keyid": keyid,
-            "reported_at": now,
-            "target_held_by": held_by,
-        }
-        if previous is not None:
-            # The executor resolved its own in_doubt row: the newer receipt replaces
-            # the in_doubt one here; both stay in the audit chain and its ledger.
-            conn.execute(
-                outcomes.update().where(outcomes.c.approval_id == approval_id).values(**values)
-            )
-        else:
-            conn.execute(
-                outcomes.insert().values(
-                    approval_id=approval_id, proposal_id=row.id, late=late, **values
-                )
-            )
+        written = _write_outcome(
+            conn,
+            row,
+            previous,
+            approval_id=approval_id,
+            outcome=outcome,
+            refusal_code=payload.refusal_code,
+            receipt=receipt_text,
+            receipt_verified=True,  # _check_receipt refuses anything else
+            receipt_keyid=keyid,
+            late=late,
+            reported_at=now,
+            target_held_by=held_by,
+        )
         head = _receipt_head(payload)
         _tx.audit(
             conn,
@@ -187,8 +264,46 @@ def _report_outcome(cp: _tx.Parts, principal: Principal, receipt: Mapping[str, A
         )
         if gate is None and payload.at <= _tx.FEED_SEQ_MAX:
             _advance_executor_head(conn, head, payload.at, now)
-        notify.record(conn, cp.notify, row.id, f"proposal.{target}", now)
-        return views.view_by_id(conn, row.id, cp.notify, principal.name)
+        # The proposal as this transaction left it: the locked row with what it wrote.
+        landed = SimpleNamespace(**{**row._mapping, "state": state, "updated_at": now})
+        notify.record(conn, cp.notify, row.id, f"proposal.{target}", now, row=landed)
+        # Read after the lock: as the proposal's last writer (a revocation) left it.
+        approval = conn.execute(_APPROVAL, key).one()
+        # No rejection (the proposal left pending when its approval was issued) and no
+        # executor resolution (one is kept only beside an outcome a person resolved,
+        # which no outcome replaces): only the executor refusals are read.
+        known = views.Known(approval=approval, outcome=written, refusals=None)
+        return views.view(
+            conn,
+            landed,
+            cp.notify,
+            principal.name,
+            routes={row.id: routing.route_of(conn, row.id)},
+            known=known,
+        )
+
+
+def _write_outcome(
+    conn: Connection, row: Row[Any], previous: Row[Any] | None, **values: Any
+) -> SimpleNamespace:
+    """Write the outcome row of the locked proposal ``row`` (``values``: its columns,
+    ``late`` kept from ``previous`` when it replaces that row); the row as written.
+
+    The executor resolved its own in_doubt ``previous`` row: the newer receipt replaces
+    the in_doubt one here; both stay in the audit chain and its ledger."""
+    if previous is None:
+        _INSERT_OUTCOME.rowcount(conn, {"proposal_id": row.id, **values})
+        return SimpleNamespace(
+            proposal_id=row.id,
+            resolution=None,
+            resolved_by=None,
+            resolved_at=None,
+            resolution_note=None,
+            **values,
+        )
+    values["late"] = previous.late
+    _REPLACE_OUTCOME.rowcount(conn, {"approval": values["approval_id"], **values})
+    return SimpleNamespace(**{**previous._mapping, **values})
 
 
 def _advance_executor_head(conn: Connection, head: Mapping[str, Any], at: int, now: int) -> None:
@@ -214,16 +329,7 @@ def _advance_executor_head(conn: Connection, head: Mapping[str, Any], at: int, n
     as signed.
     """
     at = min(at, now + _RECEIPT_AHEAD_MAX_S)
-    newer = sa.or_(
-        executor_head.c.seq.is_(None),
-        executor_head.c.seq < head["seq"],
-        sa.and_(executor_head.c.hash != head["hash"], executor_head.c.at < at),
-    )
-    conn.execute(
-        executor_head.update()
-        .where(executor_head.c.id == 1, newer)
-        .values(**head, at=at, recorded_at=now)
-    )
+    _ADVANCE_HEAD.rowcount(conn, {"seq": head["seq"], "hash": head["hash"], "at": at, "now": now})
 
 
 def _executor_resolution_after_person(
@@ -360,17 +466,11 @@ def report_refusal(cp: _tx.Parts, principal: Principal, receipt: Mapping[str, An
             # Null for a refusal before the action was hashed (verify steps 1-8).
             if note.action_hash is not None and note.action_hash != row.action_hash:
                 raise Refusal(ErrorCode.E_RECEIPT, "receipt names another action hash", 422)
-            known = conn.execute(
-                sa.select(refusal_notes.c.id).where(refusal_notes.c.receipt_sha256 == digest)
-            ).first()
+            known = conn.execute(_NOTE_BY_DIGEST, {"digest": digest}).first()
             if known is not None:
                 # The executor retried: the same answer.
                 return views.view(conn, row, cp.notify, principal.name)
-            count = conn.execute(
-                sa.select(sa.func.count())
-                .select_from(refusal_notes)
-                .where(refusal_notes.c.approval_id == note.approval_id)
-            ).scalar_one()
+            count = conn.execute(_NOTES_OF, {"approval_id": note.approval_id}).scalar_one()
             if count >= REFUSAL_NOTES_MAX:
                 raise Refusal(
                     ErrorCode.E_STATE,
@@ -378,19 +478,20 @@ def report_refusal(cp: _tx.Parts, principal: Principal, receipt: Mapping[str, An
                     "approval already; no more are kept",
                     409,
                 )
-            conn.execute(
-                refusal_notes.insert().values(
-                    approval_id=note.approval_id,
-                    proposal_id=row.id,
-                    refusal_code=note.refusal_code,
-                    detail=note.detail,
-                    executor=note.executor,
-                    at=note.at,
-                    reported_at=now,
-                    receipt=receipt_text,
-                    receipt_keyid=keyid,
-                    receipt_sha256=digest,
-                )
+            _INSERT_NOTE.rowcount(
+                conn,
+                {
+                    "approval_id": note.approval_id,
+                    "proposal_id": row.id,
+                    "refusal_code": note.refusal_code,
+                    "detail": note.detail,
+                    "executor": note.executor,
+                    "at": note.at,
+                    "reported_at": now,
+                    "receipt": receipt_text,
+                    "receipt_keyid": keyid,
+                    "receipt_sha256": digest,
+                },
             )
             _tx.audit(
                 conn,
@@ -410,9 +511,7 @@ def report_refusal(cp: _tx.Parts, principal: Principal, receipt: Mapping[str, An
     except IntegrityError:
         # Not reachable under the chain lock; the UNIQUE digest is the judge if it is.
         with cp.engine.connect() as conn:
-            known = conn.execute(
-                sa.select(refusal_notes.c.id).where(refusal_notes.c.receipt_sha256 == digest)
-            ).first()
+            known = conn.execute(_NOTE_BY_DIGEST, {"digest": digest}).first()
             if known is None:
                 raise
             return views.view(
@@ -422,12 +521,10 @@ def report_refusal(cp: _tx.Parts, principal: Principal, receipt: Mapping[str, An
 
 def _approved_proposal(conn: Connection, approval_id: str) -> Row[Any]:
     """The proposal an issued approval is for (read, not locked), or 404."""
-    approval = conn.execute(
-        sa.select(approvals.c.proposal_id).where(approvals.c.approval_id == approval_id)
-    ).first()
-    if approval is None:
+    row = conn.execute(_BY_APPROVAL, {"approval_id": approval_id}).first()
+    if row is None:
         raise Refusal(ErrorCode.E_NOT_FOUND, "no such approval", 404)
-    return conn.execute(sa.select(proposals).where(proposals.c.id == approval.proposal_id)).one()
+    return row
 
 
 def _land_state(

@@ -228,21 +228,21 @@ async def _principal(
 
 @dataclass(frozen=True, slots=True)
 class _Bearer:
-    """A voter's token, of the right form but not yet looked up (:func:`_voter`)."""
+    """A caller's token, of the right form but not yet looked up (:func:`_deferred`)."""
 
     token: str = field(repr=False)  # a bearer secret: never in a log or a traceback
     activity: bool
 
 
-async def _voter(
+async def _deferred(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> _Bearer:
-    """The token, checked for form only: the approve route looks it up in the worker
-    thread that votes (:func:`_look_up`, the session's last use written in the vote's
-    transaction), one thread hop instead of two. A request refused before that (its
-    path or body invalid) looks it up in ``_invalid``: an unknown token is 401 first,
-    and a known caller's refusal is audited under their name."""
+    """The token, checked for form only: the route looks it up in the worker thread
+    that does its work (:func:`_look_up`; the approve route writes the session's last
+    use in the vote's transaction), one thread hop instead of two. A request refused
+    before that (its path or body invalid) looks it up in ``_invalid``: an unknown token
+    is 401 first, and a known caller's refusal is audited under their name."""
     token = _token(request, credentials)
     bearer = _Bearer(token, request.headers.get(_ACTIVITY_HEADER) != "background")
     request.state.bearer = bearer
@@ -277,7 +277,9 @@ def _look_up(request: Request, token: str, activity: bool, defer_touch: bool) ->
 
 
 Caller = Annotated[Principal, Depends(_principal)]
-Voter = Annotated[_Bearer, Depends(_voter)]
+#: The hot routes' caller (approve, outcome and refusal reports): looked up in the
+#: endpoint's own worker thread.
+Deferred = Annotated[_Bearer, Depends(_deferred)]
 ProposalId = Annotated[str, PathParam(pattern=_PROPOSAL_ID)]
 
 
@@ -420,7 +422,7 @@ def show_proposal(request: Request, caller: Caller, proposal_id: ProposalId) -> 
 
 @router.post("/v1/proposals/{proposal_id}/approve", tags=["decisions"])
 def approve(
-    request: Request, bearer: Voter, proposal_id: ProposalId, body: ApproveIn
+    request: Request, bearer: Deferred, proposal_id: ProposalId, body: ApproveIn
 ) -> ProposalOut:
     """Vote to approve (approver). Quorum reached → the signed approval is issued."""
     # The session's last use is left to the vote's transaction: an approve is one commit.
@@ -530,18 +532,20 @@ async def feed(
 
 
 @router.post("/v1/outcomes", tags=["executor"])
-def report_outcome(request: Request, caller: Caller, body: OutcomeIn) -> ProposalOut:
+def report_outcome(request: Request, bearer: Deferred, body: OutcomeIn) -> ProposalOut:
     """The executor reports an outcome with its signed receipt (executor token); a gate
     reports a tool call's with a receipt signed by its audience's gate key (the agent
     token that submitted the tool call)."""
+    caller = _look_up(request, bearer.token, bearer.activity, False)
     return _service(request).report_outcome(caller, body.receipt)
 
 
 @router.post("/v1/refusals", tags=["executor"])
-def report_refusal(request: Request, caller: Caller, body: RefusalIn) -> ProposalOut:
+def report_refusal(request: Request, bearer: Deferred, body: RefusalIn) -> ProposalOut:
     """The executor reports, with its signed receipt, that it refused an approval before
     using it (executor token; a gate: as for outcomes). A note on the proposal: its state
     does not change."""
+    caller = _look_up(request, bearer.token, bearer.activity, False)
     return _service(request).report_refusal(caller, body.receipt)
 
 
@@ -750,7 +754,7 @@ def install(app: FastAPI) -> None:
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         bearer: _Bearer | None = getattr(request.state, "bearer", None)
         if bearer is not None and getattr(request.state, "principal", None) is None:
-            try:  # a voter's token, not looked up yet (_voter)
+            try:  # a token not looked up yet (_deferred)
                 await run_in_threadpool(_look_up, request, bearer.token, bearer.activity, True)
             except Refusal as unknown:
                 return await _refusal(request, unknown)

@@ -307,7 +307,7 @@ class Checkpoint:
                 principal.name,
                 routes={} if route is None else {proposal_id: route},
                 counted={voter for voter, _ in voters},
-                voted=approval,
+                known=views.Known(approval),
             )
         if approval is not None:
             self.on_change()

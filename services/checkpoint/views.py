@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
@@ -28,6 +29,7 @@ from .models import (
     proposals,
     refusal_notes,
     rejections,
+    users,
     votes,
 )
 from .notify.config import NotifyConfig
@@ -47,6 +49,7 @@ from .schemas import (
 )
 
 __all__ = [
+    "Known",
     "audit_status",
     "executor_resolution_out",
     "get",
@@ -61,6 +64,25 @@ __all__ = [
 _BY_ID = sa.select(proposals).where(proposals.c.id == sa.bindparam("id"))
 _VOTES = (
     sa.select(votes.c.voter, votes.c.at, votes.c.note)
+    .where(votes.c.proposal_id == sa.bindparam("id"))
+    .order_by(votes.c.at, votes.c.id)
+)
+#: The votes with whether each counts, in one read: :func:`._tx.counted_votes`'s rule (the
+#: voter enabled now, their role still one that approves) as a column.
+_VOTES_COUNTED = (
+    sa.select(
+        votes.c.voter,
+        votes.c.at,
+        votes.c.note,
+        sa.case(
+            (
+                sa.and_(users.c.disabled.is_(False), users.c.role.in_(sorted(_tx.APPROVER_ROLES))),
+                sa.true(),
+            ),
+            else_=sa.false(),
+        ).label("counts"),
+    )
+    .select_from(votes.outerjoin(users, users.c.username == votes.c.voter))
     .where(votes.c.proposal_id == sa.bindparam("id"))
     .order_by(votes.c.at, votes.c.id)
 )
@@ -84,8 +106,24 @@ _RESOLUTION = sa.select(executor_resolutions).where(
 )
 
 
-#: ``view(voted=)`` not given.
-_READ: Any = object()
+@dataclass(frozen=True, slots=True)
+class Known:
+    """A proposal's records that the caller's transaction holds, so :func:`view` reads
+    none of them: each as its row, or an object with the row's columns as attributes.
+
+    Attributes:
+        approval: its ``approvals`` row; None: it has none.
+        outcome: its ``outcomes`` row; None: none. Its executor resolution is not
+            read: one exists only beside an outcome that a person resolved.
+        refusals: its executor refusals as shown; None: read them.
+
+    A proposal with a known approval has no rejection (it left ``pending`` when the
+    approval was issued, and nothing moves one back).
+    """
+
+    approval: Any
+    outcome: Any = None
+    refusals: list[ExecutorRefusalOut] | None = field(default_factory=list)
 
 
 def get(cp: _tx.Parts, principal: Principal, proposal_id: str) -> ProposalOut:
@@ -186,7 +224,7 @@ def view(
     *,
     routes: Mapping[str, Any] | None = None,
     counted: Collection[str] | None = None,
-    voted: Any = _READ,
+    known: Known | None = None,
 ) -> ProposalOut:
     """The proposal ``row`` (a ``proposals`` row, or one with its columns as attributes)
     as the API shows it to ``viewer`` (a principal's name; None: to no one who may vote),
@@ -197,24 +235,25 @@ def view(
             (:func:`.routing.read`); None reads this proposal's.
         counted: the voters whose votes count (:func:`._tx.counted_votes`), read in
             this transaction after its last vote; None reads them.
-        voted: for a proposal this transaction found ``pending`` (and locked), the
-            approval it issued (an ``approvals`` row or its columns; None: none), and
-            nothing else is read: a proposal with a rejection, an outcome or an executor
-            refusal has left ``pending``, and nothing moves one back. Not given: read.
+        known: the records this transaction holds (:class:`Known`); None: read them
+            all. For a proposal it found ``pending`` (and locked): the approval it
+            issued, if any, and nothing else (a proposal with a rejection, an outcome
+            or an executor refusal has left ``pending``, and nothing moves one back).
     """
     key = {"id": row.id}
     if routes is None:
         routes = routing.read(conn, [row.id])
-    vote_rows = conn.execute(_VOTES, key).all()
-    if counted is None:
-        counted = {voter for voter, _ in _tx.counted_votes(conn, row.id)}
-    if voted is _READ:
+    vote_rows, counted = _votes(conn, row.id, counted)
+    if known is None:
         approval = conn.execute(_APPROVAL, key).first()
         rejection = conn.execute(_REJECTION, key).first()
         outcome = conn.execute(_OUTCOME, key).first()
         refusals = _executor_refusals(conn, row.id)
+        resolution = None if outcome is None else executor_resolution_out(conn, outcome.approval_id)
     else:
-        approval, rejection, outcome, refusals = voted, None, None, []
+        approval, rejection, outcome, resolution = known.approval, None, known.outcome, None
+        read = known.refusals is None
+        refusals = _executor_refusals(conn, row.id) if read else list(known.refusals or ())
     action_bytes = bytes(row.action)
     return ProposalOut(
         id=row.id,
@@ -267,12 +306,23 @@ def view(
             by=rejection.by,
             at=rejection.at,
         ),
-        outcome=None if outcome is None else _outcome_out(conn, outcome),
+        outcome=None if outcome is None else _outcome_out(outcome, resolution),
         executor_refusals=refusals,
         superseded_by=row.superseded_by,
         edit=None if row.edit is None else EditOut.model_validate(json.loads(row.edit)),
         route=routing.shown(notify, routes.get(row.id), viewer),
     )
+
+
+def _votes(
+    conn: Connection, proposal_id: str, counted: Collection[str] | None
+) -> tuple[Sequence[Any], Collection[str]]:
+    """The proposal's votes, oldest first, and the voters whose votes count: ``counted``,
+    or read with the votes."""
+    if counted is not None:
+        return conn.execute(_VOTES, {"id": proposal_id}).all(), counted
+    rows = conn.execute(_VOTES_COUNTED, {"id": proposal_id}).all()
+    return rows, {v.voter for v in rows if v.counts}
 
 
 def _executor_refusals(conn: Connection, proposal_id: str) -> list[ExecutorRefusalOut]:
@@ -304,7 +354,7 @@ def _tool_fields(row: Row[Any]) -> dict[str, Any]:
     }
 
 
-def _outcome_out(conn: Connection, outcome: Row[Any]) -> OutcomeOut:
+def _outcome_out(outcome: Any, resolution: ExecutorResolutionOut | None) -> OutcomeOut:
     return OutcomeOut(
         approval_id=outcome.approval_id,
         outcome=outcome.outcome,
@@ -319,7 +369,7 @@ def _outcome_out(conn: Connection, outcome: Row[Any]) -> OutcomeOut:
         resolved_by=outcome.resolved_by,
         resolved_at=outcome.resolved_at,
         resolution_note=outcome.resolution_note,
-        executor_resolution=executor_resolution_out(conn, outcome.approval_id),
+        executor_resolution=resolution,
     )
 
 

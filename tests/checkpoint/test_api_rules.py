@@ -104,6 +104,8 @@ def test_vote_of_a_disabled_or_demoted_person_no_longer_counts(world: World, how
     r = world.approve("bob", p["id"], p["action_hash"], confirm="i-t4n0example").json()
     assert r["state"] == "pending" and r["votes_needed"] == 1
     assert [(v["voter"], v["counts"]) for v in r["votes"]] == [("alice", False), ("bob", True)]
+    # A read of the record counts the votes by the same rule as the vote did.
+    assert world.client.get(f"/v1/proposals/{p['id']}", headers=world.auth("bob")).json() == r
     done = world.approve("carol", p["id"], p["action_hash"], confirm="i-t4n0example").json()
     assert done["state"] == "approved"
     statement = json.loads(base64.b64decode(done["approval"]["envelope"]["payload"]))

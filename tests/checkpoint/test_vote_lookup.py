@@ -1,11 +1,15 @@
-"""The approve route looks its caller's token up in the thread that votes (routes._voter):
-the order of refusals and their audit records stay those of every other route."""
+"""The approve route and the executor's reports look their caller's token up in the thread
+that does the work (routes._deferred): the order of refusals and their audit records stay
+those of every other route."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .harness import World, audit_events
+import pytest
+import sqlalchemy as sa
+
+from .harness import World, approved, audit_events, signed_receipt
 
 
 def _error(response: Any) -> tuple[int, str]:
@@ -95,3 +99,59 @@ def test_a_voters_token_is_never_in_its_repr() -> None:
 
     token = "A" * 43
     assert token not in repr(_Bearer(token, activity=True))
+
+
+@pytest.mark.parametrize("path", ["/v1/outcomes", "/v1/refusals"])
+def test_an_unknown_token_with_a_malformed_report_is_refused_as_unauthenticated(
+    world: World, path: str
+) -> None:
+    proposal, approval_id = approved(world)
+    receipt = signed_receipt(approval_id, proposal["action_hash"], "succeeded")
+    forged = {"Authorization": "Bearer " + "A" * 43}
+    for body in ({"receipt": 1}, {"receipt": receipt}):
+        response = world.client.post(path, json=body, headers=forged)
+        assert _error(response) == (401, "E_UNAUTHENTICATED")
+        assert response.headers["WWW-Authenticate"] == "Bearer"
+    assert _refused(world) == []
+    assert not audit_events(world, "checkpoint.outcome.reported")
+
+
+@pytest.mark.parametrize("path", ["/v1/outcomes", "/v1/refusals"])
+def test_a_known_executor_sending_a_malformed_report_is_audited(world: World, path: str) -> None:
+    response = world.client.post(path, json={"receipt": 1}, headers=world.auth("executor"))
+    assert _error(response) == (422, "E_INVALID")
+    assert _refused(world) == [("E_INVALID", "executor-1", f"POST {path}")]
+
+
+def test_a_viewer_reporting_an_outcome_is_forbidden_and_audited(world: World) -> None:
+    proposal, approval_id = approved(world)
+    receipt = signed_receipt(approval_id, proposal["action_hash"], "succeeded")
+    response = world.client.post(
+        "/v1/outcomes", json={"receipt": receipt}, headers=world.auth("viewer")
+    )
+    assert _error(response) == (403, "E_FORBIDDEN")
+    assert _refused(world) == [("E_FORBIDDEN", "viewer", "POST /v1/outcomes")]
+
+
+def test_a_service_token_is_looked_up_in_one_read(world: World) -> None:
+    from services.checkpoint.errors import Refusal
+
+    tables: list[str] = []
+
+    def seen(_c: Any, _cur: Any, statement: str, *_: Any) -> None:
+        tables.extend(t for t in ("sessions", "service_tokens") if f"FROM {t}" in statement)
+
+    engine = world.checkpoint.engine
+    sa.event.listen(engine, "before_cursor_execute", seen)
+    try:
+        assert world.accounts.authenticate(world.tokens["executor"]).name == "executor-1"
+        assert tables == ["service_tokens"]
+        del tables[:]
+        assert world.accounts.authenticate(world.tokens["alice"]).name == "alice"
+        assert tables == ["sessions"]
+        world.accounts.revoke_service_token("executor-1")
+        for token in (world.tokens["executor"], "als_" + "A" * 43):
+            with pytest.raises(Refusal):
+                world.accounts.authenticate(token)
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", seen)
