@@ -1,7 +1,7 @@
 """The whole path on loopback, beside its bare primitives measured in the same run.
 
 ``python -m bench.bench_e2e [--db sqlite|postgres|both] [--n N] [--burst M] [--clients K]
-[--pg URL]``
+[--pg URL] [--parallel P] [--slow-cloud-ms L]``
 (or ``make bench``). devcloud, the checkpoint and the ``airlock executor`` daemon on the
 checkpoint's feed run as real processes on 127.0.0.1 (devstack.stack), with the
 executor's ledger on SQLite or PostgreSQL (the checkpoint on SQLite). For each approval:
@@ -19,6 +19,9 @@ it from the long-poll feed, verifies, consumes, re-reads and writes at devcloud.
   then approved by ``--clients`` people's clients at once, each its share back to back
   (one client alone is bound by its own round trips); executions/s is ``burst`` over the
   time from the first approve sent to the last write in the log.
+* **with a slow cloud** (``--slow-cloud-ms``): the burst again, with every devcloud call
+  that much slower, as a cloud API far away is: what the executor's side-by-side
+  execution (``AIRLOCK_EXECUTOR_PARALLEL``) is for.
 * **diagnosis** (``n/2`` more approvals, one at a time): a second long-poll reader of the
   feed (the executor's token; reading the feed moves no cursor) records when each
   approval reaches it, separating the checkpoint's wake-up from the executor's own work.
@@ -226,6 +229,9 @@ class Figures:
     devcloud_write_ms: float
     wake_ms: list[float]
     after_wake_ms: list[float]
+    #: With ``--slow-cloud-ms``: that latency, and the seconds its burst took.
+    slow_cloud_ms: int = 0
+    slow_burst_s: float = 0.0
 
     def render(self) -> str:
         p50 = statistics.median(self.from_answer_ms)
@@ -259,6 +265,11 @@ class Figures:
             f"ratio: approval->write p50 = {p50 / self.devcloud_write_ms:.1f} x bare devcloud"
             f" write, = {p50 / self.insert_ms:.1f} x bare durable insert",
         ]
+        if self.slow_cloud_ms:
+            lines.append(
+                f"sustained with every cloud call {self.slow_cloud_ms} ms slower: all written in"
+                f" {self.slow_burst_s:.2f} s -> {self.burst / self.slow_burst_s:.1f} executions/s"
+            )
         return "\n".join(lines)
 
 
@@ -391,7 +402,27 @@ def _pg_database(admin_url: str) -> Iterator[str]:
             )
 
 
-def run(db: str, *, n: int, burst: int, clients: int, pg_url: str, workdir: Path) -> Figures:
+def _slow_burst(bench: _Bench, m: int, clients: int, latency_ms: int) -> float:
+    """Seconds for a burst of ``m`` with every devcloud call ``latency_ms`` slower (a
+    cloud API far away, as a real one is): what executing side by side is for."""
+    bench.stack.devcloud.admin.set_faults(latency_ms=latency_ms)
+    try:
+        return _burst(bench, m, clients)[0]
+    finally:
+        bench.stack.devcloud.admin.reset_faults()
+
+
+def run(
+    db: str,
+    *,
+    n: int,
+    burst: int,
+    clients: int,
+    pg_url: str,
+    workdir: Path,
+    slow_cloud_ms: int = 0,
+    parallel: int | None = None,
+) -> Figures:
     @contextmanager
     def ledger() -> Iterator[str | None]:
         if db == "postgres":
@@ -402,13 +433,19 @@ def run(db: str, *, n: int, burst: int, clients: int, pg_url: str, workdir: Path
 
     with (
         ledger() as ledger_url,
-        running_stack(workdir / db, webapp=False, ledger_url=ledger_url) as stack,
+        running_stack(
+            workdir / db,
+            webapp=False,
+            ledger_url=ledger_url,
+            executor_env=None if parallel is None else {"AIRLOCK_EXECUTOR_PARALLEL": str(parallel)},
+        ) as stack,
     ):
         bench = _Bench(stack)
         try:
             _latency(bench, 5)  # warm up: imports, connections, SQLite pages
             answer, send, approve = _latency(bench, n)
             burst_s, issue_s = _burst(bench, burst, clients)
+            slow_s = _slow_burst(bench, burst, clients, slow_cloud_ms) if slow_cloud_ms else 0.0
             watcher = _FeedWatcher(stack.checkpoint_url, stack.tokens["executor"])
             watcher.start()
             try:
@@ -430,6 +467,8 @@ def run(db: str, *, n: int, burst: int, clients: int, pg_url: str, workdir: Path
                 devcloud_write_ms=_devcloud_write_ms(stack),
                 wake_ms=wake,
                 after_wake_ms=after_wake,
+                slow_cloud_ms=slow_cloud_ms,
+                slow_burst_s=slow_s,
             )
         finally:
             bench.close()
@@ -451,6 +490,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--burst", type=int, default=200, help="approvals for executions/s")
     parser.add_argument("--clients", type=int, default=4, help="people approving the burst at once")
     parser.add_argument("--pg", default=DEFAULT_PG_URL, help="PostgreSQL server (admin URL)")
+    parser.add_argument(
+        "--parallel",
+        type=int,
+        default=None,
+        help="the executor's AIRLOCK_EXECUTOR_PARALLEL (default: its own default)",
+    )
+    parser.add_argument(
+        "--slow-cloud-ms",
+        type=int,
+        default=0,
+        help="also time a burst with every devcloud call this much slower",
+    )
     args = parser.parse_args(argv)
     dbs = ["sqlite", "postgres"] if args.db == "both" else [args.db]
     status = 0
@@ -467,6 +518,8 @@ def main(argv: list[str] | None = None) -> int:
                 clients=args.clients,
                 pg_url=args.pg,
                 workdir=Path(tmp),
+                slow_cloud_ms=args.slow_cloud_ms,
+                parallel=args.parallel,
             )
             print(figures.render(), flush=True)
     return status
