@@ -7,6 +7,7 @@ ratio of medians; absolute figures vary by machine, the ratio much less.
 
 from __future__ import annotations
 
+import argparse
 import re
 import statistics
 import subprocess
@@ -15,7 +16,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["Result", "instructions_per_item", "interleaved", "ops_per_second"]
+__all__ = [
+    "Result",
+    "instructions_main",
+    "instructions_per_item",
+    "interleaved",
+    "ops_per_second",
+]
 
 
 @dataclass(frozen=True)
@@ -82,3 +89,29 @@ def instructions_per_item(module: str, small: int, large: int) -> float:
     fewer = _instructions(module, small, large)
     more = _instructions(module, large, large)
     return (more - fewer) / (large - small)
+
+
+def instructions_main(
+    argv: list[str] | None,
+    *,
+    module: str,
+    doc: str | None,
+    child: Callable[[int, int], None],
+    what: str,
+    per: str,
+) -> int:
+    """The command line of an instruction-count benchmark: ``--small``/``--large`` items,
+    counted by :func:`instructions_per_item`; ``--child N`` (the counted run) calls
+    ``child(N, large)``. Prints ``what`` and the count per ``per``."""
+    parser = argparse.ArgumentParser(description=doc)
+    parser.add_argument("--small", type=int, default=20)
+    parser.add_argument("--large", type=int, default=120)
+    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child is not None:
+        child(args.child, args.large)
+        return 0
+    count = instructions_per_item(module, args.small, args.large)
+    print(f"-- {what}")
+    print(f"   instructions per {per:<17} {count / 1e6:10.2f} M")
+    return 0

@@ -11,14 +11,13 @@ client or server: the figure is the app's own. Needs ``valgrind`` on the PATH.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench._harness import instructions_per_item
+from bench._harness import instructions_main
 from bench.bench_checkpoint import _action, checkpoint_values
 
 
@@ -86,18 +85,14 @@ async def _approve_all(count: int, largest: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--small", type=int, default=20)
-    parser.add_argument("--large", type=int, default=120)
-    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.child is not None:
-        asyncio.run(_approve_all(args.child, args.large))
-        return 0
-    per = instructions_per_item("bench.checkpoint_instructions", args.small, args.large)
-    print("-- HTTP approve through the checkpoint's ASGI app, tmpfs SQLite, under valgrind")
-    print(f"   instructions per approve          {per / 1e6:10.2f} M")
-    return 0
+    return instructions_main(
+        argv,
+        module="bench.checkpoint_instructions",
+        doc=__doc__,
+        child=lambda n, large: asyncio.run(_approve_all(n, large)),
+        what="HTTP approve through the checkpoint's ASGI app, tmpfs SQLite, under valgrind",
+        per="approve",
+    )
 
 
 if __name__ == "__main__":

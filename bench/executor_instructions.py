@@ -12,12 +12,11 @@ runs natively. Needs ``valgrind`` on the PATH.
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 from pathlib import Path
 
 from airlock.store import make_engine
-from bench._harness import instructions_per_item
+from bench._harness import instructions_main
 from bench.bench_executor import _bundles, _executor
 from services.executor import migrate
 
@@ -40,18 +39,14 @@ def _run(count: int, largest: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--small", type=int, default=20)
-    parser.add_argument("--large", type=int, default=120)
-    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.child is not None:
-        _run(args.child, args.large)
-        return 0
-    per = instructions_per_item("bench.executor_instructions", args.small, args.large)
-    print("-- executor path on a tmpfs SQLite ledger, under valgrind (cachegrind)")
-    print(f"   instructions per execution        {per / 1e6:10.2f} M")
-    return 0
+    return instructions_main(
+        argv,
+        module="bench.executor_instructions",
+        doc=__doc__,
+        child=_run,
+        what="executor path on a tmpfs SQLite ledger, under valgrind (cachegrind)",
+        per="execution",
+    )
 
 
 if __name__ == "__main__":

@@ -8,26 +8,21 @@ proposal, its state unchanged. Needs ``valgrind`` on the PATH.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 
-from bench._harness import instructions_per_item
+from bench._harness import instructions_main
 from bench.outcome_instructions import report_all
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--small", type=int, default=20)
-    parser.add_argument("--large", type=int, default=120)
-    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.child is not None:
-        asyncio.run(report_all(args.child, args.large, refused=True))
-        return 0
-    per = instructions_per_item("bench.refusal_instructions", args.small, args.large)
-    print("-- HTTP refusal report through the checkpoint's ASGI app, tmpfs SQLite, under valgrind")
-    print(f"   instructions per refusal report   {per / 1e6:10.2f} M")
-    return 0
+    return instructions_main(
+        argv,
+        module="bench.refusal_instructions",
+        doc=__doc__,
+        child=lambda n, large: asyncio.run(report_all(n, large, refused=True)),
+        what="HTTP refusal report through the checkpoint's ASGI app, tmpfs SQLite, under valgrind",
+        per="refusal report",
+    )
 
 
 if __name__ == "__main__":
