@@ -380,6 +380,22 @@ def _parallel_plain(kind: str, url: str, shares: list[Any]) -> tuple[float, floa
     return _parallel(kind, url, shares), float("nan"), float("nan")
 
 
+def _at_workers(
+    db: str, url: str, per: int, workers: int
+) -> tuple[tuple[float, float, float], tuple[float, float, float], float]:
+    """With ``workers`` processes of ``per`` items each: executions, and bare INSERTs, per
+    second (each with WAL syncs and writes per commit on PostgreSQL), and two-commit
+    items per second."""
+    bundles = _bundles("par", per * workers)
+    run = _parallel_wal if db == "postgresql" else _parallel_plain
+
+    def keys() -> list[list[str]]:
+        return [[uuid.uuid4().hex for _ in range(per)] for _ in range(workers)]
+
+    execs = run("exec", url, [bundles[i::workers] for i in range(workers)])
+    return execs, run("bare", url, keys()), run("floor", url, keys())[0]
+
+
 def _databases(
     pg: str | None, tmp: Path, sqlite: bool = True
 ) -> Iterator[tuple[str, str, Callable[[], None]]]:
@@ -452,22 +468,9 @@ def main(argv: list[str] | None = None) -> int:
                 floor_1 = statistics.median(floor1)
                 floor_3 = statistics.median(floor3)
                 exec_1 = statistics.median(exec1)
-                per = args.batch
-                bundles = _bundles("par", per * args.workers)
-                run = _parallel_wal if db == "postgresql" else _parallel_plain
-                exec_n, exec_sync, exec_write = run(
-                    "exec", url, [bundles[i :: args.workers] for i in range(args.workers)]
-                )
-                bare_n, bare_sync, bare_write = run(
-                    "bare",
-                    url,
-                    [[uuid.uuid4().hex for _ in range(per)] for _ in range(args.workers)],
-                )
-                floor_n = run(
-                    "floor",
-                    url,
-                    [[uuid.uuid4().hex for _ in range(per)] for _ in range(args.workers)],
-                )[0]
+                execs, bares, floor_n = _at_workers(db, url, args.batch, args.workers)
+                exec_n, exec_sync, exec_write = execs
+                bare_n, bare_sync, bare_write = bares
             finally:
                 drop()
             slower = min(verify_rate, bare_1)

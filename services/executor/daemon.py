@@ -251,6 +251,51 @@ class _Courier:
                 self._stop.wait(_COURIER_TICK_S)
 
 
+def _deliver(
+    courier: _Courier | None,
+    reporter: OutboxReporter | None,
+    done: int,
+    may_deliver: Callable[[], bool],
+) -> bool:
+    """A turn's receipts: the courier woken if ``done`` recorded any, or the reporter
+    flushed in the loop; True if that delivery failed. Raises the courier's
+    :class:`CheckpointUnauthorized`."""
+    if courier is not None:
+        if courier.unauthorized is not None:
+            raise courier.unauthorized
+        if done:
+            courier.wake()
+        return False
+    if reporter is not None and (done or reporter.due()) and may_deliver():
+        return _step("receipt delivery", reporter.flush) is None
+    return False
+
+
+def _start(
+    executor: Executor,
+    source: BundleSource,
+    shutdown: Shutdown,
+    errors: Backoff,
+    *,
+    reporter: OutboxReporter | None,
+    may_deliver: Callable[[], bool],
+) -> None:
+    """Check the ledger against the checkpoint, then recover, retried until recovery
+    runs, delivering receipts (through ``reporter``, if any, once ``may_deliver``) on
+    every attempt."""
+    _step("checking the ledger against the checkpoint", lambda: _check(source))
+    while True:
+        recovered = _step("recovery at start", lambda: _recover(executor, source))
+        if reporter is not None and may_deliver():
+            _step("receipt delivery at start", reporter.flush)
+        if recovered is not None:
+            break
+        delay = errors.failure()
+        _log.warning("recovery at start failed; retrying in %.1fs", delay)
+        shutdown.sleep(delay)
+    errors.reset()
+
+
 #: How often the courier asks whether a retry or a sweep is due, when not woken.
 _COURIER_TICK_S: Final = 0.5
 #: How long a stop waits for a delivery in flight (each POST has its own deadline).
@@ -298,17 +343,7 @@ def serve(
         # First, whether this ledger went back (a hold recorded before any recovery);
         # then recovery, retried like the loop (a database or checkpoint blip must not
         # end the process), with receipts delivered on every attempt (see below).
-        _step("checking the ledger against the checkpoint", lambda: _check(source))
-        while True:
-            recovered = _step("recovery at start", lambda: _recover(executor, source))
-            if reporter is not None and may_deliver():
-                _step("receipt delivery at start", reporter.flush)
-            if recovered is not None:
-                break
-            delay = errors.failure()
-            _log.warning("recovery at start failed; retrying in %.1fs", delay)
-            shutdown.sleep(delay)
-        errors.reset()
+        _start(executor, source, shutdown, errors, reporter=reporter, may_deliver=may_deliver)
         if reporter is not None and deliver_apart:
             courier = _Courier(reporter, may_deliver)
             courier.start()
@@ -347,13 +382,7 @@ def serve(
             # head it names): a restored ledger's first receipts, of what its recovery
             # settled, would move the checkpoint's record of our head onto the restored
             # chain, and the check would then find nothing to hold.
-            if courier is not None:
-                if courier.unauthorized is not None:
-                    raise courier.unauthorized
-                if done:
-                    courier.wake()
-            elif reporter is not None and (done or reporter.due()) and may_deliver():
-                failed = _step("receipt delivery", reporter.flush) is None or failed
+            failed = _deliver(courier, reporter, done, may_deliver) or failed
             if failed:
                 delay = errors.failure()
                 _log.warning("executor loop turn failed; next turn in %.1fs", delay)
