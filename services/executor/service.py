@@ -33,6 +33,7 @@ import secrets
 import socket
 import threading
 from collections.abc import Callable, Container, Mapping
+from pathlib import Path
 from typing import Final, Literal
 
 from pydantic import ValidationError
@@ -178,11 +179,12 @@ class Executor:
         if version.sha256 == self._trusted_sha:
             return version.keys
         with self._trusting:  # one record per key set, whichever thread sees it first
-            self._record_trusted(version)
+            self._record_trusted(self._keys.path, version)
         return version.keys
 
-    def _record_trusted(self, version: KeySetVersion) -> None:
-        assert isinstance(self._keys, TrustedKeysFile)
+    def _record_trusted(self, path: Path, version: KeySetVersion) -> None:
+        """Append ``executor.trusted_keys`` for ``version`` of the file at ``path``, unless
+        it is the set recorded last (another thread may have recorded it meanwhile)."""
         if version.sha256 != self._trusted_sha:
             now = self.clock()
             with self._tx.begin() as conn:
@@ -192,7 +194,7 @@ class Executor:
                     {
                         "type": ExecutorEvent.TRUSTED_KEYS,
                         "worker": self.worker_id,
-                        "path": str(self._keys.path),
+                        "path": str(path),
                         "sha256": version.sha256,
                         "keys": [
                             {
@@ -207,7 +209,7 @@ class Executor:
             _log.info(
                 "trusting %d approval key(s) from %s (%s)",
                 len(version.keys),
-                self._keys.path,
+                path,
                 version.sha256,
             )
             self._trusted_sha = version.sha256
