@@ -270,6 +270,8 @@ def running_devcloud(
         str(port),
         "--workers",
         "1",
+        "--http",
+        "httptools",
         "--log-level",
         "warning",
         "--timeout-graceful-shutdown",
