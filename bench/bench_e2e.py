@@ -19,6 +19,10 @@ it from the long-poll feed, verifies, consumes, re-reads and writes at devcloud.
   then approved by ``--clients`` people's clients at once, each its share back to back
   (one client alone is bound by its own round trips); executions/s is ``burst`` over the
   time from the first approve sent to the last write in the log.
+* **CPU per approval** (Linux): the CPU each process used from the burst's first approve
+  until its last outcome was delivered, over the burst's size: the checkpoint, the
+  executor, devcloud, this benchmark (the people's clients) and PostgreSQL with the ledger
+  on it. On loopback they share the machine's cores, so their sum bounds executions/s.
 * **with a slow cloud** (``--slow-cloud-ms``): the burst again, with every devcloud call
   that much slower, as a cloud API far away is: what the executor's side-by-side
   execution (``AIRLOCK_EXECUTOR_PARALLEL``) is for.
@@ -40,6 +44,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import os
 import sqlite3
 import statistics
 import tempfile
@@ -48,7 +53,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -70,6 +75,7 @@ GOAL_P99_MS = 20.0
 GOAL_PER_S = 100.0
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
 _WAIT_S = 30.0
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def _action(rid: str, pid: str) -> dict[str, Any]:
@@ -188,6 +194,15 @@ class _Bench:
         ).fetchone()
         return float(firsts[1]) if firsts[0] == len(rids) else None
 
+    def all_delivered(self, approval_ids: list[str]) -> bool:
+        with read_transaction(self.ledger) as conn:
+            delivered = conn.execute(
+                sa.select(sa.func.count(sa.distinct(deliveries.c.approval_id))).where(
+                    deliveries.c.approval_id.in_(approval_ids)
+                )
+            ).scalar_one()
+        return bool(delivered == len(approval_ids))
+
     def delivered(self, approval_id: str) -> bool:
         with read_transaction(self.ledger) as conn:
             return (
@@ -257,6 +272,8 @@ class Figures:
     #: With ``--slow-cloud-ms``: that latency, and the seconds its burst took.
     slow_cloud_ms: int = 0
     slow_burst_s: float = 0.0
+    #: CPU ms per approval of the burst, by process (empty without /proc).
+    cpu_ms: dict[str, float] = field(default_factory=dict)
 
     def render(self) -> str:
         p50 = statistics.median(self.from_answer_ms)
@@ -290,6 +307,16 @@ class Figures:
             f"ratio: approval->write p50 = {p50 / self.devcloud_write_ms:.1f} x bare devcloud"
             f" write, = {p50 / self.insert_ms:.1f} x bare durable insert",
         ]
+        if self.cpu_ms:
+            total = sum(self.cpu_ms.values())
+            cores = os.cpu_count() or 1
+            split = ", ".join(
+                f"{k} {v:.1f}" for k, v in sorted(self.cpu_ms.items(), key=lambda kv: -kv[1])
+            )
+            lines.append(
+                f"CPU per approval in the burst: {split}; total {total:.1f} ms"
+                f" -> at most {cores * 1000 / total:.0f}/s on {cores} cores"
+            )
         if self.slow_cloud_ms:
             lines.append(
                 f"sustained with every cloud call {self.slow_cloud_ms} ms slower: all written in"
@@ -328,20 +355,66 @@ def _latency(
     return answer, send, approve
 
 
-def _burst(bench: _Bench, m: int, clients: int) -> tuple[float, float]:
-    """(first approve sent -> last write, seconds to issue them all): ``m`` approvals
-    issued by ``clients`` people's clients at once, each its share back to back."""
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user and system) process ``pid`` has used; 0.0 once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+def _cpu(bench: _Bench) -> dict[str, float]:
+    """CPU seconds used so far by each process of the run: the checkpoint, the executor,
+    devcloud, this benchmark and, with the ledger on it, each PostgreSQL backend serving
+    the ledger's database (``postgres PID``).
+    Linux's /proc; empty elsewhere."""
+    if not Path("/proc/self/stat").exists():
+        return {}
+    stack = bench.stack
+    used = {
+        "checkpoint": _cpu_s(stack.checkpoint.pid),
+        "executor": _cpu_s(stack.executor.pid),
+        "devcloud": _cpu_s(stack.devcloud.pid),
+        "this bench": sum(os.times()[:2]),
+    }
+    if bench.ledger.dialect.name == "postgresql":
+        with read_transaction(bench.ledger) as conn:
+            pids = conn.execute(
+                sa.text("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")
+            ).scalars()
+            used.update({f"postgres {pid}": _cpu_s(pid) for pid in pids})
+    return used
+
+
+def _cpu_ms_per(before: dict[str, float], after: dict[str, float], m: int) -> dict[str, float]:
+    """CPU ms per approval by process from two :func:`_cpu` readings, the ledger's
+    PostgreSQL backends summed as ``postgres`` (one started between them counts whole)."""
+    per: dict[str, float] = {}
+    for name, used in after.items():
+        total = name.split(" ")[0] if name.startswith("postgres ") else name
+        per[total] = per.get(total, 0.0) + (used - before.get(name, 0.0)) * 1000 / m
+    return per
+
+
+def _burst(bench: _Bench, m: int, clients: int) -> tuple[float, float, dict[str, float]]:
+    """(first approve sent -> last write, seconds to issue them all, CPU ms per approval
+    by process): ``m`` approvals issued by ``clients`` people's clients at once, each its
+    share back to back. CPU counts from the first approve until every outcome is
+    delivered, so each approval's whole work is in it."""
     proposals = [bench.propose() for _ in range(m)]
     shares = [proposals[i::clients] for i in range(clients)]
     start = threading.Barrier(clients + 1)
     failed: list[BaseException] = []
+    approval_ids: list[str] = []
 
     def issue(share: list[dict[str, Any]]) -> None:
         person = bench.person()
         start.wait()
         try:
             for proposal in share:
-                person.approve(proposal)
+                approval_ids.append(person.approve(proposal)[2])
         except BaseException as exc:  # reported after the join
             failed.append(exc)
         finally:
@@ -350,6 +423,7 @@ def _burst(bench: _Bench, m: int, clients: int) -> tuple[float, float]:
     threads = [threading.Thread(target=issue, args=(share,)) for share in shares]
     for thread in threads:
         thread.start()
+    before = _cpu(bench)
     start.wait()
     first = time.time()
     for thread in threads:
@@ -361,7 +435,13 @@ def _burst(bench: _Bench, m: int, clients: int) -> tuple[float, float]:
     # millisecond took a core's tenth from the processes measured.
     rids = [p["action"]["resource"]["id"] for p in proposals]
     last = _until(f"the writes of {len(rids)}", partial(bench.last_write_at, rids), every_s=0.05)
-    return last - first, issued
+    _until(
+        f"the deliveries of {m} outcomes",
+        partial(bench.all_delivered, approval_ids),
+        every_s=0.05,
+    )
+    after = _cpu(bench)
+    return last - first, issued, _cpu_ms_per(before, after, m)
 
 
 def _sign_verify_us() -> float:
@@ -473,7 +553,7 @@ def run(
         try:
             _latency(bench, 5)  # warm up: imports, connections, SQLite pages
             answer, send, approve = _latency(bench, n)
-            burst_s, issue_s = _burst(bench, burst, clients)
+            burst_s, issue_s, cpu_ms = _burst(bench, burst, clients)
             slow_s = _slow_burst(bench, burst, clients, slow_cloud_ms) if slow_cloud_ms else 0.0
             watcher = _FeedWatcher(stack.checkpoint_url, stack.tokens["executor"])
             watcher.start()
@@ -498,6 +578,7 @@ def run(
                 after_wake_ms=after_wake,
                 slow_cloud_ms=slow_cloud_ms,
                 slow_burst_s=slow_s,
+                cpu_ms=cpu_ms,
             )
         finally:
             bench.close()
