@@ -44,8 +44,12 @@ sysdeps: $(CHROMIUM)
 # a module's shared stack starts once. TEST_JOBS=0 runs in this process, without xdist.
 TEST_JOBS ?= $(shell n=$$(( $$(nproc 2>/dev/null || echo 1) * 2 )); [ $$n -gt 8 ] && n=8; echo $$n)
 
+# The suite starts hundreds of Python processes: with PYTHONDONTWRITEBYTECODE set (some
+# machines set it), each would compile the project's modules again. Compiled once here,
+# into the ignored __pycache__ directories, and every process reads them.
 test: $(STAMP) sysdeps
-	$(PY) -m pytest $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile) $(PYTEST_ARGS)
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -m compileall -q airlock services webapp devstack bench eval tests
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile) $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
