@@ -280,6 +280,8 @@ class CheckpointFeedSource:
         #: head it names (see :meth:`check_ledger`): recovery may continue claimed rows.
         self.ledger_checked = False
         self._client = client
+        # Joined to the client's base URL once, as httpx joins it on every request.
+        self._url = client.build_request("GET", "/v1/feed").url
         self._clock = clock
         self._feed = feed or feed_name(str(client.base_url))
         self._backoff = backoff or Backoff()
@@ -481,7 +483,7 @@ class CheckpointFeedSource:
         try:
             with (
                 within(wait + self._grace),
-                self._client.stream("GET", "/v1/feed", params=params) as response,
+                self._client.stream("GET", self._url, params=params) as response,
             ):
                 status = response.status_code
                 if status != 200:

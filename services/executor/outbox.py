@@ -334,6 +334,11 @@ class OutboxReporter:
         self._requeued = False  # the start-up scan for receipts the queue lacks
         self._retry: dict[tuple[str, str], _Retry] = {}  # oldest first, at most retry_max
         self._unrecorded: list[dict[str, object]] = []  # answers the batch has not recorded
+        # Each endpoint's URL joined to the client's base URL once, as httpx joins it: a
+        # relative path is parsed and joined again on every request otherwise.
+        self._urls = {
+            path: client.build_request("POST", path).url for path in (OUTCOMES_PATH, REFUSALS_PATH)
+        }
 
     @property
     def backing_off(self) -> int:
@@ -495,7 +500,7 @@ class OutboxReporter:
                 within(self._deadline),
                 self._client.stream(
                     "POST",
-                    path,
+                    self._urls[path],
                     content=body,
                     headers={"Content-Type": "application/json"},
                 ) as response,
