@@ -242,7 +242,8 @@ def _backend_cpu_ns(pid: int) -> int | None:
 
 def _server_cost(url: str, batch: int, db: str) -> str:
     """PostgreSQL on this host: the backend's CPU and the round trips (statements, and
-    each transaction's BEGIN and COMMIT) per execution, 1 worker; else nothing."""
+    each transaction's BEGIN and COMMIT) per execution, 1 worker, ``batch`` executions
+    on a new ledger (as a new deployment's first, and bench_e2e's); else nothing."""
     if db != "postgresql":
         return ""
     executor = _executor(url)
@@ -273,7 +274,7 @@ def _server_cost(url: str, batch: int, db: str) -> str:
         return f"   round trips per execution         {trips[0] / batch:10.1f}\n"
     return (
         f"   PostgreSQL backend CPU, 1 worker  {(after - before) / batch / 1000:10.0f} us per "
-        f"execution, {trips[0] / batch:.1f} round trips\n"
+        f"execution over the first {batch}, {trips[0] / batch:.1f} round trips\n"
     )
 
 
@@ -512,6 +513,7 @@ def main(argv: list[str] | None = None) -> int:
                 with engine.begin() as conn:
                     _bare.create(conn)
                 engine.dispose()
+                server = _server_cost(url, args.batch * args.rounds, db)
                 bare1, exec1, floor1, floor3 = [], [], [], []
                 for r in range(args.rounds):
                     bare1.append(_bare_inserts(url, args.batch))
@@ -522,7 +524,6 @@ def main(argv: list[str] | None = None) -> int:
                 floor_1 = statistics.median(floor1)
                 floor_3 = statistics.median(floor3)
                 exec_1 = statistics.median(exec1)
-                server = _server_cost(url, args.batch, db)
                 execs, bares, floor_n = _at_workers(db, url, args.batch, args.workers)
                 exec_n, exec_sync, exec_write = execs
                 bare_n, bare_sync, bare_write = bares
