@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import statistics
 import tempfile
 import time
@@ -221,6 +222,60 @@ def _executions(url: str, bundles: list[bytes]) -> tuple[float, float]:
         return len(bundles) / (time.perf_counter() - start), cpu_us
     finally:
         executor.engine.dispose()
+
+
+def _backend_cpu_ns(pid: int) -> int | None:
+    """CPU time of process ``pid`` on this host (a PostgreSQL backend), or None where it
+    is not readable (a server on another host)."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as f:  # nanoseconds on the CPU
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        with open(f"/proc/{pid}/stat") as f:  # utime + stime, in clock ticks
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) * 10**9 // os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _server_cost(url: str, batch: int, db: str) -> str:
+    """PostgreSQL on this host: the backend's CPU and the round trips (statements, and
+    each transaction's BEGIN and COMMIT) per execution, 1 worker, ``batch`` executions
+    on a new ledger (as a new deployment's first, and bench_e2e's); else nothing."""
+    if db != "postgresql":
+        return ""
+    executor = _executor(url)
+    engine = executor.engine
+    trips = [0]
+
+    def statement(*_: Any) -> None:
+        trips[0] += 1
+
+    def transaction(*_: Any) -> None:
+        trips[0] += 2
+
+    try:
+        for raw in _bundles("w", 10):  # past psycopg's prepare threshold
+            executor.execute(raw)
+        with engine.connect() as conn:  # the pool lends this connection to each execution
+            pid = int(conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one())
+        sa.event.listen(engine, "before_cursor_execute", statement)
+        sa.event.listen(engine, "commit", transaction)
+        bundles = _bundles("s", batch)
+        before = _backend_cpu_ns(pid)
+        for raw in bundles:
+            executor.execute(raw)
+        after = _backend_cpu_ns(pid)
+    finally:
+        engine.dispose()
+    if before is None or after is None:
+        return f"   round trips per execution         {trips[0] / batch:10.1f}\n"
+    return (
+        f"   PostgreSQL backend CPU, 1 worker  {(after - before) / batch / 1000:10.0f} us per "
+        f"execution over the first {batch}, {trips[0] / batch:.1f} round trips\n"
+    )
 
 
 def _cpu_on_tmpfs(batch: int, rounds: int) -> tuple[float, float] | None:
@@ -458,6 +513,7 @@ def main(argv: list[str] | None = None) -> int:
                 with engine.begin() as conn:
                     _bare.create(conn)
                 engine.dispose()
+                server = _server_cost(url, args.batch * args.rounds, db)
                 bare1, exec1, floor1, floor3 = [], [], [], []
                 for r in range(args.rounds):
                     bare1.append(_bare_inserts(url, args.batch))
@@ -484,6 +540,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"   two durable commits, {args.workers} workers   {floor_n:10.0f} /s")
             print(f"   execute (full path), 1 worker     {exec_1:10.0f} /s")
             print(f"   execute (full path), {args.workers} workers    {exec_n:10.0f} /s")
+            print(server, end="")
             print(
                 f"   ratio 1 worker: {ratio:.2f} x slower bare primitive "
                 f"(goal >= {GOAL}){'' if ratio >= GOAL else '  BELOW GOAL'}"

@@ -214,8 +214,8 @@ class Recorder:
                 verified=verified,
                 detail=detail,
                 receipt=envelope_text(receipt),
+                queue=True,  # its receipt for the outbox, in the same statement
             )
-            ledger.queue_receipt(conn, kind="outcome", approval_id=work.approval_id, now=now)
         return receipt
 
 

@@ -226,8 +226,14 @@ def of_proposal(conn: Connection, proposal_id: str) -> list[LedgerRow]:
     return [LedgerRow.from_mapping(row) for row in found]
 
 
+#: The outbox kind of an outcome's receipt (:func:`transition` with ``queue``).
+_OUTCOME: Final = "outcome"
+
+
 @functools.cache
-def _transition_statement(live_lease: bool, columns: tuple[str, ...]) -> Prepared:
+def _transition_statement(
+    dialect: str, live_lease: bool, columns: tuple[str, ...], queue: bool
+) -> Prepared:
     # Built once per shape, values as parameters (see _consume_statement).
     where = [
         ledger.c.approval_id == sa.bindparam("w_approval_id"),
@@ -237,11 +243,30 @@ def _transition_statement(live_lease: bool, columns: tuple[str, ...]) -> Prepare
     ]
     if live_lease:
         where.append(ledger.c.lease_expires > sa.bindparam("w_now"))
-    return Prepared(
+    update = (
         sa.update(ledger)
         .where(*where)
         .values({column: sa.bindparam(f"v_{column}") for column in columns})
     )
+    if not queue or dialect != "postgresql":
+        return Prepared(update)
+    # The move and the receipt's place in the outbox in one statement (one round trip,
+    # one snapshot): the row is queued only if it moved, and the count says whether it did.
+    moved = update.returning(ledger.c.approval_id).cte("moved")
+    queued = (
+        postgresql.insert(outbox)
+        .from_select(
+            [outbox.c.kind, outbox.c.approval_id, outbox.c.queued_at],
+            sa.select(
+                sa.literal_column(f"'{_OUTCOME}'", outbox.c.kind.type),
+                moved.c.approval_id,
+                sa.bindparam("v_updated_at", type_=outbox.c.queued_at.type),
+            ),
+        )
+        .on_conflict_do_nothing()
+        .cte("queued")
+    )
+    return Prepared(sa.select(sa.func.count()).select_from(moved).add_cte(queued))
 
 
 def transition(
@@ -255,11 +280,14 @@ def transition(
     now: int,
     lease_expires: int | None = None,
     require_live_lease: bool = False,
+    queue: bool = False,
     **values: Any,
 ) -> None:
     """Move one row ``from_state`` → ``to_state`` if this owner still holds it, or raise
     :class:`Fenced`. ``require_live_lease`` also demands the lease has not expired, for
-    the step that commits to calling the cloud."""
+    the step that commits to calling the cloud. ``queue`` also queues the row's outcome
+    receipt for the outbox once it moved (:func:`queue_receipt`, at ``now``): on
+    PostgreSQL in the same statement."""
     if to_state not in _NEXT.get(from_state, frozenset()):
         raise ValueError(f"no transition {from_state} -> {to_state}")
     updates: dict[str, Any] = {"state": to_state.value, "updated_at": now, **values}
@@ -268,9 +296,17 @@ def transition(
     params = {f"v_{k}": v for k, v in updates.items()}
     params.update(w_approval_id=approval_id, w_state=from_state.value, w_owner=owner)
     params.update(w_epoch=epoch, w_now=now)
-    statement = _transition_statement(require_live_lease, tuple(sorted(updates)))
-    if statement.rowcount(conn, params) != 1:
+    dialect = conn.dialect.name
+    statement = _transition_statement(dialect, require_live_lease, tuple(sorted(updates)), queue)
+    if queue and dialect == "postgresql":
+        found = statement.first(conn, params)
+        moved = 0 if found is None else int(found[0])
+    else:
+        moved = statement.rowcount(conn, params)
+    if moved != 1:
         raise Fenced(approval_id, f"{from_state}->{to_state} (epoch {epoch})")
+    if queue and dialect != "postgresql":
+        queue_receipt(conn, kind=_OUTCOME, approval_id=approval_id, now=now)
 
 
 _BEGIN_EXECUTING: Final = (

@@ -4,8 +4,8 @@
   PostgreSQL (psycopg 3) from a URL; :func:`read_transaction` for snapshot reads.
 - :func:`upgrade` / :func:`run_migrations` — each service's own Alembic migrations,
   serialized across processes (see ``_migrate.py`` for the directory layout).
-- :func:`create_audit_log`, :func:`guard_audit_log_against_replace`, :func:`add_lane_column`
-  and :func:`add_audit_lanes` (in a migration),
+- :func:`create_audit_log`, :func:`guard_audit_log_against_replace`, :func:`add_lane_column`,
+  :func:`add_audit_lanes` and :func:`add_audit_append` (in a migration),
   :class:`AuditLog` (append in the caller's
   transaction, head), :func:`verify_chain`, :func:`export`, :func:`verify_export` (an export file,
   no database needed, read line by line with a bounded :func:`read_export_lines`) —
@@ -41,7 +41,7 @@ from ._audit import (
     guard_audit_log_against_replace,
 )
 from ._engine import DEFAULT_BUSY_TIMEOUT_S, is_postgresql, is_sqlite, make_engine, read_transaction
-from ._lanes import add_audit_lanes, add_lane_column
+from ._lanes import add_audit_append, add_audit_lanes, add_lane_column
 from ._migrate import alembic_config, run_migrations, upgrade
 from ._prepared import Prepared
 from ._verify import (
@@ -73,6 +73,7 @@ __all__ = [
     "FaultKind",
     "MigrationError",
     "Prepared",
+    "add_audit_append",
     "add_audit_lanes",
     "add_lane_column",
     "alembic_config",

@@ -53,7 +53,7 @@ import functools
 import hashlib
 import json
 import re
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -112,6 +112,8 @@ LANE_LOCK_CLASS = int.from_bytes(
 LANES_TYPE = "airlock.audit/lanes"
 #: The sequence that numbers rows once a chain has lanes (PostgreSQL).
 SEQUENCE = "audit_log_seq"
+#: The append as one call, on a chain with lanes whose migration made it (``_lanes.py``).
+APPEND_FUNCTION = "airlock_audit_append"
 
 _metadata = sa.MetaData()
 _audit = sa.Table(
@@ -417,7 +419,9 @@ def _append_statement(sql: str, row_hash: str, well_formed: str) -> Prepared:
 
 
 _PG_HASH = "encode(sha256(decode(chain_head.row_hash, 'hex') || :event_bytes), 'hex')"
-_PG_WELL_FORMED = "chain_head.row_hash ~ '^[0-9a-f]{64}$'"
+# 64 characters, none outside [0-9a-f]: what ``^[0-9a-f]{64}$`` says, at a tenth of its
+# CPU (PostgreSQL's regex engine builds the bounded repetition's automaton on every match).
+_PG_WELL_FORMED = "octet_length(chain_head.row_hash) = 64 AND chain_head.row_hash !~ '[^0-9a-f]'"
 _APPEND = _append_statement(_APPEND_SQL, _PG_HASH, _PG_WELL_FORMED)
 _APPEND_LANE = _append_statement(_APPEND_LANE_SQL, _PG_HASH, _PG_WELL_FORMED)
 # On SQLite the transaction holds the database's one write lock from its BEGIN IMMEDIATE
@@ -437,12 +441,29 @@ _SQLITE_APPEND = Prepared(
 # The whole chain: exclusive, so no lane is held by anyone else. It also says whether the
 # chain has lanes (its sequence exists), read afresh each time, so a connection that
 # outlived the migration that added them never appends the old way to a chain with lanes.
+_PG_HAS_APPEND = f"to_regprocedure('{APPEND_FUNCTION}(integer,text,bytea)') IS NOT NULL"
 _PG_LOCK = sa.text(
     f"SELECT pg_advisory_xact_lock({_APPEND_LOCK_KEY}), "
-    f"to_regclass('{SEQUENCE}') IS NOT NULL AS laned"
-).columns(sa.column("pg_advisory_xact_lock"), sa.column("laned", sa.Boolean))
-_PG_LANED = sa.text(f"SELECT to_regclass('{SEQUENCE}') IS NOT NULL AS laned").columns(
-    sa.column("laned", sa.Boolean)
+    f"to_regclass('{SEQUENCE}') IS NOT NULL AS laned, {_PG_HAS_APPEND} AS appends"
+).columns(
+    sa.column("pg_advisory_xact_lock"),
+    sa.column("laned", sa.Boolean),
+    sa.column("appends", sa.Boolean),
+)
+_PG_LANED = sa.text(
+    f"SELECT to_regclass('{SEQUENCE}') IS NOT NULL AS laned, {_PG_HAS_APPEND} AS appends"
+).columns(sa.column("laned", sa.Boolean), sa.column("appends", sa.Boolean))
+# The append as one call (a chain whose migration made the function, ``_lanes.py``): in
+# the lane given, or, with none, in the lane it takes first.
+_APPEND_CALL = Prepared(
+    sa.text(
+        f"SELECT o_lane, o_seq, o_prev_hash, o_row_hash FROM {APPEND_FUNCTION}"  # noqa: S608
+        "(:lane, :event, :event_bytes)"
+    ).bindparams(
+        sa.bindparam("lane", type_=sa.Integer),
+        sa.bindparam("event", type_=sa.Text),
+        sa.bindparam("event_bytes", type_=sa.LargeBinary),
+    )
 )
 # One lane: the function (made by the migration that added the lanes) takes the whole
 # chain's lock shared, then the first free lane's, and returns the lane.
@@ -454,6 +475,8 @@ _PG_LANE = sa.text("SELECT airlock_audit_lane() AS lane").columns(
 _LOCKED_IN = "airlock.audit.locked_in"
 #: ``Connection.info`` key: True once this connection saw a chain with lanes.
 _LANED = "airlock.audit.laned"
+#: ``Connection.info`` key: True once this connection saw the append function.
+_APPENDS = "airlock.audit.appends"
 
 
 @dataclass(frozen=True, slots=True)
@@ -496,15 +519,20 @@ def _hold(connection: Connection, *, whole: bool) -> _Held:
         return cast(_Held, held)
     if not whole and not connection.info.get(_LANED):
         # Asked until the answer is yes: a chain gets lanes once and keeps them.
-        connection.info[_LANED] = bool(connection.execute(_PG_LANED).scalar_one())
+        found = connection.execute(_PG_LANED).one()
+        connection.info[_LANED], connection.info[_APPENDS] = bool(found[0]), bool(found[1])
     if not whole and connection.info[_LANED]:
         held = _Held(transaction, False, connection.execute(_PG_LANE).scalar_one(), True)
     else:
         # The whole chain, and whether the chain has lanes, afresh: a connection made
         # before the migration that added them must not append the old way after it.
-        laned = bool(connection.execute(_PG_LOCK).one().laned)
-        connection.info[_LANED] = laned
-        held = _Held(transaction, True, 0, laned)
+        found = connection.execute(_PG_LOCK).one()
+        connection.info[_LANED], connection.info[_APPENDS] = bool(found[1]), bool(found[2])
+        held = _Held(transaction, True, 0, bool(found[1]))
+    return _remember(connection, held)
+
+
+def _remember(connection: Connection, held: _Held) -> _Held:
     if not connection.in_nested_transaction():
         connection.info[_LOCKED_IN] = held
     return held
@@ -521,6 +549,35 @@ def _head(conn: Connection) -> AuditEntry:
         row_hash=row.row_hash,
         lane=row.lane,
     )
+
+
+def _append_taking_lane(connection: Connection, text: str, data: bytes) -> AuditEntry:
+    """Take a lane and append to it in one call (PostgreSQL, the append function); the
+    lane is then held as :meth:`AuditLog.lock_lane` holds it."""
+    row = _APPEND_CALL.first(connection, {"lane": None, "event": text, "event_bytes": data})
+    if row is None:  # the head was malformed: nothing inserted, the lane unknown
+        return _appended(connection, None, -1, text, data)
+    taken = _remember(connection, _Held(connection.get_transaction(), False, row[0], True))
+    return _appended(connection, row[1:], taken.lane, text, data)
+
+
+def _appended(
+    connection: Connection, row: Sequence[Any] | None, lane: int, text: str, data: bytes
+) -> AuditEntry:
+    """The entry the append returned as ``row`` (seq, prev_hash, row_hash) in ``lane``,
+    checked against :func:`chain_hash`; ChainError for none, or another hash."""
+    if row is None:
+        head = _head(connection)  # raises for a chain with no genesis row
+        if not is_hex64(head.row_hash):
+            raise ChainError(f"audit head seq {head.seq} has a malformed row_hash: verify it")
+        raise ChainError(f"audit append did not extend lane {lane}'s head")
+    seq, prev_hash, row_hash = row
+    entry = AuditEntry(seq=seq, event_text=text, prev_hash=prev_hash, row_hash=row_hash, lane=lane)
+    # The database computed the hash; the chain is defined by chain_hash. On a
+    # difference the caller's transaction rolls back, as after any failed append.
+    if entry.row_hash != chain_hash(entry.prev_hash, data):
+        raise ChainError(f"audit append of seq {entry.seq} computed a different row_hash")
+    return entry
 
 
 def _append_sqlite(connection: Connection, text: str, data: bytes) -> AuditEntry:
@@ -542,12 +599,20 @@ class AuditLog:
     """Append to and read the head of a service's audit chain, in the caller's transaction."""
 
     @staticmethod
-    def append(conn: Connection | Session, event: Mapping[str, Any], *, at: datetime) -> AuditEntry:
+    def append(
+        conn: Connection | Session,
+        event: Mapping[str, Any],
+        *,
+        at: datetime,
+        lane: bool = False,
+    ) -> AuditEntry:
         """Append ``event`` (plus ``"at"``) to the chain inside ``conn``'s open transaction.
 
-        The row extends the lane this transaction holds (:meth:`lock_lane`), else the
-        whole chain's lock is taken (:meth:`lock`) and it extends lane 0.
-        Nothing is committed here: the caller's commit makes the event durable together
+        The row extends the lane this transaction holds (:meth:`lock_lane`); where it holds
+        none, ``lane`` takes one (as :meth:`lock_lane`, in the same statement where the
+        chain's migration made the append function), else the whole chain's lock is
+        taken (:meth:`lock`) and it extends lane 0. Nothing is committed here: the
+        caller's commit makes the event durable together
         with whatever else the transaction wrote, and a rollback removes it with them.
         Raises :class:`AuditError` for an invalid event (nothing written) and
         :class:`ChainError` if the chain has no genesis row or a malformed head (nothing
@@ -558,33 +623,25 @@ class AuditLog:
         """
         data = _encode_event(event, at)
         connection = connection_of(conn)
+        text = data.decode("utf-8")
         # Serialize appenders before reading the head: under READ COMMITTED the next
         # statement's snapshot then sees the previous appender's committed row.
-        held = connection.info.get(_LOCKED_IN)
+        held: _Held | None = connection.info.get(_LOCKED_IN)
         if held is None or held.transaction is not connection.get_transaction():
-            held = _hold(connection, whole=True)
-        text = data.decode("utf-8")
+            if lane and connection.info.get(_APPENDS) and connection.in_transaction():
+                return _append_taking_lane(connection, text, data)
+            held = _hold(connection, whole=not lane)
         if connection.dialect.name == "sqlite":
             return _append_sqlite(connection, text, data)
-        if held.laned:
-            params = {"event": text, "event_bytes": data, "lane": held.lane}
+        params = {"event": text, "event_bytes": data, "lane": held.lane}
+        if connection.info.get(_APPENDS):
+            row = _APPEND_CALL.first(connection, params)
+            row = None if row is None else row[1:]
+        elif held.laned:
             row = _APPEND_LANE.first(connection, params)
         else:
             row = _APPEND.first(connection, {"event": text, "event_bytes": data})
-        if row is None:
-            head = _head(connection)  # raises for a chain with no genesis row
-            if not is_hex64(head.row_hash):
-                raise ChainError(f"audit head seq {head.seq} has a malformed row_hash: verify it")
-            raise ChainError(f"audit append did not extend lane {held.lane}'s head")
-        seq, prev_hash, row_hash = row
-        entry = AuditEntry(
-            seq=seq, event_text=text, prev_hash=prev_hash, row_hash=row_hash, lane=held.lane
-        )
-        # The database computed the hash; the chain is defined by chain_hash. On a
-        # difference the caller's transaction rolls back, as after any failed append.
-        if entry.row_hash != chain_hash(entry.prev_hash, data):
-            raise ChainError(f"audit append of seq {entry.seq} computed a different row_hash")
-        return entry
+        return _appended(connection, row, held.lane, text, data)
 
     @staticmethod
     def lock(conn: Connection | Session) -> None:

@@ -21,6 +21,9 @@ migration) turns a one-lane chain into ``lanes`` lanes:
    exclusive, still excludes every appender), then the first free lane's lock, starting
    from one picked by the backend's pid, waiting on that one only if all are taken.
 
+:func:`add_audit_append` (a later migration) adds ``airlock_audit_append()``: the lane and
+the append in one call, both head reads planned on the lane's index.
+
 SQLite keeps one lane: ``BEGIN IMMEDIATE`` lets one writer in at a time anyway.
 
 This module must never update or delete an audit row.
@@ -37,6 +40,7 @@ from airlock.protocol import canonical_bytes
 
 from ._audit import (
     _APPEND_LOCK_KEY,
+    APPEND_FUNCTION,
     AUDIT_TABLE,
     GENESIS_PREV_HASH,
     GENESIS_TYPE,
@@ -48,7 +52,14 @@ from ._audit import (
 from ._chain import chain_hash
 from .errors import AuditError
 
-__all__ = ["MAX_LANES", "add_audit_lanes", "add_lane_column", "lane_genesis_event", "lanes_event"]
+__all__ = [
+    "MAX_LANES",
+    "add_audit_append",
+    "add_audit_lanes",
+    "add_lane_column",
+    "lane_genesis_event",
+    "lanes_event",
+]
 
 #: More lanes than writers cost nothing but rows; this bounds a verifier's state.
 MAX_LANES: Final = 256
@@ -86,6 +97,53 @@ BEGIN
   RETURN start_at;
 END $$
 """
+
+
+# Both head reads — the append's and the insert trigger's — by the (lane, seq) index, with
+# sorting off: a generic plan made while the table holds a page (a new database; a
+# connection prepares its statements after five runs and keeps the plans) would else scan
+# the whole table and sort it on every append, as long as the connection lives. The lane
+# is taken first, then the head is read in a statement of its own, whose snapshot comes
+# after the lock (READ COMMITTED: each statement of a volatile function takes a new one).
+_PG_APPEND_FUNCTION = f"""
+CREATE OR REPLACE FUNCTION {APPEND_FUNCTION}(p_lane integer, p_event text, p_event_bytes bytea)
+RETURNS TABLE (o_lane integer, o_seq bigint, o_prev_hash text, o_row_hash text)
+LANGUAGE plpgsql VOLATILE SET enable_sort = off AS $$
+DECLARE l integer := p_lane;
+BEGIN
+  IF l IS NULL THEN l := airlock_audit_lane(); END IF;
+  RETURN QUERY
+  INSERT INTO {AUDIT_TABLE} AS appended (seq, lane, event, prev_hash, row_hash)
+  SELECT nextval('{SEQUENCE}'), l, p_event, chain_head.row_hash,
+         encode(sha256(decode(chain_head.row_hash, 'hex') || p_event_bytes), 'hex')
+  FROM (SELECT h.seq, h.row_hash FROM {AUDIT_TABLE} AS h WHERE h.lane = l
+        ORDER BY h.seq DESC LIMIT 1) AS chain_head
+  WHERE octet_length(chain_head.row_hash) = 64 AND chain_head.row_hash !~ '[^0-9a-f]'
+  RETURNING l, appended.seq, appended.prev_hash::text, appended.row_hash::text;
+END $$
+"""  # noqa: S608
+
+
+def add_audit_append(op: Any) -> None:
+    """Give a chain with lanes the append as one call, inside a migration.
+
+    PostgreSQL: ``airlock_audit_append(lane, event, event_bytes)`` appends the row as
+    :meth:`AuditLog.append` does and returns its lane, seq and hashes; with a NULL lane it
+    first takes one (``airlock_audit_lane()``), so a transaction that appends before any
+    other statement takes its lane and appends in one round trip. Both head reads (this
+    one and the insert trigger's) are planned with sorting off, on the lane's index
+    however small the table was when planned. A no-op on SQLite. Raises
+    :class:`AuditError` on PostgreSQL for a chain without lanes.
+    """
+    conn = op.get_bind()
+    if conn.dialect.name == "sqlite":
+        return
+    if conn.dialect.name != "postgresql":
+        raise AuditError(f"no audit append function for dialect {conn.dialect.name!r}")
+    if not conn.exec_driver_sql(f"SELECT to_regclass('{SEQUENCE}') IS NOT NULL").scalar():
+        raise AuditError("the append function needs a chain with lanes (add_audit_lanes)")
+    op.execute(_PG_APPEND_FUNCTION)
+    op.execute(f"ALTER FUNCTION airlock_{AUDIT_TABLE}_extends_head() SET enable_sort = off")
 
 
 def lanes_event(chain: str, lanes: int, at: datetime) -> dict[str, object]:

@@ -135,9 +135,12 @@ class Recorder:
         self._fp = failpoints
         self._sink = sink
 
-    def audit(self, conn: Connection, now: int, event: Mapping[str, object]) -> AuditEntry:
-        """Append ``event`` to the audit chain in ``conn``'s transaction, at ``now``."""
-        return AuditLog.append(conn, event, at=_at(now))
+    def audit(
+        self, conn: Connection, now: int, event: Mapping[str, object], *, lane: bool = False
+    ) -> AuditEntry:
+        """Append ``event`` to the audit chain in ``conn``'s transaction, at ``now``; with
+        ``lane``, in a lane of its own where the transaction holds no lock yet."""
+        return AuditLog.append(conn, event, at=_at(now), lane=lane)
 
     def receipt(
         self,
@@ -362,13 +365,14 @@ class Recorder:
         with self._tx.begin() as conn:
             # A lane, not the whole chain: outcomes of concurrent executions commit
             # together. The row is fenced by its lease (owner, epoch), not by this lock.
-            AuditLog.lock_lane(conn)
+            # Taken by the append, the first statement (one round trip for both).
             head = self.audit(
                 conn,
                 now,
                 _outcome_event(
                     work, to_state, code, request_id=request_id, verified=verified, detail=detail
                 ),
+                lane=True,
             )
             receipt = self.receipt(
                 head,
@@ -396,8 +400,8 @@ class Recorder:
                 verified=verified,
                 detail=detail,
                 receipt=envelope_text(receipt),
+                queue=True,  # its receipt for the outbox, in the same statement
             )
-            ledger.queue_receipt(conn, kind="outcome", approval_id=work.approval_id, now=now)
         self._fp.hit("after_outcome_commit")
         return self.report(
             Outcome(work.approval_id, to_state, code, request_id, verified, detail, receipt)

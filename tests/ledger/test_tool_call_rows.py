@@ -167,3 +167,33 @@ def test_a_rows_effect_key_never_changes(engine: Engine) -> None:
             .where(ledger.ledger.c.approval_id == approval_id)
             .values(effect_key="refund:order-999")
         )
+
+
+def test_a_fenced_transition_queues_no_receipt(engine: Engine) -> None:
+    # The move and the receipt's place in the outbox are one statement on PostgreSQL: a
+    # worker whose lease was taken over must queue nothing, even before its rollback.
+    row, approval_id = _claimed()
+    row["state"] = ledger.State.EXECUTING.value
+    with engine.begin() as conn:
+        assert ledger.consume(conn, row, now=NOW)
+    queued = sa.select(ledger.outbox.c.kind, ledger.outbox.c.queued_at).where(
+        ledger.outbox.c.approval_id == approval_id
+    )
+    move = {
+        "approval_id": approval_id,
+        "epoch": 1,
+        "from_state": ledger.State.EXECUTING,
+        "to_state": ledger.State.SUCCEEDED,
+        "now": NOW + 5,
+        "queue": True,
+    }
+    with engine.begin() as conn:
+        with pytest.raises(ledger.Fenced):
+            ledger.transition(conn, owner="gate-2", **move)
+        assert conn.execute(queued).all() == []
+    with engine.begin() as conn:
+        ledger.transition(conn, owner="gate-1", **move)
+    with engine.begin() as conn:
+        assert [tuple(r) for r in conn.execute(queued)] == [("outcome", NOW + 5)]
+        stored = ledger.get(conn, approval_id)
+    assert stored is not None and stored.state is ledger.State.SUCCEEDED

@@ -195,6 +195,51 @@ def test_the_whole_chain_lock_excludes_a_lane(ledger: Engine) -> None:
                 AuditLog.lock_lane(other)
 
 
+def test_an_append_taking_its_lane_is_one_statement_and_holds_the_lane(ledger: Engine) -> None:
+    with ledger.connect() as conn:
+        with conn.begin():
+            AuditLog.lock_lane(conn)  # a connection learns what the chain offers once
+        seen: list[str] = []
+
+        def record(_c: Any, _cur: Any, statement: str, *_: Any) -> None:
+            seen.append(" ".join(statement.split()))
+
+        sa.event.listen(ledger, "before_cursor_execute", record)
+        try:
+            with conn.begin():
+                first = AuditLog.append(conn, {"type": "test.one"}, at=NOW, lane=True)
+                second = AuditLog.append(conn, {"type": "test.two"}, at=NOW, lane=True)
+                assert AuditLog.lock_lane(conn) == first.lane  # held: no second lane
+        finally:
+            sa.event.remove(ledger, "before_cursor_execute", record)
+    assert first.lane == second.lane and second.prev_hash == first.row_hash
+    assert len(seen) == 2 and all("airlock_audit_append" in s for s in seen), seen
+    with ledger.begin() as whole:
+        AuditLog.lock(whole)  # the lane went with the appender's commit
+    assert verify_chain(ledger).ok
+
+
+def test_appends_read_the_lane_head_by_its_index_on_a_new_table(ledger: Engine) -> None:
+    # Plans made while the table holds a page (kept by the connection once generic)
+    # must not scan and sort the whole chain on every append as it grows.
+    with ledger.connect() as conn:
+        for i in range(8):  # past the prepare and generic-plan thresholds (5 each)
+            with conn.begin():
+                AuditLog.append(conn, {"type": "test.warm", "i": i}, at=NOW, lane=True)
+        with conn.begin():
+            # Counts not yet reported (none are within a transaction), hence a difference.
+            scans = (
+                "SELECT seq_scan, idx_scan FROM pg_stat_xact_user_tables "
+                "WHERE relname = 'audit_log'"
+            )
+            seq_before, index_before = conn.exec_driver_sql(scans).one()
+            for i in range(8):
+                AuditLog.append(conn, {"type": "test.event", "i": i}, at=NOW, lane=True)
+            seq_after, index_after = conn.exec_driver_sql(scans).one()
+    assert seq_after == seq_before and index_after - index_before >= 16
+    assert verify_chain(ledger).ok
+
+
 # What an attacker with the database does, and what verify must name. {a} and {b} are
 # the two lanes written, {a_mid} a row in the middle of lane a, {a_last} its last row,
 # {b_first} lane b's genesis.
