@@ -55,10 +55,6 @@ from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, Final
 
-from alibabacloud_cms20190101 import models as cms_models
-from alibabacloud_ecs20140526 import models as ecs_models
-from alibabacloud_rds20140815 import models as rds_models
-
 from airlock.cloud._metrics import BatchedMetrics
 from airlock.cloud.ports import (
     LiveState,
@@ -70,7 +66,7 @@ from airlock.cloud.ports import (
     UnknownOutcome,
 )
 
-from ._common import ECS_ID, RDS_ID, AlibabaConfig, Clients, call
+from ._common import ECS_ID, RDS_ID, AlibabaConfig, Clients, call, sdk
 
 __all__ = ["ECS_METRICS", "RDS_METRICS", "AlibabaReader"]
 
@@ -272,7 +268,7 @@ class AlibabaReader(BatchedMetrics):
 
     def _describe_ecs(self, region: str, **kwargs: Any) -> Any:
         client = self._clients.get("ecs", region)
-        request = ecs_models.DescribeInstancesRequest(region_id=region, **kwargs)
+        request = sdk("ecs").models.DescribeInstancesRequest(region_id=region, **kwargs)
         self._count("ecs:DescribeInstances")
         return call(client.describe_instances_with_options, request, self._clients.runtime()).body
 
@@ -289,7 +285,7 @@ class AlibabaReader(BatchedMetrics):
 
     def _describe_rds(self, region: str, **kwargs: Any) -> Any:
         client = self._clients.get("rds", region)
-        request = rds_models.DescribeDBInstancesRequest(region_id=region, **kwargs)
+        request = sdk("rds").models.DescribeDBInstancesRequest(region_id=region, **kwargs)
         self._count("rds:DescribeDBInstances")
         return call(client.describe_dbinstances_with_options, request, self._clients.runtime()).body
 
@@ -314,7 +310,7 @@ class AlibabaReader(BatchedMetrics):
             batch = list(ids[start : start + _TAG_BATCH])
             token: str | None = None
             while True:
-                request = rds_models.ListTagResourcesRequest(
+                request = sdk("rds").models.ListTagResourcesRequest(
                     region_id=region, resource_type="INSTANCE", resource_id=batch, next_token=token
                 )
                 self._count("rds:ListTagResources")
@@ -385,7 +381,7 @@ class AlibabaReader(BatchedMetrics):
         if resource_type == "rds.instance":
             return self._rds_price(region, instance_type, rds)
         client = self._clients.get("ecs", region)
-        request = ecs_models.DescribePriceRequest(
+        request = sdk("ecs").models.DescribePriceRequest(
             region_id=region,
             resource_type="instance",
             instance_type=instance_type,
@@ -435,7 +431,7 @@ class AlibabaReader(BatchedMetrics):
     ) -> tuple[str, int]:
         """(currency, hourly millionths) of the class with ``storage_gb`` of storage."""
         client = self._clients.get("rds", region)
-        request = rds_models.DescribePriceRequest(
+        request = sdk("rds").models.DescribePriceRequest(
             region_id=region,
             zone_id=spec.zone_id or None,
             engine=spec.engine,
@@ -498,7 +494,7 @@ class AlibabaReader(BatchedMetrics):
         dimensions = json.dumps([{"instanceId": rid} for rid in resource_ids])
         token: str | None = None
         while True:
-            request = cms_models.DescribeMetricListRequest(
+            request = sdk("cms").models.DescribeMetricListRequest(
                 namespace=namespace,
                 metric_name=metric,
                 dimensions=dimensions,
