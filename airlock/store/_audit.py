@@ -53,15 +53,15 @@ import functools
 import hashlib
 import json
 import re
+import sys
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.orm import Session
 
 from airlock.protocol import Refused, canonical_bytes, loads_strict
 
@@ -69,6 +69,9 @@ from ._chain import chain_hash
 from ._engine import is_postgresql, is_sqlite, read_transaction, require_immediate
 from ._prepared import Prepared
 from .errors import AuditError, ChainError
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
 
 __all__ = [
     "AUDIT_TABLE",
@@ -361,8 +364,12 @@ def is_hex64(value: object) -> bool:
 
 
 def connection_of(conn: Connection | Session) -> Connection:
-    if isinstance(conn, Session):
-        return conn.connection()
+    # Not ``from sqlalchemy.orm import Session`` at the top: the ORM costs every process
+    # that opens a store about 0.08 s of CPU to import, and a caller holding a Session has
+    # already imported it.
+    orm = sys.modules.get("sqlalchemy.orm")
+    if orm is not None and isinstance(conn, orm.Session):
+        return cast("Connection", conn.connection())
     if not isinstance(conn, Connection):
         raise TypeError("pass a SQLAlchemy Connection or Session")
     return conn

@@ -236,3 +236,21 @@ def test_a_database_behind_the_head_is_migrated_not_skipped(db_url: str) -> None
         assert version == "0002"
     finally:
         engine.dispose()
+
+
+def test_a_database_at_a_revision_the_scripts_do_not_know_is_refused(db_url: str) -> None:
+    """A database migrated by a newer release is never taken for one at head."""
+    from alembic.util import CommandError
+
+    engine = make_engine(db_url)
+    try:
+        upgrade(engine, MIGRATIONS)
+        with engine.begin() as conn:
+            conn.execute(sa.text("UPDATE alembic_version SET version_num = '0003'"))
+        with pytest.raises(CommandError, match="Can't locate revision identified by '0003'"):
+            upgrade(engine, MIGRATIONS)
+        with engine.connect() as conn:
+            version = conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
+        assert version == "0003"
+    finally:
+        engine.dispose()

@@ -56,10 +56,6 @@ from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, Final
 
-from alibabacloud_cms20190101 import models as cms_models
-from alibabacloud_ecs20140526 import models as ecs_models
-from alibabacloud_rds20140815 import models as rds_models
-
 from airlock.cloud._metrics import BatchedMetrics
 from airlock.cloud.ports import (
     LiveState,
@@ -71,7 +67,7 @@ from airlock.cloud.ports import (
     UnknownOutcome,
 )
 
-from ._common import ECS_ID, RDS_ID, AlibabaConfig, Clients, call
+from ._common import ECS_ID, RDS_ID, AlibabaConfig, Clients, call, sdk
 
 __all__ = ["ECS_METRICS", "RDS_METRICS", "AlibabaReader"]
 
@@ -294,7 +290,7 @@ class AlibabaReader(BatchedMetrics):
 
     def _describe_ecs(self, region: str, **kwargs: Any) -> Any:
         client = self._clients.get("ecs", region)
-        request = ecs_models.DescribeInstancesRequest(region_id=region, **kwargs)
+        request = sdk("ecs").models.DescribeInstancesRequest(region_id=region, **kwargs)
         self._count("ecs:DescribeInstances")
         return call(client.describe_instances_with_options, request, self._clients.runtime()).body
 
@@ -311,7 +307,7 @@ class AlibabaReader(BatchedMetrics):
 
     def _describe_rds(self, region: str, **kwargs: Any) -> Any:
         client = self._clients.get("rds", region)
-        request = rds_models.DescribeDBInstancesRequest(region_id=region, **kwargs)
+        request = sdk("rds").models.DescribeDBInstancesRequest(region_id=region, **kwargs)
         self._count("rds:DescribeDBInstances")
         return call(client.describe_dbinstances_with_options, request, self._clients.runtime()).body
 
@@ -336,7 +332,7 @@ class AlibabaReader(BatchedMetrics):
             batch = list(ids[start : start + _TAG_BATCH])
             token: str | None = None
             while True:
-                request = rds_models.ListTagResourcesRequest(
+                request = sdk("rds").models.ListTagResourcesRequest(
                     region_id=region, resource_type="INSTANCE", resource_id=batch, next_token=token
                 )
                 self._count("rds:ListTagResources")
@@ -407,7 +403,7 @@ class AlibabaReader(BatchedMetrics):
         if resource_type == "rds.instance":
             return self._rds_price(region, instance_type, rds)
         client = self._clients.get("ecs", region)
-        request = ecs_models.DescribePriceRequest(
+        request = sdk("ecs").models.DescribePriceRequest(
             region_id=region,
             resource_type="instance",
             instance_type=instance_type,
@@ -457,7 +453,7 @@ class AlibabaReader(BatchedMetrics):
     ) -> tuple[str, int]:
         """(currency, hourly millionths) of the class with ``storage_gb`` of storage."""
         client = self._clients.get("rds", region)
-        request = rds_models.DescribePriceRequest(
+        request = sdk("rds").models.DescribePriceRequest(
             region_id=region,
             zone_id=spec.zone_id or None,
             engine=spec.engine,
@@ -520,7 +516,7 @@ class AlibabaReader(BatchedMetrics):
         dimensions = json.dumps([{"instanceId": rid} for rid in resource_ids])
         token: str | None = None
         while True:
-            request = cms_models.DescribeMetricListRequest(
+            request = sdk("cms").models.DescribeMetricListRequest(
                 namespace=namespace,
                 metric_name=metric,
                 dimensions=dimensions,

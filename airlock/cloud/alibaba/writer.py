@@ -19,12 +19,9 @@ from __future__ import annotations
 
 from typing import Final
 
-from alibabacloud_ecs20140526 import models as ecs_models
-from alibabacloud_rds20140815 import models as rds_models
-
 from airlock.cloud.ports import WriteResult
 
-from ._common import ECS_ID, RDS_ID, AlibabaConfig, Clients, call
+from ._common import ECS_ID, RDS_ID, AlibabaConfig, Clients, call, sdk
 
 __all__ = ["AlibabaWriter"]
 
@@ -46,7 +43,7 @@ class AlibabaWriter:
         if stopped_mode not in _STOPPED_MODES:
             raise ValueError(f"stopped_mode must be one of {sorted(_STOPPED_MODES)}")
         client = self._clients.get("ecs", region)
-        request = ecs_models.StopInstanceRequest(
+        request = sdk("ecs").models.StopInstanceRequest(
             instance_id=instance_id,
             stopped_mode=stopped_mode,
             force_stop=False,  # a forced stop can lose unflushed data; never ours to choose
@@ -62,7 +59,7 @@ class AlibabaWriter:
         if not client_token or len(client_token) > 64 or not client_token.isascii():
             raise ValueError("client_token must be 1..64 ASCII characters")
         client = self._clients.get("ecs", region)
-        request = ecs_models.DeleteInstancesRequest(
+        request = sdk("ecs").models.DeleteInstancesRequest(
             region_id=region,
             instance_id=[instance_id],
             client_token=client_token,
@@ -76,6 +73,8 @@ class AlibabaWriter:
         if not RDS_ID.fullmatch(instance_id):
             raise ValueError(f"not an RDS instance id: {instance_id!r}")
         client = self._clients.get("rds", region)
-        request = rds_models.StopDBInstanceRequest(region_id=region, dbinstance_id=instance_id)
+        request = sdk("rds").models.StopDBInstanceRequest(
+            region_id=region, dbinstance_id=instance_id
+        )
         resp = call(client.stop_dbinstance_with_options, request, self._clients.runtime())
         return WriteResult(request_id=str(resp.body.request_id or ""))
