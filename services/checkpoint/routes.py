@@ -30,6 +30,7 @@ from prometheus_client import (
     Gauge,
     generate_latest,
 )
+from sqlalchemy.engine import Connection
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
@@ -425,14 +426,24 @@ def approve(
     request: Request, bearer: Deferred, proposal_id: ProposalId, body: ApproveIn
 ) -> ProposalOut:
     """Vote to approve (approver). Quorum reached → the signed approval is issued."""
-    # The session's last use is left to the vote's transaction: an approve is one commit.
-    caller = _look_up(request, bearer.token, bearer.activity, True)
+    accounts = _accounts(request)
+
+    def caller(conn: Connection) -> Principal:
+        # In the vote's transaction, as is the session's last use: an approve is one
+        # transaction and one commit.
+        principal = accounts.look_up(conn, bearer.token, activity=bearer.activity)
+        # Kept so that a refusal of this caller's request can be audited under their name.
+        request.state.principal = principal
+        return principal
+
     try:
         record = _service(request).approve(
             caller, proposal_id, body.action_hash, body.confirm, body.note
         )
     except Refusal:
-        _accounts(request).touch(caller)  # still a use of the session, as for any request
+        known: Principal | None = getattr(request.state, "principal", None)
+        if known is not None:  # still a use of the session, as for any request
+            accounts.touch(known)
         raise
     if record.approval is not None and record.state == "approved":
         _metrics(request).approvals_issued.inc()

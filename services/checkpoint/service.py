@@ -40,6 +40,7 @@ from airlock.protocol import (
     Refused,
     b64encode,
 )
+from airlock.store import Prepared
 
 from . import _tx, editing, feed, reports, routing, toolcalls, views
 from ._db import Database
@@ -72,25 +73,48 @@ __all__ = [
 ]
 
 
-# The vote path's statements, built once: building a statement costs more than running it.
+# The vote path's statements, compiled once and run on the driver's cursor: SQLAlchemy's
+# own execute costs several times the statement (airlock.store.Prepared).
 _BY_ID = sa.select(proposals).where(proposals.c.id == sa.bindparam("id"))
-_VOTED = sa.select(votes.c.id).where(
-    votes.c.proposal_id == sa.bindparam("id"), votes.c.voter == sa.bindparam("voter")
+_VOTED = Prepared(
+    sa.select(votes.c.id).where(
+        votes.c.proposal_id == sa.bindparam("id"), votes.c.voter == sa.bindparam("voter")
+    )
 )
-_VOTE = votes.insert()
+_VOTE = Prepared(votes.insert().values(_tx.bound(votes, "proposal_id", "voter", "at", "note")))
 # Not a column's name: SQLAlchemy keeps those for the SET clause's own parameters.
-_UPDATED = (
+_PID = sa.bindparam("pid", type_=proposals.c.id.type)
+_NOW = sa.bindparam("now", type_=proposals.c.updated_at.type)
+_UPDATED = Prepared(proposals.update().where(proposals.c.id == _PID).values(updated_at=_NOW))
+_APPROVED = Prepared(
     proposals.update()
-    .where(proposals.c.id == sa.bindparam("pid"))
-    .values(updated_at=sa.bindparam("now"))
+    .where(proposals.c.id == _PID, proposals.c.state == "pending")
+    .values(state="approved", updated_at=_NOW)
 )
-_APPROVED = (
-    proposals.update()
-    .where(proposals.c.id == sa.bindparam("pid"), proposals.c.state == "pending")
-    .values(state="approved", updated_at=sa.bindparam("now"))
+_APPROVAL = Prepared(
+    approvals.insert().values(
+        _tx.bound(
+            approvals,
+            "approval_id",
+            "proposal_id",
+            "nonce",
+            "statement",
+            "envelope",
+            "keyid",
+            "issued_at",
+            "expires_at",
+        )
+    )
 )
-_APPROVAL = approvals.insert()
-_KEY_KNOWN = sa.select(signing_keys.c.kid).where(signing_keys.c.kid == sa.bindparam("kid"))
+_KEY_KNOWN = Prepared(
+    sa.select(signing_keys.c.kid).where(signing_keys.c.kid == sa.bindparam("kid"))
+)
+
+
+def _may_approve(principal: Principal) -> None:
+    _tx.require(principal, _tx.APPROVER_ROLES, "approve")
+    if principal.kind != "user":
+        raise Refusal(ErrorCode.E_FORBIDDEN, "only people approve", 403)
 
 
 class Checkpoint:
@@ -243,17 +267,29 @@ class Checkpoint:
 
     def approve(
         self,
-        principal: Principal,
+        principal: Principal | Callable[[Connection], Principal],
         proposal_id: str,
         seen_hash: str,
         confirm: str | None,
         note: str,
     ) -> ProposalOut:
-        _tx.require(principal, _tx.APPROVER_ROLES, "approve")
-        if principal.kind != "user":
-            raise Refusal(ErrorCode.E_FORBIDDEN, "only people approve", 403)
+        """Vote to approve; at quorum, sign and issue the approval, in one transaction.
+
+        Args:
+            principal: the voter, or what looks the voter up (a token's lookup,
+                ``Accounts.look_up``) first in the vote's transaction: one transaction,
+                not two; it raises its own refusal (401) before anything is read.
+
+        Raises:
+            Refusal: the vote is refused; nothing is written.
+        """
+        if isinstance(principal, Principal):
+            _may_approve(principal)
         now = self.now()
         with self.engine.begin() as conn:
+            if not isinstance(principal, Principal):
+                principal = principal(conn)
+                _may_approve(principal)
             row = _tx.lock(conn, proposal_id)
             touch_session(conn, principal)  # in this commit, not one of its own
             _tx.check_pending(row, now)
@@ -274,10 +310,10 @@ class Checkpoint:
             route = routing.route_of(conn, proposal_id)
             routing.check_voter(conn, self.policy.notify, proposal_id, principal.name, route=route)
             # (4) one vote per person (the UNIQUE constraint is the judge)
-            if conn.execute(_VOTED, {"id": proposal_id, "voter": principal.name}).first():
+            if _VOTED.rows(conn, {"id": proposal_id, "voter": principal.name}):
                 raise Refusal(ErrorCode.E_ALREADY_VOTED, "you have already approved this", 409)
-            conn.execute(
-                _VOTE,
+            _VOTE.rowcount(
+                conn,
                 {"proposal_id": proposal_id, "voter": principal.name, "at": now, "note": note},
             )
             _tx.audit(
@@ -296,7 +332,7 @@ class Checkpoint:
                 approval = self._issue(conn, proposal_id, now, row=row, voters=voters, route=route)
                 state = "approved"
             else:
-                conn.execute(_UPDATED, {"pid": proposal_id, "now": now})
+                _UPDATED.rowcount(conn, {"pid": proposal_id, "now": now})
                 state = row.state
             # The record as this vote left it (another vote may follow right after commit):
             # the locked row with what this transaction wrote to it.
@@ -386,15 +422,15 @@ class Checkpoint:
             issued_at=now,
             expires_at=statement.expires_at,
         )
-        conn.execute(_APPROVAL, vars(written))
+        _APPROVAL.rowcount(conn, vars(written))
         written.revoked_at = written.revoked_by = None  # as inserted
-        if conn.execute(_KEY_KNOWN, {"kid": signer.keyid}).first() is None:
+        if not _KEY_KNOWN.rows(conn, {"kid": signer.keyid}):
             conn.execute(
                 signing_keys.insert().values(
                     kid=signer.keyid, public_key=b64encode(signer.public_raw), first_used_at=now
                 )
             )
-        if conn.execute(_APPROVED, {"pid": row.id, "now": now}).rowcount != 1:
+        if _APPROVED.rowcount(conn, {"pid": row.id, "now": now}) != 1:
             # Unreachable under the row lock; if it ever were, nothing signed may commit.
             raise Refusal(ErrorCode.E_STATE, "proposal is no longer pending", 409)
         _tx.audit(
