@@ -41,7 +41,7 @@ from .notify import Dispatcher, OutboxStats, Sender, open_channels
 from .notify.outbox import WAKE
 from .policy import load_policy
 from .refusals import RefusalRecorder
-from .routes import Metrics, install
+from .routes import Metrics, install, mount
 from .service import Checkpoint, CheckpointConfig
 from .wake import FEED, LIMITS, FeedSignal, Listener
 
@@ -256,7 +256,7 @@ def bare_app(lifespan: Any = None) -> FastAPI:
         redoc_url=None,
     )
     install(app)
-    app.include_router(prefs.router)  # /v1/me/notifications
+    mount(app, prefs.router)  # /v1/me/notifications
     app.openapi = lambda: openapi_schema(app)  # type: ignore[method-assign]
     return app
 

@@ -738,15 +738,22 @@ def _route_of(scope: Scope) -> tuple[str, str | None]:
 
 def _allowed_methods(request: Request, named: str | None) -> str:
     methods = {m.strip() for m in (named or "").split(",") if m.strip()}
-    for route in router.routes:  # this API's routes (the app holds them in a wrapper)
+    for route in router.routes:  # this API's routes (not the app's /openapi.json)
         if isinstance(route, APIRoute) and route.matches(request.scope)[0] is not Match.NONE:
             methods |= route.methods or set()
     return ", ".join(sorted(methods))
 
 
+def mount(app: FastAPI, routes: APIRouter) -> None:
+    """Put ``routes``' routes on ``app``'s own router, as they are: FastAPI's
+    ``include_router`` keeps them behind a router that matches each request's path
+    twice, against every route before its own, for the same answer."""
+    app.router.routes.extend(routes.routes)
+
+
 def install(app: FastAPI) -> None:
     """Mount the routes, the body cap and the error mapping on ``app``."""
-    app.include_router(router)
+    mount(app, router)
     # Refused as 413 E_INVALID through ``_http`` below; mostly before a caller is known,
     # as FastAPI reads a body before it authenticates (submit reads its own after).
     app.add_middleware(BodyLimit, max_bytes=_BODY_MAX_BYTES)
