@@ -111,10 +111,14 @@ def test_rows_are_named_and_typed_as_sqlalchemys_own(engine: Engine) -> None:
         theirs = conn.execute(listed, {"over": 1}).all()
         assert Prepared(listed).row(conn, {"over": 9}) is not None
         assert Prepared(listed.where(_widgets.c.id > 9)).row(conn, {"over": 1}) is None
-    assert [tuple(r) for r in rows] == [tuple(r) for r in theirs] == [
-        (1, "small", False),
-        (2, "large", True),
-    ]
+    assert (
+        [tuple(r) for r in rows]
+        == [tuple(r) for r in theirs]
+        == [
+            (1, "small", False),
+            (2, "large", True),
+        ]
+    )
     assert rows[1].big is True  # SQLite's integer, processed as SQLAlchemy does
     assert rows[1].name == "large"
     assert rows[1]._mapping == dict(theirs[1]._mapping) == {"id": 2, "name": "large", "big": True}
