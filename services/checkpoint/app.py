@@ -25,7 +25,7 @@ from fastapi.openapi.utils import get_openapi
 from prometheus_client import Counter, Gauge
 from sqlalchemy.pool import ConnectionPoolEntry
 
-from airlock.asgi import LOOPBACK_HOSTS, HostAllowlist
+from airlock.asgi import LOOPBACK_HOSTS
 from airlock.protocol import KeySet, KeySetError
 from airlock.settings import CheckpointSettings, answered_hosts
 from airlock.store import upgrade
@@ -41,7 +41,7 @@ from .notify import Dispatcher, OutboxStats, Sender, open_channels
 from .notify.outbox import WAKE
 from .policy import load_policy
 from .refusals import RefusalRecorder
-from .routes import Metrics, install, mount
+from .routes import Metrics, guard, install, mount
 from .service import Checkpoint, CheckpointConfig
 from .wake import FEED, LIMITS, FeedSignal, Listener
 
@@ -220,15 +220,14 @@ def create_app(
                 _log.exception("at stop, the tally of refused sign-ins was not written")
 
     app = bare_app(lifespan)
-    # Outermost: a page on another name resolving to this address (DNS rebinding) is
-    # answered before anything else is done for it.
-    app.add_middleware(
-        HostAllowlist,
+    # A page on another name resolving to this address (DNS rebinding) is answered
+    # before anything else is done for it.
+    guard(
+        app,
         hosts=allowed_hosts,
-        body=json.dumps(
+        host_refusal=json.dumps(
             {"error": {"code": ErrorCode.E_HOST.value, "message": "unknown Host"}}
         ).encode(),
-        content_type="application/json",
     )
     app.state.refusals = refusals
     app.state.checkpoint = checkpoint
