@@ -253,6 +253,10 @@ def bare_app(lifespan: Any = None) -> FastAPI:
         # origin. The API is /openapi.json (and services/checkpoint/openapi.json).
         docs_url=None,
         redoc_url=None,
+        # No OpenTelemetry of FastAPI's own: the checkpoint's metrics are its Prometheus
+        # registry (/metrics), and a tracer set up process-wide must not get requests'
+        # data (a bearer token is a header). Off here, it costs no look-up per request.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     install(app)
     mount(app, prefs.router)  # /v1/me/notifications
