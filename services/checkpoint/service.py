@@ -106,6 +106,16 @@ _APPROVAL = Prepared(
         )
     )
 )
+_PROPOSAL = Prepared(_BY_ID)
+#: Every column a submission sets (``toolcalls.Submission.columns`` and the rest).
+_INSERT_PROPOSAL = Prepared(
+    proposals.insert().values(
+        _tx.bound(
+            proposals,
+            *(c.name for c in proposals.columns if c.name != "superseded_by"),
+        )
+    )
+)
 _KEY_KNOWN = Prepared(
     sa.select(signing_keys.c.kid).where(signing_keys.c.kid == sa.bindparam("kid"))
 )
@@ -172,8 +182,11 @@ class Checkpoint:
                 self._insert_proposal(
                     conn, submitted_by=principal.name, sub=sub, decision=decision, now=now
                 )
+                approval = None
                 if decision.effect == "auto":
-                    self._issue(conn, action.proposal_id, now)
+                    approval = self._issue(conn, action.proposal_id, now)
+                if decision.effect != "deny":
+                    record = self._submitted(conn, principal, action.proposal_id, approval)
         except IntegrityError:
             # Lost a race: either the same id was inserted concurrently (idempotent
             # answer) or another open proposal holds this target.
@@ -192,10 +205,26 @@ class Checkpoint:
             self.on_change()
         if decision.effect == "deny":
             raise Refusal(ErrorCode.E_POLICY_DENIED, _tx.deny_message(decision), 403)
-        return self.get(principal, action.proposal_id), True
+        return record, True
+
+    def _submitted(
+        self, conn: Connection, principal: Principal, proposal_id: str, approval: Any
+    ) -> ProposalOut:
+        """The record as this submission left it, in its transaction: the row as stored,
+        with the approval it issued (auto), if any; a new proposal has no vote,
+        rejection, outcome or executor refusal to read."""
+        return views.view(
+            conn,
+            _PROPOSAL.row(conn, {"id": proposal_id}),
+            self.notify,
+            principal.name,
+            routes={proposal_id: routing.route_of(conn, proposal_id)},
+            counted=(),
+            known=views.Known(approval),
+        )
 
     def _existing(self, conn: Connection, proposal_id: str, digest: str) -> ProposalOut | None:
-        row = conn.execute(sa.select(proposals).where(proposals.c.id == proposal_id)).first()
+        row = _PROPOSAL.row(conn, {"id": proposal_id})
         if row is None:
             return None
         if row.action_hash != digest:
@@ -222,27 +251,28 @@ class Checkpoint:
         edit record, audited by the edit)."""
         state = "denied" if decision.effect == "deny" else "pending"
         action, digest = sub.action, sub.digest
-        conn.execute(
-            proposals.insert().values(
-                id=action.proposal_id,
-                action=sub.canonical,
-                action_hash=digest,
+        _INSERT_PROPOSAL.rowcount(
+            conn,
+            {
+                "id": action.proposal_id,
+                "action": sub.canonical,
+                "action_hash": digest,
                 **sub.columns,
-                proposed_by=action.proposed_by,
-                submitted_by=submitted_by,
-                state=state,
-                risk=decision.risk,
-                rule=decision.rule,
-                effect=decision.effect,
-                quorum=decision.quorum,
-                confirm=decision.confirm,
-                policy_hash=self.policy.hash,
-                deny_reason=_tx.deny_message(decision) if state == "denied" else None,
-                approval_deadline=now + self.config.approval_window,
-                created_at=now,
-                updated_at=now,
-                edit=edit,
-            )
+                "proposed_by": action.proposed_by,
+                "submitted_by": submitted_by,
+                "state": state,
+                "risk": decision.risk,
+                "rule": decision.rule,
+                "effect": decision.effect,
+                "quorum": decision.quorum,
+                "confirm": decision.confirm,
+                "policy_hash": self.policy.hash,
+                "deny_reason": _tx.deny_message(decision) if state == "denied" else None,
+                "approval_deadline": now + self.config.approval_window,
+                "created_at": now,
+                "updated_at": now,
+                "edit": edit,
+            },
         )
         if state == "pending":
             routing.start(conn, self.policy.notify, action.proposal_id, decision, now)
