@@ -31,8 +31,6 @@ from typing import TYPE_CHECKING, Any, Final
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from airlock.store import Prepared
-
 if TYPE_CHECKING:
     import psycopg
 
@@ -56,9 +54,6 @@ _BACKOFF_FIRST: Final = 0.1
 _BACKOFF_MAX: Final = 5.0
 
 
-_NOTIFY: Final = Prepared(sa.text("SELECT pg_notify(:channel, :payload)"))
-
-
 def notify(conn: Connection, channel: str = FEED, payload: str | None = None) -> None:
     """Queue a notification on ``channel`` in ``conn``'s transaction (PostgreSQL sends it
     at commit, never on rollback); nothing on SQLite."""
@@ -66,7 +61,10 @@ def notify(conn: Connection, channel: str = FEED, payload: str | None = None) ->
         return
     if channel not in _CHANNELS:  # names go into SQL: only ours
         raise ValueError(f"unknown channel {channel!r}")
-    _NOTIFY.rowcount(conn, {"channel": channel, "payload": payload or ""})
+    conn.execute(
+        sa.text("SELECT pg_notify(:channel, :payload)"),
+        {"channel": channel, "payload": payload or ""},
+    )
 
 
 def _conninfo(url: sa.URL) -> str:
