@@ -23,7 +23,8 @@ value: values are parameters only.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Mapping
+from collections import namedtuple
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +49,12 @@ class _Compiled:
     positional: bool
     #: Values fixed in the statement itself (``column == "claimed"``).
     fixed: Mapping[str, Any]
+    #: What makes a returned row of its values (:func:`_row_class`); None: the
+    #: statement returns none.
+    row: Callable[[Iterable[Any]], Any] | None
+    #: Where in a returned row a type has a result processor (a SQLite integer as a
+    #: boolean), and the processor.
+    results: tuple[tuple[int, Callable[[Any], Any]], ...]
 
 
 def _getter(names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
@@ -57,6 +64,35 @@ def _getter(names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple[Any, 
     if not names:
         return lambda values: ()
     return operator.itemgetter(*names)
+
+
+def _row_class(names: tuple[str, ...]) -> Callable[[Iterable[Any]], Any]:
+    """What makes a row of ``names`` of its values: a named tuple, with ``_mapping`` as
+    SQLAlchemy's ``Row`` has it (its columns by name), so code that reads either kind of
+    row reads both."""
+    base = namedtuple("PreparedRow", names)  # type: ignore[misc]
+
+    class PreparedRow(base):
+        __slots__ = ()
+
+        @property
+        def _mapping(self) -> dict[str, Any]:
+            return self._asdict()
+
+    return PreparedRow._make
+
+
+def _returned(
+    statement: sa.Executable, dialect: Dialect
+) -> tuple[Callable[[Iterable[Any]], Any] | None, tuple[tuple[int, Callable[[Any], Any]], ...]]:
+    """The row class and result processors of what ``statement`` returns (a SELECT's
+    columns, an INSERT's or UPDATE's RETURNING), or (None, ()) if it returns nothing."""
+    columns = list(getattr(statement, "exported_columns", ()))
+    if not columns:
+        return None, ()
+    processors = [c.type.dialect_impl(dialect).result_processor(dialect, None) for c in columns]
+    made = _row_class(tuple(c.key for c in columns))
+    return made, tuple((i, p) for i, p in enumerate(processors) if p is not None)
 
 
 class Prepared:
@@ -84,6 +120,7 @@ class Prepared:
         order = compiled.positiontup
         names = tuple(order or binds)
         processors = [binds[n].type.dialect_impl(dialect).bind_processor(dialect) for n in names]
+        row, results = _returned(self._statement, dialect)
         made = _Compiled(
             sql=compiled.string,
             names=names,
@@ -91,6 +128,8 @@ class Prepared:
             processed=tuple((i, p) for i, p in enumerate(processors) if p is not None),
             positional=order is not None,
             fixed={n: b.value for n, b in binds.items() if not b.required and b.value is not None},
+            row=row,
+            results=results,
         )
         self._by_dialect[dialect.name] = made
         return made
@@ -100,6 +139,28 @@ class Prepared:
         it returned (RETURNING), or None. Every row is fetched, so the statement is done."""
         rows, _ = self._run(conn, params)
         return tuple(rows[0]) if rows else None
+
+    def rows(self, conn: Connection, params: Mapping[str, Any]) -> list[Any]:
+        """Run the statement with ``params`` in ``conn``'s open transaction; the rows it
+        returned, each a named tuple of the statement's columns (by their keys, and by
+        ``_mapping`` as a ``Row``), with the types' result processing SQLAlchemy does.
+
+        Raises:
+            TypeError: the statement returns no columns.
+        """
+        compiled = self._compiled(conn.dialect)
+        made = compiled.row
+        if made is None:
+            raise TypeError("the statement returns no columns")
+        rows, _ = self._run(conn, params)
+        if compiled.results:
+            return [made(_processed(r, compiled.results)) for r in rows]
+        return [made(r) for r in rows]
+
+    def row(self, conn: Connection, params: Mapping[str, Any]) -> Any:
+        """:meth:`rows`' first row, or None."""
+        found = self.rows(conn, params)
+        return found[0] if found else None
 
     def rowcount(self, conn: Connection, params: Mapping[str, Any]) -> int:
         """Run the statement with ``params`` in ``conn``'s open transaction; how many rows
@@ -144,3 +205,12 @@ class Prepared:
             conn._handle_dbapi_exception(exc, sql, args, cursor, None)
         cursor.close()
         return rows, count
+
+
+def _processed(
+    row: tuple[Any, ...], results: tuple[tuple[int, Callable[[Any], Any]], ...]
+) -> list[Any]:
+    values = list(row)
+    for i, process in results:
+        values[i] = process(values[i])
+    return values

@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine, Row
+from sqlalchemy.engine import Connection, Engine
 
 from airlock.protocol import TOOL_CALL_TYPE, KeySet
 from airlock.store import AuditLog, Prepared
@@ -55,6 +55,7 @@ __all__ = [
     "CheckpointConfig",
     "Parts",
     "audit",
+    "bound",
     "check_pending",
     "counted_votes",
     "feed_entry",
@@ -127,15 +128,22 @@ def not_found(proposal_id: str) -> Refusal:
     return Refusal(ErrorCode.E_NOT_FOUND, f"no proposal {proposal_id[:100]!r}", 404)
 
 
-# The hot statements, built once: building a statement costs more than executing it.
-_LOCK = sa.select(proposals).where(proposals.c.id == sa.bindparam("id")).with_for_update()
-_COUNTED = (
+def bound(table: sa.Table, *columns: str) -> dict[str, sa.BindParameter[Any]]:
+    """A parameter of each of ``columns``, named and typed as the column (an INSERT's
+    ``values`` for :class:`~airlock.store.Prepared`)."""
+    return {c: sa.bindparam(c, type_=table.c[c].type) for c in columns}
+
+
+# The hot statements, compiled once and run on the driver's cursor (airlock.store.Prepared).
+_LOCK = Prepared(sa.select(proposals).where(proposals.c.id == sa.bindparam("id")).with_for_update())
+_COUNTED = Prepared(
     sa.select(votes.c.voter, votes.c.at)
     .select_from(votes.join(users, users.c.username == votes.c.voter))
     .where(
         votes.c.proposal_id == sa.bindparam("id"),
         users.c.disabled.is_(False),
-        users.c.role.in_(sorted(APPROVER_ROLES)),
+        # Not in_(): a fixed list is an expanding parameter, which Prepared refuses.
+        sa.or_(*(users.c.role == role for role in sorted(APPROVER_ROLES))),
     )
     .order_by(votes.c.at, votes.c.id)
 )
@@ -154,8 +162,10 @@ def _feed_next() -> sa.Update:
     )
 
 
-_FEED_NEXT = _feed_next()
-_FEED_INSERT = feed_events.insert()
+_FEED_NEXT = Prepared(_feed_next())
+_FEED_INSERT = Prepared(
+    feed_events.insert().values(bound(feed_events, "seq", "kind", "approval_id", "at"))
+)
 _MOVE = Prepared(
     proposals.update()
     # Not a column's name: SQLAlchemy keeps those for the SET clause's own parameters.
@@ -167,15 +177,16 @@ _MOVE = Prepared(
 )
 
 
-def lock(conn: Connection, proposal_id: str) -> Row[Any]:
-    """The proposal's row, locked until the transaction ends (step 2), or 404."""
-    row = conn.execute(_LOCK, {"id": proposal_id}).first()
+def lock(conn: Connection, proposal_id: str) -> Any:
+    """The proposal's row, locked until the transaction ends (step 2), or 404: a
+    :meth:`~airlock.store.Prepared.rows` row (its columns by name, and ``_mapping``)."""
+    row = _LOCK.row(conn, {"id": proposal_id})
     if row is None:
         raise not_found(proposal_id)
     return row
 
 
-def check_pending(row: Row[Any], now: int) -> None:
+def check_pending(row: Any, now: int) -> None:
     """Refuse a proposal that is not pending (``E_STATE``) or past its window (``E_EXPIRED``)."""
     if row.state != "pending":
         raise Refusal(ErrorCode.E_STATE, f"the proposal is {row.state}, not pending", 409)
@@ -218,10 +229,10 @@ def feed_entry(conn: Connection, kind: str, approval_id: str, now: int) -> None:
     # the seqs executors have already read past, and numbers taken from it alone
     # would be skipped by every executor's cursor without a word. Taken from the
     # clock they come after anything issued before the restore.
-    seq = conn.execute(_FEED_NEXT, {"floor": now * FEED_SEQ_PER_SECOND}).scalar_one()
+    seq = _FEED_NEXT.rows(conn, {"floor": now * FEED_SEQ_PER_SECOND})[0].seq
     if seq > FEED_SEQ_MAX:
         raise RuntimeError(f"feed seq {seq} is past 2**53 - 1; nothing is issued")
-    conn.execute(_FEED_INSERT, {"seq": seq, "kind": kind, "approval_id": approval_id, "at": now})
+    _FEED_INSERT.rowcount(conn, {"seq": seq, "kind": kind, "approval_id": approval_id, "at": now})
     # Replicas on one PostgreSQL: wakes every process's long-polls, sent only on commit.
     wake.notify(conn)
 
@@ -231,7 +242,7 @@ def counted_votes(conn: Connection, proposal_id: str) -> list[tuple[str, int]]:
     of people who are enabled *now* and whose role still allows approving. A vote of
     someone disabled (say, a compromised account) or demoted since stays on record but
     counts for nothing, and never appears among a statement's approvers."""
-    rows = conn.execute(_COUNTED, {"id": proposal_id}).all()
+    rows = _COUNTED.rows(conn, {"id": proposal_id})
     return [(str(r.voter), int(r.at)) for r in rows]
 
 

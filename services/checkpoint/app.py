@@ -25,7 +25,7 @@ from fastapi.openapi.utils import get_openapi
 from prometheus_client import Counter, Gauge
 from sqlalchemy.pool import ConnectionPoolEntry
 
-from airlock.asgi import LOOPBACK_HOSTS, HostAllowlist
+from airlock.asgi import LOOPBACK_HOSTS
 from airlock.protocol import KeySet, KeySetError
 from airlock.settings import CheckpointSettings, answered_hosts
 from airlock.store import upgrade
@@ -41,7 +41,7 @@ from .notify import Dispatcher, OutboxStats, Sender, open_channels
 from .notify.outbox import WAKE
 from .policy import load_policy
 from .refusals import RefusalRecorder
-from .routes import Metrics, install
+from .routes import Metrics, guard, install, mount
 from .service import Checkpoint, CheckpointConfig
 from .wake import FEED, LIMITS, FeedSignal, Listener
 
@@ -220,15 +220,14 @@ def create_app(
                 _log.exception("at stop, the tally of refused sign-ins was not written")
 
     app = bare_app(lifespan)
-    # Outermost: a page on another name resolving to this address (DNS rebinding) is
-    # answered before anything else is done for it.
-    app.add_middleware(
-        HostAllowlist,
+    # A page on another name resolving to this address (DNS rebinding) is answered
+    # before anything else is done for it.
+    guard(
+        app,
         hosts=allowed_hosts,
-        body=json.dumps(
+        host_refusal=json.dumps(
             {"error": {"code": ErrorCode.E_HOST.value, "message": "unknown Host"}}
         ).encode(),
-        content_type="application/json",
     )
     app.state.refusals = refusals
     app.state.checkpoint = checkpoint
@@ -254,9 +253,13 @@ def bare_app(lifespan: Any = None) -> FastAPI:
         # origin. The API is /openapi.json (and services/checkpoint/openapi.json).
         docs_url=None,
         redoc_url=None,
+        # No OpenTelemetry of FastAPI's own: the checkpoint's metrics are its Prometheus
+        # registry (/metrics), and a tracer set up process-wide must not get requests'
+        # data (a bearer token is a header). Off here, it costs no look-up per request.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     install(app)
-    app.include_router(prefs.router)  # /v1/me/notifications
+    mount(app, prefs.router)  # /v1/me/notifications
     app.openapi = lambda: openapi_schema(app)  # type: ignore[method-assign]
     return app
 

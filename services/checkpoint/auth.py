@@ -44,7 +44,7 @@ from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatc
 from sqlalchemy.engine import Connection, Engine
 
 from airlock.events import AddressCount, CheckpointEvent, SignInRefused
-from airlock.store import AuditLog
+from airlock.store import AuditLog, Prepared
 
 from ._db import Database
 from .errors import ConfigError, ErrorCode, Refusal
@@ -179,8 +179,8 @@ def _name_hmac(key: bytes, name: str) -> str:
     return "hmac:" + digest[:32]
 
 
-# Every request's statements, built once: building one costs more than running it.
-_SESSION = (
+# Every request's statements, compiled once and run on the driver's cursor.
+_SESSION = Prepared(
     sa.select(users.c.username, users.c.role, sessions.c.last_seen_at)
     .select_from(sessions.join(users, sessions.c.username == users.c.username))
     .where(
@@ -191,18 +191,20 @@ _SESSION = (
         users.c.disabled.is_(False),
     )
 )
-_SERVICE = sa.select(service_tokens.c.name, service_tokens.c.role).where(
-    service_tokens.c.token_hash == sa.bindparam("digest"),
-    service_tokens.c.revoked_at.is_(None),
+_SERVICE = Prepared(
+    sa.select(service_tokens.c.name, service_tokens.c.role).where(
+        service_tokens.c.token_hash == sa.bindparam("digest"),
+        service_tokens.c.revoked_at.is_(None),
+    )
 )
 # Parameters not named after a column: SQLAlchemy keeps those for the SET clause.
-_TOUCH = (
+_TOUCH = Prepared(
     sessions.update()
     .where(
-        sessions.c.token_hash == sa.bindparam("digest"),
-        sessions.c.last_seen_at < sa.bindparam("at"),
+        sessions.c.token_hash == sa.bindparam("digest", type_=sessions.c.token_hash.type),
+        sessions.c.last_seen_at < sa.bindparam("at", type_=sessions.c.last_seen_at.type),
     )
-    .values(last_seen_at=sa.bindparam("at"))
+    .values(last_seen_at=sa.bindparam("at", type_=sessions.c.last_seen_at.type))
 )
 
 
@@ -211,7 +213,7 @@ def touch_session(conn: Connection, principal: Principal) -> None:
     (nothing when none is due). Take it before the audit chain's lock, as logout does."""
     if principal.session is None or principal.touch_at is None:
         return
-    conn.execute(_TOUCH, {"digest": principal.session, "at": principal.touch_at})
+    _TOUCH.rowcount(conn, {"digest": principal.session, "at": principal.touch_at})
 
 
 def _end_sessions(conn: Connection, username: str, now: int) -> None:
@@ -707,25 +709,32 @@ class Accounts:
         the caller's write transaction writes it (:func:`touch_session`), so a vote is
         one commit.
         """
+        with self._engine.connect() as conn:
+            conn.begin()  # a read: rolled back when the connection closes
+            principal = self.look_up(conn, token, activity=activity)
+        if not defer_touch:
+            self.touch(principal)
+        return principal
+
+    def look_up(self, conn: Connection, token: str, *, activity: bool = True) -> Principal:
+        """:meth:`authenticate` with ``defer_touch``, in ``conn``'s open transaction (the
+        caller's write transaction: the lookup and the write are one transaction)."""
         digest = hash_token(token)
         now = self._now()
-        session = {"digest": digest, "now": now, "idle": now - self._session_idle}
-        with self._engine.connect() as conn:
-            row = svc = None
-            if token.startswith(_SERVICE_PREFIX):
-                # Never a session's (see _SERVICE_PREFIX): one read for every request of
-                # the executor and the agents.
-                svc = conn.execute(_SERVICE, {"digest": digest}).first()
-            else:
-                row = conn.execute(_SESSION, session).first()
-                if row is None:
-                    svc = conn.execute(_SERVICE, {"digest": digest}).first()
+        row = svc = None
+        if token.startswith(_SERVICE_PREFIX):
+            # Never a session's (see _SERVICE_PREFIX): one read for every request of
+            # the executor and the agents.
+            svc = _SERVICE.row(conn, {"digest": digest})
+        else:
+            session = {"digest": digest, "now": now, "idle": now - self._session_idle}
+            row = _SESSION.row(conn, session)
+            if row is None:
+                svc = _SERVICE.row(conn, {"digest": digest})
         if row is not None:
             principal = Principal(row.username, "user", row.role, session=digest)
             if activity and now - row.last_seen_at >= _TOUCH_EVERY:
                 principal = dataclasses.replace(principal, touch_at=now)
-                if not defer_touch:
-                    self.touch(principal)
             return principal
         if svc is not None:
             return Principal(svc.name, "service", svc.role)

@@ -493,10 +493,12 @@ class KeyRing:
     manifest changed under it is read again (:data:`_RELOAD_ATTEMPTS`).
     """
 
-    __slots__ = ("_directory", "_lock", "_signer", "_stamp")
+    __slots__ = ("_directory", "_lock", "_manifest", "_signer", "_stamp")
 
     def __init__(self, directory: KeyDirectory) -> None:
         self._directory = directory
+        # Asked before every signature: the path as a string, built once.
+        self._manifest = os.fspath(directory.manifest_path)
         self._lock = threading.Lock()
         self._stamp: tuple[int, int, int] | None = None
         self._signer: Signer | None = None
@@ -510,7 +512,7 @@ class KeyRing:
         # The manifest is replaced by rename, so a change always brings a new inode even
         # when two writes fall inside the file system's timestamp granularity.
         try:
-            st = self._directory.manifest_path.stat()
+            st = os.stat(self._manifest)
         except OSError:
             return (-1, -1, -1)
         return (st.st_ino, st.st_mtime_ns, st.st_size)

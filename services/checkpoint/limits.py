@@ -15,7 +15,7 @@ per replica. Here both are kept in the database instead:
 * :class:`RefusalBudgets` keeps each token's budget in ``refusal_budgets``: a refusal
   takes one in a transaction of its own; the one that spends it notifies the replicas
   (``wake.LIMITS``), whose listeners copy the bucket into their memory, so the refusing
-  gate (``routes._RateLimitGate``) stays a dict lookup everywhere.
+  gate (``_front.Front``) stays a dict lookup everywhere.
 
 Times are the caller's ``now`` (sign-ins, whole seconds) or the injected wall clock
 (budgets, fractional seconds): replicas share no monotonic clock. Names are keyed hashes

@@ -7,10 +7,9 @@ header, a body, a token or a password.
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
-import re
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Final
 
@@ -22,7 +21,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from fastapi.security.utils import get_authorization_scheme_param
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -30,14 +28,13 @@ from prometheus_client import (
     Gauge,
     generate_latest,
 )
-from starlette.datastructures import Headers
+from sqlalchemy.engine import Connection
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from airlock.asgi import BodyLimit
 from airlock.protocol import ACTION_MAX_BYTES, Refused, loads_strict
 
+from ._front import Front, token_key
 from ._invalid import plain_invalid
 from .auth import Accounts, Principal
 from .errors import ConfigError, ErrorCode, Refusal, no_signing_key
@@ -124,12 +121,6 @@ router = APIRouter(route_class=_StrictJSONRoute)
 _bearer = HTTPBearer(auto_error=False, description="A session token or a service token")
 
 
-#: The request methods counted by name (RFC 9110 §9, and PATCH); any other is "other".
-_HTTP_METHODS: Final = frozenset(
-    ("GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH")
-)
-
-
 class Metrics:
     """Prometheus counters in a registry of this app's own (no global state)."""
 
@@ -170,10 +161,6 @@ def _service(request: Request) -> Checkpoint:
 def _accounts(request: Request) -> Accounts:
     accounts: Accounts = request.app.state.accounts
     return accounts
-
-
-def _token_key(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
 
 
 def _refusals(request: Request) -> RefusalRecorder:
@@ -255,8 +242,8 @@ def _token(request: Request, credentials: HTTPAuthorizationCredentials | None) -
     token = credentials.credentials
     if not token.isascii() or not token.isprintable() or len(token) > 256:
         raise Refusal(ErrorCode.E_UNAUTHENTICATED, "missing, unknown or expired token", 401)
-    # Whose refusal budget a refusal of this request takes from (_RateLimitGate).
-    request.state.token_key = _token_key(token)
+    # Whose refusal budget a refusal of this request takes from (_front.Front).
+    request.state.token_key = token_key(token)
     return token
 
 
@@ -425,14 +412,24 @@ def approve(
     request: Request, bearer: Deferred, proposal_id: ProposalId, body: ApproveIn
 ) -> ProposalOut:
     """Vote to approve (approver). Quorum reached → the signed approval is issued."""
-    # The session's last use is left to the vote's transaction: an approve is one commit.
-    caller = _look_up(request, bearer.token, bearer.activity, True)
+    accounts = _accounts(request)
+
+    def caller(conn: Connection) -> Principal:
+        # In the vote's transaction, as is the session's last use: an approve is one
+        # transaction and one commit.
+        principal = accounts.look_up(conn, bearer.token, activity=bearer.activity)
+        # Kept so that a refusal of this caller's request can be audited under their name.
+        request.state.principal = principal
+        return principal
+
     try:
         record = _service(request).approve(
             caller, proposal_id, body.action_hash, body.confirm, body.note
         )
     except Refusal:
-        _accounts(request).touch(caller)  # still a use of the session, as for any request
+        known: Principal | None = getattr(request.state, "principal", None)
+        if known is not None:  # still a use of the session, as for any request
+            accounts.touch(known)
         raise
     if record.approval is not None and record.state == "approved":
         _metrics(request).approvals_issued.inc()
@@ -635,110 +632,40 @@ async def _audit_refused(request: Request, code: ErrorCode) -> None:
         await run_in_threadpool(write)
 
 
-class _RateLimitGate:
-    """Refuse 429 ``E_RATE_LIMITED`` (``Retry-After``) every request that bears a token
-    whose refusal budget is spent (``refusals.RefusalRecorder``), before routing, the
-    body or the token's lookup: a flood of them costs a hash and a dict lookup each.
-    The refusal is counted (metrics, and the audit chain under the token's holder) like
-    any other, and takes nothing from the budget."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        scheme, token = get_authorization_scheme_param(Headers(scope=scope).get("authorization"))
-        state = scope["app"].state
-        recorder: RefusalRecorder = state.refusals
-        limited = None
-        if scheme.lower() == "bearer" and token:
-            limited = recorder.limited(_token_key(token))
-        if limited is None:
-            await self.app(scope, receive, send)
-            return
-        principal, retry_after = limited
-        path, proposal_id = _route_of(scope)
-        method = scope["method"] if scope["method"] in _HTTP_METHODS else "other"
-        metrics: Metrics = state.metrics
-        metrics.refusals.labels(ErrorCode.E_RATE_LIMITED.value).inc()
-        metrics.requests.labels(method, path, "429").inc()
-        write = recorder.refused(
-            principal,
-            RefusedRequest(
-                by=principal.name,
-                role=principal.role,
-                code=ErrorCode.E_RATE_LIMITED.value,
-                request=f"{scope['method']} {path}",
-                proposal_id=proposal_id,
-            ),
-            token_key=None,
-            charge=False,
-        )
-        if write is not None:
-            await run_in_threadpool(write)
-        response = _error(
-            429, ErrorCode.E_RATE_LIMITED.value, "too many refused requests with this token"
-        )
-        response.headers["Retry-After"] = str(retry_after)
-        await response(scope, receive, send)
-
-
-class _Count:
-    """Count answered requests by method, route and status (``/metrics``); plain ASGI,
-    as ``BaseHTTPMiddleware``'s task and queue per request cost more than the count."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        status = 0
-
-        async def sent(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        await self.app(scope, receive, sent)
-        path = getattr(scope.get("route"), "path", "unmatched")
-        # Labels only from fixed sets (route templates, the methods HTTP defines, status
-        # codes): a client's made-up method names would each make a counter kept forever.
-        method = scope["method"] if scope["method"] in _HTTP_METHODS else "other"
-        scope["app"].state.metrics.requests.labels(method, path, str(status)).inc()
-
-
-def _route_of(scope: Scope) -> tuple[str, str | None]:
-    """The template of the route ``scope`` is for ("unmatched" if none), and the
-    proposal id it names when it names one that fits the pattern."""
-    for route in router.routes:
-        if isinstance(route, APIRoute):
-            match, child = route.matches(scope)
-            if match is not Match.NONE:
-                named = child.get("path_params", {}).get("proposal_id")
-                fits = isinstance(named, str) and re.fullmatch(_PROPOSAL_ID, named) is not None
-                return route.path, named if fits else None
-    return "unmatched", None
-
-
 def _allowed_methods(request: Request, named: str | None) -> str:
     methods = {m.strip() for m in (named or "").split(",") if m.strip()}
-    for route in router.routes:  # this API's routes (the app holds them in a wrapper)
+    for route in router.routes:  # this API's routes (not the app's /openapi.json)
         if isinstance(route, APIRoute) and route.matches(request.scope)[0] is not Match.NONE:
             methods |= route.methods or set()
     return ", ".join(sorted(methods))
 
 
+def mount(app: FastAPI, routes: APIRouter) -> None:
+    """Put ``routes``' routes on ``app``'s own router, as they are: FastAPI's
+    ``include_router`` keeps them behind a router that matches each request's path
+    twice, against every route before its own, for the same answer."""
+    app.router.routes.extend(routes.routes)
+
+
+def guard(app: FastAPI, *, hosts: Iterable[str], host_refusal: bytes) -> None:
+    """Put :class:`~._front.Front` in front of ``app``'s routes: the ``Host`` allowlist
+    (``hosts``; anything else is answered ``host_refusal``), the refusal budgets, the
+    body cap and the count of answers. A body over the cap is refused 413 ``E_INVALID``
+    through ``_http`` (:func:`install`), mostly before a caller is known, as FastAPI reads
+    a body before it authenticates (submit reads its own after)."""
+    app.add_middleware(
+        Front,
+        hosts=hosts,
+        host_refusal=host_refusal,
+        max_bytes=_BODY_MAX_BYTES,
+        routes=router.routes,
+        proposal_id=_PROPOSAL_ID,
+    )
+
+
 def install(app: FastAPI) -> None:
-    """Mount the routes, the body cap and the error mapping on ``app``."""
-    app.include_router(router)
-    # Refused as 413 E_INVALID through ``_http`` below; mostly before a caller is known,
-    # as FastAPI reads a body before it authenticates (submit reads its own after).
-    app.add_middleware(BodyLimit, max_bytes=_BODY_MAX_BYTES)
+    """Mount the routes and the error mapping on ``app``."""
+    mount(app, router)
 
     @app.exception_handler(Refusal)
     async def _refusal(request: Request, exc: Refusal) -> JSONResponse:
@@ -780,7 +707,3 @@ def install(app: FastAPI) -> None:
             # route that matched it, which is all Starlette names.
             response.headers["Allow"] = _allowed_methods(request, (exc.headers or {}).get("Allow"))
         return response
-
-    app.add_middleware(_Count)
-    # Outside the counting middleware (added last: outermost): it counts what it refuses.
-    app.add_middleware(_RateLimitGate)

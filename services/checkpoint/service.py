@@ -40,6 +40,7 @@ from airlock.protocol import (
     Refused,
     b64encode,
 )
+from airlock.store import Prepared
 
 from . import _tx, editing, feed, reports, routing, toolcalls, views
 from ._db import Database
@@ -72,25 +73,58 @@ __all__ = [
 ]
 
 
-# The vote path's statements, built once: building a statement costs more than running it.
+# The vote path's statements, compiled once and run on the driver's cursor: SQLAlchemy's
+# own execute costs several times the statement (airlock.store.Prepared).
 _BY_ID = sa.select(proposals).where(proposals.c.id == sa.bindparam("id"))
-_VOTED = sa.select(votes.c.id).where(
-    votes.c.proposal_id == sa.bindparam("id"), votes.c.voter == sa.bindparam("voter")
+_VOTED = Prepared(
+    sa.select(votes.c.id).where(
+        votes.c.proposal_id == sa.bindparam("id"), votes.c.voter == sa.bindparam("voter")
+    )
 )
-_VOTE = votes.insert()
+_VOTE = Prepared(votes.insert().values(_tx.bound(votes, "proposal_id", "voter", "at", "note")))
 # Not a column's name: SQLAlchemy keeps those for the SET clause's own parameters.
-_UPDATED = (
+_PID = sa.bindparam("pid", type_=proposals.c.id.type)
+_NOW = sa.bindparam("now", type_=proposals.c.updated_at.type)
+_UPDATED = Prepared(proposals.update().where(proposals.c.id == _PID).values(updated_at=_NOW))
+_APPROVED = Prepared(
     proposals.update()
-    .where(proposals.c.id == sa.bindparam("pid"))
-    .values(updated_at=sa.bindparam("now"))
+    .where(proposals.c.id == _PID, proposals.c.state == "pending")
+    .values(state="approved", updated_at=_NOW)
 )
-_APPROVED = (
-    proposals.update()
-    .where(proposals.c.id == sa.bindparam("pid"), proposals.c.state == "pending")
-    .values(state="approved", updated_at=sa.bindparam("now"))
+_APPROVAL = Prepared(
+    approvals.insert().values(
+        _tx.bound(
+            approvals,
+            "approval_id",
+            "proposal_id",
+            "nonce",
+            "statement",
+            "envelope",
+            "keyid",
+            "issued_at",
+            "expires_at",
+        )
+    )
 )
-_APPROVAL = approvals.insert()
-_KEY_KNOWN = sa.select(signing_keys.c.kid).where(signing_keys.c.kid == sa.bindparam("kid"))
+_PROPOSAL = Prepared(_BY_ID)
+#: Every column a submission sets (``toolcalls.Submission.columns`` and the rest).
+_INSERT_PROPOSAL = Prepared(
+    proposals.insert().values(
+        _tx.bound(
+            proposals,
+            *(c.name for c in proposals.columns if c.name != "superseded_by"),
+        )
+    )
+)
+_KEY_KNOWN = Prepared(
+    sa.select(signing_keys.c.kid).where(signing_keys.c.kid == sa.bindparam("kid"))
+)
+
+
+def _may_approve(principal: Principal) -> None:
+    _tx.require(principal, _tx.APPROVER_ROLES, "approve")
+    if principal.kind != "user":
+        raise Refusal(ErrorCode.E_FORBIDDEN, "only people approve", 403)
 
 
 class Checkpoint:
@@ -148,8 +182,11 @@ class Checkpoint:
                 self._insert_proposal(
                     conn, submitted_by=principal.name, sub=sub, decision=decision, now=now
                 )
+                approval = None
                 if decision.effect == "auto":
-                    self._issue(conn, action.proposal_id, now)
+                    approval = self._issue(conn, action.proposal_id, now)
+                if decision.effect != "deny":
+                    record = self._submitted(conn, principal, action.proposal_id, approval)
         except IntegrityError:
             # Lost a race: either the same id was inserted concurrently (idempotent
             # answer) or another open proposal holds this target.
@@ -168,10 +205,26 @@ class Checkpoint:
             self.on_change()
         if decision.effect == "deny":
             raise Refusal(ErrorCode.E_POLICY_DENIED, _tx.deny_message(decision), 403)
-        return self.get(principal, action.proposal_id), True
+        return record, True
+
+    def _submitted(
+        self, conn: Connection, principal: Principal, proposal_id: str, approval: Any
+    ) -> ProposalOut:
+        """The record as this submission left it, in its transaction: the row as stored,
+        with the approval it issued (auto), if any; a new proposal has no vote,
+        rejection, outcome or executor refusal to read."""
+        return views.view(
+            conn,
+            _PROPOSAL.row(conn, {"id": proposal_id}),
+            self.notify,
+            principal.name,
+            routes={proposal_id: routing.route_of(conn, proposal_id)},
+            counted=(),
+            known=views.Known(approval),
+        )
 
     def _existing(self, conn: Connection, proposal_id: str, digest: str) -> ProposalOut | None:
-        row = conn.execute(sa.select(proposals).where(proposals.c.id == proposal_id)).first()
+        row = _PROPOSAL.row(conn, {"id": proposal_id})
         if row is None:
             return None
         if row.action_hash != digest:
@@ -198,27 +251,28 @@ class Checkpoint:
         edit record, audited by the edit)."""
         state = "denied" if decision.effect == "deny" else "pending"
         action, digest = sub.action, sub.digest
-        conn.execute(
-            proposals.insert().values(
-                id=action.proposal_id,
-                action=sub.canonical,
-                action_hash=digest,
+        _INSERT_PROPOSAL.rowcount(
+            conn,
+            {
+                "id": action.proposal_id,
+                "action": sub.canonical,
+                "action_hash": digest,
                 **sub.columns,
-                proposed_by=action.proposed_by,
-                submitted_by=submitted_by,
-                state=state,
-                risk=decision.risk,
-                rule=decision.rule,
-                effect=decision.effect,
-                quorum=decision.quorum,
-                confirm=decision.confirm,
-                policy_hash=self.policy.hash,
-                deny_reason=_tx.deny_message(decision) if state == "denied" else None,
-                approval_deadline=now + self.config.approval_window,
-                created_at=now,
-                updated_at=now,
-                edit=edit,
-            )
+                "proposed_by": action.proposed_by,
+                "submitted_by": submitted_by,
+                "state": state,
+                "risk": decision.risk,
+                "rule": decision.rule,
+                "effect": decision.effect,
+                "quorum": decision.quorum,
+                "confirm": decision.confirm,
+                "policy_hash": self.policy.hash,
+                "deny_reason": _tx.deny_message(decision) if state == "denied" else None,
+                "approval_deadline": now + self.config.approval_window,
+                "created_at": now,
+                "updated_at": now,
+                "edit": edit,
+            },
         )
         if state == "pending":
             routing.start(conn, self.policy.notify, action.proposal_id, decision, now)
@@ -243,17 +297,29 @@ class Checkpoint:
 
     def approve(
         self,
-        principal: Principal,
+        principal: Principal | Callable[[Connection], Principal],
         proposal_id: str,
         seen_hash: str,
         confirm: str | None,
         note: str,
     ) -> ProposalOut:
-        _tx.require(principal, _tx.APPROVER_ROLES, "approve")
-        if principal.kind != "user":
-            raise Refusal(ErrorCode.E_FORBIDDEN, "only people approve", 403)
+        """Vote to approve; at quorum, sign and issue the approval, in one transaction.
+
+        Args:
+            principal: the voter, or what looks the voter up (a token's lookup,
+                ``Accounts.look_up``) first in the vote's transaction: one transaction,
+                not two; it raises its own refusal (401) before anything is read.
+
+        Raises:
+            Refusal: the vote is refused; nothing is written.
+        """
+        if isinstance(principal, Principal):
+            _may_approve(principal)
         now = self.now()
         with self.engine.begin() as conn:
+            if not isinstance(principal, Principal):
+                principal = principal(conn)
+                _may_approve(principal)
             row = _tx.lock(conn, proposal_id)
             touch_session(conn, principal)  # in this commit, not one of its own
             _tx.check_pending(row, now)
@@ -274,10 +340,10 @@ class Checkpoint:
             route = routing.route_of(conn, proposal_id)
             routing.check_voter(conn, self.policy.notify, proposal_id, principal.name, route=route)
             # (4) one vote per person (the UNIQUE constraint is the judge)
-            if conn.execute(_VOTED, {"id": proposal_id, "voter": principal.name}).first():
+            if _VOTED.rows(conn, {"id": proposal_id, "voter": principal.name}):
                 raise Refusal(ErrorCode.E_ALREADY_VOTED, "you have already approved this", 409)
-            conn.execute(
-                _VOTE,
+            _VOTE.rowcount(
+                conn,
                 {"proposal_id": proposal_id, "voter": principal.name, "at": now, "note": note},
             )
             _tx.audit(
@@ -296,7 +362,7 @@ class Checkpoint:
                 approval = self._issue(conn, proposal_id, now, row=row, voters=voters, route=route)
                 state = "approved"
             else:
-                conn.execute(_UPDATED, {"pid": proposal_id, "now": now})
+                _UPDATED.rowcount(conn, {"pid": proposal_id, "now": now})
                 state = row.state
             # The record as this vote left it (another vote may follow right after commit):
             # the locked row with what this transaction wrote to it.
@@ -386,15 +452,15 @@ class Checkpoint:
             issued_at=now,
             expires_at=statement.expires_at,
         )
-        conn.execute(_APPROVAL, vars(written))
+        _APPROVAL.rowcount(conn, vars(written))
         written.revoked_at = written.revoked_by = None  # as inserted
-        if conn.execute(_KEY_KNOWN, {"kid": signer.keyid}).first() is None:
+        if not _KEY_KNOWN.rows(conn, {"kid": signer.keyid}):
             conn.execute(
                 signing_keys.insert().values(
                     kid=signer.keyid, public_key=b64encode(signer.public_raw), first_used_at=now
                 )
             )
-        if conn.execute(_APPROVED, {"pid": row.id, "now": now}).rowcount != 1:
+        if _APPROVED.rowcount(conn, {"pid": row.id, "now": now}) != 1:
             # Unreachable under the row lock; if it ever were, nothing signed may commit.
             raise Refusal(ErrorCode.E_STATE, "proposal is no longer pending", 409)
         _tx.audit(

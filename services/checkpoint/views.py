@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
 
 from airlock.protocol import ToolCall
-from airlock.store import verify_chain
+from airlock.store import Prepared, verify_chain
 from airlock.text import inert
 
 from . import _tx, edits, routing
@@ -62,7 +62,8 @@ __all__ = [
 
 # The statements of a view, built once: building a statement costs more than executing it.
 _BY_ID = sa.select(proposals).where(proposals.c.id == sa.bindparam("id"))
-_VOTES = (
+#: Read in the vote's own transaction (``counted`` given): run on the driver's cursor.
+_VOTES = Prepared(
     sa.select(votes.c.voter, votes.c.at, votes.c.note)
     .where(votes.c.proposal_id == sa.bindparam("id"))
     .order_by(votes.c.at, votes.c.id)
@@ -234,7 +235,8 @@ def view(
         routes: the page's ``proposal_routes`` rows by proposal id, read already
             (:func:`.routing.read`); None reads this proposal's.
         counted: the voters whose votes count (:func:`._tx.counted_votes`), read in
-            this transaction after its last vote; None reads them.
+            this transaction (open: the votes are read in it) after its last vote;
+            None reads them.
         known: the records this transaction holds (:class:`Known`); None: read them
             all. For a proposal it found ``pending`` (and locked): the approval it
             issued, if any, and nothing else (a proposal with a rejection, an outcome
@@ -320,7 +322,7 @@ def _votes(
     """The proposal's votes, oldest first, and the voters whose votes count: ``counted``,
     or read with the votes."""
     if counted is not None:
-        return conn.execute(_VOTES, {"id": proposal_id}).all(), counted
+        return _VOTES.rows(conn, {"id": proposal_id}), counted
     rows = conn.execute(_VOTES_COUNTED, {"id": proposal_id}).all()
     return rows, {v.voter for v in rows if v.counts}
 

@@ -100,6 +100,35 @@ def test_the_engines_statement_events_see_a_prepared_statement(engine: Engine) -
     assert [s.split()[:3] for s in seen] == [["INSERT", "INTO", "widgets"]]
 
 
+def test_rows_are_named_and_typed_as_sqlalchemys_own(engine: Engine) -> None:
+    listed = sa.select(
+        _widgets.c.id, _widgets.c.name, (_widgets.c.id > sa.bindparam("over")).label("big")
+    ).order_by(_widgets.c.id)
+    with engine.begin() as conn:
+        _ADD.first(conn, {"id": 1, "name": "small"})
+        _ADD.first(conn, {"id": 2, "name": "large"})
+        rows = Prepared(listed).rows(conn, {"over": 1})
+        theirs = conn.execute(listed, {"over": 1}).all()
+        assert Prepared(listed).row(conn, {"over": 9}) is not None
+        assert Prepared(listed.where(_widgets.c.id > 9)).row(conn, {"over": 1}) is None
+    assert (
+        [tuple(r) for r in rows]
+        == [tuple(r) for r in theirs]
+        == [
+            (1, "small", False),
+            (2, "large", True),
+        ]
+    )
+    assert rows[1].big is True  # SQLite's integer, processed as SQLAlchemy does
+    assert rows[1].name == "large"
+    assert rows[1]._mapping == dict(theirs[1]._mapping) == {"id": 2, "name": "large", "big": True}
+
+
+def test_rows_of_a_statement_that_returns_none_are_refused(engine: Engine) -> None:
+    with engine.begin() as conn, pytest.raises(TypeError, match="no columns"):
+        _RENAME.rows(conn, {"id": 1, "name": "x"})
+
+
 def test_an_in_list_parameter_is_refused(engine: Engine) -> None:
     prepared = Prepared(
         sa.select(_widgets.c.id).where(_widgets.c.id.in_(sa.bindparam("ids", expanding=True)))

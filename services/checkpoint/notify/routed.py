@@ -18,6 +18,7 @@ from typing import Any, Final
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from airlock.store import Prepared
 from services.checkpoint.models import proposal_routes
 
 __all__ = ["forget", "route"]
@@ -28,6 +29,7 @@ _MEMO: Final = "airlock.proposal_routes"
 _SELECT: Final = sa.select(proposal_routes).where(
     proposal_routes.c.proposal_id == sa.bindparam("proposal_id")
 )
+_PREPARED: Final = Prepared(_SELECT)
 
 
 def route(conn: Connection, proposal_id: str) -> Any:
@@ -43,7 +45,7 @@ def route(conn: Connection, proposal_id: str) -> Any:
         conn.info[_MEMO] = memo
     rows: dict[str, Any] = memo[1]
     if proposal_id not in rows:
-        rows[proposal_id] = conn.execute(_SELECT, {"proposal_id": proposal_id}).first()
+        rows[proposal_id] = _PREPARED.row(conn, {"proposal_id": proposal_id})
     return rows[proposal_id]
 
 
