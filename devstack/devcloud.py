@@ -270,8 +270,6 @@ def running_devcloud(
         str(port),
         "--workers",
         "1",
-        "--http",
-        "httptools",
         "--log-level",
         "warning",
         "--timeout-graceful-shutdown",

@@ -79,7 +79,6 @@ def checkpoint_command(
             # Every line escaped (airlock.text), a traceback's too: its text can be a request's.
             log_config=inert_log_config("INFO"),
             access_log=False,  # paths are harmless, but keep one policy: no request logging
-            http="httptools",  # llhttp, strict by default; cheaper per request than h11
             # Off: uvicorn would otherwise take X-Forwarded-For from any loopback peer as
             # the client, and a guesser could name a new address with each sign-in. The
             # app trusts it only from AIRLOCK_CHECKPOINT_TRUSTED_PROXIES.

@@ -88,7 +88,6 @@ def serve_command(
         host=settings.host,
         port=settings.port,
         log_level="warning",
-        http="httptools",
         workers=1,
         # Responses withheld by an apply-then-drop fault are not worth draining on exit.
         timeout_graceful_shutdown=1,

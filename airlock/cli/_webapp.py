@@ -67,5 +67,4 @@ def webapp_command(
         log_config=inert_log_config("WARNING"),
         proxy_headers=False,
         server_header=False,
-        http="httptools",
     )

@@ -178,8 +178,6 @@ def test_cli_checkpoint_answers_open_feed_long_polls_when_asked_to_stop(
     # uvicorn's own X-Forwarded-For handling trusts any loopback peer: off, the app
     # trusts only AIRLOCK_CHECKPOINT_TRUSTED_PROXIES (tests/checkpoint/test_client_address).
     assert server.config.proxy_headers is False
-    # The C parser (llhttp): strict by default, and cheaper per request than h11.
-    assert server.config.http == "httptools"
 
 
 def test_cli_keys_users_and_tokens(tmp_path: Path) -> None:
