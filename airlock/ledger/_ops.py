@@ -266,7 +266,7 @@ def _transition_statement(
         .on_conflict_do_nothing()
         .cte("queued")
     )
-    return Prepared(sa.select(sa.func.count()).select_from(moved).add_cte(queued))
+    return Prepared(sa.select(sa.func.count().label("moved")).select_from(moved).add_cte(queued))
 
 
 def transition(

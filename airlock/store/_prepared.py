@@ -66,11 +66,13 @@ def _getter(names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple[Any, 
     return operator.itemgetter(*names)
 
 
-def _row_class(names: tuple[str, ...]) -> Callable[[Iterable[Any]], Any]:
+def _row_class(names: tuple[str | None, ...]) -> Callable[[Iterable[Any]], Any]:
     """What makes a row of ``names`` of its values: a named tuple, with ``_mapping`` as
     SQLAlchemy's ``Row`` has it (its columns by name), so code that reads either kind of
-    row reads both."""
-    base = namedtuple("PreparedRow", names)  # type: ignore[misc]
+    row reads both. A column with no usable name (``count(*)`` unlabelled) is named by its
+    place, ``_0``, ``_1``…"""
+    fields = [str(name) for name in names]
+    base = namedtuple("PreparedRow", fields, rename=True)  # type: ignore[misc]
 
     class PreparedRow(base):
         __slots__ = ()

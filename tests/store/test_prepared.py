@@ -124,6 +124,15 @@ def test_rows_are_named_and_typed_as_sqlalchemys_own(engine: Engine) -> None:
     assert rows[1]._mapping == dict(theirs[1]._mapping) == {"id": 2, "name": "large", "big": True}
 
 
+def test_a_column_without_a_name_is_read_by_its_place(engine: Engine) -> None:
+    counted = Prepared(sa.select(sa.func.count(), _widgets.c.name).group_by(_widgets.c.name))
+    with engine.begin() as conn:
+        _ADD.first(conn, {"id": 1, "name": "small"})
+        assert counted.first(conn, {}) == (1, "small")
+        [row] = counted.rows(conn, {})
+    assert tuple(row) == (1, "small") and row._0 == 1 and row.name == "small"
+
+
 def test_rows_of_a_statement_that_returns_none_are_refused(engine: Engine) -> None:
     with engine.begin() as conn, pytest.raises(TypeError, match="no columns"):
         _RENAME.rows(conn, {"id": 1, "name": "x"})
