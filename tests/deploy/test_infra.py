@@ -14,14 +14,15 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = [*sorted((ROOT / "infra").rglob("*.sh")), ROOT / ".ci" / "run"]
 ALIBABA = ROOT / "airlock" / "cloud" / "alibaba"
 # What the adapter calls, read from its code: the reader counts each call by its RAM
-# action name; the writer builds one SDK request per call (``StopInstanceRequest``...).
+# action name; the writer builds one SDK request per call (``sdk("ecs").models.
+# StopInstanceRequest``...).
 READ_ACTIONS = set(
     re.findall(r'_count\("([a-z]+:[A-Za-z]+)"\)', (ALIBABA / "_reader.py").read_text())
 )
 WRITES = {
     f"{service}:{name}"
     for service, name in re.findall(
-        r"\b(ecs|rds)_models\.([A-Za-z]+)Request\(", (ALIBABA / "writer.py").read_text()
+        r'\bsdk\("(ecs|rds)"\)\.models\.([A-Za-z]+)Request\(', (ALIBABA / "writer.py").read_text()
     )
 }
 #: The executor re-reads live state; only the agent reads metrics and prices.
