@@ -23,7 +23,14 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["LOOPBACK_HOSTS", "BodyLimit", "BodyTooLarge", "HostAllowlist", "host_name"]
+__all__ = [
+    "LOOPBACK_HOSTS",
+    "BodyLimit",
+    "BodyTooLarge",
+    "HostAllowlist",
+    "capped_receive",
+    "host_name",
+]
 
 #: The names of this machine's loopback interface: the default allowlist.
 LOOPBACK_HOSTS: Final = ("localhost", "127.0.0.1", "::1")
@@ -54,23 +61,30 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         declared = Headers(scope=scope).get("content-length")
-        refused = declared is not None and not (
-            declared.isascii() and declared.isdigit() and int(declared) <= self.max_bytes
-        )
-        received = 0
+        await self.app(scope, capped_receive(receive, declared, self.max_bytes), send)
 
-        async def capped() -> Message:
-            nonlocal received
-            if refused:
-                raise BodyTooLarge(self.max_bytes)
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.max_bytes:
-                    raise BodyTooLarge(self.max_bytes)
-            return message
 
-        await self.app(scope, capped, send)
+def capped_receive(receive: Receive, declared: str | None, max_bytes: int) -> Receive:
+    """``receive`` that raises :class:`BodyTooLarge` at the first read when the declared
+    ``Content-Length`` is over ``max_bytes`` (or not a number), else as soon as the bytes
+    received pass it."""
+    refused = declared is not None and not (
+        declared.isascii() and declared.isdigit() and int(declared) <= max_bytes
+    )
+    received = 0
+
+    async def capped() -> Message:
+        nonlocal received
+        if refused:
+            raise BodyTooLarge(max_bytes)
+        message = await receive()
+        if message["type"] == "http.request":
+            received += len(message.get("body", b""))
+            if received > max_bytes:
+                raise BodyTooLarge(max_bytes)
+        return message
+
+    return capped
 
 
 def host_name(host: str) -> str | None:

@@ -33,7 +33,7 @@ from fastapi.security.utils import get_authorization_scheme_param
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from airlock.asgi import BodyTooLarge, host_name
+from airlock.asgi import capped_receive, host_name
 
 from .auth import Principal
 from .errors import ErrorCode
@@ -118,22 +118,8 @@ class Front:
                     return
         # (3) the body cap, (4) the count
         declared = None if length is None else length.decode("latin-1")
-        refused = declared is not None and not (
-            declared.isascii() and declared.isdigit() and int(declared) <= self.max_bytes
-        )
-        received = 0
+        capped = capped_receive(receive, declared, self.max_bytes)
         status = 0
-
-        async def capped() -> Message:
-            nonlocal received
-            if refused:
-                raise BodyTooLarge(self.max_bytes)
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.max_bytes:
-                    raise BodyTooLarge(self.max_bytes)
-            return message
 
         async def sent(message: Message) -> None:
             nonlocal status
