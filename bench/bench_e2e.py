@@ -33,6 +33,11 @@ it from the long-poll feed, verifies, consumes, re-reads and writes at devcloud.
   message), one durable single-row INSERT (its own transaction) on the same kind of
   database through the same engine settings, and one devcloud write (``StopInstance``
   through the real SDK adapter with the executor's key).
+* **the path's floors**, in the same run, with nothing of Airlock's own: one at a time, a
+  live re-read, a durable INSERT and the write through the SDK in a row (what an
+  execution waits on before its write: the latency's floor); and ``--clients`` threads
+  side by side, each item that and a durable UPDATE of its row (an execution's two
+  commits: the burst's floor). Latency and sustained rate are printed as ratios to them.
 
 Waiting for a write reads devcloud's SQLite file read-only rather than calling its admin
 API, so the poll does not compete with the write it waits for. Goals (issue 25): approval
@@ -267,6 +272,8 @@ class Figures:
     sign_verify_us: float
     insert_ms: float
     devcloud_write_ms: float
+    floor_ms: float
+    floor_per_s: float
     wake_ms: list[float]
     after_wake_ms: list[float]
     #: With ``--slow-cloud-ms``: that latency, and the seconds its burst took.
@@ -296,6 +303,9 @@ class Figures:
             f" {self.issue_s:.2f} s ({self.burst / self.issue_s:.1f}/s); all written in"
             f" {self.burst_s:.2f} s -> {rate:.1f} executions/s"
             f" (goal >= {GOAL_PER_S:.0f}/s: {'MET' if rate >= GOAL_PER_S else 'MISSED'})",
+            f"the burst's floor ({self.clients} threads, each a re-read, a durable INSERT, a write"
+            f" and a durable UPDATE): {self.floor_per_s:.1f}/s; sustained ="
+            f" {rate / self.floor_per_s:.2f} x that floor",
             f"bare Ed25519 sign+verify: {self.sign_verify_us:.0f} us;"
             f" bare durable single-row INSERT on {self.db}: {self.insert_ms:.2f} ms;"
             f" bare devcloud write (StopInstance via the SDK): {self.devcloud_write_ms:.2f} ms",
@@ -305,7 +315,9 @@ class Figures:
             f" max {max(self.wake_ms):.1f} ms; approve response -> write p50"
             f" {statistics.median(self.after_wake_ms):.1f} ms",
             f"ratio: approval->write p50 = {p50 / self.devcloud_write_ms:.1f} x bare devcloud"
-            f" write, = {p50 / self.insert_ms:.1f} x bare durable insert",
+            f" write, = {p50 / self.insert_ms:.1f} x bare durable insert,"
+            f" = {p50 / self.floor_ms:.2f} x the path's floor ({self.floor_ms:.2f} ms:"
+            " a re-read, a durable INSERT and a write through the SDK, in a row)",
         ]
         if self.cpu_ms:
             total = sum(self.cpu_ms.values())
@@ -493,6 +505,81 @@ def _devcloud_write_ms(stack: Stack, n: int = 100) -> float:
     return statistics.median(samples)
 
 
+def _floor_ms(stack: Stack, url: str, n: int = 100) -> float:
+    """The approval -> write path's floor, one item at a time: the live re-read
+    (DescribeInstances through the SDK), one durable single-row INSERT on the ledger's
+    database, then the write (StopInstance through the SDK) — what an execution must wait
+    on before its write, and nothing of Airlock's own. Median ms."""
+    reader, writer = stack.devcloud.reader(), stack.devcloud.writer()
+    engine = make_engine(url)
+    table = sa.Table(
+        f"bench_floor_{uuid.uuid4().hex[:8]}",
+        sa.MetaData(),
+        sa.Column("id", sa.String(64), primary_key=True),
+        sa.Column("v", sa.Text, nullable=False),
+    )
+    ids = [f"i-floor{uuid.uuid4().hex[:10]}" for _ in range(n)]
+    for rid in ids:
+        stack.devcloud.admin.create_instance(rid, status="Running")
+    try:
+        table.create(engine)
+        samples = []
+        for rid in ids:
+            t0 = time.perf_counter()
+            if reader.get_state(stack.devcloud.region, "ecs.instance", rid) is None:
+                raise RuntimeError(f"floor: {rid} not found at devcloud")
+            with engine.begin() as conn:
+                conn.execute(table.insert().values(id=rid, v="x" * 200))
+            writer.stop_ecs(stack.devcloud.region, rid, stopped_mode="StopCharging")
+            samples.append((time.perf_counter() - t0) * 1000)
+        table.drop(engine)
+        return statistics.median(samples)
+    finally:
+        engine.dispose()
+
+
+def _floor_per_s(stack: Stack, url: str, threads: int = 4, n: int = 400) -> float:
+    """The burst's floor: ``threads`` side by side, each item a re-read, a durable INSERT,
+    the write and a durable UPDATE of its row (an execution's two commits), and nothing of
+    Airlock's own. Items per second."""
+    engine = make_engine(url)
+    table = sa.Table(
+        f"bench_floor_{uuid.uuid4().hex[:8]}",
+        sa.MetaData(),
+        sa.Column("id", sa.String(64), primary_key=True),
+        sa.Column("v", sa.Text, nullable=False),
+    )
+    ids = [f"i-flor{uuid.uuid4().hex[:10]}" for _ in range(n)]
+    for rid in ids:
+        stack.devcloud.admin.create_instance(rid, status="Running")
+    region = stack.devcloud.region
+
+    def work(mine: list[str]) -> None:
+        reader, writer = stack.devcloud.reader(), stack.devcloud.writer()
+        for rid in mine:
+            if reader.get_state(region, "ecs.instance", rid) is None:
+                raise RuntimeError(f"floor: {rid} not found at devcloud")
+            with engine.begin() as conn:
+                conn.execute(table.insert().values(id=rid, v="x" * 200))
+            writer.stop_ecs(region, rid, stopped_mode="StopCharging")
+            with engine.begin() as conn:
+                conn.execute(table.update().where(table.c.id == rid).values(v="y" * 200))
+
+    try:
+        table.create(engine)
+        workers = [threading.Thread(target=work, args=(ids[i::threads],)) for i in range(threads)]
+        t0 = time.perf_counter()
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        elapsed = time.perf_counter() - t0
+        table.drop(engine)
+        return n / elapsed
+    finally:
+        engine.dispose()
+
+
 def _libpq(url: str) -> str:
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
@@ -574,6 +661,10 @@ def run(
                 sign_verify_us=_sign_verify_us(),
                 insert_ms=_insert_ms(insert_url),
                 devcloud_write_ms=_devcloud_write_ms(stack),
+                floor_ms=_floor_ms(stack, insert_url, n=min(100, max(10, n))),
+                floor_per_s=_floor_per_s(
+                    stack, insert_url, threads=clients, n=min(400, max(8 * clients, burst))
+                ),
                 wake_ms=wake,
                 after_wake_ms=after_wake,
                 slow_cloud_ms=slow_cloud_ms,
