@@ -40,7 +40,7 @@ from sqlalchemy.engine import Connection, Engine
 from airlock.api import OUTCOMES_PATH, REFUSALS_PATH, ReceiptReport
 from airlock.httpdeadline import within
 from airlock.ledger import insert_ignore, reportable_refusal
-from airlock.store import read_transaction
+from airlock.store import Prepared, read_transaction
 
 from ._http import (
     ANSWER_DEADLINE_S,
@@ -91,12 +91,17 @@ class PendingReceipt:
         return (self.kind, self.approval_id)
 
 
-def _after(position: tuple[int, str] | None) -> sa.ColumnElement[bool]:
-    if position is None:
-        return sa.true()
-    queued_at, approval_id = position
-    return (outbox.c.queued_at > queued_at) | (
-        (outbox.c.queued_at == queued_at) & (outbox.c.approval_id > approval_id)
+#: Where a kind's read of the queue starts: past the last receipt of that kind already
+#: seen, or (``_FROM_THE_START``) before every position a receipt can have.
+_SEEN_AT = sa.bindparam("seen_at", type_=sa.BigInteger)
+_SEEN_ID = sa.bindparam("seen_id", type_=outbox.c.approval_id.type)
+_LIMIT = sa.bindparam("limit", type_=sa.Integer)
+_FROM_THE_START: Final = (-(1 << 62), "")
+
+
+def _past_seen() -> sa.ColumnElement[bool]:
+    return (outbox.c.queued_at > _SEEN_AT) | (
+        (outbox.c.queued_at == _SEEN_AT) & (outbox.c.approval_id > _SEEN_ID)
     )
 
 
@@ -114,6 +119,52 @@ def _resend_pending(kind: str, approval_id: sa.ColumnElement[str]) -> sa.ColumnE
     )
 
 
+# The three reads of the queue, one per kind, compiled once: the courier reads the queue
+# at least twice a flush, and building these statements anew cost more than running them.
+_QUEUED: Final = {
+    "outcome": Prepared(
+        sa.select(ledger.c.approval_id, ledger.c.receipt, outbox.c.queued_at, outbox.c.attempt)
+        .select_from(outbox.join(ledger, ledger.c.approval_id == outbox.c.approval_id))
+        .where(
+            outbox.c.kind == "outcome",
+            _past_seen(),
+            # Each terminal state as its own fixed value: a prepared statement takes no
+            # IN-list parameter.
+            sa.or_(*(ledger.c.state == s.value for s in TERMINAL_STATES)),
+            ledger.c.receipt.is_not(None),
+        )
+        .order_by(outbox.c.queued_at, outbox.c.approval_id)
+        .limit(_LIMIT)
+    ),
+    "resolution": Prepared(
+        sa.select(
+            resolutions.c.approval_id, resolutions.c.receipt, outbox.c.queued_at, outbox.c.attempt
+        )
+        .select_from(outbox.join(resolutions, resolutions.c.approval_id == outbox.c.approval_id))
+        .where(
+            outbox.c.kind == "resolution",
+            _past_seen(),
+            sa.exists().where(
+                deliveries.c.kind == "outcome",
+                deliveries.c.approval_id == resolutions.c.approval_id,
+            ),
+            ~_resend_pending("outcome", resolutions.c.approval_id),
+        )
+        .order_by(outbox.c.queued_at, outbox.c.approval_id)
+        .limit(_LIMIT)
+    ),
+    "refusal": Prepared(
+        sa.select(refusals.c.approval_id, refusals.c.receipt, outbox.c.queued_at, outbox.c.attempt)
+        .select_from(
+            outbox.join(refusals, refusals.c.id == reportable_refusal(outbox.c.approval_id))
+        )
+        .where(outbox.c.kind == "refusal", _past_seen())
+        .order_by(outbox.c.queued_at, outbox.c.approval_id)
+        .limit(_LIMIT)
+    ),
+}
+
+
 def pending_receipts(
     conn: Connection, limit: int, *, after: Mapping[str, tuple[int, str]] | None = None
 ) -> list[PendingReceipt]:
@@ -126,49 +177,17 @@ def pending_receipts(
     kind already seen, to read on past it (one pass through the queue per flush).
     """
     after = after or {}
-    outcome_rows = conn.execute(
-        sa.select(ledger.c.approval_id, ledger.c.receipt, outbox.c.queued_at, outbox.c.attempt)
-        .select_from(outbox.join(ledger, ledger.c.approval_id == outbox.c.approval_id))
-        .where(
-            outbox.c.kind == "outcome",
-            _after(after.get("outcome")),
-            ledger.c.state.in_([s.value for s in TERMINAL_STATES]),
-            ledger.c.receipt.is_not(None),
-        )
-        .order_by(outbox.c.queued_at, outbox.c.approval_id)
-        .limit(limit)
-    ).all()
-    resolution_rows = conn.execute(
-        sa.select(
-            resolutions.c.approval_id, resolutions.c.receipt, outbox.c.queued_at, outbox.c.attempt
-        )
-        .select_from(outbox.join(resolutions, resolutions.c.approval_id == outbox.c.approval_id))
-        .where(
-            outbox.c.kind == "resolution",
-            _after(after.get("resolution")),
-            sa.exists().where(
-                deliveries.c.kind == "outcome",
-                deliveries.c.approval_id == resolutions.c.approval_id,
-            ),
-            ~_resend_pending("outcome", resolutions.c.approval_id),
-        )
-        .order_by(outbox.c.queued_at, outbox.c.approval_id)
-        .limit(limit)
-    ).all()
-    refusal_rows = conn.execute(
-        sa.select(refusals.c.approval_id, refusals.c.receipt, outbox.c.queued_at, outbox.c.attempt)
-        .select_from(
-            outbox.join(refusals, refusals.c.id == reportable_refusal(outbox.c.approval_id))
-        )
-        .where(outbox.c.kind == "refusal", _after(after.get("refusal")))
-        .order_by(outbox.c.queued_at, outbox.c.approval_id)
-        .limit(limit)
-    ).all()
-    return (
-        [PendingReceipt("outcome", a, r, int(q), int(n)) for a, r, q, n in outcome_rows]
-        + [PendingReceipt("resolution", a, r, int(q), int(n)) for a, r, q, n in resolution_rows]
-        + [PendingReceipt("refusal", a, r, int(q), int(n)) for a, r, q, n in refusal_rows]
-    )
+    if not conn.in_transaction():
+        conn.begin()  # as an execute would autobegin: the caller's to end
+    found: list[PendingReceipt] = []
+    for kind, statement in _QUEUED.items():
+        seen_at, seen_id = after.get(kind, _FROM_THE_START)
+        params = {"seen_at": seen_at, "seen_id": seen_id, "limit": limit}
+        found += [
+            PendingReceipt(kind, a, r, int(q), int(n))
+            for a, r, q, n in statement.rows(conn, params)
+        ]
+    return found
 
 
 def requeue_undelivered(conn: Connection) -> int:
