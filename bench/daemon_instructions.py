@@ -11,9 +11,13 @@ Their difference per approval is printed: start-up, imports, recovery at start a
 shutdown (the same in both) cancel out. What is left is everything the daemon's process
 does for an approval: the long-poll, the execution with its PostgreSQL (or SQLite)
 commits, the live re-read and the write through the SDK, the receipt's delivery, logging
-and the hand-offs between its threads. Work paced by the clock (the courier's tick, the
-heartbeat) is counted too and moves the figure by a few tens of thousands. Needs
-``valgrind``.
+and the hand-offs between its threads.
+
+Work paced by the clock is not per approval, and under valgrind an approval takes
+seconds: recovery passes and the outbox's sweeps (``AIRLOCK_EXECUTOR_RECOVER_EVERY``,
+30 s by default) would add a few million instructions per approval, more on a loaded
+machine. They are set an hour apart here; what remains (the courier's tick, the
+heartbeat) is small. Needs ``valgrind``.
 """
 
 from __future__ import annotations
@@ -57,7 +61,9 @@ def _ledger(db: str, pg_url: str) -> Iterator[str | None]:
 def _count(approvals: int, *, db: str, pg_url: str, parallel: int | None) -> int:
     """The daemon's instructions from its start to its stop, with ``_WARM`` +
     ``approvals`` approvals executed one at a time on a new stack."""
-    env = None if parallel is None else {"AIRLOCK_EXECUTOR_PARALLEL": str(parallel)}
+    env = {"AIRLOCK_EXECUTOR_RECOVER_EVERY": "3600"}
+    if parallel is not None:
+        env["AIRLOCK_EXECUTOR_PARALLEL"] = str(parallel)
     with (
         tempfile.TemporaryDirectory() as tmp,
         _ledger(db, pg_url) as ledger_url,
