@@ -181,15 +181,15 @@ def revoked(conn: Connection, approval_id: str) -> bool:
     return found is not None
 
 
-# Built once, values as parameters (see _consume_statement).
-_HELD_UNTIL: Final = sa.select(sa.func.max(ledger_holds.c.until))
+# Asked by the feed on every page with an approval: compiled once (see _consume_statement).
+_HELD_UNTIL: Final = Prepared(sa.select(sa.func.max(ledger_holds.c.until).label("until")))
 
 
 def held_until(conn: Connection) -> int | None:
-    """The end of the latest ledger hold recorded (``executor_ledger_holds``), or None.
-    A hold is in force while ``now`` is before it."""
-    until = conn.execute(_HELD_UNTIL).scalar()
-    return None if until is None else int(until)
+    """The end of the latest ledger hold recorded (``executor_ledger_holds``), or None,
+    in ``conn``'s open transaction. A hold is in force while ``now`` is before it."""
+    found = _HELD_UNTIL.first(conn, {})
+    return None if found is None or found[0] is None else int(found[0])
 
 
 _FORGOTTEN_BEFORE: Final = sa.select(sa.func.max(ledger_holds.c.since))

@@ -1,7 +1,8 @@
 """Storage shared by every service: engines, migrations, and the hash-chained audit log.
 
 - :func:`make_engine` — SQLite (WAL, ``synchronous=FULL``, ``BEGIN IMMEDIATE``) or
-  PostgreSQL (psycopg 3) from a URL; :func:`read_transaction` for snapshot reads.
+  PostgreSQL (psycopg 3) from a URL; :func:`read_transaction` for snapshot reads,
+  :func:`read_statements` for reads that need no common snapshot.
 - :func:`upgrade` / :func:`run_migrations` — each service's own Alembic migrations,
   serialized across processes (see ``_migrate.py`` for the directory layout).
 - :func:`create_audit_log`, :func:`guard_audit_log_against_replace`, :func:`add_lane_column`,
@@ -40,7 +41,14 @@ from ._audit import (
     genesis_event,
     guard_audit_log_against_replace,
 )
-from ._engine import DEFAULT_BUSY_TIMEOUT_S, is_postgresql, is_sqlite, make_engine, read_transaction
+from ._engine import (
+    DEFAULT_BUSY_TIMEOUT_S,
+    is_postgresql,
+    is_sqlite,
+    make_engine,
+    read_statements,
+    read_transaction,
+)
 from ._lanes import add_audit_append, add_audit_lanes, add_lane_column
 from ._migrate import alembic_config, run_migrations, upgrade
 from ._prepared import Prepared
@@ -87,6 +95,7 @@ __all__ = [
     "is_sqlite",
     "make_engine",
     "read_export_lines",
+    "read_statements",
     "read_transaction",
     "run_migrations",
     "upgrade",

@@ -449,17 +449,23 @@ _SQLITE_APPEND = Prepared(
 # chain has lanes (its sequence exists), read afresh each time, so a connection that
 # outlived the migration that added them never appends the old way to a chain with lanes.
 _PG_HAS_APPEND = f"to_regprocedure('{APPEND_FUNCTION}(integer,text,bytea)') IS NOT NULL"
-_PG_LOCK = sa.text(
-    f"SELECT pg_advisory_xact_lock({_APPEND_LOCK_KEY}), "
-    f"to_regclass('{SEQUENCE}') IS NOT NULL AS laned, {_PG_HAS_APPEND} AS appends"
-).columns(
-    sa.column("pg_advisory_xact_lock"),
-    sa.column("laned", sa.Boolean),
-    sa.column("appends", sa.Boolean),
+# These three run in most transactions that record anything: compiled once and run on
+# the driver's cursor (Prepared), as the appends are.
+_PG_LOCK = Prepared(
+    sa.text(
+        f"SELECT pg_advisory_xact_lock({_APPEND_LOCK_KEY}), "
+        f"to_regclass('{SEQUENCE}') IS NOT NULL AS laned, {_PG_HAS_APPEND} AS appends"
+    ).columns(
+        sa.column("pg_advisory_xact_lock"),
+        sa.column("laned", sa.Boolean),
+        sa.column("appends", sa.Boolean),
+    )
 )
-_PG_LANED = sa.text(
-    f"SELECT to_regclass('{SEQUENCE}') IS NOT NULL AS laned, {_PG_HAS_APPEND} AS appends"
-).columns(sa.column("laned", sa.Boolean), sa.column("appends", sa.Boolean))
+_PG_LANED = Prepared(
+    sa.text(
+        f"SELECT to_regclass('{SEQUENCE}') IS NOT NULL AS laned, {_PG_HAS_APPEND} AS appends"
+    ).columns(sa.column("laned", sa.Boolean), sa.column("appends", sa.Boolean))
+)
 # The append as one call (a chain whose migration made the function, ``_lanes.py``): in
 # the lane given, or, with none, in the lane it takes first.
 _APPEND_CALL = Prepared(
@@ -474,8 +480,12 @@ _APPEND_CALL = Prepared(
 )
 # One lane: the function (made by the migration that added the lanes) takes the whole
 # chain's lock shared, then the first free lane's, and returns the lane.
-_PG_LANE = sa.text("SELECT airlock_audit_lane() AS lane").columns(
-    sa.column("lane", sa.SmallInteger)
+_PG_LANE = Prepared(
+    sa.text("SELECT airlock_audit_lane() AS lane").columns(sa.column("lane", sa.SmallInteger))
+)
+# The feed asks it on every page with an approval (is the head the checkpoint names ours?).
+_ROW_HASH_AT = Prepared(
+    sa.select(_audit.c.row_hash).where(_audit.c.seq == sa.bindparam("seq", type_=sa.BigInteger))
 )
 #: ``Connection.info`` key: the lock this connection holds in its transaction (an
 #: advisory lock is held until that transaction ends).
@@ -526,17 +536,24 @@ def _hold(connection: Connection, *, whole: bool) -> _Held:
         return cast(_Held, held)
     if not whole and not connection.info.get(_LANED):
         # Asked until the answer is yes: a chain gets lanes once and keeps them.
-        found = connection.execute(_PG_LANED).one()
+        found = _one(_PG_LANED.first(connection, {}))
         connection.info[_LANED], connection.info[_APPENDS] = bool(found[0]), bool(found[1])
     if not whole and connection.info[_LANED]:
-        held = _Held(transaction, False, connection.execute(_PG_LANE).scalar_one(), True)
+        held = _Held(transaction, False, _one(_PG_LANE.first(connection, {}))[0], True)
     else:
         # The whole chain, and whether the chain has lanes, afresh: a connection made
         # before the migration that added them must not append the old way after it.
-        found = connection.execute(_PG_LOCK).one()
+        found = _one(_PG_LOCK.first(connection, {}))
         connection.info[_LANED], connection.info[_APPENDS] = bool(found[1]), bool(found[2])
         held = _Held(transaction, True, 0, bool(found[1]))
     return _remember(connection, held)
+
+
+def _one(row: tuple[Any, ...] | None) -> tuple[Any, ...]:
+    """The row a lock statement returned: a SELECT without FROM returns exactly one."""
+    if row is None:
+        raise AuditError("the audit chain lock statement returned no row")
+    return row
 
 
 def _remember(connection: Connection, held: _Held) -> _Held:
@@ -687,12 +704,11 @@ class AuditLog:
 
     @staticmethod
     def row_hash_at(conn: Connection | Session, seq: int) -> str | None:
-        """The ``row_hash`` of row ``seq`` as this transaction sees it; None if there is
-        no such row. Does this chain hold a head recorded elsewhere? Only if this equals
+        """The ``row_hash`` of row ``seq`` as ``conn``'s open transaction sees it; None if
+        there is no such row. Does this chain hold a head recorded elsewhere? Only if this equals
         the recorded hash (rows never change, so a different one means another chain)."""
-        found = connection_of(conn).execute(sa.select(_audit.c.row_hash).where(_audit.c.seq == seq))
-        value = found.scalar()
-        return None if value is None else str(value)
+        found = _ROW_HASH_AT.first(connection_of(conn), {"seq": seq})
+        return None if found is None or found[0] is None else str(found[0])
 
 
 # ---------------------------------------------------------------------------------------

@@ -69,6 +69,7 @@ __all__ = [
     "is_postgresql",
     "is_sqlite",
     "make_engine",
+    "read_statements",
     "read_transaction",
     "require_immediate",
 ]
@@ -347,3 +348,25 @@ def read_transaction(engine: Engine) -> Iterator[Connection]:
                 txn.rollback()
         finally:
             pooled.pop(_SQLITE_DEFERRED, None)
+
+
+@contextmanager
+def read_statements(engine: Engine) -> Iterator[Connection]:
+    """A connection for reads each of which may see its own snapshot: no transaction
+    around them on PostgreSQL, so a read costs its one round trip, not three.
+
+    For one read whose answer stands alone (a feed's cursor), or reads that need not
+    agree with each other; never for anything that writes. PostgreSQL: autocommit, each
+    statement on a fresh READ COMMITTED snapshot (the ``begin()`` it is in sends
+    nothing). SQLite: :func:`read_transaction`, whose deferred ``BEGIN`` costs no round
+    trip.
+    """
+    if is_sqlite(engine):
+        with read_transaction(engine) as conn:
+            yield conn
+        return
+    with engine.connect() as raw:
+        conn = raw.execution_options(isolation_level="AUTOCOMMIT")
+        with conn.begin() as txn:
+            yield conn
+            txn.rollback()

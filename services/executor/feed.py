@@ -73,7 +73,7 @@ from airlock.protocol import (
     canonical_bytes,
     loads_strict,
 )
-from airlock.store import AuditLog, Prepared, read_transaction
+from airlock.store import AuditLog, Prepared, read_statements, read_transaction
 
 from ._http import (
     PAGE_GRACE_S,
@@ -160,6 +160,8 @@ def read_cursor(conn: Connection, feed: str) -> int:
 
 
 _FEED = sa.bindparam("feed", type_=feed_cursor.c.feed.type)
+# read_cursor's statement for the source, which asks before every page (compiled once).
+_CURSOR: Final = Prepared(sa.select(feed_cursor.c.seq).where(feed_cursor.c.feed == _FEED))
 _SEQ = sa.bindparam("seq", type_=sa.BigInteger)
 _NOW = sa.bindparam("now", type_=sa.BigInteger)
 _MOVE: Final = Prepared(
@@ -304,8 +306,10 @@ class CheckpointFeedSource:
         return self._feed
 
     def cursor(self) -> int:
-        with read_transaction(self._engine) as conn:
-            return read_cursor(conn, self._feed)
+        # Asked before every page: one statement, no transaction around it.
+        with read_statements(self._engine) as conn:
+            found = _CURSOR.first(conn, {"feed": self._feed})
+        return 0 if found is None or found[0] is None else int(found[0])
 
     def revoked(self) -> Container[str]:
         return self._revoked
@@ -398,9 +402,18 @@ class CheckpointFeedSource:
         restored ledger sent since) does not end it.
         """
         now = self._clock()
-        self._hold_if_foreign(head, now)
-        with read_transaction(self._engine) as conn:
+        # Asked on every page with an approval, as two reads with no transaction around
+        # them (rows of the chain never change, holds are only added). A head not in this
+        # chain is then held, and the hold read again.
+        foreign = None
+        with read_statements(self._engine) as conn:
+            if head is not None and AuditLog.row_hash_at(conn, head.seq) != head.hash:
+                foreign = head
             until = held_until(conn)
+        if foreign is not None:
+            self._hold_for(foreign, now)
+            with read_statements(self._engine) as conn:
+                until = held_until(conn)
         if until is None or now >= until:
             return False
         mono = self._mono()

@@ -6,11 +6,12 @@ import sqlite3
 import threading
 from pathlib import Path
 
+import psycopg
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from airlock.store import ConfigError, make_engine, read_transaction
+from airlock.store import ConfigError, make_engine, read_statements, read_transaction
 
 
 def test_sqlite_connections_run_wal_with_full_sync_and_foreign_keys(sqlite_url: str) -> None:
@@ -207,6 +208,53 @@ def test_postgresql_read_transaction_cannot_write(pg_url: str) -> None:
     try:
         with pytest.raises(DBAPIError, match="read-only"), read_transaction(engine) as conn:
             conn.execute(sa.text("CREATE TABLE t (x INTEGER)"))
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.postgres
+def test_postgresql_read_statements_open_no_transaction(pg_url: str) -> None:
+    """Each read is its own round trip on a fresh snapshot: no BEGIN is sent, so the
+    server holds no transaction after a read, and a commit made between two reads is
+    seen by the second."""
+    engine = make_engine(pg_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text("CREATE TABLE statements_probe (k INTEGER)"))
+        count = sa.text("SELECT count(*) FROM statements_probe")
+        with read_statements(engine) as conn:
+            assert conn.execute(count).scalar() == 0
+            driver = conn.connection.dbapi_connection
+            assert driver is not None
+            assert driver.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            with engine.begin() as other:
+                other.execute(sa.text("INSERT INTO statements_probe VALUES (1)"))
+            assert conn.execute(count).scalar() == 1
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.postgres
+def test_postgresql_read_statements_leave_no_autocommit_in_the_pool(pg_url: str) -> None:
+    """The connection goes back to the pool transactional again: a transaction on it
+    afterwards that fails rolls all of its writes back."""
+    engine = make_engine(pg_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text("CREATE TABLE statements_pool (k INTEGER)"))
+        with read_statements(engine) as conn:
+            lent = conn.connection.dbapi_connection
+            conn.execute(sa.text("SELECT 1"))
+
+        class Boom(Exception):
+            pass
+
+        with pytest.raises(Boom), engine.begin() as conn:
+            assert conn.connection.dbapi_connection is lent
+            conn.execute(sa.text("INSERT INTO statements_pool VALUES (1)"))
+            raise Boom
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT count(*) FROM statements_pool")).scalar() == 0
     finally:
         engine.dispose()
 
