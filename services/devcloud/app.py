@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Final
 
@@ -38,7 +38,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from airlock.settings import DevcloudSettings
 
-from .actions import REGION_HEADER, Api
+from .actions import REGION_HEADER, Api, first_header, header_lists
 from .admin import add_admin_routes
 from .errors import AcsError
 from .fleet import generate_fleet
@@ -66,7 +66,13 @@ _FAULT_ERRORS: Final = {
 
 
 def _request_id() -> str:
-    return str(uuid.uuid4()).upper()
+    """A random (version 4) UUID in upper case, as Alibaba's RequestId: ``uuid.uuid4()``
+    without building a UUID object."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40  # RFC 4122 §4.4: version 4
+    raw[8] = (raw[8] & 0x3F) | 0x80  # and the variant
+    h = raw.hex().upper()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 class _ConnectionCut(Exception):
@@ -112,17 +118,18 @@ def create_app(
 
     async def rpc(request: Request) -> Response:
         request_id = _request_id()
-        host = request.headers.get("host", "devcloud")
+        headers = header_lists(request.scope["headers"])
+        host = headers["host"][0] if "host" in headers else "devcloud"
         body = await request.body()
         try:
-            key_id, scope = api.authenticate(request, body)
-            product = _PRODUCTS.get(request.headers.get("x-acs-version", ""))
-            action = request.headers.get("x-acs-action", "")
+            key_id, scope = api.authenticate(request, body, headers)
+            product = _PRODUCTS.get(first_header(headers, "x-acs-version"))
+            action = first_header(headers, "x-acs-action")
             if product is None:
                 raise AcsError("InvalidVersion", "Specified parameter Version is not valid.", 400)
             is_write = api.authorize(scope, product, action)
             params = dict(request.query_params)
-            if body and request.headers.get("content-type", "").startswith(
+            if body and first_header(headers, "content-type").startswith(
                 "application/x-www-form-urlencoded"
             ):
                 form = await request.form()
@@ -145,7 +152,7 @@ def create_app(
                 params,
                 key_id,
                 request_id,
-                endpoint_region=request.headers.get(REGION_HEADER) or None,
+                endpoint_region=first_header(headers, REGION_HEADER) or None,
             )
         except AcsError as exc:
             return _error(exc, request_id, host)
