@@ -13,11 +13,13 @@ import re
 import uuid
 from datetime import UTC, datetime
 
+import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from starlette.datastructures import URL, Headers
 
+from devstack.devcloud import DevcloudHandle
 from services.devcloud.actions import _signed_at, _url_path, first_header, header_lists
 from services.devcloud.app import _request_id
 from services.devcloud.errors import AcsError
@@ -115,3 +117,12 @@ def test_a_request_id_is_an_upper_case_version_4_uuid() -> None:
         assert parsed.version == 4 and parsed.variant == uuid.RFC_4122
         assert rid == str(parsed).upper()
         assert re.fullmatch(r"[0-9A-F]{8}(-[0-9A-F]{4}){3}-[0-9A-F]{12}", rid)
+
+
+@pytest.mark.parametrize("method", ["HEAD", "PUT", "DELETE", "PATCH"])
+def test_the_rpc_route_serves_get_and_post_only(devcloud: DevcloudHandle, method: str) -> None:
+    answer = httpx.request(method, f"{devcloud.base_url}/?Action=DescribeInstances")
+    assert answer.status_code == 405
+    assert sorted(answer.headers["allow"].split(", ")) == ["GET", "POST"]
+    if method != "HEAD":
+        assert answer.json() == {"detail": "Method Not Allowed"}
