@@ -11,11 +11,12 @@ this database went back (:func:`_follow_cursor`). Seqs are taken only by
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import sqlalchemy as sa
 
 from airlock.events import CheckpointEvent
-from airlock.protocol import APPROVAL_PAYLOAD_TYPE, Envelope, make_bundle
+from airlock.protocol import APPROVAL_PAYLOAD_TYPE, Envelope, b64encode
 from airlock.store import AuditLog, read_transaction
 
 from . import _tx
@@ -32,7 +33,7 @@ from .models import (
 )
 from .schemas import AuditHeadOut, ExecutorHeadOut, FeedItem, FeedOut
 
-__all__ = ["feed", "head_seq"]
+__all__ = ["bundle_value", "feed", "head_seq"]
 
 
 def _page(which: sa.ColumnElement[bool]) -> sa.Select[tuple[object, ...]]:
@@ -70,6 +71,22 @@ _GATE_PAGE = _page(
 )
 _FEED_HEAD = sa.select(feed_head.c.seq)
 _EXECUTOR_HEAD = sa.select(executor_head)
+
+
+def bundle_value(action_bytes: bytes, envelope: Envelope) -> dict[str, Any]:
+    """``json.loads(make_bundle(action_bytes, envelope))`` without writing and parsing
+    the JCS text: the same keys, in the order JCS sorts them, with the same strings (the
+    round trip was a seventh of a feed page's cost)."""
+    return {
+        "action": b64encode(action_bytes),
+        "envelope": {
+            "payload": b64encode(envelope.payload),
+            "payloadType": envelope.payload_type,
+            "signatures": [
+                {"keyid": s.keyid, "sig": b64encode(s.sig)} for s in envelope.signatures
+            ],
+        },
+    }
 
 
 def feed(
@@ -120,7 +137,7 @@ def feed(
             envelope = Envelope.from_value(
                 json.loads(row.envelope), payload_type=APPROVAL_PAYLOAD_TYPE
             )
-            bundle = json.loads(make_bundle(bytes(row.action), envelope))
+            bundle = bundle_value(bytes(row.action), envelope)
             items.append(
                 FeedItem(seq=row.seq, kind="approval", approval_id=row.approval_id, bundle=bundle)
             )

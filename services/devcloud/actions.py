@@ -15,7 +15,8 @@ import base64
 import binascii
 import json
 import math
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Final
@@ -38,7 +39,7 @@ from .signing import parse_authorization, verify
 from .store import Instance, Store
 from .wire import Json, JsonObject
 
-__all__ = ["REGION_HEADER", "Api"]
+__all__ = ["REGION_HEADER", "Api", "first_header", "header_lists"]
 
 _READ_ACTIONS: Final = frozenset(
     {
@@ -189,6 +190,51 @@ def _parse_time(raw: str | None, default: int) -> int:
     raise AcsError("InvalidParameter.StartTime", f"The time {raw!r} is invalid.", 400)
 
 
+def header_lists(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, list[str]]:
+    """A request's headers (ASGI ``scope["headers"]``) by lower-case name, every value
+    received under each name in order, as Starlette's ``Headers.items()`` decodes them."""
+    headers: dict[str, list[str]] = {}
+    for name, value in raw:
+        headers.setdefault(name.decode("latin-1").lower(), []).append(value.decode("latin-1"))
+    return headers
+
+
+def first_header(headers: Mapping[str, Sequence[str]], name: str) -> str:
+    """The first value of header ``name``, as ``Headers.get(name, "")`` answers; "" if none."""
+    values = headers.get(name)
+    return values[0] if values else ""
+
+
+def _url_path(path: str) -> str:
+    """The path of the request's URL as Starlette's ``request.url.path`` gives it, without
+    building the whole URL (the characters a URL would take for its query, fragment or a
+    separator are escaped)."""
+    return path.replace("?", "%3F").replace("#", "%23").replace("\\", "%5C")
+
+
+# x-acs-date as the SDK writes it (zero-padded fields), read without strptime, which costs
+# several times as much; every other text goes to strptime, which decides.
+_PLAIN_DATE: Final = re.compile(
+    r"([1-9][0-9]{3})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})Z"
+)
+
+
+def _signed_at(date: str) -> float:
+    """Unix seconds of ``x-acs-date`` (``%Y-%m-%dT%H:%M:%SZ``, UTC); raises
+    ``InvalidTimeStamp.Format`` when strptime would not read it."""
+    plain = _PLAIN_DATE.fullmatch(date)
+    if plain is not None:
+        try:  # the calendar date and the time of day, as strptime checks them
+            year, month, day, hour, minute, second = map(int, plain.groups())
+            return datetime(year, month, day, hour, minute, second, tzinfo=UTC).timestamp()
+        except ValueError:
+            pass  # strptime below decides
+    try:
+        return datetime.strptime(date, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        raise AcsError("InvalidTimeStamp.Format", "Specified time stamp is invalid.", 400) from None
+
+
 class Api:
     """The RPC actions over one store, for the two keys of ``settings``."""
 
@@ -205,38 +251,34 @@ class Api:
 
     # -- authentication and authorization
 
-    def authenticate(self, request: Request, body: bytes) -> tuple[str, str]:
-        auth = parse_authorization(request.headers.get("authorization"))
+    def authenticate(
+        self, request: Request, body: bytes, headers: Mapping[str, Sequence[str]]
+    ) -> tuple[str, str]:
+        """Step (1): the signature, the date skew and the nonce; the key's id and scope.
+
+        ``headers`` maps lower-case names to every value received under that name
+        (:func:`header_lists`).
+        """
+        auth = parse_authorization(first_header(headers, "authorization") or None)
         key = self.keys.get(auth.access_key_id)
         if key is None:
             raise AcsError("InvalidAccessKeyId.NotFound", "Specified access key is not found.", 404)
         scope, secret = key
-        headers: dict[str, list[str]] = {}
-        for name, value in request.headers.items():
-            headers.setdefault(name.lower(), []).append(value)
         verify(
             method=request.method,
-            path=request.url.path,
+            path=_url_path(request.scope["path"]),
             query=list(request.query_params.multi_items()),
             headers=headers,
             body=body,
             auth=auth,
             secret=secret,
         )
-        date = request.headers.get("x-acs-date", "")
-        try:
-            signed_at = (
-                datetime.strptime(date, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
-            )
-        except ValueError:
-            raise AcsError(
-                "InvalidTimeStamp.Format", "Specified time stamp is invalid.", 400
-            ) from None
+        signed_at = _signed_at(first_header(headers, "x-acs-date"))
         if abs(self.clock() - signed_at) > self.settings.max_clock_skew:
             raise AcsError(
                 "InvalidTimeStamp.Expired", "Specified time stamp or date value is expired.", 400
             )
-        nonce = request.headers.get("x-acs-signature-nonce", "")
+        nonce = first_header(headers, "x-acs-signature-nonce")
         if not nonce or not self.store.use_nonce(nonce, self.settings.max_clock_skew):
             raise AcsError("SignatureNonceUsed", "Specified signature nonce was used already.", 400)
         return auth.access_key_id, scope

@@ -28,17 +28,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Final
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
 
 from airlock.settings import DevcloudSettings
 
-from .actions import REGION_HEADER, Api
+from .actions import REGION_HEADER, Api, first_header, header_lists
 from .admin import add_admin_routes
 from .errors import AcsError
 from .fleet import generate_fleet
@@ -66,7 +67,13 @@ _FAULT_ERRORS: Final = {
 
 
 def _request_id() -> str:
-    return str(uuid.uuid4()).upper()
+    """A random (version 4) UUID in upper case, as Alibaba's RequestId: ``uuid.uuid4()``
+    without building a UUID object."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40  # RFC 4122 §4.4: version 4
+    raw[8] = (raw[8] & 0x3F) | 0x80  # and the variant
+    h = raw.hex().upper()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 class _ConnectionCut(Exception):
@@ -112,17 +119,18 @@ def create_app(
 
     async def rpc(request: Request) -> Response:
         request_id = _request_id()
-        host = request.headers.get("host", "devcloud")
+        headers = header_lists(request.scope["headers"])
+        host = headers["host"][0] if "host" in headers else "devcloud"
         body = await request.body()
         try:
-            key_id, scope = api.authenticate(request, body)
-            product = _PRODUCTS.get(request.headers.get("x-acs-version", ""))
-            action = request.headers.get("x-acs-action", "")
+            key_id, scope = api.authenticate(request, body, headers)
+            product = _PRODUCTS.get(first_header(headers, "x-acs-version"))
+            action = first_header(headers, "x-acs-action")
             if product is None:
                 raise AcsError("InvalidVersion", "Specified parameter Version is not valid.", 400)
             is_write = api.authorize(scope, product, action)
             params = dict(request.query_params)
-            if body and request.headers.get("content-type", "").startswith(
+            if body and first_header(headers, "content-type").startswith(
                 "application/x-www-form-urlencoded"
             ):
                 form = await request.form()
@@ -145,7 +153,7 @@ def create_app(
                 params,
                 key_id,
                 request_id,
-                endpoint_region=request.headers.get(REGION_HEADER) or None,
+                endpoint_region=first_header(headers, REGION_HEADER) or None,
             )
         except AcsError as exc:
             return _error(exc, request_id, host)
@@ -159,7 +167,14 @@ def create_app(
                 await asyncio.sleep(dropping.drop_delay_ms / 1000)
         return JSONResponse(result)
 
-    app.add_api_route("/", rpc, methods=["GET", "POST"])
+    # A plain Starlette route: rpc takes the Request and answers a Response, so FastAPI's
+    # per-request dependency solving and response handling have nothing to do (they cost
+    # a twentieth of a call). Starlette adds HEAD beside GET: the API serves GET and POST.
+    app.router.add_route("/", rpc, methods=["GET", "POST"])
+    route = app.router.routes[-1]
+    if not isinstance(route, Route) or route.endpoint is not rpc:
+        raise RuntimeError("the RPC route was not added last")
+    route.methods = {"GET", "POST"}
     add_admin_routes(app, settings, store)
     return app
 
