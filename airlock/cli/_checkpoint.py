@@ -99,8 +99,7 @@ def checkpoint_command(
 def _accounts() -> Accounts:
     from airlock.store import Error as StoreError
     from airlock.store import upgrade
-    from services.checkpoint import Database
-    from services.checkpoint.app import MIGRATIONS
+    from services.checkpoint import MIGRATIONS, Database
     from services.checkpoint.auth import Accounts
 
     settings = _settings()
