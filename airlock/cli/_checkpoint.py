@@ -118,6 +118,7 @@ def _accounts() -> Accounts:
         session_idle=settings.session_idle,
         lockout_threshold=settings.lockout_threshold,
         lockout_seconds=settings.lockout_seconds,
+        sign_ins=False,  # administration: no one signs in through these
     )
 
 

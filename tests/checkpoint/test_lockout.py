@@ -27,6 +27,7 @@ import sqlalchemy as sa
 
 from airlock.store import verify_chain
 from services.checkpoint import auth, throttle
+from services.checkpoint.auth import Accounts
 from services.checkpoint.errors import Refusal
 from services.checkpoint.models import sessions, users
 
@@ -220,6 +221,29 @@ def test_probing_for_user_names_gets_one_answer_for_unknown_wrong_and_locked(
     ]
     assert answers[0] == answers[1] == answers[2]
     assert ("www-authenticate", "Bearer") in answers[0][2]
+
+
+def test_accounts_made_for_administration_refuse_every_sign_in(world: World) -> None:
+    """The CLI's Accounts make no dummy hash (sign_ins=False): a sign-in through them
+    would verify unknown names against nothing, so it is refused before any work."""
+    admin = Accounts(
+        world.checkpoint.db,
+        world.clock,
+        session_ttl=3600,
+        lockout_threshold=THRESHOLD,
+        lockout_seconds=LOCKOUT,
+        hasher=world.hasher,
+        sign_ins=False,
+    )
+    sessions_before, verified_before = _sessions_of(world, "alice"), len(world.hasher.verified)
+    for username, password in (("alice", PASSWORD), ("nobody", "a wrong password")):
+        with pytest.raises(RuntimeError, match="sign_ins=False"):
+            admin.login(username, password, client="10.9.0.1")
+    assert _sessions_of(world, "alice") == sessions_before
+    assert len(world.hasher.verified) == verified_before
+    assert [u.username for u in admin.list_users()] == [
+        u.username for u in world.accounts.list_users()
+    ]
 
 
 def test_right_password_after_failures_below_the_threshold_signs_in(world: World) -> None:
