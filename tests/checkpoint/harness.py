@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import json
 import secrets
 import socket
-import sqlite3
-import tempfile
 import threading
 import warnings
 from collections.abc import Iterator
@@ -35,6 +31,7 @@ from services.checkpoint.policy import Policy, load_policy
 from services.checkpoint.service import Checkpoint, CheckpointConfig
 from services.executor import Receipt, ReceiptSigner
 from tests.executor.support import receipt_keyset, receipt_signer
+from tests.support.migrated import sqlite_copy
 from tests.support.polling import wait_for
 
 from .builders import action_value
@@ -232,40 +229,26 @@ def make_world(
 
 
 def migrated(url: str) -> Database:
-    """The checkpoint database at ``url``, at the migrations' head.
-
-    A SQLite file that does not exist yet starts as a copy of one migrated once per
-    process, with a sign-in key of its own as migration 0007 makes one: alembic costs
-    ~0.13 s of CPU a database, and the suite makes thousands. ``upgrade`` still runs on
-    it (a check that it is at the head)."""
-    path = Path(url.removeprefix("sqlite:///"))
-    if url.startswith("sqlite:///") and not path.exists():
-        path.write_bytes(_migrated_sqlite())
-        db = Database(url)
+    """The checkpoint database at ``url``, at the migrations' head. A new SQLite file is
+    a copy (``tests.support.migrated``) with a sign-in key of its own, as migration 0007
+    makes one."""
+    copied = sqlite_copy(url, "checkpoint", _migrate)
+    db = Database(url)
+    if copied:
         with db.engine.begin() as conn:
             conn.execute(
                 sa.text("UPDATE sign_in_key SET key = :key"), {"key": secrets.token_hex(32)}
             )
-    else:
-        db = Database(url)
     upgrade(db.engine, MIGRATIONS)
     return db
 
 
-@functools.cache
-def _migrated_sqlite() -> bytes:
-    """The bytes of a SQLite checkpoint database just migrated (its WAL folded in)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "checkpoint.db"
-        db = Database(f"sqlite:///{path}")
-        try:
-            upgrade(db.engine, MIGRATIONS)
-        finally:
-            db.dispose()
-        # Outside any transaction (the engine begins each one IMMEDIATE).
-        with contextlib.closing(sqlite3.connect(path)) as conn:
-            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        return path.read_bytes()
+def _migrate(url: str) -> None:
+    db = Database(url)
+    try:
+        upgrade(db.engine, MIGRATIONS)
+    finally:
+        db.dispose()
 
 
 @contextmanager
