@@ -41,7 +41,9 @@ sysdeps: $(CHROMIUM)
 # pytest-xdist workers, two a core up to eight: the suite waits on subprocesses, fsync and
 # a browser as much as it computes (on 2 cores: 59 % CPU busy with 2 workers, 16 min;
 # 11 min with 4). Each test file runs whole on one worker (loadfile), so
-# a module's shared stack starts once. TEST_JOBS=0 runs in this process, without xdist.
+# a module's shared stack starts once. Files with a slow test are handed out first:
+# tests/conftest.py orders them, and --no-loadscope-reorder keeps that order.
+# TEST_JOBS=0 runs in this process, without xdist.
 TEST_JOBS ?= $(shell n=$$(( $$(nproc 2>/dev/null || echo 1) * 2 )); [ $$n -gt 8 ] && n=8; echo $$n)
 
 # The suite starts hundreds of Python processes: with PYTHONDONTWRITEBYTECODE set (some
@@ -49,7 +51,7 @@ TEST_JOBS ?= $(shell n=$$(( $$(nproc 2>/dev/null || echo 1) * 2 )); [ $$n -gt 8 
 # into the ignored __pycache__ directories, and every process reads them.
 test: $(STAMP) sysdeps
 	env -u PYTHONDONTWRITEBYTECODE $(PY) -m compileall -q airlock services webapp devstack bench eval tests
-	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile) $(PYTEST_ARGS)
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder) $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -193,6 +193,27 @@ def db_url(request: pytest.FixtureRequest) -> str:
     return str(request.getfixturevalue(fixture))
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files with a ``slow`` test first, then by their number of tests, most first.
+
+    ``make test`` hands whole files to the xdist workers in collection order
+    (``--dist loadfile --no-loadscope-reorder``). xdist's own order, most tests first,
+    put a file of three tests behind a minute-long module rig at the end of the queue,
+    where the whole run waited on it; started first, it runs beside the short files.
+    A file's tests keep their order.
+    """
+    files: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+
+    def cost(path: str) -> tuple[bool, int]:
+        tests = files[path]
+        return (not any(t.get_closest_marker("slow") for t in tests), -len(tests))
+
+    # sorted() is stable: files of equal cost keep their collection order.
+    items[:] = [item for path in sorted(files, key=cost) for item in files[path]]
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     # From the skip reports, not from state kept in this module: under pytest-xdist the
     # skips happen in the worker processes and only their reports reach this one.

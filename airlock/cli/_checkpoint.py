@@ -99,8 +99,7 @@ def checkpoint_command(
 def _accounts() -> Accounts:
     from airlock.store import Error as StoreError
     from airlock.store import upgrade
-    from services.checkpoint import Database
-    from services.checkpoint.app import MIGRATIONS
+    from services.checkpoint import MIGRATIONS, Database
     from services.checkpoint.auth import Accounts
 
     settings = _settings()
@@ -119,6 +118,7 @@ def _accounts() -> Accounts:
         session_idle=settings.session_idle,
         lockout_threshold=settings.lockout_threshold,
         lockout_seconds=settings.lockout_seconds,
+        sign_ins=False,  # administration: no one signs in through these
     )
 
 

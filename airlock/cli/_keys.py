@@ -58,8 +58,7 @@ def _audited() -> tuple[Database, int]:
     from airlock.settings import CheckpointSettings
     from airlock.store import Error as StoreError
     from airlock.store import upgrade
-    from services.checkpoint import Database
-    from services.checkpoint.app import MIGRATIONS
+    from services.checkpoint import MIGRATIONS, Database
 
     why = "a key change is recorded in the checkpoint's audit chain, which needs its database"
     try:

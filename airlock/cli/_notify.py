@@ -47,8 +47,7 @@ def _policy() -> Policy:
 def _outbox() -> Outbox:
     from airlock.store import Error as StoreError
     from airlock.store import upgrade
-    from services.checkpoint import Database
-    from services.checkpoint.app import MIGRATIONS
+    from services.checkpoint import MIGRATIONS, Database
     from services.checkpoint.notify import Outbox
 
     from ._checkpoint import _settings

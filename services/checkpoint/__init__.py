@@ -14,8 +14,8 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ._db import Database
-    from .app import MIGRATIONS, build, create_app
+    from ._db import MIGRATIONS, Database
+    from .app import build, create_app
     from .auth import Accounts
     from .errors import ConfigError, ErrorCode, Refusal
     from .keyaudit import ChainKeyAudit
@@ -42,7 +42,7 @@ __all__ = [
 
 _HOME = {
     "Database": "._db",
-    "MIGRATIONS": ".app",
+    "MIGRATIONS": "._db",
     "build": ".app",
     "create_app": ".app",
     "Accounts": ".auth",

@@ -7,11 +7,18 @@ SQLAlchemy does for file databases), and every write transaction is ``BEGIN IMME
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Final
+
 from sqlalchemy.engine import Engine
 
 from airlock.store import make_engine
 
-__all__ = ["Database"]
+__all__ = ["MIGRATIONS", "Database"]
+
+#: The checkpoint database's migrations (``airlock.store.upgrade``). Here, not in
+#: ``app``: a CLI command that only migrates need not import the web app.
+MIGRATIONS: Final = Path(__file__).with_name("migrations")
 
 
 class Database:

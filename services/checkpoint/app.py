@@ -31,7 +31,7 @@ from airlock.settings import CheckpointSettings, answered_hosts
 from airlock.store import upgrade
 
 from . import prefs
-from ._db import Database
+from ._db import MIGRATIONS, Database
 from .auth import Accounts
 from .errors import ConfigError, ErrorCode
 from .gatekeys import GateKeys
@@ -56,7 +56,6 @@ __all__ = [
 ]
 
 DEFAULT_POLICY: Final = Path(__file__).with_name("default-policy.toml")
-MIGRATIONS: Final = Path(__file__).with_name("migrations")
 API_VERSION: Final = "1"
 _log = logging.getLogger("airlock.checkpoint")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import secrets
 import socket
 import threading
 import warnings
@@ -30,6 +31,7 @@ from services.checkpoint.policy import Policy, load_policy
 from services.checkpoint.service import Checkpoint, CheckpointConfig
 from services.executor import Receipt, ReceiptSigner
 from tests.executor.support import receipt_keyset, receipt_signer
+from tests.support.migrated import sqlite_copy
 from tests.support.polling import wait_for
 
 from .builders import action_value
@@ -202,8 +204,7 @@ def make_world(
     clock = Clock()
     keys_dir = tmp_path / "keys"
     KeyDirectory(keys_dir).generate(clock())
-    db = Database(url)
-    upgrade(db.engine, MIGRATIONS)
+    db = migrated(url)
     hasher = CountingHasher()
     checkpoint, accounts, app = checkpoint_app(
         db,
@@ -225,6 +226,29 @@ def make_world(
     world.tokens["agent"] = accounts.create_service_token("scanner-1", "agent")
     world.tokens["executor"] = accounts.create_service_token("executor-1", "executor")
     return world
+
+
+def migrated(url: str) -> Database:
+    """The checkpoint database at ``url``, at the migrations' head. A new SQLite file is
+    a copy (``tests.support.migrated``) with a sign-in key of its own, as migration 0007
+    makes one."""
+    copied = sqlite_copy(url, "checkpoint", _migrate)
+    db = Database(url)
+    if copied:
+        with db.engine.begin() as conn:
+            conn.execute(
+                sa.text("UPDATE sign_in_key SET key = :key"), {"key": secrets.token_hex(32)}
+            )
+    upgrade(db.engine, MIGRATIONS)
+    return db
+
+
+def _migrate(url: str) -> None:
+    db = Database(url)
+    try:
+        upgrade(db.engine, MIGRATIONS)
+    finally:
+        db.dispose()
 
 
 @contextmanager

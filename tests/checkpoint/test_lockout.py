@@ -12,6 +12,8 @@ verify was against (``CountingHasher``).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import http.client
 import json
@@ -19,11 +21,13 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 import pytest
 import sqlalchemy as sa
 
 from airlock.store import verify_chain
 from services.checkpoint import auth, throttle
+from services.checkpoint.auth import Accounts
 from services.checkpoint.errors import Refusal
 from services.checkpoint.models import sessions, users
 
@@ -219,6 +223,29 @@ def test_probing_for_user_names_gets_one_answer_for_unknown_wrong_and_locked(
     assert ("www-authenticate", "Bearer") in answers[0][2]
 
 
+def test_accounts_made_for_administration_refuse_every_sign_in(world: World) -> None:
+    """The CLI's Accounts make no dummy hash (sign_ins=False): a sign-in through them
+    would verify unknown names against nothing, so it is refused before any work."""
+    admin = Accounts(
+        world.checkpoint.db,
+        world.clock,
+        session_ttl=3600,
+        lockout_threshold=THRESHOLD,
+        lockout_seconds=LOCKOUT,
+        hasher=world.hasher,
+        sign_ins=False,
+    )
+    sessions_before, verified_before = _sessions_of(world, "alice"), len(world.hasher.verified)
+    for username, password in (("alice", PASSWORD), ("nobody", "a wrong password")):
+        with pytest.raises(RuntimeError, match="sign_ins=False"):
+            admin.login(username, password, client="10.9.0.1")
+    assert _sessions_of(world, "alice") == sessions_before
+    assert len(world.hasher.verified) == verified_before
+    assert [u.username for u in admin.list_users()] == [
+        u.username for u in world.accounts.list_users()
+    ]
+
+
 def test_right_password_after_failures_below_the_threshold_signs_in(world: World) -> None:
     for i in range(throttle.PAIR_FREE - 1):
         _assert_refused(_login(world, f"wrong-{i}"))
@@ -303,10 +330,10 @@ def test_unknown_names_and_throttled_attempts_are_tallied_not_audited_one_by_one
     address is throttled after its first ADDRESS_FREE), are one checkpoint.sign_in.refused
     row naming the addresses that sent most."""
     rows_before = len(_chain(world))
-    statuses: list[int] = []
-    for i in range(600):
-        address = f"10.7.{i % 50}.1"
-        statuses.append(_login(world, "guess", f"user-{i}", address).status_code)
+    attempts = [
+        (f"10.7.{i % 50}.1", {"username": f"user-{i}", "password": "guess"}) for i in range(600)
+    ]
+    statuses = [r.status_code for r in asyncio.run(_sign_ins(world, attempts))]
     assert set(statuses) == {401, 429}  # no 5xx, whatever the load
     world.clock.advance(60)
     world.accounts.flush_refused_sign_ins()
@@ -317,6 +344,22 @@ def test_unknown_names_and_throttled_attempts_are_tallied_not_audited_one_by_one
     assert statuses.count(401) == 50 * throttle.ADDRESS_FREE
     assert len(tally["clients"]) == 10 and tally["other_clients"] == 40
     assert {c["count"] for c in tally["clients"]} == {12}
+
+
+async def _sign_ins(world: World, attempts: list[tuple[str, dict[str, str]]]) -> list[Any]:
+    """Each ``(address, body)`` of ``attempts`` posted to /v1/sessions in turn, from that
+    client address, by one event loop driving the app: the answers, in order."""
+    answers = []
+    async with contextlib.AsyncExitStack() as stack:
+        clients: dict[str, httpx.AsyncClient] = {}
+        for address, body in attempts:
+            if address not in clients:
+                transport = httpx.ASGITransport(app=world.app, client=(address, 50000))
+                clients[address] = await stack.enter_async_context(
+                    httpx.AsyncClient(transport=transport, base_url="http://testserver")
+                )
+            answers.append(await clients[address].post("/v1/sessions", json=body))
+    return answers
 
 
 def _chain(world: World) -> list[dict[str, Any]]:
@@ -417,8 +460,30 @@ class _Connection:
         self._conn.close()
 
 
+async def _campaign(world: World, address: str, guess: dict[str, str], count: int) -> list[int]:
+    """``count`` wrong passwords through the app from ``address``, each sent first too
+    early (429 E_THROTTLED, the clock then moved by its Retry-After) and then once the
+    delay passed (401): the delays, in order.
+
+    One event loop drives the app, as a server's does (a TestClient outside a with-block
+    starts one per request, in a thread of its own, and crosses threads per message)."""
+    transport = httpx.ASGITransport(app=world.app, client=(address, 50000))
+    delays: list[int] = []
+    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
+        for _ in range(count):
+            response = await client.post("/v1/sessions", json=guess)
+            if response.status_code == 429:
+                assert response.json()["error"]["code"] == "E_THROTTLED"
+                delays.append(int(response.headers["Retry-After"]))
+                world.clock.advance(delays[-1])
+                response = await client.post("/v1/sessions", json=guess)
+            assert response.status_code == 401, response.text
+    return delays
+
+
+@pytest.mark.slow
 def test_a_thousand_guesses_from_one_address_slow_it_and_never_keep_alice_out(
-    sqlite_world: World,
+    tmpfs_world: World,
 ) -> None:
     """Five wrong passwords locked any known name for 15 minutes: anyone who could reach
     the sign-in could keep an approver out. Over real HTTP (uvicorn on loopback), 1,000
@@ -428,22 +493,15 @@ def test_a_thousand_guesses_from_one_address_slow_it_and_never_keep_alice_out(
     locked, and alice signs in at once from 127.0.0.1. The attacker's address is in the
     audit chain (each verified guess, and the tally of throttled ones) and in
     ``airlock users sign-ins``' report."""
-    world = sqlite_world
+    world = tmpfs_world
     alice_hash = world.password_hash("alice")
     verifies_before = world.hasher.verifies_of(alice_hash)
-    delays: list[int] = []
-    # The campaign through the app with the socket address given to it (the test
+    # The campaign through the app with the socket address given to it (the ASGI
     # client's seam): a request over loopback TCP costs ~45 ms here, 2,000 of them 90 s.
-    campaign = world.client_from("127.0.0.2")
+    # Its ~3,000 commits are on tmpfs (tmpfs_world): on disk, their fsyncs were most of
+    # the test's time when the suite ran beside it.
     guess = {"username": "alice", "password": "not alices password"}
-    for _ in range(1000):
-        response = campaign.post("/v1/sessions", json=guess)
-        if response.status_code == 429:
-            assert response.json()["error"]["code"] == "E_THROTTLED"
-            delays.append(int(response.headers["Retry-After"]))
-            world.clock.advance(delays[-1])
-            response = campaign.post("/v1/sessions", json=guess)
-        assert response.status_code == 401, response.text
+    delays = asyncio.run(_campaign(world, "127.0.0.2", guess, 1000))
     # Then over real sockets: the attacker's address is still slowed, and alice, from
     # another address, signs in at once (the clock has not moved).
     with served(world.app) as (_server, port, _thread):

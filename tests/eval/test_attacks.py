@@ -38,6 +38,7 @@ def test_registry_names_attacks_after_the_attack() -> None:
         assert a.expect and a.does and a.surface
 
 
+@pytest.mark.slow  # the module's rig: a minute of processes
 def test_every_attack_is_refused_as_expected(suite: Suite) -> None:
     misses = [
         f"{r.attack.name}: expected {r.attack.expect}, observed {r.observed.code}, "
@@ -48,6 +49,7 @@ def test_every_attack_is_refused_as_expected(suite: Suite) -> None:
     assert all(suite.chains.values()), suite.chains
 
 
+@pytest.mark.slow  # the module's rig: a minute of processes
 def test_committed_results_match_a_fresh_run(suite: Suite) -> None:
     fresh = render(suite)
     committed = RESULTS.read_text(encoding="utf-8") if RESULTS.exists() else ""

@@ -11,6 +11,7 @@ from sqlalchemy.engine import Engine
 
 from airlock.store import make_engine
 from services.executor import Executor, migrate
+from tests.support.migrated import sqlite_copy
 
 from .support import FakeClock, InMemoryCloud, make_executor
 
@@ -32,10 +33,19 @@ class Env:
 
 @pytest.fixture
 def migrated_url(db_url: str) -> str:
-    engine = make_engine(db_url)
-    migrate(engine)
-    engine.dispose()
+    """``db_url``'s ledger at the migrations' head; a new SQLite file is a copy of one
+    migrated once per process (``tests.support.migrated``)."""
+    sqlite_copy(db_url, "ledger", _migrate)
+    _migrate(db_url)
     return db_url
+
+
+def _migrate(url: str) -> None:
+    engine = make_engine(url)
+    try:
+        migrate(engine)
+    finally:
+        engine.dispose()
 
 
 @pytest.fixture
