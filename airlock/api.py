@@ -35,7 +35,10 @@ from pydantic import (
 from airlock.protocol import RECEIPT_MAX_BYTES, Refused, canonical_bytes, loads_strict
 
 __all__ = [
+    "BODY_MAX_BYTES",
     "OUTCOMES_PATH",
+    "RECEIPTS_MAX",
+    "RECEIPTS_PATH",
     "REFUSALS_PATH",
     "Approval",
     "ApproveRequest",
@@ -54,7 +57,10 @@ __all__ = [
     "Policy",
     "Proposal",
     "ProposalPage",
+    "ReceiptAnswer",
+    "ReceiptAnswers",
     "ReceiptEnvelope",
+    "ReceiptError",
     "ReceiptReport",
     "ReceiptSignature",
     "RejectRequest",
@@ -345,6 +351,11 @@ class FeedPage(_Answer):
 #: Where an outcome's receipt goes; a refusal before the consume goes to REFUSALS_PATH.
 OUTCOMES_PATH: Final = "/v1/outcomes"
 REFUSALS_PATH: Final = "/v1/refusals"
+#: Where a batch of both goes, one request for up to RECEIPTS_MAX of them.
+RECEIPTS_PATH: Final = "/v1/receipts"
+RECEIPTS_MAX: Final = 50
+#: The largest request body the checkpoint reads: a batch is cut to fit it.
+BODY_MAX_BYTES: Final = 128 * 1024
 
 
 class _Request(BaseModel):
@@ -387,6 +398,25 @@ class ReceiptReport(_Request):
     def to_json_bytes(self) -> bytes:
         """The request body: RFC 8785 bytes."""
         return canonical_bytes(self.model_dump(mode="json", by_alias=True))
+
+
+class ReceiptError(_Answer):
+    code: str
+    message: str
+
+
+class ReceiptAnswer(_Answer):
+    """One receipt's answer in ``POST /v1/receipts``: the status and, for a refusal, the
+    ``error`` its own endpoint would have answered."""
+
+    status: int
+    error: ReceiptError | None = None
+
+
+class ReceiptAnswers(_Answer):
+    """``POST /v1/receipts``: an answer per receipt, in the order they were sent."""
+
+    results: list[ReceiptAnswer]
 
 
 # -- what a person's client sends (POST /v1/proposals/{id}/approve|edit|reject|…) ----------
