@@ -20,6 +20,7 @@ only inside the commands that run (``airlock --help`` must not pay for it).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any, Final
 
 from pydantic import (
@@ -68,6 +69,7 @@ __all__ = [
     "ResolveRequest",
     "Route",
     "Vote",
+    "receipts_body",
     "request_body",
 ]
 
@@ -398,6 +400,17 @@ class ReceiptReport(_Request):
     def to_json_bytes(self) -> bytes:
         """The request body: RFC 8785 bytes."""
         return canonical_bytes(self.model_dump(mode="json", by_alias=True))
+
+    def to_batch_item(self, kind: str) -> bytes:
+        """One item of ``POST /v1/receipts`` (``kind``: ``outcome`` or ``refusal``), as
+        RFC 8785 bytes; :func:`receipts_body` joins them."""
+        return canonical_bytes({"kind": kind, **self.model_dump(mode="json", by_alias=True)})
+
+
+def receipts_body(items: Sequence[bytes]) -> bytes:
+    """The body of ``POST /v1/receipts`` from its items (:meth:`ReceiptReport.to_batch_item`):
+    RFC 8785 bytes too, as ``receipts`` is its only key."""
+    return b'{"receipts":[' + b",".join(items) + b"]}"
 
 
 class ReceiptError(_Answer):
