@@ -378,12 +378,7 @@ class OutboxReporter:
         """
         if self._backoff.failures and not self.due():
             return 0
-        if not self._requeued:
-            with self._engine.begin() as conn:
-                queued = requeue_undelivered(conn)
-            if queued:
-                _log.info("re-queued %d undelivered receipts", queued)
-            self._requeued = True
+        self._requeue_once()
         budget = _MAX_BATCHES * self._batch  # POSTs per flush: the feed is not starved
         recorded, in_a_row = 0, 0
 
@@ -475,6 +470,16 @@ class OutboxReporter:
             del self._retry[key]
         self._next = min([self._mono() + self._sweep_every, *(r.due for r in self._retry.values())])
         return recorded
+
+    def _requeue_once(self) -> None:
+        """At the first flush: queue what the ledger shows undelivered and the queue lacks."""
+        if self._requeued:
+            return
+        with self._engine.begin() as conn:
+            queued = requeue_undelivered(conn)
+        if queued:
+            _log.info("re-queued %d undelivered receipts", queued)
+        self._requeued = True
 
     def _account(self, item: PendingReceipt, deliver: Callable[[], None]) -> int | None:
         """Deliver one receipt (``deliver`` posts it, or judges its answer): 1 recorded,
