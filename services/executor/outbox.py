@@ -319,7 +319,8 @@ class OutboxReporter:
     backoff: a down checkpoint gets a request per backoff, not one per receipt.
 
     Each POST must be answered (status line and headers) within ``answer_deadline_s`` of
-    its start; at most ``retry_max`` receipts' own backoffs are remembered.
+    its start; at most ``retry_max`` receipts' own backoffs are remembered; a request
+    carries at most ``per_request`` receipts.
     """
 
     def __init__(
@@ -336,9 +337,13 @@ class OutboxReporter:
         batch: int = 50,
         answer_deadline_s: float = ANSWER_DEADLINE_S,
         retry_max: int = RETRY_MAX,
+        per_request: int = RECEIPTS_MAX,
     ) -> None:
         if answer_deadline_s <= 0 or retry_max <= 0:
             raise ValueError("answer_deadline_s and retry_max must be positive")
+        if not 1 <= per_request <= RECEIPTS_MAX:
+            raise ValueError(f"per_request must be 1 to {RECEIPTS_MAX}")
+        self._per_request = per_request
         self._engine = engine
         self._deadline = answer_deadline_s
         self._retry_max = retry_max
@@ -396,7 +401,7 @@ class OutboxReporter:
             while budget > 0:
                 # One request for up to a batch's worth; one receipt each to a checkpoint
                 # that takes them one at a time (and so stops at the first failures).
-                size = min(budget, RECEIPTS_MAX if self._batched else 1)
+                size = min(budget, self._per_request if self._batched else 1)
                 chunk = list(itertools.islice(queue, size))
                 if not chunk:
                     break

@@ -92,8 +92,17 @@ class FakeCheckpoint:
     posted: list[dict[str, Any]] = field(default_factory=list)
     #: Whether it takes ``POST /v1/receipts`` (False: a checkpoint from before it)
     batches: bool = True
+    #: A status every ``POST /v1/receipts`` gets as a whole (None: an answer per item)
+    batch_status: int | None = None
+    #: The path of every POST, in order
+    requests: list[str] = field(default_factory=list)
 
     def handler(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "POST":
+            self.requests.append(request.url.path)
+        if request.url.path == "/v1/receipts" and self.batch_status is not None:
+            error = {"code": "E_INVALID", "message": "refused whole"}
+            return httpx.Response(self.batch_status, json={"error": error})
         if request.url.path == "/v1/feed":
             self.feed_requests.append(dict(request.url.params))
             answer: Any = self.pages.pop(0) if self.pages else {"items": [], "cursor": 0}
@@ -912,6 +921,52 @@ def test_a_receipt_the_checkpoint_keeps_failing_does_not_hold_up_the_others(rig:
     rig.mono[0] += 60
     assert rig.reporter.flush() == 1
     assert rig.rows(outbox) == []
+
+
+def test_a_receipt_refused_for_good_between_two_delivered_ones_goes_in_the_same_request(
+    rig: Rig,
+) -> None:
+    first, refused, last = (_executed(rig, n, "fmix") for n in range(1, 4))
+    rig.fake.answer_for[refused] = 409
+    assert rig.reporter.flush() == 3
+    assert rig.fake.requests == ["/v1/receipts"]
+    assert [posted_approval_id(p) for p in rig.fake.posted] == [first, refused, last]
+    assert [
+        (r.approval_id, r.status, r.http_status, r.error_code) for r in rig.rows(deliveries)
+    ] == [
+        (first, "delivered", 200, None),
+        (refused, "rejected", 409, "E_STATE"),
+        (last, "delivered", 200, None),
+    ]
+    # Kept as the answer to a POST of its own would have been.
+    [row] = [r for r in rig.rows(deliveries) if r.status == "rejected"]
+    assert row.detail == '{"error":{"code":"E_STATE","message":"e_state"}}'
+    assert rig.rows(outbox) == []
+
+
+@pytest.mark.parametrize("status", [413, 422])
+def test_a_batch_refused_whole_is_posted_again_one_receipt_a_request(rig: Rig, status: int) -> None:
+    ids = [_executed(rig, n, f"fwhole{status}") for n in range(1, 3)]
+    rig.fake.batch_status = status
+    assert rig.reporter.flush() == 2
+    assert rig.fake.requests == ["/v1/receipts", "/v1/outcomes", "/v1/outcomes"]
+    assert [(r.approval_id, r.status) for r in rig.rows(deliveries)] == [
+        (aid, "delivered") for aid in ids
+    ]
+
+
+def test_receipts_go_at_most_per_request_a_request(rig: Rig) -> None:
+    rig.reporter = OutboxReporter(
+        engine=rig.env.engine, client=rig.client, clock=rig.env.clock, per_request=2
+    )
+    ids = [_executed(rig, n, "fcut") for n in range(1, 6)]
+    assert rig.reporter.flush() == 5
+    assert rig.fake.requests == ["/v1/receipts"] * 3
+    assert [posted_approval_id(p) for p in rig.fake.posted] == ids
+    with pytest.raises(ValueError, match="per_request"):
+        OutboxReporter(
+            engine=rig.env.engine, client=rig.client, clock=rig.env.clock, per_request=51
+        )
 
 
 def test_a_receipt_another_executor_delivered_is_no_longer_retried_here(rig: Rig) -> None:
