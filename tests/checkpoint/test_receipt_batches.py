@@ -262,3 +262,29 @@ def test_the_answer_carries_no_proposal(world: World) -> None:
     body = _post(world, [_outcome(a_id, a["action_hash"])]).json()
     assert body == {"results": [{"status": 200, "error": None}]}
     assert json.dumps(body).count("prop_") == 0
+
+
+def test_an_executor_resolution_contradicting_a_person_s_is_kept_and_answered_as_alone(
+    world: World,
+) -> None:
+    from .test_resolution_conflicts import _executor_resolution, _in_doubt_resolved_here
+
+    proposal, approval_id = _in_doubt_resolved_here(world, "happened")
+    (a, a_id), _, _ = _three(world)
+    contradicting = {
+        "kind": "outcome",
+        "receipt": _executor_resolution(proposal, approval_id, "did_not_happen"),
+    }
+    items = [contradicting, _outcome(a_id, a["action_hash"])]
+    response = _post(world, items)
+    assert _answers(response) == [(409, "E_RESOLUTION_CONFLICT"), (200, None)]
+    # Kept and audited once, as by POST /v1/outcomes; the proposal keeps the person's state.
+    (event,) = audit_events(world, "checkpoint.executor_resolution")
+    assert (event["approval_id"], event["agrees"]) == (approval_id, False)
+    assert _state(world, proposal["id"]) == "executed"
+    assert _state(world, a["id"]) == "executed"
+    status, code, message = _alone(world, contradicting)
+    assert (status, code) == (409, "E_RESOLUTION_CONFLICT")
+    assert response.json()["results"][0]["error"]["message"] == message
+    assert _answers(_post(world, items)) == [(409, "E_RESOLUTION_CONFLICT"), (200, None)]
+    assert len(audit_events(world, "checkpoint.executor_resolution")) == 1
