@@ -8,12 +8,12 @@
   ``POST /v1/receipts``, or with ``--batch 0`` one a request to ``POST /v1/outcomes``;
 * ``courier``: the executor's outbox (``OutboxReporter.flush``) delivering queued
   receipts from a tmpfs SQLite ledger over a real socket, ``N`` a request, or one a
-  request with ``--batch 0`` (its fallback to ``POST /v1/outcomes``). The answering
-  server is a process of its own that valgrind does not count: the figure is the
-  courier's, its HTTP client and its delivery records included.
+  request with ``--batch 0`` (its fallback to ``POST /v1/outcomes``). The ledger's
+  executions and the answering server run in processes valgrind does not count: the
+  figure is the courier's, its HTTP client and its delivery records included.
 
-Every run makes ``--large`` receipts (the courier: executes ``--large`` bundles), so
-only the deliveries differ between the two counted runs. Needs ``valgrind``.
+The checkpoint side signs ``--large`` receipts every run, so only the reports differ
+between the two counted runs. Needs ``valgrind``.
 """
 
 from __future__ import annotations
@@ -99,15 +99,26 @@ async def _checkpoint(count: int, largest: int, batch: int) -> None:
         app.state.checkpoint.db.dispose()
 
 
-def _courier(count: int, largest: int, batch: int) -> None:
-    """Execute ``10 + largest`` bundles on a tmpfs ledger; deliver ``10 + count`` of
-    their receipts, ``batch`` a request (0: one a request)."""
-    import sqlalchemy as sa
-
+def _prepare(url: str, count: int) -> None:
+    """A ledger at ``url`` with ``count`` executions, their receipts queued."""
     from airlock.store import make_engine
     from bench.bench_executor import _bundles, _executor
-    from services.executor import OutboxReporter, checkpoint_client, migrate
-    from services.executor.models import outbox
+    from services.executor import migrate
+
+    engine = make_engine(url)
+    migrate(engine)
+    engine.dispose()
+    executor = _executor(url)
+    for raw in _bundles("r", count):
+        executor.execute(raw)
+    executor.engine.dispose()
+
+
+def _courier(count: int, batch: int) -> None:
+    """Deliver the receipts of ``10 + count`` executions, ``batch`` a request (0: one a
+    request). The ledger is made by a process valgrind does not count."""
+    from airlock.store import make_engine
+    from services.executor import OutboxReporter, checkpoint_client
 
     server = subprocess.Popen(
         [sys.executable, "-c", _SERVER, "1" if batch else "0"], stdout=subprocess.PIPE
@@ -117,15 +128,10 @@ def _courier(count: int, largest: int, batch: int) -> None:
         port = int(server.stdout.readline())
         with tempfile.TemporaryDirectory(dir="/dev/shm") as tmp:
             url = f"sqlite:///{Path(tmp) / 'ledger.db'}"
+            module = "bench.receipts_instructions"
+            prepare = [sys.executable, "-m", module, "--side", "courier", "--prepare", url]
+            subprocess.run([*prepare, "--child", str(10 + count)], check=True)
             engine = make_engine(url)
-            migrate(engine)
-            executor = _executor(url)
-            for raw in _bundles("r", 10 + largest):
-                executor.execute(raw)
-            with engine.begin() as conn:  # only 10 + count stay queued
-                first = sa.select(outbox.c.approval_id).order_by(outbox.c.approval_id)
-                kept = first.limit(10 + count).scalar_subquery()
-                conn.execute(sa.delete(outbox).where(outbox.c.approval_id.not_in(kept)))
             with checkpoint_client(f"http://127.0.0.1:{port}", "t", poll_wait_s=1) as client:
                 reporter = OutboxReporter(
                     engine=engine, client=client, clock=lambda: 0, per_request=batch or 1
@@ -136,7 +142,8 @@ def _courier(count: int, largest: int, batch: int) -> None:
                     if not flushed:
                         raise RuntimeError("the courier delivered nothing")
                     done += flushed
-            executor.engine.dispose()
+            if done != 10 + count:
+                raise RuntimeError(f"the courier delivered {done}, not {10 + count}")
             engine.dispose()
     finally:
         server.terminate()
@@ -150,12 +157,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--small", type=int, default=20)
     parser.add_argument("--large", type=int, default=120)
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--prepare", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.prepare is not None:
+        _prepare(args.prepare, args.child)
+    elif args.child is not None and args.side == "checkpoint":
+        asyncio.run(_checkpoint(args.child, args.large, args.batch))
+    elif args.child is not None:
+        _courier(args.child, args.batch)
     if args.child is not None:
-        if args.side == "checkpoint":
-            asyncio.run(_checkpoint(args.child, args.large, args.batch))
-        else:
-            _courier(args.child, args.large, args.batch)
         return 0
     extra = ["--side", args.side, "--batch", str(args.batch)]
     count = instructions_per_item("bench.receipts_instructions", args.small, args.large, extra)
