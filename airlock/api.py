@@ -20,6 +20,7 @@ only inside the commands that run (``airlock --help`` must not pay for it).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any, Final
 
 from pydantic import (
@@ -35,7 +36,10 @@ from pydantic import (
 from airlock.protocol import RECEIPT_MAX_BYTES, Refused, canonical_bytes, loads_strict
 
 __all__ = [
+    "BODY_MAX_BYTES",
     "OUTCOMES_PATH",
+    "RECEIPTS_MAX",
+    "RECEIPTS_PATH",
     "REFUSALS_PATH",
     "Approval",
     "ApproveRequest",
@@ -54,7 +58,10 @@ __all__ = [
     "Policy",
     "Proposal",
     "ProposalPage",
+    "ReceiptAnswer",
+    "ReceiptAnswers",
     "ReceiptEnvelope",
+    "ReceiptError",
     "ReceiptReport",
     "ReceiptSignature",
     "RejectRequest",
@@ -62,6 +69,7 @@ __all__ = [
     "ResolveRequest",
     "Route",
     "Vote",
+    "receipts_body",
     "request_body",
 ]
 
@@ -345,6 +353,11 @@ class FeedPage(_Answer):
 #: Where an outcome's receipt goes; a refusal before the consume goes to REFUSALS_PATH.
 OUTCOMES_PATH: Final = "/v1/outcomes"
 REFUSALS_PATH: Final = "/v1/refusals"
+#: Where a batch of both goes, one request for up to RECEIPTS_MAX of them.
+RECEIPTS_PATH: Final = "/v1/receipts"
+RECEIPTS_MAX: Final = 50
+#: The largest request body the checkpoint reads: a batch is cut to fit it.
+BODY_MAX_BYTES: Final = 128 * 1024
 
 
 class _Request(BaseModel):
@@ -387,6 +400,36 @@ class ReceiptReport(_Request):
     def to_json_bytes(self) -> bytes:
         """The request body: RFC 8785 bytes."""
         return canonical_bytes(self.model_dump(mode="json", by_alias=True))
+
+    def to_batch_item(self, kind: str) -> bytes:
+        """One item of ``POST /v1/receipts`` (``kind``: ``outcome`` or ``refusal``), as
+        RFC 8785 bytes; :func:`receipts_body` joins them."""
+        return canonical_bytes({"kind": kind, **self.model_dump(mode="json", by_alias=True)})
+
+
+def receipts_body(items: Sequence[bytes]) -> bytes:
+    """The body of ``POST /v1/receipts`` from its items (:meth:`ReceiptReport.to_batch_item`):
+    RFC 8785 bytes too, as ``receipts`` is its only key."""
+    return b'{"receipts":[' + b",".join(items) + b"]}"
+
+
+class ReceiptError(_Answer):
+    code: str
+    message: str
+
+
+class ReceiptAnswer(_Answer):
+    """One receipt's answer in ``POST /v1/receipts``: the status and, for a refusal, the
+    ``error`` its own endpoint would have answered."""
+
+    status: int
+    error: ReceiptError | None = None
+
+
+class ReceiptAnswers(_Answer):
+    """``POST /v1/receipts``: an answer per receipt, in the order they were sent."""
+
+    results: list[ReceiptAnswer]
 
 
 # -- what a person's client sends (POST /v1/proposals/{id}/approve|edit|reject|…) ----------

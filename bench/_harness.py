@@ -13,7 +13,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 __all__ = [
@@ -61,7 +61,7 @@ def interleaved(
 _REFS = re.compile(r"I\s+refs:\s+([\d,]+)")
 
 
-def _instructions(module: str, count: int, largest: int) -> int:
+def _instructions(module: str, count: int, largest: int, extra: Sequence[str]) -> int:
     command = [
         "valgrind",
         "--tool=cachegrind",
@@ -74,6 +74,7 @@ def _instructions(module: str, count: int, largest: int) -> int:
         str(count),
         "--large",
         str(largest),
+        *extra,
     ]
     done = subprocess.run(command, capture_output=True, text=True, check=True)
     found = _REFS.search(done.stderr)
@@ -82,12 +83,13 @@ def _instructions(module: str, count: int, largest: int) -> int:
     return int(found.group(1).replace(",", ""))
 
 
-def instructions_per_item(module: str, small: int, large: int) -> float:
-    """Instructions per item of ``python -m module --child N --large L`` under valgrind
-    (cachegrind, no cache simulation): two runs of ``small`` and ``large`` items, so the
-    start-up both share cancels out. The load does not move the count."""
-    fewer = _instructions(module, small, large)
-    more = _instructions(module, large, large)
+def instructions_per_item(module: str, small: int, large: int, extra: Sequence[str] = ()) -> float:
+    """Instructions per item of ``python -m module --child N --large L [extra…]`` under
+    valgrind (cachegrind, no cache simulation; a process it starts is not counted): two
+    runs of ``small`` and ``large`` items, so the start-up both share cancels out. The
+    load does not move the count."""
+    fewer = _instructions(module, small, large, extra)
+    more = _instructions(module, large, large, extra)
     return (more - fewer) / (large - small)
 
 

@@ -29,7 +29,6 @@ from airlock.protocol import (
     AuditHead,
     InvalidReceipt,
     Receipt,
-    RefusalCode,
     VerifiedReceipt,
     verify_receipt,
 )
@@ -37,6 +36,7 @@ from airlock.store import AuditLog, Prepared
 from airlock.text import inert
 
 from . import _tx, notify, routing, views
+from ._notes import RefusalNote, refusal_note
 from .auth import Principal
 from .errors import ErrorCode, Refusal
 from .gatekeys import verify_gate_receipt
@@ -53,7 +53,22 @@ from .models import (
 )
 from .schemas import ProposalOut
 
-__all__ = ["REFUSAL_NOTES_MAX", "report_outcome", "report_refusal", "slot_holder"]
+__all__ = [
+    "REFUSAL_NOTES_MAX",
+    "REPORTERS",
+    "CheckedOutcome",
+    "CheckedRefusal",
+    "ResolvedHere",
+    "check_outcome",
+    "check_refusal",
+    "keep_refusal",
+    "land_outcome",
+    "refusal_kept",
+    "report_outcome",
+    "report_refusal",
+    "resolution_after_person",
+    "slot_holder",
+]
 
 #: Executor outcome → proposal state. ``resolved`` is mapped from its resolution.
 _OUTCOME_STATE: Final = {
@@ -65,22 +80,8 @@ _OUTCOME_STATE: Final = {
 #: Refusal notes kept per approval (``report_refusal``): enough for every executor
 #: sharing a ledger to say why, a bound on what one executor token can pile up.
 REFUSAL_NOTES_MAX: Final = 20
-#: The refusals an executor reports before the consume (the kernel's verify steps 6–8
-#: and 12, which name the authenticated approval): the only codes a note may carry, so
-#: nothing else (a signature refusal, a code made up) is ever shown on a proposal.
-_NOTE_CODES: Final = frozenset(
-    c.value
-    for c in (
-        RefusalCode.E_AUDIENCE,
-        RefusalCode.E_ACCOUNT,
-        RefusalCode.E_NOT_YET_VALID,
-        RefusalCode.E_EXPIRED,
-        RefusalCode.E_TTL,
-        RefusalCode.E_REVOKED,
-    )
-)
 #: Who reports: the executor for cloud actions, a gate (its agent token) for tool calls.
-_REPORTERS: Final = frozenset({"executor", "agent"})
+REPORTERS: Final = frozenset({"executor", "agent"})
 #: Closed states an outcome may still land on (docs/protocol.md#proposals: the ledger is the truth).
 _LATE_STATES: Final = ("lapsed", "revoked", "withdrawn")
 #: How far past this clock a receipt's time is kept as the time of the executor head it
@@ -176,111 +177,142 @@ _INSERT_NOTE: Final = Prepared(
 
 def report_outcome(cp: _tx.Parts, principal: Principal, receipt: Mapping[str, Any]) -> ProposalOut:
     """Record the executor's outcome from its signed receipt (the ledger is the truth)."""
+    _tx.require(principal, REPORTERS, "report outcomes")
+    now = cp.now()
+    checked = check_outcome(cp, principal, receipt, now)
     try:
-        return _report_outcome(cp, principal, receipt)
-    except _ResolvedHere:
+        with cp.engine.begin() as conn:
+            row, known = land_outcome(conn, cp, principal, checked, now)
+            if known is None:  # the executor retried: the same answer
+                return views.view(conn, row, cp.notify, principal.name)
+            routes = {row.id: routing.route_of(conn, row.id)}
+            return views.view(conn, row, cp.notify, principal.name, routes=routes, known=known)
+    except ResolvedHere:
         # Nothing was written: the transaction that found the person's resolution
         # rolled back. Kept apart (its own transaction) so that a conflict is
         # committed before it is answered 409.
-        return _executor_resolution_after_person(cp, principal, receipt)
+        with cp.engine.begin() as conn:
+            row, conflict = resolution_after_person(conn, cp, principal, receipt, cp.now())
+            view = views.view(conn, row, cp.notify, principal.name)
+        if conflict is not None:
+            raise conflict from None
+        return view
 
 
-def _report_outcome(cp: _tx.Parts, principal: Principal, receipt: Mapping[str, Any]) -> ProposalOut:
-    _tx.require(principal, _REPORTERS, "report outcomes")
-    now = cp.now()
+@dataclass(frozen=True, slots=True)
+class CheckedOutcome:
+    """An outcome's receipt, verified (:func:`check_outcome`)."""
+
+    receipt: Mapping[str, Any]
+    payload: Receipt
+    keyid: str
+    approval_id: str
+    gate: str | None  # the gate's audience; None for the executor's
+
+
+def check_outcome(
+    cp: _tx.Parts, principal: Principal, receipt: Mapping[str, Any], now: int
+) -> CheckedOutcome:
+    """Verify an outcome's receipt (no I/O), or refuse it (``E_RECEIPT``)."""
     payload, keyid, approval_id, gate = _check_receipt(cp, principal, receipt, now)
+    return CheckedOutcome(receipt, payload, keyid, approval_id, gate)
+
+
+def land_outcome(
+    conn: Connection, cp: _tx.Parts, principal: Principal, checked: CheckedOutcome, now: int
+) -> tuple[Any, views.Known | None]:
+    """Record a verified outcome in ``conn``'s open transaction (a caller's role is
+    checked already); the proposal as left and what the view needs of what was written
+    (None: nothing was, the same receipt is recorded already). Raises :class:`Refusal`,
+    or :class:`ResolvedHere` (before writing) for a resolution a person made here first."""
+    payload, receipt, approval_id, gate = (
+        checked.payload,
+        checked.receipt,
+        checked.approval_id,
+        checked.gate,
+    )
     outcome = payload.outcome
     key = {"approval_id": approval_id}
-    with cp.engine.begin() as conn:
-        # The approval row is the proposal's only one (UNIQUE proposal_id), so the row
-        # locked is the one it was issued for, and the two checks below bind the
-        # receipt to the issued approval and the action it signed.
-        row = conn.execute(_LOCK_BY_APPROVAL, key).first()
-        if row is None:
-            raise Refusal(ErrorCode.E_NOT_FOUND, "no such approval", 404)
-        _check_reporter(row, principal, gate)
-        if payload.action_hash != row.action_hash:
-            raise Refusal(ErrorCode.E_RECEIPT, "receipt names another action hash", 422)
-        target = _OUTCOME_STATE.get(outcome)
-        if outcome == "resolved":
-            decision = payload.resolution.decision if payload.resolution else None
-            target = "executed" if decision == "happened" else "failed"
-        if target is None:
-            raise Refusal(ErrorCode.E_RECEIPT, f"unknown outcome {outcome!r}", 422)
-        receipt_text = json.dumps(dict(receipt), sort_keys=True)
-        previous = conn.execute(_OUTCOME, key).first()
-        if previous is not None:
-            if previous.receipt == receipt_text:
-                # The executor retried: the same answer.
-                return views.view(conn, row, cp.notify, principal.name)
-            if (
-                outcome == "resolved"
-                and previous.outcome == "in_doubt"
-                and previous.resolution is not None
-            ):
-                raise _ResolvedHere  # a person resolved it here first: see report_outcome
-            # Only the executor's resolution of an unresolved in_doubt replaces an
-            # outcome; the proposal is in_doubt, or kept closed because the target
-            # was held when the in_doubt landed (see _land_state).
-            if (
-                previous.outcome != "in_doubt"
-                or previous.resolution is not None
-                or (row.state != "in_doubt" and previous.target_held_by is None)
-            ):
-                raise Refusal(ErrorCode.E_STATE, "an outcome is already recorded", 409)
-        late = row.state in _LATE_STATES
-        state, held_by = _land_state(conn, row, target, approval_id, now)
-        written = _write_outcome(
-            conn,
-            row,
-            previous,
-            approval_id=approval_id,
-            outcome=outcome,
-            refusal_code=payload.refusal_code,
-            receipt=receipt_text,
-            receipt_verified=True,  # _check_receipt refuses anything else
-            receipt_keyid=keyid,
-            late=late,
-            reported_at=now,
-            target_held_by=held_by,
-        )
-        head = _receipt_head(payload)
-        _tx.audit(
-            conn,
-            now,
-            CheckpointEvent.OUTCOME_REPORTED,
-            proposal_id=row.id,
-            approval_id=approval_id,
-            outcome=outcome,
-            refusal_code=payload.refusal_code,
-            receipt_verified=True,
-            late=late,
-            from_state=row.state,
-            state=state,
-            target_held_by=held_by,
-            # The executor's (or gate's) chain head the receipt names: kept in this
-            # chain so a later `airlock audit reconcile` can hold that chain to it.
-            **_heads(head, gate),
-        )
-        if gate is None and payload.at <= _tx.FEED_SEQ_MAX:
-            _advance_executor_head(conn, head, payload.at, now)
-        # The proposal as this transaction left it: the locked row with what it wrote.
-        landed = SimpleNamespace(**{**row._mapping, "state": state, "updated_at": now})
-        notify.record(conn, cp.notify, row.id, f"proposal.{target}", now, row=landed)
-        # Read after the lock: as the proposal's last writer (a revocation) left it.
-        approval = conn.execute(_APPROVAL, key).one()
-        # No rejection (the proposal left pending when its approval was issued) and no
-        # executor resolution (one is kept only beside an outcome a person resolved,
-        # which no outcome replaces): only the executor refusals are read.
-        known = views.Known(approval=approval, outcome=written, refusals=None)
-        return views.view(
-            conn,
-            landed,
-            cp.notify,
-            principal.name,
-            routes={row.id: routing.route_of(conn, row.id)},
-            known=known,
-        )
+    # The approval row is the proposal's only one (UNIQUE proposal_id), so the row
+    # locked is the one it was issued for, and the two checks below bind the
+    # receipt to the issued approval and the action it signed.
+    row = conn.execute(_LOCK_BY_APPROVAL, key).first()
+    if row is None:
+        raise Refusal(ErrorCode.E_NOT_FOUND, "no such approval", 404)
+    _check_reporter(row, principal, gate)
+    if payload.action_hash != row.action_hash:
+        raise Refusal(ErrorCode.E_RECEIPT, "receipt names another action hash", 422)
+    target = _OUTCOME_STATE.get(outcome)
+    if outcome == "resolved":
+        decision = payload.resolution.decision if payload.resolution else None
+        target = "executed" if decision == "happened" else "failed"
+    if target is None:
+        raise Refusal(ErrorCode.E_RECEIPT, f"unknown outcome {outcome!r}", 422)
+    receipt_text = json.dumps(dict(receipt), sort_keys=True)
+    previous = conn.execute(_OUTCOME, key).first()
+    if previous is not None:
+        if previous.receipt == receipt_text:
+            return row, None  # the executor retried: the same answer
+        if (
+            outcome == "resolved"
+            and previous.outcome == "in_doubt"
+            and previous.resolution is not None
+        ):
+            raise ResolvedHere  # a person resolved it here first: see report_outcome
+        # Only the executor's resolution of an unresolved in_doubt replaces an
+        # outcome; the proposal is in_doubt, or kept closed because the target
+        # was held when the in_doubt landed (see _land_state).
+        if (
+            previous.outcome != "in_doubt"
+            or previous.resolution is not None
+            or (row.state != "in_doubt" and previous.target_held_by is None)
+        ):
+            raise Refusal(ErrorCode.E_STATE, "an outcome is already recorded", 409)
+    late = row.state in _LATE_STATES
+    state, held_by = _land_state(conn, row, target, approval_id, now)
+    written = _write_outcome(
+        conn,
+        row,
+        previous,
+        approval_id=approval_id,
+        outcome=outcome,
+        refusal_code=payload.refusal_code,
+        receipt=receipt_text,
+        receipt_verified=True,  # check_outcome refuses anything else
+        receipt_keyid=checked.keyid,
+        late=late,
+        reported_at=now,
+        target_held_by=held_by,
+    )
+    head = _receipt_head(payload)
+    _tx.audit(
+        conn,
+        now,
+        CheckpointEvent.OUTCOME_REPORTED,
+        proposal_id=row.id,
+        approval_id=approval_id,
+        outcome=outcome,
+        refusal_code=payload.refusal_code,
+        receipt_verified=True,
+        late=late,
+        from_state=row.state,
+        state=state,
+        target_held_by=held_by,
+        # The executor's (or gate's) chain head the receipt names: kept in this
+        # chain so a later `airlock audit reconcile` can hold that chain to it.
+        **_heads(head, gate),
+    )
+    if gate is None and payload.at <= _tx.FEED_SEQ_MAX:
+        _advance_executor_head(conn, head, payload.at, now)
+    # The proposal as this transaction left it: the locked row with what it wrote.
+    landed = SimpleNamespace(**{**row._mapping, "state": state, "updated_at": now})
+    notify.record(conn, cp.notify, row.id, f"proposal.{target}", now, row=landed)
+    # Read after the lock: as the proposal's last writer (a revocation) left it.
+    approval = conn.execute(_APPROVAL, key).one()
+    # No rejection (the proposal left pending when its approval was issued) and no
+    # executor resolution (one is kept only beside an outcome a person resolved,
+    # which no outcome replaces): only the executor refusals are read.
+    return landed, views.Known(approval=approval, outcome=written, refusals=None)
 
 
 def _write_outcome(
@@ -332,9 +364,9 @@ def _advance_executor_head(conn: Connection, head: Mapping[str, Any], at: int, n
     _ADVANCE_HEAD.rowcount(conn, {"seq": head["seq"], "hash": head["hash"], "at": at, "now": now})
 
 
-def _executor_resolution_after_person(
-    cp: _tx.Parts, principal: Principal, receipt: Mapping[str, Any]
-) -> ProposalOut:
+def resolution_after_person(
+    conn: Connection, cp: _tx.Parts, principal: Principal, receipt: Mapping[str, Any], now: int
+) -> tuple[Any, Refusal | None]:
     """The executor's resolution of an in_doubt that a person already resolved here.
 
     The in_doubt can be resolved in two places (``airlock approvals resolve`` here,
@@ -351,10 +383,11 @@ def _executor_resolution_after_person(
       older ones included, and the conflict would be silent on the side where the
       person who resolved it looks). The same receipt again: the same answer.
 
-    The caller (``_report_outcome``) verified the receipt and found the person's
-    resolution; this transaction locks the proposal and reads it all again.
+    The caller verified the receipt and found the person's resolution
+    (:class:`ResolvedHere`); this, in ``conn``'s open transaction, locks the proposal and
+    reads it all again. Returns the proposal and the 409 to answer once committed (None:
+    200), or raises :class:`Refusal` (nothing to commit).
     """
-    now = cp.now()
     (payload, keyid, signed), gate = _verified_receipt(cp, principal, receipt, now)
     resolution = payload.resolution
     if resolution is None or payload.approval_id is None:
@@ -362,70 +395,68 @@ def _executor_resolution_after_person(
     decision = resolution.decision
     digest = hashlib.sha256(signed).hexdigest()
     approval_id = payload.approval_id
-    with cp.engine.begin() as conn:
-        approval = conn.execute(
-            sa.select(approvals.c.proposal_id).where(approvals.c.approval_id == approval_id)
-        ).one()  # found by the caller; approvals are never deleted
-        row = _tx.lock(conn, approval.proposal_id)
-        outcome = conn.execute(
-            sa.select(outcomes).where(outcomes.c.approval_id == approval_id)
-        ).one()  # resolved here: a resolution is never undone
-        known = conn.execute(
-            sa.select(executor_resolutions).where(executor_resolutions.c.approval_id == approval_id)
-        ).first()
-        if known is None:
-            agrees = decision == outcome.resolution
-            conn.execute(
-                executor_resolutions.insert().values(
-                    approval_id=approval_id,
-                    proposal_id=row.id,
-                    decision=decision,
-                    decided_by=inert(resolution.by)[:128],
-                    decided_at=_int_or_zero(resolution.at),
-                    note=inert(resolution.note)[: _tx.DETAIL_MAX],
-                    checkpoint_decision=outcome.resolution,
-                    checkpoint_resolved_by=outcome.resolved_by,
-                    agrees=agrees,
-                    reported_at=now,
-                    receipt=json.dumps(dict(receipt), sort_keys=True),
-                    receipt_keyid=keyid,
-                    receipt_sha256=digest,
-                )
-            )
-            _tx.audit(
-                conn,
-                now,
-                CheckpointEvent.EXECUTOR_RESOLUTION,
-                proposal_id=row.id,
+    approval = conn.execute(
+        sa.select(approvals.c.proposal_id).where(approvals.c.approval_id == approval_id)
+    ).one()  # found by the caller; approvals are never deleted
+    row = _tx.lock(conn, approval.proposal_id)
+    outcome = conn.execute(
+        sa.select(outcomes).where(outcomes.c.approval_id == approval_id)
+    ).one()  # resolved here: a resolution is never undone
+    known = conn.execute(
+        sa.select(executor_resolutions).where(executor_resolutions.c.approval_id == approval_id)
+    ).first()
+    if known is None:
+        agrees = decision == outcome.resolution
+        conn.execute(
+            executor_resolutions.insert().values(
                 approval_id=approval_id,
+                proposal_id=row.id,
                 decision=decision,
-                by=inert(resolution.by)[:128],
+                decided_by=inert(resolution.by)[:128],
+                decided_at=_int_or_zero(resolution.at),
+                note=inert(resolution.note)[: _tx.DETAIL_MAX],
                 checkpoint_decision=outcome.resolution,
                 checkpoint_resolved_by=outcome.resolved_by,
                 agrees=agrees,
-                state=row.state,  # unchanged
-                receipt_verified=True,
+                reported_at=now,
+                receipt=json.dumps(dict(receipt), sort_keys=True),
+                receipt_keyid=keyid,
                 receipt_sha256=digest,
-                **_heads(_receipt_head(payload), gate),
             )
-            if gate is None and payload.at <= _tx.FEED_SEQ_MAX:
-                # A verified receipt of the executor's chain, as an outcome's is.
-                _advance_executor_head(conn, _receipt_head(payload), payload.at, now)
-        elif known.receipt_sha256 != digest:
-            # A ledger resolves a row once; another receipt is from another ledger.
-            raise Refusal(
-                ErrorCode.E_STATE,
-                "an executor resolution of this approval is recorded already",
-                409,
-            )
-        else:
-            agrees = bool(known.agrees)  # the executor retried: the same answer
-        view = views.view(conn, row, cp.notify, principal.name)
+        )
+        _tx.audit(
+            conn,
+            now,
+            CheckpointEvent.EXECUTOR_RESOLUTION,
+            proposal_id=row.id,
+            approval_id=approval_id,
+            decision=decision,
+            by=inert(resolution.by)[:128],
+            checkpoint_decision=outcome.resolution,
+            checkpoint_resolved_by=outcome.resolved_by,
+            agrees=agrees,
+            state=row.state,  # unchanged
+            receipt_verified=True,
+            receipt_sha256=digest,
+            **_heads(_receipt_head(payload), gate),
+        )
+        if gate is None and payload.at <= _tx.FEED_SEQ_MAX:
+            # A verified receipt of the executor's chain, as an outcome's is.
+            _advance_executor_head(conn, _receipt_head(payload), payload.at, now)
+    elif known.receipt_sha256 != digest:
+        # A ledger resolves a row once; another receipt is from another ledger.
+        raise Refusal(
+            ErrorCode.E_STATE,
+            "an executor resolution of this approval is recorded already",
+            409,
+        )
+    else:
+        agrees = bool(known.agrees)  # the executor retried: the same answer
     if agrees:
-        return view
+        return row, None
     message = _conflict_message(outcome, row, decision, resolution.by)
     _tx.log.warning("executor resolution of %s: %s", approval_id, message)
-    raise Refusal(ErrorCode.E_RESOLUTION_CONFLICT, message, 409)
+    return row, Refusal(ErrorCode.E_RESOLUTION_CONFLICT, message, 409)
 
 
 def _conflict_message(outcome: Row[Any], row: Row[Any], decision: str, by: str) -> str:
@@ -450,73 +481,111 @@ def report_refusal(cp: _tx.Parts, principal: Principal, receipt: Mapping[str, An
     the approval, so the proposal still lapses or gets its outcome as ever. The same
     receipt posted again is the same note (the executor retries a lost answer).
     """
-    _tx.require(principal, _REPORTERS, "report executor refusals")
+    _tx.require(principal, REPORTERS, "report executor refusals")
     now = cp.now()
-    (payload, keyid, signed), gate = _verified_receipt(cp, principal, receipt, now)
-    note = _refusal_note(payload)
-    digest = hashlib.sha256(signed).hexdigest()
-    receipt_text = json.dumps(dict(receipt), sort_keys=True)
+    checked = check_refusal(cp, principal, receipt, now)
     try:
         with cp.engine.begin() as conn:
             # No proposal row (_tx's order): the chain lock first, and every note is
-            # written under it, so the count below and the insert are one step.
+            # written under it, so the count in keep_refusal and the insert are one step.
             AuditLog.lock(conn)
-            row = _approved_proposal(conn, note.approval_id)
-            _check_reporter(row, principal, gate)
-            # Null for a refusal before the action was hashed (verify steps 1-8).
-            if note.action_hash is not None and note.action_hash != row.action_hash:
-                raise Refusal(ErrorCode.E_RECEIPT, "receipt names another action hash", 422)
-            known = conn.execute(_NOTE_BY_DIGEST, {"digest": digest}).first()
-            if known is not None:
-                # The executor retried: the same answer.
-                return views.view(conn, row, cp.notify, principal.name)
-            count = conn.execute(_NOTES_OF, {"approval_id": note.approval_id}).scalar_one()
-            if count >= REFUSAL_NOTES_MAX:
-                raise Refusal(
-                    ErrorCode.E_STATE,
-                    f"{REFUSAL_NOTES_MAX} executor refusals are recorded for this "
-                    "approval already; no more are kept",
-                    409,
-                )
-            _INSERT_NOTE.rowcount(
-                conn,
-                {
-                    "approval_id": note.approval_id,
-                    "proposal_id": row.id,
-                    "refusal_code": note.refusal_code,
-                    "detail": note.detail,
-                    "executor": note.executor,
-                    "at": note.at,
-                    "reported_at": now,
-                    "receipt": receipt_text,
-                    "receipt_keyid": keyid,
-                    "receipt_sha256": digest,
-                },
-            )
-            _tx.audit(
-                conn,
-                now,
-                CheckpointEvent.EXECUTOR_REFUSAL,
-                proposal_id=row.id,
-                approval_id=note.approval_id,
-                refusal_code=note.refusal_code,
-                executor=note.executor,
-                refused_at=note.at,  # the executor's clock ("at" is this event's own)
-                receipt_sha256=digest,
-                # Kept in the chain as the outcome path keeps it; the executor_head
-                # row (what the feed hands back) moves with outcomes only.
-                **_heads(_receipt_head(payload), gate),
-            )
+            row = keep_refusal(conn, cp, principal, checked, now)
             return views.view(conn, row, cp.notify, principal.name)
     except IntegrityError:
         # Not reachable under the chain lock; the UNIQUE digest is the judge if it is.
         with cp.engine.connect() as conn:
-            known = conn.execute(_NOTE_BY_DIGEST, {"digest": digest}).first()
-            if known is None:
+            row = refusal_kept(conn, checked)
+            if row is None:
                 raise
-            return views.view(
-                conn, _approved_proposal(conn, note.approval_id), cp.notify, principal.name
-            )
+            return views.view(conn, row, cp.notify, principal.name)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedRefusal:
+    """A refusal receipt, verified and fit to be a note (:func:`check_refusal`)."""
+
+    note: RefusalNote
+    payload: Receipt
+    keyid: str
+    digest: str  # of the signed payload: the same receipt is the same note
+    receipt_text: str
+    gate: str | None
+
+
+def check_refusal(
+    cp: _tx.Parts, principal: Principal, receipt: Mapping[str, Any], now: int
+) -> CheckedRefusal:
+    """Verify a refusal receipt (no I/O), or refuse it (``E_RECEIPT``)."""
+    (payload, keyid, signed), gate = _verified_receipt(cp, principal, receipt, now)
+    return CheckedRefusal(
+        refusal_note(payload),
+        payload,
+        keyid,
+        hashlib.sha256(signed).hexdigest(),
+        json.dumps(dict(receipt), sort_keys=True),
+        gate,
+    )
+
+
+def keep_refusal(
+    conn: Connection, cp: _tx.Parts, principal: Principal, checked: CheckedRefusal, now: int
+) -> Any:
+    """Keep a verified refusal as a note in ``conn``'s open transaction, which holds the
+    chain lock (``AuditLog.lock``, taken before any row lock); the proposal it is on
+    (read, not locked). The same receipt again writes nothing. Raises :class:`Refusal`."""
+    note, digest = checked.note, checked.digest
+    row = _approved_proposal(conn, note.approval_id)
+    _check_reporter(row, principal, checked.gate)
+    # Null for a refusal before the action was hashed (verify steps 1-8).
+    if note.action_hash is not None and note.action_hash != row.action_hash:
+        raise Refusal(ErrorCode.E_RECEIPT, "receipt names another action hash", 422)
+    if conn.execute(_NOTE_BY_DIGEST, {"digest": digest}).first() is not None:
+        return row  # the executor retried: the same answer
+    count = conn.execute(_NOTES_OF, {"approval_id": note.approval_id}).scalar_one()
+    if count >= REFUSAL_NOTES_MAX:
+        raise Refusal(
+            ErrorCode.E_STATE,
+            f"{REFUSAL_NOTES_MAX} executor refusals are recorded for this "
+            "approval already; no more are kept",
+            409,
+        )
+    _INSERT_NOTE.rowcount(
+        conn,
+        {
+            "approval_id": note.approval_id,
+            "proposal_id": row.id,
+            "refusal_code": note.refusal_code,
+            "detail": note.detail,
+            "executor": note.executor,
+            "at": note.at,
+            "reported_at": now,
+            "receipt": checked.receipt_text,
+            "receipt_keyid": checked.keyid,
+            "receipt_sha256": digest,
+        },
+    )
+    _tx.audit(
+        conn,
+        now,
+        CheckpointEvent.EXECUTOR_REFUSAL,
+        proposal_id=row.id,
+        approval_id=note.approval_id,
+        refusal_code=note.refusal_code,
+        executor=note.executor,
+        refused_at=note.at,  # the executor's clock ("at" is this event's own)
+        receipt_sha256=digest,
+        # Kept in the chain as the outcome path keeps it; the executor_head
+        # row (what the feed hands back) moves with outcomes only.
+        **_heads(_receipt_head(checked.payload), checked.gate),
+    )
+    return row
+
+
+def refusal_kept(conn: Connection, checked: CheckedRefusal) -> Any:
+    """The proposal a refusal's note is on if that note is kept already, else None."""
+    if conn.execute(_NOTE_BY_DIGEST, {"digest": checked.digest}).first() is None:
+        return None
+    return _approved_proposal(conn, checked.note.approval_id)
 
 
 def _approved_proposal(conn: Connection, approval_id: str) -> Row[Any]:
@@ -683,9 +752,10 @@ def _heads(head: dict[str, int | str], gate: str | None) -> dict[str, Any]:
     return {"gate_head": head, "gate": gate}
 
 
-class _ResolvedHere(Exception):
+class ResolvedHere(Exception):
     """An executor resolution receipt for an in_doubt a person already resolved here
-    (``_report_outcome`` raises it before writing; ``report_outcome`` handles it)."""
+    (:func:`land_outcome` raises it before writing; :func:`resolution_after_person`
+    records it, in a transaction of its own)."""
 
 
 def _int_or_zero(value: int) -> int:
@@ -697,51 +767,3 @@ def _receipt_head(payload: Receipt) -> dict[str, int | str]:
     ``executor_head`` row keep it."""
     head: AuditHead = payload.audit_head
     return {"seq": head.seq, "hash": head.hash}
-
-
-@dataclass(frozen=True, slots=True)
-class _RefusalNote:
-    """What a refusal receipt says, checked: exists only for a receipt fit to be a note."""
-
-    approval_id: str
-    action_hash: str | None
-    refusal_code: str
-    detail: str
-    executor: str
-    at: int
-
-
-def _refusal_note(payload: Receipt) -> _RefusalNote:
-    """The note a verified receipt makes, or refuse it (E_RECEIPT): what a note may say,
-    beyond what a valid receipt says."""
-
-    def refuse(why: str) -> Refusal:
-        return Refusal(ErrorCode.E_RECEIPT, f"not a refusal receipt: {why}", 422)
-
-    if payload.outcome != "refused":
-        raise refuse("its outcome must be 'refused' (other outcomes go to /v1/outcomes)")
-    code = payload.refusal_code
-    if code is None or code not in _NOTE_CODES:
-        raise refuse(
-            "refusal_code must be one an executor reports before the consume: "
-            + ", ".join(sorted(_NOTE_CODES))
-        )
-    if payload.approval_id is None:
-        raise refuse("approval_id must name the approval (its signature verified)")
-    executor = payload.executor
-    # Not held to this checkpoint's audience, unlike an outcome: an executor configured
-    # for another audience is what E_AUDIENCE reports, and the note changes nothing.
-    if not 1 <= len(executor) <= _tx.EXECUTOR_MAX:
-        raise refuse(f"executor must name the executor (1 to {_tx.EXECUTOR_MAX} characters)")
-    if not executor.isprintable():
-        raise refuse("executor must be printable text")
-    if payload.at > _tx.AT_MAX:
-        raise refuse("at must be the time of the refusal (Unix seconds, before the year 10000)")
-    return _RefusalNote(
-        payload.approval_id,
-        payload.action_hash,
-        code,
-        views.shown(payload.detail),
-        executor,
-        payload.at,
-    )

@@ -33,6 +33,7 @@ from sqlalchemy.engine import Connection
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
+from airlock.api import BODY_MAX_BYTES
 from airlock.protocol import ACTION_MAX_BYTES, Refused, loads_strict
 
 from ._front import Front, token_key
@@ -46,6 +47,7 @@ from .schemas import (
     AuditOut,
     EditIn,
     ErrorBody,
+    ErrorDetail,
     FeedOut,
     LoginIn,
     LoginOut,
@@ -54,6 +56,9 @@ from .schemas import (
     ProposalList,
     ProposalOut,
     ProposalState,
+    ReceiptOut,
+    ReceiptsIn,
+    ReceiptsOut,
     RefusalIn,
     RejectIn,
     ResolveIn,
@@ -73,7 +78,7 @@ _AUDIENCE: Final = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$"
 _SUBMIT_MAX_BYTES: Final = 4 * ACTION_MAX_BYTES
 #: Every request body, read before the caller is authenticated. The largest one sent in
 #: earnest is an outcome whose receipt payload is at its 64 KiB cap: ~88 KiB in base64.
-_BODY_MAX_BYTES: Final = 128 * 1024
+_BODY_MAX_BYTES: Final = BODY_MAX_BYTES
 _MAX_SAFE: Final = 2**53 - 1
 
 
@@ -556,6 +561,40 @@ def report_refusal(request: Request, bearer: Deferred, body: RefusalIn) -> Propo
     does not change."""
     caller = _look_up(request, bearer.token, bearer.activity, False)
     return _service(request).report_refusal(caller, body.receipt)
+
+
+@router.post("/v1/receipts", tags=["executor"])
+def report_receipts(request: Request, bearer: Deferred, body: ReceiptsIn) -> ReceiptsOut:
+    """Up to 50 receipts in one request, each ``outcome`` or ``refusal`` as its own
+    endpoint takes it; each recorded or refused on its own, and answered, in order, with
+    the status and error its own endpoint would have given (never the proposal)."""
+    caller = _look_up(request, bearer.token, bearer.activity, False)
+    answers = _service(request).report_receipts(
+        caller, [(item.kind, item.receipt) for item in body.receipts]
+    )
+    results = []
+    for answer in answers:
+        refusal = answer.refusal
+        if refusal is None:
+            results.append(ReceiptOut(status=answer.status))
+            continue
+        # Audited as its own endpoint's refusal is, after the batch's transaction.
+        _metrics(request).refusals.labels(refusal.code.value).inc()
+        write = _refusals(request).refused(
+            caller,
+            RefusedRequest(
+                by=caller.name, role=caller.role, code=refusal.code.value, request=_RECEIPTS
+            ),
+            token_key=getattr(request.state, "token_key", None),
+        )
+        if write is not None:
+            write()
+        error = ErrorDetail(code=refusal.code.value, message=refusal.message)
+        results.append(ReceiptOut(status=refusal.status, error=error))
+    return ReceiptsOut(results=results)
+
+
+_RECEIPTS: Final = "POST /v1/receipts"
 
 
 @router.get(

@@ -10,6 +10,8 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
 
+from airlock.api import RECEIPTS_MAX
+
 __all__ = [
     "PROPOSED_ACTION_SCHEMA",
     "RECEIPT_ENVELOPE_SCHEMA",
@@ -34,6 +36,10 @@ __all__ = [
     "PolicyOut",
     "ProposalList",
     "ProposalOut",
+    "ReceiptIn",
+    "ReceiptOut",
+    "ReceiptsIn",
+    "ReceiptsOut",
     "RefusalIn",
     "RejectIn",
     "RejectionOut",
@@ -352,6 +358,28 @@ class RefusalIn(_In):
     #: The executor's DSSE receipt of a refusal before consuming (verify steps 1-12):
     #: outcome ``refused``, its approval id and refusal code read from the signed payload.
     receipt: Receipt
+
+
+class ReceiptIn(_In):
+    #: Which endpoint takes it alone: ``outcome`` (/v1/outcomes) or ``refusal`` (/v1/refusals).
+    kind: Literal["outcome", "refusal"]
+    receipt: Receipt
+
+
+class ReceiptsIn(_In):
+    #: Each is recorded or refused on its own, in this order.
+    receipts: Annotated[list[ReceiptIn], Field(min_length=1, max_length=RECEIPTS_MAX)]
+
+
+class ReceiptOut(_Out):
+    #: The status its own endpoint would have answered; ``error`` for a refusal.
+    status: int
+    error: ErrorDetail | None = None
+
+
+class ReceiptsOut(_Out):
+    #: One per receipt sent, in the same order.
+    results: list[ReceiptOut]
 
 
 class LoginIn(_In):

@@ -42,7 +42,7 @@ from airlock.protocol import (
 )
 from airlock.store import Prepared
 
-from . import _tx, editing, feed, reports, routing, toolcalls, views
+from . import _tx, batches, editing, feed, reports, routing, toolcalls, views
 from ._db import Database
 from ._tx import FEED_SEQ_PER_SECOND, CheckpointConfig
 from .auth import Principal, touch_session
@@ -740,6 +740,12 @@ class Checkpoint:
     def report_refusal(self, principal: Principal, receipt: Mapping[str, Any]) -> ProposalOut:
         """See :func:`services.checkpoint.reports.report_refusal`."""
         return reports.report_refusal(self, principal, receipt)
+
+    def report_receipts(
+        self, principal: Principal, receipts: Sequence[tuple[str, Mapping[str, Any]]]
+    ) -> list[batches.Answer]:
+        """See :func:`services.checkpoint.batches.report_receipts`."""
+        return batches.report_receipts(self, principal, receipts)
 
     def get(self, principal: Principal, proposal_id: str) -> ProposalOut:
         return views.get(self, principal, proposal_id)

@@ -1,8 +1,11 @@
 """The outbox: the executor's receipts to the checkpoint, each until accepted or refused.
 
 :class:`OutboxReporter` posts the receipts of terminal outcomes (committed with the
-outcome, in the ledger or the resolutions table) to ``POST /v1/outcomes`` and records
-each accepted or permanently refused one in the insert-only ``executor_deliveries``;
+outcome, in the ledger or the resolutions table) and of refusals before the consume, up
+to ``RECEIPTS_MAX`` a request, to ``POST /v1/receipts`` (one by one to ``POST
+/v1/outcomes`` and ``POST /v1/refusals`` of a checkpoint without it), judges the answer
+to each as the answer to its own POST, and records each accepted or permanently refused
+one in the insert-only ``executor_deliveries``;
 terminal ledger rows are never touched. What is still to post is read from the
 ``executor_outbox`` queue, which the outcome's own transaction fills and the delivery's
 empties, so a flush costs what is pending, not the size of the ledger; at start the
@@ -23,10 +26,15 @@ misses the deadline or answers 5xx/429 is retried with a capped exponential back
 401/403 raises :class:`~services.executor.errors.CheckpointUnauthorized`. A receipt the
 checkpoint fails alone (a 500 for it, the others accepted) backs off alone: receipts go
 in queue order, but none waits behind another except a resolution behind its outcome.
+A batch's whole answer counts for each receipt in it: a 500 is each one's 500, a 503
+or no answer the checkpoint's.
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
+import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -37,13 +45,25 @@ import httpx
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from airlock.api import OUTCOMES_PATH, REFUSALS_PATH, ReceiptReport
+from airlock import apiclient
+from airlock.api import (
+    BODY_MAX_BYTES,
+    OUTCOMES_PATH,
+    RECEIPTS_MAX,
+    RECEIPTS_PATH,
+    REFUSALS_PATH,
+    ReceiptAnswer,
+    ReceiptAnswers,
+    ReceiptReport,
+    receipts_body,
+)
 from airlock.httpdeadline import within
 from airlock.ledger import insert_ignore, reportable_refusal
 from airlock.store import Prepared, read_transaction
 
 from ._http import (
     ANSWER_DEADLINE_S,
+    ANSWER_MAX_BYTES,
     Backoff,
     Idle,
     Transient,
@@ -308,7 +328,7 @@ class _Retry:
 
 
 class OutboxReporter:
-    """Delivers receipts to ``POST /v1/outcomes`` until each is accepted or refused.
+    """Delivers receipts to ``POST /v1/receipts`` until each is accepted or refused.
 
     A receipt the checkpoint fails (a 500, say) waits out its own capped exponential
     backoff while the receipts behind it are delivered, so one it keeps failing blocks
@@ -318,7 +338,8 @@ class OutboxReporter:
     backoff: a down checkpoint gets a request per backoff, not one per receipt.
 
     Each POST must be answered (status line and headers) within ``answer_deadline_s`` of
-    its start; at most ``retry_max`` receipts' own backoffs are remembered.
+    its start; at most ``retry_max`` receipts' own backoffs are remembered; a request
+    carries at most ``per_request`` receipts.
     """
 
     def __init__(
@@ -335,9 +356,13 @@ class OutboxReporter:
         batch: int = 50,
         answer_deadline_s: float = ANSWER_DEADLINE_S,
         retry_max: int = RETRY_MAX,
+        per_request: int = RECEIPTS_MAX,
     ) -> None:
         if answer_deadline_s <= 0 or retry_max <= 0:
             raise ValueError("answer_deadline_s and retry_max must be positive")
+        if not 1 <= per_request <= RECEIPTS_MAX:
+            raise ValueError(f"per_request must be 1 to {RECEIPTS_MAX}")
+        self._per_request = per_request
         self._engine = engine
         self._deadline = answer_deadline_s
         self._retry_max = retry_max
@@ -356,8 +381,10 @@ class OutboxReporter:
         # Each endpoint's URL joined to the client's base URL once, as httpx joins it: a
         # relative path is parsed and joined again on every request otherwise.
         self._urls = {
-            path: client.build_request("POST", path).url for path in (OUTCOMES_PATH, REFUSALS_PATH)
+            path: client.build_request("POST", path).url
+            for path in (OUTCOMES_PATH, REFUSALS_PATH, RECEIPTS_PATH)
         }
+        self._batched = True  # until the checkpoint says it has no POST /v1/receipts
 
     @property
     def backing_off(self) -> int:
@@ -375,12 +402,7 @@ class OutboxReporter:
         """
         if self._backoff.failures and not self.due():
             return 0
-        if not self._requeued:
-            with self._engine.begin() as conn:
-                queued = requeue_undelivered(conn)
-            if queued:
-                _log.info("re-queued %d undelivered receipts", queued)
-            self._requeued = True
+        self._requeue_once()
         budget = _MAX_BATCHES * self._batch  # POSTs per flush: the feed is not starved
         recorded, in_a_row = 0, 0
 
@@ -394,20 +416,29 @@ class OutboxReporter:
 
         def post_all(items: Iterable[PendingReceipt]) -> bool | None:
             nonlocal budget, recorded, in_a_row
-            outcome_recorded = False
-            for item in items:
-                if budget <= 0:
+            outcome_recorded, queue = False, iter(items)
+            while budget > 0:
+                # One request for up to a batch's worth; one receipt each to a checkpoint
+                # that takes them one at a time (and so stops at the first failures).
+                size = min(budget, self._per_request if self._batched else 1)
+                chunk = list(itertools.islice(queue, size))
+                if not chunk:
                     break
-                budget -= 1
-                ok = self._attempt(item)
-                if ok is None:
-                    return None
-                recorded += ok
-                in_a_row = 0 if ok else in_a_row + 1
+                results = self._send(chunk)
+                if len(results) < len(chunk):
+                    # The checkpoint has no batch endpoint: the rest go one by one.
+                    queue = itertools.chain(chunk[len(results) :], queue)
+                    chunk = chunk[: len(results)]
+                budget -= len(chunk)
+                if None in results:
+                    return None  # the whole checkpoint is failing: paused
+                for item, ok in zip(chunk, results, strict=True):
+                    recorded += bool(ok)
+                    in_a_row = 0 if ok else in_a_row + 1
+                    outcome_recorded |= bool(ok) and item.kind == "outcome"
                 if in_a_row >= _FAILURES_IN_A_ROW:
                     self._pause(f"{in_a_row} receipts in a row not delivered")
                     return None
-                outcome_recorded |= bool(ok) and item.kind == "outcome"
             return outcome_recorded
 
         # One pass through the queue in order: fresh receipts are posted as they come,
@@ -464,11 +495,22 @@ class OutboxReporter:
         self._next = min([self._mono() + self._sweep_every, *(r.due for r in self._retry.values())])
         return recorded
 
-    def _attempt(self, item: PendingReceipt) -> int | None:
-        """Post one receipt: 1 recorded, 0 backing off on its own, None if the whole
-        checkpoint is failing (the flush ends; the shared backoff is set)."""
+    def _requeue_once(self) -> None:
+        """At the first flush: queue what the ledger shows undelivered and the queue lacks."""
+        if self._requeued:
+            return
+        with self._engine.begin() as conn:
+            queued = requeue_undelivered(conn)
+        if queued:
+            _log.info("re-queued %d undelivered receipts", queued)
+        self._requeued = True
+
+    def _account(self, item: PendingReceipt, deliver: Callable[[], None]) -> int | None:
+        """Deliver one receipt (``deliver`` posts it, or judges its answer): 1 recorded,
+        0 backing off on its own, None if the whole checkpoint is failing (the flush
+        ends; the shared backoff is set)."""
         try:
-            self._deliver(item)
+            deliver()
         except Unavailable as exc:
             self._pause(str(exc))
             return None
@@ -502,7 +544,101 @@ class OutboxReporter:
             delay,
         )
 
+    def _send(self, chunk: Sequence[PendingReceipt]) -> list[int | None]:
+        """Deliver ``chunk``: in one request each (``POST /v1/receipts``, cut to the
+        checkpoint's body cap), or one by one to a checkpoint without it. What
+        :meth:`_account` says of each receipt."""
+        if not self._batched:
+            return [self._account(item, functools.partial(self._deliver, item)) for item in chunk]
+        results: list[int | None] = []
+        bodies: list[tuple[PendingReceipt, bytes]] = []
+        size = 0
+        for item in chunk:
+            try:
+                body = ReceiptReport.of(item.receipt).to_batch_item(_KIND[item.kind])
+            except ValueError as exc:
+                # Written by this executor as an envelope; one that no longer reads as
+                # one is never sent (the checkpoint would refuse it) and waits, logged.
+                if bodies:  # the answers stay in the chunk's order
+                    answered = self._post_batch(bodies)
+                    if answered is None:
+                        return results  # fewer than asked: the caller posts the rest alone
+                    results += answered
+                    bodies, size = [], 0
+                results.append(self._account(item, _raising(f"the stored receipt is {exc}")))
+                continue
+            if bodies and size + len(body) + 1 > _BATCH_BYTES:
+                answered = self._post_batch(bodies)
+                if answered is None:
+                    return results
+                results += answered
+                bodies, size = [], 0
+            bodies.append((item, body))
+            size += len(body) + 1
+        if bodies:
+            results += self._post_batch(bodies) or []
+        return results
+
+    def _post_batch(
+        self, bodies: Sequence[tuple[PendingReceipt, bytes]]
+    ) -> list[int | None] | None:
+        """Post receipts in one request; judge each one's answer as its own POST's. None:
+        the checkpoint has no ``POST /v1/receipts`` (nothing was judged)."""
+        items = [item for item, _ in bodies]
+        until = self._mono() + self._deadline
+        what = f"POST {RECEIPTS_PATH}"
+        try:
+            with (
+                self._idle(),
+                within(self._deadline),
+                self._client.stream(
+                    "POST",
+                    self._urls[RECEIPTS_PATH],
+                    content=receipts_body([body for _, body in bodies]),
+                    headers={"Content-Type": "application/json"},
+                ) as response,
+            ):
+                status = response.status_code
+                answer = apiclient.read_at_most(
+                    response, limit=_BATCH_ANSWER_MAX, until=until, monotonic=self._mono
+                )
+        except httpx.HTTPError as exc:
+            return self._each(items, Unavailable(f"{type(exc).__name__}: {exc}"))
+        check_auth(status, answer, what)
+        if status in (404, 405):
+            # A checkpoint older than the endpoint: one receipt a request from now on
+            # (the caller posts these again so, as the rest).
+            _log.info("the checkpoint has no %s; posting one receipt a request", what)
+            self._batched = False
+            return None
+        if status == 200:
+            try:
+                answers = ReceiptAnswers.model_validate_json(answer).results
+            except ValueError:
+                answers = []
+            if len(answers) != len(items):
+                return self._each(items, Unavailable(f"HTTP 200 not an answer to {what}"))
+            return [
+                self._account(item, functools.partial(self._judge, item, a.status, _body(a)))
+                for item, a in zip(items, answers, strict=True)
+            ]
+        if status in _SERVER_NOT_NOW or status < 400:
+            return self._each(items, Unavailable(f"HTTP {status} {error_code(status, answer)}"))
+        if status in _ITEM_NOT_NOW or status >= 500:
+            # As a single POST's 5xx: each receipt waits out its own backoff.
+            return self._each(items, Transient(f"HTTP {status} {error_code(status, answer)}"))
+        # The batch as a whole refused (413, 422): each alone gets its own answer.
+        return [self._account(item, functools.partial(self._deliver, item)) for item in items]
+
+    def _each(self, items: Sequence[PendingReceipt], exc: Exception) -> list[int | None]:
+        """The same failure for every receipt of a request (one pause, if any)."""
+        if isinstance(exc, Unavailable):
+            self._pause(str(exc))
+            return [None] * len(items)
+        return [self._account(item, _raising(str(exc), type(exc))) for item in items]
+
     def _deliver(self, item: PendingReceipt) -> None:
+        """Post one receipt to its own endpoint and judge the answer."""
         try:
             body = ReceiptReport.of(item.receipt).to_json_bytes()
         except ValueError as exc:
@@ -529,6 +665,12 @@ class OutboxReporter:
         except httpx.HTTPError as exc:
             # No answer: the checkpoint (or the way to it) is down, not this receipt.
             raise Unavailable(f"{type(exc).__name__}: {exc}") from None
+        self._judge(item, status, answer)
+
+    def _judge(self, item: PendingReceipt, status: int, answer: bytes) -> None:
+        """Record the checkpoint's answer to one receipt (``status``, and ``answer``: its
+        body, or its item of a batch's as ``{"error": …}``), or raise to retry it."""
+        path = REFUSALS_PATH if item.kind == "refusal" else OUTCOMES_PATH
         check_auth(status, answer, f"POST {path}")
         if status == 200:
             self._fp.hit("after_outcome_post")
@@ -609,6 +751,33 @@ class OutboxReporter:
             # attempt) must stay.
             conn.execute(insert_ignore(conn, deliveries), records)
             conn.execute(_DEQUEUE, records)
+
+
+#: The ``kind`` of a queued receipt's item in ``POST /v1/receipts``: the endpoint that
+#: takes it alone (a resolution is an outcome).
+_KIND: Final = {"outcome": "outcome", "resolution": "outcome", "refusal": "refusal"}
+#: A batch's items' bytes, at most: the checkpoint's body cap, less the wrapper's.
+_BATCH_BYTES: Final = BODY_MAX_BYTES - 64
+#: A batch's answer, read at most: a short answer per receipt, a refusal's message in it.
+_BATCH_ANSWER_MAX: Final = 4 * ANSWER_MAX_BYTES
+
+
+def _raising(message: str, kind: type[Exception] = Transient) -> Callable[[], None]:
+    def fail() -> None:
+        raise kind(message)
+
+    return fail
+
+
+def _body(answer: ReceiptAnswer) -> bytes:
+    """A batch's answer to one receipt as its own endpoint's body would have been (what a
+    rejected receipt's delivery record keeps): ``{"error": …}``, or nothing."""
+    if answer.error is None:
+        return b""
+    error = {"code": answer.error.code, "message": answer.error.message}
+    return json.dumps(
+        {"error": error}, ensure_ascii=False, allow_nan=False, separators=(",", ":")
+    ).encode("utf-8")
 
 
 #: One attempt's queue row, by the fields of its delivery record.

@@ -90,8 +90,19 @@ class FakeCheckpoint:
     answer_for: dict[str, Any] = field(default_factory=dict)
     feed_requests: list[dict[str, str]] = field(default_factory=list)
     posted: list[dict[str, Any]] = field(default_factory=list)
+    #: Whether it takes ``POST /v1/receipts`` (False: a checkpoint from before it)
+    batches: bool = True
+    #: A status every ``POST /v1/receipts`` gets as a whole (None: an answer per item)
+    batch_status: int | None = None
+    #: The path of every POST, in order
+    requests: list[str] = field(default_factory=list)
 
     def handler(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "POST":
+            self.requests.append(request.url.path)
+        if request.url.path == "/v1/receipts" and self.batch_status is not None:
+            error = {"code": "E_INVALID", "message": "refused whole"}
+            return httpx.Response(self.batch_status, json={"error": error})
         if request.url.path == "/v1/feed":
             self.feed_requests.append(dict(request.url.params))
             answer: Any = self.pages.pop(0) if self.pages else {"items": [], "cursor": 0}
@@ -105,26 +116,53 @@ class FakeCheckpoint:
                 return httpx.Response(200, content=answer)
             after = int(request.url.params["after"])
             return httpx.Response(200, json={**answer, "cursor": max(answer["cursor"], after)})
+        if request.url.path == "/v1/receipts" and self.batches:
+            return self.batch(json.loads(request.content)["receipts"])
         if request.url.path == "/v1/outcomes":
-            self.posted.append(json.loads(request.content))
-            fixed = self.answer_for.get(posted_approval_id(self.posted[-1]))
-            if isinstance(fixed, Exception):
-                raise fixed
-            if isinstance(fixed, httpx.Response):
-                return fixed
-            if fixed is not None:
-                status = fixed
-            else:
-                status = self.outcome_status.pop(0) if self.outcome_status else 200
-            codes = {
-                401: "E_UNAUTHENTICATED",
-                404: "E_NOT_FOUND",
-                409: "E_STATE",
-                503: "E_UNAVAILABLE",
-            }
-            body = {} if status == 200 else {"error": {"code": codes.get(status, "E_X")}}
-            return httpx.Response(status, json=body)
+            return self.one(json.loads(request.content))
         return httpx.Response(404)
+
+    def batch(self, items: list[dict[str, Any]]) -> httpx.Response:
+        """Each receipt answered as alone; an answer about the whole server (a 401, a
+        503…, an exception, a scripted response) is the whole batch's."""
+        results = []
+        for item in items:
+            if item["kind"] != "outcome":  # it has no POST /v1/refusals
+                results.append({"status": 404, "error": None})
+                continue
+            fixed = self.answer_for.get(posted_approval_id(item))
+            if isinstance(fixed, httpx.Response):  # scripted: the whole answer
+                self.posted.append({"receipt": item["receipt"]})
+                return fixed
+            answer = self.one({"receipt": item["receipt"]})
+            if answer.status_code in (401, 403, 429, 502, 503, 504) or not answer.content:
+                return answer
+            body = answer.json()
+            if not isinstance(body, dict) or set(body) - {"error"}:
+                return answer
+            results.append({"status": answer.status_code, "error": body.get("error")})
+        return httpx.Response(200, json={"results": results})
+
+    def one(self, posted: dict[str, Any]) -> httpx.Response:
+        self.posted.append(posted)
+        fixed = self.answer_for.get(posted_approval_id(self.posted[-1]))
+        if isinstance(fixed, Exception):
+            raise fixed
+        if isinstance(fixed, httpx.Response):
+            return fixed
+        if fixed is not None:
+            status = fixed
+        else:
+            status = self.outcome_status.pop(0) if self.outcome_status else 200
+        codes = {
+            401: "E_UNAUTHENTICATED",
+            404: "E_NOT_FOUND",
+            409: "E_STATE",
+            503: "E_UNAVAILABLE",
+        }
+        code = codes.get(status, "E_X")
+        body = {} if status == 200 else {"error": {"code": code, "message": code.lower()}}
+        return httpx.Response(status, json=body)
 
 
 def posted_approval_id(body: dict[str, Any]) -> str:
@@ -885,6 +923,52 @@ def test_a_receipt_the_checkpoint_keeps_failing_does_not_hold_up_the_others(rig:
     assert rig.rows(outbox) == []
 
 
+def test_a_receipt_refused_for_good_between_two_delivered_ones_goes_in_the_same_request(
+    rig: Rig,
+) -> None:
+    first, refused, last = (_executed(rig, n, "fmix") for n in range(1, 4))
+    rig.fake.answer_for[refused] = 409
+    assert rig.reporter.flush() == 3
+    assert rig.fake.requests == ["/v1/receipts"]
+    assert [posted_approval_id(p) for p in rig.fake.posted] == [first, refused, last]
+    assert [
+        (r.approval_id, r.status, r.http_status, r.error_code) for r in rig.rows(deliveries)
+    ] == [
+        (first, "delivered", 200, None),
+        (refused, "rejected", 409, "E_STATE"),
+        (last, "delivered", 200, None),
+    ]
+    # Kept as the answer to a POST of its own would have been.
+    [row] = [r for r in rig.rows(deliveries) if r.status == "rejected"]
+    assert row.detail == '{"error":{"code":"E_STATE","message":"e_state"}}'
+    assert rig.rows(outbox) == []
+
+
+@pytest.mark.parametrize("status", [413, 422])
+def test_a_batch_refused_whole_is_posted_again_one_receipt_a_request(rig: Rig, status: int) -> None:
+    ids = [_executed(rig, n, f"fwhole{status}") for n in range(1, 3)]
+    rig.fake.batch_status = status
+    assert rig.reporter.flush() == 2
+    assert rig.fake.requests == ["/v1/receipts", "/v1/outcomes", "/v1/outcomes"]
+    assert [(r.approval_id, r.status) for r in rig.rows(deliveries)] == [
+        (aid, "delivered") for aid in ids
+    ]
+
+
+def test_receipts_go_at_most_per_request_a_request(rig: Rig) -> None:
+    rig.reporter = OutboxReporter(
+        engine=rig.env.engine, client=rig.client, clock=rig.env.clock, per_request=2
+    )
+    ids = [_executed(rig, n, "fcut") for n in range(1, 6)]
+    assert rig.reporter.flush() == 5
+    assert rig.fake.requests == ["/v1/receipts"] * 3
+    assert [posted_approval_id(p) for p in rig.fake.posted] == ids
+    with pytest.raises(ValueError, match="per_request"):
+        OutboxReporter(
+            engine=rig.env.engine, client=rig.client, clock=rig.env.clock, per_request=51
+        )
+
+
 def test_a_receipt_another_executor_delivered_is_no_longer_retried_here(rig: Rig) -> None:
     """Seen in review: a retry entry for a receipt another executor on the same ledger
     delivered meanwhile was never dropped, so its past due time kept ``due()`` true and
@@ -962,7 +1046,23 @@ def test_an_unreachable_checkpoint_ends_the_flush_at_the_first_receipt(
     assert rig.reporter.flush() == 3
 
 
+def test_a_checkpoint_failing_every_receipt_of_a_batch_is_paused_after_it(rig: Rig) -> None:
+    ids = [_executed(rig, n, "fall") for n in range(1, 7)]
+    for aid in ids:
+        rig.fake.answer_for[aid] = 500  # its database is down, say
+    assert rig.reporter.flush() == 0
+    assert [posted_approval_id(p) for p in rig.fake.posted] == ids  # one request
+    assert rig.reporter.backing_off == 6
+    assert rig.reporter.flush() == 0
+    assert len(rig.fake.posted) == 6  # paused as a whole
+    rig.fake.answer_for.clear()
+    rig.mono[0] += 60
+    assert rig.reporter.flush() == 6
+    assert rig.reporter.backing_off == 0
+
+
 def test_a_checkpoint_failing_every_receipt_is_paused_after_a_few(rig: Rig) -> None:
+    rig.fake.batches = False  # one receipt a request: the flush stops at the third
     ids = [_executed(rig, n, "fall") for n in range(1, 7)]
     for aid in ids:
         rig.fake.answer_for[aid] = 500  # its database is down, say
@@ -1197,6 +1297,7 @@ def test_an_endless_answer_to_a_receipt_is_read_no_further_than_a_cap(
     rig: Rig, status: int
 ) -> None:
     """Seen in review: the outbox read the checkpoint's whole answer to each POST."""
+    rig.fake.batches = False  # one receipt a request (a batch's: the next test)
     b = make_test_bundle(1, tag=f"fendless{status}")
     rig.env.cloud.add("ecs.instance", b.resource_id, "Running")
     rig.executor.execute(b.raw)
@@ -1213,6 +1314,20 @@ def test_an_endless_answer_to_a_receipt_is_read_no_further_than_a_cap(
         assert [(r.status, r.http_status) for r in recorded] == [("delivered", 200)]
     else:
         assert recorded == []
+
+
+def test_an_endless_answer_to_a_batch_is_read_no_further_than_a_cap_and_records_nothing(
+    rig: Rig,
+) -> None:
+    b = make_test_bundle(1, tag="fendlessbatch")
+    rig.env.cloud.add("ecs.instance", b.resource_id, "Running")
+    rig.executor.execute(b.raw)
+    body = EndlessBody(fill=b"x")
+    rig.fake.answer_for[b.approval_id] = httpx.Response(200, content=body)
+    # A 200 that is no answer per receipt says nothing of any: the whole checkpoint waits.
+    assert rig.reporter.flush() == 0
+    assert body.consumed <= 1 << 20
+    assert rig.rows(deliveries) == []
 
 
 def test_a_refusal_answer_with_control_characters_is_recorded_escaped(rig: Rig) -> None:
@@ -1296,6 +1411,7 @@ def test_an_answer_to_a_receipt_dripped_a_byte_at_a_time_is_given_up_after_a_dea
 ) -> None:
     """Seen in review: the outbox read the answer to a receipt to its 64 KiB cap a chunk
     per read timeout, so a dripping answer held every receipt queued behind it."""
+    rig.fake.batches = False  # one receipt a request: a batch's answer is read whole
     b = make_test_bundle(1, tag=f"fdrip{status}")
     rig.env.cloud.add("ecs.instance", b.resource_id, "Running")
     rig.executor.execute(b.raw)
@@ -1405,7 +1521,10 @@ def test_a_checkpoint_dripping_the_head_of_its_answer_to_a_receipt_is_given_up_a
     env.cloud.add("ecs.instance", b.resource_id, "Running")
     env.executor.execute(b.raw)
     mono = [0.0]
-    answers = [Answer(dripped=_DRIPPED_HEAD, byte_every_s=_DRIP_EVERY_S), ok_json(b"{}")]
+    answers = [
+        Answer(dripped=_DRIPPED_HEAD, byte_every_s=_DRIP_EVERY_S),
+        ok_json(b'{"results":[{"status":200}]}'),
+    ]
     with (
         serving_drips(answers) as server,
         checkpoint_client(server.url, "executor-token", poll_wait_s=1) as client,
@@ -1433,7 +1552,7 @@ def test_a_checkpoint_dripping_the_head_of_its_answer_to_a_receipt_is_given_up_a
             [row] = conn.execute(sa.select(deliveries)).all()
             assert conn.execute(sa.select(outbox)).all() == []
         assert (row.approval_id, row.status, row.http_status) == (b.approval_id, "delivered", 200)
-        assert server.requests == [b"POST /v1/outcomes HTTP/1.1"] * 2
+        assert server.requests == [b"POST /v1/receipts HTTP/1.1"] * 2
 
 
 def test_an_answer_to_a_receipt_whose_body_drips_past_the_deadline_is_decided_by_its_status(
@@ -1753,8 +1872,8 @@ def test_no_receipt_goes_out_before_the_feed_has_answered_once(env: Env) -> None
         )
     finally:
         client.close()
-    assert "/v1/outcomes" in asked, asked
-    before = asked[: asked.index("/v1/outcomes")]
+    assert "/v1/receipts" in asked, asked
+    before = asked[: asked.index("/v1/receipts")]
     assert before == ["/v1/feed"] * 4  # three unanswered, then the one that checked
 
 

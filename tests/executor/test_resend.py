@@ -275,7 +275,8 @@ def test_a_late_record_of_an_earlier_attempt_keeps_a_resend_queued_meanwhile(rig
         # While this POST is in flight: the other executor is refused, an operator resends.
         assert fast.flush() == 1
         rig.resend(aid)
-        return httpx.Response(422, json={"error": {"code": "E_RECEIPT"}})
+        error = {"code": "E_RECEIPT", "message": "x"}
+        return httpx.Response(200, json={"results": [{"status": 422, "error": error}]})
 
     slow = _reporter(rig.env, slow_answer, rig.mono)
     assert slow.flush() == 1

@@ -204,7 +204,7 @@ def test_a_missing_key_file_at_start_does_not_stop_receipt_delivery(
     def checkpoint(request: httpx.Request) -> httpx.Response:
         posted.append(request.content)
         shutdown.request()
-        return httpx.Response(200, json={})
+        return httpx.Response(200, json={"results": [{"status": 200}]})
 
     inbox = tmp_path / "inbox"
     inbox.mkdir()
@@ -221,4 +221,4 @@ def test_a_missing_key_file_at_start_does_not_stop_receipt_delivery(
     [body] = posted
     with executor.engine.connect() as conn:
         receipt = conn.execute(sa.select(ledger.c.receipt)).scalar_one()
-    assert json.loads(body) == {"receipt": json.loads(receipt)}
+    assert json.loads(body) == {"receipts": [{"kind": "outcome", "receipt": json.loads(receipt)}]}
