@@ -487,13 +487,13 @@ def test_a_thousand_guesses_from_one_address_slow_it_and_never_keep_alice_out(
 ) -> None:
     """Five wrong passwords locked any known name for 15 minutes: anyone who could reach
     the sign-in could keep an approver out. Through the app (the client's address given
-    as a socket's would be), 1,000 wrong passwords for alice from 127.0.0.2, each tried first too early (refused 429
-    E_THROTTLED at once, Retry-After its delay) and then once the delay passed: every
-    delay is longer than the one before until it reaches the cap, the account is never
-    locked, and over real sockets (uvicorn on loopback) the attacker is still slowed and
-    alice signs in at once from 127.0.0.1. The attacker's address is in the
-    audit chain (each verified guess, and the tally of throttled ones) and in
-    ``airlock users sign-ins``' report."""
+    as a socket's would be), 1,000 wrong passwords for alice from 127.0.0.2, each tried
+    first too early (refused 429 E_THROTTLED at once, Retry-After its delay) and then
+    once the delay passed: every delay is longer than the one before until it reaches
+    the cap, the account is never locked, and over real sockets (uvicorn on loopback)
+    the attacker is still slowed and alice signs in at once from 127.0.0.1. The
+    attacker's address is in the audit chain (each verified guess, and the tally of
+    throttled ones) and in ``airlock users sign-ins``' report."""
     world = tmpfs_world
     alice_hash = world.password_hash("alice")
     verifies_before = world.hasher.verifies_of(alice_hash)
