@@ -567,7 +567,7 @@ def request_redelivery(
     or a receipt another request queued meanwhile, refuses the whole request
     (:class:`ResendRefused`, audited as ``executor.receipt_redelivery_refused``). A
     resolution queued with its outcome is posted only once the outcome's new attempt is
-    recorded (:func:`~services.executor.outbox.pending_receipts`).
+    recorded (:func:`~services.executor.receipt_queue.pending_receipts`).
     """
     return _request(
         engine,

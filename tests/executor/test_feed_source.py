@@ -59,7 +59,7 @@ from services.executor.models import (
     refusals,
     revocations,
 )
-from services.executor.outbox import pending_receipts, requeue_undelivered
+from services.executor.receipt_queue import pending_receipts, requeue_undelivered
 from services.executor.recover import execute_delivery, ledger_checked, recover_expired, run
 from services.executor.sources import Delivery
 from tests.support.dripping import Answer, ok_json, serving_drips

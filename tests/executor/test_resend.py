@@ -42,7 +42,7 @@ from services.executor.models import (
     resends,
     resolutions,
 )
-from services.executor.outbox import pending_receipts, requeue_undelivered
+from services.executor.receipt_queue import pending_receipts, requeue_undelivered
 
 from .conftest import Env
 from .support import (
