@@ -28,7 +28,6 @@ from prometheus_client import (
     Gauge,
     generate_latest,
 )
-from pydantic import TypeAdapter
 from sqlalchemy.engine import Connection
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
@@ -276,17 +275,6 @@ Deferred = Annotated[_Bearer, Depends(_deferred)]
 ProposalId = Annotated[str, PathParam(pattern=_PROPOSAL_ID)]
 
 
-_PROPOSAL_OUT: Final = TypeAdapter(ProposalOut)
-
-
-def _answer(record: ProposalOut) -> Response:
-    """``record`` as FastAPI answers a route's ``ProposalOut`` (``dump_json`` by alias),
-    serialized in the route's worker thread: a sync route that returns a model has
-    FastAPI validate it in a second worker-thread hop, which an instance of the model
-    does not need."""
-    return Response(_PROPOSAL_OUT.dump_json(record, by_alias=True), media_type="application/json")
-
-
 # -- health -----------------------------------------------------------------------------
 
 
@@ -424,10 +412,10 @@ def show_proposal(request: Request, caller: Caller, proposal_id: ProposalId) -> 
     return _service(request).get(caller, proposal_id)
 
 
-@router.post("/v1/proposals/{proposal_id}/approve", tags=["decisions"], response_model=ProposalOut)
+@router.post("/v1/proposals/{proposal_id}/approve", tags=["decisions"])
 def approve(
     request: Request, bearer: Deferred, proposal_id: ProposalId, body: ApproveIn
-) -> Response:
+) -> ProposalOut:
     """Vote to approve (approver). Quorum reached → the signed approval is issued."""
     accounts = _accounts(request)
 
@@ -450,7 +438,7 @@ def approve(
         raise
     if record.approval is not None and record.state == "approved":
         _metrics(request).approvals_issued.inc()
-    return _answer(record)
+    return record
 
 
 @router.post("/v1/proposals/{proposal_id}/edit", tags=["decisions"])
