@@ -25,7 +25,7 @@ from typing import Any, Final
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from airlock.store import AuditLog
 
@@ -113,13 +113,21 @@ def _together(
     if not items:
         return
     named = sorted({c.approval_id for _, c in items if isinstance(c, CheckedOutcome)})
-    with cp.engine.begin() as conn:
-        if named:
-            conn.execute(_LOCK_ROWS, {"ids": named})
-        # Held by the transaction, not a savepoint: a receipt rolled back keeps it.
-        AuditLog.lock(conn)
-        for i, item in items:
-            answers[i] = _one(conn, cp, principal, item, now)
+    try:
+        with cp.engine.begin() as conn:
+            if named:
+                conn.execute(_LOCK_ROWS, {"ids": named})
+            # Held by the transaction, not a savepoint: a receipt rolled back keeps it.
+            AuditLog.lock(conn)
+            for i, item in items:
+                answers[i] = _one(conn, cp, principal, item, now)
+    except Exception:
+        # The transaction failed (its commit, a lock, or a fault that ended it): none of
+        # these receipts is known recorded, so each answers 500 and is posted again. What
+        # a transaction before this one committed keeps its answers.
+        _log.exception("a batch's transaction failed; its receipts answer 500")
+        for i, _ in items:
+            answers[i] = _FAILED
 
 
 def _one(conn: Connection, cp: _tx.Parts, principal: Principal, item: _Checked, now: int) -> Answer:
@@ -140,13 +148,31 @@ def _one(conn: Connection, cp: _tx.Parts, principal: Principal, item: _Checked, 
         # judge if it is (as report_refusal). Anything else: as the handler failing.
         if isinstance(item, CheckedRefusal) and reports.refusal_kept(conn, item) is not None:
             return _ACCEPTED
+        if not _still_open(conn):
+            raise
         _log.exception("a receipt in a batch failed; the others are recorded")
         return _FAILED
+    except DBAPIError:
+        # The database's own fault (a full disk, I/O, a lost server): SQLite may have
+        # rolled back the whole transaction, and a later savepoint would then commit on
+        # its own. The group fails whole (see _together).
+        raise
     except Exception:
-        # Rolled back to its savepoint: the others go on. A fault of the transaction
-        # itself fails the commit, and the whole batch with it.
+        # Rolled back to its savepoint: the others go on, unless the transaction is gone.
+        if not _still_open(conn):
+            raise
         _log.exception("a receipt in a batch failed; the others are recorded")
         return _FAILED
+
+
+def _still_open(conn: Connection) -> bool:
+    """Is the batch's transaction still open, and usable, on the database's side?"""
+    raw = conn.connection.dbapi_connection
+    info = getattr(raw, "info", None)
+    status = getattr(info, "transaction_status", None)
+    if status is not None:  # psycopg: in a transaction, not one that failed
+        return getattr(status, "name", None) == "INTRANS"
+    return bool(getattr(raw, "in_transaction", False))  # sqlite3
 
 
 def _resolved_here(

@@ -288,3 +288,65 @@ def test_an_executor_resolution_contradicting_a_person_s_is_kept_and_answered_as
     assert response.json()["results"][0]["error"]["message"] == message
     assert _answers(_post(world, items)) == [(409, "E_RESOLUTION_CONFLICT"), (200, None)]
     assert len(audit_events(world, "checkpoint.executor_resolution")) == 1
+
+
+def test_a_full_disk_mid_batch_answers_no_receipt_recorded_that_was_not(
+    sqlite_world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite rolls back the whole transaction on a full disk (SQLITE_FULL), not only the
+    savepoint: the receipts before it were undone too, and a later savepoint would commit
+    on its own. Every receipt of that transaction answers 500; none is kept, none is
+    answered 200."""
+    world = sqlite_world
+    (a, a_id), (b, b_id), (c, c_id) = _three(world)
+    with world.checkpoint.engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE filler (v BLOB)")
+    record = reports.notify.record
+
+    def full(conn: Any, config: Any, proposal_id: str, *args: Any, **kwargs: Any) -> None:
+        if proposal_id == b["id"]:  # b's write does not fit on the disk
+            pages = conn.exec_driver_sql("PRAGMA page_count").scalar()
+            conn.exec_driver_sql(f"PRAGMA max_page_count = {pages + 2}")
+            try:
+                conn.exec_driver_sql("INSERT INTO filler VALUES (randomblob(1000000))")
+            finally:
+                conn.exec_driver_sql("PRAGMA max_page_count = 1073741823")
+        record(conn, config, proposal_id, *args, **kwargs)
+
+    monkeypatch.setattr(reports.notify, "record", full)
+    items = [_outcome(x, p["action_hash"]) for p, x in ((a, a_id), (b, b_id), (c, c_id))]
+    assert _answers(_post(world, items)) == [(500, None)] * 3
+    assert _rows(world, outcomes) == []
+    assert audit_events(world, "checkpoint.outcome.reported") == []
+    assert {_state(world, p["id"]) for p in (a, b, c)} == {"approved"}
+    # Posted again once the disk has room: each is recorded.
+    monkeypatch.setattr(reports.notify, "record", record)
+    assert _answers(_post(world, items)) == [(200, None)] * 3
+
+
+def test_a_failed_transaction_after_an_in_doubt_answers_only_its_receipts_500(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An in_doubt outcome splits the batch into transactions; one that fails after
+    another committed answers its own receipts 500 and keeps the others' answers: what is
+    answered 200 is what is recorded."""
+    from services.checkpoint import batches
+
+    (a, a_id), (b, b_id), (c, c_id) = _three(world)
+    lock, calls = batches.AuditLog.lock, []
+
+    def second_fails(conn: Any) -> None:
+        calls.append(1)
+        if len(calls) == 2:  # the transaction after the in_doubt's: a lock timeout, say
+            raise sa.exc.OperationalError("SELECT lock", {}, Exception("lock timeout"))
+        lock(conn)
+
+    monkeypatch.setattr(batches.AuditLog, "lock", staticmethod(second_fails))
+    items = [
+        _outcome(a_id, a["action_hash"]),
+        _outcome(b_id, b["action_hash"], "in_doubt"),
+        _outcome(c_id, c["action_hash"]),
+    ]
+    assert _answers(_post(world, items)) == [(200, None), (200, None), (500, None)]
+    assert sorted(r.approval_id for r in _rows(world, outcomes)) == sorted([a_id, b_id])
+    assert [_state(world, p["id"]) for p in (a, b, c)] == ["executed", "in_doubt", "approved"]
