@@ -505,12 +505,13 @@ def _devcloud_write_ms(stack: Stack, n: int = 100) -> float:
     return statistics.median(samples)
 
 
-def _floor_ms(stack: Stack, url: str, n: int = 100) -> float:
-    """The approval -> write path's floor, one item at a time: the live re-read
-    (DescribeInstances through the SDK), one durable single-row INSERT on the ledger's
-    database, then the write (StopInstance through the SDK) — what an execution must wait
-    on before its write, and nothing of Airlock's own. Median ms."""
-    reader, writer = stack.devcloud.reader(), stack.devcloud.writer()
+@contextmanager
+def _floor_rig(stack: Stack, url: str, n: int) -> Iterator[tuple[list[str], Callable[..., None]]]:
+    """``n`` running instances at devcloud, and a step that does to one of them what an
+    execution must wait on, with nothing of Airlock's own: the live re-read
+    (DescribeInstances through the SDK), a durable single-row INSERT on the ledger's kind
+    of database, the write (StopInstance through the SDK) and, with ``second``, a durable
+    UPDATE of that row (an execution's second commit)."""
     engine = make_engine(url)
     table = sa.Table(
         f"bench_floor_{uuid.uuid4().hex[:8]}",
@@ -521,52 +522,53 @@ def _floor_ms(stack: Stack, url: str, n: int = 100) -> float:
     ids = [f"i-floor{uuid.uuid4().hex[:10]}" for _ in range(n)]
     for rid in ids:
         stack.devcloud.admin.create_instance(rid, status="Running")
-    try:
-        table.create(engine)
-        samples = []
-        for rid in ids:
-            t0 = time.perf_counter()
-            if reader.get_state(stack.devcloud.region, "ecs.instance", rid) is None:
-                raise RuntimeError(f"floor: {rid} not found at devcloud")
-            with engine.begin() as conn:
-                conn.execute(table.insert().values(id=rid, v="x" * 200))
-            writer.stop_ecs(stack.devcloud.region, rid, stopped_mode="StopCharging")
-            samples.append((time.perf_counter() - t0) * 1000)
-        table.drop(engine)
-        return statistics.median(samples)
-    finally:
-        engine.dispose()
-
-
-def _floor_per_s(stack: Stack, url: str, threads: int = 4, n: int = 400) -> float:
-    """The burst's floor: ``threads`` side by side, each item a re-read, a durable INSERT,
-    the write and a durable UPDATE of its row (an execution's two commits), and nothing of
-    Airlock's own. Items per second."""
-    engine = make_engine(url)
-    table = sa.Table(
-        f"bench_floor_{uuid.uuid4().hex[:8]}",
-        sa.MetaData(),
-        sa.Column("id", sa.String(64), primary_key=True),
-        sa.Column("v", sa.Text, nullable=False),
-    )
-    ids = [f"i-flor{uuid.uuid4().hex[:10]}" for _ in range(n)]
-    for rid in ids:
-        stack.devcloud.admin.create_instance(rid, status="Running")
     region = stack.devcloud.region
 
-    def work(mine: list[str]) -> None:
-        reader, writer = stack.devcloud.reader(), stack.devcloud.writer()
-        for rid in mine:
-            if reader.get_state(region, "ecs.instance", rid) is None:
-                raise RuntimeError(f"floor: {rid} not found at devcloud")
-            with engine.begin() as conn:
-                conn.execute(table.insert().values(id=rid, v="x" * 200))
-            writer.stop_ecs(region, rid, stopped_mode="StopCharging")
+    def step(reader: Any, writer: Any, rid: str, *, second: bool) -> None:
+        if reader.get_state(region, "ecs.instance", rid) is None:
+            raise RuntimeError(f"floor: {rid} not found at devcloud")
+        with engine.begin() as conn:
+            conn.execute(table.insert().values(id=rid, v="x" * 200))
+        writer.stop_ecs(region, rid, stopped_mode="StopCharging")
+        if second:
             with engine.begin() as conn:
                 conn.execute(table.update().where(table.c.id == rid).values(v="y" * 200))
 
     try:
         table.create(engine)
+        yield ids, step
+        table.drop(engine)
+    finally:
+        engine.dispose()
+
+
+def _floor_ms(stack: Stack, url: str, n: int = 100) -> float:
+    """The approval -> write path's floor, one item at a time (a re-read, a durable
+    INSERT, the write): what an execution must wait on before its write. Median ms."""
+    reader, writer = stack.devcloud.reader(), stack.devcloud.writer()
+    samples = []
+    with _floor_rig(stack, url, n) as (ids, step):
+        for rid in ids:
+            t0 = time.perf_counter()
+            step(reader, writer, rid, second=False)
+            samples.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(samples)
+
+
+def _floor_per_s(stack: Stack, url: str, threads: int = 4, n: int = 400) -> float:
+    """The burst's floor: ``threads`` side by side, each item a re-read, a durable INSERT,
+    the write and a durable UPDATE (an execution's two commits). Items per second."""
+    failures: list[BaseException] = []
+    with _floor_rig(stack, url, n) as (ids, step):
+
+        def work(mine: list[str]) -> None:
+            reader, writer = stack.devcloud.reader(), stack.devcloud.writer()
+            try:
+                for rid in mine:
+                    step(reader, writer, rid, second=True)
+            except BaseException as exc:  # reported by the caller, below
+                failures.append(exc)
+
         workers = [threading.Thread(target=work, args=(ids[i::threads],)) for i in range(threads)]
         t0 = time.perf_counter()
         for worker in workers:
@@ -574,10 +576,9 @@ def _floor_per_s(stack: Stack, url: str, threads: int = 4, n: int = 400) -> floa
         for worker in workers:
             worker.join()
         elapsed = time.perf_counter() - t0
-        table.drop(engine)
-        return n / elapsed
-    finally:
-        engine.dispose()
+    if failures:
+        raise RuntimeError(f"the burst's floor failed: {failures[0]!r}")
+    return n / elapsed
 
 
 def _libpq(url: str) -> str:
