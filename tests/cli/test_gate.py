@@ -157,7 +157,10 @@ def test_status_recover_and_resolve_settle_an_interrupted_call(
 ) -> None:
     fake = FakeCheckpoint(auto_approve=True)
     with fake.serve() as url:
-        config = gate_files(tmp_path, checkpoint_url=url, ledger_url=sqlite_url, lease_seconds=1)
+        # A short lease, so recovery may take the row over soon after the crash; long
+        # enough that a loaded machine does not lose it between the claim and the call
+        # (1 s did, in a full suite at load 5-7: fenced, refused, never called).
+        config = gate_files(tmp_path, checkpoint_url=url, ledger_url=sqlite_url, lease_seconds=4)
         fake.receipt_keys = ReceiptSigner.from_file(config.receipt_key).key_set()
         values = workers.config_values(config)
         env = _gate_env(values)
@@ -172,7 +175,7 @@ def test_status_recover_and_resolve_settle_an_interrupted_call(
         assert crashed.exitcode == -signal.SIGKILL
         assert workers.counted(counter) == ["refund:order-9"]
 
-        # The lease (1 s) must end before recovery may take the row over: poll, bounded.
+        # The lease (4 s) must end before recovery may take the row over: poll, bounded.
         def recovered() -> str | None:
             result = airlock("gate", "recover", env=env)
             assert result.exit_code == 0, result.output
