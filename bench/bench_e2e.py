@@ -469,15 +469,20 @@ def _sign_verify_us() -> float:
     return statistics.median(rounds)
 
 
-def _insert_ms(url: str) -> float:
-    """One durable single-row INSERT, its own transaction, as the ledger's engine does it."""
-    engine = make_engine(url)
-    table = sa.Table(
-        f"bench_bare_{uuid.uuid4().hex[:8]}",
+def _bare_table(prefix: str) -> sa.Table:
+    """A table of its own for the bare primitives: a key and a value, named afresh."""
+    return sa.Table(
+        f"{prefix}_{uuid.uuid4().hex[:8]}",
         sa.MetaData(),
         sa.Column("id", sa.String(64), primary_key=True),
         sa.Column("v", sa.Text, nullable=False),
     )
+
+
+def _insert_ms(url: str) -> float:
+    """One durable single-row INSERT, its own transaction, as the ledger's engine does it."""
+    engine = make_engine(url)
+    table = _bare_table("bench_bare")
     try:
         table.create(engine)
         samples = []
@@ -513,12 +518,7 @@ def _floor_rig(stack: Stack, url: str, n: int) -> Iterator[tuple[list[str], Call
     of database, the write (StopInstance through the SDK) and, with ``second``, a durable
     UPDATE of that row (an execution's second commit)."""
     engine = make_engine(url)
-    table = sa.Table(
-        f"bench_floor_{uuid.uuid4().hex[:8]}",
-        sa.MetaData(),
-        sa.Column("id", sa.String(64), primary_key=True),
-        sa.Column("v", sa.Text, nullable=False),
-    )
+    table = _bare_table("bench_floor")
     ids = [f"i-floor{uuid.uuid4().hex[:10]}" for _ in range(n)]
     for rid in ids:
         stack.devcloud.admin.create_instance(rid, status="Running")
