@@ -21,19 +21,12 @@ from services.agent.client import HttpCheckpointClient
 from services.agent.errors import CheckpointUnavailable
 from services.agent.service import build_agent
 from tests.executor.support import InMemoryCloud
-from tests.support.dripping import Answer, ok_json, serving_drips
+from tests.support.dripping import DRIPPED_HEAD, GIVE_UP_SLACK_S, ok_json, serving_drips
 from tests.support.tls import make_ca
 
 ACCOUNT = "5123456789012345"
-#: A status line and a header that never end: a byte every ``_DRIP_EVERY_S``, well inside
-#: the client's timeout per read, so only a deadline on the whole attempt gives up on them.
-#: The server sends these 30 bytes (6 s) and closes: without the deadline a test here
-#: fails by the time it took, and still ends by itself.
-_DRIPPED = Answer(dripped=b"HTTP/1.1 200 OK\r\nX-Drip: .....", byte_every_s=0.2)
 _EMPTY_PAGE = ok_json(b'{"items": [], "next_before": null}')
 _TIMEOUT_S = 1.5
-#: Time allowed past the deadlines for the give-up itself (a loaded CI runner).
-_SLACK_S = 1.5
 _PROXY_VARIABLES = (
     "http_proxy",
     "https_proxy",
@@ -67,7 +60,7 @@ def _settings(url: str, attempts: int, ca_file: Path | None = None) -> AgentSett
 
 def test_a_checkpoint_dripping_its_answers_is_given_up_at_each_deadline_and_retried() -> None:
     sleeps: list[float] = []
-    with serving_drips([_DRIPPED, _DRIPPED, _EMPTY_PAGE]) as server:
+    with serving_drips([DRIPPED_HEAD, DRIPPED_HEAD, _EMPTY_PAGE]) as server:
         agent = build_agent(
             _settings(server.url, attempts=2), reader=InMemoryCloud(), sleep=sleeps.append
         )
@@ -78,7 +71,7 @@ def test_a_checkpoint_dripping_its_answers_is_given_up_at_each_deadline_and_retr
             with pytest.raises(CheckpointUnavailable, match=r"after 2 attempts \(ReadTimeout"):
                 list(client.proposals(account=ACCOUNT, state="pending"))
             took = time.monotonic() - started
-            assert 2 * _TIMEOUT_S <= took < 2 * _TIMEOUT_S + _SLACK_S
+            assert 2 * _TIMEOUT_S <= took < 2 * _TIMEOUT_S + GIVE_UP_SLACK_S
             assert sleeps == [0.5]  # backed off between them, as for a checkpoint that is down
             # A checkpoint that answers in time is read as before, over the same client.
             assert list(client.proposals(account=ACCOUNT, state="pending")) == []
@@ -93,7 +86,7 @@ def test_a_proxy_from_the_environment_dripping_its_answer_is_given_up_at_the_dea
 ) -> None:
     """The agent keeps httpx's ``trust_env``, so it follows ``HTTP_PROXY``: the deadline
     bounds the connection httpx's proxy pool makes as it does the direct one."""
-    with serving_drips([_DRIPPED, _EMPTY_PAGE]) as proxy:
+    with serving_drips([DRIPPED_HEAD, _EMPTY_PAGE]) as proxy:
         monkeypatch.setenv("HTTP_PROXY", proxy.url)
         agent = build_agent(
             _settings("http://checkpoint.invalid", attempts=1),
@@ -107,7 +100,7 @@ def test_a_proxy_from_the_environment_dripping_its_answer_is_given_up_at_the_dea
             with pytest.raises(CheckpointUnavailable, match=r"after 1 attempts \(ReadTimeout"):
                 list(client.proposals(account=ACCOUNT, state="pending"))
             took = time.monotonic() - started
-            assert _TIMEOUT_S <= took < _TIMEOUT_S + _SLACK_S
+            assert _TIMEOUT_S <= took < _TIMEOUT_S + GIVE_UP_SLACK_S
             assert list(client.proposals(account=ACCOUNT, state="pending")) == []
         finally:
             client.close()
@@ -123,7 +116,7 @@ def test_a_checkpoint_dripping_its_answer_over_tls_is_given_up_at_the_deadline_v
     """The deadline wraps the TLS stream too and changes nothing in what is trusted: a
     certificate of another CA is refused before the token goes out."""
     ca, other = make_ca(tmp_path / "pki", "ca"), make_ca(tmp_path / "other-pki", "other-ca")
-    with serving_drips([_DRIPPED, _EMPTY_PAGE], tls=ca.issue("dripping")) as server:
+    with serving_drips([DRIPPED_HEAD, _EMPTY_PAGE], tls=ca.issue("dripping")) as server:
         for trusted in (other, ca):
             agent = build_agent(
                 _settings(server.url, attempts=1, ca_file=trusted.ca_file),
@@ -142,7 +135,7 @@ def test_a_checkpoint_dripping_its_answer_over_tls_is_given_up_at_the_deadline_v
                     assert server.requests == []  # the token never went out
                     continue
                 assert "ReadTimeout" in str(caught.value)
-                assert _TIMEOUT_S <= took < _TIMEOUT_S + _SLACK_S
+                assert _TIMEOUT_S <= took < _TIMEOUT_S + GIVE_UP_SLACK_S
                 assert list(client.proposals(account=ACCOUNT, state="pending")) == []
             finally:
                 client.close()

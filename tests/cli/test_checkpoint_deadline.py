@@ -14,16 +14,11 @@ import time
 import pytest
 
 from airlock.cli import _client
-from tests.support.dripping import Answer, ok_json, serving_drips
+from tests.support.dripping import DRIPPED_HEAD, GIVE_UP_SLACK_S, ok_json, serving_drips
 
 from .conftest import airlock
 
-#: A status line and a header that never end, a byte every 0.2 s: 30 bytes (6 s), then
-#: the server closes. Without the deadline the test fails by the time it took.
-_DRIPPED = Answer(dripped=b"HTTP/1.1 200 OK\r\nX-Drip: .....", byte_every_s=0.2)
 _DEADLINE_S = 1.0
-#: Time allowed past the deadline for the give-up itself (a loaded CI runner).
-_SLACK_S = 1.5
 
 
 def test_a_checkpoint_dripping_its_answer_is_given_up_at_the_deadline_and_exits_3(
@@ -32,7 +27,7 @@ def test_a_checkpoint_dripping_its_answer_is_given_up_at_the_deadline_and_exits_
     monkeypatch.setattr(_client, "_DEADLINE_S", _DEADLINE_S)
     for name in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
         monkeypatch.delenv(name, raising=False)  # the CLI follows them: not to this test
-    answers = [_DRIPPED, ok_json(b'{"items": [], "next_before": null}')]
+    answers = [DRIPPED_HEAD, ok_json(b'{"items": [], "next_before": null}')]
     with serving_drips(answers) as server:
         env = {"AIRLOCK_TOKEN": "x" * 40, "AIRLOCK_CHECKPOINT_URL": server.url}
         started = time.monotonic()
@@ -40,7 +35,7 @@ def test_a_checkpoint_dripping_its_answer_is_given_up_at_the_deadline_and_exits_
         took = time.monotonic() - started
         assert listing.exit_code == 3, listing.output
         assert "cannot reach the checkpoint" in listing.stderr
-        assert _DEADLINE_S <= took < _DEADLINE_S + _SLACK_S
+        assert _DEADLINE_S <= took < _DEADLINE_S + GIVE_UP_SLACK_S
         # A checkpoint that answers in time is listed as before.
         listing = airlock("approvals", "list", env=env)
         assert listing.exit_code == 0, listing.output

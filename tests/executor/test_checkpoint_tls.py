@@ -32,7 +32,7 @@ from airlock.tls import CAFileError, checkpoint_verify
 from services.executor import Backoff, CheckpointFeedSource, checkpoint_client, migrate
 from services.executor.models import checkpoint_head, ledger, refusals, revocations
 from tests.checkpoint.harness import World, make_world
-from tests.support.dripping import Answer, ok_json, serving_drips
+from tests.support.dripping import DRIPPED_HEAD, GIVE_UP_SLACK_S, ok_json, serving_drips
 from tests.support.tls import TestCA, make_ca, serving_tls
 
 from .support import keyset
@@ -159,8 +159,7 @@ def test_a_checkpoint_dripping_its_headers_over_tls_is_given_up_at_the_deadline_
 ) -> None:
     """The deadline's network backend wraps the TLS stream too, and changes nothing in
     what is trusted: another CA's context is still refused before any request is sent."""
-    dripped = Answer(dripped=b"HTTP/1.1 200 OK\r\nX-Drip: .....", byte_every_s=0.2)  # 6 s
-    answers = [dripped, ok_json(b'{"items": [], "cursor": 0}')]
+    answers = [DRIPPED_HEAD, ok_json(b'{"items": [], "cursor": 0}')]
     other = make_ca(tmp_path / "other-pki", "other-ca")
     with serving_drips(answers, tls=ca.issue("dripping")) as server:
         for trusted in (other, ca):
@@ -185,7 +184,7 @@ def test_a_checkpoint_dripping_its_headers_over_tls_is_given_up_at_the_deadline_
                     assert "CERTIFICATE_VERIFY_FAILED" in caplog.text
                     assert server.requests == []  # the token never went out
                     continue
-                assert 0.5 <= took < 0.5 + 1.5  # the grace: the wait asked for was 0
+                assert 0.5 <= took < 0.5 + GIVE_UP_SLACK_S  # the grace: the wait asked for was 0
                 assert source.receive(wait_s=0) == ()  # answered in time, same client
                 assert sleeps == [0.5]  # no failure this time
         # The server takes connections in turn: it saw the first one fail before the others.

@@ -62,7 +62,13 @@ from services.executor.models import (
 from services.executor.receipt_queue import pending_receipts, requeue_undelivered
 from services.executor.recover import execute_delivery, ledger_checked, recover_expired, run
 from services.executor.sources import Delivery
-from tests.support.dripping import Answer, ok_json, serving_drips
+from tests.support.dripping import (
+    DRIPPED_HEAD,
+    GIVE_UP_SLACK_S,
+    Answer,
+    ok_json,
+    serving_drips,
+)
 
 from .conftest import Env
 from .support import (
@@ -1457,14 +1463,8 @@ def test_a_feed_that_ends_before_the_cursor_is_reported_once_and_moves_nothing(
 
 # -- a checkpoint that drips the head of its answer, on a real socket ---------------------
 
-#: A status line and a header that never end: a byte every ``_DRIP_EVERY_S``, well inside
-#: any read timeout below, so only a deadline on the whole exchange gives up on them. The
-#: server sends these 30 bytes (6 s) and closes: without the deadline a test here fails
-#: by the time it took, and still ends by itself.
-_DRIPPED_HEAD = b"HTTP/1.1 200 OK\r\nX-Drip: ....."
+#: The pace of a dripped body below: well inside any read timeout here.
 _DRIP_EVERY_S = 0.2
-#: Time allowed past a deadline for the give-up itself (a loaded CI runner).
-_SLACK_S = 1.5
 
 
 def test_a_checkpoint_dripping_the_head_of_a_feed_page_is_given_up_at_the_deadline(
@@ -1473,11 +1473,13 @@ def test_a_checkpoint_dripping_the_head_of_a_feed_page_is_given_up_at_the_deadli
     """httpx's read timeout bounds each read only, and the page's deadline started with
     its body: a checkpoint or a proxy sending the status line and headers a byte at a time
     held the executor's one feed request for as long as it liked."""
-    assert _DRIP_EVERY_S < 1 + 0.5  # the client's read timeout: the long-poll, then grace
+    assert (
+        DRIPPED_HEAD.byte_every_s < 1 + 0.5
+    )  # the client's read timeout: the long-poll, then grace
     revoked = "apv_dripped000001"
     page = {"items": [revocation(1, revoked)], "cursor": 1}
     answers = [
-        Answer(dripped=_DRIPPED_HEAD, byte_every_s=_DRIP_EVERY_S),
+        DRIPPED_HEAD,
         ok_json(json.dumps(page).encode()),
         ok_json(b'{"items": [], "cursor": 1}'),
     ]
@@ -1498,7 +1500,7 @@ def test_a_checkpoint_dripping_the_head_of_a_feed_page_is_given_up_at_the_deadli
         started = time.monotonic()
         assert source.receive(wait_s=1) == ()
         took = time.monotonic() - started
-        assert 1 + 0.5 <= took < 1 + 0.5 + _SLACK_S  # the wait asked for, then the grace
+        assert 1 + 0.5 <= took < 1 + 0.5 + GIVE_UP_SLACK_S  # the wait asked for, then the grace
         assert sleeps == [0.5]  # backed off like any failed page
         assert source.cursor() == 0
         with env.engine.connect() as conn:
@@ -1522,7 +1524,7 @@ def test_a_checkpoint_dripping_the_head_of_its_answer_to_a_receipt_is_given_up_a
     env.executor.execute(b.raw)
     mono = [0.0]
     answers = [
-        Answer(dripped=_DRIPPED_HEAD, byte_every_s=_DRIP_EVERY_S),
+        DRIPPED_HEAD,
         ok_json(b'{"results":[{"status":200}]}'),
     ]
     with (
@@ -1540,7 +1542,7 @@ def test_a_checkpoint_dripping_the_head_of_its_answer_to_a_receipt_is_given_up_a
         started = time.monotonic()
         assert reporter.flush() == 0
         took = time.monotonic() - started
-        assert 1.0 <= took < 1.0 + _SLACK_S
+        assert 1.0 <= took < 1.0 + GIVE_UP_SLACK_S
         with env.engine.connect() as conn:
             assert conn.execute(sa.select(deliveries)).all() == []
             queued = conn.execute(sa.select(outbox.c.kind, outbox.c.approval_id)).all()
@@ -1581,7 +1583,7 @@ def test_an_answer_to_a_receipt_whose_body_drips_past_the_deadline_is_decided_by
         started = time.monotonic()
         assert reporter.flush() == 1
         took = time.monotonic() - started
-    assert 1.0 <= took < 1.0 + _SLACK_S
+    assert 1.0 <= took < 1.0 + GIVE_UP_SLACK_S
     with env.engine.connect() as conn:
         [row] = conn.execute(sa.select(deliveries)).all()
     assert (row.status, row.http_status, row.error_code) == ("rejected", 409, "HTTP 409")

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from devstack.ports import free_port
 from tests.support.tls import ServerCert
 
-__all__ = ["Answer", "DripServer", "ok_json", "serving_drips"]
+__all__ = ["DRIPPED_HEAD", "GIVE_UP_SLACK_S", "Answer", "DripServer", "ok_json", "serving_drips"]
 
 #: How long the server waits on a client that sends nothing, and for its own stop.
 _IO_TIMEOUT_S = 5.0
@@ -39,6 +39,17 @@ class Answer:
     at_once: bytes = b""
     dripped: bytes = b""
     byte_every_s: float = 0.2
+
+
+#: A status line and a header that never end: a byte every 0.2 s, well inside any read
+#: timeout the tests give, so only a deadline on the whole exchange gives up on them. The
+#: server sends these 300 bytes (60 s) and closes: without its deadline a test fails by
+#: the time it took, and still ends by itself.
+DRIPPED_HEAD = Answer(dripped=b"HTTP/1.1 200 OK\r\nX-Drip: " + b"." * 275, byte_every_s=0.2)
+#: Time allowed past a deadline for the give-up itself. A loaded CI runner has taken 2.2 s
+#: past a 1 s deadline, in-process imports and all; a client without its deadline takes
+#: the whole drip.
+GIVE_UP_SLACK_S = 8.0
 
 
 def ok_json(body: bytes) -> Answer:

@@ -15,7 +15,7 @@ import time
 import warnings
 
 from airlock.settings import WebappSettings
-from tests.support.dripping import Answer, ok_json, serving_drips
+from tests.support.dripping import DRIPPED_HEAD, GIVE_UP_SLACK_S, ok_json, serving_drips
 from webapp import create_app
 
 from .conftest import csrf_of
@@ -25,22 +25,14 @@ with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient`")
     from starlette.testclient import TestClient
 
-#: A status line and a header that never end: a byte every ``_DRIP_EVERY_S``, well inside
-#: the client's timeout per read, so only a deadline on the whole call gives up on them.
-#: The server sends these 30 bytes (6 s) and closes: without the deadline the test fails
-#: by the time it took, and still ends by itself.
-_DRIPPED_HEAD = b"HTTP/1.1 200 OK\r\nX-Drip: ....."
-_DRIP_EVERY_S = 0.2
 _TIMEOUT_S = 1.5
-#: Time allowed past the deadline for the give-up itself (a loaded CI runner).
-_SLACK_S = 1.5
 
 
 def test_a_checkpoint_dripping_its_answer_to_a_sign_in_is_given_up_at_the_deadline() -> None:
-    assert _DRIP_EVERY_S < _TIMEOUT_S
+    assert DRIPPED_HEAD.byte_every_s < _TIMEOUT_S
     session = {"token": "als_dripped", "expires_at": NOW + 3600, "username": "alice"}
     answers = [
-        Answer(dripped=_DRIPPED_HEAD, byte_every_s=_DRIP_EVERY_S),
+        DRIPPED_HEAD,
         ok_json(json.dumps({**session, "role": "approver"}).encode()),
     ]
     with serving_drips(answers) as server:
@@ -64,7 +56,7 @@ def test_a_checkpoint_dripping_its_answer_to_a_sign_in_is_given_up_at_the_deadli
             # The page a checkpoint that does not answer gets, at the deadline.
             assert status == 502 and "The checkpoint is not reachable" in text, text
             assert "ReadTimeout" in text
-            assert _TIMEOUT_S <= took < _TIMEOUT_S + _SLACK_S
+            assert _TIMEOUT_S <= took < _TIMEOUT_S + GIVE_UP_SLACK_S
             # A checkpoint that answers in time signs the person in, over the same client.
             status, text = sign_in()
             assert status == 303, text
