@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import sys
 import threading
 import time
@@ -38,8 +39,12 @@ pytestmark = pytest.mark.postgres
 AUDIENCE = "airlock-executor/replicas"
 _CLI = [sys.executable, "-c", "from airlock.cli import main; main()"]
 _REPO = Path(__file__).resolve().parents[2]
-#: The must-show bound: approval on one replica → the long-poll on the other answers.
+#: The must-show bound: approval on one replica → the long-poll on the other answers, in
+#: the median round (one round on a loaded CI runner may be scheduled late).
 WAKE_BOUND_S = 0.100
+#: Every round: under half the once-a-second re-read B falls back on without the listener,
+#: so a replica that only re-reads fails all of five rounds with odds 31 in 32.
+EACH_ROUND_BOUND_S = 0.500
 ROUNDS = 5
 
 
@@ -185,8 +190,9 @@ def test_approval_on_one_replica_wakes_the_long_poll_on_the_other(replicas: Repl
             f"round {i}: approve {1000 * (committed - sent):.1f} ms, "
             f"then B answered {1000 * (answered['at'] - committed):.1f} ms later"
         )
-    # Without the listener B re-reads once a second: 5 rounds under 100 ms is the wake.
-    assert max(delays) < WAKE_BOUND_S, [round(d * 1000, 1) for d in delays]
+    shown = [round(d * 1000, 1) for d in delays]
+    assert max(delays) < EACH_ROUND_BOUND_S, shown
+    assert statistics.median(delays) < WAKE_BOUND_S, shown
 
 
 def test_a_session_made_on_one_replica_holds_on_the_other(replicas: Replicas) -> None:
