@@ -12,6 +12,7 @@ the block ends, and closes what it opened. Nothing here is fit for anything but 
 from __future__ import annotations
 
 import contextlib
+import select
 import socket
 import ssl
 import threading
@@ -95,12 +96,25 @@ def _read_request(conn: socket.socket) -> bytes:
     return head.split(b"\r\n", 1)[0]
 
 
+def _closed_by_client(conn: socket.socket, wait_s: float) -> bool:
+    """Wait up to ``wait_s`` for the client to close (it sends nothing after its request);
+    is it gone? Without this a client that gave up is noticed only when a send fails,
+    a byte or two later, and the next connection waits that long to be accepted."""
+    readable, _, _ = select.select([conn], [], [], wait_s)
+    if not readable:
+        return False
+    with contextlib.suppress(OSError):  # reset, or TLS cut without close_notify
+        conn.recv(1)  # b"" at the end of the stream; any bytes are not expected either
+    return True
+
+
 def _send(conn: socket.socket, answer: Answer, stop: threading.Event) -> None:
     if answer.at_once:
         conn.sendall(answer.at_once)
     for i in range(len(answer.dripped)):
-        # The pace of the drip, cut short when the test ends: not a wait for a race.
-        if stop.wait(answer.byte_every_s):
+        # The pace of the drip, cut short when the client closes or the test ends: not a
+        # wait for a race.
+        if _closed_by_client(conn, answer.byte_every_s) or stop.is_set():
             return
         conn.sendall(answer.dripped[i : i + 1])
 
