@@ -179,7 +179,7 @@ _CREATE: Final = {
 
 
 _HASH = sa.bindparam("hash", type_=checkpoint_head.c.hash.type)
-_HEAD_MOVE: Final = Prepared(
+_HEAD_MOVE_STMT: Final = (
     sa.update(checkpoint_head)
     .where(
         checkpoint_head.c.feed == _FEED,
@@ -187,6 +187,7 @@ _HEAD_MOVE: Final = Prepared(
     )
     .values(seq=_SEQ, hash=_HASH, recorded_at=_NOW)
 )
+_HEAD_MOVE: Final = Prepared(_HEAD_MOVE_STMT)
 # Ignoring a conflict: an executor in another lane may insert it meanwhile.
 _HEAD_CREATE: Final = {
     dialect: Prepared(
@@ -197,6 +198,48 @@ _HEAD_CREATE: Final = {
     )
     for dialect, insert in (("postgresql", postgresql.insert), ("sqlite", sqlite.insert))
 }
+
+
+_TO = sa.bindparam("to", type_=sa.BigInteger)
+
+
+def _count(cte: sa.CTE) -> sa.ScalarSelect[int]:
+    return sa.select(sa.func.count()).select_from(cte).scalar_subquery()
+
+
+def _head_and_cursor() -> Prepared:
+    """PostgreSQL: :meth:`CheckpointFeedSource._store_head`'s move-else-create and the
+    cursor's move (to ``to``) in one statement, one round trip. Returns (head, cursor):
+    rows the head's statements wrote, and rows the cursor's move did (0: not there yet,
+    or ahead; :func:`advance_cursor`'s create then).
+
+    The select list reads the head's CTEs before the cursor's, so PostgreSQL runs them in
+    that order: the head row's lock before the cursor row's, as the two statements take
+    them everywhere else (no lock cycle with another executor on this feed)."""
+    moved = _HEAD_MOVE_STMT.returning(checkpoint_head.c.feed).cte("head_moved")
+    created = (
+        postgresql.insert(checkpoint_head)
+        .from_select(
+            ["feed", "seq", "hash", "recorded_at"],
+            sa.select(_FEED, _SEQ, _HASH, _NOW).where(~sa.exists(moved.select())),
+        )
+        .on_conflict_do_nothing()
+        .returning(checkpoint_head.c.feed)
+        .cte("head_created")
+    )
+    cursor = (
+        sa.update(feed_cursor)
+        .where(feed_cursor.c.feed == _FEED, feed_cursor.c.seq < _TO)
+        .values(seq=_TO, updated_at=_NOW)
+        .returning(feed_cursor.c.feed)
+        .cte("cursor_moved")
+    )
+    return Prepared(
+        sa.select((_count(moved) + _count(created)).label("head"), _count(cursor).label("cursor"))
+    )
+
+
+_HEAD_AND_CURSOR: Final = _head_and_cursor()
 
 
 def advance_cursor(conn: Connection, feed: str, seq: int, now: int) -> None:
@@ -626,17 +669,32 @@ class CheckpointFeedSource:
                 at=_at(now),
             )
 
-    def _store_head(self, conn: Connection, head: ChainHead, now: int) -> bool:
+    def _store_head(
+        self, conn: Connection, head: ChainHead, now: int, *, cursor_to: int | None = None
+    ) -> bool:
         """Make ``head`` the one last recorded for this feed, unless it is already; say
         whether it changed (then the transaction's audit event must carry it). Call under
         the chain lock: the whole chain's serializes this read-compare-write; under a lane
-        another executor's may interleave, and both then record the head."""
+        another executor's may interleave, and both then record the head.
+
+        With ``cursor_to``, then :func:`advance_cursor` to it too: on PostgreSQL in the
+        same statement (:func:`_head_and_cursor`), a round trip less in the consume."""
         params = {"feed": self._feed, "seq": head.seq, "hash": head.hash, "now": now}
-        # One statement when the head moved, as it has on nearly every page; a second
-        # only to tell a first head from the same one again.
-        changed = bool(_HEAD_MOVE.rowcount(conn, params)) or (
-            _HEAD_CREATE[conn.dialect.name].first(conn, params) is not None
-        )
+        if cursor_to is not None and conn.dialect.name == "postgresql":
+            found = _HEAD_AND_CURSOR.first(conn, {**params, "to": cursor_to})
+            if found is None:  # a SELECT without FROM returns its one row
+                raise AssertionError("the head and cursor statement returned no row")
+            changed = bool(found[0])
+            if not found[1]:
+                _CREATE["postgresql"].rowcount(conn, {**params, "seq": cursor_to})
+        else:
+            # One statement when the head moved, as it has on nearly every page; a second
+            # only to tell a first head from the same one again.
+            changed = bool(_HEAD_MOVE.rowcount(conn, params)) or (
+                _HEAD_CREATE[conn.dialect.name].first(conn, params) is not None
+            )
+            if cursor_to is not None:
+                advance_cursor(conn, self._feed, cursor_to, now)
         if changed:
             _log.debug("checkpoint audit head %d recorded for %s", head.seq, self._feed)
         return changed
@@ -700,10 +758,12 @@ class CheckpointFeedSource:
             to = None if page is None else page.reach(delivery.ref)
             if page is not None and to is not None and to <= page.written:
                 to = None  # a commit of this page has moved it as far already
-        if head is not None and self._store_head(conn, head, now):
-            also["checkpoint_head"] = {"feed": self._feed, "seq": head.seq, "hash": head.hash}
-        if to is not None:
+        if head is not None:  # and the cursor with it: one round trip on PostgreSQL
+            if self._store_head(conn, head, now, cursor_to=to):
+                also["checkpoint_head"] = {"feed": self._feed, "seq": head.seq, "hash": head.hash}
+        elif to is not None:
             advance_cursor(conn, self._feed, to, now)
+        if to is not None:
             with self._lock:
                 self._moving[delivery.ref] = to
         self._fp.hit("before_cursor_commit")
