@@ -59,7 +59,6 @@ from typing import ClassVar, Final
 import httpx
 import pydantic
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 
 from airlock.api import ChainHead, ExecutorHead, FeedItem, FeedPage
@@ -73,8 +72,9 @@ from airlock.protocol import (
     canonical_bytes,
     loads_strict,
 )
-from airlock.store import AuditLog, Prepared, read_statements, read_transaction
+from airlock.store import AuditLog, read_statements, read_transaction
 
+from ._feedrows import CURSOR, advance_cursor, store_head
 from ._http import (
     PAGE_GRACE_S,
     Backoff,
@@ -88,7 +88,7 @@ from ._http import (
     read_at_most,
 )
 from .failpoints import Failpoints
-from .models import checkpoint_head, feed_cursor, ledger_holds, revocations
+from .models import feed_cursor, ledger_holds, revocations
 from .sources import Delivery
 
 __all__ = [
@@ -157,97 +157,6 @@ class LedgerRevocations(Container[str]):
 def read_cursor(conn: Connection, feed: str) -> int:
     seq = conn.execute(sa.select(feed_cursor.c.seq).where(feed_cursor.c.feed == feed)).scalar()
     return 0 if seq is None else int(seq)
-
-
-_FEED = sa.bindparam("feed", type_=feed_cursor.c.feed.type)
-# read_cursor's statement for the source, which asks before every page (compiled once).
-_CURSOR: Final = Prepared(sa.select(feed_cursor.c.seq).where(feed_cursor.c.feed == _FEED))
-_SEQ = sa.bindparam("seq", type_=sa.BigInteger)
-_NOW = sa.bindparam("now", type_=sa.BigInteger)
-_MOVE: Final = Prepared(
-    sa.update(feed_cursor)
-    .where(feed_cursor.c.feed == _FEED, feed_cursor.c.seq < _SEQ)
-    .values(seq=_SEQ, updated_at=_NOW)
-)
-# Not an upsert: the insert guard of ledger migration 0008 makes SQLite skip one whole.
-_CREATE: Final = {
-    dialect: Prepared(
-        insert(feed_cursor).values(feed=_FEED, seq=_SEQ, updated_at=_NOW).on_conflict_do_nothing()
-    )
-    for dialect, insert in (("postgresql", postgresql.insert), ("sqlite", sqlite.insert))
-}
-
-
-_HASH = sa.bindparam("hash", type_=checkpoint_head.c.hash.type)
-_HEAD_MOVE_STMT: Final = (
-    sa.update(checkpoint_head)
-    .where(
-        checkpoint_head.c.feed == _FEED,
-        sa.or_(checkpoint_head.c.seq != _SEQ, checkpoint_head.c.hash != _HASH),
-    )
-    .values(seq=_SEQ, hash=_HASH, recorded_at=_NOW)
-)
-_HEAD_MOVE: Final = Prepared(_HEAD_MOVE_STMT)
-# Ignoring a conflict: an executor in another lane may insert it meanwhile.
-_HEAD_CREATE: Final = {
-    dialect: Prepared(
-        insert(checkpoint_head)
-        .values(feed=_FEED, seq=_SEQ, hash=_HASH, recorded_at=_NOW)
-        .on_conflict_do_nothing()
-        .returning(checkpoint_head.c.feed)
-    )
-    for dialect, insert in (("postgresql", postgresql.insert), ("sqlite", sqlite.insert))
-}
-
-
-_TO = sa.bindparam("to", type_=sa.BigInteger)
-
-
-def _count(cte: sa.CTE) -> sa.ScalarSelect[int]:
-    return sa.select(sa.func.count()).select_from(cte).scalar_subquery()
-
-
-def _head_and_cursor() -> Prepared:
-    """PostgreSQL: :meth:`CheckpointFeedSource._store_head`'s move-else-create and the
-    cursor's move (to ``to``) in one statement, one round trip. Returns (head, cursor):
-    rows the head's statements wrote, and rows the cursor's move did (0: not there yet,
-    or ahead; :func:`advance_cursor`'s create then).
-
-    The select list reads the head's CTEs before the cursor's, so PostgreSQL runs them in
-    that order: the head row's lock before the cursor row's, as the two statements take
-    them everywhere else (no lock cycle with another executor on this feed)."""
-    moved = _HEAD_MOVE_STMT.returning(checkpoint_head.c.feed).cte("head_moved")
-    created = (
-        postgresql.insert(checkpoint_head)
-        .from_select(
-            ["feed", "seq", "hash", "recorded_at"],
-            sa.select(_FEED, _SEQ, _HASH, _NOW).where(~sa.exists(moved.select())),
-        )
-        .on_conflict_do_nothing()
-        .returning(checkpoint_head.c.feed)
-        .cte("head_created")
-    )
-    cursor = (
-        sa.update(feed_cursor)
-        .where(feed_cursor.c.feed == _FEED, feed_cursor.c.seq < _TO)
-        .values(seq=_TO, updated_at=_NOW)
-        .returning(feed_cursor.c.feed)
-        .cte("cursor_moved")
-    )
-    return Prepared(
-        sa.select((_count(moved) + _count(created)).label("head"), _count(cursor).label("cursor"))
-    )
-
-
-_HEAD_AND_CURSOR: Final = _head_and_cursor()
-
-
-def advance_cursor(conn: Connection, feed: str, seq: int, now: int) -> None:
-    """Move the cursor forward to ``seq`` (never back: another executor may be ahead)."""
-    params = {"feed": feed, "seq": seq, "now": now}
-    # Moved in one statement once the row exists; else created (or found ahead).
-    if not _MOVE.rowcount(conn, params):
-        _CREATE[conn.dialect.name].rowcount(conn, params)
 
 
 @dataclass(slots=True)
@@ -351,7 +260,7 @@ class CheckpointFeedSource:
     def cursor(self) -> int:
         # Asked before every page: one statement, no transaction around it.
         with read_statements(self._engine) as conn:
-            found = _CURSOR.first(conn, {"feed": self._feed})
+            found = CURSOR.first(conn, {"feed": self._feed})
         return 0 if found is None or found[0] is None else int(found[0])
 
     def revoked(self) -> Container[str]:
@@ -678,23 +587,8 @@ class CheckpointFeedSource:
         another executor's may interleave, and both then record the head.
 
         With ``cursor_to``, then :func:`advance_cursor` to it too: on PostgreSQL in the
-        same statement (:func:`_head_and_cursor`), a round trip less in the consume."""
-        params = {"feed": self._feed, "seq": head.seq, "hash": head.hash, "now": now}
-        if cursor_to is not None and conn.dialect.name == "postgresql":
-            found = _HEAD_AND_CURSOR.first(conn, {**params, "to": cursor_to})
-            if found is None:  # a SELECT without FROM returns its one row
-                raise AssertionError("the head and cursor statement returned no row")
-            changed = bool(found[0])
-            if not found[1]:
-                _CREATE["postgresql"].rowcount(conn, {**params, "seq": cursor_to})
-        else:
-            # One statement when the head moved, as it has on nearly every page; a second
-            # only to tell a first head from the same one again.
-            changed = bool(_HEAD_MOVE.rowcount(conn, params)) or (
-                _HEAD_CREATE[conn.dialect.name].first(conn, params) is not None
-            )
-            if cursor_to is not None:
-                advance_cursor(conn, self._feed, cursor_to, now)
+        same statement (:mod:`services.executor._feedrows`), a round trip less."""
+        changed = store_head(conn, self._feed, head.seq, head.hash, now, cursor_to=cursor_to)
         if changed:
             _log.debug("checkpoint audit head %d recorded for %s", head.seq, self._feed)
         return changed

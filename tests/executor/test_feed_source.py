@@ -42,6 +42,7 @@ from services.executor import (
     Outcome,
     Shutdown,
     State,
+    _feedrows,
     checkpoint_client,
     daemon,
     migrate,
@@ -2163,9 +2164,10 @@ def test_recover_once_records_the_cursor_and_head_in_the_consumes_transactions(
 def test_the_consume_records_the_head_and_the_cursor_in_one_statement_on_postgresql(
     env: Env,
 ) -> None:
-    """A round trip less per page: the first consume of a page moves the recorded head
-    and the cursor in one statement on PostgreSQL (two on SQLite, in process), and the
-    result is the same as the two statements' (see the other head tests)."""
+    """A round trip less per page: the first consume of a page moves (or creates) the
+    recorded head and the cursor in one statement on PostgreSQL, and a consume moves the
+    cursor alone in one (on SQLite, in process, the plain statements), with the same
+    result as the plain statements (see the other head tests)."""
     bundles = [make_test_bundle(n, tag="fboth") for n in (1, 2, 3)]
     for b in bundles:
         env.cloud.add("ecs.instance", b.resource_id, "Running")
@@ -2188,22 +2190,21 @@ def test_the_consume_records_the_head_and_the_cursor_in_one_statement_on_postgre
         ):
             writes.append(sql)
 
+    sa.event.listen(env.engine, "before_cursor_execute", watch)
     try:
-        assert len(drain(env.executor, source)) == 1  # the rows now exist
-        sa.event.listen(env.engine, "before_cursor_execute", watch)
-        try:
-            outcomes = drain(env.executor, source)
-        finally:
-            sa.event.remove(env.engine, "before_cursor_execute", watch)
+        first = drain(env.executor, source)  # creates both rows
+        created, writes[:] = list(writes), []
+        outcomes = drain(env.executor, source)
     finally:
+        sa.event.remove(env.engine, "before_cursor_execute", watch)
         client.close()
-    assert [o.state for o in outcomes] == [State.SUCCEEDED, State.SUCCEEDED]
+    assert [o.state for o in [*first, *outcomes]] == [State.SUCCEEDED] * 3
     # The page's first consume: the head and the cursor; its second: the cursor alone.
     both = [s for s in writes if "executor_feed_cursor" in s and "executor_checkpoint_head" in s]
     if is_postgresql(env.engine):
-        assert len(writes) == 2 and len(both) == 1
-    else:
-        assert len(writes) == 3 and both == []
+        assert len(created) == 1 and len(writes) == 2 and len(both) == 1
+    else:  # each row's UPDATE, then its INSERT; then the two UPDATEs, the cursor's again
+        assert len(created) == 4 and len(writes) == 3 and both == []
     assert source.cursor() == 3
     assert [(e["seq"], e["hash"]) for e in _recorded_heads(env)] == [
         (11, "01" * 32),
@@ -2223,7 +2224,7 @@ def test_the_head_and_cursor_statement_locks_the_head_row_before_the_cursor_row(
     params = {"feed": "f", "seq": 1, "hash": "a" * 64, "now": 1, "to": 1}
     with engine.begin() as conn:
         conn.execute(sa.insert(feed_cursor).values(feed="f", seq=0, updated_at=0))
-        assert feed_module._HEAD_AND_CURSOR.first(conn, params) == (1, 1)
+        assert _feedrows._PG_HEAD_AND_CURSOR.first(conn, params) == (1, 1)
     holder, waiter, prober = engine.connect(), engine.connect(), engine.connect()
     done: list[object] = []
     try:
@@ -2233,7 +2234,7 @@ def test_the_head_and_cursor_statement_locks_the_head_row_before_the_cursor_row(
         def run() -> None:
             with waiter.begin():
                 done.append(
-                    feed_module._HEAD_AND_CURSOR.first(waiter, {**params, "seq": 2, "to": 2})
+                    _feedrows._PG_HEAD_AND_CURSOR.first(waiter, {**params, "seq": 2, "to": 2})
                 )
 
         thread = threading.Thread(target=run)
