@@ -103,6 +103,7 @@ def checkpoint_http(
     headers: Mapping[str, str] | None = None,
     trust_env: bool = False,
     transport: httpx.BaseTransport | None = None,
+    cookies: bool = True,
 ) -> httpx.Client:
     """An ``httpx.Client`` for the checkpoint.
 
@@ -115,6 +116,9 @@ def checkpoint_http(
             agent and the CLI, run by a person or a job); off for the web app and the
             executor, which hold tokens that must not be routed elsewhere.
         transport: a test's transport; replaces the deadline-bounded sockets.
+        cookies: keep the cookies answers set and send them back (httpx's default);
+            ``False`` for a client that authenticates with a bearer token alone: it
+            keeps and sends none, and does not parse answers for them.
 
     Raises:
         TypeError: ``verify`` is neither ``True`` nor an ``ssl.SSLContext``.
@@ -125,7 +129,9 @@ def checkpoint_http(
 
     if verify is not True and not isinstance(verify, ssl.SSLContext):
         raise TypeError("verify must be True or an ssl.SSLContext; verification stays on")
-    client = httpx.Client(
+    from airlock._nocookies import CookielessClient
+
+    client = (httpx.Client if cookies else CookielessClient)(
         base_url=base_url,
         headers=dict(headers or {}),
         timeout=timeout,

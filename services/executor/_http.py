@@ -92,6 +92,9 @@ def checkpoint_client(
     default, said explicitly), or, for a checkpoint behind a private CA, against exactly
     the CA file the executor names (``AIRLOCK_EXECUTOR_CHECKPOINT_CA_FILE``, as
     :func:`airlock.tls.checkpoint_verify`'s context). There is no way to pass ``False``.
+
+    No cookies: the token authenticates every request, and a ``Set-Cookie`` in an answer
+    is neither kept nor sent back (``airlock.apiclient.checkpoint_http``'s ``cookies``).
     """
     return apiclient.checkpoint_http(
         base_url,
@@ -100,6 +103,7 @@ def checkpoint_client(
         headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
         trust_env=False,
         transport=transport,
+        cookies=False,
     )
 
 
