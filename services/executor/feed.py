@@ -59,6 +59,7 @@ from typing import ClassVar, Final
 import httpx
 import pydantic
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 
 from airlock.api import ChainHead, ExecutorHead, FeedItem, FeedPage
@@ -72,9 +73,8 @@ from airlock.protocol import (
     canonical_bytes,
     loads_strict,
 )
-from airlock.store import AuditLog, read_statements, read_transaction
+from airlock.store import AuditLog, Prepared, read_statements, read_transaction
 
-from ._feedrows import CURSOR, advance_cursor, store_head
 from ._http import (
     PAGE_GRACE_S,
     Backoff,
@@ -88,7 +88,7 @@ from ._http import (
     read_at_most,
 )
 from .failpoints import Failpoints
-from .models import feed_cursor, ledger_holds, revocations
+from .models import checkpoint_head, feed_cursor, ledger_holds, revocations
 from .sources import Delivery
 
 __all__ = [
@@ -157,6 +157,54 @@ class LedgerRevocations(Container[str]):
 def read_cursor(conn: Connection, feed: str) -> int:
     seq = conn.execute(sa.select(feed_cursor.c.seq).where(feed_cursor.c.feed == feed)).scalar()
     return 0 if seq is None else int(seq)
+
+
+_FEED = sa.bindparam("feed", type_=feed_cursor.c.feed.type)
+# read_cursor's statement for the source, which asks before every page (compiled once).
+_CURSOR: Final = Prepared(sa.select(feed_cursor.c.seq).where(feed_cursor.c.feed == _FEED))
+_SEQ = sa.bindparam("seq", type_=sa.BigInteger)
+_NOW = sa.bindparam("now", type_=sa.BigInteger)
+_MOVE: Final = Prepared(
+    sa.update(feed_cursor)
+    .where(feed_cursor.c.feed == _FEED, feed_cursor.c.seq < _SEQ)
+    .values(seq=_SEQ, updated_at=_NOW)
+)
+# Not an upsert: the insert guard of ledger migration 0008 makes SQLite skip one whole.
+_CREATE: Final = {
+    dialect: Prepared(
+        insert(feed_cursor).values(feed=_FEED, seq=_SEQ, updated_at=_NOW).on_conflict_do_nothing()
+    )
+    for dialect, insert in (("postgresql", postgresql.insert), ("sqlite", sqlite.insert))
+}
+
+
+_HASH = sa.bindparam("hash", type_=checkpoint_head.c.hash.type)
+_HEAD_MOVE: Final = Prepared(
+    sa.update(checkpoint_head)
+    .where(
+        checkpoint_head.c.feed == _FEED,
+        sa.or_(checkpoint_head.c.seq != _SEQ, checkpoint_head.c.hash != _HASH),
+    )
+    .values(seq=_SEQ, hash=_HASH, recorded_at=_NOW)
+)
+# Ignoring a conflict: an executor in another lane may insert it meanwhile.
+_HEAD_CREATE: Final = {
+    dialect: Prepared(
+        insert(checkpoint_head)
+        .values(feed=_FEED, seq=_SEQ, hash=_HASH, recorded_at=_NOW)
+        .on_conflict_do_nothing()
+        .returning(checkpoint_head.c.feed)
+    )
+    for dialect, insert in (("postgresql", postgresql.insert), ("sqlite", sqlite.insert))
+}
+
+
+def advance_cursor(conn: Connection, feed: str, seq: int, now: int) -> None:
+    """Move the cursor forward to ``seq`` (never back: another executor may be ahead)."""
+    params = {"feed": feed, "seq": seq, "now": now}
+    # Moved in one statement once the row exists; else created (or found ahead).
+    if not _MOVE.rowcount(conn, params):
+        _CREATE[conn.dialect.name].rowcount(conn, params)
 
 
 @dataclass(slots=True)
@@ -260,7 +308,7 @@ class CheckpointFeedSource:
     def cursor(self) -> int:
         # Asked before every page: one statement, no transaction around it.
         with read_statements(self._engine) as conn:
-            found = CURSOR.first(conn, {"feed": self._feed})
+            found = _CURSOR.first(conn, {"feed": self._feed})
         return 0 if found is None or found[0] is None else int(found[0])
 
     def revoked(self) -> Container[str]:
@@ -578,17 +626,17 @@ class CheckpointFeedSource:
                 at=_at(now),
             )
 
-    def _store_head(
-        self, conn: Connection, head: ChainHead, now: int, *, cursor_to: int | None = None
-    ) -> bool:
+    def _store_head(self, conn: Connection, head: ChainHead, now: int) -> bool:
         """Make ``head`` the one last recorded for this feed, unless it is already; say
         whether it changed (then the transaction's audit event must carry it). Call under
         the chain lock: the whole chain's serializes this read-compare-write; under a lane
-        another executor's may interleave, and both then record the head.
-
-        With ``cursor_to``, then :func:`advance_cursor` to it too: on PostgreSQL in the
-        same statement (:mod:`services.executor._feedrows`), a round trip less."""
-        changed = store_head(conn, self._feed, head.seq, head.hash, now, cursor_to=cursor_to)
+        another executor's may interleave, and both then record the head."""
+        params = {"feed": self._feed, "seq": head.seq, "hash": head.hash, "now": now}
+        # One statement when the head moved, as it has on nearly every page; a second
+        # only to tell a first head from the same one again.
+        changed = bool(_HEAD_MOVE.rowcount(conn, params)) or (
+            _HEAD_CREATE[conn.dialect.name].first(conn, params) is not None
+        )
         if changed:
             _log.debug("checkpoint audit head %d recorded for %s", head.seq, self._feed)
         return changed
@@ -652,12 +700,10 @@ class CheckpointFeedSource:
             to = None if page is None else page.reach(delivery.ref)
             if page is not None and to is not None and to <= page.written:
                 to = None  # a commit of this page has moved it as far already
-        if head is not None:  # and the cursor with it: one round trip on PostgreSQL
-            if self._store_head(conn, head, now, cursor_to=to):
-                also["checkpoint_head"] = {"feed": self._feed, "seq": head.seq, "hash": head.hash}
-        elif to is not None:
-            advance_cursor(conn, self._feed, to, now)
+        if head is not None and self._store_head(conn, head, now):
+            also["checkpoint_head"] = {"feed": self._feed, "seq": head.seq, "hash": head.hash}
         if to is not None:
+            advance_cursor(conn, self._feed, to, now)
             with self._lock:
                 self._moving[delivery.ref] = to
         self._fp.hit("before_cursor_commit")

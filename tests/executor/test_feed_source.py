@@ -42,7 +42,6 @@ from services.executor import (
     Outcome,
     Shutdown,
     State,
-    _feedrows,
     checkpoint_client,
     daemon,
     migrate,
@@ -61,13 +60,7 @@ from services.executor.models import (
     revocations,
 )
 from services.executor.receipt_queue import pending_receipts, requeue_undelivered
-from services.executor.recover import (
-    drain,
-    execute_delivery,
-    ledger_checked,
-    recover_expired,
-    run,
-)
+from services.executor.recover import execute_delivery, ledger_checked, recover_expired, run
 from services.executor.sources import Delivery
 from tests.support.dripping import (
     DRIPPED_HEAD,
@@ -2159,104 +2152,3 @@ def test_recover_once_records_the_cursor_and_head_in_the_consumes_transactions(
     assert source.cursor() == 2
     assert [(e["seq"], e["hash"]) for e in _recorded_heads(env)] == [(15, "05" * 32)]
     assert verify_chain(env.engine).ok
-
-
-def test_the_consume_records_the_head_and_the_cursor_in_one_statement_on_postgresql(
-    env: Env,
-) -> None:
-    """A round trip less per page: the first consume of a page moves (or creates) the
-    recorded head and the cursor in one statement on PostgreSQL, and a consume moves the
-    cursor alone in one (on SQLite, in process, the plain statements), with the same
-    result as the plain statements (see the other head tests)."""
-    bundles = [make_test_bundle(n, tag="fboth") for n in (1, 2, 3)]
-    for b in bundles:
-        env.cloud.add("ecs.instance", b.resource_id, "Running")
-    items = [approval(n, b.raw, b.approval_id) for n, b in enumerate(bundles, 1)]
-    fake = FakeCheckpoint(
-        pages=[
-            {"items": items[:1], "cursor": 1, "audit_head": _head(1)},
-            {"items": items[1:], "cursor": 3, "audit_head": _head(2)},
-        ]
-    )
-    client = checkpoint_client(
-        BASE, "t", poll_wait_s=1, transport=httpx.MockTransport(fake.handler)
-    )
-    source = CheckpointFeedSource(engine=env.engine, client=client, clock=env.clock)
-    writes: list[str] = []
-
-    def watch(conn: object, cursor: object, sql: str, *args: object) -> None:
-        if sql.lstrip().startswith(("UPDATE", "INSERT", "WITH")) and (
-            "executor_feed_cursor" in sql or "executor_checkpoint_head" in sql
-        ):
-            writes.append(sql)
-
-    sa.event.listen(env.engine, "before_cursor_execute", watch)
-    try:
-        first = drain(env.executor, source)  # creates both rows
-        created, writes[:] = list(writes), []
-        outcomes = drain(env.executor, source)
-    finally:
-        sa.event.remove(env.engine, "before_cursor_execute", watch)
-        client.close()
-    assert [o.state for o in [*first, *outcomes]] == [State.SUCCEEDED] * 3
-    # The page's first consume: the head and the cursor; its second: the cursor alone.
-    both = [s for s in writes if "executor_feed_cursor" in s and "executor_checkpoint_head" in s]
-    if is_postgresql(env.engine):
-        assert len(created) == 1 and len(writes) == 2 and len(both) == 1
-    else:  # each row's UPDATE, then its INSERT; then the two UPDATEs, the cursor's again
-        assert len(created) == 4 and len(writes) == 3 and both == []
-    assert source.cursor() == 3
-    assert [(e["seq"], e["hash"]) for e in _recorded_heads(env)] == [
-        (11, "01" * 32),
-        (12, "02" * 32),
-    ]
-    assert verify_chain(env.engine).ok
-
-
-@pytest.mark.postgres
-def test_the_head_and_cursor_statement_locks_the_head_row_before_the_cursor_row(
-    pg_url: str,
-) -> None:
-    """The order every other transaction takes them in (head, then cursor): otherwise
-    two executors on one feed could each hold a row the other waits for."""
-    engine = make_engine(pg_url)
-    migrate(engine)
-    params = {"feed": "f", "seq": 1, "hash": "a" * 64, "now": 1, "to": 1}
-    with engine.begin() as conn:
-        conn.execute(sa.insert(feed_cursor).values(feed="f", seq=0, updated_at=0))
-        assert _feedrows._PG_HEAD_AND_CURSOR.first(conn, params) == (1, 1)
-    holder, waiter, prober = engine.connect(), engine.connect(), engine.connect()
-    done: list[object] = []
-    try:
-        holder.execute(sa.update(feed_cursor).values(updated_at=2))  # the cursor row held
-        pid = waiter.connection.dbapi_connection.info.backend_pid  # type: ignore[union-attr]
-
-        def run() -> None:
-            with waiter.begin():
-                done.append(
-                    _feedrows._PG_HEAD_AND_CURSOR.first(waiter, {**params, "seq": 2, "to": 2})
-                )
-
-        thread = threading.Thread(target=run)
-        thread.start()
-        deadline = time.monotonic() + 30
-        while not done:  # until the statement waits on a row lock
-            assert time.monotonic() < deadline, "the statement never waited for the cursor row"
-            waiting = prober.execute(
-                sa.text("SELECT wait_event_type FROM pg_stat_activity WHERE pid = :pid"),
-                {"pid": pid},
-            ).scalar()
-            prober.rollback()
-            if waiting == "Lock":
-                break
-            time.sleep(0.01)
-        assert not done, "the statement did not wait for the cursor row"
-        with pytest.raises(DBAPIError, match="could not obtain lock"), prober.begin():
-            prober.execute(sa.text("SELECT 1 FROM executor_checkpoint_head FOR UPDATE NOWAIT"))
-        holder.commit()
-        thread.join(timeout=30)
-        assert done == [(1, 1)]
-    finally:
-        for conn in (holder, waiter, prober):
-            conn.close()
-        engine.dispose()
