@@ -42,7 +42,9 @@ class _NoCookies(httpx.Cookies):
 
 
 class CookielessClient(httpx.Client):
-    """``httpx.Client`` (same arguments but ``cookies``) keeping and sending no cookie."""
+    """``httpx.Client`` (same arguments but ``cookies``) keeping no cookie and sending
+    none of its own; ``cookies=`` passed to one request (deprecated by httpx, and used
+    nowhere here) is still sent with that request."""
 
     def __init__(self, **kwargs: Any) -> None:
         if "cookies" in kwargs:

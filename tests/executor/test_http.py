@@ -6,6 +6,9 @@ client keeps from an answer and sends with the next request is what it would on 
 
 from __future__ import annotations
 
+import urllib.request
+from typing import Any
+
 import httpx
 import pytest
 
@@ -59,3 +62,25 @@ def test_a_client_with_cookies_sends_them_back() -> None:
         client.get(f"{BASE}/v1/feed")
     assert server.seen[0].get("cookie") is None
     assert "session=stolen" in server.seen[1]["cookie"]
+
+
+def test_the_executor_s_client_does_not_parse_answers_for_cookies(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The point of the client for speed: no ``http.cookiejar`` work per answer (httpx
+    wraps each request in a ``urllib`` one for the jar, and the jar parses the answer)."""
+    parsed: list[object] = []
+    wrap = urllib.request.Request.__init__
+
+    def counting(self: urllib.request.Request, *args: Any, **kwargs: Any) -> None:
+        parsed.append(self)
+        wrap(self, *args, **kwargs)
+
+    monkeypatch.setattr(urllib.request.Request, "__init__", counting)
+    transport = httpx.MockTransport(_SettingCookies().handler)
+    with checkpoint_client(BASE, "t", poll_wait_s=1, transport=transport) as client:
+        client.get(f"{BASE}/v1/feed")
+    assert parsed == []
+    with apiclient.checkpoint_http(BASE, timeout=5.0, transport=transport) as client:
+        client.get(f"{BASE}/v1/feed")
+    assert len(parsed) == 1  # the control: httpx's default parses each answer
