@@ -368,36 +368,51 @@ class OutboxReporter:
     def _send(self, chunk: Sequence[PendingReceipt]) -> list[int | None]:
         """Deliver ``chunk``: in one request each (``POST /v1/receipts``, cut to the
         checkpoint's body cap), or one by one to a checkpoint without it. What
-        :meth:`_account` says of each receipt."""
+        :meth:`_account` says of each receipt, in order; fewer than ``chunk`` when the
+        checkpoint has no batch endpoint (the caller posts the rest one by one). Once
+        the checkpoint is unavailable nothing more is posted: the rest are None too."""
         if not self._batched:
-            return [self._account(item, functools.partial(self._deliver, item)) for item in chunk]
+            return self._one_by_one(chunk)
         results: list[int | None] = []
         bodies: list[tuple[PendingReceipt, bytes]] = []
         size = 0
+
+        def post() -> bool:
+            """Post the receipts gathered, in one request; whether to go on."""
+            nonlocal bodies, size
+            answered = self._post_batch(bodies) if bodies else []
+            bodies, size = [], 0
+            if answered is None:
+                return False  # fewer than asked: the caller posts the rest alone
+            results.extend(answered)
+            return None not in answered
+
         for item in chunk:
             try:
                 body = ReceiptReport.of(item.receipt).to_batch_item(_KIND[item.kind])
             except ValueError as exc:
                 # Written by this executor as an envelope; one that no longer reads as
                 # one is never sent (the checkpoint would refuse it) and waits, logged.
-                if bodies:  # the answers stay in the chunk's order
-                    answered = self._post_batch(bodies)
-                    if answered is None:
-                        return results  # fewer than asked: the caller posts the rest alone
-                    results += answered
-                    bodies, size = [], 0
+                if not post():  # the answers stay in the chunk's order
+                    break
                 results.append(self._account(item, _raising(f"the stored receipt is {exc}")))
                 continue
-            if bodies and size + len(body) + 1 > _BATCH_BYTES:
-                answered = self._post_batch(bodies)
-                if answered is None:
-                    return results
-                results += answered
-                bodies, size = [], 0
+            if bodies and size + len(body) + 1 > _BATCH_BYTES and not post():
+                break
             bodies.append((item, body))
             size += len(body) + 1
-        if bodies:
-            results += self._post_batch(bodies) or []
+        else:
+            post()
+        return _paused(results, chunk) if None in results else results
+
+    def _one_by_one(self, items: Sequence[PendingReceipt]) -> list[int | None]:
+        """Post each to its own endpoint until the checkpoint is unavailable (the rest
+        are then None, not posted)."""
+        results: list[int | None] = []
+        for item in items:
+            results.append(self._account(item, functools.partial(self._deliver, item)))
+            if results[-1] is None:
+                return _paused(results, items)
         return results
 
     def _post_batch(
@@ -449,7 +464,7 @@ class OutboxReporter:
             # As a single POST's 5xx: each receipt waits out its own backoff.
             return self._each(items, Transient(f"HTTP {status} {error_code(status, answer)}"))
         # The batch as a whole refused (413, 422): each alone gets its own answer.
-        return [self._account(item, functools.partial(self._deliver, item)) for item in items]
+        return self._one_by_one(items)
 
     def _each(self, items: Sequence[PendingReceipt], exc: Exception) -> list[int | None]:
         """The same failure for every receipt of a request (one pause, if any)."""
@@ -581,6 +596,12 @@ _KIND: Final = {"outcome": "outcome", "resolution": "outcome", "refusal": "refus
 _BATCH_BYTES: Final = BODY_MAX_BYTES - 64
 #: A batch's answer, read at most: a short answer per receipt, a refusal's message in it.
 _BATCH_ANSWER_MAX: Final = 4 * ANSWER_MAX_BYTES
+
+
+def _paused(results: list[int | None], items: Sequence[object]) -> list[int | None]:
+    """``results`` for the first of ``items``, None for the rest: the checkpoint is
+    unavailable, and what was not posted waits out the pause with it."""
+    return results + [None] * (len(items) - len(results))
 
 
 def _raising(message: str, kind: type[Exception] = Transient) -> Callable[[], None]:

@@ -48,6 +48,7 @@ from services.executor import (
     serve,
 )
 from services.executor import feed as feed_module
+from services.executor import outbox as outbox_module
 from services.executor.errors import LedgerHeld, SimulatedCrash
 from services.executor.feed import DEFAULT_LEDGER_HOLD_S, HOLD_POLL_S, advance_cursor, read_cursor
 from services.executor.models import (
@@ -959,6 +960,43 @@ def test_a_batch_refused_whole_is_posted_again_one_receipt_a_request(rig: Rig, s
     assert [(r.approval_id, r.status) for r in rig.rows(deliveries)] == [
         (aid, "delivered") for aid in ids
     ]
+
+
+@pytest.mark.parametrize("answer", [httpx.ConnectError("refused"), 503], ids=repr)
+def test_a_batch_cut_in_several_requests_stops_at_the_first_unavailable_answer(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch, answer: Any
+) -> None:
+    """Seen in review: the parts of a batch cut to the body cap were all posted to a
+    checkpoint the first part had found unavailable, and each paused the flush again."""
+    monkeypatch.setattr(outbox_module, "_BATCH_BYTES", 1)  # one receipt a request
+    ids = [_executed(rig, n, "fcutdown") for n in (1, 2, 3)]
+    for aid in ids:
+        rig.fake.answer_for[aid] = answer
+    assert rig.reporter.flush() == 0
+    assert rig.fake.requests == ["/v1/receipts"]  # neither the other parts nor one by one
+    assert rig.reporter.flush() == 0  # inside the pause: no request at all
+    assert rig.fake.requests == ["/v1/receipts"]
+    rig.fake.answer_for.clear()
+    rig.mono[0] += 0.5  # one pause's backoff, not three
+    assert rig.reporter.due()
+    assert rig.reporter.flush() == 3
+    assert rig.fake.requests == ["/v1/receipts"] * 4
+    assert [posted_approval_id(p) for p in rig.fake.posted] == [ids[0], *ids]
+
+
+def test_a_batch_refused_whole_stops_at_the_first_unavailable_answer_alone(rig: Rig) -> None:
+    """As above, for the receipts of a batch refused whole and posted one by one."""
+    ids = [_executed(rig, n, "fwholedown") for n in (1, 2, 3)]
+    rig.fake.batch_status = 413
+    for aid in ids:
+        rig.fake.answer_for[aid] = httpx.ConnectError("refused")
+    assert rig.reporter.flush() == 0
+    assert rig.fake.requests == ["/v1/receipts", "/v1/outcomes"]
+    rig.fake.answer_for.clear()
+    rig.mono[0] += 0.5
+    assert rig.reporter.flush() == 3
+    again = ["/v1/receipts", "/v1/outcomes", "/v1/outcomes", "/v1/outcomes"]
+    assert rig.fake.requests == ["/v1/receipts", "/v1/outcomes", *again]
 
 
 def test_receipts_go_at_most_per_request_a_request(rig: Rig) -> None:
