@@ -3,7 +3,8 @@
 :class:`OutboxReporter` posts the receipts of terminal outcomes (committed with the
 outcome, in the ledger or the resolutions table) and of refusals before the consume, up
 to ``RECEIPTS_MAX`` a request, to ``POST /v1/receipts`` (one by one to ``POST
-/v1/outcomes`` and ``POST /v1/refusals`` of a checkpoint without it), judges the answer
+/v1/outcomes`` and ``POST /v1/refusals`` of a checkpoint without it, which is asked
+again every ``BATCH_RETRY_S``), judges the answer
 to each as the answer to its own POST, and records each accepted or permanently refused
 one in the insert-only ``executor_deliveries``;
 terminal ledger rows are never touched. What is still to post is read from the
@@ -81,6 +82,7 @@ from .receipt_queue import PendingReceipt, pending_receipts, requeue_undelivered
 __all__ = [
     "APPROVAL_UNKNOWN",
     "APPROVAL_UNKNOWN_CODE",
+    "BATCH_RETRY_S",
     "RESOLUTION_CONFLICT_CODE",
     "RETRY_MAX",
     "DeliveryRecord",
@@ -94,6 +96,9 @@ __all__ = [
 _log = logging.getLogger("airlock.executor.feed")
 
 _MAX_BATCHES: Final = 20  # per flush, so a large backlog never starves the feed
+#: Seconds (monotonic) of one receipt a request to a checkpoint without ``POST
+#: /v1/receipts`` before the endpoint is tried again: the checkpoint may be upgraded.
+BATCH_RETRY_S: Final = 600.0
 
 
 _SERVER_NOT_NOW: Final = frozenset({429, 502, 503, 504})
@@ -206,6 +211,8 @@ class OutboxReporter:
             for path in (OUTCOMES_PATH, REFUSALS_PATH, RECEIPTS_PATH)
         }
         self._batched = True  # until the checkpoint says it has no POST /v1/receipts
+        self._batch_again_at = 0.0  # monotonic: then a flush tries POST /v1/receipts again
+        self._batch_retried = False  # tried again, and not answered yet
 
     @property
     def backing_off(self) -> int:
@@ -224,6 +231,7 @@ class OutboxReporter:
         if self._backoff.failures and not self.due():
             return 0
         self._requeue_once()
+        self._batches_again()
         budget = _MAX_BATCHES * self._batch  # POSTs per flush: the feed is not starved
         recorded, in_a_row = 0, 0
 
@@ -315,6 +323,11 @@ class OutboxReporter:
             del self._retry[key]
         self._next = min([self._mono() + self._sweep_every, *(r.due for r in self._retry.values())])
         return recorded
+
+    def _batches_again(self) -> None:
+        """Post batches again once a checkpoint without them had ``BATCH_RETRY_S``."""
+        if not self._batched and self._mono() >= self._batch_again_at:
+            self._batched = self._batch_retried = True
 
     def _requeue_once(self) -> None:
         """At the first flush: queue what the ledger shows undelivered and the queue lacks."""
@@ -442,10 +455,16 @@ class OutboxReporter:
             return self._each(items, Unavailable(f"{type(exc).__name__}: {exc}"))
         check_auth(status, answer, what)
         if status in (404, 405):
-            # A checkpoint older than the endpoint: one receipt a request from now on
+            # A checkpoint older than the endpoint: one receipt a request for a while
             # (the caller posts these again so, as the rest).
-            _log.info("the checkpoint has no %s; posting one receipt a request", what)
-            self._batched = False
+            _log.log(
+                logging.DEBUG if self._batch_retried else logging.INFO,
+                "the checkpoint has no %s; posting one receipt a request, trying it again in %.0fs",
+                what,
+                BATCH_RETRY_S,
+            )
+            self._batched = self._batch_retried = False
+            self._batch_again_at = self._mono() + BATCH_RETRY_S
             return None
         if status == 200:
             try:
@@ -454,6 +473,9 @@ class OutboxReporter:
                 answers = []
             if len(answers) != len(items):
                 return self._each(items, Unavailable(f"HTTP 200 not an answer to {what}"))
+            if self._batch_retried:
+                _log.info("the checkpoint takes %s again; posting receipts in batches", what)
+                self._batch_retried = False
             return [
                 self._account(item, functools.partial(self._judge, item, a.status, _body(a)))
                 for item, a in zip(items, answers, strict=True)

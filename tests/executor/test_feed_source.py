@@ -60,6 +60,7 @@ from services.executor.models import (
     refusals,
     revocations,
 )
+from services.executor.outbox import BATCH_RETRY_S
 from services.executor.receipt_queue import pending_receipts, requeue_undelivered
 from services.executor.recover import execute_delivery, ledger_checked, recover_expired, run
 from services.executor.sources import Delivery
@@ -997,6 +998,40 @@ def test_a_batch_refused_whole_stops_at_the_first_unavailable_answer_alone(rig: 
     assert rig.reporter.flush() == 3
     again = ["/v1/receipts", "/v1/outcomes", "/v1/outcomes", "/v1/outcomes"]
     assert rig.fake.requests == ["/v1/receipts", "/v1/outcomes", *again]
+
+
+def test_a_checkpoint_upgraded_to_the_batch_endpoint_gets_batches_again(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Seen in review: an executor that once met a checkpoint without ``POST
+    /v1/receipts`` posted one receipt a request until it restarted."""
+    rig.fake.batches = False
+    single = ["/v1/outcomes"]
+    n = iter(range(1, 100))
+
+    def flushed_two() -> list[str]:
+        """Two receipts queued and flushed: the requests that took them."""
+        before = len(rig.fake.requests)
+        for _ in range(2):
+            _executed(rig, next(n), "fupgrade")
+        assert rig.reporter.flush() == 2
+        return rig.fake.requests[before:]
+
+    assert flushed_two() == ["/v1/receipts", *single * 2]
+    rig.mono[0] += BATCH_RETRY_S - 1
+    assert flushed_two() == single * 2  # not asked again before the interval
+    rig.mono[0] += 1
+    assert flushed_two() == ["/v1/receipts", *single * 2]  # asked again: still old
+    rig.fake.batches = True  # the checkpoint is upgraded
+    rig.mono[0] += BATCH_RETRY_S - 1
+    assert flushed_two() == single * 2
+    rig.mono[0] += 1
+    with caplog.at_level("INFO", logger="airlock.executor.feed"):
+        assert flushed_two() == ["/v1/receipts"]
+        assert flushed_two() == ["/v1/receipts"]
+    taken = [r.getMessage() for r in caplog.records if "again; posting" in r.getMessage()]
+    assert taken == ["the checkpoint takes POST /v1/receipts again; posting receipts in batches"]
+    assert rig.rows(outbox) == []
 
 
 def test_receipts_go_at_most_per_request_a_request(rig: Rig) -> None:
