@@ -32,6 +32,7 @@ MODULES: Final = (
     "lifecycle",
     "drift",
     "checkpoint_api",
+    "receipts",
     "injection",
     "webapp",
     "startup",

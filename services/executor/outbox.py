@@ -3,7 +3,8 @@
 :class:`OutboxReporter` posts the receipts of terminal outcomes (committed with the
 outcome, in the ledger or the resolutions table) and of refusals before the consume, up
 to ``RECEIPTS_MAX`` a request, to ``POST /v1/receipts`` (one by one to ``POST
-/v1/outcomes`` and ``POST /v1/refusals`` of a checkpoint without it), judges the answer
+/v1/outcomes`` and ``POST /v1/refusals`` of a checkpoint without it, which is asked
+again every ``BATCH_RETRY_S``), judges the answer
 to each as the answer to its own POST, and records each accepted or permanently refused
 one in the insert-only ``executor_deliveries``;
 terminal ledger rows are never touched. What is still to post is read from the
@@ -81,6 +82,7 @@ from .receipt_queue import PendingReceipt, pending_receipts, requeue_undelivered
 __all__ = [
     "APPROVAL_UNKNOWN",
     "APPROVAL_UNKNOWN_CODE",
+    "BATCH_RETRY_S",
     "RESOLUTION_CONFLICT_CODE",
     "RETRY_MAX",
     "DeliveryRecord",
@@ -94,6 +96,9 @@ __all__ = [
 _log = logging.getLogger("airlock.executor.feed")
 
 _MAX_BATCHES: Final = 20  # per flush, so a large backlog never starves the feed
+#: Seconds (monotonic) of one receipt a request to a checkpoint without ``POST
+#: /v1/receipts`` before the endpoint is tried again: the checkpoint may be upgraded.
+BATCH_RETRY_S: Final = 600.0
 
 
 _SERVER_NOT_NOW: Final = frozenset({429, 502, 503, 504})
@@ -206,6 +211,8 @@ class OutboxReporter:
             for path in (OUTCOMES_PATH, REFUSALS_PATH, RECEIPTS_PATH)
         }
         self._batched = True  # until the checkpoint says it has no POST /v1/receipts
+        self._batch_again_at = 0.0  # monotonic: then a flush tries POST /v1/receipts again
+        self._batch_retried = False  # tried again, and not answered yet
 
     @property
     def backing_off(self) -> int:
@@ -224,6 +231,7 @@ class OutboxReporter:
         if self._backoff.failures and not self.due():
             return 0
         self._requeue_once()
+        self._batches_again()
         budget = _MAX_BATCHES * self._batch  # POSTs per flush: the feed is not starved
         recorded, in_a_row = 0, 0
 
@@ -316,6 +324,11 @@ class OutboxReporter:
         self._next = min([self._mono() + self._sweep_every, *(r.due for r in self._retry.values())])
         return recorded
 
+    def _batches_again(self) -> None:
+        """Post batches again once a checkpoint without them had ``BATCH_RETRY_S``."""
+        if not self._batched and self._mono() >= self._batch_again_at:
+            self._batched = self._batch_retried = True
+
     def _requeue_once(self) -> None:
         """At the first flush: queue what the ledger shows undelivered and the queue lacks."""
         if self._requeued:
@@ -368,36 +381,51 @@ class OutboxReporter:
     def _send(self, chunk: Sequence[PendingReceipt]) -> list[int | None]:
         """Deliver ``chunk``: in one request each (``POST /v1/receipts``, cut to the
         checkpoint's body cap), or one by one to a checkpoint without it. What
-        :meth:`_account` says of each receipt."""
+        :meth:`_account` says of each receipt, in order; fewer than ``chunk`` when the
+        checkpoint has no batch endpoint (the caller posts the rest one by one). Once
+        the checkpoint is unavailable nothing more is posted: the rest are None too."""
         if not self._batched:
-            return [self._account(item, functools.partial(self._deliver, item)) for item in chunk]
+            return self._one_by_one(chunk)
         results: list[int | None] = []
         bodies: list[tuple[PendingReceipt, bytes]] = []
         size = 0
+
+        def post() -> bool:
+            """Post the receipts gathered, in one request; whether to go on."""
+            nonlocal bodies, size
+            answered = self._post_batch(bodies) if bodies else []
+            bodies, size = [], 0
+            if answered is None:
+                return False  # fewer than asked: the caller posts the rest alone
+            results.extend(answered)
+            return None not in answered
+
         for item in chunk:
             try:
                 body = ReceiptReport.of(item.receipt).to_batch_item(_KIND[item.kind])
             except ValueError as exc:
                 # Written by this executor as an envelope; one that no longer reads as
                 # one is never sent (the checkpoint would refuse it) and waits, logged.
-                if bodies:  # the answers stay in the chunk's order
-                    answered = self._post_batch(bodies)
-                    if answered is None:
-                        return results  # fewer than asked: the caller posts the rest alone
-                    results += answered
-                    bodies, size = [], 0
+                if not post():  # the answers stay in the chunk's order
+                    break
                 results.append(self._account(item, _raising(f"the stored receipt is {exc}")))
                 continue
-            if bodies and size + len(body) + 1 > _BATCH_BYTES:
-                answered = self._post_batch(bodies)
-                if answered is None:
-                    return results
-                results += answered
-                bodies, size = [], 0
+            if bodies and size + len(body) + 1 > _BATCH_BYTES and not post():
+                break
             bodies.append((item, body))
             size += len(body) + 1
-        if bodies:
-            results += self._post_batch(bodies) or []
+        else:
+            post()
+        return _paused(results, chunk) if None in results else results
+
+    def _one_by_one(self, items: Sequence[PendingReceipt]) -> list[int | None]:
+        """Post each to its own endpoint until the checkpoint is unavailable (the rest
+        are then None, not posted)."""
+        results: list[int | None] = []
+        for item in items:
+            results.append(self._account(item, functools.partial(self._deliver, item)))
+            if results[-1] is None:
+                return _paused(results, items)
         return results
 
     def _post_batch(
@@ -427,10 +455,16 @@ class OutboxReporter:
             return self._each(items, Unavailable(f"{type(exc).__name__}: {exc}"))
         check_auth(status, answer, what)
         if status in (404, 405):
-            # A checkpoint older than the endpoint: one receipt a request from now on
+            # A checkpoint older than the endpoint: one receipt a request for a while
             # (the caller posts these again so, as the rest).
-            _log.info("the checkpoint has no %s; posting one receipt a request", what)
-            self._batched = False
+            _log.log(
+                logging.DEBUG if self._batch_retried else logging.INFO,
+                "the checkpoint has no %s; posting one receipt a request, trying it again in %.0fs",
+                what,
+                BATCH_RETRY_S,
+            )
+            self._batched = self._batch_retried = False
+            self._batch_again_at = self._mono() + BATCH_RETRY_S
             return None
         if status == 200:
             try:
@@ -439,6 +473,9 @@ class OutboxReporter:
                 answers = []
             if len(answers) != len(items):
                 return self._each(items, Unavailable(f"HTTP 200 not an answer to {what}"))
+            if self._batch_retried:
+                _log.info("the checkpoint takes %s again; posting receipts in batches", what)
+                self._batch_retried = False
             return [
                 self._account(item, functools.partial(self._judge, item, a.status, _body(a)))
                 for item, a in zip(items, answers, strict=True)
@@ -449,7 +486,7 @@ class OutboxReporter:
             # As a single POST's 5xx: each receipt waits out its own backoff.
             return self._each(items, Transient(f"HTTP {status} {error_code(status, answer)}"))
         # The batch as a whole refused (413, 422): each alone gets its own answer.
-        return [self._account(item, functools.partial(self._deliver, item)) for item in items]
+        return self._one_by_one(items)
 
     def _each(self, items: Sequence[PendingReceipt], exc: Exception) -> list[int | None]:
         """The same failure for every receipt of a request (one pause, if any)."""
@@ -581,6 +618,12 @@ _KIND: Final = {"outcome": "outcome", "resolution": "outcome", "refusal": "refus
 _BATCH_BYTES: Final = BODY_MAX_BYTES - 64
 #: A batch's answer, read at most: a short answer per receipt, a refusal's message in it.
 _BATCH_ANSWER_MAX: Final = 4 * ANSWER_MAX_BYTES
+
+
+def _paused(results: list[int | None], items: Sequence[object]) -> list[int | None]:
+    """``results`` for the first of ``items``, None for the rest: the checkpoint is
+    unavailable, and what was not posted waits out the pause with it."""
+    return results + [None] * (len(items) - len(results))
 
 
 def _raising(message: str, kind: type[Exception] = Transient) -> Callable[[], None]:

@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from airlock.api import BODY_MAX_BYTES, RECEIPTS_MAX
-from services.checkpoint import reports
+from services.checkpoint import batches, reports
 from services.checkpoint.models import outcomes, refusal_notes
 
 from .harness import START, World, approved, audit_events, signed_receipt
@@ -173,6 +173,31 @@ def test_answers_come_in_the_order_the_receipts_were_sent(world: World) -> None:
     ]
     states = [_state(world, p["id"]) for p, _ in pairs]
     assert states == ["approved", "in_doubt", "refused"]
+
+
+def test_a_full_batch_holds_the_chain_lock_for_a_few_receipts_at_a_time(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Measured in review (PostgreSQL): an approve waited for the whole 50-receipt
+    transaction, holding the chain lock, ~10x its time alone while batches kept coming."""
+    together = batches._together
+    sizes: list[int] = []
+
+    def counted(*args: Any) -> None:
+        sizes.append(len(args[2]))
+        together(*args)
+
+    monkeypatch.setattr(batches, "_together", counted)
+    count = 2 * batches.PER_COMMIT + 1
+    pairs = [
+        approved(world, proposal_id=f"prop_lock{n:08d}", resource_id=f"i-t4nlock{n:05d}")
+        for n in range(count)
+    ]
+    items = [_outcome(aid, proposal["action_hash"]) for proposal, aid in pairs]
+    assert _answers(_post(world, items)) == [(200, None)] * count
+    assert sizes == [batches.PER_COMMIT, batches.PER_COMMIT, 1]
+    assert len(audit_events(world, "checkpoint.outcome.reported")) == count
+    assert {_state(world, p["id"]) for p, _ in pairs} == {"executed"}
 
 
 def test_a_refusal_receipt_refused_in_a_batch_writes_its_audit_record_and_nothing_else(

@@ -48,6 +48,7 @@ from services.executor import (
     serve,
 )
 from services.executor import feed as feed_module
+from services.executor import outbox as outbox_module
 from services.executor.errors import LedgerHeld, SimulatedCrash
 from services.executor.feed import DEFAULT_LEDGER_HOLD_S, HOLD_POLL_S, advance_cursor, read_cursor
 from services.executor.models import (
@@ -59,6 +60,7 @@ from services.executor.models import (
     refusals,
     revocations,
 )
+from services.executor.outbox import BATCH_RETRY_S
 from services.executor.receipt_queue import pending_receipts, requeue_undelivered
 from services.executor.recover import execute_delivery, ledger_checked, recover_expired, run
 from services.executor.sources import Delivery
@@ -959,6 +961,77 @@ def test_a_batch_refused_whole_is_posted_again_one_receipt_a_request(rig: Rig, s
     assert [(r.approval_id, r.status) for r in rig.rows(deliveries)] == [
         (aid, "delivered") for aid in ids
     ]
+
+
+@pytest.mark.parametrize("answer", [httpx.ConnectError("refused"), 503], ids=repr)
+def test_a_batch_cut_in_several_requests_stops_at_the_first_unavailable_answer(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch, answer: Any
+) -> None:
+    """Seen in review: the parts of a batch cut to the body cap were all posted to a
+    checkpoint the first part had found unavailable, and each paused the flush again."""
+    monkeypatch.setattr(outbox_module, "_BATCH_BYTES", 1)  # one receipt a request
+    ids = [_executed(rig, n, "fcutdown") for n in (1, 2, 3)]
+    for aid in ids:
+        rig.fake.answer_for[aid] = answer
+    assert rig.reporter.flush() == 0
+    assert rig.fake.requests == ["/v1/receipts"]  # neither the other parts nor one by one
+    assert rig.reporter.flush() == 0  # inside the pause: no request at all
+    assert rig.fake.requests == ["/v1/receipts"]
+    rig.fake.answer_for.clear()
+    rig.mono[0] += 0.5  # one pause's backoff, not three
+    assert rig.reporter.due()
+    assert rig.reporter.flush() == 3
+    assert rig.fake.requests == ["/v1/receipts"] * 4
+    assert [posted_approval_id(p) for p in rig.fake.posted] == [ids[0], *ids]
+
+
+def test_a_batch_refused_whole_stops_at_the_first_unavailable_answer_alone(rig: Rig) -> None:
+    """As above, for the receipts of a batch refused whole and posted one by one."""
+    ids = [_executed(rig, n, "fwholedown") for n in (1, 2, 3)]
+    rig.fake.batch_status = 413
+    for aid in ids:
+        rig.fake.answer_for[aid] = httpx.ConnectError("refused")
+    assert rig.reporter.flush() == 0
+    assert rig.fake.requests == ["/v1/receipts", "/v1/outcomes"]
+    rig.fake.answer_for.clear()
+    rig.mono[0] += 0.5
+    assert rig.reporter.flush() == 3
+    again = ["/v1/receipts", "/v1/outcomes", "/v1/outcomes", "/v1/outcomes"]
+    assert rig.fake.requests == ["/v1/receipts", "/v1/outcomes", *again]
+
+
+def test_a_checkpoint_upgraded_to_the_batch_endpoint_gets_batches_again(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Seen in review: an executor that once met a checkpoint without ``POST
+    /v1/receipts`` posted one receipt a request until it restarted."""
+    rig.fake.batches = False
+    single = ["/v1/outcomes"]
+    n = iter(range(1, 100))
+
+    def flushed_two() -> list[str]:
+        """Two receipts queued and flushed: the requests that took them."""
+        before = len(rig.fake.requests)
+        for _ in range(2):
+            _executed(rig, next(n), "fupgrade")
+        assert rig.reporter.flush() == 2
+        return rig.fake.requests[before:]
+
+    assert flushed_two() == ["/v1/receipts", *single * 2]
+    rig.mono[0] += BATCH_RETRY_S - 1
+    assert flushed_two() == single * 2  # not asked again before the interval
+    rig.mono[0] += 1
+    assert flushed_two() == ["/v1/receipts", *single * 2]  # asked again: still old
+    rig.fake.batches = True  # the checkpoint is upgraded
+    rig.mono[0] += BATCH_RETRY_S - 1
+    assert flushed_two() == single * 2
+    rig.mono[0] += 1
+    with caplog.at_level("INFO", logger="airlock.executor.feed"):
+        assert flushed_two() == ["/v1/receipts"]
+        assert flushed_two() == ["/v1/receipts"]
+    taken = [r.getMessage() for r in caplog.records if "again; posting" in r.getMessage()]
+    assert taken == ["the checkpoint takes POST /v1/receipts again; posting receipts in batches"]
+    assert rig.rows(outbox) == []
 
 
 def test_receipts_go_at_most_per_request_a_request(rig: Rig) -> None:
