@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,7 +19,7 @@ from airlock.protocol import canonical_bytes
 
 from .clouds import AttackCloud, DevcloudCloud, MotoCloud
 from .registry import Observation, Target
-from .rig import Checkpoint, ExecResult, Rig, bundle_of
+from .rig import Checkpoint, ExecResult, Rig, bundle_of, deadline_poll
 
 __all__ = [
     "api_code",
@@ -142,6 +143,28 @@ def api_code(response: httpx.Response) -> str:
     return f"{code} ({response.status_code})"
 
 
+#: How long a refusal's record may take to reach the chain: a repeat of a caller's code is
+#: counted, and written at the checkpoint's next flush (``refusal_interval``, 60 s).
+_AUDITED_WITHIN = 90.0
+
+
+def _names(event: Mapping[str, Any], request: httpx.Request) -> bool:
+    """Does a ``checkpoint.refused`` record count a refusal of ``request``'s route? It
+    names route templates (``POST /v1/proposals/{proposal_id}/approve``): written at
+    once, ``request``; counted in a window, ``requests``. A refusal of another route
+    with the same code is not this one's record."""
+    named = [event.get("request"), *event.get("requests", ())]
+    return any(
+        isinstance(template, str)
+        and re.fullmatch(
+            r"[^/]+".join(re.escape(part) for part in re.split(r"\{[^}/]+\}", template)),
+            f"{request.method} {request.url.path}",
+        )
+        is not None
+        for template in named
+    )
+
+
 def checkpoint_refusal(
     cp: Checkpoint,
     response: httpx.Response,
@@ -153,9 +176,11 @@ def checkpoint_refusal(
     """The observation for a request the checkpoint refused.
 
     The checkpoint rolls a refused request back whole and, for an authenticated caller,
-    records a ``checkpoint.refused`` audit event with the code in a transaction of its
-    own; an unauthenticated request (401) is only counted (``/metrics``). ``absent`` names
-    an audit event that must NOT exist (e.g. the vote that was refused).
+    records a ``checkpoint.refused`` audit event with the code and the request's route in
+    a transaction of its own (a repeat of the caller's code counted, and written at the
+    next flush: waited for); an unauthenticated request (401) is only counted
+    (``/metrics``). ``absent`` names an audit event that must NOT exist (e.g. the vote
+    that was refused).
     """
     code = api_code(response)
     bare = code.split("(", 1)[0].split(" ", 1)[0]
@@ -163,7 +188,15 @@ def checkpoint_refusal(
     parts = [f"checkpoint: refusal counter {bare} +{delta:g}"]
     ok = delta == 1
     if response.status_code != 401:
-        recorded = cp.audit("checkpoint.refused", code=bare)
+
+        def audited() -> list[dict[str, Any]] | None:
+            found = cp.audit("checkpoint.refused", code=bare)
+            return [e for e in found if _names(e, response.request)] or None
+
+        try:
+            recorded = deadline_poll("its record", audited, _AUDITED_WITHIN, step=0.5)
+        except TimeoutError:
+            recorded = []
         parts.append(
             f"audit checkpoint.refused {bare}" if recorded else "NO checkpoint.refused in audit"
         )

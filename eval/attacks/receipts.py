@@ -16,7 +16,8 @@ the executor's token posts it (the control: only the caller was wrong).
 Every batch is posted by the attack's setup, before the first attack runs, and judged
 by its run: a refusal after the first of its kind from the same caller is written to the
 audit chain at the checkpoint's next flush of counted refusals (up to a minute later,
-``refusal_interval``), and the wait overlaps with the other attacks.
+``refusal_interval``), which the judge waits for; it overlaps the other attacks only as
+far as they take that long.
 """
 
 from __future__ import annotations

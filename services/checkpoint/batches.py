@@ -82,8 +82,9 @@ def report_receipts(
     """Record each of ``receipts`` (``(kind, receipt)``, kind ``outcome`` or ``refusal``)
     as its own endpoint would; an answer for each, in order.
 
-    Raises :class:`Refusal` (403) for a caller who may report none of them, and whatever
-    the batch's commit raises (then nothing of it is recorded).
+    Raises :class:`Refusal` (403) for a caller who may report none of them. A database
+    error fails only the transaction it happens in (up to ``PER_COMMIT`` receipts): each
+    receipt of it answers 500 and nothing of it is recorded; the others stand.
     """
     _tx.require(principal, reports.REPORTERS, "report receipts")
     now = cp.now()
