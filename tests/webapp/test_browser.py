@@ -59,6 +59,9 @@ from playwright.sync_api import (  # noqa: E402
     sync_playwright,
 )
 
+#: How long an expect() waits for what it expects, in milliseconds.
+_EXPECT_MS = 30_000
+
 
 def _action(proposal_id: str, resource_id: str, operation: str, **evidence: Any) -> dict[str, Any]:
     """An action shaped like the agent's (services/agent/planner.py)."""
@@ -139,9 +142,14 @@ def browser() -> Iterator[Browser]:
                 "--disable-sync",
             ],
         )
+        # Each expect() waits on the stack: a page polling once a second, an executor on
+        # the feed. Playwright's 5 s per expect() is short on a loaded runner; this is a
+        # wait, not a bound: it ends as soon as what is expected holds.
+        expect.set_options(timeout=_EXPECT_MS)
         try:
             yield b
         finally:
+            expect.set_options(timeout=None)
             b.close()
 
 
@@ -471,7 +479,7 @@ def test_reject_with_a_reason_code_is_what_the_agent_reads_back(
     # Arrives while the queue is open: it appears without a reload.
     proposal = stack.submit(_action("prop_e2erej00001", "i-t4ne2erej0001", "stop"))
     row = page.locator(f'tr[data-proposal="{proposal["id"]}"]')
-    expect(row).to_be_visible(timeout=8_000)
+    expect(row).to_be_visible()
     row.get_by_role("link").click()
     page.select_option("#reason_code", "not_idle")
     page.fill("#reject-note", "nightly batch job")
