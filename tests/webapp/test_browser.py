@@ -813,12 +813,15 @@ def test_a_thousand_guesses_through_the_web_app_slow_the_guesser_not_alice(
     )
     statuses: list[int] = []
     waits: list[int] = []
+    times: list[tuple[float, float]] = []  # when each was sent and answered, Unix seconds
     with guesser:
         token = re.search(r'name="csrf_token" value="([0-9a-f]{64})"', guesser.get("/login").text)
         assert token is not None
         form = {"username": "alice", "password": "not her password", "csrf_token": token[1]}
         for _ in range(1000):
+            sent = time.time()
             answer = guesser.post("/login", data=form)
+            times.append((sent, time.time()))
             statuses.append(answer.status_code)
             if answer.status_code == 429:
                 waits.append(int(answer.headers["Retry-After"]))
@@ -826,7 +829,11 @@ def test_a_thousand_guesses_through_the_web_app_slow_the_guesser_not_alice(
     assert set(statuses) == {401, 429}
     # Only the free guesses and those made after a delay passed were checked: a handful
     # in the seconds the 1,000 took, not 1,000.
-    assert statuses[:3] == [401] * 3 and statuses[3] == 429
+    assert statuses[:3] == [401] * 3
+    # The first delay (1 s) ends at the next turn of the checkpoint's clock, whole Unix
+    # seconds: the fourth is checked only if a second turned between the third's sending
+    # and the fourth's answer (on a loaded runner it may; on a quiet one it seldom does).
+    assert statuses[3] == 429 or int(times[3][1]) > int(times[2][0]), times[2:4]
     assert statuses.count(401) <= 12
     assert min(waits) >= 1
     alice = Person(browser, stack, "alice")  # signs in, and sees her queue
