@@ -24,6 +24,7 @@ _DEADLINE_S = 1.0
 def test_a_checkpoint_dripping_its_answer_is_given_up_at_the_deadline_and_exits_3(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    own = _client._DEADLINE_S
     monkeypatch.setattr(_client, "_DEADLINE_S", _DEADLINE_S)
     for name in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
         monkeypatch.delenv(name, raising=False)  # the CLI follows them: not to this test
@@ -36,7 +37,11 @@ def test_a_checkpoint_dripping_its_answer_is_given_up_at_the_deadline_and_exits_
         assert listing.exit_code == 3, listing.output
         assert "cannot reach the checkpoint" in listing.stderr
         assert _DEADLINE_S <= took < _DEADLINE_S + GIVE_UP_SLACK_S
-        # A checkpoint that answers in time is listed as before.
+        # A checkpoint that answers in time is listed as before, within the CLI's own
+        # deadline: the server, taking connections in turn, answers once it sees the
+        # first client has left (a drip or two), and a loaded runner has stalled a
+        # process 3 s, more than the 1 s above.
+        monkeypatch.setattr(_client, "_DEADLINE_S", own)
         listing = airlock("approvals", "list", env=env)
         assert listing.exit_code == 0, listing.output
     assert [r.split(b"?")[0] for r in server.requests] == [b"GET /v1/proposals"] * 2

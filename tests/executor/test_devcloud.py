@@ -88,9 +88,11 @@ def test_lost_response_is_probed_and_verified_against_devcloud(
 ) -> None:
     b = make_test_bundle(3, tag=f"dcdrop{'p' if 'postgres' in db_url else 's'}")
     devcloud.admin.create_instance(b.resource_id, status="Running")
-    devcloud.admin.set_faults(drop_next_writes=1, drop_delay_ms=3_000)
+    # The answer is held 10 s, the executor gives up after 4: the probe that follows sees
+    # the stop only if devcloud applied it first, which may take over 500 ms under load.
+    devcloud.admin.set_faults(drop_next_writes=1, drop_delay_ms=10_000)
     executor = make_executor(
-        migrated_url, devcloud.reader(), FakeClock(), writer=devcloud.writer(read_timeout_ms=500)
+        migrated_url, devcloud.reader(), FakeClock(), writer=devcloud.writer(read_timeout_ms=4_000)
     )
     try:
         outcome = executor.execute(b.raw)

@@ -11,14 +11,15 @@ from __future__ import annotations
 import base64
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 import pytest
 
-from airlock.cloud.ports import LiveState, ResourceType
+from airlock.cloud.ports import LiveState, ResourceType, WriteResult
 from airlock.protocol import RefusalCode, loads_strict
 from airlock.store import verify_chain
 from services.executor import (
@@ -355,7 +356,7 @@ def test_a_bundle_refused_at_verification_on_the_feed_is_recorded_and_passed(
 
 
 def test_once_a_delivery_fails_the_pages_other_runs_take_nothing_more(
-    env: Env, feed: Feed, source: CheckpointFeedSource
+    env: Env, feed: Feed, source: CheckpointFeedSource, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     bundles = [make_test_bundle(n, tag="pf") for n in range(1, 5)]
     cloud = _FailingCloud(bundles[0].resource_id, bundles[1].resource_id)
@@ -365,9 +366,22 @@ def test_once_a_delivery_fails_the_pages_other_runs_take_nothing_more(
         cloud.add("ecs.instance", b.resource_id, "Running")
         feed.add(b)
     pool = Parallel(2)
+    # The second's write waits for the first's run to have ended (raised): else, on a
+    # loaded runner, the second's thread could finish and take the third before the first
+    # thread, woken by the second's read, had raised, which no code could know of then.
+    runs: list[Future[None]] = []
+    submit = pool._pool.submit
+
+    def recorded(*args: Any, **kwargs: Any) -> Future[None]:
+        runs.append(submit(*args, **kwargs))
+        return runs[-1]
+
+    monkeypatch.setattr(pool._pool, "submit", recorded)
+    cloud.before_write = lambda: runs[0].exception(timeout=10)
     try:
         with pytest.raises(RuntimeError, match="read went wrong"):
             daemon._drain(executor, source, Shutdown(), 0, on_outcome=None, parallel=pool)
+        cloud.before_write = None
         # The second ran beside the failing first; the third and fourth were not taken.
         assert [cloud.writes_for(b.resource_id) for b in bundles] == [0, 1, 0, 0]
         assert _cursor(env, source) == 0
@@ -388,6 +402,8 @@ class _FailingCloud(InMemoryCloud):
         self.fail_on: str | None = fail_on
         self.after = after
         self.second_read = threading.Event()
+        #: Called before each write, when set.
+        self.before_write: Callable[[], object] | None = None
 
     def get_state(
         self, region: str, resource_type: ResourceType, resource_id: str
@@ -398,6 +414,11 @@ class _FailingCloud(InMemoryCloud):
             self.second_read.wait(timeout=10)
             raise RuntimeError("read went wrong")
         return super().get_state(region, resource_type, resource_id)
+
+    def _write(self, op: str, resource_type: str, rid: str, token: str = "") -> WriteResult:
+        if self.before_write is not None:
+            self.before_write()
+        return super()._write(op, resource_type, rid, token)
 
 
 def test_the_daemon_settles_the_cursor_after_a_page_run_side_by_side(

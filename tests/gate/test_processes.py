@@ -42,7 +42,11 @@ def served(tmp_path: Path, db_url: str) -> Iterator[tuple[FakeCheckpoint, dict[s
     ledger.migrate(engine)
     engine.dispose()
     with fake.serve() as url:
-        config = gate_files(tmp_path, checkpoint_url=url, ledger_url=db_url, lease_seconds=5)
+        # Never run out in real time here (recovery runs on a clock set past it): eight
+        # processes on one SQLite file at load 7+ took over 4 s between a consume and
+        # its commit of executing, and a lease of 5 s (whole seconds, so 4 to 5) was
+        # lost there: fenced, and the process failed.
+        config = gate_files(tmp_path, checkpoint_url=url, ledger_url=db_url, lease_seconds=60)
         fake.receipt_keys = ReceiptSigner.from_file(config.receipt_key).key_set()
         yield fake, workers.config_values(config)
 

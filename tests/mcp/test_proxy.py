@@ -15,10 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
+from airlock.ledger import ledger
+from airlock.store import make_engine
 from tests.gate.support import FakeCheckpoint, gate_files
+from tests.support.polling import wait_for
 
 SERVER = str(Path(__file__).with_name("refunds_server.py"))
 
@@ -397,6 +401,20 @@ def _refund_line(order: str, amount: int = 100) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params}
 
 
+def _lease_over(setup: Setup, effect_key: str) -> bool:
+    """Whether the ledger row of ``effect_key`` has a lease that ran out by now, as
+    :func:`airlock.ledger.expired` sees it (``lease_expires <= now``, whole seconds)."""
+    engine = make_engine(setup.env["AIRLOCK_GATE_LEDGER_URL"])
+    try:
+        with engine.connect() as conn:
+            expires = conn.execute(
+                sa.select(ledger.c.lease_expires).where(ledger.c.effect_key == effect_key)
+            ).scalar_one()
+    finally:
+        engine.dispose()
+    return bool(expires <= int(time.time()))
+
+
 def test_proxy_killed_after_the_run_then_retried_runs_once(setup: Setup) -> None:
     setup.fake.auto_approve = True
     setup.write_config(wait=5)
@@ -404,7 +422,9 @@ def test_proxy_killed_after_the_run_then_retried_runs_once(setup: Setup) -> None
         **setup.env,
         "AIRLOCK_ENV": "dev",
         "AIRLOCK_GATE_FAILPOINTS": "after_call",
-        "AIRLOCK_GATE_LEASE_SECONDS": "1",
+        # Long enough that a loaded machine does not lose the lease between the consume
+        # and the call (1 s did for `airlock gate`: fenced, refused, never called).
+        "AIRLOCK_GATE_LEASE_SECONDS": "4",
     }
     process = _start_raw(setup, env, _refund_line("order-9"))
     assert process.stdout is not None
@@ -414,8 +434,9 @@ def test_proxy_killed_after_the_run_then_retried_runs_once(setup: Setup) -> None
     assert process.stdin is not None
     process.stdin.close()
     assert setup.counted() == ["order-9:100"]
-    # Recovery takes a row only once its lease ran out: a clock, not a race.
-    time.sleep(1.5)
+    # Recovery takes a row only once its lease ran out, by the gate's clock (whole Unix
+    # seconds): wait for that, not for a time.
+    wait_for("the killed call's lease to run out", lambda: _lease_over(setup, "refund:order-9"), 30)
     retried = _session(setup.proxied(), setup.env, _refund("order-9"))
     assert retried.isError and _airlock(retried)["code"] == "E_REPLAY"
     assert setup.counted() == ["order-9:100"]

@@ -55,9 +55,29 @@ from playwright.sync_api import (  # noqa: E402
     BrowserContext,
     Dialog,
     Page,
+    Response,
     expect,
     sync_playwright,
 )
+from playwright.sync_api import Error as PlaywrightError  # noqa: E402
+
+#: How long an expect() waits for what it expects, in milliseconds.
+_EXPECT_MS = 30_000
+#: What Chromium says of a navigation another one cut short.
+_CUT_SHORT = ("net::ERR_ABORTED", "interrupted by another navigation")
+
+
+def goto(page: Page, url: str) -> Response | None:
+    """``page.goto(url)``, asked once more if the page's own navigation cut it short: a
+    page on an open proposal reloads itself once the proposal changes (app.js), which
+    aborts a navigation the test started meanwhile, and its window is wide under load.
+    Once there, the old page's script is gone: the second asking is not cut short."""
+    try:
+        return page.goto(url)
+    except PlaywrightError as exc:
+        if not any(cut in exc.message for cut in _CUT_SHORT):
+            raise
+    return page.goto(url)
 
 
 def _action(proposal_id: str, resource_id: str, operation: str, **evidence: Any) -> dict[str, Any]:
@@ -139,9 +159,14 @@ def browser() -> Iterator[Browser]:
                 "--disable-sync",
             ],
         )
+        # Each expect() waits on the stack: a page polling once a second, an executor on
+        # the feed. Playwright's 5 s per expect() is short on a loaded runner; this is a
+        # wait, not a bound: it ends as soon as what is expected holds.
+        expect.set_options(timeout=_EXPECT_MS)
         try:
             yield b
         finally:
+            expect.set_options(timeout=None)
             b.close()
 
 
@@ -166,7 +191,7 @@ class Person:
 
     def sign_in(self, name: str) -> None:
         # Keyboard only: the sign-in form is usable without a pointer.
-        self.page.goto("/login")
+        goto(self.page, "/login")
         # The username field has autofocus; wait until the browser has applied it, or the
         # first keystrokes can land before focus does (seen in CI: "bob" typed as "ob").
         expect(self.page.locator("input[name=username]")).to_be_focused()
@@ -177,7 +202,7 @@ class Person:
         expect(self.page.locator(".who .user")).to_contain_text(name)
 
     def open(self, proposal_id: str) -> Page:
-        self.page.goto(f"/proposals/{proposal_id}")
+        goto(self.page, f"/proposals/{proposal_id}")
         return self.page
 
     def close(self) -> None:
@@ -206,7 +231,7 @@ def test_alice_approves_a_stop_and_sees_the_executed_outcome_with_a_verified_rec
     proposal = stack.submit(_action("prop_e2estop0001", rid, "stop"))
     alice = people["alice"]
     page = alice.page
-    page.goto("/")
+    goto(page, "/")
     row = page.locator(f'tr[data-proposal="{proposal["id"]}"]')
     expect(row).to_contain_text("0 of 1")
     expect(row).to_contain_text("to approve")
@@ -238,7 +263,7 @@ def test_alice_approves_a_stop_and_sees_the_executed_outcome_with_a_verified_rec
     expect(page.locator("#executor-detail")).to_have_text("ecs.StopInstance accepted")
     assert len(stack.devcloud.admin.writes(resource_id=rid)) == 1
 
-    page.goto("/history")
+    goto(page, "/history")
     expect(page.locator(f'tr[data-proposal="{proposal["id"]}"]')).to_contain_text("signature valid")
     assert alice.dialogs == []
 
@@ -282,7 +307,7 @@ def test_approving_after_signing_out_in_another_tab_says_nothing_was_approved_an
     alice = people["alice"]
     page = alice.open(proposal["id"])
     other = alice.context.new_page()  # a second tab: same cookies
-    other.goto("/")
+    goto(other, "/")
     other.click(".who button")
     expect(other.locator("input[name=username]")).to_be_visible()
     other.close()
@@ -364,7 +389,8 @@ def test_a_delete_needs_two_people_and_the_typed_id(
 
     record = stack.wait_state(proposal["id"], {"executed", "refused", "failed", "in_doubt"})
     assert [v["voter"] for v in record["votes"]] == ["alice", "bob"]
-    page.reload()
+    # No reload: the page follows the proposal to its end by itself, and a reload asked
+    # for here could meet the one its poll starts (net::ERR_ABORTED, on a loaded runner).
     expect(page.locator("#state")).to_have_attribute("data-state", "executed")
     expect(page.locator("#receipt")).to_have_attribute("data-signature", "valid")
     assert len(stack.devcloud.admin.writes(resource_id=rid)) == 1
@@ -422,7 +448,7 @@ def test_an_executor_refusal_reported_while_the_queue_is_open_shows_in_its_row(
     stack.wait_state(proposal["id"], {"executed", "refused", "failed", "in_doubt"})
     approval_id = stack.agent_view(proposal["id"])["approval"]["approval_id"]
 
-    page.goto("/")
+    goto(page, "/")
     row = page.locator(f'tr[data-proposal="{proposal["id"]}"]')
     expect(row).to_contain_text("executed")
     expect(row.locator(".executor-refused")).to_have_count(0)
@@ -467,11 +493,11 @@ def test_reject_with_a_reason_code_is_what_the_agent_reads_back(
 ) -> None:
     bob = people["bob"]
     page = bob.page
-    page.goto("/")
+    goto(page, "/")
     # Arrives while the queue is open: it appears without a reload.
     proposal = stack.submit(_action("prop_e2erej00001", "i-t4ne2erej0001", "stop"))
     row = page.locator(f'tr[data-proposal="{proposal["id"]}"]')
-    expect(row).to_be_visible(timeout=8_000)
+    expect(row).to_be_visible()
     row.get_by_role("link").click()
     page.select_option("#reason_code", "not_idle")
     page.fill("#reject-note", "nightly batch job")
@@ -516,7 +542,7 @@ def test_hostile_instance_name_and_tag_are_shown_as_text_and_no_dialog_opens(
     )
     alice = people["alice"]
     page = alice.page
-    page.goto("/")
+    goto(page, "/")
     expect(page.locator(f'tr[data-proposal="{proposal["id"]}"] .name')).to_have_text(HOSTILE_NAME)
     page = alice.open(proposal["id"])
     expect(page.locator("#resource-name")).to_have_text(HOSTILE_NAME)
@@ -552,7 +578,7 @@ def test_form_posts_without_the_token_or_from_another_origin_are_refused(
         "http://evil.example/**",
         lambda route: route.fulfill(status=200, content_type="text/html", body=evil),
     )
-    page.goto("http://evil.example/")
+    goto(page, "http://evil.example/")
     page.click("#go")
     expect(page.locator("h1")).to_have_text("Form refused")
     assert stack.agent_view(proposal["id"])["votes"] == []
@@ -563,7 +589,7 @@ def test_pages_fit_a_phone_screen_and_carry_the_security_headers(
 ) -> None:
     phone = Person(browser, stack, "admin", width=390)
     try:
-        response = phone.page.goto("/")
+        response = goto(phone.page, "/")
         assert response is not None
         headers = response.headers
         assert "default-src 'self'" in headers["content-security-policy"]
@@ -579,7 +605,7 @@ def test_pages_fit_a_phone_screen_and_carry_the_security_headers(
         phone.page.screenshot(path=str(screenshots / "proposal-phone.png"), full_page=True)
         # The desktop queue, by now holding proposals in several states.
         phone.page.set_viewport_size({"width": 1200, "height": 700})
-        phone.page.goto("/")
+        goto(phone.page, "/")
         phone.page.screenshot(path=str(screenshots / "queue.png"), full_page=True)
         cookies = {c["name"]: c for c in phone.context.cookies()}
         session = cookies["airlock_session"]
@@ -606,7 +632,7 @@ def test_an_unknown_address_is_a_page_with_the_navigation_not_json(
     browser: Browser, stack: Stack, people: dict[str, Person]
 ) -> None:
     page = people["alice"].page
-    response = page.goto("/no/such/page")
+    response = goto(page, "/no/such/page")
     assert response is not None and response.status == 404
     assert "text/html" in response.headers["content-type"]
     expect(page).to_have_title("Page not found · Airlock")
@@ -617,7 +643,7 @@ def test_an_unknown_address_is_a_page_with_the_navigation_not_json(
     expect(page.locator("h1")).to_have_text("History")
 
     # A proposal that does not exist is "Not found", not "Refused", and keeps the menu.
-    response = page.goto("/proposals/prop_nosuchproposal1")
+    response = goto(page, "/proposals/prop_nosuchproposal1")
     assert response is not None and response.status == 404
     expect(page).to_have_title("Not found · Airlock")
     expect(nav).to_be_visible()
@@ -626,7 +652,7 @@ def test_an_unknown_address_is_a_page_with_the_navigation_not_json(
     anonymous = browser.new_context(base_url=stack.webapp_url)
     try:
         other = anonymous.new_page()
-        response = other.goto("/no/such/page")
+        response = goto(other, "/no/such/page")
         assert response is not None and response.status == 404
         expect(other.locator("h1")).to_have_text("Page not found")
     finally:
@@ -638,7 +664,7 @@ def test_a_garbage_id_of_3000_characters_is_not_echoed_by_the_page(
 ) -> None:
     page = people["alice"].page
     garbage = "prop_" + "x" * 2995
-    response = page.goto(f"/proposals/{garbage}")
+    response = goto(page, f"/proposals/{garbage}")
     assert response is not None and response.status == 404
     expect(page.locator("h1")).to_have_text("Not found")
     assert "x" * 60 not in page.content()
@@ -673,7 +699,7 @@ def test_ids_and_hashes_never_break_across_lines_at_a_phone_width(
                 for text, lines in _lines(page, selector):
                     assert lines == 1, (width, selector, text, lines)
             assert page.evaluate("document.documentElement.scrollWidth") <= width
-            page.goto("/?state=pending")
+            goto(page, "/?state=pending")
             page.wait_for_load_state("load")
             for text, lines in _lines(page, '#queue-rows td[data-label="Resource"] > a'):
                 assert lines == 1, (width, "queue", text, lines)
@@ -760,13 +786,13 @@ def test_people_read_words_not_codes_for_reasons_outcomes_and_resolutions(
     for code in ("did_not_happen", "in_doubt"):
         expect(page.locator("#state-box, .state-box")).not_to_contain_text(code)
 
-    page.goto("/history")
+    goto(page, "/history")
     row = page.locator(f'tr[data-proposal="{rejected["id"]}"]')
     expect(row).to_contain_text("rejected (Not idle — it is in use)")
     expect(row).not_to_contain_text("not_idle")
     expect(page.locator(f'tr[data-proposal="{doubt["id"]}"]')).not_to_contain_text("in_doubt")
 
-    page.goto("/")
+    goto(page, "/")
     option = page.locator("#f-state option[value=in_doubt]")
     expect(option).to_have_text("in doubt — needs a person")
 
@@ -787,12 +813,15 @@ def test_a_thousand_guesses_through_the_web_app_slow_the_guesser_not_alice(
     )
     statuses: list[int] = []
     waits: list[int] = []
+    times: list[tuple[float, float]] = []  # when each was sent and answered, Unix seconds
     with guesser:
         token = re.search(r'name="csrf_token" value="([0-9a-f]{64})"', guesser.get("/login").text)
         assert token is not None
         form = {"username": "alice", "password": "not her password", "csrf_token": token[1]}
         for _ in range(1000):
+            sent = time.time()
             answer = guesser.post("/login", data=form)
+            times.append((sent, time.time()))
             statuses.append(answer.status_code)
             if answer.status_code == 429:
                 waits.append(int(answer.headers["Retry-After"]))
@@ -800,7 +829,11 @@ def test_a_thousand_guesses_through_the_web_app_slow_the_guesser_not_alice(
     assert set(statuses) == {401, 429}
     # Only the free guesses and those made after a delay passed were checked: a handful
     # in the seconds the 1,000 took, not 1,000.
-    assert statuses[:3] == [401] * 3 and statuses[3] == 429
+    assert statuses[:3] == [401] * 3
+    # The first delay (1 s) ends at the next turn of the checkpoint's clock, whole Unix
+    # seconds: the fourth is checked only if a second turned between the third's sending
+    # and the fourth's answer (on a loaded runner it may; on a quiet one it seldom does).
+    assert statuses[3] == 429 or int(times[3][1]) > int(times[2][0]), times[2:4]
     assert statuses.count(401) <= 12
     assert min(waits) >= 1
     alice = Person(browser, stack, "alice")  # signs in, and sees her queue
@@ -879,7 +912,7 @@ def test_a_person_sets_their_notification_preference_and_sees_it_saved(
     people: dict[str, Person],
 ) -> None:
     page = people["bob"].page
-    page.goto("/notifications")
+    goto(page, "/notifications")
     expect(page.locator("#status")).to_contain_text("You have set no preference")
     page.check('input[name=event][value="proposal.needs_vote"]')
     page.check('input[name=event][value="proposal.expiring"]')

@@ -15,7 +15,7 @@ from airlock.units import money
 from devstack.stack import Stack, running_stack
 from tests.support.bulk import assert_each_executed_once, signed_savings_minor, submit_batch
 
-from .test_browser import Person, browser  # noqa: F401 (a fixture, used by name)
+from .test_browser import Person, browser, goto  # noqa: F401 (a fixture, used by name)
 
 pytestmark = pytest.mark.browser
 
@@ -37,7 +37,7 @@ def test_twenty_approved_in_one_browser_action_execute_once_each_and_one_withdra
     alice = Person(browser, stack, "alice")
     try:
         page = alice.page
-        page.goto("/")
+        goto(page, "/")
         # The queue's total is the sum of the savings signed into the 21 actions.
         total = money(signed_savings_minor(records), "USD", 2)
         expect(page.locator("#queue-savings-total")).to_have_text(total)
