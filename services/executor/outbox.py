@@ -73,7 +73,6 @@ from ._http import (
     clip,
     error_code,
     no_idle,
-    read_at_most,
 )
 from .failpoints import Failpoints
 from .models import deliveries, outbox
@@ -434,23 +433,10 @@ class OutboxReporter:
         """Post receipts in one request; judge each one's answer as its own POST's. None:
         the checkpoint has no ``POST /v1/receipts`` (nothing was judged)."""
         items = [item for item, _ in bodies]
-        until = self._mono() + self._deadline
         what = f"POST {RECEIPTS_PATH}"
+        content = receipts_body([body for _, body in bodies])
         try:
-            with (
-                self._idle(),
-                within(self._deadline),
-                self._client.stream(
-                    "POST",
-                    self._urls[RECEIPTS_PATH],
-                    content=receipts_body([body for _, body in bodies]),
-                    headers={"Content-Type": "application/json"},
-                ) as response,
-            ):
-                status = response.status_code
-                answer = apiclient.read_at_most(
-                    response, limit=_BATCH_ANSWER_MAX, until=until, monotonic=self._mono
-                )
+            status, answer = self._exchange(RECEIPTS_PATH, content, _BATCH_ANSWER_MAX)
         except httpx.HTTPError as exc:
             return self._each(items, Unavailable(f"{type(exc).__name__}: {exc}"))
         check_auth(status, answer, what)
@@ -503,27 +489,35 @@ class OutboxReporter:
             # Written by this executor as an envelope; one that no longer reads as one is
             # never sent (the checkpoint would refuse it) and waits, logged, for a person.
             raise Transient(f"the stored receipt is {exc}") from None
-        until = self._mono() + self._deadline
         # A refusal before the consume is a note on the proposal, never its outcome: the
         # checkpoint takes it at its own endpoint, which changes no proposal's state.
         path = REFUSALS_PATH if item.kind == "refusal" else OUTCOMES_PATH
         try:
-            with (
-                self._idle(),
-                within(self._deadline),
-                self._client.stream(
-                    "POST",
-                    self._urls[path],
-                    content=body,
-                    headers={"Content-Type": "application/json"},
-                ) as response,
-            ):
-                status = response.status_code
-                answer = read_at_most(response, until=until, monotonic=self._mono)
+            status, answer = self._exchange(path, body, ANSWER_MAX_BYTES)
         except httpx.HTTPError as exc:
             # No answer: the checkpoint (or the way to it) is down, not this receipt.
             raise Unavailable(f"{type(exc).__name__}: {exc}") from None
         self._judge(item, status, answer)
+
+    def _exchange(self, path: str, content: bytes, limit: int) -> tuple[int, bytes]:
+        """POST ``content`` (JSON) to ``path``, the whole exchange within the answer
+        deadline: the status and at most ``limit`` bytes of the answer. Raises
+        ``httpx.HTTPError`` when there is no answer."""
+        until = self._mono() + self._deadline
+        with (
+            self._idle(),
+            within(self._deadline),
+            self._client.stream(
+                "POST",
+                self._urls[path],
+                content=content,
+                headers={"Content-Type": "application/json"},
+            ) as response,
+        ):
+            answer = apiclient.read_at_most(
+                response, limit=limit, until=until, monotonic=self._mono
+            )
+            return response.status_code, answer
 
     def _judge(self, item: PendingReceipt, status: int, answer: bytes) -> None:
         """Record the checkpoint's answer to one receipt (``status``, and ``answer``: its
